@@ -1,0 +1,3 @@
+from scratchgpt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""The tokenizer interface every tokenizer implements.
+
+A tokenizer maps text to a list of integer ids and back. It is saved as a directory holding
+``tokenizer.json`` (whose ``"kind"`` names the class) plus any files the kind needs, so that a
+prepared dataset and every checkpoint carry the exact tokenizer they were made with.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class Tokenizer(ABC):
+    """Base class: ``encode``/``decode`` plus ``to_dict``/``from_dict`` for persistence."""
+
+    kind: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of distinct token ids (ids are ``0 .. vocab_size - 1``)."""
+
+    @abstractmethod
+    def encode(self, text: str, unknown: str = "error") -> list[int]:
+        """Text -> token ids. ``unknown`` is the policy for text the vocabulary cannot express:
+        ``"error"`` raises :class:`~scratchgpt.errors.UserError` naming it, ``"replace"``
+        substitutes a replacement token. Byte-level tokenizers never meet unknown text."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state; must contain everything ``from_dict`` needs."""
+
+    @classmethod
+    @abstractmethod
+    def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> Tokenizer:
+        """Rebuild from ``to_dict`` output; ``directory`` is where extra files live, if any."""
+
+    @property
+    def eot_id(self) -> int | None:
+        """The end-of-text token id, if the tokenizer has one."""
+        return None
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``tokenizer.json`` (and any extra files) into ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {"kind": self.kind, **self.to_dict()}
+        (directory / TOKENIZER_FILE).write_text(json.dumps(state, ensure_ascii=False, indent=1))
