@@ -1,0 +1,1 @@
+"""Benchmarks, one module each (see scratchgpt.commands.bench)."""

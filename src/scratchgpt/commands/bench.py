@@ -1,0 +1,26 @@
+"""``scratchgpt bench NAME``: the benchmarks behind docs/BENCHMARKS.md.
+
+Each benchmark is a module ``scratchgpt/bench/<name>.py`` with ``add_arguments(parser)`` and
+``run(args) -> int``, and a one-line ``__doc__`` that becomes its help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = (
+    "train",
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run a benchmark and print its figures",
+                       description=__doc__.splitlines()[0])
+    names = p.add_subparsers(dest="bench", metavar="NAME", required=True)
+    for name in BENCHMARKS:
+        mod = importlib.import_module(f"scratchgpt.bench.{name}")
+        bp = names.add_parser(name, help=mod.__doc__.strip().splitlines()[0],
+                              description=mod.__doc__)
+        mod.add_arguments(bp)
+        bp.set_defaults(func=mod.run)
