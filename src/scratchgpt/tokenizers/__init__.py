@@ -20,12 +20,26 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         raise UserError(f"no tokenizer found: {path} does not exist")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-        kind = state.pop("kind")
-    except (ValueError, KeyError) as e:
+    except ValueError as e:
         raise UserError(f"{path} is not a valid tokenizer file ({e})") from None
+    return tokenizer_from_dict(state, Path(directory), where=str(path))
+
+
+def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str = "") -> Tokenizer:
+    """Rebuild a tokenizer from its saved state (``{"kind": ..., **to_dict()}``)."""
+    state = dict(state)
+    kind = state.pop("kind", None)
     if kind not in TOKENIZERS:
-        raise UserError(f"{path}: unknown tokenizer kind {kind!r}")
-    return TOKENIZERS[kind].from_dict(state, Path(directory))
+        raise UserError(f"{where or 'tokenizer'}: unknown tokenizer kind {kind!r}")
+    return TOKENIZERS[kind].from_dict(state, directory)
 
 
-__all__ = ["Tokenizer", "CharTokenizer", "TOKENIZERS", "load_tokenizer"]
+def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
+    """Learn a tokenizer of ``kind`` from ``text``."""
+    if kind == "char":
+        return CharTokenizer.train(text)
+    raise UserError(f"unknown tokenizer {kind!r}; choose from: char")
+
+
+__all__ = ["TOKENIZERS", "CharTokenizer", "Tokenizer", "build_tokenizer", "load_tokenizer",
+           "tokenizer_from_dict"]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv (once) and install scratchgpt into it, editable. Usage: scripts/setup.sh [EXTRAS]
+#   scripts/setup.sh        -> core install (torch, numpy, tqdm, matplotlib)
+#   scripts/setup.sh dev    -> plus test and parity tools (pytest, ruff, transformers, tiktoken)
+# PyTorch is pinned to the CPU build 2.13.0 first, so that nothing pulls a CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+stamp="$venv/.scratchgpt-installed${extras:+-$extras}"
+# Reinstall only when pyproject.toml changed since the last install of these extras.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$py" -m pip install -q --upgrade pip >/dev/null
+  "$py" -m pip install -q "torch==2.13.0"
+  "$py" -m pip install -q -e ".${extras:+[$extras]}"
+  touch "$stamp"
+fi

@@ -1,0 +1,151 @@
+"""Training throughput (tokens/s) and achieved FLOP/s against this machine's matmul peak.
+
+Default shape = the nanoGPT CPU recipe: 4 layers, 4 heads, 128 dims, context 64, batch 12,
+character vocabulary of Tiny Shakespeare (65). Each variant (precision, compile) runs the same
+full training step as ``scratchgpt train``: batch sampling, forward, loss, backward, clipping,
+fused AdamW. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its shakespeare_char
+data prepared) to run its train.py beside ours in the same invocation and print the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=12)
+    p.add_argument("--vocab-size", type=int, default=65)
+    p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
+    p.add_argument("--variants", default="fp32,bf16",
+                   help="comma list of fp32, bf16, fp32-compile, bf16-compile")
+    p.add_argument("--nanogpt", default=None, help="nanoGPT checkout to run side by side")
+    p.add_argument("--nanogpt-iters", type=int, default=300)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def matmul_peak(dtype_name: str, n: int = 2048, reps: int = 8) -> float:
+    """Best observed FLOP/s of an n x n x n matmul in this dtype."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> float:
+    """Training FLOPs per token: 6 per weight (fwd + bwd) plus attention's 12*L*C*T."""
+    return 6 * n_params + 12 * n_layer * n_embd * block
+
+
+def time_variant(args: argparse.Namespace, variant: str) -> dict:
+    import numpy as np
+    import torch
+
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.training.optim import lm_loss, make_optimizer
+    from scratchgpt.training.trainer import autocast
+
+    dtype, _, comp = variant.partition("-")
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
+                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=0.0)
+    model = GPT(cfg)
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99))
+    fwd = torch.compile(model) if comp == "compile" else model
+    # Batches come from a token array exactly as in training (random windows).
+    data = TokenDataset.__new__(TokenDataset)
+    data.splits = {"train": np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000)
+                   .astype(np.uint16)}
+    gen = torch.Generator().manual_seed(0)
+    device = torch.device("cpu")
+    times = []
+    t_compile = time.perf_counter()
+    for i in range(args.warmup + args.steps):
+        t = time.perf_counter()
+        x, y = data.get_batch("train", args.batch_size, args.block_size, gen)
+        with autocast(device, dtype):
+            loss = lm_loss(fwd(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i == 0:
+            first_step = time.perf_counter() - t_compile
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t)
+    tok = args.batch_size * args.block_size
+    med = statistics.median(times)
+    fpt = flops_per_token(sum(p.numel() for p in model.parameters()), cfg.n_layer, cfg.n_embd,
+                          cfg.block_size)
+    return {"variant": variant, "ms_per_step": med * 1e3, "tokens_per_s": tok / med,
+            "tflops": tok / med * fpt / 1e12, "first_step_s": first_step}
+
+
+def run_nanogpt(path: str, iters: int) -> dict:
+    """Run nanoGPT's own train.py with its CPU recipe and parse its per-iteration times."""
+    root = Path(path)
+    if not (root / "train.py").is_file():
+        from scratchgpt.errors import UserError
+
+        raise UserError(f"--nanogpt {path}: no train.py there")
+    cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
+           "--compile=False", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+           "--n_embd=128", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+           "--dropout=0.0", "--eval_interval=100000", "--eval_iters=1", "--log_interval=1",
+           "--always_save_checkpoint=False"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+    ms = [float(m) for m in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", out, re.M)]
+    ms = ms[len(ms) // 10:]  # drop the first 10% (warm-up)
+    med = statistics.median(ms) / 1e3
+    return {"variant": "nanoGPT (reference)", "ms_per_step": med * 1e3,
+            "tokens_per_s": 12 * 64 / med, "tflops": None, "first_step_s": None}
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    peaks = {d: matmul_peak(d) for d in ("fp32", "bf16")}
+    results = []
+    if args.nanogpt:
+        results.append(run_nanogpt(args.nanogpt, args.nanogpt_iters))
+    for variant in args.variants.split(","):
+        results.append(time_variant(args, variant.strip()))
+    ref = results[0]["tokens_per_s"] if args.nanogpt else None
+    report = {"threads": torch.get_num_threads(), "matmul_peak_tflops":
+              {k: round(v / 1e12, 3) for k, v in peaks.items()}, "results": results}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"matmul peak (2048^3, {report['threads']} threads): fp32 "
+          f"{peaks['fp32'] / 1e12:.3f} TFLOP/s, bf16 {peaks['bf16'] / 1e12:.3f} TFLOP/s")
+    print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
+          f"batch {args.batch_size}")
+    print(f"{'variant':22s} {'ms/step':>8s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'of peak':>8s}"
+          f" {'vs ref':>7s}")
+    for r in results:
+        peak = peaks["bf16" if r["variant"].startswith("bf16") else "fp32"]
+        frac = f"{r['tflops'] * 1e12 / peak:8.1%}" if r["tflops"] else f"{'':8s}"
+        tfl = f"{r['tflops']:8.3f}" if r["tflops"] else f"{'':8s}"
+        ratio = f"{r['tokens_per_s'] / ref:6.2f}x" if ref else ""
+        print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
+              f"{frac} {ratio:>7s}")
+    return 0

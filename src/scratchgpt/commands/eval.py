@@ -1,0 +1,53 @@
+"""``scratchgpt eval``: train/val loss and perplexity of a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval", help="train/val loss and perplexity of a checkpoint",
+        description="Exact loss over every non-overlapping context window of each split of the "
+                    "dataset the checkpoint was trained on (or --dataset), in fp32.")
+    p.add_argument("--checkpoint", required=True, help="run directory or .pt file")
+    p.add_argument("--which", choices=("best", "last"), default="best")
+    p.add_argument("--dataset", default=None, help="prepared dataset (default: the run's)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="evaluate at most this many tokens per split (default: all)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.commands.train import resolve_dataset
+    from scratchgpt.errors import UserError
+    from scratchgpt.training.trainer import full_split_loss
+
+    model, state = load_model(args.checkpoint, args.which)
+    dataset = args.dataset or state.get("dataset")
+    if not dataset:
+        raise UserError("the checkpoint does not record its dataset; pass --dataset")
+    data, _ = resolve_dataset(dataset)
+    if data.vocab_size != state["model_config"]["vocab_size"]:
+        raise UserError(f"dataset vocabulary ({data.vocab_size}) does not match the model's "
+                        f"({state['model_config']['vocab_size']})")
+    block = int(state["model_config"].get("block_size", 256))
+    data.check_block_size(block)
+    figures = {"checkpoint": state["path"], "step": state.get("step")}
+    for split in ("train", "val"):
+        loss = full_split_loss(model, data, split, block, next(model.parameters()).device,
+                               max_tokens=args.max_tokens)
+        figures[f"{split}_loss"] = round(loss, 5)
+        figures[f"{split}_ppl"] = round(math.exp(loss), 4)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"{figures['checkpoint']} (step {figures['step']})")
+        for split in ("train", "val"):
+            print(f"  {split:5s} loss {figures[split + '_loss']:.4f}   "
+                  f"perplexity {figures[split + '_ppl']:.3f}")
+    return 0

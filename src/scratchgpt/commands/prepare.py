@@ -1,0 +1,59 @@
+"""``scratchgpt prepare``: text -> tokenizer + memory-mapped token files."""
+
+from __future__ import annotations
+
+import argparse
+
+from scratchgpt.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare", help="tokenize a text file, folder or named dataset for training",
+        description="Read UTF-8 text, learn a tokenizer on the first 90%%, and write train.bin, "
+                    "val.bin (uint16/uint32 tokens), meta.json and tokenizer.json into --out. "
+                    "With no --data or --dataset, the offline default corpus is used: the "
+                    "top-level modules of this Python's standard library.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--data", help="a UTF-8 text file, or a folder of .txt files")
+    src.add_argument("--dataset", help="a named dataset (e.g. shakespeare), fetched and verified "
+                                       "by sha256; looked up in $SCRATCHGPT_DATA_DIR first")
+    p.add_argument("--tokenizer", default="char", help="char, bpe (trained here) or gpt2 "
+                                                       "(default: char)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="vocabulary size for --tokenizer bpe (default 4096)")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="fraction at the end of the text held out for validation (default 0.1)")
+    p.add_argument("--out", required=True, help="output directory of the prepared dataset")
+    p.set_defaults(func=run)
+
+
+def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
+    """(text, description) from --data, --dataset, or the offline default corpus."""
+    from scratchgpt.data import sources
+
+    if data:
+        return sources.read_text_source(data)
+    if dataset:
+        if dataset == sources.DEFAULT_CORPUS:
+            dataset = None
+        else:
+            path = sources.fetch_named(dataset)
+            return sources.read_files([path]), f"{dataset} ({path})"
+    files = sources.default_corpus_files()
+    return sources.read_files(files), (f"{sources.DEFAULT_CORPUS}: {len(files)} standard-library "
+                                       f"modules from {files[0].parent}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.data.prepare import prepare_text
+
+    if args.vocab_size is not None and args.tokenizer != "bpe":
+        raise UserError("--vocab-size applies to --tokenizer bpe only")
+    text, desc = load_source(args.data, args.dataset)
+    meta = prepare_text(text, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                        val_fraction=args.val_fraction, source=desc)
+    print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
+          f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
+          f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
+    return 0

@@ -1,0 +1,69 @@
+"""A prepared dataset on disk, and random training batches drawn from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from scratchgpt.data.prepare import META_FILE, META_VERSION
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers import Tokenizer, load_tokenizer
+
+
+class TokenDataset:
+    """Memory-mapped ``train.bin``/``val.bin`` of a prepared dataset directory."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        meta_path = self.directory / META_FILE
+        if not meta_path.is_file():
+            raise UserError(
+                f"{self.directory} is not a prepared dataset (no {META_FILE}); "
+                "run 'scratchgpt prepare' first"
+            )
+        self.meta = json.loads(meta_path.read_text())
+        if self.meta.get("version") != META_VERSION:
+            raise UserError(f"{meta_path}: unsupported dataset version {self.meta.get('version')}")
+        dtype = np.dtype(self.meta["dtype"])
+        self.splits = {}
+        for split in ("train", "val"):
+            path = self.directory / f"{split}.bin"
+            if not path.is_file():
+                raise UserError(f"{path} is missing; prepare the dataset again")
+            self.splits[split] = np.memmap(path, dtype=dtype, mode="r")
+        self.vocab_size: int = int(self.meta["vocab_size"])
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.directory)
+
+    def check_block_size(self, block_size: int) -> None:
+        """Each split must hold more than one context window (+1 for the shifted targets)."""
+        for split, data in self.splits.items():
+            if len(data) <= block_size:
+                raise UserError(
+                    f"the {split} split has {len(data)} tokens, fewer than one context window "
+                    f"of {block_size} + 1; use more data or a smaller --block-size"
+                )
+
+    def get_batch(self, split: str, batch_size: int, block_size: int,
+                  generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Random windows: inputs x (B, T) and next-token targets y (B, T), int64."""
+        data = self.splits[split]
+        ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
+        window = np.arange(block_size + 1)
+        chunk = torch.from_numpy(data[ix[:, None] + window].astype(np.int64))  # (B, T + 1)
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def sequential_batches(self, split: str, batch_size: int, block_size: int):
+        """Every non-overlapping window of ``split`` once, in order: the full-split evaluation."""
+        data = self.splits[split]
+        n = (len(data) - 1) // block_size
+        for start in range(0, n, batch_size):
+            rows = np.arange(start, min(start + batch_size, n)) * block_size
+            window = rows[:, None] + np.arange(block_size + 1)  # (rows, T + 1)
+            chunk = torch.from_numpy(data[window].astype(np.int64))
+            yield chunk[:, :-1], chunk[:, 1:]

@@ -1,0 +1,141 @@
+"""Where training text comes from: user files, named datasets, and the offline default corpus.
+
+Named datasets carry a canonical URL and sha256. They are looked up, in order, in
+``$SCRATCHGPT_DATA_DIR``, then in the cache directory (``$SCRATCHGPT_CACHE_DIR`` or
+``~/.cache/scratchgpt``), and only then downloaded into the cache. A checksum mismatch is always
+an error: a corrupt or different file is never used silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sysconfig
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from scratchgpt.errors import UserError
+
+
+@dataclass(frozen=True)
+class NamedDataset:
+    name: str
+    filename: str
+    url: str
+    sha256: str
+    description: str
+    tokenizer: str = "char"  # tokenizer used when the dataset is prepared implicitly
+
+
+DATASETS: dict[str, NamedDataset] = {
+    "shakespeare": NamedDataset(
+        name="shakespeare",
+        filename="tinyshakespeare.txt",
+        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        description="Tiny Shakespeare (Karpathy's char-rnn), 1,115,394 characters",
+    ),
+}
+
+DEFAULT_CORPUS = "python-stdlib"
+
+
+def cache_dir() -> Path:
+    """The per-user cache for downloads and implicitly prepared datasets."""
+    env = os.environ.get("SCRATCHGPT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "scratchgpt"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified(path: Path, ds: NamedDataset) -> Path:
+    digest = sha256_file(path)
+    if digest != ds.sha256:
+        raise UserError(
+            f"{path} has sha256 {digest[:12]}…, expected {ds.sha256[:12]}… for dataset "
+            f"{ds.name!r}; refusing to use it (delete it to download again)"
+        )
+    return path
+
+
+def download(url: str, dest: Path, timeout: float = 30.0) -> None:
+    """Download ``url`` to ``dest`` atomically (temp file + rename)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                out.write(chunk)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fetch_named(name: str) -> Path:
+    """Path of the verified raw file of named dataset ``name`` (downloading it if needed)."""
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    ds = DATASETS[name]
+    data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
+    if data_dir and (Path(data_dir) / ds.filename).is_file():
+        return _verified(Path(data_dir) / ds.filename, ds)
+    cached = cache_dir() / "downloads" / ds.filename
+    if cached.is_file():
+        return _verified(cached, ds)
+    try:
+        download(ds.url, cached)
+    except OSError as e:
+        raise UserError(
+            f"dataset {name!r} is not available offline and the download failed ({e}); "
+            f"put {ds.filename} in a folder and set SCRATCHGPT_DATA_DIR to it"
+        ) from None
+    try:
+        return _verified(cached, ds)
+    except UserError:
+        cached.unlink(missing_ok=True)
+        raise
+
+
+def default_corpus_files() -> list[Path]:
+    """The offline default corpus: the top-level modules of this Python's standard library
+    (``Lib/*.py``), sorted by name. Every Python install has them, so it needs no network."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in stdlib.glob("*.py") if p.is_file())
+    if not files:
+        raise UserError(f"no standard library sources found in {stdlib}")
+    return files
+
+
+def read_files(files: list[Path]) -> str:
+    """Read and join UTF-8 text files (separated by a blank line), with one-line errors."""
+    parts = []
+    for path in files:
+        try:
+            parts.append(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
+        except OSError as e:
+            raise UserError(f"cannot read {path}: {e.strerror}") from None
+    return "\n\n".join(parts)
+
+
+def read_text_source(path: str | Path) -> tuple[str, str]:
+    """Text from a file or a folder of .txt files. Returns (text, description)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        if not files:
+            raise UserError(f"folder {path} contains no .txt files")
+        return read_files(files), f"{len(files)} .txt files under {path}"
+    if not path.exists():
+        raise UserError(f"data file {path} does not exist")
+    return read_files([path]), str(path)

@@ -1,0 +1,59 @@
+"""The bigram language model: the next token depends only on the current one.
+
+It is the baseline every tutorial starts from: a (vocab x vocab) table of logits. It shares the
+GPT's interface (``forward(idx, cache=None) -> logits``) so that training, sampling and
+evaluation treat both alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from torch import Tensor, nn
+
+from scratchgpt.errors import UserError
+
+
+@dataclass
+class BigramConfig:
+    vocab_size: int = 65
+    block_size: int = 256  # training sequence length; the model itself has no context limit
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 1 or self.block_size < 1:
+            raise UserError("vocab_size and block_size must be >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class PositionCache:
+    """The bigram model needs no memory of the past; this only tracks how many tokens were fed."""
+
+    def __init__(self, batch_size: int, max_len: int):
+        self.batch_size, self.max_len, self.pos = batch_size, max_len, 0
+
+    def rollback(self, pos: int) -> None:
+        self.pos = pos
+
+
+class BigramLM(nn.Module):
+    """logits[b, t] = table[idx[b, t]]."""
+
+    def __init__(self, cfg: BigramConfig):
+        super().__init__()
+        self.config = cfg
+        self.table = nn.Embedding(cfg.vocab_size, cfg.vocab_size)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        return self.table.weight.numel()
+
+    def new_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> PositionCache:
+        return PositionCache(batch_size, max_len or 2**62)
+
+    def forward(self, idx: Tensor, cache: PositionCache | None = None) -> Tensor:
+        """idx: (B, T) -> logits (B, T, vocab_size)."""
+        if cache is not None:
+            cache.pos += idx.shape[1]
+        return self.table(idx)

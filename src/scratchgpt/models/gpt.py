@@ -1,0 +1,308 @@
+"""The GPT decoder, readable top to bottom.
+
+    idx (B, T) -> wte + wpe -> n_layer x Block -> ln_f -> lm_head -> logits (B, T, vocab)
+    Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))          (pre-LayerNorm, residuals)
+
+Parameter names follow GPT-2 (``wte``, ``wpe``, ``h.N.attn.c_attn``, ``c_proj``, ``ln_f``) so that
+importing a GPT-2 checkpoint is a near-identity mapping. Generation uses an explicit preallocated
+:class:`KVCache` indexed by position (prefill, then one-token decode steps): pass ``cache=`` to
+``forward`` and the keys/values of the new positions are written at ``cache.pos`` onwards.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from scratchgpt.errors import UserError
+
+
+@dataclass
+class GPTConfig:
+    """Hyperparameters of the GPT decoder."""
+
+    vocab_size: int = 65
+    block_size: int = 256  # longest context the model is trained on (learned positions need it)
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    dropout: float = 0.0
+    bias: bool = True  # biases in Linear and LayerNorm, as GPT-2
+    pos_encoding: str = "learned"  # "learned" (GPT-2) or "sinusoidal" (Vaswani et al.)
+    tie_weights: bool = True  # lm_head shares the token embedding matrix
+    attn_impl: str = "sdpa"  # "sdpa" (fused F.scaled_dot_product_attention) or "math" (explicit)
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head != 0:
+            raise UserError(
+                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.pos_encoding not in ("learned", "sinusoidal"):
+            raise UserError(
+                f"pos_encoding must be 'learned' or 'sinusoidal', got {self.pos_encoding!r}")
+        if self.attn_impl not in ("sdpa", "math"):
+            raise UserError(f"attn_impl must be 'sdpa' or 'math', got {self.attn_impl!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class KVCache:
+    """Preallocated keys and values for every layer, indexed by absolute slot.
+
+    ``k[l]``/``v[l]`` have shape (B, n_head, max_len, head_dim). Slots ``0 .. pos-1`` are filled.
+    ``rollback(n)`` forgets everything from slot ``n`` on (used by speculative decoding).
+    ``key_mask`` (B, max_len), if set, marks slots that hold real tokens (False = left padding);
+    ``pos_offset`` (B,) is subtracted from slot numbers to give each row's position ids.
+    """
+
+    def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        shape = (n_layer, batch_size, n_head, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.pos = 0
+        self.key_mask: Tensor | None = None
+        self.pos_offset: Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    def rollback(self, pos: int) -> None:
+        """Discard cached positions ``pos`` and later; they will be overwritten."""
+        if not 0 <= pos <= self.pos:
+            raise ValueError(f"cannot roll back to {pos}: cache holds {self.pos} positions")
+        self.pos = pos
+
+
+def sinusoidal_positions(n_pos: int, dim: int) -> Tensor:
+    """The fixed sin/cos position table of "Attention Is All You Need": (n_pos, dim)."""
+    pos = torch.arange(n_pos, dtype=torch.float32)[:, None]  # (n_pos, 1)
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_pos, dim)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq[: dim // 2])
+    return table
+
+
+def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                   dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Attention written out: dropout(softmax(q k^T / sqrt(d) + mask)) v.
+
+    q: (B, H, Tq, D), k/v: (B, H, Tk, D), mask: bool (B or 1, 1, Tq, Tk), True = may attend.
+    Returns the output (B, H, Tq, D) and the attention weights (B, H, Tq, Tk).
+    """
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return F.dropout(weights, dropout_p) @ v, weights
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with one fused QKV projection."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.attn_dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.impl = cfg.attn_impl
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                layer: int = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, C). ``mask`` (bool, broadcastable to (B, 1, T, Tk)) or None for plain causal.
+
+        With ``cache``, this call's keys/values are written at slots ``cache.pos ..`` and the
+        queries attend over slots ``0 .. cache.pos + T - 1``.
+        """
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if cache is not None:
+            end = cache.pos + T
+            cache.k[layer, :, :, cache.pos:end] = k
+            cache.v[layer, :, :, cache.pos:end] = v
+            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, H, end, D)
+        # mask None: plain causal when queries and keys are the same positions; a single
+        # decoded token (T == 1 < Tk) sees every cached key, so it needs no mask at all.
+        causal = mask is None and T == k.size(2)
+        weights = None
+        if self.impl == "math" or need_weights:
+            if causal:
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y, weights = attention_math(q, k, v, mask, self.attn_dropout if self.training else 0.0)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal,
+                dropout_p=self.attn_dropout if self.training else 0.0,
+            )
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
+        return self.resid_dropout(self.c_proj(y)), weights
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: Linear(C, 4C) -> GELU -> Linear(4C, C)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU(approximate="tanh")  # GPT-2's gelu
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block with residual connections."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                layer: int = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attn(self.ln_1(x), mask, cache, layer, need_weights)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, weights
+
+
+class GPT(nn.Module):
+    """GPT decoder language model: ``forward(idx) -> logits``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+            ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
+        ))
+        if cfg.pos_encoding == "learned":
+            self.transformer["wpe"] = nn.Embedding(cfg.block_size, cfg.n_embd)
+        else:  # fixed table, not a parameter; not saved (it is recomputed from the config)
+            self.register_buffer("sinusoid", sinusoidal_positions(cfg.block_size, cfg.n_embd),
+                                 persistent=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2: scale the init of residual projections by 1/sqrt(2 * n_layer), so the residual
+        # stream's variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; by default without position embeddings (as GPT-2 papers count)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and "wpe" in self.transformer:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None) -> KVCache:
+        """A KV cache for ``batch_size`` sequences of up to ``max_len`` (default block_size)."""
+        cfg = self.config
+        max_len = max_len or cfg.block_size
+        if max_len > cfg.block_size:
+            raise UserError(
+                f"cache length {max_len} exceeds the model's block_size {cfg.block_size}")
+        p = self.lm_head.weight
+        return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len, cfg.n_embd // cfg.n_head,
+                       dtype=dtype or p.dtype, device=p.device)
+
+    def _positions(self, T: int, cache: KVCache | None, device: torch.device) -> Tensor:
+        """Position ids: (T,) shared by all rows, or (B, T) when rows have left padding."""
+        start = cache.pos if cache is not None else 0
+        pos = torch.arange(start, start + T, device=device)  # (T,)
+        if cache is not None and cache.pos_offset is not None:
+            pos = (pos[None, :] - cache.pos_offset[:, None]).clamp_min(0)  # (B, T)
+        return pos
+
+    def _mask(self, T: int, cache: KVCache | None, device: torch.device) -> Tensor | None:
+        """Attention mask (B or 1, 1, T, Tk), True = may attend; None: causal, or none needed."""
+        if cache is None or (cache.pos == 0 and cache.key_mask is None):
+            return None
+        end = cache.pos + T
+        if T == 1 and cache.key_mask is None:
+            return None  # one new token sees every cached slot
+        q_slot = torch.arange(cache.pos, end, device=device)[:, None]  # (T, 1)
+        k_slot = torch.arange(end, device=device)[None, :]  # (1, end)
+        mask = (k_slot <= q_slot)[None, None]  # (1, 1, T, end)
+        if cache.key_mask is not None:
+            mask = mask & cache.key_mask[:, None, None, :end]  # (B, 1, T, end)
+        return mask
+
+    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        """idx: (B, T) token ids -> logits (B, T, vocab_size).
+
+        With ``cache``, ``idx`` continues the cached sequence and ``cache.pos`` advances by T.
+        """
+        return self._forward(idx, cache)[0]
+
+    def forward_with_attention(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Like ``forward`` but via the plain-math path, also returning each layer's attention
+        weights, a list of n_layer tensors (B, n_head, T, T)."""
+        logits, weights = self._forward(idx, None, need_weights=True)
+        return logits, weights
+
+    def _forward(self, idx: Tensor, cache: KVCache | None,
+                 need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        B, T = idx.shape
+        start = cache.pos if cache is not None else 0
+        limit = cache.max_len if cache is not None else self.config.block_size
+        if start + T > limit:
+            raise UserError(
+                f"sequence of {start + T} tokens exceeds the context of {limit} positions"
+            )
+        pos = self._positions(T, cache, idx.device)
+        tok_emb = self.transformer.wte(idx)  # (B, T, C)
+        if self.config.pos_encoding == "learned":
+            pos_emb = self.transformer.wpe(pos)  # (T, C) or (B, T, C)
+        else:
+            pos_emb = self.sinusoid[pos]
+        x = self.transformer.drop(tok_emb + pos_emb)
+        mask = self._mask(T, cache, idx.device)
+        all_weights = []
+        for i, block in enumerate(self.transformer.h):
+            x, w = block(x, mask, cache, i, need_weights)
+            if w is not None:
+                all_weights.append(w)
+        if cache is not None:
+            cache.pos += T
+        x = self.transformer.ln_f(x)
+        return self.lm_head(x), all_weights  # (B, T, vocab_size)

@@ -1,0 +1,147 @@
+"""Training configuration: one dataclass, named presets, config files, and CLI flags.
+
+Precedence, lowest to highest: dataclass defaults < preset < config file (TOML or JSON; data,
+never executed) < command-line flags. The resolved configuration is saved with every run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.errors import UserError
+
+
+def parse_duration(text: str | float | int | None) -> float | None:
+    """'90s', '10m', '1.5h', '45' (seconds) -> seconds; None/'' -> None."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|sec|m|min|h)?\s*", str(text))
+        if not m:
+            raise UserError(f"cannot read duration {text!r}; use e.g. 90s, 10m or 1.5h")
+        seconds = float(m.group(1)) * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600,
+                                        None: 1}[m.group(2)]
+    if seconds <= 0:
+        raise UserError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+@dataclass
+class TrainConfig:
+    """Everything about how a model is trained (the model's own shape is in its config)."""
+
+    model: str = field(default="gpt", metadata={"help": "model type: gpt, bigram, ..."})
+    batch_size: int = field(default=12, metadata={"help": "sequences per optimizer micro-step"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
+    max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
+    time_budget: str = field(default="", metadata={
+        "help": "stop after this much wall time (e.g. 90s, 10m); the LR schedule then decays "
+                "over the budget. Training ends cleanly with a final eval and checkpoint"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
+    warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
+    lr_decay_iters: int = field(default=0, metadata={
+        "help": "updates over which the cosine decays (0 = max_iters)"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay on matrices only"})
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0 = off)"})
+    eval_interval: int = field(default=250, metadata={"help": "updates between evaluations"})
+    eval_iters: int = field(default=50, metadata={"help": "batches per periodic estimate"})
+    log_interval: int = field(default=10, metadata={"help": "updates between metric rows"})
+    dtype: str = field(default="auto", metadata={
+        "help": "compute precision: auto, bf16 (autocast), fp32"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    seed: int = field(default=1337, metadata={"help": "seed for init, batches and dropout"})
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
+                    "log_interval")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_iters", "lr_decay_iters"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise UserError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.min_lr <= self.learning_rate:
+            raise UserError(f"min_lr must be in [0, learning_rate], got {self.min_lr}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise UserError("weight_decay and grad_clip must be >= 0")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise UserError("beta1 and beta2 must be in [0, 1)")
+        if self.dtype not in ("auto", "bf16", "fp32"):
+            raise UserError(f"dtype must be auto, bf16 or fp32, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        parse_duration(self.time_budget)
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return parse_duration(self.time_budget)
+
+    @property
+    def decay_iters(self) -> int:
+        return self.lr_decay_iters or self.max_iters
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Named starting points. Each key is a TrainConfig field or a model hyperparameter.
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu-small": dict(
+        # A fast demo on a laptop CPU: a few minutes at most, ~1.7 val loss on Shakespeare.
+        model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
+        batch_size=32, learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, max_iters=3000,
+        eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
+    ),
+    "cpu-medium": dict(
+        model="gpt", n_layer=6, n_head=6, n_embd=192, block_size=128, dropout=0.0,
+        batch_size=32, learning_rate=1.5e-3, min_lr=1.5e-4, warmup_iters=200, max_iters=8000,
+        eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
+    ),
+    "shakespeare-gpu": dict(
+        # nanoGPT's Shakespeare-char model: 6 layers, 6 heads, 384 dims, 256 context.
+        model="gpt", n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2,
+        batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, max_iters=5000,
+        eval_interval=250, eval_iters=200, beta2=0.99, weight_decay=0.1,
+    ),
+}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON config file into a flat dict of settings."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file {path} does not exist")
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            raise UserError(f"config file {path} must end in .toml or .json")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot parse config file {path}: {e}") from None
+    # Allow [model] / [train] tables as well as a flat file.
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key in ("model", "train"):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def train_fields() -> set[str]:
+    return {f.name for f in fields(TrainConfig)}

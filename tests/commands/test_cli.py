@@ -1,0 +1,211 @@
+"""The command line as a user runs it, through ``main([...])``: flows and every bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchgpt.cli import main
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, small_dataset) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters", "30",
+                 "--eval-interval", "15", *TINY]) == 0
+    return out
+
+
+def error_of(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_prepare_train_sample_eval(tmp_path, shakespeare_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text(shakespeare_path.read_text()[:30_000])
+    assert main(["prepare", "--data", str(text), "--out", str(tmp_path / "d")]) == 0
+    assert main(["train", "--dataset", str(tmp_path / "d"), "--out", str(tmp_path / "r"),
+                 "--max-iters", "10", "--eval-interval", "5", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(tmp_path / "r"), "--prompt", "ROMEO:",
+                 "--max-new-tokens", "40", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ROMEO:") and len(out) >= len("ROMEO:") + 40
+    assert main(["eval", "--checkpoint", str(tmp_path / "r"), "--json"]) == 0
+    assert '"val_loss"' in capsys.readouterr().out
+
+
+def test_prepare_folder_of_txt(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("hello world " * 100)
+    (tmp_path / "src" / "b.txt").write_text("goodbye moon " * 100)
+    assert main(["prepare", "--data", str(tmp_path / "src"), "--out", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "train.bin").stat().st_size > 0
+
+
+def test_sample_is_reproducible_with_seed_and_respects_stop(run_dir, capsys):
+    args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "60", "--seed", "5",
+            "--temperature", "1.0", "--top-k", "20", "--top-p", "0.95"]
+    main(args)
+    a = capsys.readouterr().out
+    main(args)
+    assert capsys.readouterr().out == a
+    main([*args, "--stop", "e"])
+    out = capsys.readouterr().out
+    assert "e" not in out[1:] and len(out) < len(a)
+
+
+def test_num_samples_and_beam(run_dir, capsys):
+    assert main(["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "10",
+                 "--num-samples", "3", "--seed", "1"]) == 0
+    assert capsys.readouterr().out.count("---------------") == 2
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", "3",
+                 "--max-new-tokens", "10"]) == 0
+    assert capsys.readouterr().out.startswith("A")
+
+
+def test_greedy_cli_equals_beam_one(run_dir, capsys):
+    main(["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--temperature", "0",
+          "--max-new-tokens", "12"])
+    greedy = capsys.readouterr().out
+    main(["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--beam", "1",
+          "--max-new-tokens", "12"])
+    assert capsys.readouterr().out == greedy
+
+
+def test_prompt_from_file(run_dir, tmp_path, capsys):
+    (tmp_path / "p.txt").write_text("KING:")
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),
+                 "--max-new-tokens", "5", "--no-stream"]) == 0
+    assert capsys.readouterr().out.startswith("KING:")
+
+
+# ---- bad input: one line, exit code 2, nothing lost ----
+
+def test_missing_data(tmp_path, capsys):
+    assert "does not exist" in error_of(capsys, ["prepare", "--data", str(tmp_path / "nope.txt"),
+                                                 "--out", str(tmp_path / "d")])
+
+
+def test_empty_data(tmp_path, capsys):
+    (tmp_path / "e.txt").write_text("  \n")
+    assert "empty" in error_of(capsys, ["prepare", "--data", str(tmp_path / "e.txt"), "--out",
+                                        str(tmp_path / "d")])
+
+
+def test_non_utf8_data(tmp_path, capsys):
+    (tmp_path / "b.txt").write_bytes(b"hello \xff\xfe world")
+    assert "UTF-8" in error_of(capsys, ["prepare", "--data", str(tmp_path / "b.txt"), "--out",
+                                        str(tmp_path / "d")])
+
+
+def test_data_shorter_than_context(tmp_path, capsys):
+    (tmp_path / "s.txt").write_text("short text, a few words only. " * 3)
+    main(["prepare", "--data", str(tmp_path / "s.txt"), "--out", str(tmp_path / "d")])
+    msg = error_of(capsys, ["train", "--dataset", str(tmp_path / "d"), "--out",
+                            str(tmp_path / "r"), "--block-size", "64", "--no-progress"])
+    assert "context window" in msg
+
+
+def test_unknown_prompt_characters(run_dir, capsys):
+    msg = error_of(capsys, ["sample", "--checkpoint", str(run_dir), "--prompt", "héllo ☃"])
+    assert "'☃'" in msg and "--unknown replace" in msg
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "h☃", "--unknown", "replace",
+                 "--max-new-tokens", "3"]) == 0
+
+
+def test_missing_checkpoint(tmp_path, capsys):
+    assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
+
+
+def test_truncated_checkpoint(run_dir, tmp_path, capsys):
+    data = (run_dir / "last.pt").read_bytes()
+    (tmp_path / "t.pt").write_bytes(data[: len(data) // 2])
+    assert "truncated or corrupt" in error_of(capsys, ["sample", "--checkpoint",
+                                                       str(tmp_path / "t.pt")])
+
+
+def test_foreign_checkpoint(tmp_path, capsys):
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "f.pt")
+    assert "not a scratchgpt checkpoint" in error_of(capsys, ["sample", "--checkpoint",
+                                                              str(tmp_path / "f.pt")])
+
+
+def test_incompatible_checkpoint_version(run_dir, tmp_path, capsys):
+    state = torch.load(run_dir / "last.pt", weights_only=True)
+    state["version"] = 999
+    torch.save(state, tmp_path / "v.pt")
+    assert "version 999" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "v.pt")])
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--n-embd", "30", "--n-head", "4"], "divisible"),
+    (["--learning-rate", "-1"], "learning_rate"),
+    (["--time-budget", "later"], "duration"),
+])
+def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle):
+    msg = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                            "--no-progress", *flags])
+    assert needle in msg
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--top-p", "0"], "top_p"), (["--top-p", "1.2"], "top_p"),
+    (["--temperature", "-1"], "temperature"),
+    (["--max-new-tokens", "200", "--max-new-tokens-limit", "100"], "exceeds the allowed"),
+    (["--max-new-tokens", "0"], "max-new-tokens"),
+])
+def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
+    assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])
+
+
+def test_flag_that_does_not_apply_to_model(small_dataset, tmp_path, capsys):
+    msg = error_of(capsys, ["train", "--dataset", str(small_dataset), "--model", "bigram",
+                            "--n-head", "4", "--out", str(tmp_path / "r")])
+    assert "--n-head" in msg
+
+
+def test_output_dir_holding_another_run(run_dir, small_dataset, capsys):
+    before = (run_dir / "last.pt").read_bytes()
+    msg = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out", str(run_dir),
+                            *TINY])
+    assert "--resume" in msg and "--overwrite" in msg
+    assert (run_dir / "last.pt").read_bytes() == before
+
+
+def test_config_file_layers_under_flags(small_dataset, tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text('[train]\nmax_iters = 7\neval_interval = 7\n[model]\nn_embd = 24\n')
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                 "--config", str(conf), "--preset", "cpu-small", "--n-embd", "16", "--n-head",
+                 "2", "--n-layer", "1", "--block-size", "16", "--no-progress"]) == 0
+    import json
+
+    resolved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert resolved["train"]["max_iters"] == 7  # file beat preset
+    assert resolved["model"]["n_embd"] == 16  # flag beat file
+    assert resolved["train"]["learning_rate"] == 2e-3  # preset beat default
+
+
+def test_bigram_model_trains(small_dataset, tmp_path):
+    assert main(["train", "--dataset", str(small_dataset), "--model", "bigram", "--out",
+                 str(tmp_path / "r"), "--max-iters", "20", "--eval-interval", "10",
+                 "--block-size", "8", "--no-progress"]) == 0
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("prepare", "train", "sample", "eval", "bench"):
+        assert cmd in out

@@ -1,0 +1,57 @@
+import hashlib
+
+import numpy as np
+import pytest
+
+from scratchgpt.data import sources
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.prepare import prepare_text, token_dtype
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers import load_tokenizer
+
+
+def test_prepare_writes_split_tokens_and_meta(tmp_path, shakespeare_text):
+    text = shakespeare_text[:50_000]
+    meta = prepare_text(text, tmp_path, "char")
+    data = TokenDataset(tmp_path)
+    tok = load_tokenizer(tmp_path)
+    assert data.splits["train"].dtype == np.uint16
+    assert meta["train_tokens"] == 45_000 and meta["val_tokens"] == 5_000
+    assert tok.decode(data.splits["train"].tolist()) == text[:45_000]
+    assert meta["source_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_uint32_for_large_vocabularies():
+    assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
+
+
+def test_batches_are_shifted_windows(small_dataset):
+    import torch
+
+    data = TokenDataset(small_dataset)
+    x, y = data.get_batch("train", 4, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 16)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_named_dataset_is_verified_from_data_dir(shakespeare_path):
+    assert sources.fetch_named("shakespeare") == shakespeare_path
+
+
+def test_checksum_mismatch_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "tinyshakespeare.txt").write_text("not shakespeare")
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
+    with pytest.raises(UserError, match="sha256"):
+        sources.fetch_named("shakespeare")
+
+
+def test_offline_default_corpus_is_deterministic():
+    files = sources.default_corpus_files()
+    assert len(files) > 50 and files == sorted(files)
+    assert sources.read_files(files[:3]) == sources.read_files(files[:3])
+
+
+def test_data_shorter_than_context_is_an_error(tmp_path):
+    prepare_text("abcdefghij" * 10, tmp_path, "char")
+    with pytest.raises(UserError, match="fewer than one context window"):
+        TokenDataset(tmp_path).check_block_size(64)

@@ -1,0 +1,115 @@
+import math
+
+import pytest
+import torch
+
+from scratchgpt.errors import UserError
+from scratchgpt.generation.generate import beam_search, generate
+from scratchgpt.generation.sampling import (
+    SamplingConfig,
+    logits_to_probs,
+    sample,
+    top_k_mask,
+    top_p_mask,
+)
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+
+def test_top_k_keeps_exactly_k_largest():
+    logits = torch.tensor([[1.0, 5.0, 3.0, 4.0, 2.0]])
+    kept = torch.isfinite(top_k_mask(logits, 2))
+    assert kept.tolist() == [[False, True, False, True, False]]
+
+
+def test_top_p_on_hand_made_distribution():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    assert torch.isfinite(top_p_mask(logits, 0.5)).tolist() == [[True, False, False, False]]
+    assert torch.isfinite(top_p_mask(logits, 0.8)).tolist() == [[True, True, False, False]]
+    assert torch.isfinite(top_p_mask(logits, 0.81)).tolist() == [[True, True, True, False]]
+    assert torch.isfinite(top_p_mask(logits, 1.0)).all()
+    # shuffled vocabulary order gives the same kept set
+    perm = torch.tensor([2, 0, 3, 1])
+    assert torch.isfinite(top_p_mask(logits[:, perm], 0.8)).tolist() == \
+        [[False, True, False, True]]
+
+
+def test_top_p_renormalizes_and_combines_with_temperature():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    p = logits_to_probs(logits, SamplingConfig(temperature=0.5, top_p=0.9))
+    ref = torch.softmax(logits / 0.5, -1)
+    kept = ref[0] .cumsum(0) - ref[0] < 0.9
+    assert torch.allclose(p[0][kept], ref[0][kept] / ref[0][kept].sum())
+    assert torch.all(p[0][~kept] == 0)
+    assert math.isclose(p.sum().item(), 1.0, rel_tol=1e-6)
+
+
+def test_greedy_is_argmax():
+    logits = torch.randn(4, 50)
+    token, probs = sample(logits, SamplingConfig(temperature=0))
+    assert torch.equal(token, logits.argmax(-1))
+    assert torch.equal(probs.argmax(-1), token) and torch.all(probs.sum(-1) == 1)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
+                                 dict(top_k=-1)])
+def test_invalid_sampling_settings(bad):
+    with pytest.raises(UserError):
+        SamplingConfig(**bad)
+
+
+def _model() -> GPT:
+    torch.manual_seed(1)
+    return GPT(GPTConfig(vocab_size=23, block_size=64, n_layer=2, n_head=2, n_embd=16)).eval()
+
+
+def test_greedy_generation_equals_argmax_of_full_forward():
+    model = _model()
+    prompt = torch.tensor([[1, 2, 3]])
+    out = generate(model, prompt, 20, SamplingConfig(temperature=0))
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(20):
+            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, seq)
+
+
+def test_beam_one_equals_greedy():
+    model = _model()
+    prompt = torch.tensor([[4, 5]])
+    greedy = generate(model, prompt, 15, SamplingConfig(temperature=0))[0, 2:].tolist()
+    (best, _), = beam_search(model, prompt, beam=1, max_new_tokens=15)
+    assert best == greedy
+
+
+def test_beam_search_finds_at_least_greedy_likelihood():
+    model = _model()
+    prompt = torch.tensor([[4, 5]])
+
+    def logprob(new):
+        seq = torch.tensor([[4, 5, *new]])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(seq)[0, 1:-1], -1)
+        return lp.gather(-1, seq[0, 2:, None]).sum().item()
+
+    greedy = generate(model, prompt, 8, SamplingConfig(temperature=0))[0, 2:].tolist()
+    hyps = beam_search(model, prompt, beam=4, max_new_tokens=8, length_penalty=0.0)
+    assert len(hyps) == 4
+    assert logprob(hyps[0][0]) >= logprob(greedy) - 1e-5
+    assert math.isclose(hyps[0][1], logprob(hyps[0][0]), rel_tol=1e-4)
+
+
+def test_same_seed_same_sample_and_different_seed_differs():
+    model = _model()
+    prompt = torch.tensor([[1]])
+    cfg = SamplingConfig(temperature=1.0, top_k=10)
+    a = generate(model, prompt, 30, cfg, torch.Generator().manual_seed(7))
+    b = generate(model, prompt, 30, cfg, torch.Generator().manual_seed(7))
+    c = generate(model, prompt, 30, cfg, torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_generation_past_context_slides_window():
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
+    out = generate(model, torch.tensor([[1, 2, 3]]), 30, SamplingConfig(temperature=0))
+    assert out.shape == (1, 33)

@@ -1,0 +1,94 @@
+import pytest
+import torch
+
+from scratchgpt.errors import UserError
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+
+def tiny(**kw) -> GPT:
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=37, block_size=24, n_layer=2, n_head=4, n_embd=32)
+    cfg.update(kw)
+    return GPT(GPTConfig(**cfg)).eval()
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal"])
+def test_causal_future_tokens_do_not_change_past_logits(pos):
+    model = tiny(pos_encoding=pos)
+    x = torch.randint(0, 37, (2, 16))
+    y = x.clone()
+    y[:, 10:] = torch.randint(0, 37, (2, 6))
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert torch.allclose(a[:, :10], b[:, :10], atol=1e-6)
+    assert not torch.allclose(a[:, 10:], b[:, 10:], atol=1e-3)
+
+
+def test_fast_attention_equals_plain_math():
+    fast = tiny()
+    slow = tiny(attn_impl="math")
+    slow.load_state_dict(fast.state_dict())
+    x = torch.randint(0, 37, (3, 20))
+    with torch.no_grad():
+        assert torch.allclose(fast(x), slow(x), atol=1e-5)
+        logits, weights = fast.forward_with_attention(x)
+    assert torch.allclose(logits, fast(x), atol=1e-5)
+    assert len(weights) == 2 and weights[0].shape == (3, 4, 20, 20)
+    assert torch.allclose(weights[0].sum(-1), torch.ones(3, 4, 20), atol=1e-5)
+    assert torch.all(weights[1].triu(1) == 0)  # nothing attends to the future
+
+
+def test_kv_cache_logits_equal_full_recompute_at_every_step():
+    model = tiny()
+    x = torch.randint(0, 37, (2, 24))
+    cache = model.new_cache(2)
+    with torch.no_grad():
+        full = model(x)
+        pre = model(x[:, :7], cache=cache)
+        assert torch.allclose(pre, full[:, :7], atol=1e-5)
+        for t in range(7, 24):
+            step = model(x[:, t:t + 1], cache=cache)
+            assert torch.allclose(step[:, 0], full[:, t], atol=1e-5)
+    assert cache.pos == 24
+
+
+def test_cache_rollback_recomputes_same_logits():
+    model = tiny()
+    x = torch.randint(0, 37, (1, 12))
+    cache = model.new_cache(1)
+    with torch.no_grad():
+        a = model(x, cache=cache)
+        cache.rollback(5)
+        b = model(x[:, 5:], cache=cache)
+    assert torch.allclose(a[:, 5:], b, atol=1e-5)
+
+
+def test_context_overflow_is_an_error():
+    model = tiny()
+    with pytest.raises(UserError, match="exceeds the context"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+
+
+def test_weight_tying_and_param_count():
+    model = tiny()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    total = sum(p.numel() for p in model.parameters())
+    assert model.num_params(non_embedding=False) == total
+    assert model.num_params() == total - 24 * 32
+    untied = tiny(tie_weights=False)
+    assert untied.num_params() == model.num_params() + 37 * 32
+
+
+def test_residual_projection_init_is_scaled():
+    model = GPT(GPTConfig(vocab_size=50, n_layer=8, n_head=4, n_embd=256, block_size=16))
+    std = model.transformer.h[0].attn.c_proj.weight.std().item()
+    assert abs(std - 0.02 / (2 * 8) ** 0.5) < 0.001
+
+
+@pytest.mark.parametrize("bad", [dict(n_embd=30, n_head=4), dict(dropout=1.0),
+                                 dict(n_layer=0), dict(pos_encoding="rope")])
+def test_invalid_config_is_a_user_error(bad):
+    cfg = dict(vocab_size=10, n_embd=32, n_head=4)
+    cfg.update(bad)
+    with pytest.raises(UserError):
+        GPTConfig(**cfg)
