@@ -1,0 +1,59 @@
+"""Sampling speed: wall time to generate N tokens (prefill + KV-cached decode) from a model.
+
+By default the model is the cpu-small preset's shape with random weights and a 65-character
+vocabulary (speed does not depend on the weights); ``--checkpoint`` times a trained run instead.
+The figure is generation time inside the process (no interpreter start-up), median of repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help="run directory or .pt file (optional)")
+    p.add_argument("--preset", default="cpu-small", help="model shape when no checkpoint")
+    p.add_argument("--tokens", type=int, default=500, help="new tokens per sample (500)")
+    p.add_argument("--prompt-len", type=int, default=1, help="prompt tokens (1)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--repeats", type=int, default=5)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from scratchgpt.generation.generate import generate
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.models import build_model, config_fields
+    from scratchgpt.training.config import PRESETS
+
+    if args.checkpoint:
+        from scratchgpt.checkpoints import load_model
+
+        model, state = load_model(args.checkpoint)
+        what = state["path"]
+    else:
+        preset = PRESETS[args.preset]
+        fields = config_fields(preset["model"]) - {"vocab_size"}
+        model = build_model(preset["model"], {"vocab_size": 65,
+                                              **{k: v for k, v in preset.items() if k in fields}})
+        model.eval()
+        what = f"{args.preset} shape, random weights"
+    cfg = SamplingConfig(args.temperature, None, args.top_p)
+    prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
+    times = []
+    for i in range(args.repeats + 1):
+        gen = torch.Generator().manual_seed(i)
+        t = time.perf_counter()
+        out = generate(model, prompt, args.tokens, cfg, gen)
+        if i:  # the first run warms up allocators and kernels
+            times.append(time.perf_counter() - t)
+    assert out.shape[1] == args.prompt_len + args.tokens
+    med = statistics.median(times)
+    print(f"model: {what}, {model.num_params():,} parameters, {torch.get_num_threads()} threads")
+    print(f"{args.tokens} tokens: median {med:.3f} s over {args.repeats} runs "
+          f"(min {min(times):.3f}, max {max(times):.3f}) = {args.tokens / med:,.0f} tokens/s")
+    return 0
