@@ -277,17 +277,20 @@ def test_special_policy_with_nothing_to_find(gpt2_python):
 # ----------------------------------------------------------------------------- loading
 
 
-def _hf_tokenizer_json(gpt2_files, pair_merges: bool = False) -> dict:
-    """A Hugging Face tokenizer.json for GPT-2, written the way `tokenizers` saves one."""
+def _hf_tokenizer_json(gpt2_files, pair_merges: bool = False, n_merges: int = 50000) -> dict:
+    """A Hugging Face tokenizer.json for GPT-2 (its first ``n_merges`` merges), written the way
+    `tokenizers` saves one."""
     encoder_json, vocab_bpe = gpt2_files
     vocab = json.loads(encoder_json.read_text(encoding="utf-8"))
-    lines = vocab_bpe.read_text(encoding="utf-8").split("\n")[1:]
+    vocab = {t: i for t, i in vocab.items() if i < 256 + n_merges}
+    vocab[ENDOFTEXT] = 256 + n_merges
+    lines = vocab_bpe.read_text(encoding="utf-8").split("\n")[1:n_merges + 1]
     merges = [line.split(" ") if pair_merges else line for line in lines if line]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                   "use_regex": True}
     return {
         "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": EOT, "content": ENDOFTEXT, "single_word": False,
+        "added_tokens": [{"id": 256 + n_merges, "content": ENDOFTEXT, "single_word": False,
                           "lstrip": False, "rstrip": False, "normalized": True,
                           "special": True}],
         "normalizer": None, "pre_tokenizer": byte_level, "post_processor": byte_level,
@@ -321,7 +324,7 @@ def test_hf_tokenizer_json_unsupported_forms(gpt2_files, tmp_path):
         (lambda s: s["pre_tokenizer"].update(add_prefix_space=True), "add_prefix_space"),
         (lambda s: s["model"]["merges"].reverse(), "ordered"),
     ]:
-        state = _hf_tokenizer_json(gpt2_files)
+        state = _hf_tokenizer_json(gpt2_files, n_merges=1000)
         change(state)
         path.write_text(json.dumps(state), encoding="utf-8")
         with pytest.raises(UserError, match=message):
