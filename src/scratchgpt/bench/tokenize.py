@@ -47,16 +47,19 @@ def _data_path(arg: Path | None) -> Path:
 
 
 def _best_of(repeat: int, fn: Callable[[], Any], before: Callable[[], None] | None = None
-             ) -> tuple[float, Any]:
-    """Fastest wall time of ``repeat`` calls of ``fn`` (``before`` runs untimed each time)."""
-    best, result = float("inf"), None
+             ) -> tuple[float, float, Any]:
+    """Fastest wall time and fastest CPU time of ``repeat`` calls of ``fn``, and its result
+    (``before`` runs untimed before each call). CPU time is the steadier figure on a machine
+    shared with other work."""
+    wall, cpu, result = float("inf"), float("inf"), None
     for _ in range(max(1, repeat)):
         if before is not None:
             before()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        cpu = min(cpu, time.process_time() - start_cpu)
+        wall = min(wall, time.perf_counter() - start)
+    return wall, cpu, result
 
 
 def _reference_tiktoken() -> Any:
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     auto = BPETokenizer.gpt2(backend="auto")
     reference = _reference_tiktoken()
 
-    rows: list[tuple[str, float, list[int]]] = []
+    rows: list[tuple[str, float, float, list[int]]] = []
     if reference is not None:
         reference.encode_ordinary("warm up")
         rows.append(("tiktoken gpt2 (reference)",
@@ -111,24 +114,25 @@ def run(args: argparse.Namespace) -> int:
     rows.append(("scratchgpt python, warm cache",
                  *_best_of(args.repeat, lambda: python.encode_ordinary(text))))
 
-    base = rows[0][1]
+    base_wall, base_cpu = rows[0][1], rows[0][2]
+    first = rows[0][0].split()[0]  # ratios are relative to the first row
     print(f"text: {path} ({len(text):,} chars, {mb:.2f} MB); GPT-2 vocabulary; "
           f"best of {args.repeat}")
-    ratio = "x " + rows[0][0].split()[0]  # times relative to the first row
-    print(f"{'encoder':<32}{'seconds':>9}{'MB/s':>8}{'tokens':>10}{ratio:>14}")
-    for name, seconds, ids in rows:
-        print(f"{name:<32}{seconds:>9.3f}{mb / seconds:>8.1f}{len(ids):>10,}"
-              f"{seconds / base:>14.2f}")
-    equal = all(ids == rows[0][2] for _, _, ids in rows)
+    print(f"{'encoder':<31}{'wall s':>8}{'MB/s':>7}{'cpu s':>8}{'tokens':>10}"
+          f"{'wall x ' + first:>17}{'cpu x ' + first:>16}")
+    for name, wall, cpu, ids in rows:
+        print(f"{name:<31}{wall:>8.3f}{mb / wall:>7.1f}{cpu:>8.3f}{len(ids):>10,}"
+              f"{wall / base_wall:>17.2f}{cpu / base_cpu:>16.2f}")
+    equal = all(ids == rows[0][3] for *_, ids in rows)
     print(f"all encodings equal: {'yes' if equal else 'NO'}")
-    if python.decode(rows[0][2]) != text:
+    if python.decode(rows[0][3]) != text:
         print("decode(encode(text)) != text")
         equal = False
 
-    seconds, tok = _best_of(args.train_repeat,
-                            lambda: BPETokenizer.train(text, args.vocab_size, backend="python"))
+    wall, cpu, tok = _best_of(args.train_repeat,
+                              lambda: BPETokenizer.train(text, args.vocab_size, backend="python"))
     trained_ids = tok.encode_ordinary(text)
-    print(f"BPE training to vocab {args.vocab_size}: {seconds:.2f} s (best of "
+    print(f"BPE training to vocab {args.vocab_size}: {wall:.2f} s wall, {cpu:.2f} s cpu (best of "
           f"{args.train_repeat}), {len(tok.merges)} merges; this text is then "
           f"{len(trained_ids):,} tokens ({len(text) / len(trained_ids):.2f} chars/token)")
     return 0 if equal else 1
