@@ -12,6 +12,7 @@ import importlib
 BENCHMARKS = (
     "train",
     "sample",
+    "tokenize",
 )
 
 

@@ -36,6 +36,16 @@ def _write_atomic(path: Path, array: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
+    """Encode training text. A literal ``<|endoftext|>`` in a corpus is a document separator
+    (as in GPT-2's training data), so byte-level BPE maps it to its special id."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    if isinstance(tok, BPETokenizer):
+        return tok.encode(text, allowed_special="all")
+    return tok.encode(text, unknown="replace")
+
+
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",
                  vocab_size: int | None = None, val_fraction: float = 0.1,
                  source: str = "", progress: bool = False) -> dict[str, Any]:
@@ -51,8 +61,8 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
         tokenizer, train_text, vocab_size=vocab_size)
     dtype = token_dtype(tok.vocab_size)
-    train_ids = np.asarray(tok.encode(train_text, unknown="replace"), dtype=dtype)
-    val_ids = np.asarray(tok.encode(val_text, unknown="replace"), dtype=dtype)
+    train_ids = np.asarray(encode_corpus(tok, train_text), dtype=dtype)
+    val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     _write_atomic(out / "train.bin", train_ids)

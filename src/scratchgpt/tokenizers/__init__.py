@@ -7,26 +7,70 @@ from pathlib import Path
 
 from scratchgpt.errors import UserError
 from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
+from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer
 
 # kind -> class; a new tokenizer registers itself here.
-TOKENIZERS: dict[str, type[Tokenizer]] = {CharTokenizer.kind: CharTokenizer}
+TOKENIZERS: dict[str, type[Tokenizer]] = {
+    CharTokenizer.kind: CharTokenizer,
+    BPETokenizer.kind: BPETokenizer,
+}
+
+# What build_tokenizer accepts: the registered kinds plus "gpt2" (BPE with GPT-2's vocabulary).
+BUILD_KINDS = ("char", "bpe", "gpt2")
+DEFAULT_BPE_VOCAB = 4096
+GPT2_VOCAB = 50257
+
+
+def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
+    """A tokenizer of ``kind`` for ``text``: ``"char"`` (its characters), ``"bpe"`` (trained on
+    it, ``vocab_size`` ids, default 4096) or ``"gpt2"`` (GPT-2's fixed 50257-id vocabulary)."""
+    if kind == "char":
+        if vocab_size is not None:
+            raise UserError("a char tokenizer's vocabulary size is set by the text; "
+                            "drop the vocabulary size")
+        if not text:
+            raise UserError("cannot build a char tokenizer from empty text")
+        return CharTokenizer.train(text)
+    if kind == "bpe":
+        vocab_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 256:
+            raise UserError(f"BPE vocabulary size must be an integer above 256 (the byte tokens), "
+                            f"got {vocab_size!r}")
+        if not text:
+            raise UserError("cannot train a BPE tokenizer on empty text")
+        return BPETokenizer.train(text, vocab_size)
+    if kind == "gpt2":
+        if vocab_size is not None and vocab_size != GPT2_VOCAB:
+            raise UserError(f"the GPT-2 vocabulary has {GPT2_VOCAB} ids, not {vocab_size}")
+        return BPETokenizer.gpt2()
+    raise UserError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(BUILD_KINDS)}")
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """Load the tokenizer saved in ``directory`` (a dataset or checkpoint directory)."""
-    path = Path(directory) / TOKENIZER_FILE
+    """Load the tokenizer saved in ``directory`` (a dataset or checkpoint directory).
+
+    Also reads a Hugging Face ``tokenizer.json`` (byte-level BPE) or GPT-2's ``encoder.json`` +
+    ``vocab.bpe``, so a downloaded GPT-2 checkpoint directory loads as it is."""
+    directory = Path(directory)
+    path = directory / TOKENIZER_FILE
     if not path.is_file():
+        if (directory / "encoder.json").is_file() and (directory / "vocab.bpe").is_file():
+            return BPETokenizer.from_gpt2_dir(directory)
         raise UserError(f"no tokenizer found: {path} does not exist")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise UserError(f"{path} is not a valid tokenizer file ({e})") from None
-    return tokenizer_from_dict(state, Path(directory), where=str(path))
+    if isinstance(state, dict) and "kind" not in state and "model" in state:
+        return BPETokenizer.from_hf_json(path)  # a Hugging Face tokenizer.json
+    return tokenizer_from_dict(state, directory, where=str(path))
 
 
 def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str = "") -> Tokenizer:
     """Rebuild a tokenizer from its saved state (``{"kind": ..., **to_dict()}``)."""
+    if not isinstance(state, dict):
+        raise UserError(f"{where or 'tokenizer'} is not a valid tokenizer state")
     state = dict(state)
     kind = state.pop("kind", None)
     if kind not in TOKENIZERS:
@@ -34,12 +78,12 @@ def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str =
     return TOKENIZERS[kind].from_dict(state, directory)
 
 
-def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
-    """Learn a tokenizer of ``kind`` from ``text``."""
-    if kind == "char":
-        return CharTokenizer.train(text)
-    raise UserError(f"unknown tokenizer {kind!r}; choose from: char")
-
-
-__all__ = ["TOKENIZERS", "CharTokenizer", "Tokenizer", "build_tokenizer", "load_tokenizer",
-           "tokenizer_from_dict"]
+__all__ = [
+    "Tokenizer",
+    "CharTokenizer",
+    "BPETokenizer",
+    "TOKENIZERS",
+    "build_tokenizer",
+    "load_tokenizer",
+    "tokenizer_from_dict",
+]

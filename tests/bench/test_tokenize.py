@@ -1,0 +1,36 @@
+"""The tokenize benchmark runs end to end and checks its encoders agree."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from scratchgpt.bench import tokenize
+from scratchgpt.errors import UserError
+
+
+def _args(**kw) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    tokenize.add_arguments(parser)
+    args = parser.parse_args([])
+    vars(args).update(kw)
+    return args
+
+
+def test_tokenize_bench_runs(shakespeare_text, tmp_path, capsys):
+    data = tmp_path / "small.txt"
+    data.write_text(shakespeare_text[:20_000] + "\n😀 it's  \n", encoding="utf-8")
+    assert tokenize.run(_args(data=data, repeat=1, vocab_size=300)) == 0
+    out = capsys.readouterr().out
+    assert "all encodings equal: yes" in out
+    assert "tiktoken gpt2 (reference)" in out and "python, cold cache" in out
+    assert "BPE training to vocab 300" in out
+
+
+def test_tokenize_bench_needs_data(monkeypatch, tmp_path):
+    monkeypatch.delenv("SCRATCHGPT_DATA_DIR", raising=False)
+    with pytest.raises(UserError, match="SCRATCHGPT_DATA_DIR"):
+        tokenize.run(_args())
+    with pytest.raises(UserError, match="does not exist"):
+        tokenize.run(_args(data=tmp_path / "missing.txt"))

@@ -1,0 +1,194 @@
+"""Training BPE from scratch, and the saved format."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+import regex
+
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
+from scratchgpt.tokenizers.bpe import (
+    ENDOFTEXT,
+    GPT2_PATTERN,
+    MERGES_FILE,
+    MERGES_HEADER,
+    get_stats,
+    learn_merges,
+    merge,
+)
+
+
+@pytest.fixture(scope="module")
+def small_text(shakespeare_text) -> str:
+    return shakespeare_text[:100_000]
+
+
+@pytest.fixture(scope="module")
+def trained(small_text) -> BPETokenizer:
+    return BPETokenizer.train(small_text, 512, backend="python")
+
+
+def _naive_merges(text: str, num_merges: int) -> list[tuple[int, int]]:
+    """Reference trainer: recount every pair from scratch before each merge (slow, obvious)."""
+    counter = Counter(regex.findall(GPT2_PATTERN, text))
+    chunks = [list(c.encode()) for c in counter]
+    freqs = list(counter.values())
+    token_bytes = [bytes([b]) for b in range(256)]
+    merges: list[tuple[int, int]] = []
+    while len(merges) < num_merges:
+        counts: dict[tuple[int, int], int] = {}
+        for ids, f in zip(chunks, freqs, strict=True):
+            get_stats(ids, counts, weight=f)
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))  # most frequent, then smallest pair
+        joined = token_bytes[pair[0]] + token_bytes[pair[1]]
+        if joined in token_bytes:
+            new_id = token_bytes.index(joined)
+        else:
+            new_id = len(token_bytes)
+            token_bytes.append(joined)
+            merges.append(pair)
+        chunks = [merge(ids, pair, new_id) for ids in chunks]
+    return merges
+
+
+def test_incremental_training_equals_naive(shakespeare_text):
+    text = shakespeare_text[:5_000]
+    tok = BPETokenizer.train(text, 256 + 150, special_tokens=())
+    assert tok.merges == _naive_merges(text, 150)
+
+
+def test_learn_merges_reuses_a_token_with_the_same_bytes():
+    # Two splits of the same bytes: "ab"+"c" and "a"+"bc". The second must reuse "abc"'s id, so
+    # no two ids share bytes (which would break encoding by rank).
+    a, c = ord("a"), ord("c")
+    token_bytes = [bytes([i]) for i in range(256)] + [b"ab", b"bc"]  # ids 256, 257
+    chunks = [[256, c]] * 3 + [[a, 257]] * 2
+    merges = learn_merges([list(x) for x in chunks], [1] * 5, 10, token_bytes)
+    assert merges == [(256, c)]  # the (a, "bc") merge used id 258 again
+    assert token_bytes[258:] == [b"abc"]
+
+
+def test_vocab_size_reached_and_tokens_shrink(trained, small_text):
+    assert trained.vocab_size == 512
+    assert trained.eot_id == 511 and trained.special_tokens == {ENDOFTEXT: 511}
+    assert len(trained.merges) == 512 - 256 - 1
+    ids = trained.encode(small_text)
+    n_bytes = len(small_text.encode("utf-8"))
+    assert len(ids) < 0.6 * n_bytes  # 255 merges cut the byte count by well over a third
+    assert trained.decode(ids) == small_text
+    # Later merges are rarer: encoding with fewer merges gives more tokens.
+    fewer = BPETokenizer(trained.merges[:100], backend="python")
+    assert len(fewer.encode(small_text)) > len(ids)
+
+
+def test_round_trip_on_unseen_text(trained):
+    rng = random.Random(0)
+    texts = [
+        "😀 日本語 naïve e\u0301 \x00\x7f <|endof",
+        "".join(chr(rng.randint(0, 0x10FFFF)) for _ in range(300)).encode(
+            "utf-8", errors="replace").decode("utf-8", errors="replace"),
+    ]
+    texts += [rng.randbytes(300).decode("utf-8", errors="replace") for _ in range(20)]
+    texts += [rng.randbytes(300).decode("latin-1") for _ in range(5)]
+    for text in texts:
+        ids = trained.encode(text)
+        assert all(0 <= i < trained.vocab_size for i in ids)
+        assert trained.decode(ids) == text
+        assert trained.decode_bytes(ids) == text.encode("utf-8")
+
+
+def test_python_and_tiktoken_backends_agree_on_trained(trained, small_text, shakespeare_text):
+    fast = BPETokenizer(trained.merges, trained.special_tokens, backend="tiktoken")
+    text = shakespeare_text[-200_000:] + "\n😀 日本語 it's  \n\n " + ENDOFTEXT
+    assert fast.encode(text, allowed_special="all") == trained.encode(text, allowed_special="all")
+
+
+def test_special_tokens_are_cut_out_of_training():
+    text = ("hello world" + ENDOFTEXT) * 200
+    tok = BPETokenizer.train(text, 300, backend="python")
+    assert all(ENDOFTEXT.encode() not in tok.token_bytes(i) for i in range(256, tok.eot_id))
+    assert tok.encode(ENDOFTEXT, allowed_special="all") == [tok.eot_id]
+    assert len(tok.encode_ordinary(ENDOFTEXT)) > 1
+    assert tok.encode(text, allowed_special="all").count(tok.eot_id) == 200
+
+
+def test_training_stops_when_text_is_exhausted():
+    tok = BPETokenizer.train("ab ab", 1000, special_tokens=())
+    # chunks "ab" and " ab": merges (a,b) then (" ", ab); nothing more to merge
+    assert tok.vocab_size == 258
+    assert tok.encode("ab ab") == [256, 257]
+
+
+def test_training_rejects_bad_sizes():
+    with pytest.raises(UserError, match="too small"):
+        BPETokenizer.train("text", 256)  # no room for <|endoftext|>
+    with pytest.raises(UserError, match="duplicate"):
+        BPETokenizer.train("text", 300, special_tokens=("<a>", "<a>"))
+
+
+def test_training_is_fast_enough(shakespeare_text):
+    """Incremental pair counts: a merge touches only the chunks that hold its pair. A trainer
+    that recounts everything per merge needs minutes for this; ours takes about a second."""
+    import time
+
+    start = time.process_time()  # CPU time: other processes on the machine do not count
+    tok = BPETokenizer.train(shakespeare_text[:300_000], 2048, backend="python")
+    assert time.process_time() - start < 15
+    assert tok.vocab_size == 2048
+
+
+# ----------------------------------------------------------------------------- saved format
+
+
+def test_save_load_identical(trained, small_text, tmp_path):
+    trained.save(tmp_path)
+    lines = (tmp_path / MERGES_FILE).read_text(encoding="utf-8").splitlines()
+    assert lines[0] == MERGES_HEADER == "#scratchgpt-bpe v1"
+    assert lines[1:] == [f"{a} {b}" for a, b in trained.merges]
+    state = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert state["kind"] == "bpe" and state["version"] == 1
+    loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, BPETokenizer)
+    assert loaded.merges == trained.merges and loaded.special_tokens == trained.special_tokens
+    text = small_text[:20_000] + ENDOFTEXT + "😀"
+    assert loaded.encode(text, allowed_special="all") == trained.encode(
+        text, allowed_special="all")
+
+
+def test_version_mismatch_is_a_clear_error(trained, tmp_path):
+    trained.save(tmp_path)
+    state_path = tmp_path / "tokenizer.json"
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    state_path.write_text(json.dumps({**state, "version": 2}), encoding="utf-8")
+    with pytest.raises(UserError, match="version 2 is not supported"):
+        load_tokenizer(tmp_path)
+    state_path.write_text(json.dumps(state), encoding="utf-8")
+    merges_path = tmp_path / MERGES_FILE
+    body = merges_path.read_text(encoding="utf-8").split("\n", 1)[1]
+    merges_path.write_text("#scratchgpt-bpe v2\n" + body, encoding="utf-8")
+    with pytest.raises(UserError, match="different format version"):
+        load_tokenizer(tmp_path)
+    merges_path.write_text(body, encoding="utf-8")
+    with pytest.raises(UserError, match="not a scratchgpt merges file"):
+        load_tokenizer(tmp_path)
+
+
+def test_corrupt_merges_are_rejected(tmp_path):
+    tok = BPETokenizer([(97, 98)], {ENDOFTEXT: 257})
+    tok.save(tmp_path)
+    merges_path = tmp_path / MERGES_FILE
+    for body, message in [("97 x", "malformed"), ("97 300", "not defined before"),
+                          ("97 98\n97 98", "same bytes twice")]:
+        merges_path.write_text(f"{MERGES_HEADER}\n{body}\n", encoding="utf-8")
+        with pytest.raises(UserError, match=message):
+            load_tokenizer(tmp_path)
+    with pytest.raises(UserError, match="special token ids"):
+        BPETokenizer([(97, 98)], {ENDOFTEXT: 100})
+    with pytest.raises(UserError, match="permutation"):
+        BPETokenizer([], byte_ids=[0] * 256)

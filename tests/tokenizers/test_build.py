@@ -1,0 +1,80 @@
+"""build_tokenizer and load_tokenizer: the entry points the commands use."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers import (
+    TOKENIZERS,
+    BPETokenizer,
+    CharTokenizer,
+    build_tokenizer,
+    load_tokenizer,
+)
+
+TEXT = "To be, or not to be, that is the question:\n" * 50
+
+
+def test_registered_kinds():
+    assert TOKENIZERS == {"char": CharTokenizer, "bpe": BPETokenizer}
+
+
+def test_build_char():
+    tok = build_tokenizer("char", TEXT)
+    assert isinstance(tok, CharTokenizer) and tok.decode(tok.encode(TEXT)) == TEXT
+    with pytest.raises(UserError, match="set by the text"):
+        build_tokenizer("char", TEXT, vocab_size=100)
+    with pytest.raises(UserError, match="empty"):
+        build_tokenizer("char", "")
+
+
+def test_build_bpe(shakespeare_text, tmp_path):
+    text = shakespeare_text[:20_000]
+    tok = build_tokenizer("bpe", text, vocab_size=300)
+    assert isinstance(tok, BPETokenizer)
+    assert tok.vocab_size == 300 and tok.eot_id == 299
+    assert tok.decode(tok.encode(text)) == text
+    tok.save(tmp_path)
+    assert load_tokenizer(tmp_path).encode(text) == tok.encode(text)
+
+
+def test_build_bpe_default_size(shakespeare_text):
+    assert build_tokenizer("bpe", shakespeare_text[:200_000]).vocab_size == 4096
+
+
+@pytest.mark.parametrize("size", [256, 100, 0, -5, 1000.5, "512", True])
+def test_build_bpe_bad_sizes(size):
+    with pytest.raises(UserError, match="above 256"):
+        build_tokenizer("bpe", TEXT, vocab_size=size)
+
+
+def test_build_bpe_empty_text():
+    with pytest.raises(UserError, match="empty"):
+        build_tokenizer("bpe", "", vocab_size=512)
+
+
+def test_build_gpt2():
+    tok = build_tokenizer("gpt2", "ignored: the vocabulary is fixed")
+    assert isinstance(tok, BPETokenizer) and tok.vocab_size == 50257 and tok.eot_id == 50256
+    assert build_tokenizer("gpt2", "", vocab_size=50257).vocab_size == 50257
+    with pytest.raises(UserError, match="50257"):
+        build_tokenizer("gpt2", "", vocab_size=4096)
+
+
+def test_unknown_kind():
+    with pytest.raises(UserError, match="unknown tokenizer kind 'word'"):
+        build_tokenizer("word", TEXT)
+
+
+def test_load_tokenizer_errors(tmp_path):
+    with pytest.raises(UserError, match="no tokenizer found"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(UserError, match="not a valid tokenizer"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"kind": "word"}), encoding="utf-8")
+    with pytest.raises(UserError, match="unknown tokenizer kind"):
+        load_tokenizer(tmp_path)

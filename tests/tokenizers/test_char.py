@@ -1,0 +1,40 @@
+"""Character-level tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers import CharTokenizer, load_tokenizer
+
+
+def test_round_trip(shakespeare_text):
+    tok = CharTokenizer.train(shakespeare_text)
+    assert tok.vocab_size == len(set(shakespeare_text)) == 65
+    assert tok.chars == sorted(tok.chars)
+    ids = tok.encode(shakespeare_text[:5000])
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == shakespeare_text[:5000]
+    assert tok.eot_id is None
+
+
+def test_unknown_characters():
+    tok = CharTokenizer.train("hello world?")
+    with pytest.raises(UserError, match="2 character"):
+        tok.encode("hello, world!")
+    assert tok.decode(tok.encode("hi!", unknown="replace")) == "h??"
+    assert tok.encode("") == []
+
+
+def test_invalid_vocabularies():
+    with pytest.raises(UserError, match="empty"):
+        CharTokenizer([])
+    with pytest.raises(UserError, match="duplicate"):
+        CharTokenizer(["a", "a"])
+
+
+def test_save_load(tmp_path):
+    tok = CharTokenizer.train("naïve 😀\n")
+    tok.save(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert isinstance(loaded, CharTokenizer) and loaded.chars == tok.chars
