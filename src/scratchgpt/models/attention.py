@@ -94,7 +94,7 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A copy of ``mha``'s weights, recovered from its packed ``in_proj_weight``/``in_proj_bias``.
+        """A copy of ``mha``'s weights, recovered from its packed ``in_proj_weight``/``_bias``.
 
         PyTorch stacks the three projections as rows ``[W_q; W_k; W_v]`` of one ``[3E, E]`` matrix;
         within each, the rows of head ``h`` are ``h*head_dim .. (h+1)*head_dim``, which is exactly

@@ -1,7 +1,7 @@
 """Recurrent networks written from their equations: Elman RNN, LSTM and GRU.
 
-One set of weights, two execution paths. :class:`Recurrent` holds a ``torch.nn.RNN``/``LSTM``/``GRU``
-module purely as the owner of the parameters (``weight_ih_l{k}``, ``weight_hh_l{k}``,
+One set of weights, two execution paths. :class:`Recurrent` holds a ``torch.nn.RNN``/``LSTM``/
+``GRU`` module purely as the owner of the parameters (``weight_ih_l{k}``, ``weight_hh_l{k}``,
 ``bias_ih_l{k}``, ``bias_hh_l{k}``, the exact layout PyTorch uses, so weights copy 1:1), and
 
 * ``fast=False`` runs the cells below, one time step at a time, in plain tensor code;
