@@ -69,6 +69,22 @@ class Seq2SeqConfig:
         return asdict(self)
 
 
+# Default sizes per architecture, tuned on the dates task on a 2-core CPU (docs/bench_seq2seq.md).
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformer": {"d_model": 64, "n_layer": 2, "n_head": 4, "d_ff": 256, "dropout": 0.0},
+    "lstm-attention": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
+    "lstm": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
+}
+
+
+def default_config(arch: str, src_vocab: int, tgt_vocab: int, **overrides: Any) -> Seq2SeqConfig:
+    """``ARCH_DEFAULTS[arch]`` with ``overrides`` (those that are not None) applied."""
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    fields = {**ARCH_DEFAULTS[arch], **{k: v for k, v in overrides.items() if v is not None}}
+    return Seq2SeqConfig(arch=arch, src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
+
+
 def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
     """``[B, max_len]`` bool, True at padding positions (``j >= lengths[b]``)."""
     return torch.arange(max_len, device=lengths.device)[None, :] >= lengths[:, None]

@@ -22,8 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from scratchgpt.data.translation import BOS_ID, EOS_ID, PAD_ID, Pair, Seq2SeqTokenizer
-from scratchgpt.models.seq2seq import Seq2Seq
+from scratchgpt.data.translation import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    DataSpec,
+    Pair,
+    Seq2SeqTokenizer,
+)
+from scratchgpt.models.seq2seq import Seq2Seq, build_seq2seq, default_config
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
 
@@ -255,3 +262,47 @@ def evaluate(
         c, n = by_length.get(key, (0, 0))
         by_length[key] = (c + ok, n + 1)
     return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), preds)
+
+
+# ---------------------------------------------------------------------------------------------
+# One whole run: data -> tokenizers -> model -> training -> held-out evaluation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FitResult:
+    model: Seq2Seq
+    src_tok: Seq2SeqTokenizer
+    tgt_tok: Seq2SeqTokenizer
+    train: TrainResult
+    eval: EvalResult
+    held_out: list[Pair]
+
+
+def fit(
+    data: DataSpec, arch: str, cfg: TrainConfig, model_overrides: dict | None = None,
+    device: str = "cpu", log: Callable[[str], None] = print,
+) -> FitResult:
+    """Build tokenizers from the training pairs, train a default-sized ``arch`` model (with
+    ``model_overrides``), and measure exact match on the held-out pairs."""
+    train_pairs, held = data.load()
+    src_tok = Seq2SeqTokenizer.train(s for s, _ in train_pairs)
+    tgt_tok = Seq2SeqTokenizer.train(t for _, t in train_pairs)
+    torch.manual_seed(cfg.seed)
+    model = build_seq2seq(default_config(arch, src_tok.vocab_size, tgt_tok.vocab_size,
+                                         **(model_overrides or {}))).to(device)
+    log(f"{arch}: {model.num_params():,} parameters, {len(train_pairs):,} training pairs, "
+        f"{len(held):,} held out ({data.describe()})")
+    tr = train_seq2seq(model, encode_pairs(train_pairs, src_tok, tgt_tok), cfg)
+    log(f"{arch}: {tr.steps} steps in {tr.seconds:.0f}s, final loss {tr.final_loss:.4f}")
+    ev = evaluate(model, held, src_tok, tgt_tok)
+    return FitResult(model, src_tok, tgt_tok, tr, ev, held)
+
+
+def format_eval(ev: EvalResult) -> str:
+    """Multi-line report: exact match overall and by source length."""
+    lines = [f"exact match {ev.exact_match:.2%} ({ev.correct}/{ev.total})",
+             "  source chars   exact match"]
+    for key, (c, n) in ev.by_length.items():
+        lines.append(f"  {key:>12}   {c / n:7.2%}  ({c}/{n})")
+    return "\n".join(lines)
