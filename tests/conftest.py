@@ -1,6 +1,7 @@
 """Shared test setup."""
 
 import importlib.util
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -9,12 +10,28 @@ import torch
 torch.set_num_threads(1)
 
 
-@pytest.fixture
-def cli_main(monkeypatch):
-    """``scratchgpt.cli.main`` restricted to the command modules present in this checkout."""
-    from scratchgpt import cli
+def _present(package: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in names if importlib.util.find_spec(f"{package}.{n}") is not None)
 
-    present = tuple(m for m in cli.COMMAND_MODULES
-                    if importlib.util.find_spec(f"scratchgpt.commands.{m}") is not None)
-    monkeypatch.setattr(cli, "COMMAND_MODULES", present)
-    return cli.main
+
+@contextmanager
+def present_commands_only():
+    """Restrict the CLI to the command and bench modules that exist in this checkout (other
+    branches add theirs in parallel)."""
+    from scratchgpt import cli
+    from scratchgpt.commands import bench
+
+    saved = cli.COMMAND_MODULES, bench.BENCHMARKS
+    cli.COMMAND_MODULES = _present("scratchgpt.commands", saved[0])
+    bench.BENCHMARKS = _present("scratchgpt.bench", saved[1])
+    try:
+        yield cli.main
+    finally:
+        cli.COMMAND_MODULES, bench.BENCHMARKS = saved
+
+
+@pytest.fixture
+def cli_main():
+    """``scratchgpt.cli.main`` over the commands present in this checkout."""
+    with present_commands_only() as main:
+        yield main

@@ -59,6 +59,9 @@ def load_seq2seq(
         raise UserError(f"no seq2seq checkpoint: {path} does not exist")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # torch raises several unpickling/zip error types for a bad file
+        raise UserError(f"{path} is not a valid seq2seq checkpoint ({type(e).__name__})") from None
+    try:
         config = Seq2SeqConfig(**ckpt["model_config"])
         src_tok = Seq2SeqTokenizer.from_dict(ckpt["src_tokenizer"])
         tgt_tok = Seq2SeqTokenizer.from_dict(ckpt["tgt_tokenizer"])
