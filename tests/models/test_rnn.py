@@ -93,6 +93,11 @@ def test_recurrent_lm_state_feeds_forward(cell):
     _close(torch.cat([first, *rest], dim=1), full)
     assert (state.c is not None) == (cell == "lstm")
     assert state.h.shape == (2, 3, 8)
+    lm.train()
+    lm(idx, state).sum().backward()
+    assert state.h.grad_fn is not None
+    state.detach()
+    assert state.h.grad_fn is None and (state.c is None or state.c.grad_fn is None)
 
 
 def test_recurrent_config_validation_and_params():

@@ -207,6 +207,12 @@ class RecurrentState:
         else:
             self.h = hidden
 
+    def detach(self) -> None:
+        """Cut the autograd history (truncated backpropagation through time between batches)."""
+        self.h = self.h.detach()
+        if self.c is not None:
+            self.c = self.c.detach()
+
 
 class RecurrentLM(nn.Module):
     """Embedding -> stacked RNN/LSTM/GRU -> linear head over the vocabulary.
