@@ -112,3 +112,14 @@ def test_recurrent_config_validation_and_params():
     cfg = RecurrentConfig(vocab_size=10, cell="gru", n_layer=1, hidden=4)
     # embed 10*4 + GRU (3*4*4 + 3*4*4 + 2*3*4) + head 4*10 + 10
     assert RecurrentLM(cfg).num_params() == 40 + 48 + 48 + 24 + 50
+
+
+def test_init_forget_bias_sets_only_the_forget_block():
+    m = Recurrent("lstm", 3, 4, 2)
+    m.init_forget_bias(1.0)
+    for k in range(2):
+        _, _, b_ih, b_hh = m.layer_weights(k)
+        assert torch.all(b_ih[4:8] == 1.0) and torch.all(b_hh[4:8] == 0.0)
+        assert not torch.all(b_ih[:4] == 1.0)
+    with pytest.raises(ValueError):
+        Recurrent("gru", 3, 4).init_forget_bias()

@@ -104,6 +104,18 @@ class Recurrent(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
 
+    def init_forget_bias(self, value: float = 1.0) -> None:
+        """LSTM only: start every forget gate at ``sigmoid(value)`` (``b_if = value``, ``b_hf = 0``)
+        so the cell keeps its memory by default early in training (Jozefowicz et al., 2015)."""
+        if self.cell != "lstm":
+            raise ValueError("forget-gate bias only exists in an LSTM")
+        h = self.hidden_size
+        with torch.no_grad():
+            for k in range(self.num_layers):
+                _, _, b_ih, b_hh = self.layer_weights(k)
+                b_ih[h : 2 * h] = value  # gate order i, f, g, o: f is the second block
+                b_hh[h : 2 * h] = 0.0
+
     def layer_weights(self, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(weight_ih, weight_hh, bias_ih, bias_hh) of layer ``k``."""
         core = self.core
