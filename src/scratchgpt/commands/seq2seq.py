@@ -236,7 +236,9 @@ def run_attention(args: argparse.Namespace) -> int:
     fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src_labels) + 1.5),
                                     max(3, 0.35 * len(tgt_labels) + 1.2)))
     ax.imshow(weights, cmap="gray", vmin=0, vmax=max(float(weights.max()), 1e-9), aspect="auto")
-    ax.set_xticks(range(len(src_labels)), [_show(c) for c in src_labels], rotation=90)
+    ax.set_xticks(range(len(src_labels)), [_show(c) for c in src_labels])
+    for label in ax.get_xticklabels():  # characters upright, "<eos>"/"<unk>" vertical
+        label.set_rotation(90 if len(label.get_text()) > 1 else 0)
     ax.set_yticks(range(len(tgt_labels)), [_show(c) for c in tgt_labels])
     ax.set_xlabel("source")
     ax.set_ylabel("output")
