@@ -10,6 +10,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Test tensors are small: one thread is faster than two, and far faster on a shared CPU.
+torch.set_num_threads(1)
+
 
 def _data_dir() -> Path:
     env = os.environ.get("SCRATCHGPT_DATA_DIR")
@@ -45,3 +48,11 @@ def _isolated_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("SCRATCHGPT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(_data_dir()))
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def cli_main():
+    """The CLI entry point, ``scratchgpt.cli.main``."""
+    from scratchgpt.cli import main
+
+    return main

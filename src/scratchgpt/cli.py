@@ -21,6 +21,8 @@ COMMAND_MODULES = (
     "train",
     "sample",
     "eval",
+    "seq2seq",
+    "experiment",
     "bench",
 )
 

@@ -13,6 +13,7 @@ BENCHMARKS = (
     "train",
     "sample",
     "tokenize",
+    "seq2seq",
 )
 
 

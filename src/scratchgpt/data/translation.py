@@ -1,0 +1,288 @@
+"""Parallel text for sequence-to-sequence models: TSV files and a generated dates task.
+
+A *pair* is ``(source, target)``, two strings. Each side has its own character-level
+:class:`Seq2SeqTokenizer` whose first four ids are the special tokens ``<pad>``, ``<bos>``,
+``<eos>``, ``<unk>``.
+
+Unknown-character policy: the vocabularies are built from the training pairs. A source character
+never seen in training is encoded as ``<unk>`` (the model then translates the rest), because
+``translate`` must accept any user text. A target character never seen in training can only occur
+in evaluation references; it is also mapped to ``<unk>``, which the model never produces, so such a
+reference always counts as a miss rather than crashing the evaluation.
+
+The dates task turns dates written many ways ("the 3rd of march 1999", "03/03/1999", "3 mar 99",
+"tuesday, 3 march 1999", ...) into ISO ``1999-03-03``. Held-out dates are a fixed set (chosen by a
+hash of the date, independent of the seed), so no held-out date is ever seen in training.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.errors import UserError
+from scratchgpt.tokenizers.base import Tokenizer
+
+Pair = tuple[str, str]
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+
+class Seq2SeqTokenizer(Tokenizer):
+    """Character-level tokenizer; ids ``<pad>=0, <bos>=1, <eos>=2, <unk>=3`` come first."""
+
+    kind = "char-seq2seq"
+
+    def __init__(self, chars: Sequence[str]):
+        if len(set(chars)) != len(chars):
+            raise UserError("character vocabulary has duplicate entries")
+        self.chars = list(chars)
+        self.itos = list(SPECIALS) + self.chars
+        self.stoi = {c: i + len(SPECIALS) for i, c in enumerate(self.chars)}
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> Seq2SeqTokenizer:
+        """Vocabulary = the sorted set of characters in ``texts``."""
+        return cls(sorted(set().union(*map(set, texts))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    @property
+    def eot_id(self) -> int:
+        return EOS_ID
+
+    def encode(self, text: str, unknown: str = "replace") -> list[int]:
+        """Characters -> ids; unseen characters become ``<unk>`` (``unknown="error"`` raises)."""
+        ids = [self.stoi.get(c, UNK_ID) for c in text]
+        if unknown == "error" and UNK_ID in ids:
+            missing = sorted({c for c in text if c not in self.stoi})
+            raise UserError(f"characters not in the vocabulary: {', '.join(map(repr, missing))}")
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids -> text, stopping at ``<eos>`` and dropping ``<pad>``/``<bos>``; ``<unk>`` shows."""
+        out = []
+        for i in ids:
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            out.append(self.itos[i])
+        return "".join(out)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """One printable label per id (for attention plots)."""
+        return [self.itos[i] for i in ids]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> Seq2SeqTokenizer:
+        return cls(d["chars"])
+
+
+# ---------------------------------------------------------------------------------------------
+# TSV files
+# ---------------------------------------------------------------------------------------------
+
+
+def read_tsv(path: str | Path) -> list[Pair]:
+    """Read ``source<TAB>target`` lines. Empty or malformed lines raise ``UserError(file:line)``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e})") from None
+    pairs = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            raise UserError(f"{path}:{n}: empty line (expected 'source<TAB>target')")
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise UserError(
+                f"{path}:{n}: expected exactly one TAB between source and target, "
+                f"found {len(fields) - 1}"
+            )
+        src, tgt = fields
+        if not src or not tgt:
+            side = "source" if not src else "target"
+            raise UserError(f"{path}:{n}: empty {side}")
+        pairs.append((src, tgt))
+    if not pairs:
+        raise UserError(f"{path}: no pairs")
+    return pairs
+
+
+def split_pairs(pairs: Sequence[Pair], valid_fraction: float) -> tuple[list[Pair], list[Pair]]:
+    """Deterministic train/held-out split by a hash of the source, so a source (and its
+    duplicates) lands on one side only, whatever the order of the file."""
+    train, held = [], []
+    for p in pairs:
+        bucket = zlib.crc32(p[0].encode("utf-8")) % 10_000
+        (held if bucket < valid_fraction * 10_000 else train).append(p)
+    return train, held
+
+
+# ---------------------------------------------------------------------------------------------
+# The dates task
+# ---------------------------------------------------------------------------------------------
+
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+          "september", "october", "november", "december")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+FIRST_DATE, LAST_DATE = dt.date(1950, 1, 1), dt.date(2049, 12, 31)  # two-digit years are unique
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _formats(d: dt.date) -> list[str]:
+    """Every way this task writes ``d``. Numeric forms are day-first (03/04 is 3 April)."""
+    day, mon, yr = d.day, MONTHS[d.month - 1], d.year
+    short, yy, wd = mon[:3], f"{yr % 100:02d}", WEEKDAYS[d.weekday()]
+    return [
+        f"{day} {mon} {yr}",
+        f"{day} {short} {yr}",
+        f"{day} {short} {yy}",
+        f"{mon} {day}, {yr}",
+        f"{mon.capitalize()} {day}, {yr}",
+        f"{short} {day} {yr}",
+        f"the {_ordinal(day)} of {mon} {yr}",
+        f"{_ordinal(day)} {mon} {yr}",
+        f"{mon} {_ordinal(day)}, {yr}",
+        f"{day:02d}/{d.month:02d}/{yr}",
+        f"{day}/{d.month}/{yy}",
+        f"{day:02d}.{d.month:02d}.{yr}",
+        f"{day:02d}-{short}-{yr}",
+        f"{yr}/{d.month:02d}/{day:02d}",
+        f"{wd}, {day} {mon} {yr}",
+        f"{wd.capitalize()}, {mon.capitalize()} {day}, {yr}",
+        f"{wd[:3]} {day} {short} {yr}",
+        f"{day} {mon.upper()} {yr}",
+    ]
+
+
+def is_held_out_date(d: dt.date) -> bool:
+    """The fixed held-out dates: about 10% of all days, chosen by a hash of the ISO string."""
+    return zlib.crc32(d.isoformat().encode()) % 10 == 0
+
+
+def _random_date(rng: random.Random, held_out: bool) -> dt.date:
+    span = (LAST_DATE - FIRST_DATE).days
+    while True:
+        d = FIRST_DATE + dt.timedelta(days=rng.randint(0, span))
+        if is_held_out_date(d) == held_out:
+            return d
+
+
+def dates_pairs(n: int, seed: int, held_out: bool) -> list[Pair]:
+    """``n`` (written date, ISO date) pairs, deterministic in ``seed``; ``held_out`` picks the
+    side of the fixed date split."""
+    rng = random.Random(seed * 2 + int(held_out))
+    out = []
+    for _ in range(n):
+        d = _random_date(rng, held_out)
+        out.append((rng.choice(_formats(d)), d.isoformat()))
+    return out
+
+
+def dates_task(n_train: int = 100_000, n_test: int = 2_000, seed: int = 0) -> tuple[
+    list[Pair], list[Pair]
+]:
+    """(train pairs, held-out pairs) of the dates task; the two share no date."""
+    return dates_pairs(n_train, seed, held_out=False), dates_pairs(n_test, seed, held_out=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Number words <-> digits (a second small task)
+# ---------------------------------------------------------------------------------------------
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_words(n: int) -> str:
+    """English words for ``0 <= n < 1_000_000`` ("three hundred and four")."""
+    if not 0 <= n < 1_000_000:
+        raise ValueError("n must be in [0, 1000000)")
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else "-" + _ONES[n % 10])
+    if n < 1000:
+        rest = n % 100
+        return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " and " + number_words(rest))
+    rest = n % 1000
+    tail = "" if rest == 0 else (" and " if rest < 100 else " ") + number_words(rest)
+    return number_words(n // 1000) + " thousand" + tail
+
+
+def numbers_task(n_train: int = 50_000, n_test: int = 2_000, seed: int = 0,
+                 to_digits: bool = True) -> tuple[list[Pair], list[Pair]]:
+    """Numbers below a million in words -> digits (or back); held-out numbers are a fixed set."""
+
+    def pairs(k: int, held: bool) -> list[Pair]:
+        rng, out = random.Random(seed * 2 + int(held)), []
+        while len(out) < k:
+            n = rng.randrange(1_000_000) if rng.random() < 0.8 else rng.randrange(1000)
+            if (zlib.crc32(str(n).encode()) % 10 == 0) == held:
+                w, d = number_words(n), str(n)
+                out.append((w, d) if to_digits else (d, w))
+        return out
+
+    return pairs(n_train, False), pairs(n_test, True)
+
+
+TASKS = {"dates": dates_task, "numbers": numbers_task}
+
+
+@dataclass
+class DataSpec:
+    """Where a seq2seq run's pairs come from: a generated ``task`` or a TSV file at ``path``.
+
+    Stored in checkpoints so that ``eval`` rebuilds exactly the same held-out pairs.
+    """
+
+    task: str | None = "dates"
+    path: str | None = None
+    n_train: int = 200_000  # generated tasks only
+    n_test: int = 2_000  # generated tasks only
+    seed: int = 0
+    valid_fraction: float = 0.1  # TSV only: share of sources held out
+
+    def __post_init__(self) -> None:
+        if (self.task is None) == (self.path is None):
+            raise UserError("give either a task or a TSV data file, not both")
+        if self.task is not None and self.task not in TASKS:
+            raise UserError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
+        if self.n_train < 1 or self.n_test < 1:
+            raise UserError("n_train and n_test must be >= 1")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise UserError(f"valid fraction must be in (0, 1), got {self.valid_fraction}")
+
+    def load(self) -> tuple[list[Pair], list[Pair]]:
+        """-> (training pairs, held-out pairs)."""
+        if self.task is not None:
+            return TASKS[self.task](n_train=self.n_train, n_test=self.n_test, seed=self.seed)
+        train, held = split_pairs(read_tsv(self.path), self.valid_fraction)
+        if not train or not held:
+            raise UserError(f"{self.path}: too few pairs to hold out {self.valid_fraction:.0%}")
+        return train, held
+
+    def describe(self) -> str:
+        return f"task {self.task}" if self.task else f"{self.path}"

@@ -1,0 +1,260 @@
+"""Recurrent networks written from their equations: Elman RNN, LSTM and GRU.
+
+One set of weights, two execution paths. :class:`Recurrent` holds a ``torch.nn.RNN``/``LSTM``/
+``GRU`` module purely as the owner of the parameters (``weight_ih_l{k}``, ``weight_hh_l{k}``,
+``bias_ih_l{k}``, ``bias_hh_l{k}``, the exact layout PyTorch uses, so weights copy 1:1), and
+
+* ``fast=False`` runs the cells below, one time step at a time, in plain tensor code;
+* ``fast=True`` calls the torch module (its fused C++ kernel) on the same parameters.
+
+The tests check that both paths agree to 1e-5. The cell equations, for input ``x`` and previous
+hidden state ``h`` (``W_i*`` act on ``x``, ``W_h*`` on ``h``, each with its own bias):
+
+* RNN:  ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)``
+* LSTM: ``i, f, g, o = split(W_ih x + b_ih + W_hh h + b_hh)`` (in that order),
+  ``c' = sigmoid(f) * c + sigmoid(i) * tanh(g)``, ``h' = sigmoid(o) * tanh(c')``
+* GRU:  ``r, z = sigmoid(split(W_i[rz] x + b_i[rz] + W_h[rz] h + b_h[rz]))``,
+  ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``
+
+:class:`RecurrentLM` puts an embedding in front and a linear head behind: a character-level
+language model with a hidden state that sampling carries forward in a :class:`RecurrentState`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CELLS = ("rnn", "lstm", "gru")
+
+# h for rnn/gru, (h, c) for lstm; each of shape [num_layers, batch, hidden] like torch.
+HiddenState = Tensor | tuple[Tensor, Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells: one time step. `xw` is the input projection W_ih x + b_ih, precomputed for all steps.
+# ---------------------------------------------------------------------------------------------
+
+
+def rnn_cell(xw: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor) -> Tensor:
+    """Elman step: ``h' = tanh(xw + W_hh h + b_hh)``. Shapes: xw, h [B, H]."""
+    return torch.tanh(xw + F.linear(h, w_hh, b_hh))
+
+
+def lstm_cell(
+    xw: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor
+) -> tuple[Tensor, Tensor]:
+    """LSTM step with fused gates in PyTorch's order i, f, g, o. xw: [B, 4H]; h, c: [B, H]."""
+    gates = xw + F.linear(h, w_hh, b_hh)  # [B, 4H]
+    i, f, g, o = gates.chunk(4, dim=-1)  # 4 x [B, H]
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h = torch.sigmoid(o) * torch.tanh(c)
+    return h, c
+
+
+def gru_cell(xw: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor) -> Tensor:
+    """GRU step in PyTorch's order r, z, n. xw: [B, 3H]; h: [B, H].
+
+    Note the reset gate multiplies ``W_hn h + b_hn`` (bias included), as in PyTorch/cuDNN.
+    """
+    hw = F.linear(h, w_hh, b_hh)  # [B, 3H]
+    x_r, x_z, x_n = xw.chunk(3, dim=-1)
+    h_r, h_z, h_n = hw.chunk(3, dim=-1)
+    r = torch.sigmoid(x_r + h_r)
+    z = torch.sigmoid(x_z + h_z)
+    n = torch.tanh(x_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
+_TORCH_MODULES = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+
+
+class Recurrent(nn.Module):
+    """A stack of ``num_layers`` recurrent layers, batch first, dropout between layers.
+
+    ``forward(x [B, T, input_size], state=None) -> (out [B, T, hidden], state)`` where ``state`` is
+    ``h`` (rnn/gru) or ``(h, c)`` (lstm), each ``[num_layers, B, hidden]``; pass the returned state
+    back in to continue a sequence across calls.
+    """
+
+    def __init__(
+        self,
+        cell: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        fast: bool = True,
+    ):
+        super().__init__()
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
+        self.cell = cell
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.fast = fast
+        # The torch module owns the parameters; `fast=False` reads them in `_scratch_forward`.
+        self.core = _TORCH_MODULES[cell](
+            input_size, hidden_size, num_layers, batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+
+    def init_forget_bias(self, value: float = 1.0) -> None:
+        """LSTM only: start every forget gate at ``sigmoid(value)`` (``b_if = value``, ``b_hf = 0``)
+        so the cell keeps its memory by default early in training (Jozefowicz et al., 2015)."""
+        if self.cell != "lstm":
+            raise ValueError("forget-gate bias only exists in an LSTM")
+        h = self.hidden_size
+        with torch.no_grad():
+            for k in range(self.num_layers):
+                _, _, b_ih, b_hh = self.layer_weights(k)
+                b_ih[h : 2 * h] = value  # gate order i, f, g, o: f is the second block
+                b_hh[h : 2 * h] = 0.0
+
+    def layer_weights(self, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(weight_ih, weight_hh, bias_ih, bias_hh) of layer ``k``."""
+        core = self.core
+        return (getattr(core, f"weight_ih_l{k}"), getattr(core, f"weight_hh_l{k}"),
+                getattr(core, f"bias_ih_l{k}"), getattr(core, f"bias_hh_l{k}"))
+
+    def zero_state(self, batch_size: int, device: Any = None, dtype: Any = None) -> HiddenState:
+        """The all-zeros initial state for ``batch_size`` sequences."""
+        p = self.core.weight_hh_l0
+        h = torch.zeros(self.num_layers, batch_size, self.hidden_size,
+                        device=device or p.device, dtype=dtype or p.dtype)
+        return (h, h.clone()) if self.cell == "lstm" else h
+
+    def forward(self, x: Tensor, state: HiddenState | None = None) -> tuple[Tensor, HiddenState]:
+        if state is None:
+            state = self.zero_state(x.size(0), x.device, x.dtype)
+        if self.fast:
+            return self.core(x, state)
+        return self._scratch_forward(x, state)
+
+    def _scratch_forward(self, x: Tensor, state: HiddenState) -> tuple[Tensor, HiddenState]:
+        if self.cell == "lstm":
+            h0, c0 = state
+        else:
+            h0, c0 = state, None
+        final_h, final_c = [], []
+        layer_in = x  # [B, T, D]
+        for k in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = self.layer_weights(k)
+            # The input projection does not depend on h: do it for all T steps in one matmul.
+            xw = F.linear(layer_in, w_ih, b_ih)  # [B, T, G*H], G = 1 (rnn), 4 (lstm), 3 (gru)
+            h = h0[k]  # [B, H]
+            c = c0[k] if c0 is not None else None
+            outs = []
+            for t in range(x.size(1)):
+                if self.cell == "lstm":
+                    h, c = lstm_cell(xw[:, t], h, c, w_hh, b_hh)
+                elif self.cell == "gru":
+                    h = gru_cell(xw[:, t], h, w_hh, b_hh)
+                else:
+                    h = rnn_cell(xw[:, t], h, w_hh, b_hh)
+                outs.append(h)
+            final_h.append(h)
+            final_c.append(c)
+            layer_in = torch.stack(outs, dim=1)  # [B, T, H]
+            if k < self.num_layers - 1 and self.dropout > 0:
+                layer_in = F.dropout(layer_in, self.dropout, self.training)
+        h_n = torch.stack(final_h)  # [L, B, H]
+        if self.cell == "lstm":
+            return layer_in, (h_n, torch.stack(final_c))
+        return layer_in, h_n
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent language model
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecurrentConfig:
+    """Shape of a :class:`RecurrentLM`. The embedding width equals ``hidden``."""
+
+    vocab_size: int
+    cell: str = "lstm"
+    n_layer: int = 2
+    hidden: int = 256
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {self.cell!r}")
+        if self.n_layer < 1:
+            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
+        if self.hidden < 1:
+            raise ValueError(f"hidden must be >= 1, got {self.hidden}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {self.vocab_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RecurrentState:
+    """The hidden state a :class:`RecurrentLM` carries between calls, updated in place.
+
+    ``h`` (and ``c`` for the LSTM) have shape ``[n_layer, batch, hidden]``.
+    """
+
+    h: Tensor
+    c: Tensor | None = None
+
+    def as_hidden(self) -> HiddenState:
+        return (self.h, self.c) if self.c is not None else self.h
+
+    def update(self, hidden: HiddenState) -> None:
+        if isinstance(hidden, tuple):
+            self.h, self.c = hidden
+        else:
+            self.h = hidden
+
+    def detach(self) -> None:
+        """Cut the autograd history (truncated backpropagation through time between batches)."""
+        self.h = self.h.detach()
+        if self.c is not None:
+            self.c = self.c.detach()
+
+
+class RecurrentLM(nn.Module):
+    """Embedding -> stacked RNN/LSTM/GRU -> linear head over the vocabulary.
+
+    ``forward(idx [B, T], state=None) -> logits [B, T, vocab]``. Without ``state`` every call
+    starts from zeros; with a :class:`RecurrentState` the call starts from it and leaves the final
+    hidden state in it, so generation feeds one new token per call instead of the whole prompt.
+    """
+
+    def __init__(self, config: RecurrentConfig, fast: bool = True):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.hidden)
+        self.drop = nn.Dropout(config.dropout)
+        self.rnn = Recurrent(config.cell, config.hidden, config.hidden, config.n_layer,
+                             config.dropout, fast=fast)
+        self.head = nn.Linear(config.hidden, config.vocab_size)
+
+    def new_state(self, batch_size: int) -> RecurrentState:
+        """Zero hidden state for ``batch_size`` sequences, on the model's device and dtype."""
+        hidden = self.rnn.zero_state(batch_size)
+        return RecurrentState(*hidden) if isinstance(hidden, tuple) else RecurrentState(hidden)
+
+    def forward(self, idx: Tensor, state: RecurrentState | None = None) -> Tensor:
+        x = self.drop(self.embed(idx))  # [B, T, hidden]
+        out, hidden = self.rnn(x, state.as_hidden() if state is not None else None)
+        if state is not None:
+            state.update(hidden)
+        return self.head(self.drop(out))  # [B, T, vocab]
+
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -1,0 +1,472 @@
+"""Encoder-decoder models: LSTM with Bahdanau attention, plain LSTM, and Transformer.
+
+All three share one interface (:class:`Seq2Seq`):
+
+* ``forward(src [B, S], src_lengths [B], tgt_in [B, T]) -> logits [B, T, V]``: teacher forcing,
+  ``tgt_in`` is ``<bos> y_1 .. y_{T-1}`` and the loss compares against ``y_1 .. y_{T-1} <eos>``;
+* ``greedy_decode(src, src_lengths, max_len)`` and
+  ``beam_decode(src, src_lengths, beam, max_len, length_penalty)``, which return, per example,
+  the generated ids (ending with ``<eos>`` unless ``max_len`` was hit) and the cross-attention
+  weights ``[generated, source length]`` for the alignment heatmap.
+
+Sources are right-padded with ``<pad>``; ``src_lengths`` counts the real tokens. A model decodes
+through ``start`` (encode once) and ``step`` (one target token for every row), and the two search
+routines here only ever call those, so they work for every architecture.
+
+The ``lstm`` architecture is the attention LSTM with attention switched off: the decoder sees the
+final encoder state only (Sutskever et al. / Cho et al.), the fixed-size bottleneck that attention
+(Bahdanau et al., 2015) removes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from scratchgpt.data.translation import BOS_ID, EOS_ID, PAD_ID
+from scratchgpt.models.attention import MultiHeadAttention
+from scratchgpt.models.rnn import Recurrent
+
+ARCHS = ("transformer", "lstm-attention", "lstm")
+
+# Per-row decoding state: every tensor has the batch (or batch*beam) rows on dim 0.
+DecodeState = dict[str, Tensor]
+
+
+@dataclass
+class Seq2SeqConfig:
+    """Shape of a seq2seq model. ``d_model`` is the embedding and hidden width of every arch."""
+
+    arch: str
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 128
+    n_layer: int = 2  # encoder layers and decoder layers, each
+    n_head: int = 4  # transformer only
+    d_ff: int = 512  # transformer only
+    dropout: float = 0.1
+    bidirectional: bool = True  # lstm encoders only
+    max_positions: int = 512  # transformer: longest sequence the position table covers
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        for name in ("src_vocab", "tgt_vocab", "d_model", "n_layer", "n_head", "d_ff",
+                     "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.arch == "transformer" and self.d_model % self.n_head:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Default sizes per architecture, tuned on the dates task on a 2-core CPU (docs/bench_seq2seq.md).
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformer": {"d_model": 64, "n_layer": 2, "n_head": 4, "d_ff": 256, "dropout": 0.0},
+    "lstm-attention": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
+    "lstm": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
+}
+
+
+def default_config(arch: str, src_vocab: int, tgt_vocab: int, **overrides: Any) -> Seq2SeqConfig:
+    """``ARCH_DEFAULTS[arch]`` with ``overrides`` (those that are not None) applied."""
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    fields = {**ARCH_DEFAULTS[arch], **{k: v for k, v in overrides.items() if v is not None}}
+    return Seq2SeqConfig(arch=arch, src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
+
+
+def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """``[B, max_len]`` bool, True at padding positions (``j >= lengths[b]``)."""
+    return torch.arange(max_len, device=lengths.device)[None, :] >= lengths[:, None]
+
+
+def build_seq2seq(config: Seq2SeqConfig) -> Seq2Seq:
+    """The model for ``config.arch``."""
+    if config.arch == "transformer":
+        return TransformerSeq2Seq(config)
+    return LSTMSeq2Seq(config)
+
+
+class Seq2Seq(nn.Module):
+    """Common decoding code; subclasses implement ``forward``, ``start`` and ``step``."""
+
+    config: Seq2SeqConfig
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def start(self, src: Tensor, src_lengths: Tensor) -> DecodeState:
+        """Encode the sources; the returned state is ready for the first ``step``."""
+        raise NotImplementedError
+
+    def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
+        """Feed the previous token ``prev [N]``; returns ``(log_probs [N, V], attn [N, S])`` and
+        updates ``state`` in place."""
+        raise NotImplementedError
+
+    @staticmethod
+    def reorder(state: DecodeState, rows: Tensor) -> None:
+        """Keep/duplicate rows of the state (beam search): row ``i`` becomes old row ``rows[i]``."""
+        for k, v in state.items():
+            state[k] = v.index_select(0, rows)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    @torch.no_grad()
+    def greedy_decode(
+        self, src: Tensor, src_lengths: Tensor, max_len: int
+    ) -> tuple[list[list[int]], list[Tensor]]:
+        """Most likely token at each step, until ``<eos>`` or ``max_len`` tokens."""
+        n = src.size(0)
+        state = self.start(src, src_lengths)
+        prev = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
+        done = torch.zeros(n, dtype=torch.bool, device=src.device)
+        tokens, attns = [], []
+        for _ in range(max_len):
+            logp, attn = self.step(state, prev)
+            prev = logp.argmax(dim=-1)
+            tokens.append(prev)
+            attns.append(attn)
+            done |= prev == EOS_ID
+            if done.all():
+                break
+        tok = torch.stack(tokens, dim=1).tolist()  # [N, T]
+        att = torch.stack(attns, dim=1).float().cpu()  # [N, T, S]
+        out_tokens, out_attn = [], []
+        for i in range(n):
+            ids = tok[i]
+            end = ids.index(EOS_ID) + 1 if EOS_ID in ids else len(ids)
+            out_tokens.append(ids[:end])
+            out_attn.append(att[i, :end, : int(src_lengths[i])])
+        return out_tokens, out_attn
+
+    @torch.no_grad()
+    def beam_decode(
+        self, src: Tensor, src_lengths: Tensor, beam: int, max_len: int,
+        length_penalty: float = 1.0,
+    ) -> tuple[list[list[int]], list[Tensor]]:
+        """Beam search. A hypothesis ends at ``<eos>``; hypotheses are ranked by
+        ``sum log p / length ** length_penalty`` (0 = raw sum, 1 = mean per token).
+
+        Each step takes the best ``2 * beam`` continuations of the live beams: an ``<eos>`` among
+        the top ``beam`` closes a hypothesis, the best ``beam`` others stay live. An example
+        stops after ``beam`` closed hypotheses. With ``beam=1`` this is exactly greedy search.
+        """
+        if beam < 1:
+            raise ValueError("beam must be >= 1")
+        b, k, dev = src.size(0), beam, src.device
+        state = self.start(src, src_lengths)
+        self.reorder(state, torch.arange(b, device=dev).repeat_interleave(k))  # B*K rows
+        scores = torch.full((b, k), float("-inf"), device=dev)
+        scores[:, 0] = 0.0  # all K rows start identical: keep one alive to avoid duplicates
+        prev = torch.full((b * k,), BOS_ID, dtype=torch.long, device=dev)
+        hist_tok = torch.zeros(b * k, 0, dtype=torch.long, device=dev)
+        hist_att = torch.zeros(b * k, 0, src.size(1), device=dev)
+        finished: list[list[tuple[float, Tensor, Tensor]]] = [[] for _ in range(b)]
+
+        for t in range(max_len):
+            logp, attn = self.step(state, prev)  # [B*K, V], [B*K, S]
+            v = logp.size(-1)
+            cand = (scores.view(-1, 1) + logp.float()).view(b, k * v)  # [B, K*V]
+            top_s, top_i = cand.topk(min(2 * k, k * v), dim=1)
+            top_row, top_tok = top_i // v, top_i % v  # which live beam, which token
+            new_scores = torch.full((b, k), float("-inf"), device=dev)
+            rows = torch.arange(b * k, device=dev)  # dead slots keep any valid row
+            new_tok = torch.full((b, k), PAD_ID, dtype=torch.long, device=dev)
+            for i in range(b):
+                if len(finished[i]) >= k:
+                    continue
+                live = 0
+                for j in range(top_s.size(1)):
+                    s = float(top_s[i, j])
+                    if s == float("-inf") or live == k:
+                        break
+                    r = i * k + int(top_row[i, j])
+                    tok = int(top_tok[i, j])
+                    if tok == EOS_ID:
+                        if j < k:
+                            seq = torch.cat([hist_tok[r], top_tok[i, j : j + 1]])
+                            att = torch.cat([hist_att[r], attn[r : r + 1].float()])
+                            finished[i].append((s / (t + 1) ** length_penalty, seq, att))
+                        continue
+                    new_scores[i, live] = s
+                    rows[i * k + live] = r
+                    new_tok[i, live] = tok
+                    live += 1
+            self.reorder(state, rows)
+            hist_tok = torch.cat([hist_tok[rows], new_tok.view(-1, 1)], dim=1)
+            hist_att = torch.cat([hist_att[rows], attn[rows].float().unsqueeze(1)], dim=1)
+            scores, prev = new_scores, new_tok.view(-1)
+            if all(len(f) >= k for f in finished) or bool((scores == float("-inf")).all()):
+                break
+
+        out_tokens, out_attn = [], []
+        length = hist_tok.size(1)
+        for i in range(b):
+            hyps = list(finished[i])
+            if len(hyps) < k:  # ran out of steps: live beams compete as they are
+                for j in range(k):
+                    s = float(scores[i, j])
+                    if s > float("-inf"):
+                        r = i * k + j
+                        hyps.append((s / max(length, 1) ** length_penalty, hist_tok[r],
+                                     hist_att[r]))
+            _, seq, att = max(hyps, key=lambda h: h[0])
+            out_tokens.append(seq.tolist())
+            out_attn.append(att[:, : int(src_lengths[i])].cpu())
+        return out_tokens, out_attn
+
+
+# ---------------------------------------------------------------------------------------------
+# LSTM encoder-decoder, with or without Bahdanau attention
+# ---------------------------------------------------------------------------------------------
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau attention: ``score(s, h_j) = v^T tanh(W_q s + W_k h_j)``, softmax over the
+    source positions that are not padding."""
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.w_q = nn.Linear(query_dim, attn_dim, bias=False)
+        self.w_k = nn.Linear(key_dim, attn_dim)
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """``W_k h_j`` for all source positions; computed once per source. [B, S, A]"""
+        return self.w_k(keys)
+
+    def forward(
+        self, query: Tensor, projected_keys: Tensor, values: Tensor, pad: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """query [B, Q], projected_keys [B, S, A], values [B, S, D], pad [B, S] ->
+        (context [B, D], weights [B, S])."""
+        e = self.v(torch.tanh(self.w_q(query).unsqueeze(1) + projected_keys)).squeeze(-1)  # [B,S]
+        alpha = e.masked_fill(pad, float("-inf")).softmax(dim=-1)
+        context = (alpha.unsqueeze(-1) * values).sum(dim=1)  # [B, D]
+        return context, alpha
+
+
+class LSTMSeq2Seq(Seq2Seq):
+    """LSTM encoder (optionally bidirectional) -> LSTM decoder.
+
+    At step ``t`` the decoder reads ``[embed(y_{t-1}); c_t]`` where the context ``c_t`` is the
+    attention-weighted sum of encoder outputs, queried with the previous top decoder state
+    (``lstm-attention``), or always the final encoder output (``lstm``). The output layer reads
+    ``[s_t; c_t; embed(y_{t-1})]`` through a tanh layer.
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = config
+        d, dirs = config.d_model, 2 if config.bidirectional else 1
+        self.use_attention = config.arch == "lstm-attention"
+        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=PAD_ID)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=PAD_ID)
+        self.drop = nn.Dropout(config.dropout)
+        # The encoder runs torch's fused LSTM on packed sequences so that padding never enters
+        # the recurrence (the cells themselves are written out in scratchgpt.models.rnn).
+        self.encoder = nn.LSTM(d, d, config.n_layer, batch_first=True,
+                               bidirectional=config.bidirectional,
+                               dropout=config.dropout if config.n_layer > 1 else 0.0)
+        self.bridge_h = nn.Linear(d * dirs, d)  # final encoder state -> initial decoder state
+        self.bridge_c = nn.Linear(d * dirs, d)
+        ctx = d * dirs
+        self.attention = AdditiveAttention(d, ctx, d) if self.use_attention else None
+        self.decoder = Recurrent("lstm", d + ctx, d, config.n_layer, config.dropout, fast=True)
+        self.readout = nn.Linear(d + ctx + d, d)
+        self.head = nn.Linear(d, config.tgt_vocab)
+
+    def start(self, src: Tensor, src_lengths: Tensor) -> DecodeState:
+        b, s = src.shape
+        x = self.drop(self.src_embed(src))  # [B, S, d]
+        packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        out, (h_n, c_n) = self.encoder(packed)
+        enc, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=s)
+        # enc: [B, S, dirs*d]; zeros at padding
+        layers, dirs = self.config.n_layer, 2 if self.config.bidirectional else 1
+        # [L*dirs, B, d] -> [L, dirs, B, d] -> [L, B, dirs, d] -> [L, B, dirs*d]
+        h_n = h_n.view(layers, dirs, b, -1).transpose(1, 2).reshape(layers, b, -1)
+        c_n = c_n.view(layers, dirs, b, -1).transpose(1, 2).reshape(layers, b, -1)
+        h0 = torch.tanh(self.bridge_h(h_n))  # [L, B, d]
+        c0 = self.bridge_c(c_n)
+        state = {
+            "h": h0.transpose(0, 1),  # batch first for reorder: [B, L, d]
+            "c": c0.transpose(0, 1),
+            "enc": enc,
+            "pad": padding_mask(src_lengths.to(src.device), s),
+            "summary": h_n[-1],  # top layer, both directions: [B, dirs*d]
+        }
+        if self.attention is not None:
+            state["keys"] = self.attention.project_keys(enc)  # [B, S, d]
+        return state
+
+    def _decode(self, state: DecodeState, emb: Tensor) -> tuple[Tensor, Tensor]:
+        """One decoder step for embedded tokens ``emb [N, d]`` -> (pre-logits [N, d], attn)."""
+        h, c = state["h"].transpose(0, 1), state["c"].transpose(0, 1)  # [L, N, d]
+        if self.attention is not None:
+            context, alpha = self.attention(h[-1], state["keys"], state["enc"], state["pad"])
+        else:
+            context = state["summary"]
+            # The plain model attends nowhere; report the final source position for plots.
+            last = (~state["pad"]).sum(dim=1) - 1
+            alpha = F.one_hot(last, state["pad"].size(1)).to(context.dtype)
+        inp = torch.cat([emb, context], dim=-1).unsqueeze(1)  # [N, 1, d + ctx]
+        out, (h, c) = self.decoder(inp, (h.contiguous(), c.contiguous()))
+        state["h"], state["c"] = h.transpose(0, 1), c.transpose(0, 1)
+        s_t = out.squeeze(1)  # [N, d]
+        pre = torch.tanh(self.readout(torch.cat([s_t, context, emb], dim=-1)))
+        return self.drop(pre), alpha
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        state = self.start(src, src_lengths)
+        emb = self.drop(self.tgt_embed(tgt_in))  # [B, T, d]
+        pres = [self._decode(state, emb[:, t])[0] for t in range(tgt_in.size(1))]
+        return self.head(torch.stack(pres, dim=1))  # [B, T, V]
+
+    def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
+        pre, alpha = self._decode(state, self.drop(self.tgt_embed(prev)))
+        return self.head(pre).log_softmax(dim=-1), alpha
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer encoder-decoder (pre-norm)
+# ---------------------------------------------------------------------------------------------
+
+
+def sinusoidal_positions(n: int, d: int) -> Tensor:
+    """``[n, d]``: ``PE[p, 2i] = sin(p / 10000^(2i/d))``, ``PE[p, 2i+1] = cos(...)``."""
+    pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)  # [n, 1]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)[:, : d // 2]
+    return pe
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d: int, d_ff: int, dropout: float):
+        super().__init__(nn.Linear(d, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d))
+
+
+class EncoderLayer(nn.Module):
+    """``x + SelfAttn(LN(x))`` then ``x + FFN(LN(x))``."""
+
+    def __init__(self, c: Seq2SeqConfig):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
+        self.attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(self, x: Tensor, pad: Tensor) -> Tensor:
+        h = self.ln1(x)
+        x = x + self.drop(self.attn(h, h, h, key_padding_mask=pad)[0])
+        return x + self.drop(self.ffn(self.ln2(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward; each pre-norm."""
+
+    def __init__(self, c: Seq2SeqConfig):
+        super().__init__()
+        self.ln1, self.ln2, self.ln3 = (nn.LayerNorm(c.d_model) for _ in range(3))
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(
+        self, y: Tensor, memory: Tensor, src_pad: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        h = self.ln1(y)
+        y = y + self.drop(self.self_attn(h, h, h, causal=True)[0])
+        ctx, w = self.cross_attn(self.ln2(y), memory, memory, key_padding_mask=src_pad,
+                                 need_weights=need_weights, average_weights=False)
+        y = y + self.drop(ctx)
+        return y + self.drop(self.ffn(self.ln3(y))), w  # w: [B, heads, T, S] or None
+
+
+class TransformerSeq2Seq(Seq2Seq):
+    """Vaswani et al. (2017) with pre-norm layers and sinusoidal positions.
+
+    ``attn_layer``/``attn_head`` choose which cross-attention ``step`` reports (default: the last
+    layer, averaged over heads).
+    """
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=PAD_ID)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=PAD_ID)
+        # Embeddings start at std d^-1/2 so that, scaled by sqrt(d) in `_embed`, they are about
+        # as large as the positions (entries in [-1, 1]); at std 1 they would drown them.
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, std=d**-0.5)
+            table.weight.data[PAD_ID].zero_()
+        self.register_buffer("pos", sinusoidal_positions(config.max_positions, d),
+                             persistent=False)
+        self.drop = nn.Dropout(config.dropout)
+        self.enc_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
+        self.dec_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
+        self.enc_norm, self.dec_norm = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.head = nn.Linear(d, config.tgt_vocab)
+        self.attn_layer: int = -1
+        self.attn_head: int | None = None
+
+    def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
+        t = ids.size(1)
+        if t > self.config.max_positions:
+            raise ValueError(f"sequence of {t} tokens exceeds max_positions "
+                             f"{self.config.max_positions}")
+        return self.drop(table(ids) * math.sqrt(self.config.d_model) + self.pos[:t])
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """-> (memory [B, S, d], pad [B, S])."""
+        pad = padding_mask(src_lengths.to(src.device), src.size(1))
+        x = self._embed(self.src_embed, src)
+        for layer in self.enc_layers:
+            x = layer(x, pad)
+        return self.enc_norm(x), pad
+
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, pad: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """-> (logits [B, T, V], per-layer cross-attention [B, heads, T, S] or None)."""
+        y = self._embed(self.tgt_embed, tgt_in)
+        weights = []
+        for layer in self.dec_layers:
+            y, w = layer(y, memory, pad, need_weights)
+            weights.append(w)
+        return self.head(self.dec_norm(y)), weights
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
+        memory, pad = self.encode(src, src_lengths)
+        return self.decode(tgt_in, memory, pad)[0]
+
+    def start(self, src: Tensor, src_lengths: Tensor) -> DecodeState:
+        memory, pad = self.encode(src, src_lengths)
+        bos = torch.full((src.size(0), 0), BOS_ID, dtype=torch.long, device=src.device)
+        return {"memory": memory, "pad": pad, "tokens": bos}
+
+    def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
+        # Re-run the decoder over the whole prefix (simple; targets here are short).
+        state["tokens"] = torch.cat([state["tokens"], prev.unsqueeze(1)], dim=1)  # [N, t]
+        logits, weights = self.decode(state["tokens"], state["memory"], state["pad"],
+                                      need_weights=True)
+        w = weights[self.attn_layer][:, :, -1]  # [N, heads, S] for the newest position
+        w = w.mean(dim=1) if self.attn_head is None else w[:, self.attn_head]
+        return logits[:, -1].float().log_softmax(dim=-1), w

@@ -1,0 +1,125 @@
+"""Parallel text: TSV parsing errors with file:line, tokenizer policy, the dates task."""
+
+import datetime as dt
+
+import pytest
+
+from scratchgpt.data.translation import (
+    BOS_ID,
+    EOS_ID,
+    UNK_ID,
+    DataSpec,
+    Seq2SeqTokenizer,
+    dates_pairs,
+    dates_task,
+    is_held_out_date,
+    number_words,
+    numbers_task,
+    read_tsv,
+    split_pairs,
+)
+from scratchgpt.errors import UserError
+
+
+def test_read_tsv(tmp_path):
+    f = tmp_path / "p.tsv"
+    f.write_text("hello\tbonjour\ncat\tchat\n", encoding="utf-8")
+    assert read_tsv(f) == [("hello", "bonjour"), ("cat", "chat")]
+
+
+@pytest.mark.parametrize("text,line,what", [
+    ("a\tb\n\nc\td\n", 2, "empty line"),
+    ("a\tb\nno tab here\n", 2, "exactly one TAB"),
+    ("a\tb\tc\n", 1, "exactly one TAB"),
+    ("a\tb\n\tx\n", 2, "empty source"),
+    ("a\tb\nc\td\ne\t\n", 3, "empty target"),
+])
+def test_read_tsv_reports_file_and_line(tmp_path, text, line, what):
+    f = tmp_path / "bad.tsv"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=rf"bad\.tsv:{line}: .*{what}"):
+        read_tsv(f)
+
+
+def test_read_tsv_missing_file(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        read_tsv(tmp_path / "nope.tsv")
+
+
+def test_tokenizer_specials_unknowns_and_roundtrip():
+    tok = Seq2SeqTokenizer.train(["abc", "cab"])
+    assert tok.vocab_size == 4 + 3
+    ids = tok.encode("abz")
+    assert ids[2] == UNK_ID
+    assert tok.decode(tok.encode("cab")) == "cab"
+    assert tok.decode([BOS_ID, *tok.encode("ab"), EOS_ID, *tok.encode("c")]) == "ab"
+    assert tok.decode(ids) == "ab<unk>"
+    with pytest.raises(UserError, match="'z'"):
+        tok.encode("abz", unknown="error")
+    again = Seq2SeqTokenizer.from_dict(tok.to_dict())
+    assert again.encode("cab") == tok.encode("cab")
+
+
+def test_dates_are_correct_and_deterministic():
+    a = dates_pairs(300, seed=1, held_out=False)
+    assert a == dates_pairs(300, seed=1, held_out=False)
+    assert a != dates_pairs(300, seed=2, held_out=False)
+    formats_seen = set()
+    for src, iso in a:
+        d = dt.date.fromisoformat(iso)
+        assert not is_held_out_date(d)
+        formats_seen.add(src.replace(str(d.year), "Y"))
+        # Whatever the form, the day number and either month name or number are in the source.
+        low = src.lower()
+        assert str(d.day) in src
+        month = ("january february march april may june july august september october november "
+                 "december").split()[d.month - 1]
+        assert month[:3] in low or f"{d.month}" in src
+    assert len(formats_seen) > 50
+
+
+def test_specific_date_forms():
+    pairs = dates_pairs(3000, seed=0, held_out=False)
+    by_target: dict[str, list[str]] = {}
+    for s, t in pairs:
+        by_target.setdefault(t, []).append(s)
+    # Every form of a date maps to one ISO string; spot-check a weekday form.
+    for t, sources in by_target.items():
+        d = dt.date.fromisoformat(t)
+        for s in sources:
+            if s.lower().startswith(("mon", "tue", "wed", "thu", "fri", "sat", "sun")):
+                assert s.lower().startswith(d.strftime("%A").lower()[:3])
+
+
+def test_held_out_dates_are_disjoint_from_training():
+    train, test = dates_task(n_train=5000, n_test=500, seed=0)
+    assert not {t for _, t in train} & {t for _, t in test}
+    assert all(is_held_out_date(dt.date.fromisoformat(t)) for _, t in test)
+    # The held-out set does not depend on the seed's training draw: same split rule.
+    _, test2 = dates_task(n_train=10, n_test=500, seed=0)
+    assert test2 == test
+
+
+def test_number_words():
+    assert number_words(0) == "zero"
+    assert number_words(21) == "twenty-one"
+    assert number_words(305) == "three hundred and five"
+    assert number_words(12_040) == "twelve thousand and forty"
+    assert number_words(999_999) == ("nine hundred and ninety-nine thousand "
+                                     "nine hundred and ninety-nine")
+    train, test = numbers_task(200, 50)
+    assert not {t for _, t in train} & {t for _, t in test}
+
+
+def test_split_and_spec(tmp_path):
+    pairs = [(f"s{i}", f"t{i}") for i in range(200)]
+    train, held = split_pairs(pairs, 0.2)
+    assert len(train) + len(held) == 200 and 20 < len(held) < 60
+    assert not {s for s, _ in train} & {s for s, _ in held}
+    with pytest.raises(UserError):
+        DataSpec(task="dates", path="x.tsv")
+    with pytest.raises(UserError):
+        DataSpec(task="poems")
+    f = tmp_path / "d.tsv"
+    f.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    assert DataSpec(task=None, path=str(f), valid_fraction=0.2).load() == (train, held)
