@@ -62,8 +62,12 @@ class KVCache:
 
     ``k[l]``/``v[l]`` have shape (B, n_head, max_len, head_dim). Slots ``0 .. pos-1`` are filled.
     ``rollback(n)`` forgets everything from slot ``n`` on (used by speculative decoding).
-    ``key_mask`` (B, max_len), if set, marks slots that hold real tokens (False = left padding);
-    ``pos_offset`` (B,) is subtracted from slot numbers to give each row's position ids.
+
+    Prompts of different lengths share one cache by left padding (see :meth:`left_pad`): every
+    row's newest token then sits in the same slot, so one decode step serves all rows.
+    ``key_mask`` (B, max_len), if set, marks slots that hold real tokens (False = padding);
+    ``pos_offset`` (B,) is subtracted from slot numbers to give each row's position ids, so a
+    row's first real token has position 0 exactly as if it were alone.
     """
 
     def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int,
@@ -85,6 +89,24 @@ class KVCache:
         if not 0 <= pos <= self.pos:
             raise ValueError(f"cannot roll back to {pos}: cache holds {self.pos} positions")
         self.pos = pos
+
+    def left_pad(self, n_pad: Tensor | None) -> None:
+        """Row ``b`` starts with ``n_pad[b]`` padding slots (n_pad: (B,) int, or None = none).
+
+        Call it on an empty cache, before the prefill of the padded prompts."""
+        if n_pad is None or not bool(n_pad.any()):
+            self.key_mask = self.pos_offset = None
+            return
+        n_pad = n_pad.to(self.k.device)
+        slots = torch.arange(self.max_len, device=self.k.device)  # (max_len,)
+        self.key_mask = slots[None, :] >= n_pad[:, None]  # (B, max_len)
+        self.pos_offset = n_pad
+
+    def select_rows(self, rows: Tensor) -> None:
+        """Keep only the batch rows ``rows`` (1-D indices), e.g. when some sequences finish."""
+        self.k, self.v = self.k[:, rows], self.v[:, rows]
+        if self.key_mask is not None:
+            self.key_mask, self.pos_offset = self.key_mask[rows], self.pos_offset[rows]
 
 
 def sinusoidal_positions(n_pos: int, dim: int) -> Tensor:
@@ -258,14 +280,16 @@ class GPT(nn.Module):
         if cache is None or (cache.pos == 0 and cache.key_mask is None):
             return None
         end = cache.pos + T
-        if T == 1 and cache.key_mask is None:
-            return None  # one new token sees every cached slot
+        if T == 1:  # one new token sees every cached slot, except padding: a view, no copy
+            return None if cache.key_mask is None else cache.key_mask[:, None, None, :end]
         q_slot = torch.arange(cache.pos, end, device=device)[:, None]  # (T, 1)
         k_slot = torch.arange(end, device=device)[None, :]  # (1, end)
         mask = (k_slot <= q_slot)[None, None]  # (1, 1, T, end)
         if cache.key_mask is not None:
-            mask = mask & cache.key_mask[:, None, None, :end]  # (B, 1, T, end)
-        return mask
+            # Nobody attends to padding. A padding query attends to itself alone, so its softmax
+            # row is not empty (an all-masked row gives NaN, which would leak into the cache).
+            mask = mask & (cache.key_mask[:, None, None, :end] | (k_slot == q_slot))
+        return mask  # (B, 1, T, end)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
         """idx: (B, T) token ids -> logits (B, T, vocab_size).
