@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "train",
     "sample",
     "eval",
+    "convert",
     "bench",
 )
 

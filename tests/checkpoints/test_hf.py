@@ -137,3 +137,23 @@ def test_only_gpt_models_export(tmp_path):
                           pos_encoding="sinusoidal"))
     with pytest.raises(UserError, match="pos_encoding"):
         save_hf(sinus, tmp_path / "y")
+
+
+def test_gpt2_bpe_tokenizer_is_exported_in_hf_format(tmp_path):
+    """Runs once the BPE tokenizer (branch bpe) is merged; skipped before."""
+    bpe = pytest.importorskip("scratchgpt.tokenizers.bpe")
+    from scratchgpt.checkpoints.hf import hf_tokenizer
+
+    tok = bpe.BPETokenizer.gpt2()
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=1,
+                          n_embd=8))
+    out = save_hf(model, tmp_path / "hf", tok)
+    text = "Hello world! Ünïcode ✓  spaces\n\nnew"
+    theirs = transformers.GPT2Tokenizer.from_pretrained(out)
+    assert theirs.encode(text) == tok.encode(text)
+    assert theirs.eos_token_id == tok.eot_id == json.loads((out / "config.json").read_text())[
+        "eos_token_id"]
+    for f in (out / "scratchgpt-tokenizer").iterdir():
+        f.unlink()
+    (out / "scratchgpt-tokenizer").rmdir()
+    assert hf_tokenizer(out).encode(text) == tok.encode(text)  # read back from vocab/merges
