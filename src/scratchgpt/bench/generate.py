@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
                 r, theirs = time_hf(hf, prompt, args.new_tokens)
                 runs["transformers"].append(r)
                 runs.setdefault("same_tokens", []).append(theirs == greedy[name])
-        v = {"weight_bytes": weight_bytes, "ceiling_tok_s": bandwidth / weight_bytes}
+        bandwidth = max(bandwidth, read_bandwidth())  # best seen: load on a shared box varies
+        v = {"weight_bytes": weight_bytes}
         for who in ("ours", "transformers"):
             if runs[who]:
                 rates = [r["decode_tok_s"] for r in runs[who]]
@@ -196,8 +197,11 @@ def run(args: argparse.Namespace) -> int:
             v["speedup_median"] = (v["ours"]["decode_tok_s_median"]
                                    / v["transformers"]["decode_tok_s_median"])
             v["same_greedy_tokens_as_transformers"] = all(runs["same_tokens"])
-        v["ours"]["of_ceiling"] = v["ours"]["decode_tok_s_median"] / v["ceiling_tok_s"]
         report["variants"][name] = v
+    report["read_bandwidth_gb_s"] = bandwidth / 1e9
+    for v in report["variants"].values():  # ceilings against the best bandwidth measured
+        v["ceiling_tok_s"] = bandwidth / v["weight_bytes"]
+        v["ours"]["of_ceiling"] = v["ours"]["decode_tok_s_median"] / v["ceiling_tok_s"]
     if "fp32" in models and "bf16" in models:
         with torch.inference_mode():
             a = models["fp32"](prompt).float()
@@ -228,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
 def print_report(r: dict) -> None:
     print(f"model {r['shape']}, prompt {r['prompt_len']}, {r['new_tokens']} new tokens, greedy, "
           f"batch 1, {r['threads']} threads, weights {r['weights']}")
-    print(f"read bandwidth (512 MiB sum, best of 5): {r['read_bandwidth_gb_s']:.1f} GB/s")
+    print(f"read bandwidth (sum of 512 MiB, best of 5 at start and after each variant): "
+          f"{r['read_bandwidth_gb_s']:.1f} GB/s")
     print(f"{'variant':8s} {'who':13s} {'decode tok/s':>12s} {'best':>6s} {'prefill s':>9s} "
           f"{'ceiling':>8s} {'of ceil':>7s} {'vs HF':>6s}")
     for name, v in r["variants"].items():
