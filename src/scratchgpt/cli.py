@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "eval",
     "seq2seq",
     "experiment",
+    "convert",
     "bench",
 )
 

@@ -92,3 +92,42 @@ def test_invalid_config_is_a_user_error(bad):
     cfg.update(bad)
     with pytest.raises(UserError):
         GPTConfig(**cfg)
+
+
+def test_kv_cache_equals_full_recompute_for_a_batch_with_chunked_prefill():
+    model = tiny()
+    x = torch.randint(0, 37, (3, 24))
+    cache = model.new_cache(3)
+    with torch.no_grad():
+        full = model(x)
+        pre = model(x[:, :5], cache=cache)
+        chunk = model(x[:, 5:9], cache=cache)  # a multi-token step after the prefill
+        assert torch.allclose(torch.cat([pre, chunk], 1), full[:, :9], atol=1e-5)
+        for t in range(9, 24):
+            assert torch.allclose(model(x[:, t:t + 1], cache=cache)[:, 0], full[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+def test_left_padded_rows_compute_what_they_would_alone(impl):
+    """Rows of different lengths, left-padded into one cache: at every prefill position and
+    every decode step each row's logits equal that row run alone, with no cache at all."""
+    model = tiny(attn_impl=impl)
+    lengths, new = [3, 9, 6], 8
+    rows = [torch.randint(0, 37, (n + new,)) for n in lengths]
+    width = max(lengths)
+    n_pad = torch.tensor([width - n for n in lengths])
+    idx = torch.stack([torch.cat([torch.zeros(p, dtype=torch.long), r[:n]])
+                       for p, r, n in zip(n_pad.tolist(), rows, lengths, strict=True)])
+    cache = model.new_cache(3)
+    cache.left_pad(n_pad)
+    with torch.no_grad():
+        alone = [model(r[None])[0] for r in rows]  # (n + new, V) each
+        pre = model(idx, cache=cache)  # (3, width, V)
+        assert not pre.isnan().any()
+        for b, n in enumerate(lengths):
+            assert torch.allclose(pre[b, width - n:], alone[b][:n], atol=1e-5)
+        for s in range(new):
+            nxt = torch.stack([r[n + s] for r, n in zip(rows, lengths, strict=True)])  # (3,)
+            step = model(nxt[:, None], cache=cache)[:, 0]
+            for b, n in enumerate(lengths):
+                assert torch.allclose(step[b], alone[b][n + s], atol=1e-5)

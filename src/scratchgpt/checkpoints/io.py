@@ -84,9 +84,15 @@ def load_checkpoint(path: str | Path, which: str = "best") -> dict[str, Any]:
 
 
 def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild the model saved in a checkpoint (eval mode, CPU). Returns (model, checkpoint)."""
+    """Rebuild the model saved in a checkpoint (eval mode, CPU). Returns (model, checkpoint).
+
+    ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
+    pytorch_model.bin), which is converted on the fly (see :mod:`scratchgpt.checkpoints.hf`)."""
+    from scratchgpt.checkpoints.hf import is_hf_dir, load_hf
     from scratchgpt.models import build_model
 
+    if is_hf_dir(path):
+        return load_hf(path)
     state = load_checkpoint(path, which)
     model = build_model(state["model_type"], dict(state["model_config"]))
     try:
@@ -99,9 +105,14 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, dict[s
 
 
 def checkpoint_tokenizer(state: dict[str, Any]):
-    """The tokenizer a checkpoint was trained with (stored inside it, else beside it)."""
+    """The tokenizer a checkpoint was trained with (stored inside it, else beside it; for a
+    Hugging Face directory, the tokenizer files in it)."""
     from scratchgpt.tokenizers import load_tokenizer, tokenizer_from_dict
 
+    if "hf_dir" in state:
+        from scratchgpt.checkpoints.hf import hf_tokenizer
+
+        return hf_tokenizer(state["hf_dir"])
     directory = Path(state["path"]).parent
     if "tokenizer" in state:
         return tokenizer_from_dict(state["tokenizer"], directory, where=state["path"])

@@ -14,6 +14,7 @@ BENCHMARKS = (
     "sample",
     "tokenize",
     "seq2seq",
+    "generate",
 )
 
 

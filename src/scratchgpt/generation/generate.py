@@ -14,6 +14,8 @@ from torch import Tensor, nn
 from scratchgpt.errors import UserError
 from scratchgpt.generation.sampling import SamplingConfig, sample
 
+PAD_ID = 0  # token id written into left padding; masked out, so any valid id works
+
 
 def context_length(model: nn.Module) -> int | None:
     """The longest sequence the model can attend over (None = unlimited)."""
@@ -22,14 +24,17 @@ def context_length(model: nn.Module) -> int | None:
     return model.config.block_size if isinstance(model, GPT) else None
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def stream(model: nn.Module, prompt: Tensor, max_new_tokens: int, cfg: SamplingConfig,
            generator: torch.Generator | None = None) -> Iterator[Tensor]:
     """Yield the next token for every row, (B,) int64, ``max_new_tokens`` times.
 
-    prompt: (B, T) token ids, T >= 1. When the sequence reaches the model's context, the
-    documented overflow policy is a sliding window: the last 3/4 of the context is prefilled
-    again and decoding continues (each token still sees at least 3/4 of a full context).
+    prompt: (B, T) token ids, T >= 1. A prompt longer than the context keeps its last
+    ``context`` tokens. Context overflow policy, a sliding window: when the cache is full
+    (``context`` tokens), the last 3/4 of the context (``context - context // 4`` tokens) is
+    prefilled again into the emptied cache and decoding continues, so every token sees at least
+    3/4 of a full context and the cost of a re-prefill is paid once every ``context // 4``
+    tokens. Until the first overflow the result is exactly that of a full recompute.
     """
     if prompt.dim() != 2 or prompt.size(1) == 0:
         raise UserError("the prompt must contain at least one token")
@@ -69,7 +74,71 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, cfg: Samplin
     return torch.cat(out, dim=1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
+def generate_batch(model: nn.Module, prompts: list[list[int]], max_new_tokens: int,
+                   cfg: SamplingConfig, generator: torch.Generator | None = None,
+                   eos_id: int | None = None,
+                   stop_check: Callable[[int, list[int]], bool] | None = None
+                   ) -> list[list[int]]:
+    """Generate for several prompts of different lengths at once; returns each one's new tokens.
+
+    The prompts are left-padded to the longest, so every row's newest token sits in the same
+    cache slot and one forward call per step serves the whole batch. The cache's ``key_mask``
+    hides the padding and its ``pos_offset`` starts each row's position ids at 0, so row ``b``
+    computes what it would alone (greedy output is the same, token for token).
+
+    Row ``b`` stops after ``max_new_tokens``, after emitting ``eos_id`` (kept as its last token)
+    or when ``stop_check(b, new_tokens_of_b)`` returns True. Finished rows leave the batch, so
+    the steps after that are cheaper. Context overflow slides as in :func:`stream` (each row
+    keeps its last 3/4 context of tokens); rows that share a batch slide at the same step, so
+    the same-as-alone guarantee holds while the longest prompt plus ``max_new_tokens`` fits.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise UserError("every prompt must contain at least one token")
+    if not prompts or max_new_tokens < 1:
+        return [[] for _ in prompts]
+    ctx = context_length(model)
+    if ctx is not None:
+        prompts = [list(p[-ctx:]) for p in prompts]
+    longest = max(len(p) for p in prompts)
+    cache_len = longest + max_new_tokens - 1  # the last token is sampled, never fed
+    cache = model.new_cache(len(prompts), min(cache_len, ctx) if ctx else cache_len)
+    out: list[list[int]] = [[] for _ in prompts]
+    alive = list(range(len(prompts)))  # original index of each row still in the batch
+
+    def prefill(rows: list[list[int]]) -> Tensor:
+        """Left-pad ``rows`` into an emptied cache; returns each row's next-token logits."""
+        width = max(len(r) for r in rows)
+        n_pad = torch.tensor([width - len(r) for r in rows])  # (B,)
+        idx = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows])  # (B, width)
+        cache.rollback(0)
+        cache.left_pad(n_pad)
+        return model(idx, cache=cache)[:, -1]  # (B, V)
+
+    logits = prefill(prompts)
+    for step in range(max_new_tokens):
+        tokens, _ = sample(logits, cfg, generator)  # (B,)
+        finished = []
+        for row, (b, t) in enumerate(zip(alive, tokens.tolist(), strict=True)):
+            out[b].append(t)
+            if t == eos_id or (stop_check is not None and stop_check(b, out[b])):
+                finished.append(row)
+        if len(finished) == len(alive) or step == max_new_tokens - 1:
+            break
+        if finished:  # drop finished rows from the batch (and the cache)
+            keep = [r for r in range(len(alive)) if r not in finished]
+            alive = [alive[r] for r in keep]
+            cache.select_rows(torch.tensor(keep))
+            tokens = tokens[keep]
+        if cache.pos >= cache.max_len:  # context full: slide the window (see ``stream``)
+            keep_len = cache.max_len - cache.max_len // 4
+            logits = prefill([(prompts[b] + out[b])[-keep_len:] for b in alive])
+        else:
+            logits = model(tokens[:, None], cache=cache)[:, -1]  # decode step -> (B, V)
+    return out
+
+
+@torch.inference_mode()
 def beam_search(model: nn.Module, prompt: Tensor, beam: int, max_new_tokens: int,
                 length_penalty: float = 1.0, eos_id: int | None = None
                 ) -> list[tuple[list[int], float]]:

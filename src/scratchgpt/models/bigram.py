@@ -36,6 +36,12 @@ class PositionCache:
     def rollback(self, pos: int) -> None:
         self.pos = pos
 
+    def left_pad(self, n_pad) -> None:
+        """Batched prompts of different lengths: padding changes nothing for a bigram."""
+
+    def select_rows(self, rows) -> None:
+        self.batch_size = len(rows)
+
 
 class BigramLM(nn.Module):
     """logits[b, t] = table[idx[b, t]]."""

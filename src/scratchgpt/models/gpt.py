@@ -62,8 +62,12 @@ class KVCache:
 
     ``k[l]``/``v[l]`` have shape (B, n_head, max_len, head_dim). Slots ``0 .. pos-1`` are filled.
     ``rollback(n)`` forgets everything from slot ``n`` on (used by speculative decoding).
-    ``key_mask`` (B, max_len), if set, marks slots that hold real tokens (False = left padding);
-    ``pos_offset`` (B,) is subtracted from slot numbers to give each row's position ids.
+
+    Prompts of different lengths share one cache by left padding (see :meth:`left_pad`): every
+    row's newest token then sits in the same slot, so one decode step serves all rows.
+    ``key_mask`` (B, max_len), if set, marks slots that hold real tokens (False = padding);
+    ``pos_offset`` (B,) is subtracted from slot numbers to give each row's position ids, so a
+    row's first real token has position 0 exactly as if it were alone.
     """
 
     def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int,
@@ -85,6 +89,24 @@ class KVCache:
         if not 0 <= pos <= self.pos:
             raise ValueError(f"cannot roll back to {pos}: cache holds {self.pos} positions")
         self.pos = pos
+
+    def left_pad(self, n_pad: Tensor | None) -> None:
+        """Row ``b`` starts with ``n_pad[b]`` padding slots (n_pad: (B,) int, or None = none).
+
+        Call it on an empty cache, before the prefill of the padded prompts."""
+        if n_pad is None or not bool(n_pad.any()):
+            self.key_mask = self.pos_offset = None
+            return
+        n_pad = n_pad.to(self.k.device)
+        slots = torch.arange(self.max_len, device=self.k.device)  # (max_len,)
+        self.key_mask = slots[None, :] >= n_pad[:, None]  # (B, max_len)
+        self.pos_offset = n_pad
+
+    def select_rows(self, rows: Tensor) -> None:
+        """Keep only the batch rows ``rows`` (1-D indices), e.g. when some sequences finish."""
+        self.k, self.v = self.k[:, rows], self.v[:, rows]
+        if self.key_mask is not None:
+            self.key_mask, self.pos_offset = self.key_mask[rows], self.pos_offset[rows]
 
 
 def sinusoidal_positions(n_pos: int, dim: int) -> Tensor:
@@ -239,6 +261,22 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
+    def decode_layout_(self) -> GPT:
+        """Lay out each Linear weight as one-token steps read it fastest; returns self.
+
+        A decode step multiplies one row vector by every weight matrix, so its speed is how
+        fast the weights stream from memory. ``F.linear`` computes ``x @ W.T``; CPU BLAS streams
+        a wide matrix (more outputs than inputs: c_attn, c_fc, lm_head) about 1.3-1.6x faster
+        when ``W.T`` is contiguous, i.e. ``W`` column-major, and a tall one (mlp.c_proj) faster
+        row-major (measured in docs/bench_generate.md). Only memory order changes: same values,
+        same shapes, the model still trains and saves."""
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear) and module.out_features > module.in_features:
+                    # a tied lm_head is the Parameter of wte too, so both see the new layout
+                    module.weight.data = module.weight.data.t().contiguous().t()
+        return self
+
     def new_cache(self, batch_size: int, max_len: int | None = None,
                   dtype: torch.dtype | None = None) -> KVCache:
         """A KV cache for ``batch_size`` sequences of up to ``max_len`` (default block_size)."""
@@ -247,7 +285,7 @@ class GPT(nn.Module):
         if max_len > cfg.block_size:
             raise UserError(
                 f"cache length {max_len} exceeds the model's block_size {cfg.block_size}")
-        p = self.lm_head.weight
+        p = self.transformer.wte.weight  # dtype and device of the model
         return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len, cfg.n_embd // cfg.n_head,
                        dtype=dtype or p.dtype, device=p.device)
 
@@ -264,14 +302,16 @@ class GPT(nn.Module):
         if cache is None or (cache.pos == 0 and cache.key_mask is None):
             return None
         end = cache.pos + T
-        if T == 1 and cache.key_mask is None:
-            return None  # one new token sees every cached slot
+        if T == 1:  # one new token sees every cached slot, except padding: a view, no copy
+            return None if cache.key_mask is None else cache.key_mask[:, None, None, :end]
         q_slot = torch.arange(cache.pos, end, device=device)[:, None]  # (T, 1)
         k_slot = torch.arange(end, device=device)[None, :]  # (1, end)
         mask = (k_slot <= q_slot)[None, None]  # (1, 1, T, end)
         if cache.key_mask is not None:
-            mask = mask & cache.key_mask[:, None, None, :end]  # (B, 1, T, end)
-        return mask
+            # Nobody attends to padding. A padding query attends to itself alone, so its softmax
+            # row is not empty (an all-masked row gives NaN, which would leak into the cache).
+            mask = mask & (cache.key_mask[:, None, None, :end] | (k_slot == q_slot))
+        return mask  # (B, 1, T, end)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
         """idx: (B, T) token ids -> logits (B, T, vocab_size).

@@ -1,0 +1,280 @@
+"""Hugging Face GPT-2 directories <-> our GPT.
+
+A Hugging Face GPT-2 directory holds ``config.json`` (``"model_type": "gpt2"``), the weights as
+``model.safetensors`` (or the older ``pytorch_model.bin``) and usually tokenizer files. Our GPT
+uses GPT-2's parameter names, so the mapping is nearly the identity:
+
+* keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``);
+* GPT-2's ``Conv1D`` layers (``c_attn``, ``c_proj``, ``c_fc``) store their weight as (in, out)
+  and compute ``x @ W + b``; ``nn.Linear`` stores (out, in), so those weights are transposed;
+* ``lm_head.weight`` is the token embedding when ``tie_word_embeddings`` is true (the default);
+* config: ``n_positions`` -> ``block_size``, ``layer_norm_epsilon`` -> ``layer_norm_eps``,
+  ``activation_function`` ``gelu_new`` = our tanh-approximated GELU.
+
+Anything GPT-2 allows that our GPT does not compute the same way (other activations, attention
+scaling variants, cross-attention, a different MLP width) is refused with a :class:`UserError`
+naming the key, rather than loaded into a model that would silently compute something else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from scratchgpt.errors import UserError
+
+CONFIG_FILE = "config.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+OUR_TOKENIZER_DIR = "scratchgpt-tokenizer"  # our own tokenizer, kept beside the HF files
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
+IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
+
+
+def is_hf_dir(path: str | Path) -> bool:
+    """True if ``path`` is a directory holding a Hugging Face config.json and weights file."""
+    path = Path(path)
+    return (path.is_dir() and (path / CONFIG_FILE).is_file()
+            and any((path / w).is_file() for w in WEIGHT_FILES))
+
+
+# ---- config
+
+def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, Any]:
+    """Our GPTConfig fields from a Hugging Face GPT-2 ``config.json`` dict."""
+    def bad(key: str, why: str) -> UserError:
+        return UserError(f"{where}: {key}={hf.get(key)!r} is not supported ({why})")
+
+    if hf.get("model_type") != "gpt2":
+        raise bad("model_type", "only GPT-2 models can be loaded")
+    archs = hf.get("architectures") or ["GPT2LMHeadModel"]
+    if not set(archs) & {"GPT2LMHeadModel", "GPT2Model"}:
+        raise bad("architectures", "need GPT2LMHeadModel")
+    if hf.get("activation_function", "gelu_new") not in GELU_TANH:
+        raise bad("activation_function", "our GPT uses the tanh GELU, gelu_new")
+    n_embd = int(hf.get("n_embd", 768))
+    if hf.get("n_inner") not in (None, 4 * n_embd):
+        raise bad("n_inner", f"the MLP width must be 4 * n_embd = {4 * n_embd}")
+    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                    ("reorder_and_upcast_attn", False), ("add_cross_attention", False)):
+        if hf.get(key, ok) != ok:
+            raise bad(key, f"only {ok} is implemented")
+    missing = [k for k in ("vocab_size", "n_positions", "n_layer", "n_head") if k not in hf]
+    if missing:
+        raise UserError(f"{where}: lacks {', '.join(missing)}")
+    return dict(vocab_size=int(hf["vocab_size"]), block_size=int(hf["n_positions"]),
+                n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
+                dropout=float(hf.get("resid_pdrop", 0.0)), bias=True, pos_encoding="learned",
+                tie_weights=bool(hf.get("tie_word_embeddings", True)),
+                layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)))
+
+
+def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` dict for our GPTConfig fields (GPT-2 layout only)."""
+    if not cfg.get("bias", True):
+        raise UserError("bias=False models cannot be exported: GPT-2 always has biases")
+    if cfg.get("pos_encoding", "learned") != "learned":
+        raise UserError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported: GPT-2 "
+                        "learns its position embeddings")
+    p = float(cfg.get("dropout", 0.0))
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": cfg["vocab_size"], "n_positions": cfg["block_size"],
+        "n_embd": cfg["n_embd"], "n_layer": cfg["n_layer"], "n_head": cfg["n_head"],
+        "n_inner": None, "activation_function": "gelu_new",
+        "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p,
+        "layer_norm_epsilon": cfg.get("layer_norm_eps", 1e-5), "initializer_range": 0.02,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False, "add_cross_attention": False,
+        "tie_word_embeddings": bool(cfg.get("tie_weights", True)), "use_cache": True,
+        "bos_token_id": eos_id, "eos_token_id": eos_id, "dtype": "float32",
+    }
+
+
+# ---- weights
+
+def state_dict_from_hf(weights: dict[str, Tensor], cfg: dict[str, Any],
+                       where: str = "weights") -> dict[str, Tensor]:
+    """Our GPT state_dict from Hugging Face GPT-2 tensors (Conv1D weights transposed).
+
+    Every expected tensor must be present with the expected shape; unknown tensors are errors
+    too (they would mean the file is some other model)."""
+    from scratchgpt.models.gpt import GPT, GPTConfig
+
+    with torch.device("meta"):  # shapes only, no memory, no init
+        expected = {k.removeprefix("transformer."): v
+                    for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
+    found = {}
+    for key, t in weights.items():
+        name = key.removeprefix("transformer.")
+        if name.endswith(IGNORED_BUFFERS):
+            continue
+        if name == "lm_head.weight" and cfg["tie_weights"]:
+            continue  # the same matrix as wte (saved twice by some exporters)
+        if name not in expected:
+            raise UserError(f"{where}: unexpected tensor {key!r} (not part of GPT-2)")
+        found[name] = t.t() if name.endswith(CONV1D) else t
+    missing = [k for k in expected if k not in found
+               and not (k == "lm_head.weight" and cfg["tie_weights"])]
+    if missing:
+        raise UserError(f"{where}: missing tensor {missing[0]!r}"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for name, t in found.items():
+        if tuple(t.shape) != tuple(expected[name].shape):
+            theirs = tuple(t.t().shape) if name.endswith(CONV1D) else tuple(t.shape)
+            want = (tuple(expected[name].shape)[::-1] if name.endswith(CONV1D)
+                    else tuple(expected[name].shape))
+            raise UserError(f"{where}: tensor {name!r} has shape {theirs}, config.json "
+                            f"implies {want}")
+    if cfg["tie_weights"]:
+        found["lm_head.weight"] = found["wte.weight"]
+    return {f"transformer.{k}" if k != "lm_head.weight" else k: v.float().contiguous()
+            for k, v in found.items()}
+
+
+def state_dict_to_hf(state: dict[str, Tensor], tie_weights: bool) -> dict[str, Tensor]:
+    """Hugging Face ``GPT2LMHeadModel`` tensors from our GPT state_dict (contiguous copies)."""
+    out = {}
+    for key, t in state.items():
+        if key == "lm_head.weight" and tie_weights:
+            continue  # HF re-ties it to wte on load; safetensors refuses shared tensors
+        out[key] = (t.t() if key.endswith(CONV1D) else t).detach().contiguous().clone()
+    return out
+
+
+def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
+    """The tensors of ``model.safetensors`` (preferred) or ``pytorch_model.bin``."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(str(path)), path
+            return torch.load(path, map_location="cpu", weights_only=True), path
+        except ImportError:
+            raise UserError("reading model.safetensors needs the safetensors package "
+                            "(pip install safetensors)") from None
+        except Exception as e:  # noqa: BLE001 - any corrupt file becomes one clear line
+            reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            raise UserError(f"{path} is not readable: {reason}") from None
+    raise UserError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
+
+
+def load_hf(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """Load a Hugging Face GPT-2 directory as our GPT (eval mode, fp32, CPU).
+
+    Returns (model, state) where ``state`` looks like a loaded checkpoint: ``model_type``,
+    ``model_config``, ``path`` (the weights file) and ``hf_dir``."""
+    from scratchgpt.models.gpt import GPT, GPTConfig
+
+    directory = Path(directory)
+    cfg_path = directory / CONFIG_FILE
+    try:
+        hf = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{cfg_path} is not readable JSON ({e})") from None
+    cfg = config_from_hf(hf, str(cfg_path))
+    weights, path = read_hf_weights(directory)
+    state = state_dict_from_hf(weights, cfg, str(path))
+    model = GPT(GPTConfig(**cfg))
+    model.load_state_dict(state)
+    model.eval()
+    return model, {"model_type": "gpt", "model_config": cfg, "path": str(path),
+                   "hf_dir": str(directory), "hf_config": hf}
+
+
+def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> Path:
+    """Write ``model`` (our GPT) as a Hugging Face GPT-2 directory that
+    ``transformers.GPT2LMHeadModel.from_pretrained`` loads. Returns the directory.
+
+    With a ``tokenizer``, it is saved in ``scratchgpt-tokenizer/`` (read back by
+    :func:`hf_tokenizer`), and a GPT-2 style BPE tokenizer is also written in Hugging Face's
+    format (``vocab.json``, ``merges.txt``; see :func:`write_hf_tokenizer`)."""
+    from safetensors.torch import save_file
+
+    from scratchgpt.models.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise UserError(f"only GPT models can be exported to Hugging Face format, not "
+                        f"{type(model).__name__}")
+    cfg = model.config.to_dict()
+    eos = getattr(tokenizer, "eot_id", None)
+    hf_cfg = config_to_hf(cfg, eos)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
+    save_file({k: v.float() for k, v in tensors.items()}, str(directory / "model.safetensors"),
+              metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(hf_cfg, indent=2) + "\n")
+    (directory / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": eos, "eos_token_id": eos}, indent=2) + "\n")
+    if tokenizer is not None:
+        tokenizer.save(directory / OUR_TOKENIZER_DIR)
+        if getattr(tokenizer, "kind", None) == "bpe":
+            write_hf_tokenizer(tokenizer, directory, cfg["block_size"])
+    return directory
+
+
+# ---- tokenizers
+
+def write_hf_tokenizer(tok: Any, directory: Path, model_max_length: int) -> None:
+    """Hook: write a byte-level BPE tokenizer as GPT-2's Hugging Face files.
+
+    ``vocab.json`` maps each token's bytes (in GPT-2's printable byte alphabet) to its id,
+    ``merges.txt`` lists the merges in rank order. Needs ``scratchgpt.tokenizers.bpe``
+    (``BPETokenizer.token_bytes``, ``.merges``, ``.special_tokens``)."""
+    from scratchgpt.tokenizers.bpe import bytes_to_unicode
+
+    alphabet = bytes_to_unicode()
+
+    def text(i: int) -> str:
+        return "".join(alphabet[b] for b in tok.token_bytes(i))
+
+    specials = dict(tok.special_tokens)
+    special_ids = set(specials.values())
+    vocab = {text(i): i for i in range(tok.vocab_size) if i not in special_ids}
+    vocab.update(specials)
+    merges = [f"{text(a)} {text(b)}" for a, b in tok.merges]
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n",
+                                          encoding="utf-8")
+    eot = next(iter(specials), None)
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GPT2Tokenizer", "model_max_length": model_max_length,
+        "bos_token": eot, "eos_token": eot, "unk_token": eot, "add_prefix_space": False,
+    }, indent=2) + "\n")
+
+
+def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
+    """The tokenizer of a Hugging Face directory, or None when it has none and not required.
+
+    Looks for, in order: ``scratchgpt-tokenizer/`` (written by :func:`save_hf`), a Hugging
+    Face ``tokenizer.json``, ``vocab.json`` + ``merges.txt``, ``encoder.json`` + ``vocab.bpe``.
+    The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``."""
+    from scratchgpt.tokenizers import load_tokenizer
+
+    directory = Path(directory)
+    if (directory / OUR_TOKENIZER_DIR / "tokenizer.json").is_file():
+        return load_tokenizer(directory / OUR_TOKENIZER_DIR)
+    candidates = [("tokenizer.json",), ("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe")]
+    found = next((c for c in candidates if all((directory / f).is_file() for f in c)), None)
+    if found is None:
+        if required:
+            raise UserError(f"{directory} has no tokenizer (tokenizer.json, vocab.json + "
+                            "merges.txt, or encoder.json + vocab.bpe)")
+        return None
+    try:
+        from scratchgpt.tokenizers.bpe import BPETokenizer
+    except ImportError:
+        raise UserError(f"{directory}: reading its {found[0]} needs the BPE tokenizer "
+                        "(scratchgpt.tokenizers.bpe), which this install lacks") from None
+    if found == ("tokenizer.json",):
+        return BPETokenizer.from_hf_json(directory / "tokenizer.json")
+    return BPETokenizer.from_gpt2_files(directory / found[0], directory / found[1])

@@ -1,0 +1,83 @@
+"""``scratchgpt convert``: Hugging Face GPT-2 directories <-> our checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from scratchgpt.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints",
+        description="--from hf DIR: a Hugging Face GPT-2 directory (config.json + "
+                    "model.safetensors or pytorch_model.bin) becomes a run directory with "
+                    "best.pt (and the tokenizer, when DIR has one). --to hf: a GPT checkpoint "
+                    "becomes a directory that transformers.GPT2LMHeadModel.from_pretrained "
+                    "loads. (sample also reads a Hugging Face directory directly.)")
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument("--from", dest="source", nargs=2, metavar=("FORMAT", "PATH"),
+                     help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory")
+    way.add_argument("--to", dest="target", choices=("hf",), help="export to this format")
+    p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
+    p.add_argument("--which", choices=("best", "last"), default="best")
+    p.add_argument("--out", required=True, help="directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
+    p.set_defaults(func=run)
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"{out} is not empty (pass --overwrite to write into it)")
+
+
+def import_hf(source: str | Path, out: str | Path) -> Path:
+    """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``."""
+    from scratchgpt.checkpoints import save_checkpoint
+    from scratchgpt.checkpoints.hf import hf_tokenizer, is_hf_dir, load_hf
+
+    if not is_hf_dir(source):
+        raise UserError(f"{source} is not a Hugging Face directory (config.json plus "
+                        "model.safetensors or pytorch_model.bin)")
+    model, state = load_hf(source)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = {"model_type": "gpt", "model_config": state["model_config"],
+                  "model": model.state_dict(), "source": str(source)}
+    tok = hf_tokenizer(source, required=False)
+    if tok is not None:
+        tok.save(out)
+        checkpoint["tokenizer"] = json.loads((out / "tokenizer.json").read_text())
+    (out / "config.json").write_text(json.dumps(
+        {"model": {"type": "gpt", **state["model_config"]}, "converted_from": str(source)},
+        indent=1))
+    save_checkpoint(out / "best.pt", checkpoint)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.checkpoints.hf import save_hf
+
+    out = Path(args.out)
+    _check_out(out, args.overwrite)
+    if args.source:
+        fmt, path = args.source
+        if fmt != "hf":
+            raise UserError(f"--from {fmt}: only 'hf' is supported")
+        import_hf(path, out)
+        print(f"wrote {out / 'best.pt'}")
+        return 0
+    if not args.checkpoint:
+        raise UserError("--to hf needs --checkpoint RUN")
+    model, state = load_model(args.checkpoint, args.which)
+    try:
+        tok = checkpoint_tokenizer(state)
+    except UserError:
+        tok = None  # a model without a tokenizer still exports; say so below
+    save_hf(model, out, tok)
+    note = "" if tok is not None else " (no tokenizer found: weights and config only)"
+    print(f"wrote {out}{note}")
+    return 0

@@ -1,0 +1,158 @@
+"""Hugging Face GPT-2 <-> our GPT: same logits, same greedy text, lossless round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from scratchgpt.checkpoints import load_model  # noqa: E402
+from scratchgpt.checkpoints.hf import load_hf, save_hf  # noqa: E402
+from scratchgpt.errors import UserError  # noqa: E402
+from scratchgpt.generation.generate import generate  # noqa: E402
+from scratchgpt.generation.sampling import SamplingConfig  # noqa: E402
+from scratchgpt.models.bigram import BigramConfig, BigramLM  # noqa: E402
+from scratchgpt.models.gpt import GPT, GPTConfig  # noqa: E402
+
+VOCAB = 101
+
+
+def tiny_hf(**kw):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=VOCAB,
+                                  n_positions=64, bos_token_id=None, eos_token_id=None, **kw)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # move LayerNorms and biases away from 1/0 so every weight matters
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
+    tiny_hf().save_pretrained(d)
+    return d
+
+
+def test_logits_match_transformers(hf_dir):
+    ref = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+    ours, state = load_model(hf_dir)
+    assert state["model_config"]["block_size"] == 64
+    x = torch.randint(0, VOCAB, (3, 40))
+    with torch.no_grad():
+        for batch in (x, x[:1, :17]):
+            diff = (ours(batch) - ref(batch).logits).abs().max().item()
+            assert diff <= 1e-4, diff
+
+
+def test_greedy_generation_matches_transformers_token_for_token(hf_dir):
+    ref = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+    ours, _ = load_hf(hf_dir)
+    prompt = torch.randint(0, VOCAB, (1, 6))
+    theirs = ref.generate(prompt, do_sample=False, max_new_tokens=50, min_new_tokens=50,
+                          attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    mine = generate(ours, prompt, 50, SamplingConfig(temperature=0))
+    assert mine.tolist() == theirs.tolist()
+
+
+def test_round_trip_ours_to_hf_to_ours_is_bit_identical(tmp_path):
+    torch.manual_seed(1)
+    for tie in (True, False):
+        model = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=2, n_head=4, n_embd=32,
+                              tie_weights=tie, layer_norm_eps=1e-6)).eval()
+        out = save_hf(model, tmp_path / f"hf-{tie}")
+        back, state = load_hf(out)
+        assert state["model_config"] == {k: v for k, v in model.config.to_dict().items()
+                                         if k != "attn_impl"}
+        for k, v in model.state_dict().items():
+            assert torch.equal(back.state_dict()[k], v), k
+        ref = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
+        x = torch.randint(0, VOCAB, (2, 20))
+        with torch.no_grad():
+            assert (model(x) - ref(x).logits).abs().max() <= 1e-4
+
+
+def test_round_trip_hf_to_ours_to_hf(hf_dir, tmp_path):
+    ours, _ = load_hf(hf_dir)
+    out = save_hf(ours, tmp_path / "again")
+    a, b = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    cfg_a, cfg_b = (json.loads((d / "config.json").read_text()) for d in (hf_dir, out))
+    for key in ("n_positions", "n_embd", "n_layer", "n_head", "vocab_size", "layer_norm_epsilon",
+                "activation_function", "tie_word_embeddings"):
+        assert cfg_a[key] == cfg_b[key], key
+
+
+def _copy(hf_dir: Path, dst: Path) -> Path:
+    dst.mkdir()
+    (dst / "config.json").write_text((hf_dir / "config.json").read_text())
+    (dst / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
+    return dst
+
+
+def test_missing_tensor_is_named(hf_dir, tmp_path):
+    d = _copy(hf_dir, tmp_path / "m")
+    w = load_file(d / "model.safetensors")
+    del w["transformer.h.1.mlp.c_fc.bias"]
+    save_file(w, d / "model.safetensors")
+    with pytest.raises(UserError, match=r"missing tensor 'h\.1\.mlp\.c_fc\.bias'"):
+        load_model(d)
+
+
+def test_shape_mismatch_is_named(hf_dir, tmp_path):
+    d = _copy(hf_dir, tmp_path / "s")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["vocab_size"] = VOCAB + 1
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"'wte\.weight' has shape \(101, 32\).*\(102, 32\)"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("key,value", [("architectures", ["GPT2ForSequenceClassification"]),
+                                       ("model_type", "llama"),
+                                       ("activation_function", "relu"),
+                                       ("scale_attn_by_inverse_layer_idx", True),
+                                       ("reorder_and_upcast_attn", True),
+                                       ("n_inner", 100)])
+def test_unsupported_config_is_named(hf_dir, tmp_path, key, value):
+    d = _copy(hf_dir, tmp_path / "u")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg[key] = value
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=key):
+        load_model(d)
+
+
+def test_only_gpt_models_export(tmp_path):
+    with pytest.raises(UserError, match="only GPT models"):
+        save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
+    sinus = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=1, n_embd=8, block_size=8,
+                          pos_encoding="sinusoidal"))
+    with pytest.raises(UserError, match="pos_encoding"):
+        save_hf(sinus, tmp_path / "y")
+
+
+def test_gpt2_bpe_tokenizer_is_exported_in_hf_format(tmp_path):
+    from scratchgpt.checkpoints.hf import hf_tokenizer
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    tok = BPETokenizer.gpt2()
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=1,
+                          n_embd=8))
+    out = save_hf(model, tmp_path / "hf", tok)
+    text = "Hello world! Ünïcode ✓  spaces\n\nnew"
+    theirs = transformers.GPT2Tokenizer.from_pretrained(out)
+    assert theirs.encode(text) == tok.encode(text)
+    assert theirs.eos_token_id == tok.eot_id == json.loads((out / "config.json").read_text())[
+        "eos_token_id"]
+    for f in (out / "scratchgpt-tokenizer").iterdir():
+        f.unlink()
+    (out / "scratchgpt-tokenizer").rmdir()
+    assert hf_tokenizer(out).encode(text) == tok.encode(text)  # read back from vocab/merges

@@ -1,0 +1,111 @@
+"""convert --from hf / --to hf, sample straight from a Hugging Face directory, --batch-prompts,
+--dtype bf16."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import save_checkpoint
+from scratchgpt.checkpoints.hf import save_hf
+from scratchgpt.cli import main
+from scratchgpt.models.bigram import BigramConfig, BigramLM
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.tokenizers import CharTokenizer
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
+
+
+def tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=16))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30)  # confident logits: greedy far from ties
+    return model.eval()
+
+
+@pytest.fixture()
+def run_dir(tmp_path) -> Path:
+    out = tmp_path / "run"
+    tok = CharTokenizer(CHARS)
+    tok.save(out)
+    model = tiny_gpt()
+    save_checkpoint(out / "best.pt", {"model_type": "gpt", "model_config": model.config.to_dict(),
+                                      "model": model.state_dict()})
+    return out
+
+
+def run(capsys, argv) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def greedy(capsys, checkpoint: Path, prompt: str, *extra: str) -> str:
+    return run(capsys, ["sample", "--checkpoint", str(checkpoint), "--prompt", prompt,
+                        "--temperature", "0", "--max-new-tokens", "15", *extra])
+
+
+def test_export_import_and_sample_from_hf_dir(run_dir, tmp_path, capsys):
+    hf, back = tmp_path / "hf", tmp_path / "back"
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
+    run(capsys, ["convert", "--from", "hf", str(hf), "--out", str(back)])
+    a = greedy(capsys, run_dir, "the ")
+    assert greedy(capsys, hf, "the ") == a  # sample reads the HF directory directly
+    assert greedy(capsys, back, "the ") == a
+    assert (back / "tokenizer.json").is_file()
+
+
+def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
+    save_hf(tiny_gpt(), tmp_path / "hf")
+    assert main(["sample", "--checkpoint", str(tmp_path / "hf"), "--prompt", "a"]) == 2
+    assert "has no tokenizer" in capsys.readouterr().err
+
+
+def test_bigram_cannot_be_exported(tmp_path, capsys):
+    model = BigramLM(BigramConfig(vocab_size=5))
+    save_checkpoint(tmp_path / "b.pt", {"model_type": "bigram", "model_config":
+                                        model.config.to_dict(), "model": model.state_dict()})
+    assert main(["convert", "--to", "hf", "--checkpoint", str(tmp_path / "b.pt"), "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "only GPT models" in capsys.readouterr().err
+
+
+def test_batch_prompts_equal_one_at_a_time(run_dir, tmp_path, capsys):
+    prompts = ["the cat", "a", "hello there, my friend"]
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n\n")
+    out = run(capsys, ["sample", "--checkpoint", str(run_dir), "--prompt-file",
+                       str(tmp_path / "p.txt"), "--batch-prompts", "--temperature", "0",
+                       "--max-new-tokens", "15"])
+    alone = [greedy(capsys, run_dir, p, "--no-stream") for p in prompts]
+    assert out == "\n---------------\n".join(alone)
+
+
+def test_bf16_cli_runs(run_dir, capsys):
+    assert greedy(capsys, run_dir, "the ", "--dtype", "bf16").startswith("the ")
+
+
+def test_bf16_logits_are_close_and_greedy_agrees():
+    """bf16 weights + cache vs fp32 on one model: bounded logit error, and the argmax agrees
+    wherever fp32's top-2 margin exceeds twice that error (it cannot flip there)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=97, block_size=64, n_layer=2, n_head=4, n_embd=64)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        x = torch.randint(0, 97, (4, 64))
+        ref = model(x)
+        cache = model.to(torch.bfloat16).new_cache(4)
+        assert cache.k.dtype == torch.bfloat16
+        low = torch.cat([model(x[:, :32], cache=cache)] +
+                        [model(x[:, t:t + 1], cache=cache) for t in range(32, 64)], 1).float()
+    err = (low - ref).abs().max().item()
+    assert err < 0.05, err  # logits span about +-1.5 here
+    top2 = ref.topk(2, dim=-1).values
+    sure = (top2[..., 0] - top2[..., 1]) > 2 * err
+    assert torch.equal(low.argmax(-1)[sure], ref.argmax(-1)[sure])
+    assert (low.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9

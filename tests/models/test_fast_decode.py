@@ -1,0 +1,44 @@
+"""optimize_for_decode changes speed, not results."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from scratchgpt.generation.generate import generate
+from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.models.fast_decode import PackedLinear, optimize_for_decode, packing_available
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+
+def tiny() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=97, block_size=48, n_layer=2, n_head=4, n_embd=64)).eval()
+
+
+def test_fp32_decode_layout_is_the_same_model():
+    model = tiny()
+    fast = optimize_for_decode(copy.deepcopy(model))
+    assert fast.transformer.h[0].mlp.c_fc.weight.stride() == (1, 256)  # wide: column-major
+    assert fast.transformer.h[0].mlp.c_proj.weight.is_contiguous()  # tall: row-major
+    assert fast.lm_head.weight is fast.transformer.wte.weight  # still tied
+    x = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
+    g = SamplingConfig(temperature=0)
+    assert torch.equal(generate(fast, x[:, :4], 20, g), generate(model, x[:, :4], 20, g))
+
+
+@pytest.mark.skipif(not packing_available(), reason="oneDNN bf16 packing unavailable")
+def test_bf16_packed_linears_match_plain_bf16():
+    plain = tiny().to(torch.bfloat16)
+    packed = optimize_for_decode(copy.deepcopy(plain))
+    assert isinstance(packed.lm_head, PackedLinear)
+    x = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        diff = (packed(x).float() - plain(x).float()).abs().max().item()
+    assert diff <= 0.02, diff  # both bf16; only the summation order may differ
+    cache = packed.new_cache(1)
+    assert cache.k.dtype == torch.bfloat16
