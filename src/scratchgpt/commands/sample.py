@@ -39,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unknown", choices=("error", "replace"), default="error",
                    help="prompt characters missing from the vocabulary: error or replace")
     p.add_argument("--no-stream", action="store_true", help="print only when finished")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for torch (0 = torch's default, one per core)")
     p.add_argument("--batch-prompts", action="store_true",
                    help="with --prompt-file: every non-empty line is a separate prompt; all are "
                         "generated together as one left-padded batch, each row stopping on its "
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1:
         raise UserError(f"--num-samples must be >= 1, got {args.num_samples}")
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.batch_prompts and not args.prompt_file:
         raise UserError("--batch-prompts needs --prompt-file (one prompt per line)")
     if args.batch_prompts and args.beam:

@@ -60,6 +60,8 @@ class TrainConfig:
         "help": "compute precision: auto, bf16 (autocast), fp32"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    threads: int = field(default=0, metadata={
+        "help": "CPU threads for torch (0 = torch's default, one per core)"})
     seed: int = field(default=1337, metadata={"help": "seed for init, batches and dropout"})
 
     def __post_init__(self) -> None:
@@ -68,7 +70,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_iters", "lr_decay_iters"):
+        for name in ("warmup_iters", "lr_decay_iters", "threads"):
             if getattr(self, name) < 0:
                 raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.learning_rate > 0:

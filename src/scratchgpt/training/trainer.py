@@ -199,6 +199,8 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
     block_size = int(model_config.get("block_size", 256))
     data.check_block_size(block_size)
 
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, model_config).to(device)
     dtype = resolve_dtype(cfg.dtype, device, model_config.get("n_embd"))
