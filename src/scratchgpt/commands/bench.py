@@ -11,6 +11,7 @@ import importlib
 
 BENCHMARKS = (
     "train",
+    "speculative",
 )
 
 

@@ -99,16 +99,16 @@ class SpeculativeStats:
 def check_pair(target: nn.Module, draft: nn.Module, target_tokenizer: Any = None,
                draft_tokenizer: Any = None) -> None:
     """Raise ``UserError`` unless draft and target share the vocabulary (and tokenizer)."""
-    tv, dv = target.config.vocab_size, draft.config.vocab_size
-    if tv != dv:
-        raise UserError(f"draft and target vocabularies differ ({dv} vs {tv} tokens); "
-                        "speculative sampling needs the same tokenizer")
     if (target_tokenizer is None) != (draft_tokenizer is None):
         raise UserError("give both tokenizers or neither")
     if target_tokenizer is not None and target_tokenizer.to_dict() != draft_tokenizer.to_dict():
         raise UserError("draft and target were trained with different tokenizers; "
                         "speculative sampling needs the same one (train both on the same "
                         "prepared dataset)")
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise UserError(f"draft and target vocabularies differ ({dv} vs {tv} tokens); "
+                        "speculative sampling needs the same tokenizer")
 
 
 def _draw(probs: Tensor, generator: torch.Generator | None) -> int:
