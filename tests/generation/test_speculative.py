@@ -13,6 +13,7 @@ from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
 from scratchgpt.generation.speculative import (
     SpeculativeDecoder,
+    accept_or_resample,
     check_pair,
     speculative_generate,
 )
@@ -136,7 +137,38 @@ def test_mismatched_pair_is_refused(pair):
         speculative_generate(target, target, PROMPT, 5, 0, SamplingConfig())
 
 
+def test_one_hot_rule_is_accept_while_argmax_agrees():
+    """The general rule on one-hot p and q gives exactly the greedy special case."""
+    V = 6
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        k = int(torch.randint(1, 5, (1,), generator=gen))
+        drafts = torch.randint(0, 3, (k,), generator=gen).tolist()
+        target_choice = torch.randint(0, 3, (k + 1,), generator=gen)
+        p = torch.nn.functional.one_hot(torch.tensor(drafts), V).float()
+        q = torch.nn.functional.one_hot(target_choice, V).float()
+        general = accept_or_resample(p, q, drafts, SamplingConfig(1.0), gen)
+        assert general == accept_or_resample(p, q, drafts, SamplingConfig(0.0))
+
+
 # ---- the output distribution equals the target's, exactly ----
+
+def test_single_step_rule_emits_q():
+    """K = 1, hand-made p and q: the first emitted token is distributed as q (10000 draws,
+    chi-square at alpha = 1e-3, fixed seed). Mass where p > q must be moved by the residual."""
+    p = torch.tensor([0.5, 0.3, 0.1, 0.1, 0.0])
+    q = torch.tensor([[0.1, 0.2, 0.3, 0.15, 0.25], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    gen = torch.Generator().manual_seed(99)
+    n, counts = 10000, {}
+    for _ in range(n):
+        d = int(torch.multinomial(p, 1, generator=gen))
+        accepted, extra = accept_or_resample(p[None], q, [d], SamplingConfig(1.0), gen)
+        first = (d,) if accepted else (extra,)
+        counts[first] = counts.get(first, 0) + 1
+    expected = {(v,): q[0, v].item() for v in range(5)}
+    assert chi_square_p_value(counts, expected, n) > 1e-3
+    assert chi_square_p_value(counts, {(v,): p[v].item() for v in range(5)}, n) < 1e-9
+
 
 @torch.no_grad()
 def exact_target_distribution(model: GPT, prompt: torch.Tensor, n: int,
@@ -163,8 +195,10 @@ def chi_square_p_value(counts: dict, expected_probs: dict, n: int) -> float:
             stat, df = stat + (o - e) ** 2 / e, df + 1
         else:
             pool_obs, pool_exp = pool_obs + o, pool_exp + e
+    if pool_exp == 0 and pool_obs > 0:
+        return 0.0  # an impossible outcome was observed
     if pool_exp > 0:
-        stat, df = stat + (pool_obs - pool_exp) ** 2 / max(pool_exp, 1e-12), df + 1
+        stat, df = stat + (pool_obs - pool_exp) ** 2 / pool_exp, df + 1
     # chi2 survival function = regularized upper incomplete gamma Q(df/2, stat/2)
     return torch.special.gammaincc(torch.tensor(df / 2), torch.tensor(stat / 2)).item()
 

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0, help="run i of every K uses seed + i")
+    p.add_argument("--seed", type=int, default=0,
+                   help="first seed; every (K, repeat) pair gets its own, shared by both methods")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice); both methods use the same")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -102,11 +103,11 @@ def run(args: argparse.Namespace) -> int:
     speculative(args.seed, ks[0])
     rows = []
     all_base_nll, all_spec_nll = [], []
-    for k in ks:
+    for ki, k in enumerate(ks):
         base_s = spec_s = 0.0
         base_nll, spec_nll, runs = [], [], []
         for i in range(args.repeats):
-            seed = args.seed + i
+            seed = args.seed + ki * args.repeats + i  # fresh samples for every run
             order = ("base", "spec") if i % 2 == 0 else ("spec", "base")  # cancel slow drift
             for which in order:
                 if which == "base":
