@@ -116,11 +116,11 @@ def _draw(probs: Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def accept_or_resample(p: Tensor, q: Tensor, draft_tokens: list[int], cfg: SamplingConfig,
+def accept_or_resample(p: Tensor | None, q: Tensor, draft_tokens: list[int], cfg: SamplingConfig,
                        generator: torch.Generator | None = None) -> tuple[int, int]:
-    """The verification rule. p: (K, V) draft distributions, q: (K+1, V) target distributions,
-    ``draft_tokens``: the K proposals. Returns (number accepted a, the token emitted after them).
-    """
+    """The verification rule. p: (K, V) draft distributions (None when K = 0), q: (K+1, V)
+    target distributions, ``draft_tokens``: the K proposals. Returns (number accepted a, the
+    token emitted after them)."""
     k = len(draft_tokens)
     if cfg.greedy:  # one-hot p and q: accept while the argmaxes agree (see the module doc)
         target_choice = q.argmax(-1).tolist()
