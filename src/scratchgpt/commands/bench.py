@@ -15,6 +15,7 @@ BENCHMARKS = (
     "tokenize",
     "seq2seq",
     "generate",
+    "speculative",
 )
 
 

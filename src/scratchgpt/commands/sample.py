@@ -49,6 +49,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                    help="weights and KV cache precision; bf16 halves the memory traffic "
                         "(default fp32)")
+    p.add_argument("--draft", default=None,
+                   help="speculative sampling: a smaller model's run directory or .pt file, "
+                        "trained with the same tokenizer; the output is distributed exactly as "
+                        "the --checkpoint model's own samples")
+    p.add_argument("--speculate", type=int, default=None, metavar="K",
+                   help="draft tokens proposed per round with --draft (default 4)")
     p.set_defaults(func=run)
 
 
@@ -146,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("the prompt is empty after tokenization")
     prompt = torch.tensor([ids], dtype=torch.long)
 
+    if args.draft is not None or args.speculate is not None:
+        return run_speculative(args, model, tok, prompt_text, prompt, cfg, gen)
+
     if args.beam:
         hyps = beam_search(model, prompt, args.beam, args.max_new_tokens, args.length_penalty,
                            eos_id=tok.eot_id)
@@ -210,3 +219,51 @@ def run_batch(model, tok, prompts: list[str], cfg, gen, args: argparse.Namespace
             new_ids = new_ids[:-1]
         print(text + cut_at_stop(tok.decode(new_ids), args.stop)[0])
     return 0
+
+
+def run_speculative(args: argparse.Namespace, model, tok, prompt_text: str, prompt,
+                    cfg, gen) -> int:
+    """``--draft``: stream one sample with speculative sampling; statistics go to stderr."""
+    import torch
+
+    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.generation.speculative import SpeculativeStats, check_pair, speculative_stream
+    from scratchgpt.models.fast_decode import optimize_for_decode
+
+    if args.draft is None:
+        raise UserError("--speculate needs --draft (a smaller model with the same tokenizer)")
+    if args.beam or args.num_samples != 1:
+        raise UserError("--draft samples one sequence; it does not combine with --beam or "
+                        "--num-samples")
+    k = 4 if args.speculate is None else args.speculate
+    if k < 1:
+        raise UserError(f"--speculate must be >= 1, got {k}")
+    draft, draft_state = load_model(args.draft, args.which)
+    if args.dtype == "bf16":
+        draft.to(torch.bfloat16)
+    optimize_for_decode(draft)
+    check_pair(model, draft, tok, checkpoint_tokenizer(draft_state))
+    stats = SpeculativeStats(k)
+    printer = StreamPrinter(tok, args.stop, out=_NullOut() if args.no_stream else None)
+    if not args.no_stream:
+        sys.stdout.write(prompt_text)
+    for token in speculative_stream(model, draft, prompt, args.max_new_tokens, k, cfg, gen,
+                                    stats):
+        if printer.add(int(token[0])) or token[0].item() == tok.eot_id:
+            break
+    text = printer.finish()
+    if args.no_stream:
+        sys.stdout.write(prompt_text + text)
+    sys.stdout.write("\n")
+    print(f"--- speculative K={k}: {stats.rounds} rounds, {stats.mean_accepted:.2f} of {k} draft "
+          f"tokens accepted per round, acceptance rate {stats.acceptance_rate:.2f}",
+          file=sys.stderr)
+    return 0
+
+
+class _NullOut:
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass

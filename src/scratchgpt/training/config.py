@@ -118,6 +118,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, max_iters=5000,
         eval_interval=250, eval_iters=200, beta2=0.99, weight_decay=0.1,
     ),
+    # A target/draft pair for speculative sampling (``scratchgpt bench speculative``). Both are
+    # character level and must be trained on the same prepared dataset (same tokenizer). The
+    # target has nanoGPT's Shakespeare shape but a CPU-sized batch and no dropout, for short
+    # time-budgeted runs; the draft is ~60x cheaper per decode step on a CPU.
+    "shakespeare-target": dict(
+        model="gpt", n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0,
+        batch_size=12, learning_rate=1.5e-3, min_lr=1.5e-4, warmup_iters=30, max_iters=5000,
+        eval_interval=100, eval_iters=10, beta2=0.99, weight_decay=0.1,
+    ),
+    "shakespeare-draft": dict(
+        model="gpt", n_layer=2, n_head=4, n_embd=128, block_size=256, dropout=0.0,
+        batch_size=16, learning_rate=2e-3, min_lr=2e-4, warmup_iters=50, max_iters=5000,
+        eval_interval=200, eval_iters=10, beta2=0.99, weight_decay=0.1,
+    ),
 }
 
 

@@ -1,0 +1,79 @@
+"""``scratchgpt sample --draft`` and ``scratchgpt bench speculative`` through ``main([...])``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scratchgpt.cli import main
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
+
+
+def train(dataset: Path, out: Path, *extra: str) -> Path:
+    assert main(["train", "--dataset", str(dataset), "--out", str(out), "--max-iters", "20",
+                 "--eval-interval", "10", *TINY, *extra]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, small_dataset) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("spec-runs")
+    other = tmp_path_factory.mktemp("other-data") / "text.txt"
+    other.write_text("abc abd abe " * 2000)
+    assert main(["prepare", "--data", str(other), "--out", str(root / "other-data")]) == 0
+    return {"target": train(small_dataset, root / "target", "--n-layer", "2"),
+            "draft": train(small_dataset, root / "draft", "--seed", "7"),
+            "foreign": train(root / "other-data", root / "foreign")}
+
+
+def test_greedy_speculative_cli_equals_target_greedy(runs, capsys):
+    base = ["sample", "--checkpoint", str(runs["target"]), "--prompt", "Th", "--temperature",
+            "0", "--max-new-tokens", "40"]
+    assert main(base) == 0
+    greedy = capsys.readouterr().out
+    for extra in (["--speculate", "3"], ["--no-stream"]):
+        assert main([*base, "--draft", str(runs["draft"]), *extra]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == greedy
+        assert "acceptance rate" in captured.err
+
+
+def test_speculative_cli_seeded_and_stops(runs, capsys):
+    args = ["sample", "--checkpoint", str(runs["target"]), "--draft", str(runs["draft"]),
+            "--max-new-tokens", "60", "--seed", "4", "--temperature", "0.8"]
+    assert main(args) == 0
+    a = capsys.readouterr().out
+    main(args)
+    assert capsys.readouterr().out == a
+    main([*args, "--stop", "e"])
+    out = capsys.readouterr().out
+    assert "e" not in out[1:] and len(out) < len(a)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--speculate", "2"], "--speculate needs --draft"),
+    (["--draft", "FOREIGN"], "different tokenizers"),
+    (["--draft", "DRAFT", "--speculate", "0"], "--speculate must be >= 1"),
+    (["--draft", "DRAFT", "--num-samples", "2"], "does not combine"),
+])
+def test_speculative_cli_errors(runs, capsys, flags, needle):
+    flags = [str(runs["foreign"]) if f == "FOREIGN" else str(runs["draft"]) if f == "DRAFT"
+             else f for f in flags]
+    code = main(["sample", "--checkpoint", str(runs["target"]), "--max-new-tokens", "5", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def test_bench_speculative_json(runs, capsys):
+    assert main(["bench", "speculative", "--checkpoint", str(runs["target"]), "--draft",
+                 str(runs["draft"]), "--k", "1,3", "--tokens", "12", "--repeats", "2",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["k"] for r in report["results"]] == [1, 3]
+    for row in report["results"]:
+        assert 0 < row["acceptance_rate"] <= 1 and row["speedup_measured"] > 0
+        assert 0 <= row["mean_accepted"] <= row["k"]
