@@ -102,15 +102,17 @@ class TrainConfig:
 # Named starting points. Each key is a TrainConfig field or a model hyperparameter.
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-small": dict(
-        # A fast demo on a laptop CPU: a few minutes at most, ~1.7 val loss on Shakespeare.
+        # A fast demo on a laptop CPU. Small batches and a high learning rate learn the most per
+        # second at this size (sweep in docs/BENCHMARKS.md).
         model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-        batch_size=32, learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, max_iters=3000,
+        batch_size=16, learning_rate=6e-3, min_lr=6e-4, warmup_iters=100, max_iters=4000,
         eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "cpu-medium": dict(
+        # Ten minutes or so on a CPU: a wider, deeper model with more context, bf16 where fast.
         model="gpt", n_layer=6, n_head=6, n_embd=192, block_size=128, dropout=0.0,
-        batch_size=32, learning_rate=1.5e-3, min_lr=1.5e-4, warmup_iters=200, max_iters=8000,
-        eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
+        batch_size=16, learning_rate=4e-3, min_lr=4e-4, warmup_iters=200, max_iters=10000,
+        eval_interval=1000, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "shakespeare-gpu": dict(
         # nanoGPT's Shakespeare-char model: 6 layers, 6 heads, 384 dims, 256 context.
