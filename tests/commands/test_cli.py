@@ -194,7 +194,11 @@ def test_config_file_layers_under_flags(small_dataset, tmp_path):
     resolved = json.loads((tmp_path / "r" / "config.json").read_text())
     assert resolved["train"]["max_iters"] == 7  # file beat preset
     assert resolved["model"]["n_embd"] == 16  # flag beat file
-    assert resolved["train"]["learning_rate"] == 6e-3  # preset beat default
+    from scratchgpt.training.config import PRESETS, TrainConfig
+
+    preset_lr = PRESETS["cpu-small"]["learning_rate"]
+    assert preset_lr != TrainConfig.learning_rate
+    assert resolved["train"]["learning_rate"] == preset_lr  # preset beat default
 
 
 def test_bigram_model_trains(small_dataset, tmp_path):
