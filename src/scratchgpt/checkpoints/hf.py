@@ -54,8 +54,9 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
     archs = hf.get("architectures") or ["GPT2LMHeadModel"]
     if not set(archs) & {"GPT2LMHeadModel", "GPT2Model"}:
         raise bad("architectures", "need GPT2LMHeadModel")
-    if hf.get("activation_function", "gelu_new") not in GELU_TANH:
-        raise bad("activation_function", "our GPT uses the tanh GELU, gelu_new")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in (*GELU_TANH, "gelu"):
+        raise bad("activation_function", "our GPT has the tanh GELU (gelu_new) or exact gelu")
     n_embd = int(hf.get("n_embd", 768))
     if hf.get("n_inner") not in (None, 4 * n_embd):
         raise bad("n_inner", f"the MLP width must be 4 * n_embd = {4 * n_embd}")
@@ -70,7 +71,8 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
                 n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
                 dropout=float(hf.get("resid_pdrop", 0.0)), bias=True, pos_encoding="learned",
                 tie_weights=bool(hf.get("tie_word_embeddings", True)),
-                layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)))
+                layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+                activation="gelu" if act == "gelu" else "gelu_tanh")
 
 
 def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
@@ -85,7 +87,8 @@ def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, An
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": cfg["vocab_size"], "n_positions": cfg["block_size"],
         "n_embd": cfg["n_embd"], "n_layer": cfg["n_layer"], "n_head": cfg["n_head"],
-        "n_inner": None, "activation_function": "gelu_new",
+        "n_inner": None,
+        "activation_function": "gelu" if cfg.get("activation") == "gelu" else "gelu_new",
         "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p,
         "layer_norm_epsilon": cfg.get("layer_norm_eps", 1e-5), "initializer_range": 0.02,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,

@@ -8,6 +8,8 @@ they give the same logits. Shapes: T = sequence length, C = n_embd, V = vocabula
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 Params = dict[str, np.ndarray]
@@ -16,6 +18,14 @@ Params = dict[str, np.ndarray]
 def gelu(x: np.ndarray) -> np.ndarray:
     """GPT-2's GELU, the tanh approximation."""
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_exact(x: np.ndarray) -> np.ndarray:
+    """The exact GELU, x * Phi(x), with Phi the standard normal CDF."""
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+ACTIVATIONS = {"gelu_tanh": gelu, "gelu": gelu_exact}
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -52,28 +62,30 @@ def mha(x: np.ndarray, p: Params, prefix: str, n_head: int) -> np.ndarray:
     return linear(np.hstack(heads), p[f"{prefix}.c_proj.weight"], p.get(f"{prefix}.c_proj.bias"))
 
 
-def ffn(x: np.ndarray, p: Params, prefix: str) -> np.ndarray:
+def ffn(x: np.ndarray, p: Params, prefix: str, activation: str = "gelu_tanh") -> np.ndarray:
     """Position-wise feed-forward: C -> 4C -> GELU -> C. x: (T, C)."""
-    h = gelu(linear(x, p[f"{prefix}.c_fc.weight"], p.get(f"{prefix}.c_fc.bias")))  # (T, 4C)
+    h = linear(x, p[f"{prefix}.c_fc.weight"], p.get(f"{prefix}.c_fc.bias"))  # (T, 4C)
+    h = ACTIVATIONS[activation](h)
     return linear(h, p[f"{prefix}.c_proj.weight"], p.get(f"{prefix}.c_proj.bias"))
 
 
 def transformer_block(x: np.ndarray, p: Params, prefix: str, n_head: int,
-                      eps: float = 1e-5) -> np.ndarray:
+                      eps: float = 1e-5, activation: str = "gelu_tanh") -> np.ndarray:
     """Pre-LayerNorm block: x + mha(ln_1(x)), then + ffn(ln_2(x)). x: (T, C)."""
     def ln(h: np.ndarray, name: str) -> np.ndarray:
         return layer_norm(h, p[f"{prefix}.{name}.weight"], p.get(f"{prefix}.{name}.bias", 0), eps)
 
     x = x + mha(ln(x, "ln_1"), p, f"{prefix}.attn", n_head)
-    return x + ffn(ln(x, "ln_2"), p, f"{prefix}.mlp")
+    return x + ffn(ln(x, "ln_2"), p, f"{prefix}.mlp", activation)
 
 
-def gpt(ids: np.ndarray, p: Params, n_head: int, eps: float = 1e-5) -> np.ndarray:
+def gpt(ids: np.ndarray, p: Params, n_head: int, eps: float = 1e-5,
+        activation: str = "gelu_tanh") -> np.ndarray:
     """Token ids (T,) -> logits (T, V), for a GPT with learned positions (GPT-2)."""
     x = p["transformer.wte.weight"][ids] + p["transformer.wpe.weight"][: len(ids)]  # (T, C)
     n_layer = 1 + max(int(k.split(".")[2]) for k in p if k.startswith("transformer.h."))
     for i in range(n_layer):
-        x = transformer_block(x, p, f"transformer.h.{i}", n_head, eps)
+        x = transformer_block(x, p, f"transformer.h.{i}", n_head, eps, activation)
     x = layer_norm(x, p["transformer.ln_f.weight"], p.get("transformer.ln_f.bias", 0), eps)
     return x @ p["lm_head.weight"].T  # (T, V)
 

@@ -105,13 +105,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         # A fast demo on a laptop CPU. Small batches and a high learning rate learn the most per
         # second at this size (sweep in docs/BENCHMARKS.md).
         model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
-        batch_size=16, learning_rate=6e-3, min_lr=6e-4, warmup_iters=100, max_iters=4000,
+        activation="gelu", batch_size=16, learning_rate=6e-3, min_lr=6e-4, warmup_iters=100,
+        max_iters=4000,
         eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "cpu-medium": dict(
         # Ten minutes or so on a CPU: a wider, deeper model with more context, bf16 where fast.
         model="gpt", n_layer=6, n_head=6, n_embd=192, block_size=128, dropout=0.0,
-        batch_size=16, learning_rate=4e-3, min_lr=4e-4, warmup_iters=200, max_iters=10000,
+        activation="gelu", batch_size=16, learning_rate=4e-3, min_lr=4e-4, warmup_iters=200,
+        max_iters=10000,
         eval_interval=1000, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "shakespeare-gpu": dict(
