@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=12)
     p.add_argument("--vocab-size", type=int, default=65)
+    p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh"),
+                   help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
     p.add_argument("--variants", default="fp32,bf16",
@@ -67,7 +69,8 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     dtype, _, comp = variant.partition("-")
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
-                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=0.0)
+                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=0.0,
+                    activation=args.activation)
     model = GPT(cfg)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99))
     fwd = torch.compile(model) if comp == "compile" else model

@@ -59,16 +59,14 @@ def bf16_supported(device: torch.device) -> bool:
         torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def resolve_dtype(name: str, device: torch.device, n_embd: int | None) -> str:
-    """'auto' picks bf16 where it is fast and the matrices are big enough to profit."""
+def resolve_dtype(name: str, device: torch.device) -> str:
+    """'auto' picks bf16 autocast wherever the hardware runs it fast (measured 1.5x per step
+    on an AVX512-BF16 CPU even for the smallest preset), else fp32."""
     if name != "auto":
         if name == "bf16" and not bf16_supported(device):
             raise UserError(f"bf16 is not supported on this {device.type}")
         return name
-    if not bf16_supported(device):
-        return "fp32"
-    # Below ~192 dims the matmuls are too small for bf16 to pay for its casts (measured).
-    return "bf16" if device.type == "cuda" or (n_embd or 0) >= 192 else "fp32"
+    return "bf16" if bf16_supported(device) else "fp32"
 
 
 def autocast(device: torch.device, dtype: str):
@@ -204,7 +202,7 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, model_config).to(device)
-    dtype = resolve_dtype(cfg.dtype, device, model_config.get("n_embd"))
+    dtype = resolve_dtype(cfg.dtype, device)
     opt = make_optimizer(model, cfg.learning_rate, cfg.weight_decay, (cfg.beta1, cfg.beta2))
     batch_gen = torch.Generator().manual_seed(cfg.seed)
     step, elapsed, best_val, tokens = 0, 0.0, math.inf, 0
