@@ -37,7 +37,8 @@ def parse_duration(text: str | float | int | None) -> float | None:
 class TrainConfig:
     """Everything about how a model is trained (the model's own shape is in its config)."""
 
-    model: str = field(default="gpt", metadata={"help": "model type: gpt, bigram, ..."})
+    model: str = field(default="gpt", metadata={
+        "help": "model type: gpt, bigram, rnn, lstm or gru"})
     batch_size: int = field(default=12, metadata={"help": "sequences per optimizer micro-step"})
     grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
     max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
