@@ -117,6 +117,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         batch_size=64, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100, max_iters=5000,
         eval_interval=250, eval_iters=200, beta2=0.99, weight_decay=0.1,
     ),
+    "warandpeace-lstm": dict(
+        # Karpathy's char-rnn scale on War and Peace, one size up: a 4-layer LSTM of 512 units
+        # (~8.5M parameters), trained on 128-character windows. Use with --dataset warandpeace
+        # (character level, prose-normalized). Meant for a GPU; on a CPU add --time-budget.
+        model="lstm", n_layer=4, hidden=512, block_size=128, dropout=0.2,
+        batch_size=64, learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, max_iters=10000,
+        eval_interval=500, eval_iters=50, beta2=0.99, weight_decay=0.0, grad_clip=1.0,
+    ),
 }
 
 
