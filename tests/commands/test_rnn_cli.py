@@ -104,3 +104,13 @@ def test_registry_fixes_the_cell():
 
     with pytest.raises(UserError):
         build_model("lstm", {"vocab_size": 7, "cell": "gru"})
+
+
+def test_warandpeace_preset_is_a_4x512_lstm():
+    from scratchgpt.training.config import PRESETS
+
+    preset = PRESETS["warandpeace-lstm"]
+    assert (preset["model"], preset["n_layer"], preset["hidden"]) == ("lstm", 4, 512)
+    model = build_model("lstm", {"vocab_size": 80, **{k: preset[k] for k in
+                                                      config_fields("lstm") if k in preset}})
+    assert 8_000_000 < model.num_params() < 9_000_000

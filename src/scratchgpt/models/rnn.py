@@ -188,7 +188,8 @@ class RecurrentConfig:
     vocab_size: int
     cell: str = "lstm"
     n_layer: int = 2
-    hidden: int = 256
+    hidden: int = field(default=256, metadata={
+        "help": "recurrent models: width of the hidden state and of the embedding"})
     dropout: float = 0.0
     block_size: int = 256
 
