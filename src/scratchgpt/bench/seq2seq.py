@@ -1,4 +1,4 @@
-"""Dates -> ISO with the Transformer, the attention LSTM and the plain LSTM, each in a time budget.
+"""Dates -> ISO (or --task reverse) with the Transformer, attention LSTM and plain LSTM in a budget.
 
 Each model trains from scratch on the generated dates task for the same wall-clock budget, then is
 scored on the fixed held-out dates (never seen in training): exact match of the greedy decode,
