@@ -55,3 +55,35 @@ def test_data_shorter_than_context_is_an_error(tmp_path):
     prepare_text("abcdefghij" * 10, tmp_path, "char")
     with pytest.raises(UserError, match="fewer than one context window"):
         TokenDataset(tmp_path).check_block_size(64)
+
+
+def test_unpinned_dataset_is_used_and_its_checksum_printed(tmp_path, monkeypatch, capsys):
+    ds = sources.DATASETS["warandpeace"]
+    assert ds.sha256 is None and ds.url.endswith("/2600/pg2600.txt")  # no invented hash
+    (tmp_path / ds.filename).write_text("x", encoding="utf-8")
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
+    assert sources.fetch_named("warandpeace") == tmp_path / ds.filename
+    err = capsys.readouterr().err
+    assert "not pinned" in err and sources.sha256_file(tmp_path / ds.filename) in err
+
+
+def test_warandpeace_offline_from_data_dir(tmp_path, monkeypatch):
+    from scratchgpt.cli import main
+    from scratchgpt.data.dataset import TokenDataset
+
+    book = ("The Project Gutenberg eBook of War and Peace\nlicence text\n"
+            "*** START OF THE PROJECT GUTENBERG EBOOK WAR AND PEACE ***\n\n"
+            + "\u201cWell, Prince,\u201d said Anna Pavlovna.\nPierre   smiled.\n" * 400
+            + "*** END OF THE PROJECT GUTENBERG EBOOK WAR AND PEACE ***\nmore licence\n")
+    (tmp_path / "pg2600.txt").write_text(book, encoding="utf-8")
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
+    assert main(["prepare", "--dataset", "warandpeace", "--tokenizer", "char-prose",
+                 "--out", str(tmp_path / "d")]) == 0
+    data = TokenDataset(tmp_path / "d")
+    text = data.tokenizer().decode(data.splits["train"][:60].tolist())
+    assert text.startswith("\"Well, Prince,\" said Anna Pavlovna. Pierre smiled.")
+    assert "G" not in data.tokenizer().chars  # the Gutenberg header and footer are gone
+
+
+def test_strip_gutenberg_without_markers_is_identity():
+    assert sources.strip_gutenberg("just text\n") == "just text"

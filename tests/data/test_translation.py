@@ -123,3 +123,14 @@ def test_split_and_spec(tmp_path):
     f = tmp_path / "d.tsv"
     f.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     assert DataSpec(task=None, path=str(f), valid_fraction=0.2).load() == (train, held)
+
+
+def test_reverse_task_is_reversal_with_disjoint_held_out_strings():
+    from scratchgpt.data.translation import TASKS, reverse_task
+
+    train, held = reverse_task(n_train=500, n_test=100, seed=1)
+    assert len(train) == 500 and len(held) == 100
+    assert all(t == s[::-1] and 10 <= len(s) <= 60 and s.isalpha() for s, t in train + held)
+    assert not {s for s, _ in train} & {s for s, _ in held}
+    assert reverse_task(n_train=5, n_test=5, seed=1) == (train[:5], held[:5])
+    assert TASKS["reverse"] is reverse_task

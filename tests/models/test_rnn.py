@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from scratchgpt.errors import UserError
 from scratchgpt.models.rnn import Recurrent, RecurrentConfig, RecurrentLM
 
 TORCH = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
@@ -87,7 +88,7 @@ def test_recurrent_lm_state_feeds_forward(cell):
     idx = torch.randint(0, 11, (3, 7))
     full = lm(idx)
     assert full.shape == (3, 7, 11)
-    state = lm.new_state(3)
+    state = lm.new_cache(3)
     first = lm(idx[:, :4], state)
     rest = [lm(idx[:, t : t + 1], state) for t in range(4, 7)]
     _close(torch.cat([first, *rest], dim=1), full)
@@ -101,14 +102,16 @@ def test_recurrent_lm_state_feeds_forward(cell):
 
 
 def test_recurrent_config_validation_and_params():
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         RecurrentConfig(vocab_size=10, cell="transformer")
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         RecurrentConfig(vocab_size=10, n_layer=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         RecurrentConfig(vocab_size=10, dropout=1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         RecurrentConfig(vocab_size=0)
+    with pytest.raises(UserError):
+        RecurrentConfig(vocab_size=10, block_size=0)
     cfg = RecurrentConfig(vocab_size=10, cell="gru", n_layer=1, hidden=4)
     # embed 10*4 + GRU (3*4*4 + 3*4*4 + 2*3*4) + head 4*10 + 10
     assert RecurrentLM(cfg).num_params() == 40 + 48 + 48 + 24 + 50

@@ -11,6 +11,7 @@ from scratchgpt.tokenizers import (
     TOKENIZERS,
     BPETokenizer,
     CharTokenizer,
+    ProseCharTokenizer,
     build_tokenizer,
     load_tokenizer,
 )
@@ -19,7 +20,8 @@ TEXT = "To be, or not to be, that is the question:\n" * 50
 
 
 def test_registered_kinds():
-    assert TOKENIZERS == {"char": CharTokenizer, "bpe": BPETokenizer}
+    assert TOKENIZERS == {"char": CharTokenizer, "char-prose": ProseCharTokenizer,
+                          "bpe": BPETokenizer}
 
 
 def test_build_char():

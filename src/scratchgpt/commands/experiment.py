@@ -214,7 +214,7 @@ def run_count(args: argparse.Namespace) -> int:
         acc = float((model(seq[:, :-1]).argmax(-1) == seq[:, 1:]).float().mean())
         # Generation: read the prompt once, then feed back one token at a time (the state holds
         # everything the model remembers, so the prompt is never re-read).
-        state = model.new_state(1)
+        state = model.new_cache(1)
         logits = model(torch.tensor([prompt]), state)
         generated = []
         for _ in range(args.generate):

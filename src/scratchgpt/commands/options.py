@@ -13,11 +13,12 @@ _TYPES = {int: int, float: float, str: str}
 
 def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
                         skip: set[str] = frozenset(), seen: set[str] | None = None) -> None:
-    """Add ``--field-name`` for each field of ``cls``. Defaults are None (meaning "not given"),
-    so the caller can layer defaults < preset < config file < flags."""
+    """Add ``--field-name`` for each field of ``cls`` (except ``init=False`` ones, which the
+    class fixes itself). Defaults are None (meaning "not given"), so the caller can layer
+    defaults < preset < config file < flags."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in skip or (seen is not None and f.name in seen):
+        if not f.init or f.name in skip or (seen is not None and f.name in seen):
             continue
         if seen is not None:
             seen.add(f.name)

@@ -18,8 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--data", help="a UTF-8 text file, or a folder of .txt files")
     src.add_argument("--dataset", help="a named dataset (e.g. shakespeare), fetched and verified "
                                        "by sha256; looked up in $SCRATCHGPT_DATA_DIR first")
-    p.add_argument("--tokenizer", default="char", help="char, bpe (trained here) or gpt2 "
-                                                       "(default: char)")
+    p.add_argument("--tokenizer", default="char",
+                   help="char, char-prose (letters, digits, space and basic punctuation; "
+                        "newlines and repeated spaces folded), bpe (trained here) or gpt2 "
+                        "(default: char)")
     p.add_argument("--vocab-size", type=int, default=None,
                    help="vocabulary size for --tokenizer bpe (default 4096)")
     p.add_argument("--val-fraction", type=float, default=0.1,
@@ -39,7 +41,10 @@ def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
             dataset = None
         else:
             path = sources.fetch_named(dataset)
-            return sources.read_files([path]), f"{dataset} ({path})"
+            text = sources.read_files([path])
+            if sources.DATASETS[dataset].gutenberg:
+                text = sources.strip_gutenberg(text)
+            return text, f"{dataset} ({path})"
     files = sources.default_corpus_files()
     return sources.read_files(files), (f"{sources.DEFAULT_CORPUS}: {len(files)} standard-library "
                                        f"modules from {files[0].parent}")

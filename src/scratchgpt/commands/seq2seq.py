@@ -16,7 +16,7 @@ from scratchgpt.commands.argtypes import duration, positive_int
 from scratchgpt.errors import UserError
 
 ARCHS = ("transformer", "lstm-attention", "lstm")
-TASK_NAMES = ("dates", "numbers")
+TASK_NAMES = ("dates", "numbers", "reverse")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src = t.add_mutually_exclusive_group()
     src.add_argument("--task", choices=TASK_NAMES,
                      help="generated task: 'dates' (dates written many ways -> ISO, default) or "
-                          "'numbers' (number words -> digits)")
+                          "'numbers' (number words -> digits) or 'reverse' (10-60 letters -> "
+                          "reversed, where the no-attention bottleneck shows)")
     src.add_argument("--data", metavar="FILE.tsv",
                      help="your own pairs, one 'source<TAB>target' per line (UTF-8)")
     t.add_argument("--arch", choices=ARCHS, default="transformer",

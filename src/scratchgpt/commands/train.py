@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "and loss.png into --out. Ctrl-C saves last.pt; --resume continues exactly.")
     p.add_argument("--dataset", default=None,
                    help="a prepared dataset directory, or a named dataset (shakespeare, "
-                        "python-stdlib) prepared on the fly; default: python-stdlib (offline)")
+                        "warandpeace, python-stdlib) prepared on the fly; default: "
+                        "python-stdlib (offline)")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="named hyperparameter set")
     p.add_argument("--config", default=None, help="TOML or JSON file of settings")
@@ -78,12 +79,13 @@ def resolve_dataset(name_or_path: str | None, progress: bool = True):
     if name not in sources.DATASETS and name != sources.DEFAULT_CORPUS:
         raise UserError(f"--dataset {name}: no such prepared dataset directory, and not a named "
                         f"dataset ({', '.join([*sources.DATASETS, sources.DEFAULT_CORPUS])})")
-    target = sources.cache_dir() / "datasets" / f"{name}-char"
+    kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
+    target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
     if not (target / META_FILE).is_file():
         from scratchgpt.commands.prepare import load_source
 
         text, desc = load_source(None, name)
-        meta = prepare_text(text, target, "char", source=desc)
+        meta = prepare_text(text, target, kind, source=desc)
         if progress:
             print(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
                   f"val tokens in {target}")

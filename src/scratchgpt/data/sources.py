@@ -1,15 +1,18 @@
 """Where training text comes from: user files, named datasets, and the offline default corpus.
 
-Named datasets carry a canonical URL and sha256. They are looked up, in order, in
-``$SCRATCHGPT_DATA_DIR``, then in the cache directory (``$SCRATCHGPT_CACHE_DIR`` or
+Named datasets carry a canonical URL and, once pinned, a sha256. They are looked up, in order,
+in ``$SCRATCHGPT_DATA_DIR``, then in the cache directory (``$SCRATCHGPT_CACHE_DIR`` or
 ``~/.cache/scratchgpt``), and only then downloaded into the cache. A checksum mismatch is always
-an error: a corrupt or different file is never used silently.
+an error: a corrupt or different file is never used silently. A dataset whose ``sha256`` is None
+is *not pinned* (nobody here could download it to measure it): its file is used, its checksum is
+printed, and the user is told to pin it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import sysconfig
 import tempfile
 import urllib.request
@@ -21,12 +24,15 @@ from scratchgpt.errors import UserError
 
 @dataclass(frozen=True)
 class NamedDataset:
+    """A downloadable text. ``sha256=None`` means not pinned yet (see the module docstring)."""
+
     name: str
     filename: str
     url: str
-    sha256: str
+    sha256: str | None
     description: str
     tokenizer: str = "char"  # tokenizer used when the dataset is prepared implicitly
+    gutenberg: bool = False  # strip the Project Gutenberg header and licence footer
 
 
 DATASETS: dict[str, NamedDataset] = {
@@ -36,6 +42,15 @@ DATASETS: dict[str, NamedDataset] = {
         url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
         description="Tiny Shakespeare (Karpathy's char-rnn), 1,115,394 characters",
+    ),
+    "warandpeace": NamedDataset(
+        name="warandpeace",
+        filename="pg2600.txt",
+        url="https://www.gutenberg.org/cache/epub/2600/pg2600.txt",
+        sha256=None,  # not pinned: never downloaded where this entry was written
+        description="Tolstoy, War and Peace (Maude translation), Project Gutenberg eBook #2600",
+        tokenizer="char-prose",
+        gutenberg=True,
     ),
 }
 
@@ -58,6 +73,11 @@ def sha256_file(path: Path) -> str:
 
 def _verified(path: Path, ds: NamedDataset) -> Path:
     digest = sha256_file(path)
+    if ds.sha256 is None:
+        print(f"note: dataset {ds.name!r} is not pinned; {path} has sha256 {digest} "
+              f"({path.stat().st_size:,} bytes). Check it is the file from {ds.url} and pin "
+              f"it as sha256 in scratchgpt/data/sources.py", file=sys.stderr)
+        return path
     if digest != ds.sha256:
         raise UserError(
             f"{path} has sha256 {digest[:12]}…, expected {ds.sha256[:12]}… for dataset "
@@ -103,6 +123,25 @@ def fetch_named(name: str) -> Path:
     except UserError:
         cached.unlink(missing_ok=True)
         raise
+
+
+GUTENBERG_START = "*** START OF THE PROJECT GUTENBERG EBOOK"
+GUTENBERG_END = "*** END OF THE PROJECT GUTENBERG EBOOK"
+
+
+def strip_gutenberg(text: str) -> str:
+    """The book between Project Gutenberg's ``*** START OF ...`` and ``*** END OF ...`` lines
+    (case-insensitive), without surrounding blank lines or a byte-order mark; text without
+    the markers is kept whole."""
+    upper = text.upper()
+    start, end = upper.find(GUTENBERG_START), upper.find(GUTENBERG_END)
+    if start >= 0:
+        start = text.find("\n", start) + 1 or len(text)  # the line after the marker
+    else:
+        start = 0
+    if end < 0 or end < start:
+        end = len(text)
+    return text[start:end].strip("\ufeff\r\n ")
 
 
 def default_corpus_files() -> list[Path]:

@@ -248,7 +248,33 @@ def numbers_task(n_train: int = 50_000, n_test: int = 2_000, seed: int = 0,
     return pairs(n_train, False), pairs(n_test, True)
 
 
-TASKS = {"dates": dates_task, "numbers": numbers_task}
+# ---------------------------------------------------------------------------------------------
+# Reversal of long strings (the task where a fixed-size encoder state runs out)
+# ---------------------------------------------------------------------------------------------
+
+REVERSE_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+def reverse_task(n_train: int = 200_000, n_test: int = 2_000, seed: int = 0,
+                 min_len: int = 10, max_len: int = 60) -> tuple[list[Pair], list[Pair]]:
+    """Random lowercase strings of ``min_len..max_len`` letters -> the same string reversed.
+
+    Every source character must reach the decoder, so a model without attention has to squeeze
+    up to ``max_len * log2(26)`` (~280) bits through its final encoder state: accuracy by source
+    length shows that bottleneck. Held-out strings are a fixed set (by a hash of the string)."""
+
+    def pairs(k: int, held: bool) -> list[Pair]:
+        rng, out = random.Random(seed * 2 + int(held)), []
+        while len(out) < k:
+            s = "".join(rng.choices(REVERSE_ALPHABET, k=rng.randint(min_len, max_len)))
+            if (zlib.crc32(s.encode()) % 10 == 0) == held:
+                out.append((s, s[::-1]))
+        return out
+
+    return pairs(n_train, False), pairs(n_test, True)
+
+
+TASKS = {"dates": dates_task, "numbers": numbers_task, "reverse": reverse_task}
 
 
 @dataclass

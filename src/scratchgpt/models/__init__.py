@@ -11,17 +11,21 @@ from torch import nn
 from scratchgpt.errors import UserError
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.rnn import CELLS, RecurrentLM, cell_config
 
 # model type -> (config class, model class)
 MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
     "gpt": (GPTConfig, GPT),
     "bigram": (BigramConfig, BigramLM),
+    # recurrent LMs: one model class, the cell named by the type ("rnn", "lstm", "gru")
+    **{cell: (cell_config(cell), RecurrentLM) for cell in CELLS},
 }
 
 
 def config_fields(model_type: str) -> set[str]:
-    """Names of the hyperparameters a model type takes."""
-    return {f.name for f in dataclasses.fields(MODEL_TYPES[model_type][0])}
+    """Names of the hyperparameters a model type takes (fields fixed with ``init=False``, such
+    as a recurrent model's cell, are set by the type, not by the user)."""
+    return {f.name for f in dataclasses.fields(MODEL_TYPES[model_type][0]) if f.init}
 
 
 def make_config(model_type: str, values: dict[str, Any]):

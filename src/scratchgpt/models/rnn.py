@@ -18,16 +18,19 @@ hidden state ``h`` (``W_i*`` act on ``x``, ``W_h*`` on ``h``, each with its own 
 
 :class:`RecurrentLM` puts an embedding in front and a linear head behind: a character-level
 language model with a hidden state that sampling carries forward in a :class:`RecurrentState`.
+Registered as model types ``rnn``, ``lstm`` and ``gru`` (see :func:`cell_config`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from scratchgpt.errors import UserError
 
 CELLS = ("rnn", "lstm", "gru")
 
@@ -176,39 +179,60 @@ class Recurrent(nn.Module):
 
 @dataclass
 class RecurrentConfig:
-    """Shape of a :class:`RecurrentLM`. The embedding width equals ``hidden``."""
+    """Shape of a :class:`RecurrentLM`. The embedding width equals ``hidden``.
+
+    ``block_size`` is only the training sequence length (backpropagation through time runs over
+    that many steps); the model itself reads sequences of any length.
+    """
 
     vocab_size: int
     cell: str = "lstm"
     n_layer: int = 2
-    hidden: int = 256
+    hidden: int = field(default=256, metadata={
+        "help": "recurrent models: width of the hidden state and of the embedding"})
     dropout: float = 0.0
+    block_size: int = 256
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
-            raise ValueError(f"cell must be one of {CELLS}, got {self.cell!r}")
-        if self.n_layer < 1:
-            raise ValueError(f"n_layer must be >= 1, got {self.n_layer}")
-        if self.hidden < 1:
-            raise ValueError(f"hidden must be >= 1, got {self.hidden}")
+            raise UserError(f"cell must be one of {CELLS}, got {self.cell!r}")
+        for name in ("vocab_size", "n_layer", "hidden", "block_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {self.vocab_size}")
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cell_config(cell: str) -> type[RecurrentConfig]:
+    """:class:`RecurrentConfig` with ``cell`` fixed (``init=False``), for the model registry.
+
+    The model type names the cell (``--model lstm``), so ``cell`` is not a hyperparameter there:
+    fields with ``init=False`` get no command-line flag and are not accepted in a config dict.
+    """
+    if cell not in CELLS:
+        raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
+    cls = make_dataclass(f"{cell.upper()}Config",
+                         [("cell", str, field(default=cell, init=False))],
+                         bases=(RecurrentConfig,))
+    cls.__module__ = __name__
+    cls.__doc__ = f"A {cell.upper()} language model's shape (see RecurrentConfig)."
+    return cls
 
 
 @dataclass
 class RecurrentState:
     """The hidden state a :class:`RecurrentLM` carries between calls, updated in place.
 
-    ``h`` (and ``c`` for the LSTM) have shape ``[n_layer, batch, hidden]``.
+    ``h`` (and ``c`` for the LSTM) have shape ``[n_layer, batch, hidden]``; ``pos`` counts the
+    tokens fed so far (the generation loop reads it, as it reads a KV cache's ``pos``).
     """
 
     h: Tensor
     c: Tensor | None = None
+    pos: int = 0
 
     def as_hidden(self) -> HiddenState:
         return (self.h, self.c) if self.c is not None else self.h
@@ -225,12 +249,31 @@ class RecurrentState:
         if self.c is not None:
             self.c = self.c.detach()
 
+    def rollback(self, pos: int) -> None:
+        """Go back to ``pos`` tokens. Only 0 (reset to zeros) and the current position are
+        possible: a hidden state cannot forget its last tokens without storing old states."""
+        if pos == self.pos:
+            return
+        if pos != 0:
+            raise ValueError(f"a recurrent state cannot roll back from {self.pos} to {pos} "
+                             f"tokens (only to 0); feed the sequence again from a new state")
+        self.h = torch.zeros_like(self.h)
+        self.c = torch.zeros_like(self.c) if self.c is not None else None
+        self.pos = 0
+
+    def reorder(self, parents: Tensor) -> None:
+        """Row ``i`` becomes a copy of row ``parents[i]`` (beam search keeps the best beams)."""
+        self.h = self.h[:, parents]
+        if self.c is not None:
+            self.c = self.c[:, parents]
+
 
 class RecurrentLM(nn.Module):
     """Embedding -> stacked RNN/LSTM/GRU -> linear head over the vocabulary.
 
-    ``forward(idx [B, T], state=None) -> logits [B, T, vocab]``. Without ``state`` every call
-    starts from zeros; with a :class:`RecurrentState` the call starts from it and leaves the final
+    ``forward(idx [B, T], cache=None) -> logits [B, T, vocab]``, the interface every language
+    model here shares. Without ``cache`` every call starts from zeros; with a
+    :class:`RecurrentState` (from :meth:`new_cache`) the call starts from it and leaves the final
     hidden state in it, so generation feeds one new token per call instead of the whole prompt.
     """
 
@@ -243,18 +286,23 @@ class RecurrentLM(nn.Module):
                              config.dropout, fast=fast)
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
-    def new_state(self, batch_size: int) -> RecurrentState:
-        """Zero hidden state for ``batch_size`` sequences, on the model's device and dtype."""
-        hidden = self.rnn.zero_state(batch_size)
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None) -> RecurrentState:
+        """Zero hidden state for ``batch_size`` sequences, on the model's device (and its dtype
+        unless ``dtype`` is given). ``max_len`` is accepted for the common interface and ignored:
+        the state has the same size however long the sequence grows."""
+        hidden = self.rnn.zero_state(batch_size, dtype=dtype)
         return RecurrentState(*hidden) if isinstance(hidden, tuple) else RecurrentState(hidden)
 
-    def forward(self, idx: Tensor, state: RecurrentState | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: RecurrentState | None = None) -> Tensor:
         x = self.drop(self.embed(idx))  # [B, T, hidden]
-        out, hidden = self.rnn(x, state.as_hidden() if state is not None else None)
-        if state is not None:
-            state.update(hidden)
+        out, hidden = self.rnn(x, cache.as_hidden() if cache is not None else None)
+        if cache is not None:
+            cache.update(hidden)
+            cache.pos += idx.size(1)
         return self.head(self.drop(out))  # [B, T, vocab]
 
-    def num_params(self) -> int:
-        """Number of trainable parameters."""
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of trainable parameters (``non_embedding`` is accepted for the common
+        interface; a recurrent model has no position table to leave out)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

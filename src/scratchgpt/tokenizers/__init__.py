@@ -8,30 +8,33 @@ from pathlib import Path
 from scratchgpt.errors import UserError
 from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from scratchgpt.tokenizers.bpe import BPETokenizer
-from scratchgpt.tokenizers.char import CharTokenizer
+from scratchgpt.tokenizers.char import CharTokenizer, ProseCharTokenizer
 
 # kind -> class; a new tokenizer registers itself here.
 TOKENIZERS: dict[str, type[Tokenizer]] = {
     CharTokenizer.kind: CharTokenizer,
+    ProseCharTokenizer.kind: ProseCharTokenizer,
     BPETokenizer.kind: BPETokenizer,
 }
 
 # What build_tokenizer accepts: the registered kinds plus "gpt2" (BPE with GPT-2's vocabulary).
-BUILD_KINDS = ("char", "bpe", "gpt2")
+BUILD_KINDS = ("char", "char-prose", "bpe", "gpt2")
 DEFAULT_BPE_VOCAB = 4096
 GPT2_VOCAB = 50257
 
 
 def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
     """A tokenizer of ``kind`` for ``text``: ``"char"`` (its characters), ``"bpe"`` (trained on
-    it, ``vocab_size`` ids, default 4096) or ``"gpt2"`` (GPT-2's fixed 50257-id vocabulary)."""
-    if kind == "char":
+    it, ``vocab_size`` ids, default 4096) or ``"gpt2"`` (GPT-2's fixed 50257-id vocabulary);
+    ``"char-prose"`` is ``"char"`` over text folded by
+    :func:`~scratchgpt.tokenizers.char.normalize_prose`."""
+    if kind in ("char", "char-prose"):
         if vocab_size is not None:
             raise UserError("a char tokenizer's vocabulary size is set by the text; "
                             "drop the vocabulary size")
         if not text:
             raise UserError("cannot build a char tokenizer from empty text")
-        return CharTokenizer.train(text)
+        return (CharTokenizer if kind == "char" else ProseCharTokenizer).train(text)
     if kind == "bpe":
         vocab_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 256:
@@ -81,6 +84,7 @@ def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str =
 __all__ = [
     "Tokenizer",
     "CharTokenizer",
+    "ProseCharTokenizer",
     "BPETokenizer",
     "TOKENIZERS",
     "build_tokenizer",

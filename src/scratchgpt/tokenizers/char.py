@@ -65,3 +65,44 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> CharTokenizer:
         return cls(d["chars"])
+
+
+# Typographic characters with a plain ASCII spelling (Project Gutenberg texts use both).
+_PROSE_MAP = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2014": "-",
+              "\u2013": "-", "\u2026": "...", "\u00a0": " "}
+PROSE_PUNCTUATION = " .,;:!?'\"-()"
+
+
+def normalize_prose(text: str) -> str:
+    """Keep letters, digits, space and basic punctuation (``.,;:!?'"-()``).
+
+    Curly quotes, dashes and the ellipsis become their ASCII forms; every other character
+    (newlines, tabs, underscores, symbols) becomes a space, and runs of spaces fold into one, so
+    line breaks of a hard-wrapped book vanish. Idempotent: ``normalize_prose`` of its own output
+    changes nothing.
+    """
+    out = []
+    for c in text:
+        for d in _PROSE_MAP.get(c, c):
+            out.append(d if d.isalnum() or d in PROSE_PUNCTUATION else " ")
+    return " ".join("".join(out).split())
+
+
+class ProseCharTokenizer(CharTokenizer):
+    """A character tokenizer over prose normalized by :func:`normalize_prose`.
+
+    ``encode`` normalizes first, so ``decode(encode(t)) == normalize_prose(t)``: the folded
+    characters are not *unknown*, they are spelled the normalized way. A character that survives
+    normalization but is missing from the vocabulary (a rare accented letter seen only in the
+    validation text) follows the usual ``unknown`` policy (error, or replace).
+    """
+
+    kind = "char-prose"
+
+    @classmethod
+    def train(cls, text: str) -> ProseCharTokenizer:
+        """Build the vocabulary from the normalized ``text``."""
+        return cls(sorted(set(normalize_prose(text))))
+
+    def encode(self, text: str, unknown: str = "error") -> list[int]:
+        return super().encode(normalize_prose(text), unknown)

@@ -37,7 +37,8 @@ def parse_duration(text: str | float | int | None) -> float | None:
 class TrainConfig:
     """Everything about how a model is trained (the model's own shape is in its config)."""
 
-    model: str = field(default="gpt", metadata={"help": "model type: gpt, bigram, ..."})
+    model: str = field(default="gpt", metadata={
+        "help": "model type: gpt, bigram, rnn, lstm or gru"})
     batch_size: int = field(default=12, metadata={"help": "sequences per optimizer micro-step"})
     grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
     max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
@@ -135,6 +136,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         model="gpt", n_layer=2, n_head=4, n_embd=128, block_size=256, dropout=0.0,
         batch_size=16, learning_rate=2e-3, min_lr=2e-4, warmup_iters=50, max_iters=5000,
         eval_interval=200, eval_iters=10, beta2=0.99, weight_decay=0.1,
+    ),
+    "warandpeace-lstm": dict(
+        # Karpathy's char-rnn scale on War and Peace, one size up: a 4-layer LSTM of 512 units
+        # (~8.5M parameters), trained on 128-character windows. Use with --dataset warandpeace
+        # (character level, prose-normalized). Meant for a GPU; on a CPU add --time-budget.
+        model="lstm", n_layer=4, hidden=512, block_size=128, dropout=0.2,
+        batch_size=64, learning_rate=2e-3, min_lr=2e-4, warmup_iters=100, max_iters=10000,
+        eval_interval=500, eval_iters=50, beta2=0.99, weight_decay=0.0, grad_clip=1.0,
     ),
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import time
@@ -195,6 +196,8 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
     if resume:
         state = load_checkpoint(out / "last.pt")
         model_config = dict(state["model_config"])  # the run's shape cannot change on resume
+        if state["model_type"] != cfg.model:  # nor its type (--model need not be repeated)
+            cfg = dataclasses.replace(cfg, model=state["model_type"])
     block_size = int(model_config.get("block_size", 256))
     data.check_block_size(block_size)
 
