@@ -20,10 +20,25 @@ def tiny() -> GPT:
 
 def test_fp32_decode_layout_is_the_same_model():
     model = tiny()
-    fast = optimize_for_decode(copy.deepcopy(model))
+    fast = copy.deepcopy(model).decode_layout_()
     assert fast.transformer.h[0].mlp.c_fc.weight.stride() == (1, 256)  # wide: column-major
     assert fast.transformer.h[0].mlp.c_proj.weight.is_contiguous()  # tall: row-major
     assert fast.lm_head.weight is fast.transformer.wte.weight  # still tied
+    x = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
+    g = SamplingConfig(temperature=0)
+    assert torch.equal(generate(fast, x[:, :4], 20, g), generate(model, x[:, :4], 20, g))
+
+
+@pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
+def test_fp32_optimize_packs_linears_and_keeps_results():
+    model = tiny()
+    fast = optimize_for_decode(copy.deepcopy(model))
+    block = fast.transformer.h[0]
+    assert isinstance(block.mlp.c_fc, PackedLinear) and isinstance(fast.lm_head, PackedLinear)
+    assert isinstance(block.mlp.c_proj, PackedLinear) and isinstance(block.attn.c_proj,
+                                                                     PackedLinear)
     x = torch.randint(0, 97, (2, 30))
     with torch.no_grad():
         assert torch.allclose(fast(x), model(x), atol=1e-5)
