@@ -61,7 +61,7 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     import numpy as np
     import torch
 
-    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.data.dataset import random_windows
     from scratchgpt.models.gpt import GPT, GPTConfig
     from scratchgpt.training.optim import lm_loss, make_optimizer
     from scratchgpt.training.trainer import autocast
@@ -75,16 +75,14 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99))
     fwd = torch.compile(model) if comp == "compile" else model
     # Batches come from a token array exactly as in training (random windows).
-    data = TokenDataset.__new__(TokenDataset)
-    data.splits = {"train": np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000)
-                   .astype(np.uint16)}
+    tokens = np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000).astype(np.uint16)
     gen = torch.Generator().manual_seed(0)
     device = torch.device("cpu")
     times = []
     t_compile = time.perf_counter()
     for i in range(args.warmup + args.steps):
         t = time.perf_counter()
-        x, y = data.get_batch("train", args.batch_size, args.block_size, gen)
+        x, y = random_windows(tokens, args.batch_size, args.block_size, gen)
         with autocast(device, dtype):
             loss = lm_loss(fwd(x), y)
         loss.backward()

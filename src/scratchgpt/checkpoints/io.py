@@ -8,10 +8,12 @@ leaves the previous good checkpoint intact.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,14 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Atomically save ``state`` (must hold model_type, model_config, model) with format tags."""
-    payload = {"format": FORMAT, "version": FORMAT_VERSION, **state}
-    atomic_write(Path(path), lambda f: torch.save(payload, f))
+def save_checkpoint(path: str | Path, state: dict[str, Any],
+                    copies: Iterable[str | Path] = ()) -> None:
+    """Atomically save ``state`` (must hold model_type, model_config, model) with format tags,
+    to ``path`` and to each of ``copies`` (serialized once)."""
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT, "version": FORMAT_VERSION, **state}, buf)
+    for target in (path, *copies):
+        atomic_write(Path(target), lambda f: f.write(buf.getbuffer()))
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:

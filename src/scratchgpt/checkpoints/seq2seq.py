@@ -39,8 +39,8 @@ def save_seq2seq(
     directory.mkdir(parents=True, exist_ok=True)
     info = {
         "model_config": model.config.to_dict(),
-        "src_tokenizer": {"kind": src_tok.kind, **src_tok.to_dict()},
-        "tgt_tokenizer": {"kind": tgt_tok.kind, **tgt_tok.to_dict()},
+        "src_tokenizer": src_tok.state(),
+        "tgt_tokenizer": tgt_tok.state(),
         "meta": meta or {},
     }
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}

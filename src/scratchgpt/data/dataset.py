@@ -14,6 +14,24 @@ from scratchgpt.errors import UserError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
 
 
+def random_windows(data: np.ndarray, batch_size: int, block_size: int,
+                   generator: torch.Generator,
+                   shard: tuple[int, int] = (0, 1)) -> tuple[Tensor, Tensor]:
+    """Random windows of the token array ``data``: inputs x (B, T), next-token targets y (B, T),
+    int64.
+
+    ``shard=(rank, world)``: draw the global batch of ``batch_size * world`` windows and keep
+    rows ``rank * B .. (rank + 1) * B`` (data-parallel training; the generator then advances
+    identically in every process).
+    """
+    rank, world = shard
+    ix = torch.randint(len(data) - block_size, (batch_size * world,), generator=generator)
+    ix = ix[rank * batch_size:(rank + 1) * batch_size].numpy()
+    window = np.arange(block_size + 1)
+    chunk = torch.from_numpy(data[ix[:, None] + window].astype(np.int64))  # (B, T + 1)
+    return chunk[:, :-1], chunk[:, 1:]
+
+
 class TokenDataset:
     """Memory-mapped ``train.bin``/``val.bin`` of a prepared dataset directory."""
 
@@ -50,13 +68,10 @@ class TokenDataset:
                 )
 
     def get_batch(self, split: str, batch_size: int, block_size: int,
-                  generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Random windows: inputs x (B, T) and next-token targets y (B, T), int64."""
-        data = self.splits[split]
-        ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
-        window = np.arange(block_size + 1)
-        chunk = torch.from_numpy(data[ix[:, None] + window].astype(np.int64))  # (B, T + 1)
-        return chunk[:, :-1], chunk[:, 1:]
+                  generator: torch.Generator,
+                  shard: tuple[int, int] = (0, 1)) -> tuple[Tensor, Tensor]:
+        """Random windows of ``split``: see :func:`random_windows`."""
+        return random_windows(self.splits[split], batch_size, block_size, generator, shard)
 
     def sequential_batches(self, split: str, batch_size: int, block_size: int):
         """Every non-overlapping window of ``split`` once, in order: the full-split evaluation."""

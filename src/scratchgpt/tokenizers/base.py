@@ -50,9 +50,13 @@ class Tokenizer(ABC):
         """The end-of-text token id, if the tokenizer has one."""
         return None
 
+    def state(self) -> dict[str, Any]:
+        """What ``tokenizer.json`` holds: ``to_dict()`` tagged with the tokenizer's kind."""
+        return {"kind": self.kind, **self.to_dict()}
+
     def save(self, directory: str | Path) -> None:
         """Write ``tokenizer.json`` (and any extra files) into ``directory``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        state = {"kind": self.kind, **self.to_dict()}
-        (directory / TOKENIZER_FILE).write_text(json.dumps(state, ensure_ascii=False, indent=1))
+        (directory / TOKENIZER_FILE).write_text(
+            json.dumps(self.state(), ensure_ascii=False, indent=1))
