@@ -63,9 +63,10 @@ def test_greedy_generation_matches_transformers_token_for_token(hf_dir):
 
 def test_round_trip_ours_to_hf_to_ours_is_bit_identical(tmp_path):
     torch.manual_seed(1)
-    for tie, act in ((True, "gelu_tanh"), (False, "gelu")):
+    for tie, act, drop in ((True, "gelu_tanh", None), (False, "gelu", 0.0)):
         model = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=2, n_head=4, n_embd=32,
-                              tie_weights=tie, layer_norm_eps=1e-6, activation=act)).eval()
+                              tie_weights=tie, layer_norm_eps=1e-6, activation=act,
+                              dropout=0.1, attn_dropout=drop)).eval()
         out = save_hf(model, tmp_path / f"hf-{tie}")
         back, state = load_hf(out)
         assert state["model_config"] == {k: v for k, v in model.config.to_dict().items()

@@ -71,8 +71,28 @@ def test_residual_projection_init_is_scaled():
     assert abs(std - 0.02 / (2 * 8) ** 0.5) < 0.001
 
 
+def test_attention_dropout_can_be_set_apart():
+    """attn_dropout=0 keeps the residual/embedding dropout but drops no attention weight."""
+    x = torch.randint(0, 37, (2, 24))
+    only_resid = tiny(dropout=0.5, attn_dropout=0.0).train()
+    assert all(b.attn.attn_dropout == 0.0 for b in only_resid.transformer.h)
+    assert only_resid.transformer.h[0].attn.resid_dropout.p == 0.5
+    # the fast and math paths then agree under the same dropout masks (same seed)
+    torch.manual_seed(1)
+    a = only_resid(x)
+    for b in only_resid.transformer.h:
+        b.attn.impl = "math"
+    torch.manual_seed(1)
+    assert torch.allclose(a, only_resid(x), atol=1e-5)
+    # attention dropout alone still changes the output between calls in training mode
+    only_attn = tiny(dropout=0.0, attn_dropout=0.5).train()
+    assert not torch.allclose(only_attn(x), only_attn(x))
+    assert tiny(dropout=0.3).transformer.h[1].attn.attn_dropout == 0.3  # None: same as dropout
+
+
 @pytest.mark.parametrize("bad", [dict(n_embd=30, n_head=4), dict(dropout=1.0),
-                                 dict(n_layer=0), dict(pos_encoding="rope")])
+                                 dict(n_layer=0), dict(pos_encoding="rope"),
+                                 dict(attn_dropout=1.0), dict(attn_dropout=-0.1)])
 def test_invalid_config_is_a_user_error(bad):
     cfg = dict(vocab_size=10, n_embd=32, n_head=4)
     cfg.update(bad)

@@ -67,12 +67,16 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
     missing = [k for k in ("vocab_size", "n_positions", "n_layer", "n_head") if k not in hf]
     if missing:
         raise UserError(f"{where}: lacks {', '.join(missing)}")
-    return dict(vocab_size=int(hf["vocab_size"]), block_size=int(hf["n_positions"]),
-                n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
-                dropout=float(hf.get("resid_pdrop", 0.0)), bias=True, pos_encoding="learned",
-                tie_weights=bool(hf.get("tie_word_embeddings", True)),
-                layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-                activation="gelu" if act == "gelu" else "gelu_tanh")
+    p = float(hf.get("resid_pdrop", 0.0))
+    out = dict(vocab_size=int(hf["vocab_size"]), block_size=int(hf["n_positions"]),
+               n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
+               dropout=p, bias=True, pos_encoding="learned",
+               tie_weights=bool(hf.get("tie_word_embeddings", True)),
+               layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+               activation="gelu" if act == "gelu" else "gelu_tanh")
+    p_attn = float(hf.get("attn_pdrop", p))
+    out["attn_dropout"] = None if p_attn == p else p_attn  # None: the same as dropout
+    return out
 
 
 def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
@@ -83,13 +87,14 @@ def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, An
         raise UserError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported: GPT-2 "
                         "learns its position embeddings")
     p = float(cfg.get("dropout", 0.0))
+    p_attn = p if cfg.get("attn_dropout") is None else float(cfg["attn_dropout"])
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": cfg["vocab_size"], "n_positions": cfg["block_size"],
         "n_embd": cfg["n_embd"], "n_layer": cfg["n_layer"], "n_head": cfg["n_head"],
         "n_inner": None,
         "activation_function": "gelu" if cfg.get("activation") == "gelu" else "gelu_new",
-        "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p,
+        "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p_attn,
         "layer_norm_epsilon": cfg.get("layer_norm_eps", 1e-5), "initializer_range": 0.02,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False, "add_cross_attention": False,
