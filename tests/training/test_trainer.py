@@ -30,11 +30,15 @@ def test_training_lowers_val_loss_and_writes_run_files(small_dataset, tmp_path):
     assert vals[-1] < vals[0]
 
 
-def test_resume_gives_the_same_result_as_an_uninterrupted_run(small_dataset, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_gives_the_same_result_as_an_uninterrupted_run(small_dataset, tmp_path, optimizer):
     data = TokenDataset(small_dataset)
     # The same schedule (decay over 40 updates) in both; the second run stops at 20 and resumes.
-    full = train(cfg(max_iters=40, lr_decay_iters=40), MODEL, data, tmp_path / "a", progress=False)
-    train(cfg(max_iters=20, lr_decay_iters=40), MODEL, data, tmp_path / "b", progress=False)
+    # The resumed call does not repeat --optimizer: the run's own optimizer is kept.
+    full = train(cfg(max_iters=40, lr_decay_iters=40, optimizer=optimizer), MODEL, data,
+                 tmp_path / "a", progress=False)
+    train(cfg(max_iters=20, lr_decay_iters=40, optimizer=optimizer), MODEL, data, tmp_path / "b",
+          progress=False)
     resumed = train(cfg(max_iters=40, lr_decay_iters=40), MODEL, data, tmp_path / "b",
                     resume=True, progress=False)
     assert resumed.step == 40
@@ -50,12 +54,12 @@ def test_ctrl_c_saves_last_checkpoint_and_keeps_previous_good(small_dataset, tmp
     real = data.get_batch
     calls = {"n": 0, "gen": None}
 
-    def interrupting(split, batch_size, block_size, generator):
+    def interrupting(split, batch_size, block_size, generator, **kw):
         calls["gen"] = calls["gen"] or generator  # the first caller is the training loop
         calls["n"] += generator is calls["gen"]
         if calls["n"] == 30:
             raise KeyboardInterrupt
-        return real(split, batch_size, block_size, generator)
+        return real(split, batch_size, block_size, generator, **kw)
 
     monkeypatch.setattr(data, "get_batch", interrupting)
     res = train(cfg(), MODEL, data, tmp_path / "run", progress=False)
@@ -101,7 +105,8 @@ def test_parse_duration(text, seconds):
 
 @pytest.mark.parametrize("bad", [dict(batch_size=0), dict(learning_rate=-1),
                                  dict(min_lr=1.0, learning_rate=0.1), dict(dtype="fp8"),
-                                 dict(time_budget="soon")])
+                                 dict(time_budget="soon"), dict(optimizer="sgd"),
+                                 dict(muon_lr_scale=0.0)])
 def test_invalid_train_config(bad):
     with pytest.raises(UserError):
         TrainConfig(**bad)

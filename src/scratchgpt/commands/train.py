@@ -92,14 +92,45 @@ def resolve_dataset(name_or_path: str | None, progress: bool = True):
     return TokenDataset(target), name
 
 
-def run(args: argparse.Namespace) -> int:
+def _train_in_process(tcfg: Any, model_cfg: dict[str, Any], data_dir: Path, out: Path,
+                      resume: bool, overwrite: bool, progress: bool,
+                      extra: dict[str, Any]) -> Any:
+    """One process of ``--nproc N``: open the dataset and train (picklable for spawn)."""
+    from scratchgpt.data.dataset import TokenDataset
     from scratchgpt.training.trainer import train
+
+    return train(tcfg, model_cfg, TokenDataset(data_dir), out, resume=resume,
+                 overwrite=overwrite, progress=progress, extra_config=extra)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.training import distributed
+    from scratchgpt.training.trainer import preflight, train
 
     tcfg, model_cfg, sources_used = resolve_settings(args)
     data, name = resolve_dataset(args.dataset, progress=not args.no_progress)
     out = Path(args.out or Path("runs") / name)
-    result = train(tcfg, model_cfg, data, out, resume=args.resume, overwrite=args.overwrite,
-                   progress=not args.no_progress, extra_config=sources_used)
+    progress = not args.no_progress
+    if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
+        info = distributed.init_from_env(tcfg.device)
+        try:
+            result = train(tcfg, model_cfg, data, out, resume=args.resume,
+                           overwrite=args.overwrite, progress=progress and info.is_main,
+                           extra_config=sources_used)
+        finally:
+            distributed.dist.destroy_process_group()
+        if not info.is_main:
+            return 0
+    elif tcfg.nproc > 1:
+        # Every check that can fail on bad input runs here, before any process starts, so a
+        # mistake is one line and exit code 2 rather than N tracebacks.
+        preflight(tcfg, model_cfg, data, out, args.resume, args.overwrite)
+        result = distributed.launch(tcfg.nproc, tcfg.device, _train_in_process, tcfg, model_cfg,
+                                    data.directory, out, args.resume, args.overwrite, progress,
+                                    sources_used)
+    else:
+        result = train(tcfg, model_cfg, data, out, resume=args.resume, overwrite=args.overwrite,
+                       progress=progress, extra_config=sources_used)
     if result.interrupted:
         print(f"interrupted at step {result.step}; saved {out / 'last.pt'} "
               f"(continue with --resume)")

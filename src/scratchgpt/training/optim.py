@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import inspect
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from scratchgpt.errors import UserError
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -15,25 +18,109 @@ def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
-                   betas: tuple[float, float]) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (>= 2 dims) only, never on biases or LayerNorms.
+OPTIMIZERS = ("adamw", "muon")
 
-    Uses the fused (single-kernel) implementation where this PyTorch offers it: it saves one
-    Python-level loop over parameters per step, which matters for small models.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    extra = {}
-    if "fused" in inspect.signature(torch.optim.AdamW).parameters:
-        extra["fused"] = True
+
+def _adamw(groups: list[dict[str, Any]], lr: float,
+           betas: tuple[float, float]) -> torch.optim.AdamW:
+    # The fused (single-kernel) implementation, where this PyTorch offers it, saves one
+    # Python-level loop over parameters per step, which matters for small models.
+    extra = {"fused": True} if "fused" in inspect.signature(torch.optim.AdamW).parameters else {}
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=betas, **extra)
     except (RuntimeError, TypeError):  # fused unsupported for this device/dtype
         return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The weights Muon should own: 2-D weights of the ``nn.Linear`` layers inside the network.
+
+    Excluded, as Muon's authors advise: embeddings (a lookup, not a linear map of the hidden
+    state), the output head ``lm_head``/``head`` (tied to ``wte`` in GPT, or an untied readout),
+    and every vector (biases, LayerNorm gains).
+    """
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    out, seen = [], set()
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or name.split(".")[-1] in ("lm_head", "head"):
+            continue
+        w = module.weight
+        if w.requires_grad and id(w) not in embedded and id(w) not in seen:
+            seen.add(id(w))
+            out.append(w)
+    return out
+
+
+class ChainedOptimizer:
+    """Several optimizers over disjoint parameters, driven as one.
+
+    ``param_groups`` is the concatenation of the members' groups (the same dict objects, so a
+    schedule that writes ``group["lr"]`` reaches every member).
+    """
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        # Looked up each time: load_state_dict replaces a member's group dicts.
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def step(self) -> None:
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"chained": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        states = state.get("chained")
+        if states is None or len(states) != len(self.optimizers):
+            raise UserError("the checkpoint's optimizer state is for another --optimizer; "
+                            "resume with the optimizer the run was started with")
+        for o, s in zip(self.optimizers, states, strict=True):
+            o.load_state_dict(s)
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
+                   betas: tuple[float, float], kind: str = "adamw",
+                   muon_lr_scale: float = 1.0) -> torch.optim.Optimizer | ChainedOptimizer:
+    """The optimizer for ``model``: weight decay on matrices (>= 2 dims) only.
+
+    ``kind="adamw"``: AdamW on everything (biases and LayerNorms undecayed).
+    ``kind="muon"``: Muon (momentum, then the update orthogonalized by a Newton-Schulz
+    iteration) on the hidden matrices (:func:`hidden_matrices`), AdamW on the rest. Muon's
+    step is rescaled to AdamW's update size (``adjust_lr_fn="match_rms_adamw"``), so one
+    learning rate and schedule serve both; ``muon_lr_scale`` multiplies the Muon groups' rate.
+    Every group carries ``lr_scale``: a schedule sets ``group["lr"] = lr * group["lr_scale"]``.
+    """
+    if kind not in OPTIMIZERS:
+        raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    muon_params = hidden_matrices(model) if kind == "muon" else []
+    in_muon = {id(p) for p in muon_params}
+    rest = [p for p in params if id(p) not in in_muon]
+    groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay,
+               "lr_scale": 1.0},
+              {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0,
+               "lr_scale": 1.0}]
+    adamw = _adamw([g for g in groups if g["params"]], lr, betas)
+    if not muon_params:
+        return adamw
+    muon = torch.optim.Muon([{"params": muon_params, "lr_scale": muon_lr_scale}],
+                            lr=lr * muon_lr_scale, weight_decay=weight_decay,
+                            adjust_lr_fn="match_rms_adamw")
+    return ChainedOptimizer(adamw, muon)
+
+
+def set_lr(opt: torch.optim.Optimizer | ChainedOptimizer, lr: float) -> None:
+    """Set every group's rate to ``lr`` times its ``lr_scale``."""
+    for group in opt.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def lr_at(progress_iters: int, warmup: int, lr: float, min_lr: float,

@@ -13,20 +13,23 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import UserError
-from scratchgpt.models import build_model
+from scratchgpt.models import build_model, make_config
+from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
-from scratchgpt.training.optim import lm_loss, lr_at, make_optimizer
+from scratchgpt.training.optim import lm_loss, lr_at, make_optimizer, set_lr
 
 METRIC_FIELDS = ["step", "tokens", "elapsed_s", "lr", "loss", "train_loss", "val_loss"]
 RUN_FILES = ("last.pt", "best.pt", "config.json", "metrics.csv")
@@ -181,16 +184,22 @@ def check_out_dir(out: Path, resume: bool, overwrite: bool) -> None:
             (out / f).unlink(missing_ok=True)
 
 
-def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, out: str | Path,
-          resume: bool = False, overwrite: bool = False, progress: bool = True,
-          extra_config: dict[str, Any] | None = None) -> TrainResult:
-    """Train ``cfg.model`` with hyperparameters ``model_config`` on ``data``; write into ``out``.
+def preflight(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, out: Path,
+              resume: bool, overwrite: bool, clear: bool = True,
+              ) -> tuple[TrainConfig, dict[str, Any], dict[str, Any] | None]:
+    """Every check of the user's input that can fail, before any training starts.
 
-    Returns the final figures. Ctrl-C saves ``last.pt`` and returns with ``interrupted=True``.
+    Returns the settings to train with (on ``resume``, the run's own model shape, model type
+    and optimizer) and the checkpoint to resume from. ``clear=False`` checks ``out`` without
+    deleting a run that ``overwrite`` replaces.
     """
-    out = Path(out)
-    check_out_dir(out, resume, overwrite)
-    device = resolve_device(cfg.device)
+    if clear or not overwrite:
+        check_out_dir(out, resume, overwrite)
+    resolve_device(cfg.device)
+    if cfg.nproc > 1 and cfg.device != "cpu" and torch.cuda.is_available() \
+            and cfg.nproc > torch.cuda.device_count():
+        raise UserError(f"--nproc {cfg.nproc} needs {cfg.nproc} GPUs; this machine has "
+                        f"{torch.cuda.device_count()} (use --device cpu to run them on the CPU)")
     model_config = {**model_config, "vocab_size": data.vocab_size}
     state = None
     if resume:
@@ -198,54 +207,109 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
         model_config = dict(state["model_config"])  # the run's shape cannot change on resume
         if state["model_type"] != cfg.model:  # nor its type (--model need not be repeated)
             cfg = dataclasses.replace(cfg, model=state["model_type"])
-    block_size = int(model_config.get("block_size", 256))
-    data.check_block_size(block_size)
+        # nor the optimizer, whose state is in the checkpoint (older runs: always AdamW)
+        saved_opt = state.get("train_config", {}).get("optimizer", "adamw")
+        if saved_opt != cfg.optimizer:
+            cfg = dataclasses.replace(cfg, optimizer=saved_opt)
+    make_config(cfg.model, model_config)  # validates the shape (e.g. n_embd % n_head)
+    data.check_block_size(int(model_config.get("block_size", 256)))
+    return cfg, model_config, state
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
+
+def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, out: str | Path,
+          resume: bool = False, overwrite: bool = False, progress: bool = True,
+          extra_config: dict[str, Any] | None = None) -> TrainResult:
+    """Train ``cfg.model`` with hyperparameters ``model_config`` on ``data``; write into ``out``.
+
+    Returns the final figures. Ctrl-C saves ``last.pt`` and returns with ``interrupted=True``.
+    Inside a ``torch.distributed`` process group (``--nproc``, torchrun) every process runs this
+    function: each trains on its share of every batch, DDP averages the gradients, all evaluate
+    the same batches, and rank 0 alone writes files.
+    """
+    out = Path(out)
+    info = distributed.current()
+    cfg, model_config, state = preflight(cfg, model_config, data, out, resume, overwrite,
+                                         clear=info.is_main)
+    if info.enabled:
+        dist.barrier()  # nobody reads ``out`` while rank 0 may still be clearing it
+    device = resolve_device(cfg.device)
+    if device.type == "cuda" and info.enabled:
+        device = torch.device("cuda", info.local_rank)
+    block_size = int(model_config.get("block_size", 256))
+
+    threads = cfg.threads or (max(1, (os.cpu_count() or 1) // info.world_size)
+                              if info.enabled and device.type == "cpu" else 0)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)  # the same initial weights in every process
     model = build_model(cfg.model, model_config).to(device)
+    if info.enabled:
+        torch.manual_seed(cfg.seed + info.rank)  # but each its own dropout masks
     dtype = resolve_dtype(cfg.dtype, device)
-    opt = make_optimizer(model, cfg.learning_rate, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    opt = make_optimizer(model, cfg.learning_rate, cfg.weight_decay, (cfg.beta1, cfg.beta2),
+                         cfg.optimizer, cfg.muon_lr_scale)
+    # One batch stream for the whole group: every process draws the same global batch and
+    # keeps its own rows, so one saved generator state resumes all of them.
     batch_gen = torch.Generator().manual_seed(cfg.seed)
     step, elapsed, best_val, tokens = 0, 0.0, math.inf, 0
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         batch_gen.set_state(state["rng"]["batch"])
-        torch.set_rng_state(state["rng"]["torch"])
+        torch_states = state["rng"].get("torch_per_rank") or [state["rng"]["torch"]]
+        if len(torch_states) == info.world_size:  # else a new group size: fresh dropout seeds
+            torch.set_rng_state(torch_states[info.rank])
         step, elapsed = state["step"], state["elapsed_s"]
         best_val, tokens = state["best_val_loss"], state["tokens"]
 
-    out.mkdir(parents=True, exist_ok=True)
     resolved = {"train": cfg.to_dict(), "model": {"type": cfg.model, **model_config},
                 "dataset": str(data.directory), "dtype_resolved": dtype,
-                "device_resolved": str(device), **(extra_config or {})}
-    (out / "config.json").write_text(json.dumps(resolved, indent=1))
-    data.tokenizer().save(out)
-    tokenizer_state = json.loads((out / "tokenizer.json").read_text())
+                "device_resolved": str(device), "world_size": info.world_size,
+                **(extra_config or {})}
+    tokenizer = data.tokenizer()
+    tokenizer_state = tokenizer.state()
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(resolved, indent=1))
+        tokenizer.save(out)
 
-    fwd = torch.compile(model) if cfg.compile else model
+    ddp = (nn.parallel.DistributedDataParallel(model)
+           if info.enabled else model)
+    fwd = torch.compile(ddp) if cfg.compile else ddp
     budget = cfg.time_budget_s
-    tokens_per_step = cfg.batch_size * cfg.grad_accum * block_size
-    metrics = _Metrics(out / "metrics.csv", step if resume else None)
+    tokens_per_step = cfg.batch_size * cfg.grad_accum * block_size * info.world_size
+    metrics = _Metrics(out / "metrics.csv", step if resume else None) if info.is_main else None
 
-    def checkpoint(path: Path, val_loss: float | None) -> None:
-        save_checkpoint(path, {
+    def checkpoint(val_loss: float | None, best: bool = False) -> None:
+        """Write last.pt (and best.pt, from the same serialization, if ``best``)."""
+        rng = {"batch": batch_gen.get_state(), "torch": torch.get_rng_state()}
+        if info.enabled:  # called by every process: each contributes its dropout RNG
+            states: list[Any] = [None] * info.world_size
+            dist.all_gather_object(states, rng["torch"])
+            rng["torch_per_rank"] = states
+        if not info.is_main:
+            return
+        save_checkpoint(out / "last.pt", {
             "model_type": cfg.model, "model_config": model_config, "model": model.state_dict(),
             "optimizer": opt.state_dict(), "step": step, "elapsed_s": elapsed, "tokens": tokens,
             "best_val_loss": best_val, "val_loss": val_loss, "train_config": cfg.to_dict(),
-            "tokenizer": tokenizer_state, "dataset": str(data.directory),
-            "rng": {"batch": batch_gen.get_state(), "torch": torch.get_rng_state()},
-        })
+            "tokenizer": tokenizer_state, "dataset": str(data.directory), "rng": rng,
+            "world_size": info.world_size,
+        }, copies=[out / "best.pt"] if best else [])
+
+    def row(**values: Any) -> None:
+        if metrics is not None:
+            metrics.row(**values)
 
     def evaluate(iters: int) -> tuple[float, float]:
+        # Every process evaluates the same batches with its own (identical) copy: no
+        # collectives, and the same numbers everywhere, so all agree on the best checkpoint.
         args = (cfg.batch_size, block_size, cfg.seed + 1, device, dtype)
-        return (estimate_loss(fwd, data, "train", iters, *args),
-                estimate_loss(fwd, data, "val", iters, *args))
+        return (estimate_loss(model, data, "train", iters, *args),
+                estimate_loss(model, data, "val", iters, *args))
 
     bar = None
-    if progress:
+    if progress and info.is_main:
         from tqdm.auto import tqdm
 
         if budget:
@@ -260,50 +324,58 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
     last_loss = float("nan")
     t_seg = time.perf_counter()  # wall-clock start of the current timing segment
     elapsed0, tokens0 = elapsed, tokens
+    stop = distributed.StopFlag(info) if info.enabled else contextlib.nullcontext()
     try:
-        while step < cfg.max_iters and not (budget and elapsed >= budget):
-            frac = elapsed / budget if budget else step / cfg.decay_iters
-            lr = lr_at(step, cfg.warmup_iters, cfg.learning_rate, cfg.min_lr, frac)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            for _ in range(cfg.grad_accum):
-                x, y = data.get_batch("train", cfg.batch_size, block_size, batch_gen)
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with autocast(device, dtype):
-                    loss = lm_loss(fwd(x), y) / cfg.grad_accum
-                loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            tokens += tokens_per_step
-            elapsed = elapsed0 + (time.perf_counter() - t_seg)
-
-            if step % cfg.log_interval == 0 or step == 1:
-                last_loss = loss.item() * cfg.grad_accum
-                metrics.row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3),
-                            lr=f"{lr:.3e}", loss=f"{last_loss:.4f}")
-            if step % cfg.eval_interval == 0:
-                tr, va = evaluate(cfg.eval_iters)
+        with stop:
+            while step < cfg.max_iters and not (budget and elapsed >= budget):
+                frac = elapsed / budget if budget else step / cfg.decay_iters
+                lr = lr_at(step, cfg.warmup_iters, cfg.learning_rate, cfg.min_lr, frac)
+                set_lr(opt, lr)
+                for micro in range(cfg.grad_accum):
+                    x, y = data.get_batch("train", cfg.batch_size, block_size, batch_gen,
+                                          shard=(info.rank, info.world_size))
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    # DDP averages gradients on the last micro-step only.
+                    sync = micro == cfg.grad_accum - 1 or not info.enabled
+                    with autocast(device, dtype), (contextlib.nullcontext() if sync
+                                                   else ddp.no_sync()):
+                        loss = lm_loss(fwd(x), y) / cfg.grad_accum
+                        loss.backward()
+                if cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                tokens += tokens_per_step
                 elapsed = elapsed0 + (time.perf_counter() - t_seg)
-                metrics.row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3),
-                            lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}")
-                if va < best_val:
-                    best_val = va
-                    checkpoint(out / "best.pt", va)
-                checkpoint(out / "last.pt", va)
+                if info.enabled:  # one clock and one Ctrl-C for the whole group
+                    elapsed, interrupted = stop.agree(elapsed, device)
+                    if interrupted:
+                        break
+
+                if step % cfg.log_interval == 0 or step == 1:
+                    last_loss = loss.item() * cfg.grad_accum
+                    row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3),
+                        lr=f"{lr:.3e}", loss=f"{last_loss:.4f}")
+                if step % cfg.eval_interval == 0:
+                    tr, va = evaluate(cfg.eval_iters)
+                    elapsed = elapsed0 + (time.perf_counter() - t_seg)
+                    row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3),
+                        lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}")
+                    improved = va < best_val
+                    best_val = min(best_val, va)
+                    checkpoint(va, best=improved)
+                    if bar is not None:
+                        bar.write(f"step {step}: train {tr:.4f}, val {va:.4f}")
                 if bar is not None:
-                    bar.write(f"step {step}: train {tr:.4f}, val {va:.4f}")
-            if bar is not None:
-                tps = (tokens - tokens0) / max(elapsed - elapsed0, 1e-9)
-                bar.set_postfix(step=step, loss=f"{last_loss:.3f}", tok_s=f"{tps:,.0f}",
-                                refresh=False)
-                if budget:
-                    bar.n = min(elapsed, budget)
-                    bar.refresh()
-                else:
-                    bar.update(1)
+                    tps = (tokens - tokens0) / max(elapsed - elapsed0, 1e-9)
+                    bar.set_postfix(step=step, loss=f"{last_loss:.3f}", tok_s=f"{tps:,.0f}",
+                                    refresh=False)
+                    if budget:
+                        bar.n = min(elapsed, budget)
+                        bar.refresh()
+                    else:
+                        bar.update(1)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -313,20 +385,21 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
     train_time = elapsed - elapsed0
     tokens_per_s = (tokens - tokens0) / train_time if train_time > 0 else 0.0
     if interrupted:
-        checkpoint(out / "last.pt", None)  # atomic: the previous files stay good until renamed
-        metrics.close()
-        plot_losses(out / "metrics.csv", out / "loss.png")
+        checkpoint(None)  # atomic: the previous files stay good until renamed
+        if metrics is not None:
+            metrics.close()
+            plot_losses(out / "metrics.csv", out / "loss.png")
         return TrainResult(step, math.nan, math.nan, best_val, elapsed, tokens_per_s, True, out)
 
     # Final evaluation: periodic-style estimate on train, exact full-split loss on val.
     tr, _ = evaluate(cfg.eval_iters)
     va = full_split_loss(model, data, "val", block_size, device)
-    metrics.row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3), train_loss=f"{tr:.4f}",
-                val_loss=f"{va:.4f}")
-    metrics.close()
-    if va < best_val:
-        best_val = va
-        checkpoint(out / "best.pt", va)
-    checkpoint(out / "last.pt", va)
-    plot_losses(out / "metrics.csv", out / "loss.png")
+    row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3), train_loss=f"{tr:.4f}",
+        val_loss=f"{va:.4f}")
+    improved = va < best_val
+    best_val = min(best_val, va)
+    checkpoint(va, best=improved)
+    if metrics is not None:
+        metrics.close()
+        plot_losses(out / "metrics.csv", out / "loss.png")
     return TrainResult(step, tr, va, best_val, elapsed, tokens_per_s, False, out)

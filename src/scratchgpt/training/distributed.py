@@ -1,0 +1,140 @@
+"""Data-parallel training through ``torch.distributed``: one process per GPU (NCCL), or several
+processes sharing a CPU's cores (gloo).
+
+Every process holds a full copy of the model and trains on its own share of each batch;
+``DistributedDataParallel`` averages the gradients, so every copy takes the same optimizer step.
+Two ways in:
+
+* ``scratchgpt train --nproc N``: :func:`launch` starts N processes on this machine;
+* ``torchrun --nproc-per-node N -m scratchgpt train ...`` (or several nodes): the processes are
+  started by torchrun, and :func:`init_from_env` joins them from its environment variables.
+
+On a CPU, N single-threaded processes can beat one N-threaded process: small matrix products
+split poorly across threads, and each process's Python overhead then runs in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: ``rank`` of ``world_size``; rank 0 writes the run's files."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def current() -> DistInfo:
+    """This process's place in the process group (rank 0 of 1 when there is none)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistInfo()
+    return DistInfo(dist.get_rank(), dist.get_world_size(),
+                    int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+
+
+def backend_for(device: str) -> str:
+    return "nccl" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) \
+        else "gloo"
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def init_from_env(device: str) -> DistInfo:
+    """Join the process group described by torchrun's environment variables."""
+    if not dist.is_initialized():
+        dist.init_process_group(backend_for(device))
+    info = current()
+    if backend_for(device) == "nccl":
+        torch.cuda.set_device(info.local_rank)
+    return info
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any],
+            args: tuple, results: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    # The parent ignores Ctrl-C while its children run; each child turns it into a stop
+    # request that the training loop honours at the next step, in step with the others.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    init_from_env(device)
+    try:
+        out = fn(*args)
+        if rank == 0:
+            results.put(out)
+        dist.barrier()  # leave together: a peer must not tear down a group still in use
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in ``nproc`` new processes joined in one process group on this
+    machine; return rank 0's result. ``fn`` and ``args`` must be picklable."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    port = _free_port()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        mp.start_processes(_worker, args=(nproc, port, device, fn, args, results),
+                           nprocs=nproc, join=True, start_method="spawn")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return results.get()
+
+
+class StopFlag:
+    """Ctrl-C as a request, not an exception, so every process stops after the same step.
+
+    ``agree(elapsed)`` is called once per step by every process: it returns rank 0's wall
+    clock (so all processes follow one learning-rate schedule and time budget) and whether any
+    process has been asked to stop.
+    """
+
+    def __init__(self, info: DistInfo):
+        self.info = info
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> StopFlag:
+        def request(signum: int, frame: Any) -> None:
+            self.requested = True
+
+        self._previous = signal.signal(signal.SIGINT, request)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def agree(self, elapsed: float, device: torch.device) -> tuple[float, bool]:
+        t = torch.tensor([elapsed if self.info.is_main else 0.0, float(self.requested)],
+                         dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0]), bool(t[1])

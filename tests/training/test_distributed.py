@@ -1,0 +1,69 @@
+"""Data-parallel training through torch.distributed, on the CPU (gloo), via the command line.
+
+Two processes with batch B each take the same steps as one process with batch 2B: they draw
+the same global batch, each keeps its half, and DDP averages the two halves' gradients.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchgpt.cli import main
+
+ARGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--eval-iters", "2", "--eval-interval", "10", "--no-progress", "--dtype", "fp32",
+        "--threads", "1", "--warmup-iters", "2"]
+
+
+def weights(run) -> dict[str, torch.Tensor]:
+    return torch.load(run / "last.pt", weights_only=True)["model"]
+
+
+def weights_at_init(run) -> dict[str, torch.Tensor]:
+    from scratchgpt.models import build_model
+
+    torch.manual_seed(1337)  # the trainer's default seed
+    config = torch.load(run / "last.pt", weights_only=True)["model_config"]
+    return build_model("gpt", config).state_dict()
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, optimizer):
+    common = ["--dataset", str(small_dataset), "--max-iters", "20", "--optimizer", optimizer,
+              "--dropout", "0", *ARGS]
+    assert main(["train", *common, "--out", str(tmp_path / "one"), "--batch-size", "8"]) == 0
+    assert main(["train", *common, "--out", str(tmp_path / "two"), "--batch-size", "4",
+                 "--nproc", "2"]) == 0
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert a.keys() == b.keys()
+    # Equal up to the order of float additions; Muon's bf16 Newton-Schulz step rounds those
+    # differences to bf16's resolution, so it gets a looser bound. Training moved every
+    # matrix by far more than either bound.
+    tol = 2e-5 if optimizer == "adamw" else 3e-4
+    key = "transformer.h.0.mlp.c_fc.weight"
+    assert (a[key] - weights_at_init(tmp_path / "one")[key]).abs().max() > 10 * tol
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=tol), (k, (a[k] - b[k]).abs().max())
+    ck = torch.load(tmp_path / "two" / "last.pt", weights_only=True)
+    assert ck["world_size"] == 2 and ck["tokens"] == 20 * 8 * 16
+    assert (tmp_path / "two" / "loss.png").is_file()
+
+
+def test_resume_with_two_processes_is_exact(small_dataset, tmp_path):
+    common = ["--dataset", str(small_dataset), "--batch-size", "4", "--nproc", "2",
+              "--lr-decay-iters", "20", "--dropout", "0.1", *ARGS]
+    assert main(["train", *common, "--max-iters", "20", "--out", str(tmp_path / "a")]) == 0
+    assert main(["train", *common, "--max-iters", "10", "--out", str(tmp_path / "b")]) == 0
+    assert main(["train", *common, "--max-iters", "20", "--out", str(tmp_path / "b"),
+                 "--resume"]) == 0
+    a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
+    for k in a:  # dropout masks included: each process's RNG is saved and restored
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+def test_bad_input_fails_before_processes_start(small_dataset, tmp_path, capsys):
+    code = main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                 "--nproc", "2", "--n-embd", "30", "--n-head", "4", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "n_head" in err
