@@ -213,3 +213,18 @@ def test_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for cmd in ("prepare", "train", "sample", "eval", "bench"):
         assert cmd in out
+
+
+def test_resume_needs_no_flags_but_the_ones_it_changes(small_dataset, tmp_path):
+    """--resume takes the run's own settings from its config.json; --max-iters extends it."""
+    args = ["--dataset", str(small_dataset), "--lr-decay-iters", "20", "--eval-interval", "10",
+            "--learning-rate", "5e-3", "--optimizer", "muon", *TINY]
+    assert main(["train", *args, "--max-iters", "20", "--out", str(tmp_path / "a")]) == 0
+    assert main(["train", *args, "--max-iters", "10", "--out", str(tmp_path / "b")]) == 0
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--max-iters", "20",
+                 "--no-progress"]) == 0
+    a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
+    assert b["step"] == 20 and b["train_config"]["batch_size"] == 4
+    for k, v in a["model"].items():
+        assert torch.allclose(v, b["model"][k], atol=1e-6), k

@@ -27,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="named hyperparameter set")
     p.add_argument("--config", default=None, help="TOML or JSON file of settings")
     p.add_argument("--out", default=None, help="run directory (default: runs/<dataset name>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly, with its own settings (from its "
+                        "config.json; flags given here override them)")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     hp = p.add_argument_group("training hyperparameters")
@@ -39,8 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def resolve_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Layer defaults < preset < file < flags. Returns (TrainConfig, model config, sources)."""
+def resolve_settings(args: argparse.Namespace, saved: dict[str, Any] | None = None,
+                     ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Layer defaults < ``saved`` (a resumed run's settings) < preset < file < flags.
+    Returns (TrainConfig, model config, sources)."""
     from scratchgpt.models import MODEL_TYPES, config_fields
     from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
 
@@ -52,7 +56,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any], dic
     if unknown:
         raise UserError(f"{args.config}: unknown settings: {', '.join(sorted(unknown))}")
     flags = given(args, known)
-    merged = {**preset, **from_file, **flags}
+    merged = {**(saved or {}), **preset, **from_file, **flags}
     tcfg = TrainConfig(**{k: v for k, v in merged.items() if k in train_fields()})
     if tcfg.model not in MODEL_TYPES:
         raise UserError(f"unknown model {tcfg.model!r}; choose from {', '.join(MODEL_TYPES)}")
@@ -64,6 +68,21 @@ def resolve_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any], dic
                         + ", ".join("--" + k.replace("_", "-") for k in wrong))
     model_cfg = {k: v for k, v in merged.items() if k in fields and k != "vocab_size"}
     return tcfg, model_cfg, {"preset": args.preset, "config_file": args.config}
+
+
+def saved_settings(out: Path) -> dict[str, Any] | None:
+    """A run's own settings from its ``config.json``, so ``--resume`` needs no other flag."""
+    import json
+
+    path = out / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        resolved = json.loads(path.read_text())
+        model = {k: v for k, v in resolved["model"].items() if k not in ("type", "vocab_size")}
+        return {**model, **resolved["train"], "dataset": resolved.get("dataset")}
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        raise UserError(f"{path}: not a scratchgpt run configuration ({e})") from None
 
 
 def resolve_dataset(name_or_path: str | None, progress: bool = True):
@@ -107,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.training import distributed
     from scratchgpt.training.trainer import preflight, train
 
-    tcfg, model_cfg, sources_used = resolve_settings(args)
-    data, name = resolve_dataset(args.dataset, progress=not args.no_progress)
+    saved = saved_settings(Path(args.out)) if args.resume and args.out else None
+    tcfg, model_cfg, sources_used = resolve_settings(args, saved)
+    data, name = resolve_dataset(args.dataset or (saved or {}).get("dataset"),
+                                 progress=not args.no_progress)
     out = Path(args.out or Path("runs") / name)
     progress = not args.no_progress
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
