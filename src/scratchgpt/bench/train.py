@@ -31,7 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
     p.add_argument("--variants", default="fp32,bf16",
-                   help="comma list of fp32, bf16, fp32-compile, bf16-compile")
+                   help="comma list of PRECISION[-compile][-muon]: fp32 or bf16, optionally "
+                        "torch.compile'd, optionally with --optimizer muon instead of AdamW "
+                        "(e.g. bf16,bf16-muon)")
+    p.add_argument("--dropout", type=float, default=0.0, help="model dropout (0)")
+    p.add_argument("--attn-dropout", type=float, default=None,
+                   help="attention dropout alone (default: the same as --dropout)")
     p.add_argument("--nanogpt", default=None, help="nanoGPT checkout to run side by side")
     p.add_argument("--nanogpt-iters", type=int, default=300)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -57,6 +62,17 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> flo
     return 6 * n_params + 12 * n_layer * n_embd * block
 
 
+def parse_variant(variant: str) -> tuple[str, set[str]]:
+    """'bf16-compile-muon' -> ('bf16', {'compile', 'muon'})."""
+    from scratchgpt.errors import UserError
+
+    dtype, *options = variant.strip().split("-")
+    if dtype not in ("fp32", "bf16") or not set(options) <= {"compile", "muon"}:
+        raise UserError(f"unknown variant {variant!r}: PRECISION[-compile][-muon], "
+                        "PRECISION fp32 or bf16")
+    return dtype, set(options)
+
+
 def time_variant(args: argparse.Namespace, variant: str) -> dict:
     import numpy as np
     import torch
@@ -66,14 +82,15 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     from scratchgpt.training.optim import lm_loss, make_optimizer
     from scratchgpt.training.trainer import autocast
 
-    dtype, _, comp = variant.partition("-")
+    dtype, options = parse_variant(variant)
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
-                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=0.0,
+                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                    dropout=args.dropout, attn_dropout=args.attn_dropout,
                     activation=args.activation)
     model = GPT(cfg)
-    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99))
-    fwd = torch.compile(model) if comp == "compile" else model
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon" if "muon" in options else "adamw")
+    fwd = torch.compile(model) if "compile" in options else model
     # Batches come from a token array exactly as in training (random windows).
     tokens = np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000).astype(np.uint16)
     gen = torch.Generator().manual_seed(0)
@@ -124,6 +141,8 @@ def run_nanogpt(path: str, iters: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    for variant in args.variants.split(","):
+        parse_variant(variant)  # a typo fails now, not after minutes of timing
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16")}
     results = []
     if args.nanogpt:
