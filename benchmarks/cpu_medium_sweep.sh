@@ -10,9 +10,10 @@ out=runs/sweep-cpu-medium
 mkdir -p "$out"
 
 run() {  # NAME FLAGS... -> runs/sweep-cpu-medium/NAME, one thread, the cpu-medium preset
+  # with the rate schedule it had when these runs were made (lr 4e-3 -> 4e-4); FLAGS override.
   local name=$1; shift
   scratchgpt train --dataset shakespeare --preset cpu-medium --threads 1 --eval-interval 500 \
-    --out "$out/$name" --overwrite --no-progress "$@" | sed "s/^/$name: /"
+    --min-lr 4e-4 --out "$out/$name" --overwrite --no-progress "$@" | sed "s/^/$name: /"
 }
 
 pair() { run "$@" & }
