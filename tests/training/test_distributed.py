@@ -67,3 +67,31 @@ def test_bad_input_fails_before_processes_start(small_dataset, tmp_path, capsys)
                  "--nproc", "2", "--n-embd", "30", "--n-head", "4", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "n_head" in err
+
+
+def test_ctrl_c_stops_every_process_and_saves(small_dataset, tmp_path):
+    """Ctrl-C reaches the whole process group (as from a terminal): every rank stops after the
+    same step, rank 0 saves last.pt, and the command exits 130 with a one-line message."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "scratchgpt", "train", "--dataset", str(small_dataset),
+           "--out", str(out), "--max-iters", "1000000", "--batch-size", "4", *ARGS,
+           "--dropout", "0", "--nproc", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (out / "last.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted at step" in stdout and "Traceback" not in stderr, stderr
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["step"] >= 10 and len(state["rng"]["torch_per_rank"]) == 2
