@@ -39,7 +39,8 @@ class TrainConfig:
 
     model: str = field(default="gpt", metadata={
         "help": "model type: gpt, bigram, rnn, lstm or gru"})
-    batch_size: int = field(default=12, metadata={"help": "sequences per optimizer micro-step"})
+    batch_size: int = field(default=12, metadata={
+        "help": "sequences per optimizer micro-step (per process with --nproc)"})
     grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
     max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
     time_budget: str = field(default="", metadata={
