@@ -28,10 +28,11 @@ def weights_at_init(run) -> dict[str, torch.Tensor]:
     return build_model("gpt", config).state_dict()
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,accum", [("adamw", 1), ("muon", 1), ("adamw", 2)])
+def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, optimizer,
+                                                       accum):
     common = ["--dataset", str(small_dataset), "--max-iters", "20", "--optimizer", optimizer,
-              "--dropout", "0", *ARGS]
+              "--dropout", "0", "--grad-accum", str(accum), *ARGS]
     assert main(["train", *common, "--out", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     assert main(["train", *common, "--out", str(tmp_path / "two"), "--batch-size", "4",
                  "--nproc", "2"]) == 0
@@ -46,7 +47,7 @@ def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, o
     for k in a:
         assert torch.allclose(a[k], b[k], atol=tol), (k, (a[k] - b[k]).abs().max())
     ck = torch.load(tmp_path / "two" / "last.pt", weights_only=True)
-    assert ck["world_size"] == 2 and ck["tokens"] == 20 * 8 * 16
+    assert ck["world_size"] == 2 and ck["tokens"] == 20 * 8 * 16 * accum
     assert (tmp_path / "two" / "loss.png").is_file()
 
 
@@ -60,6 +61,15 @@ def test_resume_with_two_processes_is_exact(small_dataset, tmp_path):
     a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
     for k in a:  # dropout masks included: each process's RNG is saved and restored
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+def test_time_budget_ends_every_process_at_the_same_step(small_dataset, tmp_path, capsys):
+    # rank 0's clock decides for all; a rank that stopped alone would hang the other
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                 "--batch-size", "4", "--nproc", "2", "--time-budget", "3s", *ARGS]) == 0
+    state = torch.load(tmp_path / "r" / "last.pt", weights_only=True)
+    assert state["step"] > 0 and 3.0 <= state["elapsed_s"] < 10.0
+    assert f"done: {state['step']} steps" in capsys.readouterr().out
 
 
 def test_bad_input_fails_before_processes_start(small_dataset, tmp_path, capsys):
