@@ -105,3 +105,24 @@ def test_ctrl_c_stops_every_process_and_saves(small_dataset, tmp_path):
     assert "interrupted at step" in stdout and "Traceback" not in stderr, stderr
     state = torch.load(out / "last.pt", weights_only=True)
     assert state["step"] >= 10 and len(state["rng"]["torch_per_rank"]) == 2
+
+
+def test_torchrun_launch_equals_nproc(small_dataset, tmp_path):
+    """`torchrun --nproc-per-node 2 -m scratchgpt train ...` trains exactly as `--nproc 2`."""
+    import os
+    import subprocess
+    import sys
+
+    common = ["--dataset", str(small_dataset), "--max-iters", "12", "--batch-size", "4",
+              "--dropout", "0", *ARGS]
+    assert main(["train", *common, "--out", str(tmp_path / "spawned"), "--nproc", "2"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", "-m", "scratchgpt", "train", *common,
+                           "--out", str(tmp_path / "torchrun")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("done: 12 steps") == 1  # rank 0 alone reports
+    a, b = weights(tmp_path / "spawned"), weights(tmp_path / "torchrun")
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k

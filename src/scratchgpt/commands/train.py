@@ -128,18 +128,22 @@ def run(args: argparse.Namespace) -> int:
 
     saved = saved_settings(Path(args.out)) if args.resume and args.out else None
     tcfg, model_cfg, sources_used = resolve_settings(args, saved)
-    data, name = resolve_dataset(args.dataset or (saved or {}).get("dataset"),
-                                 progress=not args.no_progress)
-    out = Path(args.out or Path("runs") / name)
     progress = not args.no_progress
+    info = None
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         info = distributed.init_from_env(tcfg.device)
-        try:
+        if not info.is_main:
+            distributed.dist.barrier()  # rank 0 prepares a named dataset first, alone
+    data, name = resolve_dataset(args.dataset or (saved or {}).get("dataset"),
+                                 progress=progress and (info is None or info.is_main))
+    out = Path(args.out or Path("runs") / name)
+    if info is not None:
+        if info.is_main:
+            distributed.dist.barrier()
+        with distributed.process_group():
             result = train(tcfg, model_cfg, data, out, resume=args.resume,
                            overwrite=args.overwrite, progress=progress and info.is_main,
                            extra_config=sources_used)
-        finally:
-            distributed.dist.destroy_process_group()
         if not info.is_main:
             return 0
     elif tcfg.nproc > 1:

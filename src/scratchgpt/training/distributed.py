@@ -15,10 +15,11 @@ split poorly across threads, and each process's Python overhead then runs in par
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,19 @@ def init_from_env(device: str) -> DistInfo:
     return info
 
 
+@contextlib.contextmanager
+def process_group() -> Iterator[None]:
+    """Leave the process group at the end of the block: together after success (a peer must
+    not tear down a group that another still uses), at once after an error."""
+    try:
+        yield
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,13 +98,10 @@ def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any
     # request that the training loop honours at the next step, in step with the others.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     init_from_env(device)
-    try:
+    with process_group():
         out = fn(*args)
         if rank == 0:
             results.put(out)
-        dist.barrier()  # leave together: a peer must not tear down a group still in use
-    finally:
-        dist.destroy_process_group()
 
 
 def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
