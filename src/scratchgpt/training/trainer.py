@@ -273,8 +273,7 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
         (out / "config.json").write_text(json.dumps(resolved, indent=1))
         tokenizer.save(out)
 
-    ddp = (nn.parallel.DistributedDataParallel(model)
-           if info.enabled else model)
+    ddp = nn.parallel.DistributedDataParallel(model) if info.enabled else model
     fwd = torch.compile(ddp) if cfg.compile else ddp
     budget = cfg.time_budget_s
     tokens_per_step = cfg.batch_size * cfg.grad_accum * block_size * info.world_size
