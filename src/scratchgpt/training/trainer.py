@@ -1,9 +1,10 @@
 """The language-model training loop.
 
-One function, :func:`train`, does the whole job: batches from a prepared dataset, AdamW with
-warmup + cosine, gradient accumulation and clipping, bf16 autocast, periodic evaluation,
-``metrics.csv`` + ``loss.png``, ``last.pt``/``best.pt`` checkpoints, an optional wall-clock
-budget, exact resume, and a clean save on Ctrl-C.
+One function, :func:`train`, does the whole job: batches from a prepared dataset, AdamW (or
+Muon + AdamW) with warmup + cosine, gradient accumulation and clipping, bf16 autocast, periodic
+evaluation, ``metrics.csv`` + ``loss.png``, ``last.pt``/``best.pt`` checkpoints, an optional
+wall-clock budget, exact resume, a clean save on Ctrl-C, and data-parallel processes
+(``training/distributed.py``).
 """
 
 from __future__ import annotations
