@@ -33,6 +33,9 @@ def parse_duration(text: str | float | int | None) -> float | None:
     return seconds
 
 
+OPTIMIZERS = ("adamw", "muon")  # see training/optim.py: make_optimizer
+
+
 @dataclass
 class TrainConfig:
     """Everything about how a model is trained (the model's own shape is in its config)."""
@@ -93,8 +96,9 @@ class TrainConfig:
             raise UserError("weight_decay and grad_clip must be >= 0")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise UserError("beta1 and beta2 must be in [0, 1)")
-        if self.optimizer not in ("adamw", "muon"):
-            raise UserError(f"optimizer must be adamw or muon, got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                            f"got {self.optimizer!r}")
         if not self.muon_lr_scale > 0:
             raise UserError(f"muon_lr_scale must be > 0, got {self.muon_lr_scale}")
         if self.dtype not in ("auto", "bf16", "fp32"):

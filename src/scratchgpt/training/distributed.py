@@ -9,8 +9,9 @@ Two ways in:
 * ``torchrun --nproc-per-node N -m scratchgpt train ...`` (or several nodes): the processes are
   started by torchrun, and :func:`init_from_env` joins them from its environment variables.
 
-On a CPU, N single-threaded processes can beat one N-threaded process: small matrix products
-split poorly across threads, and each process's Python overhead then runs in parallel.
+On one small CPU this buys nothing: on the project's 2-core machine two single-threaded
+processes train no faster than one two-threaded process (docs/BENCHMARKS.md). The gain is on
+several GPUs, or CPUs with many cores.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
 class StopFlag:
     """Ctrl-C as a request, not an exception, so every process stops after the same step.
 
-    ``agree(elapsed)`` is called once per step by every process: it returns rank 0's wall
+    ``agree(elapsed, device)`` is called once per step by every process: it returns rank 0's wall
     clock (so all processes follow one learning-rate schedule and time budget) and whether any
     process has been asked to stop.
     """

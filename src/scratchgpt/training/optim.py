@@ -11,14 +11,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import UserError
+from scratchgpt.training.config import OPTIMIZERS
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean next-token cross-entropy (nats). logits (B, T, V), targets (B, T)."""
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
-
-
-OPTIMIZERS = ("adamw", "muon")
 
 
 def _adamw(groups: list[dict[str, Any]], lr: float,
