@@ -297,6 +297,13 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
             "world_size": info.world_size,
         }, copies=[out / "best.pt"] if best else [])
 
+    def save_evaluated(val_loss: float) -> None:
+        """last.pt after an evaluation, and best.pt too if ``val_loss`` is a new best."""
+        nonlocal best_val
+        improved = val_loss < best_val
+        best_val = min(best_val, val_loss)
+        checkpoint(val_loss, best=improved)
+
     def row(**values: Any) -> None:
         if metrics is not None:
             metrics.row(**values)
@@ -362,9 +369,7 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
                     elapsed = elapsed0 + (time.perf_counter() - t_seg)
                     row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3),
                         lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}")
-                    improved = va < best_val
-                    best_val = min(best_val, va)
-                    checkpoint(va, best=improved)
+                    save_evaluated(va)
                     if bar is not None:
                         bar.write(f"step {step}: train {tr:.4f}, val {va:.4f}")
                 if bar is not None:
@@ -386,20 +391,15 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
     tokens_per_s = (tokens - tokens0) / train_time if train_time > 0 else 0.0
     if interrupted:
         checkpoint(None)  # atomic: the previous files stay good until renamed
-        if metrics is not None:
-            metrics.close()
-            plot_losses(out / "metrics.csv", out / "loss.png")
-        return TrainResult(step, math.nan, math.nan, best_val, elapsed, tokens_per_s, True, out)
-
-    # Final evaluation: periodic-style estimate on train, exact full-split loss on val.
-    tr, _ = evaluate(cfg.eval_iters)
-    va = full_split_loss(model, data, "val", block_size, device)
-    row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3), train_loss=f"{tr:.4f}",
-        val_loss=f"{va:.4f}")
-    improved = va < best_val
-    best_val = min(best_val, va)
-    checkpoint(va, best=improved)
+        tr = va = math.nan
+    else:
+        # Final evaluation: periodic-style estimate on train, exact full-split loss on val.
+        tr, _ = evaluate(cfg.eval_iters)
+        va = full_split_loss(model, data, "val", block_size, device)
+        row(step=step, tokens=tokens, elapsed_s=round(elapsed, 3), train_loss=f"{tr:.4f}",
+            val_loss=f"{va:.4f}")
+        save_evaluated(va)
     if metrics is not None:
         metrics.close()
         plot_losses(out / "metrics.csv", out / "loss.png")
-    return TrainResult(step, tr, va, best_val, elapsed, tokens_per_s, False, out)
+    return TrainResult(step, tr, va, best_val, elapsed, tokens_per_s, interrupted, out)
