@@ -144,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
             result = train(tcfg, model_cfg, data, out, resume=args.resume,
                            overwrite=args.overwrite, progress=progress and info.is_main,
                            extra_config=sources_used)
-        if not info.is_main:
-            return 0
+        distributed.exit_process(_report(result, out) if info.is_main else 0)
     elif tcfg.nproc > 1:
         # Every check that can fail on bad input runs here, before any process starts, so a
         # mistake is one line and exit code 2 rather than N tracebacks.
@@ -156,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = train(tcfg, model_cfg, data, out, resume=args.resume, overwrite=args.overwrite,
                        progress=progress, extra_config=sources_used)
+    return _report(result, out)
+
+
+def _report(result: Any, out: Path) -> int:
+    """Print how training ended; return the exit code (130 after Ctrl-C)."""
     if result.interrupted:
         print(f"interrupted at step {result.step}; saved {out / 'last.pt'} "
               f"(continue with --resume)")

@@ -85,6 +85,24 @@ def process_group() -> Iterator[None]:
     dist.destroy_process_group()
 
 
+def exit_process(code: int) -> None:
+    """End a training process at once, skipping the interpreter's teardown.
+
+    Why: ``DistributedDataParallel`` keeps the gloo process group alive past
+    ``destroy_process_group`` (torch 2.13), so its worker threads outlive the training. A worker
+    may still be dropping the last reference to a tensor made in Python (the all-gather of RNG
+    states just before an interrupted run's save, say); that needs the GIL, and during teardown
+    a thread that asks for the GIL is stopped, which aborts the process ("terminate called
+    without an active exception"). Everything worth keeping is written and closed by now, so
+    flushing the terminal and leaving is both safe and race-free.
+    """
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -102,7 +120,8 @@ def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any
     with process_group():
         out = fn(*args)
         if rank == 0:
-            results.put(out)
+            results.put(out)  # SimpleQueue: written to the pipe before put returns
+    exit_process(0)
 
 
 def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
