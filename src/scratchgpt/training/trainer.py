@@ -257,9 +257,14 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         batch_gen.set_state(state["rng"]["batch"])
-        torch_states = state["rng"].get("torch_per_rank") or [state["rng"]["torch"]]
+        rngs = state["rng"]
+        torch_states = rngs.get("torch_per_rank") or [rngs["torch"]]
         if len(torch_states) == info.world_size:  # else a new group size: fresh dropout seeds
             torch.set_rng_state(torch_states[info.rank])
+            # On a GPU dropout draws from the device's generator, so it is saved too.
+            cuda_states = rngs.get("cuda_per_rank") or [rngs.get("cuda")] * info.world_size
+            if device.type == "cuda" and cuda_states[info.rank] is not None:
+                torch.cuda.set_rng_state(cuda_states[info.rank], device)
         step, elapsed = state["step"], state["elapsed_s"]
         best_val, tokens = state["best_val_loss"], state["tokens"]
 
@@ -282,11 +287,13 @@ def train(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset, ou
 
     def checkpoint(val_loss: float | None, best: bool = False) -> None:
         """Write last.pt (and best.pt, from the same serialization, if ``best``)."""
-        rng = {"batch": batch_gen.get_state(), "torch": torch.get_rng_state()}
+        rng = {"batch": batch_gen.get_state(), "torch": torch.get_rng_state(),
+               "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
         if info.enabled:  # called by every process: each contributes its dropout RNG
             states: list[Any] = [None] * info.world_size
-            dist.all_gather_object(states, rng["torch"])
-            rng["torch_per_rank"] = states
+            dist.all_gather_object(states, (rng["torch"], rng["cuda"]))
+            rng["torch_per_rank"] = [cpu for cpu, _ in states]
+            rng["cuda_per_rank"] = [cuda for _, cuda in states]
         if not info.is_main:
             return
         save_checkpoint(out / "last.pt", {
