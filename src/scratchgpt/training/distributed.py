@@ -22,7 +22,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -85,7 +85,7 @@ def process_group() -> Iterator[None]:
     dist.destroy_process_group()
 
 
-def exit_process(code: int) -> None:
+def exit_process(code: int) -> NoReturn:
     """End a training process at once, skipping the interpreter's teardown.
 
     Why: ``DistributedDataParallel`` keeps the gloo process group alive past
