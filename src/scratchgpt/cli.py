@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``scratchgpt/commands/<name>.py`` with ``add_parser(subparsers)`` (which
 sets ``func``) and keeps heavy imports (torch) inside the function that runs, so ``--help`` is
-instant. Bad input raises :class:`UserError`, which ends as one line on stderr and exit code 2.
+instant. Bad input raises a :class:`~scratchgpt.errors.ScratchGPTError`, which ends as one
+line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from scratchgpt import __version__
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except UserError as e:
+    except ScratchGPTError as e:
         print(f"scratchgpt {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,5 +1,46 @@
-"""The one exception type that the CLI turns into a one-line error and exit code 2."""
+"""The errors scratchgpt raises for bad input, one type per layer.
+
+Every one of them means "the input is wrong, and the message says what to change": the
+command line prints such an error as one line and exits with code 2, without a traceback.
+Anything else that escapes is a bug in scratchgpt.
+
+    ScratchGPTError
+    ├── ConfigError      a setting or hyperparameter out of range, or settings that conflict
+    ├── DataError        text, a prepared dataset or a data file that cannot be used
+    ├── TokenizerError   text a tokenizer cannot encode, or a damaged tokenizer file
+    ├── CheckpointError  a missing, damaged, foreign or incompatible checkpoint or run
+    │   └── RunInUseError  another process is writing the run directory
+    └── GenerationError  a prompt or generation request that cannot be served
+
+Library code raises these; only ``scratchgpt.cli`` turns them into exit codes.
+"""
+
+from __future__ import annotations
 
 
-class UserError(Exception):
-    """Bad input from the user (data, flags, checkpoints). The CLI prints it without a traceback."""
+class ScratchGPTError(Exception):
+    """Bad input detected by scratchgpt; the message is one line saying what to change."""
+
+
+class ConfigError(ScratchGPTError):
+    """A setting or hyperparameter is out of range, or two settings conflict."""
+
+
+class DataError(ScratchGPTError):
+    """Text, a prepared dataset or a data file cannot be used."""
+
+
+class TokenizerError(ScratchGPTError):
+    """Text a tokenizer cannot encode, or a tokenizer file that is damaged."""
+
+
+class CheckpointError(ScratchGPTError):
+    """A checkpoint or run directory is missing, damaged, foreign or incompatible."""
+
+
+class RunInUseError(CheckpointError):
+    """Another process holds the run directory's lock."""
+
+
+class GenerationError(ScratchGPTError):
+    """A prompt or generation request that cannot be served (empty, too long, ...)."""

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from scratchgpt.bench import tokenize
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -30,7 +30,7 @@ def test_tokenize_bench_runs(shakespeare_text, tmp_path, capsys):
 
 def test_tokenize_bench_needs_data(monkeypatch, tmp_path):
     monkeypatch.delenv("SCRATCHGPT_DATA_DIR", raising=False)
-    with pytest.raises(UserError, match="SCRATCHGPT_DATA_DIR"):
+    with pytest.raises(ScratchGPTError, match="SCRATCHGPT_DATA_DIR"):
         tokenize.run(_args())
-    with pytest.raises(UserError, match="does not exist"):
+    with pytest.raises(ScratchGPTError, match="does not exist"):
         tokenize.run(_args(data=tmp_path / "missing.txt"))

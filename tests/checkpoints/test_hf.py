@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from scratchgpt.checkpoints import load_model  # noqa: E402
 from scratchgpt.checkpoints.hf import load_hf, save_hf  # noqa: E402
-from scratchgpt.errors import UserError  # noqa: E402
+from scratchgpt.errors import ScratchGPTError  # noqa: E402
 from scratchgpt.generation.generate import generate  # noqa: E402
 from scratchgpt.generation.sampling import SamplingConfig  # noqa: E402
 from scratchgpt.models.bigram import BigramConfig, BigramLM  # noqa: E402
@@ -103,7 +103,7 @@ def test_missing_tensor_is_named(hf_dir, tmp_path):
     w = load_file(d / "model.safetensors")
     del w["transformer.h.1.mlp.c_fc.bias"]
     save_file(w, d / "model.safetensors")
-    with pytest.raises(UserError, match=r"missing tensor 'h\.1\.mlp\.c_fc\.bias'"):
+    with pytest.raises(ScratchGPTError, match=r"missing tensor 'h\.1\.mlp\.c_fc\.bias'"):
         load_model(d)
 
 
@@ -112,7 +112,7 @@ def test_shape_mismatch_is_named(hf_dir, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["vocab_size"] = VOCAB + 1
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(UserError, match=r"'wte\.weight' has shape \(101, 32\).*\(102, 32\)"):
+    with pytest.raises(ScratchGPTError, match=r"'wte\.weight' has shape \(101, 32\).*\(102, 32\)"):
         load_model(d)
 
 
@@ -127,16 +127,16 @@ def test_unsupported_config_is_named(hf_dir, tmp_path, key, value):
     cfg = json.loads((d / "config.json").read_text())
     cfg[key] = value
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(UserError, match=key):
+    with pytest.raises(ScratchGPTError, match=key):
         load_model(d)
 
 
 def test_only_gpt_models_export(tmp_path):
-    with pytest.raises(UserError, match="only GPT models"):
+    with pytest.raises(ScratchGPTError, match="only GPT models"):
         save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
     sinus = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=1, n_embd=8, block_size=8,
                           pos_encoding="sinusoidal"))
-    with pytest.raises(UserError, match="pos_encoding"):
+    with pytest.raises(ScratchGPTError, match="pos_encoding"):
         save_hf(sinus, tmp_path / "y")
 
 

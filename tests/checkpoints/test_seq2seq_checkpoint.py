@@ -5,7 +5,7 @@ import torch
 
 from scratchgpt.checkpoints.seq2seq import load_seq2seq, save_seq2seq
 from scratchgpt.data.translation import Seq2SeqTokenizer
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models.seq2seq import build_seq2seq, default_config
 
 
@@ -24,5 +24,5 @@ def test_roundtrip(tmp_path, arch):
 
 def test_corrupt_checkpoint_is_a_user_error(tmp_path):
     (tmp_path / "seq2seq.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError, match="not a valid seq2seq checkpoint"):
+    with pytest.raises(ScratchGPTError, match="not a valid seq2seq checkpoint"):
         load_seq2seq(tmp_path)

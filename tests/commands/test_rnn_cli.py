@@ -100,9 +100,9 @@ def test_registry_fixes_the_cell():
         model = build_model(cell, {"vocab_size": 7, "hidden": 4, "n_layer": 1})
         assert model.config.cell == cell
         assert MODEL_TYPES[cell][0](vocab_size=7).cell == cell
-    from scratchgpt.errors import UserError
+    from scratchgpt.errors import ScratchGPTError
 
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         build_model("lstm", {"vocab_size": 7, "cell": "gru"})
 
 

@@ -6,7 +6,7 @@ import pytest
 from scratchgpt.data import sources
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.prepare import prepare_text, token_dtype
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import load_tokenizer
 
 
@@ -41,7 +41,7 @@ def test_named_dataset_is_verified_from_data_dir(shakespeare_path):
 def test_checksum_mismatch_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "tinyshakespeare.txt").write_text("not shakespeare")
     monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
-    with pytest.raises(UserError, match="sha256"):
+    with pytest.raises(ScratchGPTError, match="sha256"):
         sources.fetch_named("shakespeare")
 
 
@@ -53,7 +53,7 @@ def test_offline_default_corpus_is_deterministic():
 
 def test_data_shorter_than_context_is_an_error(tmp_path):
     prepare_text("abcdefghij" * 10, tmp_path, "char")
-    with pytest.raises(UserError, match="fewer than one context window"):
+    with pytest.raises(ScratchGPTError, match="fewer than one context window"):
         TokenDataset(tmp_path).check_block_size(64)
 
 

@@ -18,7 +18,7 @@ from scratchgpt.data.translation import (
     read_tsv,
     split_pairs,
 )
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 
 
 def test_read_tsv(tmp_path):
@@ -37,12 +37,12 @@ def test_read_tsv(tmp_path):
 def test_read_tsv_reports_file_and_line(tmp_path, text, line, what):
     f = tmp_path / "bad.tsv"
     f.write_text(text, encoding="utf-8")
-    with pytest.raises(UserError, match=rf"bad\.tsv:{line}: .*{what}"):
+    with pytest.raises(ScratchGPTError, match=rf"bad\.tsv:{line}: .*{what}"):
         read_tsv(f)
 
 
 def test_read_tsv_missing_file(tmp_path):
-    with pytest.raises(UserError, match="no such file"):
+    with pytest.raises(ScratchGPTError, match="no such file"):
         read_tsv(tmp_path / "nope.tsv")
 
 
@@ -54,7 +54,7 @@ def test_tokenizer_specials_unknowns_and_roundtrip():
     assert tok.decode(tok.encode("cab")) == "cab"
     assert tok.decode([BOS_ID, *tok.encode("ab"), EOS_ID, *tok.encode("c")]) == "ab"
     assert tok.decode(ids) == "ab<unk>"
-    with pytest.raises(UserError, match="'z'"):
+    with pytest.raises(ScratchGPTError, match="'z'"):
         tok.encode("abz", unknown="error")
     again = Seq2SeqTokenizer.from_dict(tok.to_dict())
     assert again.encode("cab") == tok.encode("cab")
@@ -116,9 +116,9 @@ def test_split_and_spec(tmp_path):
     train, held = split_pairs(pairs, 0.2)
     assert len(train) + len(held) == 200 and 20 < len(held) < 60
     assert not {s for s, _ in train} & {s for s, _ in held}
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         DataSpec(task="dates", path="x.tsv")
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         DataSpec(task="poems")
     f = tmp_path / "d.tsv"
     f.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.generation.generate import beam_search, generate
 from scratchgpt.generation.sampling import (
     SamplingConfig,
@@ -54,7 +54,7 @@ def test_greedy_is_argmax():
 @pytest.mark.parametrize("bad", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
                                  dict(top_k=-1)])
 def test_invalid_sampling_settings(bad):
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         SamplingConfig(**bad)
 
 

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
 from scratchgpt.generation.speculative import (
@@ -124,16 +124,16 @@ def test_cache_rollback_matches_fresh_forward(pair):
 
 def test_mismatched_pair_is_refused(pair):
     target, _ = pair
-    with pytest.raises(UserError, match="vocabularies differ"):
+    with pytest.raises(ScratchGPTError, match="vocabularies differ"):
         check_pair(target, tiny_gpt(3, vocab=9))
-    with pytest.raises(UserError, match="different tokenizers"):
+    with pytest.raises(ScratchGPTError, match="different tokenizers"):
         check_pair(target, target, CharTokenizer(list("abcdefgh")), CharTokenizer(list("abcdefgx")))
     check_pair(target, target, CharTokenizer(list("abcdefgh")), CharTokenizer(list("abcdefgh")))
-    with pytest.raises(UserError, match="vocabularies differ"):
+    with pytest.raises(ScratchGPTError, match="vocabularies differ"):
         speculative_generate(target, tiny_gpt(3, vocab=9), PROMPT, 5, 2, SamplingConfig())
-    with pytest.raises(UserError, match="single prompt"):
+    with pytest.raises(ScratchGPTError, match="single prompt"):
         speculative_generate(target, target, PROMPT.expand(2, -1), 5, 2, SamplingConfig())
-    with pytest.raises(UserError, match=">= 1"):
+    with pytest.raises(ScratchGPTError, match=">= 1"):
         speculative_generate(target, target, PROMPT, 5, 0, SamplingConfig())
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models.gpt import GPT, GPTConfig
 
 
@@ -51,7 +51,7 @@ def test_cache_rollback_recomputes_same_logits():
 
 def test_context_overflow_is_an_error():
     model = tiny()
-    with pytest.raises(UserError, match="exceeds the context"):
+    with pytest.raises(ScratchGPTError, match="exceeds the context"):
         model(torch.zeros(1, 25, dtype=torch.long))
 
 
@@ -96,7 +96,7 @@ def test_attention_dropout_can_be_set_apart():
 def test_invalid_config_is_a_user_error(bad):
     cfg = dict(vocab_size=10, n_embd=32, n_head=4)
     cfg.update(bad)
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         GPTConfig(**cfg)
 
 

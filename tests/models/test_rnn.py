@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models.rnn import Recurrent, RecurrentConfig, RecurrentLM
 
 TORCH = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
@@ -102,15 +102,15 @@ def test_recurrent_lm_state_feeds_forward(cell):
 
 
 def test_recurrent_config_validation_and_params():
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=10, cell="transformer")
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=10, n_layer=0)
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=10, dropout=1.0)
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=0)
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=10, block_size=0)
     cfg = RecurrentConfig(vocab_size=10, cell="gru", n_layer=1, hidden=4)
     # embed 10*4 + GRU (3*4*4 + 3*4*4 + 2*3*4) + head 4*10 + 10

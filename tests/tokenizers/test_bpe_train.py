@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import regex
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
 from scratchgpt.tokenizers.bpe import (
     ENDOFTEXT,
@@ -126,9 +126,9 @@ def test_training_stops_when_text_is_exhausted():
 
 
 def test_training_rejects_bad_sizes():
-    with pytest.raises(UserError, match="too small"):
+    with pytest.raises(ScratchGPTError, match="too small"):
         BPETokenizer.train("text", 256)  # no room for <|endoftext|>
-    with pytest.raises(UserError, match="duplicate"):
+    with pytest.raises(ScratchGPTError, match="duplicate"):
         BPETokenizer.train("text", 300, special_tokens=("<a>", "<a>"))
 
 
@@ -166,16 +166,16 @@ def test_version_mismatch_is_a_clear_error(trained, tmp_path):
     state_path = tmp_path / "tokenizer.json"
     state = json.loads(state_path.read_text(encoding="utf-8"))
     state_path.write_text(json.dumps({**state, "version": 2}), encoding="utf-8")
-    with pytest.raises(UserError, match="version 2 is not supported"):
+    with pytest.raises(ScratchGPTError, match="version 2 is not supported"):
         load_tokenizer(tmp_path)
     state_path.write_text(json.dumps(state), encoding="utf-8")
     merges_path = tmp_path / MERGES_FILE
     body = merges_path.read_text(encoding="utf-8").split("\n", 1)[1]
     merges_path.write_text("#scratchgpt-bpe v2\n" + body, encoding="utf-8")
-    with pytest.raises(UserError, match="different format version"):
+    with pytest.raises(ScratchGPTError, match="different format version"):
         load_tokenizer(tmp_path)
     merges_path.write_text(body, encoding="utf-8")
-    with pytest.raises(UserError, match="not a scratchgpt merges file"):
+    with pytest.raises(ScratchGPTError, match="not a scratchgpt merges file"):
         load_tokenizer(tmp_path)
 
 
@@ -186,9 +186,9 @@ def test_corrupt_merges_are_rejected(tmp_path):
     for body, message in [("97 x", "malformed"), ("97 300", "not defined before"),
                           ("97 98\n97 98", "same bytes twice")]:
         merges_path.write_text(f"{MERGES_HEADER}\n{body}\n", encoding="utf-8")
-        with pytest.raises(UserError, match=message):
+        with pytest.raises(ScratchGPTError, match=message):
             load_tokenizer(tmp_path)
-    with pytest.raises(UserError, match="special token ids"):
+    with pytest.raises(ScratchGPTError, match="special token ids"):
         BPETokenizer([(97, 98)], {ENDOFTEXT: 100})
-    with pytest.raises(UserError, match="permutation"):
+    with pytest.raises(ScratchGPTError, match="permutation"):
         BPETokenizer([], byte_ids=[0] * 256)

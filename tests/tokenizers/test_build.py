@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import (
     TOKENIZERS,
     BPETokenizer,
@@ -27,9 +27,9 @@ def test_registered_kinds():
 def test_build_char():
     tok = build_tokenizer("char", TEXT)
     assert isinstance(tok, CharTokenizer) and tok.decode(tok.encode(TEXT)) == TEXT
-    with pytest.raises(UserError, match="set by the text"):
+    with pytest.raises(ScratchGPTError, match="set by the text"):
         build_tokenizer("char", TEXT, vocab_size=100)
-    with pytest.raises(UserError, match="empty"):
+    with pytest.raises(ScratchGPTError, match="empty"):
         build_tokenizer("char", "")
 
 
@@ -49,12 +49,12 @@ def test_build_bpe_default_size(shakespeare_text):
 
 @pytest.mark.parametrize("size", [256, 100, 0, -5, 1000.5, "512", True])
 def test_build_bpe_bad_sizes(size):
-    with pytest.raises(UserError, match="above 256"):
+    with pytest.raises(ScratchGPTError, match="above 256"):
         build_tokenizer("bpe", TEXT, vocab_size=size)
 
 
 def test_build_bpe_empty_text():
-    with pytest.raises(UserError, match="empty"):
+    with pytest.raises(ScratchGPTError, match="empty"):
         build_tokenizer("bpe", "", vocab_size=512)
 
 
@@ -62,21 +62,21 @@ def test_build_gpt2():
     tok = build_tokenizer("gpt2", "ignored: the vocabulary is fixed")
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == 50257 and tok.eot_id == 50256
     assert build_tokenizer("gpt2", "", vocab_size=50257).vocab_size == 50257
-    with pytest.raises(UserError, match="50257"):
+    with pytest.raises(ScratchGPTError, match="50257"):
         build_tokenizer("gpt2", "", vocab_size=4096)
 
 
 def test_unknown_kind():
-    with pytest.raises(UserError, match="unknown tokenizer kind 'word'"):
+    with pytest.raises(ScratchGPTError, match="unknown tokenizer kind 'word'"):
         build_tokenizer("word", TEXT)
 
 
 def test_load_tokenizer_errors(tmp_path):
-    with pytest.raises(UserError, match="no tokenizer found"):
+    with pytest.raises(ScratchGPTError, match="no tokenizer found"):
         load_tokenizer(tmp_path)
     (tmp_path / "tokenizer.json").write_text("[1, 2]", encoding="utf-8")
-    with pytest.raises(UserError, match="not a valid tokenizer"):
+    with pytest.raises(ScratchGPTError, match="not a valid tokenizer"):
         load_tokenizer(tmp_path)
     (tmp_path / "tokenizer.json").write_text(json.dumps({"kind": "word"}), encoding="utf-8")
-    with pytest.raises(UserError, match="unknown tokenizer kind"):
+    with pytest.raises(ScratchGPTError, match="unknown tokenizer kind"):
         load_tokenizer(tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import CharTokenizer, load_tokenizer
 
 
@@ -20,16 +20,16 @@ def test_round_trip(shakespeare_text):
 
 def test_unknown_characters():
     tok = CharTokenizer.train("hello world?")
-    with pytest.raises(UserError, match="2 character"):
+    with pytest.raises(ScratchGPTError, match="2 character"):
         tok.encode("hello, world!")
     assert tok.decode(tok.encode("hi!", unknown="replace")) == "h??"
     assert tok.encode("") == []
 
 
 def test_invalid_vocabularies():
-    with pytest.raises(UserError, match="empty"):
+    with pytest.raises(ScratchGPTError, match="empty"):
         CharTokenizer([])
-    with pytest.raises(UserError, match="duplicate"):
+    with pytest.raises(ScratchGPTError, match="duplicate"):
         CharTokenizer(["a", "a"])
 
 

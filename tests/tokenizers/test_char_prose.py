@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import ProseCharTokenizer, build_tokenizer, load_tokenizer
 from scratchgpt.tokenizers.char import normalize_prose
 
@@ -37,6 +37,6 @@ def test_round_trip_of_normalized_text_and_save(tmp_path):
 def test_unknown_policy():
     tok = ProseCharTokenizer.train("the cat sat.")
     assert tok.encode("the\n\ncat   sat.") == tok.encode("the cat sat.")  # folded, not unknown
-    with pytest.raises(UserError, match="not in the vocabulary"):
+    with pytest.raises(ScratchGPTError, match="not in the vocabulary"):
         tok.encode("the dog")
     assert tok.decode(tok.encode("the dog", unknown="replace")) == "the    "  # d, o, g: space

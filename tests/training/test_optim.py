@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models import build_model
 from scratchgpt.training.optim import ChainedOptimizer, hidden_matrices, make_optimizer, set_lr
 
@@ -55,10 +55,10 @@ def test_muon_state_round_trips():
     state = opt.state_dict()
     again = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon")
     again.load_state_dict(state)
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon").load_state_dict({"state": {}})
 
 
 def test_unknown_optimizer_is_a_user_error():
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         make_optimizer(build_model("gpt", GPT), 1e-3, 0.1, (0.9, 0.99), "sgd")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.training.config import TrainConfig, parse_duration
 from scratchgpt.training.optim import lr_at
 from scratchgpt.training.trainer import train
@@ -83,7 +83,7 @@ def test_time_budget_ends_cleanly(small_dataset, tmp_path):
 def test_refuses_to_overwrite_another_run(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     train(cfg(max_iters=2, eval_interval=1), MODEL, data, tmp_path / "r", progress=False)
-    with pytest.raises(UserError, match="already holds a run"):
+    with pytest.raises(ScratchGPTError, match="already holds a run"):
         train(cfg(max_iters=2), MODEL, data, tmp_path / "r", progress=False)
     res = train(cfg(max_iters=2), MODEL, data, tmp_path / "r", overwrite=True, progress=False)
     assert res.step == 2
@@ -108,5 +108,5 @@ def test_parse_duration(text, seconds):
                                  dict(time_budget="soon"), dict(optimizer="sgd"),
                                  dict(muon_lr_scale=0.0)])
 def test_invalid_train_config(bad):
-    with pytest.raises(UserError):
+    with pytest.raises(ScratchGPTError):
         TrainConfig(**bad)

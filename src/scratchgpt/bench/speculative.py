@@ -66,16 +66,16 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.errors import UserError
+    from scratchgpt.errors import ConfigError
     from scratchgpt.generation.generate import stream
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.speculative import SpeculativeStats, check_pair, speculative_stream
 
     ks = [int(k) for k in args.k.split(",") if k.strip()]
     if not ks or min(ks) < 1:
-        raise UserError(f"--k must list integers >= 1, got {args.k!r}")
+        raise ConfigError(f"--k must list integers >= 1, got {args.k!r}")
     if args.tokens < 1 or args.repeats < 1:
-        raise UserError("--tokens and --repeats must be >= 1")
+        raise ConfigError("--tokens and --repeats must be >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)

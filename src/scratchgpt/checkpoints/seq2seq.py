@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from scratchgpt.data.translation import Seq2SeqTokenizer
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, build_seq2seq
 
 WEIGHTS_FILE = "seq2seq.pt"
@@ -56,11 +56,12 @@ def load_seq2seq(
     """-> (model in eval mode, source tokenizer, target tokenizer, meta)."""
     path = Path(directory) / WEIGHTS_FILE
     if not path.is_file():
-        raise UserError(f"no seq2seq checkpoint: {path} does not exist")
+        raise CheckpointError(f"no seq2seq checkpoint: {path} does not exist")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # torch raises several unpickling/zip error types for a bad file
-        raise UserError(f"{path} is not a valid seq2seq checkpoint ({type(e).__name__})") from None
+        raise CheckpointError(
+            f"{path} is not a valid seq2seq checkpoint ({type(e).__name__})") from None
     try:
         config = Seq2SeqConfig(**ckpt["model_config"])
         src_tok = Seq2SeqTokenizer.from_dict(ckpt["src_tokenizer"])
@@ -68,5 +69,5 @@ def load_seq2seq(
         model = build_seq2seq(config)
         model.load_state_dict(ckpt["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise UserError(f"{path} is not a valid seq2seq checkpoint ({e})") from None
+        raise CheckpointError(f"{path} is not a valid seq2seq checkpoint ({e})") from None
     return model.to(device).eval(), src_tok, tgt_tok, ckpt.get("meta", {})

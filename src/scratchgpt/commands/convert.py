@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _check_out(out: Path, overwrite: bool) -> None:
     if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"{out} is not empty (pass --overwrite to write into it)")
+        raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
 
 
 def import_hf(source: str | Path, out: str | Path) -> Path:
@@ -39,7 +39,7 @@ def import_hf(source: str | Path, out: str | Path) -> Path:
     from scratchgpt.checkpoints.hf import hf_tokenizer, is_hf_dir, load_hf
 
     if not is_hf_dir(source):
-        raise UserError(f"{source} is not a Hugging Face directory (config.json plus "
+        raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
                         "model.safetensors or pytorch_model.bin)")
     model, state = load_hf(source)
     out = Path(out)
@@ -66,16 +66,16 @@ def run(args: argparse.Namespace) -> int:
     if args.source:
         fmt, path = args.source
         if fmt != "hf":
-            raise UserError(f"--from {fmt}: only 'hf' is supported")
+            raise ConfigError(f"--from {fmt}: only 'hf' is supported")
         import_hf(path, out)
         print(f"wrote {out / 'best.pt'}")
         return 0
     if not args.checkpoint:
-        raise UserError("--to hf needs --checkpoint RUN")
+        raise ConfigError("--to hf needs --checkpoint RUN")
     model, state = load_model(args.checkpoint, args.which)
     try:
         tok = checkpoint_tokenizer(state)
-    except UserError:
+    except ScratchGPTError:
         tok = None  # a model without a tokenizer still exports; say so below
     save_hf(model, out, tok)
     note = "" if tok is not None else " (no tokenizer found: weights and config only)"

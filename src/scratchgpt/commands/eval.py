@@ -24,16 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import load_model
     from scratchgpt.commands.train import resolve_dataset
-    from scratchgpt.errors import UserError
+    from scratchgpt.errors import CheckpointError, DataError
     from scratchgpt.training.trainer import full_split_loss
 
     model, state = load_model(args.checkpoint, args.which)
     dataset = args.dataset or state.get("dataset")
     if not dataset:
-        raise UserError("the checkpoint does not record its dataset; pass --dataset")
+        raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
     data, _ = resolve_dataset(dataset)
     if data.vocab_size != state["model_config"]["vocab_size"]:
-        raise UserError(f"dataset vocabulary ({data.vocab_size}) does not match the model's "
+        raise DataError(f"dataset vocabulary ({data.vocab_size}) does not match the model's "
                         f"({state['model_config']['vocab_size']})")
     block = int(state["model_config"].get("block_size", 256))
     data.check_block_size(block)

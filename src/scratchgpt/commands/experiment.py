@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import positive_int
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,9 +80,9 @@ def run_memory(args: argparse.Namespace) -> int:
     from scratchgpt.models.rnn import Recurrent
 
     if args.min_len > args.max_len:
-        raise UserError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
+        raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
     if args.symbols < 2:
-        raise UserError("--symbols must be at least 2")
+        raise ConfigError("--symbols must be at least 2")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     steps, n_eval = (20, 100) if args.quick else (args.steps, args.eval_samples)
@@ -184,10 +184,10 @@ def run_count(args: argparse.Namespace) -> int:
     try:
         prompt = [int(tok) for tok in args.prompt.split()]
     except ValueError:
-        raise UserError(f"--prompt must be numbers separated by spaces, got {args.prompt!r}"
+        raise ConfigError(f"--prompt must be numbers separated by spaces, got {args.prompt!r}"
                         ) from None
     if not prompt or any(not 0 <= k < n for k in prompt):
-        raise UserError(f"--prompt needs numbers in [0, {n - 1}]")
+        raise ConfigError(f"--prompt needs numbers in [0, {n - 1}]")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.prepare import prepare_text
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
-        raise UserError("--vocab-size applies to --tokenizer bpe only")
+        raise ConfigError("--vocab-size applies to --tokenizer bpe only")
     text, desc = load_source(args.data, args.dataset)
     meta = prepare_text(text, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
                         val_fraction=args.val_fraction, source=desc)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError, DataError, GenerationError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,9 +63,9 @@ def read_prompt(args: argparse.Namespace) -> str:
         try:
             return Path(args.prompt_file).read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise UserError(f"prompt file {args.prompt_file} does not exist") from None
+            raise DataError(f"prompt file {args.prompt_file} does not exist") from None
         except UnicodeDecodeError:
-            raise UserError(f"prompt file {args.prompt_file} is not UTF-8 text") from None
+            raise DataError(f"prompt file {args.prompt_file} is not UTF-8 text") from None
     return "\n" if args.prompt is None else args.prompt
 
 
@@ -122,19 +122,19 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models.fast_decode import optimize_for_decode
 
     if args.max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.max_new_tokens > args.max_new_tokens_limit:
-        raise UserError(f"--max-new-tokens {args.max_new_tokens} exceeds the allowed "
+        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} exceeds the allowed "
                         f"{args.max_new_tokens_limit} (raise --max-new-tokens-limit)")
     if args.num_samples < 1:
-        raise UserError(f"--num-samples must be >= 1, got {args.num_samples}")
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_prompts and not args.prompt_file:
-        raise UserError("--batch-prompts needs --prompt-file (one prompt per line)")
+        raise ConfigError("--batch-prompts needs --prompt-file (one prompt per line)")
     if args.batch_prompts and args.beam:
-        raise UserError("--batch-prompts does not combine with --beam")
+        raise ConfigError("--batch-prompts does not combine with --beam")
     model, state = load_model(args.checkpoint, args.which)
     if args.dtype == "bf16":
         model.to(torch.bfloat16)  # the KV cache follows the weights' dtype
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                          cfg, gen, args)
     ids = tok.encode(prompt_text, unknown=args.unknown)
     if not ids:
-        raise UserError("the prompt is empty after tokenization")
+        raise GenerationError("the prompt is empty after tokenization")
     prompt = torch.tensor([ids], dtype=torch.long)
 
     if args.draft is not None or args.speculate is not None:
@@ -201,11 +201,11 @@ def run_batch(model, tok, prompts: list[str], cfg, gen, args: argparse.Namespace
     from scratchgpt.generation.generate import generate_batch
 
     if not prompts:
-        raise UserError(f"prompt file {args.prompt_file} has no non-empty line")
+        raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
     rows = [text for text in prompts for _ in range(args.num_samples)]
     ids = [tok.encode(text, unknown=args.unknown) for text in rows]
     if not all(ids):
-        raise UserError("a prompt is empty after tokenization")
+        raise GenerationError("a prompt is empty after tokenization")
 
     def stop_check(b: int, new_ids: list[int]) -> bool:
         return bool(args.stop) and cut_at_stop(tok.decode(new_ids), args.stop)[1]
@@ -231,13 +231,13 @@ def run_speculative(args: argparse.Namespace, model, tok, prompt_text: str, prom
     from scratchgpt.models.fast_decode import optimize_for_decode
 
     if args.draft is None:
-        raise UserError("--speculate needs --draft (a smaller model with the same tokenizer)")
+        raise ConfigError("--speculate needs --draft (a smaller model with the same tokenizer)")
     if args.beam or args.num_samples != 1:
-        raise UserError("--draft samples one sequence; it does not combine with --beam or "
+        raise ConfigError("--draft samples one sequence; it does not combine with --beam or "
                         "--num-samples")
     k = 4 if args.speculate is None else args.speculate
     if k < 1:
-        raise UserError(f"--speculate must be >= 1, got {k}")
+        raise ConfigError(f"--speculate must be >= 1, got {k}")
     draft, draft_state = load_model(args.draft, args.which)
     if args.dtype == "bf16":
         draft.to(torch.bfloat16)

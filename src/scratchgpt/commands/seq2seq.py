@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import duration, positive_int
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError, ConfigError
 
 ARCHS = ("transformer", "lstm-attention", "lstm")
 TASK_NAMES = ("dates", "numbers", "reverse")
@@ -132,9 +132,9 @@ def run_train(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import TrainConfig, fit, format_eval
 
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        raise UserError(f"--dropout must be in [0, 1), got {args.dropout}")
+        raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.lr <= 0:
-        raise UserError(f"--lr must be > 0, got {args.lr}")
+        raise ConfigError(f"--lr must be > 0, got {args.lr}")
     task = None if args.data else (args.task or "dates")
     data = DataSpec(task=task, path=args.data, n_train=args.n_train, n_test=args.n_test,
                     seed=args.seed, valid_fraction=args.valid_fraction)
@@ -149,7 +149,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         res = fit(data, args.arch, cfg, overrides)
     except ValueError as e:  # invalid model shape from the flags
-        raise UserError(str(e)) from None
+        raise ConfigError(str(e)) from None
     print(format_eval(res.eval))
     meta = {
         "data": {k: v for k, v in vars(data).items()},
@@ -191,7 +191,8 @@ def run_eval(args: argparse.Namespace) -> int:
         pairs = read_tsv(args.data)
     else:
         if "data" not in meta:
-            raise UserError(f"{args.checkpoint}: checkpoint does not say what it was trained on; "
+            raise CheckpointError(
+                f"{args.checkpoint}: checkpoint does not say what it was trained on; "
                             "pass --data FILE.tsv")
         _, pairs = DataSpec(**meta["data"]).load()
     pairs = pairs[: args.limit] if args.limit else pairs
@@ -218,14 +219,14 @@ def run_attention(args: argparse.Namespace) -> int:
         n_layer, n_head = model.config.n_layer, model.config.n_head
         if args.layer is not None:
             if not -n_layer <= args.layer < n_layer:
-                raise UserError(f"--layer must be in [0, {n_layer - 1}], got {args.layer}")
+                raise ConfigError(f"--layer must be in [0, {n_layer - 1}], got {args.layer}")
             model.attn_layer = args.layer
         if args.head is not None:
             if not 0 <= args.head < n_head:
-                raise UserError(f"--head must be in [0, {n_head - 1}], got {args.head}")
+                raise ConfigError(f"--head must be in [0, {n_head - 1}], got {args.head}")
             model.attn_head = args.head
     elif args.layer is not None or args.head is not None:
-        raise UserError("--layer/--head only apply to transformer checkpoints")
+        raise ConfigError("--layer/--head only apply to transformer checkpoints")
 
     texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, args.max_len,
                                  length_penalty=args.length_penalty)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.options import add_dataclass_flags, given
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,17 +54,17 @@ def resolve_settings(args: argparse.Namespace, saved: dict[str, Any] | None = No
     from_file = load_config_file(args.config) if args.config else {}
     unknown = set(from_file) - known
     if unknown:
-        raise UserError(f"{args.config}: unknown settings: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{args.config}: unknown settings: {', '.join(sorted(unknown))}")
     flags = given(args, known)
     merged = {**(saved or {}), **preset, **from_file, **flags}
     tcfg = TrainConfig(**{k: v for k, v in merged.items() if k in train_fields()})
     if tcfg.model not in MODEL_TYPES:
-        raise UserError(f"unknown model {tcfg.model!r}; choose from {', '.join(MODEL_TYPES)}")
+        raise ConfigError(f"unknown model {tcfg.model!r}; choose from {', '.join(MODEL_TYPES)}")
     fields = config_fields(tcfg.model)
     user_set = {**from_file, **flags}
     wrong = sorted(k for k in user_set if k in all_model_fields and k not in fields)
     if wrong:
-        raise UserError(f"--model {tcfg.model} does not take "
+        raise ConfigError(f"--model {tcfg.model} does not take "
                         + ", ".join("--" + k.replace("_", "-") for k in wrong))
     model_cfg = {k: v for k, v in merged.items() if k in fields and k != "vocab_size"}
     return tcfg, model_cfg, {"preset": args.preset, "config_file": args.config}
@@ -82,7 +82,7 @@ def saved_settings(out: Path) -> dict[str, Any] | None:
         model = {k: v for k, v in resolved["model"].items() if k not in ("type", "vocab_size")}
         return {**model, **resolved["train"], "dataset": resolved.get("dataset")}
     except (ValueError, KeyError, AttributeError, TypeError) as e:
-        raise UserError(f"{path}: not a scratchgpt run configuration ({e})") from None
+        raise CheckpointError(f"{path}: not a scratchgpt run configuration ({e})") from None
 
 
 def resolve_dataset(name_or_path: str | None, progress: bool = True):
@@ -96,7 +96,7 @@ def resolve_dataset(name_or_path: str | None, progress: bool = True):
     if path.is_dir():
         return TokenDataset(path), path.name
     if name not in sources.DATASETS and name != sources.DEFAULT_CORPUS:
-        raise UserError(f"--dataset {name}: no such prepared dataset directory, and not a named "
+        raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
                         f"dataset ({', '.join([*sources.DATASETS, sources.DEFAULT_CORPUS])})")
     kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
     target = sources.cache_dir() / "datasets" / f"{name}-{kind}"

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.data.prepare import META_FILE, META_VERSION
-from scratchgpt.errors import UserError
+from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
 
 
@@ -39,19 +39,19 @@ class TokenDataset:
         self.directory = Path(directory)
         meta_path = self.directory / META_FILE
         if not meta_path.is_file():
-            raise UserError(
+            raise DataError(
                 f"{self.directory} is not a prepared dataset (no {META_FILE}); "
                 "run 'scratchgpt prepare' first"
             )
         self.meta = json.loads(meta_path.read_text())
         if self.meta.get("version") != META_VERSION:
-            raise UserError(f"{meta_path}: unsupported dataset version {self.meta.get('version')}")
+            raise DataError(f"{meta_path}: unsupported dataset version {self.meta.get('version')}")
         dtype = np.dtype(self.meta["dtype"])
         self.splits = {}
         for split in ("train", "val"):
             path = self.directory / f"{split}.bin"
             if not path.is_file():
-                raise UserError(f"{path} is missing; prepare the dataset again")
+                raise DataError(f"{path} is missing; prepare the dataset again")
             self.splits[split] = np.memmap(path, dtype=dtype, mode="r")
         self.vocab_size: int = int(self.meta["vocab_size"])
 
@@ -62,7 +62,7 @@ class TokenDataset:
         """Each split must hold more than one context window (+1 for the shifted targets)."""
         for split, data in self.splits.items():
             if len(data) <= block_size:
-                raise UserError(
+                raise DataError(
                     f"the {split} split has {len(data)} tokens, fewer than one context window "
                     f"of {block_size} + 1; use more data or a smaller --block-size"
                 )

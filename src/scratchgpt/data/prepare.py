@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 
 META_FILE = "meta.json"
@@ -51,9 +51,9 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
                  source: str = "", progress: bool = False) -> dict[str, Any]:
     """Tokenize ``text`` and write a prepared dataset into ``out``. Returns the meta dict."""
     if not text.strip():
-        raise UserError(f"the data ({source or 'text'}) is empty")
+        raise DataError(f"the data ({source or 'text'}) is empty")
     if not 0.0 < val_fraction < 1.0:
-        raise UserError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     out = Path(out)
     split = int(len(text) * (1.0 - val_fraction))
     train_text, val_text = text[:split], text[split:]

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _verified(path: Path, ds: NamedDataset) -> Path:
               f"it as sha256 in scratchgpt/data/sources.py", file=sys.stderr)
         return path
     if digest != ds.sha256:
-        raise UserError(
+        raise DataError(
             f"{path} has sha256 {digest[:12]}…, expected {ds.sha256[:12]}… for dataset "
             f"{ds.name!r}; refusing to use it (delete it to download again)"
         )
@@ -103,7 +103,7 @@ def download(url: str, dest: Path, timeout: float = 30.0) -> None:
 def fetch_named(name: str) -> Path:
     """Path of the verified raw file of named dataset ``name`` (downloading it if needed)."""
     if name not in DATASETS:
-        raise UserError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     ds = DATASETS[name]
     data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
     if data_dir and (Path(data_dir) / ds.filename).is_file():
@@ -114,13 +114,13 @@ def fetch_named(name: str) -> Path:
     try:
         download(ds.url, cached)
     except OSError as e:
-        raise UserError(
+        raise DataError(
             f"dataset {name!r} is not available offline and the download failed ({e}); "
             f"put {ds.filename} in a folder and set SCRATCHGPT_DATA_DIR to it"
         ) from None
     try:
         return _verified(cached, ds)
-    except UserError:
+    except DataError:
         cached.unlink(missing_ok=True)
         raise
 
@@ -150,7 +150,7 @@ def default_corpus_files() -> list[Path]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in stdlib.glob("*.py") if p.is_file())
     if not files:
-        raise UserError(f"no standard library sources found in {stdlib}")
+        raise DataError(f"no standard library sources found in {stdlib}")
     return files
 
 
@@ -161,9 +161,9 @@ def read_files(files: list[Path]) -> str:
         try:
             parts.append(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
-            raise UserError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
+            raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
         except OSError as e:
-            raise UserError(f"cannot read {path}: {e.strerror}") from None
+            raise DataError(f"cannot read {path}: {e.strerror}") from None
     return "\n\n".join(parts)
 
 
@@ -173,8 +173,8 @@ def read_text_source(path: str | Path) -> tuple[str, str]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
-            raise UserError(f"folder {path} contains no .txt files")
+            raise DataError(f"folder {path} contains no .txt files")
         return read_files(files), f"{len(files)} .txt files under {path}"
     if not path.exists():
-        raise UserError(f"data file {path} does not exist")
+        raise DataError(f"data file {path} does not exist")
     return read_files([path]), str(path)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import DataError
 from scratchgpt.tokenizers.base import Tokenizer
 
 Pair = tuple[str, str]
@@ -42,7 +42,7 @@ class Seq2SeqTokenizer(Tokenizer):
 
     def __init__(self, chars: Sequence[str]):
         if len(set(chars)) != len(chars):
-            raise UserError("character vocabulary has duplicate entries")
+            raise DataError("character vocabulary has duplicate entries")
         self.chars = list(chars)
         self.itos = list(SPECIALS) + self.chars
         self.stoi = {c: i + len(SPECIALS) for i, c in enumerate(self.chars)}
@@ -65,7 +65,7 @@ class Seq2SeqTokenizer(Tokenizer):
         ids = [self.stoi.get(c, UNK_ID) for c in text]
         if unknown == "error" and UNK_ID in ids:
             missing = sorted({c for c in text if c not in self.stoi})
-            raise UserError(f"characters not in the vocabulary: {', '.join(map(repr, missing))}")
+            raise DataError(f"characters not in the vocabulary: {', '.join(map(repr, missing))}")
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -97,31 +97,31 @@ class Seq2SeqTokenizer(Tokenizer):
 
 
 def read_tsv(path: str | Path) -> list[Pair]:
-    """Read ``source<TAB>target`` lines. Empty or malformed lines raise ``UserError(file:line)``."""
+    """Read ``source<TAB>target`` lines. Empty or malformed lines raise ``DataError(file:line)``."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such file")
+        raise DataError(f"{path}: no such file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text ({e})") from None
+        raise DataError(f"{path}: not UTF-8 text ({e})") from None
     pairs = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
-            raise UserError(f"{path}:{n}: empty line (expected 'source<TAB>target')")
+            raise DataError(f"{path}:{n}: empty line (expected 'source<TAB>target')")
         fields = line.split("\t")
         if len(fields) != 2:
-            raise UserError(
+            raise DataError(
                 f"{path}:{n}: expected exactly one TAB between source and target, "
                 f"found {len(fields) - 1}"
             )
         src, tgt = fields
         if not src or not tgt:
             side = "source" if not src else "target"
-            raise UserError(f"{path}:{n}: empty {side}")
+            raise DataError(f"{path}:{n}: empty {side}")
         pairs.append((src, tgt))
     if not pairs:
-        raise UserError(f"{path}: no pairs")
+        raise DataError(f"{path}: no pairs")
     return pairs
 
 
@@ -293,13 +293,13 @@ class DataSpec:
 
     def __post_init__(self) -> None:
         if (self.task is None) == (self.path is None):
-            raise UserError("give either a task or a TSV data file, not both")
+            raise DataError("give either a task or a TSV data file, not both")
         if self.task is not None and self.task not in TASKS:
-            raise UserError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
+            raise DataError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
         if self.n_train < 1 or self.n_test < 1:
-            raise UserError("n_train and n_test must be >= 1")
+            raise DataError("n_train and n_test must be >= 1")
         if not 0.0 < self.valid_fraction < 1.0:
-            raise UserError(f"valid fraction must be in (0, 1), got {self.valid_fraction}")
+            raise DataError(f"valid fraction must be in (0, 1), got {self.valid_fraction}")
 
     def load(self) -> tuple[list[Pair], list[Pair]]:
         """-> (training pairs, held-out pairs)."""
@@ -307,7 +307,7 @@ class DataSpec:
             return TASKS[self.task](n_train=self.n_train, n_test=self.n_test, seed=self.seed)
         train, held = split_pairs(read_tsv(self.path), self.valid_fraction)
         if not train or not held:
-            raise UserError(f"{self.path}: too few pairs to hold out {self.valid_fraction:.0%}")
+            raise DataError(f"{self.path}: too few pairs to hold out {self.valid_fraction:.0%}")
         return train, held
 
     def describe(self) -> str:

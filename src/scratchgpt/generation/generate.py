@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import GenerationError
 from scratchgpt.generation.sampling import SamplingConfig, sample
 
 PAD_ID = 0  # token id written into left padding; masked out, so any valid id works
@@ -37,7 +37,7 @@ def stream(model: nn.Module, prompt: Tensor, max_new_tokens: int, cfg: SamplingC
     tokens. Until the first overflow the result is exactly that of a full recompute.
     """
     if prompt.dim() != 2 or prompt.size(1) == 0:
-        raise UserError("the prompt must contain at least one token")
+        raise GenerationError("the prompt must contain at least one token")
     ctx = context_length(model)
     B = prompt.size(0)
     if ctx is not None and prompt.size(1) > ctx:
@@ -94,7 +94,7 @@ def generate_batch(model: nn.Module, prompts: list[list[int]], max_new_tokens: i
     the same-as-alone guarantee holds while the longest prompt plus ``max_new_tokens`` fits.
     """
     if any(len(p) == 0 for p in prompts):
-        raise UserError("every prompt must contain at least one token")
+        raise GenerationError("every prompt must contain at least one token")
     if not prompts or max_new_tokens < 1:
         return [[] for _ in prompts]
     ctx = context_length(model)
@@ -148,12 +148,13 @@ def beam_search(model: nn.Module, prompt: Tensor, beam: int, max_new_tokens: int
     Hugging Face's ``generate``). A beam that emits ``eos_id`` is finished. Beam 1 is greedy.
     """
     if beam < 1:
-        raise UserError(f"beam must be >= 1, got {beam}")
+        raise GenerationError(f"beam must be >= 1, got {beam}")
     if prompt.size(0) != 1:
-        raise UserError("beam search takes a single prompt")
+        raise GenerationError("beam search takes a single prompt")
     ctx = context_length(model)
     if ctx is not None and prompt.size(1) + max_new_tokens > ctx:
-        raise UserError(f"prompt + max_new_tokens ({prompt.size(1) + max_new_tokens}) exceeds "
+        raise GenerationError(
+            f"prompt + max_new_tokens ({prompt.size(1) + max_new_tokens}) exceeds "
                         f"the model's context of {ctx} tokens (beam search does not slide)")
     cache = model.new_cache(beam, ctx)
     logits = model(prompt.expand(beam, -1).contiguous(), cache=cache)[:, -1]  # (beam, V)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import GenerationError
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,11 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+            raise GenerationError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:
-            raise UserError(f"top_k must be >= 0, got {self.top_k}")
+            raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise UserError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise GenerationError(f"top_p must be in (0, 1], got {self.top_p}")
 
     @property
     def greedy(self) -> bool:

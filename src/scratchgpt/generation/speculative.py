@@ -27,7 +27,7 @@ the target's own greedy output.
 
 Policies:
 
-* Batches: refused (``UserError``); the caches advance all rows together, while speculative
+* Batches: refused (``GenerationError``); the caches advance all rows together, while speculative
   rounds accept a different number of tokens per row. Run prompts one at a time.
 * Context limit: the target sees exactly the window that :func:`generate.stream` would give it
   (the prompt's last ``block_size`` tokens; when a token would need more than ``block_size``
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import GenerationError
 from scratchgpt.generation.generate import context_length
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
 
@@ -98,16 +98,16 @@ class SpeculativeStats:
 
 def check_pair(target: nn.Module, draft: nn.Module, target_tokenizer: Any = None,
                draft_tokenizer: Any = None) -> None:
-    """Raise ``UserError`` unless draft and target share the vocabulary (and tokenizer)."""
+    """Raise ``GenerationError`` unless draft and target share the vocabulary (and tokenizer)."""
     if (target_tokenizer is None) != (draft_tokenizer is None):
-        raise UserError("give both tokenizers or neither")
+        raise GenerationError("give both tokenizers or neither")
     if target_tokenizer is not None and target_tokenizer.to_dict() != draft_tokenizer.to_dict():
-        raise UserError("draft and target were trained with different tokenizers; "
+        raise GenerationError("draft and target were trained with different tokenizers; "
                         "speculative sampling needs the same one (train both on the same "
                         "prepared dataset)")
     tv, dv = target.config.vocab_size, draft.config.vocab_size
     if tv != dv:
-        raise UserError(f"draft and target vocabularies differ ({dv} vs {tv} tokens); "
+        raise GenerationError(f"draft and target vocabularies differ ({dv} vs {tv} tokens); "
                         "speculative sampling needs the same tokenizer")
 
 
@@ -154,11 +154,11 @@ class SpeculativeDecoder:
     def __init__(self, target: nn.Module, draft: nn.Module, prompt: Tensor, k: int,
                  cfg: SamplingConfig, generator: torch.Generator | None = None):
         if k < 1:
-            raise UserError(f"the number of speculated tokens must be >= 1, got {k}")
+            raise GenerationError(f"the number of speculated tokens must be >= 1, got {k}")
         if prompt.dim() != 2 or prompt.size(1) == 0:
-            raise UserError("the prompt must contain at least one token")
+            raise GenerationError("the prompt must contain at least one token")
         if prompt.size(0) != 1:
-            raise UserError("speculative sampling takes a single prompt (batch size 1); "
+            raise GenerationError("speculative sampling takes a single prompt (batch size 1); "
                             "run several prompts one after another")
         check_pair(target, draft)
         self.target, self.draft, self.k, self.cfg, self.generator = target, draft, k, cfg, generator

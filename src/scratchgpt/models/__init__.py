@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.rnn import CELLS, RecurrentLM, cell_config
@@ -31,10 +31,11 @@ def config_fields(model_type: str) -> set[str]:
 def make_config(model_type: str, values: dict[str, Any]):
     """Build and validate the config of ``model_type`` from a dict (unknown keys are an error)."""
     if model_type not in MODEL_TYPES:
-        raise UserError(f"unknown model type {model_type!r}; choose from {', '.join(MODEL_TYPES)}")
+        raise ConfigError(
+            f"unknown model type {model_type!r}; choose from {', '.join(MODEL_TYPES)}")
     extra = set(values) - config_fields(model_type)
     if extra:
-        raise UserError(f"model {model_type!r} does not take: {', '.join(sorted(extra))}")
+        raise ConfigError(f"model {model_type!r} does not take: {', '.join(sorted(extra))}")
     return MODEL_TYPES[model_type][0](**values)
 
 

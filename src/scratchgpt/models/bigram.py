@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 
 @dataclass
@@ -21,7 +21,7 @@ class BigramConfig:
 
     def __post_init__(self) -> None:
         if self.vocab_size < 1 or self.block_size < 1:
-            raise UserError("vocab_size and block_size must be >= 1")
+            raise ConfigError("vocab_size and block_size must be >= 1")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError, GenerationError
 
 
 @dataclass
@@ -46,22 +46,22 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head != 0:
-            raise UserError(
+            raise ConfigError(
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
-            raise UserError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
+            raise ConfigError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
         if self.pos_encoding not in ("learned", "sinusoidal"):
-            raise UserError(
+            raise ConfigError(
                 f"pos_encoding must be 'learned' or 'sinusoidal', got {self.pos_encoding!r}")
         if self.activation not in ("gelu_tanh", "gelu"):
-            raise UserError(f"activation must be 'gelu_tanh' or 'gelu', got {self.activation!r}")
+            raise ConfigError(f"activation must be 'gelu_tanh' or 'gelu', got {self.activation!r}")
         if self.attn_impl not in ("sdpa", "math"):
-            raise UserError(f"attn_impl must be 'sdpa' or 'math', got {self.attn_impl!r}")
+            raise ConfigError(f"attn_impl must be 'sdpa' or 'math', got {self.attn_impl!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -297,7 +297,7 @@ class GPT(nn.Module):
         cfg = self.config
         max_len = max_len or cfg.block_size
         if max_len > cfg.block_size:
-            raise UserError(
+            raise GenerationError(
                 f"cache length {max_len} exceeds the model's block_size {cfg.block_size}")
         p = self.transformer.wte.weight  # dtype and device of the model
         return KVCache(cfg.n_layer, batch_size, cfg.n_head, max_len, cfg.n_embd // cfg.n_head,
@@ -346,7 +346,7 @@ class GPT(nn.Module):
         start = cache.pos if cache is not None else 0
         limit = cache.max_len if cache is not None else self.config.block_size
         if start + T > limit:
-            raise UserError(
+            raise GenerationError(
                 f"sequence of {start + T} tokens exceeds the context of {limit} positions"
             )
         pos = self._positions(T, cache, idx.device)

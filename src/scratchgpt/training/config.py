@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import ConfigError
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -25,11 +25,11 @@ def parse_duration(text: str | float | int | None) -> float | None:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|sec|m|min|h)?\s*", str(text))
         if not m:
-            raise UserError(f"cannot read duration {text!r}; use e.g. 90s, 10m or 1.5h")
+            raise ConfigError(f"cannot read duration {text!r}; use e.g. 90s, 10m or 1.5h")
         seconds = float(m.group(1)) * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600,
                                         None: 1}[m.group(2)]
     if seconds <= 0:
-        raise UserError(f"duration must be positive, got {text!r}")
+        raise ConfigError(f"duration must be positive, got {text!r}")
     return seconds
 
 
@@ -84,27 +84,27 @@ class TrainConfig:
                     "log_interval", "nproc")
         for name in positive:
             if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("warmup_iters", "lr_decay_iters", "threads"):
             if getattr(self, name) < 0:
-                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.learning_rate > 0:
-            raise UserError(f"learning_rate must be > 0, got {self.learning_rate}")
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.min_lr <= self.learning_rate:
-            raise UserError(f"min_lr must be in [0, learning_rate], got {self.min_lr}")
+            raise ConfigError(f"min_lr must be in [0, learning_rate], got {self.min_lr}")
         if self.weight_decay < 0 or self.grad_clip < 0:
-            raise UserError("weight_decay and grad_clip must be >= 0")
+            raise ConfigError("weight_decay and grad_clip must be >= 0")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
-            raise UserError("beta1 and beta2 must be in [0, 1)")
+            raise ConfigError("beta1 and beta2 must be in [0, 1)")
         if self.optimizer not in OPTIMIZERS:
-            raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
+            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                             f"got {self.optimizer!r}")
         if not self.muon_lr_scale > 0:
-            raise UserError(f"muon_lr_scale must be > 0, got {self.muon_lr_scale}")
+            raise ConfigError(f"muon_lr_scale must be > 0, got {self.muon_lr_scale}")
         if self.dtype not in ("auto", "bf16", "fp32"):
-            raise UserError(f"dtype must be auto, bf16 or fp32, got {self.dtype!r}")
+            raise ConfigError(f"dtype must be auto, bf16 or fp32, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
-            raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         parse_duration(self.time_budget)
 
     @property
@@ -176,16 +176,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML or JSON config file into a flat dict of settings."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"config file {path} does not exist")
+        raise ConfigError(f"config file {path} does not exist")
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         elif path.suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
         else:
-            raise UserError(f"config file {path} must end in .toml or .json")
+            raise ConfigError(f"config file {path} must end in .toml or .json")
     except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot parse config file {path}: {e}") from None
+        raise ConfigError(f"cannot parse config file {path}: {e}") from None
     # Allow [model] / [train] tables as well as a flat file.
     flat: dict[str, Any] = {}
     for key, value in data.items():

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.training.config import OPTIMIZERS
 
 
@@ -78,7 +78,7 @@ class ChainedOptimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         states = state.get("chained")
         if states is None or len(states) != len(self.optimizers):
-            raise UserError("the checkpoint's optimizer state is for another --optimizer; "
+            raise CheckpointError("the checkpoint's optimizer state is for another --optimizer; "
                             "resume with the optimizer the run was started with")
         for o, s in zip(self.optimizers, states, strict=True):
             o.load_state_dict(s)
@@ -97,7 +97,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     Every group carries ``lr_scale``: a schedule sets ``group["lr"] = lr * group["lr_scale"]``.
     """
     if kind not in OPTIMIZERS:
-        raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+        raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     muon_params = hidden_matrices(model) if kind == "muon" else []
     in_muon = {id(p) for p in muon_params}

@@ -26,7 +26,7 @@ from torch import nn
 
 from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.errors import UserError
+from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import build_model, make_config
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
@@ -52,7 +52,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but no CUDA GPU is available")
+        raise ConfigError("--device cuda was asked for, but no CUDA GPU is available")
     return torch.device(name)
 
 
@@ -69,7 +69,7 @@ def resolve_dtype(name: str, device: torch.device) -> str:
     on an AVX512-BF16 CPU even for the smallest preset), else fp32."""
     if name != "auto":
         if name == "bf16" and not bf16_supported(device):
-            raise UserError(f"bf16 is not supported on this {device.type}")
+            raise ConfigError(f"bf16 is not supported on this {device.type}")
         return name
     return "bf16" if bf16_supported(device) else "fp32"
 
@@ -175,10 +175,10 @@ def check_out_dir(out: Path, resume: bool, overwrite: bool) -> None:
     holds_run = out.is_dir() and any((out / f).exists() for f in RUN_FILES)
     if resume:
         if not (out / "last.pt").is_file():
-            raise UserError(f"cannot resume: {out / 'last.pt'} does not exist")
+            raise CheckpointError(f"cannot resume: {out / 'last.pt'} does not exist")
         return
     if holds_run and not overwrite:
-        raise UserError(f"{out} already holds a run; pass --resume to continue it or "
+        raise CheckpointError(f"{out} already holds a run; pass --resume to continue it or "
                         "--overwrite to replace it")
     if holds_run:
         for f in (*RUN_FILES, "loss.png"):
@@ -199,7 +199,7 @@ def preflight(cfg: TrainConfig, model_config: dict[str, Any], data: TokenDataset
     resolve_device(cfg.device)
     if cfg.nproc > 1 and cfg.device != "cpu" and torch.cuda.is_available() \
             and cfg.nproc > torch.cuda.device_count():
-        raise UserError(f"--nproc {cfg.nproc} needs {cfg.nproc} GPUs; this machine has "
+        raise ConfigError(f"--nproc {cfg.nproc} needs {cfg.nproc} GPUs; this machine has "
                         f"{torch.cuda.device_count()} (use --device cpu to run them on the CPU)")
     model_config = {**model_config, "vocab_size": data.vocab_size}
     state = None
