@@ -1,0 +1,117 @@
+"""Seeded short runs whose exact numbers must survive refactoring.
+
+Each run trains a tiny model for a few dozen steps on data built here (no files needed) and
+reports numbers that change if anything in the computation changes: the exact full-split val
+loss, a digest of every trained weight, and greedy output. ``golden.json`` holds the numbers
+recorded from the code before a refactor; ``test_golden.py`` checks the code still gives them.
+
+Record anew (only when a change of numbers is intended and explained in the commit):
+
+    python -m tests.golden.runs > tests/golden/golden.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORDS = ("the king and queen of a far land spoke to the people in the hall , and they "
+         "answered with songs ; now is the winter of our discontent made glorious summer . "
+         "what light through yonder window breaks ? it is the east").split()
+
+
+def corpus(n_lines: int = 1500, seed: int = 0) -> str:
+    """Deterministic text: lines of words drawn from a fixed list, with speaker names."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n_lines):
+        if i % 6 == 0:
+            lines.append(rng.choice(("ROMEO:", "JULIET:", "KING:", "NURSE:")))
+        lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize())
+    return "\n".join(lines) + "\n"
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 of every parameter and buffer, in state_dict order (bit-exact fingerprint)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+LM_RUNS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # name: (training settings, model settings)
+    "gpt-adamw": (dict(model="gpt"), dict(n_layer=2, n_head=2, n_embd=32, block_size=32,
+                                          dropout=0.1)),
+    "gpt-muon": (dict(model="gpt", optimizer="muon"),
+                 dict(n_layer=2, n_head=2, n_embd=32, block_size=32, dropout=0.0)),
+    "lstm": (dict(model="lstm"), dict(n_layer=1, hidden=32, block_size=32)),
+    "bigram": (dict(model="bigram", learning_rate=3e-2), dict(block_size=16)),
+}
+
+
+def lm_run(name: str, data_dir: Path, out: Path) -> dict[str, Any]:
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.generation.generate import generate
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.trainer import train
+
+    train_settings, model_settings = LM_RUNS[name]
+    cfg = TrainConfig(**{**dict(batch_size=8, max_iters=80, eval_interval=40, eval_iters=2,
+                                log_interval=5, learning_rate=1e-2, warmup_iters=5,
+                                dtype="fp32", seed=1337), **train_settings})
+    result = train(cfg, model_settings, TokenDataset(data_dir), out, progress=False)
+    model, _ = load_model(out / "last.pt")
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = generate(model, prompt, 24, SamplingConfig(temperature=0))[0, 3:].tolist()
+    return {"val_loss": repr(result.val_loss), "weights": weights_digest(model),
+            "greedy": greedy}
+
+
+def seq2seq_run(arch: str) -> dict[str, Any]:
+    from scratchgpt.data.translation import Seq2SeqTokenizer, dates_task
+    from scratchgpt.models.seq2seq import build_seq2seq, default_config
+    from scratchgpt.training.seq2seq import TrainConfig, encode_pairs, train_seq2seq, translate
+
+    train_pairs, held = dates_task(n_train=600, n_test=4, seed=0)
+    src_tok = Seq2SeqTokenizer.train(s for s, _ in train_pairs)
+    tgt_tok = Seq2SeqTokenizer.train(t for _, t in train_pairs)
+    torch.manual_seed(0)
+    model = build_seq2seq(default_config(arch, src_tok.vocab_size, tgt_tok.vocab_size,
+                                         d_model=32))
+    cfg = TrainConfig(batch_size=32, lr=1e-2, warmup_steps=5, max_steps=60, seed=0,
+                      progress=False)
+    result = train_seq2seq(model, encode_pairs(train_pairs, src_tok, tgt_tok), cfg, log_every=10)
+    texts, _, _ = translate(model, [s for s, _ in held], src_tok, tgt_tok, max_len=12)
+    return {"losses": [repr(x) for x in result.losses], "weights": weights_digest(model),
+            "greedy": texts}
+
+
+def record() -> dict[str, Any]:
+    from scratchgpt.data.prepare import prepare_text
+
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        prepare_text(corpus(), data, "char", source="golden")
+        for name in LM_RUNS:
+            out[name] = lm_run(name, data, Path(tmp) / name)
+    for arch in ("transformer", "lstm-attention"):
+        out[f"seq2seq-{arch}"] = seq2seq_run(arch)
+    return out
+
+
+if __name__ == "__main__":
+    json.dump(record(), sys.stdout, indent=1)
+    sys.stdout.write("\n")
