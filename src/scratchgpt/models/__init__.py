@@ -1,5 +1,17 @@
-"""Language models. Each is a plain ``nn.Module`` with ``forward(idx, cache=None) -> logits``,
-``new_cache(batch_size, max_len)`` for incremental decoding, and ``num_params()``."""
+"""The models, and the registry that names them.
+
+Every model is a plain ``nn.Module`` built from a dataclass config. Language models share
+``forward(idx, cache=None) -> logits``, ``new_cache(batch_size, max_len)`` for incremental
+decoding, and ``num_params()``; the seq2seq models are encoder-decoders (``models/seq2seq.py``).
+
+A model *type* is the name saved in checkpoints and given as ``--model``: ``gpt``, ``bigram``,
+``rnn``, ``lstm``, ``gru`` (the language models, :data:`LM_TYPES`) and ``seq2seq``. Its config
+class is the one place its hyperparameters are declared:
+
+>>> cfg = model_config("gpt", vocab_size=65, n_layer=2, n_head=2, n_embd=32)
+>>> model_type(cfg), type(build_model(cfg)).__name__
+('gpt', 'GPT')
+"""
 
 from __future__ import annotations
 
@@ -11,36 +23,82 @@ from torch import nn
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.models.rnn import CELLS, RecurrentLM, cell_config
+from scratchgpt.models.rnn import (
+    CELLS,
+    RecurrentClassifier,
+    RecurrentClassifierConfig,
+    RecurrentConfig,
+    RecurrentLM,
+    cell_config,
+)
+from scratchgpt.models.seq2seq import Seq2SeqConfig, build_seq2seq
+from scratchgpt.validation import check_values
 
-# model type -> (config class, model class)
-MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
+# The language models, trained by ``scratchgpt train``: type -> (config class, model class).
+LM_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
     "gpt": (GPTConfig, GPT),
     "bigram": (BigramConfig, BigramLM),
     # recurrent LMs: one model class, the cell named by the type ("rnn", "lstm", "gru")
     **{cell: (cell_config(cell), RecurrentLM) for cell in CELLS},
 }
+# Models of other shapes: (config class, model class or builder).
+OTHER_TYPES: dict[str, tuple[type, Any]] = {
+    "seq2seq": (Seq2SeqConfig, build_seq2seq),
+    "rnn-classifier": (RecurrentClassifierConfig, RecurrentClassifier),
+}
+# Every model type a checkpoint may hold.
+MODEL_TYPES: dict[str, type] = {t: c for t, (c, _) in {**LM_TYPES, **OTHER_TYPES}.items()}
+
+ModelConfig = GPTConfig | BigramConfig | RecurrentConfig | Seq2SeqConfig | \
+    RecurrentClassifierConfig
 
 
 def config_fields(model_type: str) -> set[str]:
     """Names of the hyperparameters a model type takes (fields fixed with ``init=False``, such
     as a recurrent model's cell, are set by the type, not by the user)."""
-    return {f.name for f in dataclasses.fields(MODEL_TYPES[model_type][0]) if f.init}
+    _check_type(model_type)
+    return {f.name for f in dataclasses.fields(MODEL_TYPES[model_type]) if f.init}
 
 
-def make_config(model_type: str, values: dict[str, Any]):
-    """Build and validate the config of ``model_type`` from a dict (unknown keys are an error)."""
-    if model_type not in MODEL_TYPES:
-        raise ConfigError(
-            f"unknown model type {model_type!r}; choose from {', '.join(MODEL_TYPES)}")
+def model_config(model_type: str, **values: Any) -> ModelConfig:
+    """The validated config of ``model_type`` (unknown hyperparameters are an error)."""
+    _check_type(model_type)
     extra = set(values) - config_fields(model_type)
     if extra:
         raise ConfigError(f"model {model_type!r} does not take: {', '.join(sorted(extra))}")
-    return MODEL_TYPES[model_type][0](**values)
+    check_values(MODEL_TYPES[model_type], values)
+    try:
+        return MODEL_TYPES[model_type](**values)
+    except TypeError as e:  # a required field is missing
+        raise ConfigError(f"model {model_type!r}: {e}") from None
 
 
-def build_model(model_type: str, config: Any) -> nn.Module:
-    """Instantiate ``model_type`` from its config object (or a dict of its fields)."""
-    if isinstance(config, dict):
-        config = make_config(model_type, config)
-    return MODEL_TYPES[model_type][1](config)
+def model_type(config: ModelConfig) -> str:
+    """The registry name of a config: ``gpt``, ``bigram``, ``rnn``/``lstm``/``gru``,
+    ``seq2seq``."""
+    if isinstance(config, RecurrentConfig):
+        return config.cell
+    for name, cls in MODEL_TYPES.items():
+        if type(config) is cls:
+            return name
+    raise ConfigError(f"{type(config).__name__} is not a registered model config")
+
+
+def build_model(config: ModelConfig) -> nn.Module:
+    """A freshly initialised model for ``config`` (initialisation draws from torch's RNG)."""
+    kind = model_type(config)
+    return {**LM_TYPES, **OTHER_TYPES}[kind][1](config)
+
+
+def config_dict(config: ModelConfig) -> dict[str, Any]:
+    """A config as the plain data saved in checkpoints and config.json (``init`` fields)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+
+
+def _check_type(name: str) -> None:
+    if name not in MODEL_TYPES:
+        raise ConfigError(f"unknown model type {name!r}; choose from {', '.join(MODEL_TYPES)}")
+
+
+__all__ = ["LM_TYPES", "MODEL_TYPES", "ModelConfig", "build_model", "config_dict",
+           "config_fields", "model_config", "model_type"]

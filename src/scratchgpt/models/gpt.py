@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError, GenerationError
+from scratchgpt.models.positions import sinusoidal_positions
 
 
 @dataclass
@@ -117,16 +118,6 @@ class KVCache:
         self.k, self.v = self.k[:, rows], self.v[:, rows]
         if self.key_mask is not None:
             self.key_mask, self.pos_offset = self.key_mask[rows], self.pos_offset[rows]
-
-
-def sinusoidal_positions(n_pos: int, dim: int) -> Tensor:
-    """The fixed sin/cos position table of "Attention Is All You Need": (n_pos, dim)."""
-    pos = torch.arange(n_pos, dtype=torch.float32)[:, None]  # (n_pos, 1)
-    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(n_pos, dim)
-    table[:, 0::2] = torch.sin(pos * inv_freq)
-    table[:, 1::2] = torch.cos(pos * inv_freq[: dim // 2])
-    return table
 
 
 def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,

@@ -306,3 +306,49 @@ class RecurrentLM(nn.Module):
         """Number of trainable parameters (``non_embedding`` is accepted for the common
         interface; a recurrent model has no position table to leave out)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+@dataclass
+class RecurrentClassifierConfig:
+    """Shape of a :class:`RecurrentClassifier`: a sequence of ``vocab_size`` symbols in, one of
+    ``n_classes`` out. ``forget_bias`` (LSTM only) starts every forget gate at that bias."""
+
+    vocab_size: int
+    n_classes: int
+    cell: str = "lstm"
+    hidden: int = 64
+    embed_dim: int = 16
+    forget_bias: float | None = None
+    cells: str = "torch"  # "torch": fused kernels; "scratch": the cell equations above
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise ConfigError(f"cell must be one of {CELLS}, got {self.cell!r}")
+        if self.cells not in ("torch", "scratch"):
+            raise ConfigError(f"cells must be 'torch' or 'scratch', got {self.cells!r}")
+        for name in ("vocab_size", "n_classes", "hidden", "embed_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class RecurrentClassifier(nn.Module):
+    """Embed each symbol, run one recurrent layer over the sequence, classify from the last
+    hidden state: ``forward(idx [B, T]) -> logits [B, n_classes]``. The memory experiment uses
+    it to ask how far back the last state remembers."""
+
+    def __init__(self, config: RecurrentClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.rnn = Recurrent(config.cell, config.embed_dim, config.hidden,
+                             fast=config.cells == "torch")
+        if config.cell == "lstm" and config.forget_bias is not None:
+            self.rnn.init_forget_bias(config.forget_bias)
+        self.head = nn.Linear(config.hidden, config.n_classes)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        out, _ = self.rnn(self.embed(idx))  # [B, T, hidden]
+        return self.head(out[:, -1])  # [B, n_classes]
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

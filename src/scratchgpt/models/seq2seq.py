@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scratchgpt.data.translation import BOS_ID, EOS_ID, PAD_ID
+from scratchgpt.errors import ConfigError
 from scratchgpt.models.attention import MultiHeadAttention
+from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
 
 ARCHS = ("transformer", "lstm-attention", "lstm")
@@ -52,18 +53,23 @@ class Seq2SeqConfig:
     dropout: float = 0.1
     bidirectional: bool = True  # lstm encoders only
     max_positions: int = 512  # transformer: longest sequence the position table covers
+    # The ids the tokenizers reserve: padding (ignored by attention and loss), start of the
+    # target, end of the target.
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+            raise ConfigError(f"arch must be one of {ARCHS}, got {self.arch!r}")
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_layer", "n_head", "d_ff",
                      "max_positions"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.arch == "transformer" and self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+            raise ConfigError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +86,7 @@ ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
 def default_config(arch: str, src_vocab: int, tgt_vocab: int, **overrides: Any) -> Seq2SeqConfig:
     """``ARCH_DEFAULTS[arch]`` with ``overrides`` (those that are not None) applied."""
     if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        raise ConfigError(f"arch must be one of {ARCHS}, got {arch!r}")
     fields = {**ARCH_DEFAULTS[arch], **{k: v for k, v in overrides.items() if v is not None}}
     return Seq2SeqConfig(arch=arch, src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
 
@@ -128,9 +134,9 @@ class Seq2Seq(nn.Module):
         self, src: Tensor, src_lengths: Tensor, max_len: int
     ) -> tuple[list[list[int]], list[Tensor]]:
         """Most likely token at each step, until ``<eos>`` or ``max_len`` tokens."""
-        n = src.size(0)
+        n, eos = src.size(0), self.config.eos_id
         state = self.start(src, src_lengths)
-        prev = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
+        prev = torch.full((n,), self.config.bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(n, dtype=torch.bool, device=src.device)
         tokens, attns = [], []
         for _ in range(max_len):
@@ -138,7 +144,7 @@ class Seq2Seq(nn.Module):
             prev = logp.argmax(dim=-1)
             tokens.append(prev)
             attns.append(attn)
-            done |= prev == EOS_ID
+            done |= prev == eos
             if done.all():
                 break
         tok = torch.stack(tokens, dim=1).tolist()  # [N, T]
@@ -146,7 +152,7 @@ class Seq2Seq(nn.Module):
         out_tokens, out_attn = [], []
         for i in range(n):
             ids = tok[i]
-            end = ids.index(EOS_ID) + 1 if EOS_ID in ids else len(ids)
+            end = ids.index(eos) + 1 if eos in ids else len(ids)
             out_tokens.append(ids[:end])
             out_attn.append(att[i, :end, : int(src_lengths[i])])
         return out_tokens, out_attn
@@ -164,64 +170,84 @@ class Seq2Seq(nn.Module):
         stops after ``beam`` closed hypotheses. With ``beam=1`` this is exactly greedy search.
         """
         if beam < 1:
-            raise ValueError("beam must be >= 1")
-        b, k, dev = src.size(0), beam, src.device
-        state = self.start(src, src_lengths)
-        self.reorder(state, torch.arange(b, device=dev).repeat_interleave(k))  # B*K rows
-        scores = torch.full((b, k), float("-inf"), device=dev)
-        scores[:, 0] = 0.0  # all K rows start identical: keep one alive to avoid duplicates
-        prev = torch.full((b * k,), BOS_ID, dtype=torch.long, device=dev)
-        hist_tok = torch.zeros(b * k, 0, dtype=torch.long, device=dev)
-        hist_att = torch.zeros(b * k, 0, src.size(1), device=dev)
-        finished: list[list[tuple[float, Tensor, Tensor]]] = [[] for _ in range(b)]
-
+            raise ConfigError("beam must be >= 1")
+        search = _BeamSearch(self, src, src_lengths, beam, length_penalty)
         for t in range(max_len):
-            logp, attn = self.step(state, prev)  # [B*K, V], [B*K, S]
-            v = logp.size(-1)
-            cand = (scores.view(-1, 1) + logp.float()).view(b, k * v)  # [B, K*V]
-            top_s, top_i = cand.topk(min(2 * k, k * v), dim=1)
-            top_row, top_tok = top_i // v, top_i % v  # which live beam, which token
-            new_scores = torch.full((b, k), float("-inf"), device=dev)
-            rows = torch.arange(b * k, device=dev)  # dead slots keep any valid row
-            new_tok = torch.full((b, k), PAD_ID, dtype=torch.long, device=dev)
-            for i in range(b):
-                if len(finished[i]) >= k:
-                    continue
-                live = 0
-                for j in range(top_s.size(1)):
-                    s = float(top_s[i, j])
-                    if s == float("-inf") or live == k:
-                        break
-                    r = i * k + int(top_row[i, j])
-                    tok = int(top_tok[i, j])
-                    if tok == EOS_ID:
-                        if j < k:
-                            seq = torch.cat([hist_tok[r], top_tok[i, j : j + 1]])
-                            att = torch.cat([hist_att[r], attn[r : r + 1].float()])
-                            finished[i].append((s / (t + 1) ** length_penalty, seq, att))
-                        continue
-                    new_scores[i, live] = s
-                    rows[i * k + live] = r
-                    new_tok[i, live] = tok
-                    live += 1
-            self.reorder(state, rows)
-            hist_tok = torch.cat([hist_tok[rows], new_tok.view(-1, 1)], dim=1)
-            hist_att = torch.cat([hist_att[rows], attn[rows].float().unsqueeze(1)], dim=1)
-            scores, prev = new_scores, new_tok.view(-1)
-            if all(len(f) >= k for f in finished) or bool((scores == float("-inf")).all()):
+            if search.step(t):
                 break
+        return search.results(src_lengths)
 
-        out_tokens, out_attn = [], []
-        length = hist_tok.size(1)
+
+class _BeamSearch:
+    """The bookkeeping of :meth:`Seq2Seq.beam_decode` for B examples x K beams (B*K rows)."""
+
+    def __init__(self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, beam: int,
+                 length_penalty: float):
+        b, k, dev = src.size(0), beam, src.device
+        self.model, self.b, self.k, self.penalty = model, b, k, length_penalty
+        self.state = model.start(src, src_lengths)
+        model.reorder(self.state, torch.arange(b, device=dev).repeat_interleave(k))  # B*K rows
+        self.scores = torch.full((b, k), float("-inf"), device=dev)
+        self.scores[:, 0] = 0.0  # all K rows start identical: keep one alive to avoid duplicates
+        self.prev = torch.full((b * k,), model.config.bos_id, dtype=torch.long, device=dev)
+        self.hist_tok = torch.zeros(b * k, 0, dtype=torch.long, device=dev)
+        self.hist_att = torch.zeros(b * k, 0, src.size(1), device=dev)
+        self.finished: list[list[tuple[float, Tensor, Tensor]]] = [[] for _ in range(b)]
+
+    def step(self, t: int) -> bool:
+        """Expand every live beam by one token; returns True when the search is over."""
+        b, k, dev = self.b, self.k, self.scores.device
+        logp, attn = self.model.step(self.state, self.prev)  # [B*K, V], [B*K, S]
+        v = logp.size(-1)
+        cand = (self.scores.view(-1, 1) + logp.float()).view(b, k * v)  # [B, K*V]
+        top_s, top_i = cand.topk(min(2 * k, k * v), dim=1)
+        new_scores = torch.full((b, k), float("-inf"), device=dev)
+        rows = torch.arange(b * k, device=dev)  # dead slots keep any valid row
+        new_tok = torch.full((b, k), self.model.config.pad_id, dtype=torch.long, device=dev)
         for i in range(b):
-            hyps = list(finished[i])
-            if len(hyps) < k:  # ran out of steps: live beams compete as they are
-                for j in range(k):
-                    s = float(scores[i, j])
+            if len(self.finished[i]) < k:
+                self._choose(i, t, top_s[i], top_i[i] // v, top_i[i] % v, attn,
+                             (new_scores, rows, new_tok))
+        self.model.reorder(self.state, rows)
+        self.hist_tok = torch.cat([self.hist_tok[rows], new_tok.view(-1, 1)], dim=1)
+        self.hist_att = torch.cat([self.hist_att[rows], attn[rows].float().unsqueeze(1)], dim=1)
+        self.scores, self.prev = new_scores, new_tok.view(-1)
+        return (all(len(f) >= k for f in self.finished)
+                or bool((self.scores == float("-inf")).all()))
+
+    def _choose(self, i: int, t: int, top_s: Tensor, top_row: Tensor, top_tok: Tensor,
+                attn: Tensor, out: tuple[Tensor, Tensor, Tensor]) -> None:
+        """Example ``i``: close hypotheses that end in ``<eos>``, keep the best K others live.
+        top_s, top_row (which live beam), top_tok: (2K,), best first."""
+        new_scores, rows, new_tok = out
+        k, live = self.k, 0
+        for j in range(top_s.size(0)):
+            s = float(top_s[j])
+            if s == float("-inf") or live == k:
+                break
+            r, tok = i * k + int(top_row[j]), int(top_tok[j])
+            if tok == self.model.config.eos_id:
+                if j < k:
+                    seq = torch.cat([self.hist_tok[r], top_tok[j:j + 1]])
+                    att = torch.cat([self.hist_att[r], attn[r:r + 1].float()])
+                    self.finished[i].append((s / (t + 1) ** self.penalty, seq, att))
+                continue
+            new_scores[i, live], rows[i * k + live], new_tok[i, live] = s, r, tok
+            live += 1
+
+    def results(self, src_lengths: Tensor) -> tuple[list[list[int]], list[Tensor]]:
+        """The best hypothesis of each example: (token ids, attention [out, source])."""
+        out_tokens, out_attn = [], []
+        length = self.hist_tok.size(1)
+        for i in range(self.b):
+            hyps = list(self.finished[i])
+            if len(hyps) < self.k:  # ran out of steps: live beams compete as they are
+                for j in range(self.k):
+                    s = float(self.scores[i, j])
                     if s > float("-inf"):
-                        r = i * k + j
-                        hyps.append((s / max(length, 1) ** length_penalty, hist_tok[r],
-                                     hist_att[r]))
+                        r = i * self.k + j
+                        hyps.append((s / max(length, 1) ** self.penalty, self.hist_tok[r],
+                                     self.hist_att[r]))
             _, seq, att = max(hyps, key=lambda h: h[0])
             out_tokens.append(seq.tolist())
             out_attn.append(att[:, : int(src_lengths[i])].cpu())
@@ -272,8 +298,8 @@ class LSTMSeq2Seq(Seq2Seq):
         self.config = config
         d, dirs = config.d_model, 2 if config.bidirectional else 1
         self.use_attention = config.arch == "lstm-attention"
-        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=PAD_ID)
-        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=PAD_ID)
+        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=config.pad_id)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=config.pad_id)
         self.drop = nn.Dropout(config.dropout)
         # The encoder runs torch's fused LSTM on packed sequences so that padding never enters
         # the recurrence (the cells themselves are written out in scratchgpt.models.rnn).
@@ -346,16 +372,6 @@ class LSTMSeq2Seq(Seq2Seq):
 # ---------------------------------------------------------------------------------------------
 
 
-def sinusoidal_positions(n: int, d: int) -> Tensor:
-    """``[n, d]``: ``PE[p, 2i] = sin(p / 10000^(2i/d))``, ``PE[p, 2i+1] = cos(...)``."""
-    pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)  # [n, 1]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
-    pe = torch.zeros(n, d)
-    pe[:, 0::2] = torch.sin(pos * freq)
-    pe[:, 1::2] = torch.cos(pos * freq)[:, : d // 2]
-    return pe
-
-
 class FeedForward(nn.Sequential):
     def __init__(self, d: int, d_ff: int, dropout: float):
         super().__init__(nn.Linear(d, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d))
@@ -410,13 +426,13 @@ class TransformerSeq2Seq(Seq2Seq):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=PAD_ID)
-        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=PAD_ID)
+        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=config.pad_id)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=config.pad_id)
         # Embeddings start at std d^-1/2 so that, scaled by sqrt(d) in `_embed`, they are about
         # as large as the positions (entries in [-1, 1]); at std 1 they would drown them.
         for table in (self.src_embed, self.tgt_embed):
             nn.init.normal_(table.weight, std=d**-0.5)
-            table.weight.data[PAD_ID].zero_()
+            table.weight.data[config.pad_id].zero_()
         self.register_buffer("pos", sinusoidal_positions(config.max_positions, d),
                              persistent=False)
         self.drop = nn.Dropout(config.dropout)
@@ -430,7 +446,7 @@ class TransformerSeq2Seq(Seq2Seq):
     def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
         t = ids.size(1)
         if t > self.config.max_positions:
-            raise ValueError(f"sequence of {t} tokens exceeds max_positions "
+            raise ConfigError(f"sequence of {t} tokens exceeds max_positions "
                              f"{self.config.max_positions}")
         return self.drop(table(ids) * math.sqrt(self.config.d_model) + self.pos[:t])
 
@@ -459,7 +475,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def start(self, src: Tensor, src_lengths: Tensor) -> DecodeState:
         memory, pad = self.encode(src, src_lengths)
-        bos = torch.full((src.size(0), 0), BOS_ID, dtype=torch.long, device=src.device)
+        bos = torch.full((src.size(0), 0), self.config.bos_id, dtype=torch.long, device=src.device)
         return {"memory": memory, "pad": pad, "tokens": bos}
 
     def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,83 @@
+"""Checking dataclass configs built from untrusted data (config files, checkpoints, flags).
+
+A config file may say ``batch_size = "12"`` or ``learning_rate = inf``; a checkpoint may claim a
+billion layers. :func:`check_types` and :func:`check_range` turn such values into one-line
+:class:`~scratchgpt.errors.ConfigError` messages that name the setting, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+from scratchgpt.errors import ConfigError
+
+
+def _allowed(annotation: Any) -> tuple[type, ...]:
+    """The runtime types a field annotation admits (``float`` admits ``int`` too)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(t for a in args for t in _allowed(a))
+    if annotation is float:
+        return (float, int)
+    if annotation is type(None):
+        return (type(None),)
+    return (annotation,) if isinstance(annotation, type) else (object,)
+
+
+def check_types(config: Any) -> None:
+    """Every field of the dataclass instance ``config`` holds a value of its declared type.
+
+    >>> @dataclasses.dataclass
+    ... class C:
+    ...     n: int = 1
+    >>> check_types(C(n="2"))
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.ConfigError: n must be int, got '2'
+    """
+    check_values(type(config), {f.name: getattr(config, f.name)
+                                for f in dataclasses.fields(config)})
+
+
+def check_values(cls: type, values: dict[str, Any]) -> None:
+    """``values`` (field name -> value) have the types the dataclass ``cls`` declares; call it
+    before building ``cls`` from untrusted data, so that its own checks compare like with
+    like."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if name not in hints:
+            continue
+        allowed = _allowed(hints[name])
+        bad_bool = isinstance(value, bool) and bool not in allowed
+        if bad_bool or not isinstance(value, allowed):
+            names = " or ".join(sorted({t.__name__ for t in allowed}))
+            raise ConfigError(f"{name} must be {names}, got {value!r}")
+
+
+def check_range(name: str, value: float, low: float = -math.inf, high: float = math.inf,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """``value`` is finite and within [low, high] (``*_open``: the bound itself excluded).
+
+    >>> check_range("dropout", 1.0, 0, 1, high_open=True)
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.ConfigError: dropout must be in [0, 1), got 1.0
+    """
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value > low if low_open else value >= low) and \
+        (value < high if high_open else value <= high)
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        raise ConfigError(f"{name} must be in {lo}{_num(low)}, {_num(high)}{hi}, got {value!r}")
+
+
+def _num(x: float) -> str:
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return str(int(x)) if float(x).is_integer() else str(x)
