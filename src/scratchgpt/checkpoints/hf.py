@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from scratchgpt.checkpoints.io import save_checkpoint
 from scratchgpt.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
@@ -175,11 +176,10 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
 
 
-def load_hf(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
     """Load a Hugging Face GPT-2 directory as our GPT (eval mode, fp32, CPU).
 
-    Returns (model, state) where ``state`` looks like a loaded checkpoint: ``model_type``,
-    ``model_config``, ``path`` (the weights file) and ``hf_dir``."""
+    Returns (model, the weights file read)."""
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     directory = Path(directory)
@@ -194,8 +194,7 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     model = GPT(GPTConfig(**cfg))
     model.load_state_dict(state)
     model.eval()
-    return model, {"model_type": "gpt", "model_config": cfg, "path": str(path),
-                   "hf_dir": str(directory), "hf_config": hf}
+    return model, path
 
 
 def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> Path:
@@ -286,3 +285,32 @@ def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
     if found == ("tokenizer.json",):
         return BPETokenizer.from_hf_json(directory / "tokenizer.json")
     return BPETokenizer.from_gpt2_files(directory / found[0], directory / found[1])
+
+
+def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``
+    (``best.pt`` with the tokenizer inside, ``tokenizer.json``, ``config.json``)."""
+    from scratchgpt.checkpoints.io import Checkpoint
+    from scratchgpt.checkpoints.rundir import RunDir, run_config
+
+    if not is_hf_dir(source):
+        raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
+                              "model.safetensors or pytorch_model.bin)")
+    model, _ = load_hf(source)
+    tok = hf_tokenizer(source, required=False)
+    run = RunDir(out)
+    checkpoint = Checkpoint("gpt", model.config, model.state_dict(),
+                            {"text": tok.state()} if tok is not None else {},
+                            {"converted_from": str(source)})
+    with run.lock():
+        run.begin("overwrite" if overwrite else "new")
+        try:
+            run.write_config(run_config(checkpoint))
+            if tok is not None:
+                run.save_tokenizer(tok)
+            save_checkpoint(run.file("best.pt"), checkpoint)
+        except BaseException:
+            run.abort()
+            raise
+        run.commit()
+    return run.path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
@@ -29,52 +28,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    if RunDir(out).is_scratchgpt_run():
+        raise CheckpointError(f"{out} holds a scratchgpt run; write the export somewhere else "
+                              "(nothing was written)")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
 
 
-def import_hf(source: str | Path, out: str | Path) -> Path:
-    """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``."""
-    from scratchgpt.checkpoints import save_checkpoint
-    from scratchgpt.checkpoints.hf import hf_tokenizer, is_hf_dir, load_hf
-
-    if not is_hf_dir(source):
-        raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
-                        "model.safetensors or pytorch_model.bin)")
-    model, state = load_hf(source)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    checkpoint = {"model_type": "gpt", "model_config": state["model_config"],
-                  "model": model.state_dict(), "source": str(source)}
-    tok = hf_tokenizer(source, required=False)
-    if tok is not None:
-        tok.save(out)
-        checkpoint["tokenizer"] = json.loads((out / "tokenizer.json").read_text())
-    (out / "config.json").write_text(json.dumps(
-        {"model": {"type": "gpt", **state["model_config"]}, "converted_from": str(source)},
-        indent=1))
-    save_checkpoint(out / "best.pt", checkpoint)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.checkpoints.hf import save_hf
+    from scratchgpt.checkpoints.hf import import_hf, save_hf
 
     out = Path(args.out)
-    _check_out(out, args.overwrite)
     if args.source:
         fmt, path = args.source
         if fmt != "hf":
             raise ConfigError(f"--from {fmt}: only 'hf' is supported")
-        import_hf(path, out)
+        import_hf(path, out, overwrite=args.overwrite)
         print(f"wrote {out / 'best.pt'}")
         return 0
     if not args.checkpoint:
         raise ConfigError("--to hf needs --checkpoint RUN")
-    model, state = load_model(args.checkpoint, args.which)
+    _check_out(out, args.overwrite)
+    model, source = load_model(args.checkpoint, args.which)
     try:
-        tok = checkpoint_tokenizer(state)
+        tok = checkpoint_tokenizer(source)
     except ScratchGPTError:
         tok = None  # a model without a tokenizer still exports; say so below
     save_hf(model, out, tok)

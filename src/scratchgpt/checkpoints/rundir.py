@@ -1,0 +1,204 @@
+"""A run directory, and the one writer of its files.
+
+    runs/x/
+      last.pt  best.pt     checkpoints (scratchgpt.checkpoints.io.Checkpoint)
+      config.json          the run's settings, for people to read (written from the same objects)
+      tokenizer.json ...   the tokenizer, so the directory is self-contained
+      metrics.csv loss.png written by the trainer through :meth:`RunDir.file`
+      .lock                held by the process that writes the run
+
+Rules that keep a run safe:
+
+* **One writer.** :meth:`RunDir.lock` takes an OS lock (``flock``) on ``.lock`` for as long as
+  the run is written; a second process gets "run X is in use by process N".
+* **Nothing destroyed before its replacement is good.** ``--overwrite`` moves the old run's
+  files into ``.replaced/``; they are deleted only once the new run has written its first
+  checkpoint, and moved back if it fails before that (or at the next start, if it was killed).
+* **Checkpoints in a safe order.** ``best.pt`` is written before ``last.pt``, so ``last.pt``
+  never claims a best model that ``best.pt`` does not hold.
+* Temporary files left by a killed write are removed when a run starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.checkpoints.io import (
+    Checkpoint,
+    atomic_write_text,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
+from scratchgpt.errors import CheckpointError, RunInUseError
+
+CONFIG_FILE = "config.json"
+RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
+             "merges.txt")
+LOCK_FILE = ".lock"
+REPLACED_DIR = ".replaced"
+
+
+class RunDir:
+    """The directory of one training run. Create it, then :meth:`lock` and :meth:`begin`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+        self._replacing = False
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def holds_run(self) -> bool:
+        """True if the directory holds (part of) a run's files."""
+        return self.path.is_dir() and any((self.path / f).exists() for f in RUN_FILES)
+
+    def is_scratchgpt_run(self) -> bool:
+        """True if the directory holds a scratchgpt checkpoint or run configuration."""
+        return self.holds_run() and any((self.path / f).exists()
+                                        for f in ("last.pt", "best.pt", CONFIG_FILE))
+
+    # ---- the lock
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[RunDir]:
+        """Hold the run's lock for the duration of the block (see the module docstring)."""
+        self.acquire()
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def acquire(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise CheckpointError(f"cannot write the run directory {self.path}: "
+                                  f"{e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunInUseError(f"run {self.path} is in use by process {holder}; wait for it "
+                                "to finish (or stop it) before writing this run") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    # ---- starting a run
+
+    def begin(self, mode: str) -> None:
+        """Check and prepare the directory for a run; call it holding the lock.
+
+        ``mode``: ``"new"`` (refuse a directory that holds a run), ``"resume"`` (``last.pt``
+        must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`)."""
+        self._recover_interrupted_overwrite()
+        if self.path.is_dir():
+            remove_stale_temporaries(self.path)
+        if mode == "resume":
+            if not self.file("last.pt").is_file():
+                raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
+                                      "(start the run without --resume)")
+        elif self.holds_run():
+            if mode != "overwrite":
+                raise CheckpointError(f"{self.path} already holds a run; pass --resume to "
+                                      "continue it or --overwrite to replace it")
+            self._move_aside()
+
+    def _move_aside(self) -> None:
+        aside = self.file(REPLACED_DIR)
+        aside.mkdir()
+        for name in RUN_FILES:
+            if self.file(name).exists():
+                os.replace(self.file(name), aside / name)
+        self._replacing = True
+
+    def commit(self) -> None:
+        """The new run has written a checkpoint: the replaced run can go."""
+        if self._replacing:
+            shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
+            self._replacing = False
+
+    def abort(self) -> None:
+        """The new run failed before its first checkpoint: put the replaced run back."""
+        if self._replacing:
+            self._restore()
+            self._replacing = False
+
+    def _restore(self) -> None:
+        aside = self.file(REPLACED_DIR)
+        for name in RUN_FILES:
+            self.file(name).unlink(missing_ok=True)
+            if (aside / name).exists():
+                os.replace(aside / name, self.file(name))
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def _recover_interrupted_overwrite(self) -> None:
+        """A process killed while replacing a run left ``.replaced/``: if the new run never
+        wrote a checkpoint, the old run comes back; otherwise the new run stands."""
+        if not self.file(REPLACED_DIR).is_dir():
+            return
+        if self.file("last.pt").is_file():
+            shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
+        else:
+            self._restore()
+
+    # ---- writing
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """``config.json``: the run's settings as plain data (see :func:`run_config`)."""
+        atomic_write_text(self.file(CONFIG_FILE), json.dumps(config, indent=1) + "\n")
+
+    def save_tokenizer(self, tokenizer: Any) -> None:
+        tokenizer.save(self.path)
+
+    def save(self, checkpoint: Checkpoint, best: bool) -> None:
+        """``last.pt``, and ``best.pt`` first when ``best`` (one serialization)."""
+        save_checkpoint(self.file("last.pt"), checkpoint,
+                        copies=[self.file("best.pt")] if best else [])
+        self.commit()
+
+    def load_last(self) -> Checkpoint:
+        """``last.pt``, with its record of the best loss reconciled with ``best.pt``.
+
+        A process killed after writing ``best.pt`` but before ``last.pt`` leaves ``best.pt`` one
+        evaluation ahead: the best loss recorded in ``last.pt`` is then too high, and resuming
+        with it would overwrite the better ``best.pt`` with a worse model."""
+        if not self.file("last.pt").is_file():
+            raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
+                                  "(start the run without --resume)")
+        last = load_checkpoint(self.file("last.pt"))
+        best_path = self.file("best.pt")
+        if last.state is not None and best_path.is_file():
+            best = load_checkpoint(best_path)
+            if best.run_id != last.run_id:
+                raise CheckpointError(f"{best_path} and {self.file('last.pt')} belong to "
+                                      "different runs; move one of them away")
+            if best.state is not None and best.state.val_loss is not None:
+                last.state.best_val_loss = min(last.state.best_val_loss, best.state.val_loss)
+        return last
+
+
+def run_config(checkpoint: Checkpoint, **extra: Any) -> dict[str, Any]:
+    """The ``config.json`` of a run: one schema for every kind of run."""
+    from scratchgpt.models import config_dict
+
+    train = None if checkpoint.train_config is None else checkpoint.train_config.to_dict()
+    return {"run_id": checkpoint.run_id,
+            "model": {"type": checkpoint.model_type, **config_dict(checkpoint.model_config)},
+            "train": train, "data": checkpoint.data, **extra}
