@@ -27,19 +27,19 @@ def run(args: argparse.Namespace) -> int:
 
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
-    from scratchgpt.models import build_model, config_fields
+    from scratchgpt.models import build_model, config_fields, model_config
     from scratchgpt.training.config import PRESETS
 
     if args.checkpoint:
         from scratchgpt.checkpoints import load_model
 
-        model, state = load_model(args.checkpoint)
-        what = state["path"]
+        model, source = load_model(args.checkpoint)
+        what = str(source.path)
     else:
         preset = PRESETS[args.preset]
         fields = config_fields(preset["model"]) - {"vocab_size"}
-        model = build_model(preset["model"], {"vocab_size": 65,
-                                              **{k: v for k, v in preset.items() if k in fields}})
+        model = build_model(model_config(preset["model"], vocab_size=65,
+                                         **{k: v for k, v in preset.items() if k in fields}))
         model.eval()
         what = f"{args.preset} shape, random weights"
     cfg = SamplingConfig(args.temperature, None, args.top_p)

@@ -139,15 +139,15 @@ def run(args: argparse.Namespace) -> int:
         })
     report = {"threads": torch.get_num_threads(), "tokens": args.tokens,
               "repeats": args.repeats, "sampling": vars(cfg) if hasattr(cfg, "__dict__") else {},
-              "target": tstate["path"], "draft": dstate["path"],
+              "target": str(tstate.path), "draft": str(dstate.path),
               "target_params": target.num_params(), "draft_params": draft.num_params(),
               "nll_target_only": _mean_se(all_base_nll),
               "nll_speculative": _mean_se(all_spec_nll), "results": rows}
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"target {tstate['path']} ({target.num_params() / 1e6:.2f}M params), draft "
-          f"{dstate['path']} ({draft.num_params() / 1e6:.2f}M); {args.tokens} tokens x "
+    print(f"target {tstate.path} ({target.num_params() / 1e6:.2f}M params), draft "
+          f"{dstate.path} ({draft.num_params() / 1e6:.2f}M); {args.tokens} tokens x "
           f"{args.repeats} runs per K and method; temperature {cfg.temperature}, top-k "
           f"{cfg.top_k}, top-p {cfg.top_p}; {report['threads']} threads")
     print(f"{'K':>2s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "

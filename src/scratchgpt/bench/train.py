@@ -79,8 +79,10 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
 
     from scratchgpt.data.dataset import random_windows
     from scratchgpt.models.gpt import GPT, GPTConfig
-    from scratchgpt.training.optim import lm_loss, make_optimizer
-    from scratchgpt.training.trainer import autocast
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.optim import make_optimizer
+    from scratchgpt.training.task import LanguageModelTask
+    from scratchgpt.training.trainer import train_step
 
     dtype, options = parse_variant(variant)
     torch.manual_seed(0)
@@ -89,23 +91,25 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
                     dropout=args.dropout, attn_dropout=args.attn_dropout,
                     activation=args.activation)
     model = GPT(cfg)
-    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon" if "muon" in options else "adamw")
+    train = TrainConfig(batch_size=args.batch_size, learning_rate=1e-3, weight_decay=0.1,
+                        optimizer="muon" if "muon" in options else "adamw", grad_clip=1.0)
+    opt = make_optimizer(model, train.learning_rate, train.weight_decay,
+                         (train.beta1, train.beta2), train.optimizer)
     fwd = torch.compile(model) if "compile" in options else model
     # Batches come from a token array exactly as in training (random windows).
     tokens = np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000).astype(np.uint16)
     gen = torch.Generator().manual_seed(0)
     device = torch.device("cpu")
+
+    def next_batch():
+        return random_windows(tokens, args.batch_size, args.block_size, gen)
+
     times = []
     t_compile = time.perf_counter()
     for i in range(args.warmup + args.steps):
         t = time.perf_counter()
-        x, y = random_windows(tokens, args.batch_size, args.block_size, gen)
-        with autocast(device, dtype):
-            loss = lm_loss(fwd(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        # the same step as `scratchgpt train`: batch, forward, loss, backward, clip, update
+        train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device, dtype)
         if i == 0:
             first_step = time.perf_counter() - t_compile
         if i >= args.warmup:

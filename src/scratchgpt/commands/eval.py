@@ -23,21 +23,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import load_model
-    from scratchgpt.commands.train import resolve_dataset
-    from scratchgpt.errors import CheckpointError, DataError
-    from scratchgpt.training.trainer import full_split_loss
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.errors import CheckpointError, ConfigError
+    from scratchgpt.training.job import check_same_tokenizer
+    from scratchgpt.training.task import full_split_loss
 
-    model, state = load_model(args.checkpoint, args.which)
-    dataset = args.dataset or state.get("dataset")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    model, source = load_model(args.checkpoint, args.which)
+    ckpt = source.checkpoint
+    if ckpt is None or not hasattr(ckpt.model_config, "block_size"):
+        raise CheckpointError(f"{args.checkpoint}: eval measures language models trained here "
+                              "(a scratchgpt run or .pt file)")
+    dataset = args.dataset or ckpt.data.get("dataset")
     if not dataset:
         raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
     data, _ = resolve_dataset(dataset)
-    if data.vocab_size != state["model_config"]["vocab_size"]:
-        raise DataError(f"dataset vocabulary ({data.vocab_size}) does not match the model's "
-                        f"({state['model_config']['vocab_size']})")
-    block = int(state["model_config"].get("block_size", 256))
+    check_same_tokenizer(ckpt, data)
+    block = ckpt.model_config.block_size
     data.check_block_size(block)
-    figures = {"checkpoint": state["path"], "step": state.get("step")}
+    step = ckpt.state.step if ckpt.state is not None else None
+    figures: dict = {"checkpoint": str(source.path), "step": step}
     for split in ("train", "val"):
         loss = full_split_loss(model, data, split, block, next(model.parameters()).device,
                                max_tokens=args.max_tokens)

@@ -30,28 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
-    """(text, description) from --data, --dataset, or the offline default corpus."""
-    from scratchgpt.data import sources
-
-    if data:
-        return sources.read_text_source(data)
-    if dataset:
-        if dataset == sources.DEFAULT_CORPUS:
-            dataset = None
-        else:
-            path = sources.fetch_named(dataset)
-            text = sources.read_files([path])
-            if sources.DATASETS[dataset].gutenberg:
-                text = sources.strip_gutenberg(text)
-            return text, f"{dataset} ({path})"
-    files = sources.default_corpus_files()
-    return sources.read_files(files), (f"{sources.DEFAULT_CORPUS}: {len(files)} standard-library "
-                                       f"modules from {files[0].parent}")
-
-
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.data.resolve import load_source
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")

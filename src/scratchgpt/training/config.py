@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import check_range, check_types
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -28,20 +29,21 @@ def parse_duration(text: str | float | int | None) -> float | None:
             raise ConfigError(f"cannot read duration {text!r}; use e.g. 90s, 10m or 1.5h")
         seconds = float(m.group(1)) * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600,
                                         None: 1}[m.group(2)]
-    if seconds <= 0:
+    if not 0 < seconds < float("inf"):
         raise ConfigError(f"duration must be positive, got {text!r}")
     return seconds
 
 
 OPTIMIZERS = ("adamw", "muon")  # see training/optim.py: make_optimizer
+DTYPES = ("auto", "bf16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
 class TrainConfig:
-    """Everything about how a model is trained (the model's own shape is in its config)."""
+    """How a model is trained: every training in scratchgpt (language models, seq2seq,
+    experiments, fine-tuning) runs on these settings. The model's own shape is in its config."""
 
-    model: str = field(default="gpt", metadata={
-        "help": "model type: gpt, bigram, rnn, lstm or gru"})
     batch_size: int = field(default=12, metadata={
         "help": "sequences per optimizer micro-step (per process with --nproc)"})
     grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
@@ -80,31 +82,24 @@ class TrainConfig:
     seed: int = field(default=1337, metadata={"help": "seed for init, batches and dropout"})
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
-                    "log_interval", "nproc")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_iters", "lr_decay_iters", "threads"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if not 0 <= self.min_lr <= self.learning_rate:
-            raise ConfigError(f"min_lr must be in [0, learning_rate], got {self.min_lr}")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError("weight_decay and grad_clip must be >= 0")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
-            raise ConfigError("beta1 and beta2 must be in [0, 1)")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
-                            f"got {self.optimizer!r}")
-        if not self.muon_lr_scale > 0:
-            raise ConfigError(f"muon_lr_scale must be > 0, got {self.muon_lr_scale}")
-        if self.dtype not in ("auto", "bf16", "fp32"):
-            raise ConfigError(f"dtype must be auto, bf16 or fp32, got {self.dtype!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        check_types(self)
+        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
+                     "log_interval", "nproc"):
+            check_range(name, getattr(self, name), 1)
+        for name in ("warmup_iters", "lr_decay_iters", "threads", "seed"):
+            check_range(name, getattr(self, name), 0)
+        check_range("learning_rate", self.learning_rate, 0, low_open=True)
+        check_range("min_lr", self.min_lr, 0, self.learning_rate)
+        check_range("weight_decay", self.weight_decay, 0)
+        check_range("grad_clip", self.grad_clip, 0)
+        check_range("beta1", self.beta1, 0, 1, high_open=True)
+        check_range("beta2", self.beta2, 0, 1, high_open=True)
+        check_range("muon_lr_scale", self.muon_lr_scale, 0, low_open=True)
+        for name, choices in (("optimizer", OPTIMIZERS), ("dtype", DTYPES),
+                              ("device", DEVICES)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
+                                  f"got {getattr(self, name)!r}")
         parse_duration(self.time_budget)
 
     @property
@@ -117,6 +112,14 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """From saved settings; names this version does not know are an error."""
+        unknown = set(values) - train_fields()
+        if unknown:
+            raise ConfigError(f"unknown training settings: {', '.join(sorted(unknown))}")
+        return cls(**values)
 
 
 # Named starting points. Each key is a TrainConfig field or a model hyperparameter.

@@ -139,33 +139,3 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
     finally:
         signal.signal(signal.SIGINT, previous)
     return results.get()
-
-
-class StopFlag:
-    """Ctrl-C as a request, not an exception, so every process stops after the same step.
-
-    ``agree(elapsed, device)`` is called once per step by every process: it returns rank 0's wall
-    clock (so all processes follow one learning-rate schedule and time budget) and whether any
-    process has been asked to stop.
-    """
-
-    def __init__(self, info: DistInfo):
-        self.info = info
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self) -> StopFlag:
-        def request(signum: int, frame: Any) -> None:
-            self.requested = True
-
-        self._previous = signal.signal(signal.SIGINT, request)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-    def agree(self, elapsed: float, device: torch.device) -> tuple[float, bool]:
-        t = torch.tensor([elapsed if self.info.is_main else 0.0, float(self.requested)],
-                         dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t[0]), bool(t[1])

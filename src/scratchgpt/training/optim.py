@@ -1,4 +1,4 @@
-"""Optimizer, learning-rate schedule and loss: plain functions."""
+"""Optimizer and learning-rate schedule: plain functions, one of each for every training."""
 
 from __future__ import annotations
 
@@ -7,16 +7,10 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.training.config import OPTIMIZERS
-
-
-def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean next-token cross-entropy (nats). logits (B, T, V), targets (B, T)."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def _adamw(groups: list[dict[str, Any]], lr: float,

@@ -1,0 +1,54 @@
+"""From what a user names to data: a text source, or a prepared dataset.
+
+``--data FILE|DIR``, ``--dataset NAME|DIR`` and the offline default corpus are resolved here,
+so every command (prepare, train, eval, fine-tuning) finds data the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from scratchgpt.data import sources
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.prepare import META_FILE, prepare_text
+from scratchgpt.errors import DataError
+
+
+def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
+    """(text, description) from a file or folder (``data``), a named dataset, or, with
+    neither, the offline default corpus (this Python's standard library sources)."""
+    if data:
+        return sources.read_text_source(data)
+    if dataset and dataset != sources.DEFAULT_CORPUS:
+        path = sources.fetch_named(dataset)
+        text = sources.read_files([path])
+        if sources.DATASETS[dataset].gutenberg:
+            text = sources.strip_gutenberg(text)
+        return text, f"{dataset} ({path})"
+    files = sources.default_corpus_files()
+    return sources.read_files(files), (f"{sources.DEFAULT_CORPUS}: {len(files)} standard-library "
+                                       f"modules from {files[0].parent}")
+
+
+def resolve_dataset(name_or_path: str | None,
+                    log: Callable[[str], None] | None = print) -> tuple[TokenDataset, str]:
+    """A prepared dataset and its short name: a prepared directory, or a named dataset
+    (``shakespeare``, ``python-stdlib``, ...) prepared at character level into the cache the
+    first time. ``log`` (a print-like callable, or None) reports a preparation."""
+    name = name_or_path or sources.DEFAULT_CORPUS
+    path = Path(name)
+    if path.is_dir():
+        return TokenDataset(path), path.name
+    if name not in sources.DATASETS and name != sources.DEFAULT_CORPUS:
+        raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
+                        f"dataset ({', '.join([*sources.DATASETS, sources.DEFAULT_CORPUS])})")
+    kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
+    target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
+    if not (target / META_FILE).is_file():
+        text, desc = load_source(None, name)
+        meta = prepare_text(text, target, kind, source=desc)
+        if log is not None:
+            log(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
+                f"val tokens in {target}")
+    return TokenDataset(target), name

@@ -1,0 +1,147 @@
+"""A training job: planned and checked first, then run.
+
+:func:`plan` turns what the user asked for (a language model) into a :class:`TrainJob` and
+checks everything that can be wrong (settings, data, the run being resumed, its tokenizer)
+before a single file is touched. :func:`run` then takes the run directory's lock and trains, in
+this process or in ``--nproc`` data-parallel processes. Other kinds of training (seq2seq,
+fine-tuning) plan their own jobs and run them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.checkpoints.io import Checkpoint
+from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.resolve import resolve_dataset
+from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.models import ModelConfig
+from scratchgpt.training import distributed
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.settings import Settings, finish_model_config, new_run, resumed_run
+from scratchgpt.training.task import LanguageModelTask, Task
+from scratchgpt.training.trainer import Trainer, TrainResult
+
+
+@dataclass
+class TrainJob:
+    """A checked training job. ``mode``: ``new``, ``resume`` or ``overwrite``. ``task`` makes
+    the task in each process that trains (a picklable callable, e.g. a ``functools.partial``
+    of a module-level function)."""
+
+    out: Path
+    mode: str
+    train: TrainConfig
+    model: ModelConfig
+    task: Callable[[], Task]
+    extra: dict[str, Any] = field(default_factory=dict)
+    resume_from: Checkpoint | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to --nproc processes: each reads the checkpoint itself rather than receiving
+        # every tensor through a pipe.
+        return {**self.__dict__, "resume_from": None}
+
+    def checkpoint(self) -> Checkpoint | None:
+        if self.mode == "resume" and self.resume_from is None:
+            self.resume_from = RunDir(self.out).load_last()
+        return self.resume_from
+
+
+def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
+         dataset: str | None, log: Callable[[str], None] | None = print) -> TrainJob:
+    """Everything the run will use, checked; nothing is written (except a named dataset
+    prepared into the cache the first time it is used)."""
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
+                          "give one of them")
+    if resume:
+        return _plan_resume(settings, out, dataset, log)
+    kind, values, train, named = new_run(settings)
+    data, name = resolve_dataset(dataset or named, log=log)
+    config = finish_model_config(kind, values, data.vocab_size)
+    data.check_block_size(config.block_size)
+    out_dir = Path(out) if out else Path("runs") / name
+    return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
+                    partial(lm_task, data.directory, config.block_size), settings.sources())
+
+
+def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
+                 log: Callable[[str], None] | None) -> TrainJob:
+    if not out:
+        raise ConfigError("--resume needs --out, the run directory to continue")
+    checkpoint = RunDir(out).load_last()
+    config, train = resumed_run(checkpoint, settings)
+    recorded = checkpoint.data.get("dataset")
+    if not (dataset or recorded):
+        raise CheckpointError(f"{checkpoint.path} does not record its dataset; pass --dataset")
+    data, _ = resolve_dataset(dataset or recorded, log=log)
+    check_same_tokenizer(checkpoint, data)
+    data.check_block_size(config.block_size)
+    return TrainJob(Path(out), "resume", train, config,
+                    partial(lm_task, data.directory, config.block_size), settings.sources(),
+                    checkpoint)
+
+
+def lm_task(dataset: Path, block_size: int) -> LanguageModelTask:
+    return LanguageModelTask(TokenDataset(dataset), block_size)
+
+
+def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
+    """The dataset's tokenizer must be the run's own, entry for entry (the same vocabulary
+    size is not enough: ids would mean other characters)."""
+    saved = checkpoint.tokenizers.get("text")
+    if saved is not None and data.tokenizer().state() != saved:
+        raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
+                        f"{checkpoint.path.parent}; resume with the run's own dataset "
+                        f"({checkpoint.data.get('dataset', 'see its config.json')})")
+
+
+def run(job: TrainJob, progress: bool = True) -> TrainResult:
+    """Train ``job`` holding its run directory's lock. A run that fails before writing its
+    first checkpoint leaves the directory as it found it (an overwritten run comes back)."""
+    run_dir = RunDir(job.out)
+    with run_dir.lock():
+        run_dir.begin(job.mode)
+        try:
+            if job.train.nproc > 1:
+                return distributed.launch(job.train.nproc, job.train.device, run_in_process,
+                                          job, progress)
+            return run_in_process(job, progress)
+        except BaseException:
+            run_dir.abort()
+            raise
+
+
+def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
+    """This process's part of ``job`` (the whole of it outside a process group)."""
+    trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), job.checkpoint(),
+                      progress=progress, extra_config=job.extra)
+    return trainer.fit()
+
+
+def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out: str | Path,
+          resume: bool = False, overwrite: bool = False, progress: bool = True) -> TrainResult:
+    """Train a language model from Python, with the checks and safety of ``scratchgpt train``.
+
+    On ``resume`` the run's own model and optimizer are kept (``config`` may be None) and the
+    changeable settings of ``cfg`` apply.
+
+    >>> from scratchgpt.models import model_config                     # doctest: +SKIP
+    >>> cfg = TrainConfig(max_iters=100)                                # doctest: +SKIP
+    >>> gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=2) # doctest: +SKIP
+    >>> train(cfg, gpt, data, "runs/x").val_loss                        # doctest: +SKIP
+    """
+    if resume:
+        flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
+        plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None)
+    else:
+        data.check_block_size(config.block_size)
+        plan_ = TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config,
+                         partial(lm_task, data.directory, config.block_size))
+    return run(plan_, progress)

@@ -1,0 +1,88 @@
+"""``metrics.csv`` and ``loss.png``: what a run records as it goes, and its picture."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+FIELDS = ["step", "tokens", "elapsed_s", "lr", "loss", "train_loss", "val_loss"]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The well-formed rows of a metrics file; damaged ones (a crash mid-write, NUL bytes)
+    are skipped rather than stopping anyone (a run's metrics are a record, not its state)."""
+    if not path.is_file():
+        return []
+    text = path.read_bytes().replace(b"\0", b"").decode("utf-8", errors="replace")
+    rows = []
+    for row in csv.DictReader(io.StringIO(text)):
+        try:
+            int(row["step"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if all(_is_number(row.get(k) or "0") for k in FIELDS[1:]):
+            rows.append({k: row.get(k) or "" for k in FIELDS})
+    return rows
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class MetricsLog:
+    """Append-only ``metrics.csv`` (each row flushed at once, so a crash loses nothing).
+
+    On resume the rows after the resumed step are dropped, so a resumed run's file matches
+    an uninterrupted one."""
+
+    def __init__(self, path: Path, resume_step: int | None):
+        rows = [r for r in read_rows(path) if int(r["step"]) <= resume_step] \
+            if resume_step is not None else []
+        self.f = path.open("w", newline="")
+        self.w = csv.DictWriter(self.f, fieldnames=FIELDS)
+        self.w.writeheader()
+        self.w.writerows(rows)
+        self.f.flush()
+
+    def row(self, **values: Any) -> None:
+        self.w.writerow({k: ("" if values.get(k) is None else values[k]) for k in FIELDS})
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def plot_losses(metrics_csv: Path, out_png: Path, title: str = "") -> None:
+    """loss.png: training loss per logged step, and periodic train/val estimates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_rows(metrics_csv)
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    pts = [(int(r["step"]), float(r["loss"])) for r in rows if r["loss"]]
+    if pts:
+        ax.plot(*zip(*pts, strict=True), lw=0.8, alpha=0.6, label="train (batch)")
+    for key, style in (("train_loss", "o-"), ("val_loss", "s-")):
+        pts = [(int(r["step"]), float(r[key])) for r in rows if r[key]]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), style, ms=3.5, label=key.replace("_", " "))
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title or metrics_csv.parent.name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp = out_png.with_name(f".{out_png.name}.plot.tmp")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(out_png)

@@ -1,0 +1,104 @@
+"""A run's settings, layered from their sources and checked against a run being resumed.
+
+A new run: dataclass defaults < ``--preset`` < ``--config`` file < flags. The settings name the
+model type (``model``), its hyperparameters (fields of its config class), the training
+settings (fields of :class:`TrainConfig`) and the ``dataset``.
+
+A resumed run takes everything from its ``last.pt`` (the one source of truth). Settings given
+again apply when they may change mid-run (iterations, learning rate, budget, evaluation
+cadence, precision, threads, dropout); those that cannot (the model's type and shape, the
+optimizer, whose state is saved) are an error when given with a different value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scratchgpt.checkpoints.io import Checkpoint
+from scratchgpt.errors import ConfigError
+from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields, model_config
+from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
+
+# Model hyperparameters that may change when a run resumes (they hold no learned state).
+CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout"}
+
+
+def model_fields() -> set[str]:
+    """Every hyperparameter name of every language model (except the data's vocab_size)."""
+    return set().union(*(config_fields(t) for t in LM_TYPES)) - {"vocab_size"}
+
+
+def known_settings() -> set[str]:
+    return train_fields() | model_fields() | {"model", "dataset"}
+
+
+@dataclass
+class Settings:
+    """What the user asked for, by source; ``given`` = preset < file < flags merged."""
+
+    preset: str | None = None
+    config_file: str | None = None
+    flags: dict[str, Any] | None = None
+
+    @property
+    def explicit(self) -> dict[str, Any]:
+        """What the config file and the flags set (the preset left out)."""
+        from_file = load_config_file(self.config_file) if self.config_file else {}
+        unknown = set(from_file) - known_settings()
+        if unknown:
+            raise ConfigError(f"{self.config_file}: unknown settings: "
+                              f"{', '.join(sorted(unknown))}")
+        return {**from_file, **(self.flags or {})}
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """Everything set: preset < config file < flags."""
+        return {**(dict(PRESETS[self.preset]) if self.preset else {}), **self.explicit}
+
+    def sources(self) -> dict[str, Any]:
+        return {"preset": self.preset, "config_file": self.config_file}
+
+
+def new_run(settings: Settings) -> tuple[str, dict[str, Any], TrainConfig, str | None]:
+    """(model type, model hyperparameters, training config, dataset) of a new run. The model
+    config is built once the dataset gives its vocabulary size (:func:`finish_model_config`)."""
+    given = settings.given
+    kind = given.get("model", "gpt")
+    if kind not in LM_TYPES:
+        raise ConfigError(f"unknown model {kind!r}; choose from {', '.join(LM_TYPES)}")
+    fields = config_fields(kind)
+    wrong = sorted(k for k in settings.explicit if k in model_fields() - fields)
+    if wrong:
+        raise ConfigError(f"--model {kind} does not take "
+                          + ", ".join("--" + k.replace("_", "-") for k in wrong))
+    model_values = {k: v for k, v in given.items() if k in fields and k != "vocab_size"}
+    train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    return kind, model_values, train, given.get("dataset")
+
+
+def finish_model_config(kind: str, values: dict[str, Any], vocab_size: int) -> ModelConfig:
+    return model_config(kind, **{**values, "vocab_size": vocab_size})
+
+
+def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig, TrainConfig]:
+    """The model and training config to resume with: the checkpoint's, with the changeable
+    settings given now applied (see the module docstring)."""
+    if checkpoint.train_config is None or checkpoint.state is None:
+        raise ConfigError(f"{checkpoint.path} holds a model but no training state; it cannot "
+                          "be resumed (start a new run from it instead)")
+    given = settings.given
+    saved_model = config_dict(checkpoint.model_config)
+    fixed = {"model": checkpoint.model_type, "optimizer": checkpoint.train_config.optimizer,
+             **{k: v for k, v in saved_model.items() if k not in CHANGEABLE_MODEL_FIELDS}}
+    changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
+    if changed:
+        was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
+        raise ConfigError(f"a resumed run keeps its model and optimizer: this run has {was} "
+                          f"(drop {' '.join('--' + k.replace('_', '-') for k in changed)}, or "
+                          "start a new run)")
+    model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
+                     and k in saved_model}
+    train_changes = {k: v for k, v in given.items() if k in train_fields()}
+    config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
+    return config, replace(checkpoint.train_config, **train_changes)

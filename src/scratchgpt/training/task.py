@@ -1,0 +1,159 @@
+"""What a kind of training adds to the training core: its batches, its loss, its evaluation.
+
+The core (``training/trainer.py``) owns everything every training shares: the optimizer, the
+schedule, precision, gradient accumulation and clipping, data-parallel processes, progress,
+metrics, checkpoints, resume, time budgets and stopping. A *task* owns the rest:
+
+* ``train_batch``: the next training batch, a tuple of tensors (drawn with the generator the
+  core saves, so that resuming draws the same batches);
+* ``loss``: the mean loss of a batch, from the model's output;
+* ``estimate``: a quick loss estimate on a split, for periodic evaluation;
+* ``final_metrics``: the figures reported at the end (``val_loss`` exact, plus its own), and
+  ``report``: any text worth printing about them (e.g. accuracy by length);
+* ``tokenizers`` and ``data``: what the run directory and checkpoints record.
+
+:class:`LanguageModelTask` is next-token prediction on a prepared dataset; seq2seq, the
+experiments and fine-tuning define their own tasks the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.training.precision import autocast
+
+Batch = tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class EvalSetting:
+    """How evaluation runs: on which device, in which precision, in batches of what size."""
+
+    device: torch.device
+    dtype: str
+    batch_size: int
+    seed: int
+
+
+class Task(Protocol):
+    """The task interface the training core takes (see the module docstring)."""
+
+    def train_batch(self, batch_size: int, generator: torch.Generator,
+                    shard: tuple[int, int] = (0, 1)) -> Batch: ...
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor: ...
+
+    def batch_tokens(self, batch: Batch) -> int: ...
+
+    def estimate(self, model: nn.Module, split: str, iters: int,
+                 setting: EvalSetting) -> float: ...
+
+    def final_metrics(self, model: nn.Module, iters: int,
+                      setting: EvalSetting) -> dict[str, float]: ...
+
+    def report(self) -> str: ...
+
+    def tokenizers(self) -> dict[str, Any]: ...
+
+    def data(self) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean next-token cross-entropy (nats). logits (B, T, V), targets (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+class LanguageModelTask:
+    """Next-token prediction on random windows of a prepared dataset's token files."""
+
+    def __init__(self, dataset: TokenDataset, block_size: int):
+        self.dataset = dataset
+        self.block_size = block_size
+
+    def train_batch(self, batch_size: int, generator: torch.Generator,
+                    shard: tuple[int, int] = (0, 1)) -> Batch:
+        return self.dataset.get_batch("train", batch_size, self.block_size, generator, shard)
+
+    @staticmethod
+    def loss(model: nn.Module, batch: Batch) -> Tensor:
+        x, y = batch
+        return lm_loss(model(x), y)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return batch[1].numel()
+
+    @torch.no_grad()
+    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
+        """Mean loss over ``iters`` random batches drawn with a fixed seed, so that successive
+        estimates are comparable."""
+        gen = torch.Generator().manual_seed(setting.seed)
+        total = 0.0
+        with _eval_mode(model):
+            for _ in range(iters):
+                x, y = self.dataset.get_batch(split, setting.batch_size, self.block_size, gen)
+                with autocast(setting.device, setting.dtype):
+                    total += lm_loss(model(x.to(setting.device)), y.to(setting.device)).item()
+        return total / iters
+
+    def final_metrics(self, model: nn.Module, iters: int,
+                      setting: EvalSetting) -> dict[str, float]:
+        """The train estimate, and the exact fp32 loss over the whole validation split."""
+        return {"train_loss": self.estimate(model, "train", iters, setting),
+                "val_loss": full_split_loss(model, self.dataset, "val", self.block_size,
+                                            setting.device)}
+
+    def report(self) -> str:
+        return ""
+
+    def tokenizers(self) -> dict[str, Any]:
+        return {"text": self.dataset.tokenizer()}
+
+    def data(self) -> dict[str, Any]:
+        return {"dataset": str(self.dataset.directory)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # every batch is drawn from the saved generator: nothing else to keep
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+@torch.no_grad()
+def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size: int,
+                    device: torch.device, batch_size: int = 64,
+                    max_tokens: int | None = None) -> float:
+    """Exact fp32 loss over every non-overlapping window of ``split`` (or its first
+    ``max_tokens`` tokens' worth of windows): the number reported as *the* val loss."""
+    total, count = 0.0, 0
+    with _eval_mode(model):
+        for x, y in data.sequential_batches(split, batch_size, block_size):
+            logits = model(x.to(device))
+            total += lm_loss(logits, y.to(device)).item() * y.numel()
+            count += y.numel()
+            if max_tokens is not None and count >= max_tokens:
+                break
+    return total / count
+
+
+class _eval_mode:
+    """``model.eval()`` inside the block, the previous mode restored after it."""
+
+    def __init__(self, model: nn.Module):
+        self.model, self.was_training = model, model.training
+
+    def __enter__(self) -> nn.Module:
+        self.model.eval()
+        return self.model
+
+    def __exit__(self, *exc: Any) -> None:
+        self.model.train(self.was_training)
