@@ -13,14 +13,14 @@ import json
 import platform
 import time
 
-from scratchgpt.commands.argtypes import duration, positive_int
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.data.translation import TASKS
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=duration, default=600.0,
+    p.add_argument("--budget", default="10m",
                    help="training time per model, e.g. 10m, 90s (default: 10m)")
     p.add_argument("--archs", nargs="+", choices=ARCH_ORDER, default=list(ARCH_ORDER),
                    help="which models to run (default: all three)")
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-test", type=positive_int, default=2_000, help="held-out pairs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--learning-rate", "--lr", type=float, default=2e-3)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -44,35 +44,43 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.data.translation import DataSpec
-    from scratchgpt.training.seq2seq import TrainConfig, fit, format_eval
+    from scratchgpt.training import seq2seq
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    cfg = seq2seq.train_config({"batch_size": args.batch_size, "seed": args.seed,
+                                "learning_rate": args.learning_rate,
+                                "time_budget": args.budget, "threads": args.threads})
     data = DataSpec(task=args.task, n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     print(f"machine: {platform.machine()} {platform.processor() or ''}, "
           f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
-          f"task {args.task}; budget {args.budget:.0f}s per model")
-    rows = []
-    for arch in args.archs:
-        cfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, time_budget=args.budget,
-                          seed=args.seed, progress=not args.no_progress)
-        t0 = time.perf_counter()
-        res = fit(data, arch, cfg)
-        print(f"== {arch}: {format_eval(res.eval)}", flush=True)
-        rows.append({
-            "arch": arch, "params": res.model.num_params(), "steps": res.train.steps,
-            "train_seconds": round(res.train.seconds, 1),
-            "examples_seen": res.train.examples, "final_loss": res.train.final_loss,
-            "exact_match": res.eval.exact_match, "held_out": res.eval.total,
-            "by_length": {k: c / n for k, (c, n) in res.eval.by_length.items()},
-            "wall_seconds": round(time.perf_counter() - t0, 1),
-        })
+          f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
+    rows = [_run_arch(arch, data, cfg, not args.no_progress) for arch in args.archs]
     print("\narch             params   steps  train s   exact match")
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
               f"   {r['exact_match']:.2%}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"budget_s": args.budget, "threads": torch.get_num_threads(),
+            json.dump({"budget_s": cfg.time_budget_s, "threads": torch.get_num_threads(),
                        "results": rows}, f, indent=1)
     return 0
+
+
+def _run_arch(arch: str, data, cfg, progress: bool) -> dict:
+    """Train one architecture from scratch (no run directory) and score it."""
+    from scratchgpt.training.seq2seq import Seq2SeqTask, format_eval
+    from scratchgpt.training.trainer import Trainer
+
+    t0 = time.perf_counter()
+    task = Seq2SeqTask.from_spec(data)
+    trainer = Trainer(cfg, task.model_config(arch), task, progress=progress)
+    res = trainer.fit()
+    ev = task.final_eval
+    print(f"== {arch}: {format_eval(ev)}", flush=True)
+    return {"arch": arch, "params": trainer.model.num_params(), "steps": res.step,
+            "train_seconds": round(res.elapsed_s, 1), "target_tokens_seen": trainer.state.tokens,
+            "final_train_loss": res.train_loss,
+            "held_out_loss": res.val_loss, "exact_match": ev.exact_match, "held_out": ev.total,
+            "by_length": {k: c / n for k, (c, n) in ev.by_length.items()},
+            "wall_seconds": round(time.perf_counter() - t0, 1)}

@@ -12,11 +12,20 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import duration, positive_int
+from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.options import add_dataclass_flags, given
+from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.models.seq2seq import ARCHS, Seq2SeqConfig
+from scratchgpt.training.config import TrainConfig, train_fields
 
-ARCHS = ("transformer", "lstm-attention", "lstm")
-TASK_NAMES = ("dates", "numbers", "reverse")
+# Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
+# the data (vocabularies and the tokenizers' special ids).
+NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id"}
+# (old spelling, setting, type): accepted for one more release, hidden from --help
+OLD_SPELLINGS = (("--lr", "learning_rate", float), ("--steps", "max_iters", int),
+                 ("--warmup", "warmup_iters", int), ("--layers", "n_layer", int),
+                 ("--heads", "n_head", int))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,11 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     t = actions.add_parser(
-        "train", help="train a model and save a checkpoint directory",
-        description="Train an encoder-decoder on (source, target) pairs, report held-out exact "
-                    "match and save the model, its config and both tokenizers into --out.")
+        "train", help="train a model into a run directory",
+        description="Train an encoder-decoder on (source, target) pairs on the training core "
+                    "(progress bar, periodic held-out loss, metrics.csv, loss.png, last.pt / "
+                    "best.pt, --resume, --time-budget, Ctrl-C saves), then report held-out "
+                    "exact match. Without --max-iters a run lasts --time-budget (default 10m).")
     src = t.add_mutually_exclusive_group()
-    src.add_argument("--task", choices=TASK_NAMES,
+    src.add_argument("--task", choices=TASKS,
                      help="generated task: 'dates' (dates written many ways -> ISO, default) or "
                           "'numbers' (number words -> digits) or 'reverse' (10-60 letters -> "
                           "reversed, where the no-attention bottleneck shows)")
@@ -39,28 +50,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--arch", choices=ARCHS, default="transformer",
                    help="transformer (default), lstm-attention (Bahdanau), or lstm (no "
                         "attention: the fixed-size bottleneck)")
-    t.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory")
-    t.add_argument("--time-budget", type=duration, metavar="T",
-                   help="stop training after T (e.g. 90s, 10m; default 10m unless --steps)")
-    t.add_argument("--steps", type=positive_int, help="stop after this many optimizer steps")
-    t.add_argument("--batch-size", type=positive_int, default=64)
-    t.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
-    t.add_argument("--warmup", type=int, default=200, help="warmup steps (default 200)")
-    t.add_argument("--d-model", type=positive_int, help="model width (default per arch)")
-    t.add_argument("--layers", type=positive_int, help="encoder and decoder layers")
-    t.add_argument("--heads", type=positive_int, help="attention heads (transformer)")
-    t.add_argument("--dropout", type=float, help="dropout (default 0)")
-    t.add_argument("--unidirectional", action="store_true",
-                   help="LSTM encoder reads left to right only")
+    t.add_argument("--out", required=True, metavar="DIR", help="run directory")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in --out (kept until the new one has written "
+                        "its first checkpoint)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--n-train", type=positive_int, default=200_000,
                    help="generated training pairs (tasks only)")
     t.add_argument("--n-test", type=positive_int, default=2_000,
                    help="generated held-out pairs (tasks only)")
     t.add_argument("--valid-fraction", type=float, default=0.1,
                    help="share of a TSV file's sources held out for evaluation (default 0.1)")
-    t.add_argument("--seed", type=int, default=0)
-    _add_threads(t)
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--label-smoothing", type=float, default=0.0,
+                   help="cross-entropy label smoothing in [0, 1) (default 0)")
+    hp = t.add_argument_group("training (defaults as 'scratchgpt train' unless noted: batch "
+                              "size 64, learning rate 2e-3, warmup 200, weight decay 0.01, "
+                              "seed 0)")
+    add_dataclass_flags(hp, TrainConfig, skip={"nproc"})
+    mp = t.add_argument_group("model (defaults per --arch)")
+    add_dataclass_flags(mp, Seq2SeqConfig, skip=NOT_FLAGS)
+    for old, dest, typ in OLD_SPELLINGS:  # spellings of an earlier release, still accepted
+        t.add_argument(old, dest=dest, type=typ, default=None, help=argparse.SUPPRESS)
+    t.add_argument("--unidirectional", dest="bidirectional", action="store_false",
+                   default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=run_train)
 
     tr = actions.add_parser("translate", help="decode sources with a checkpoint",
@@ -99,7 +112,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_checkpoint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="directory written by 'seq2seq train'")
+                   help="run directory written by 'seq2seq train' (its best.pt is used)")
     _add_threads(p)
 
 
@@ -117,58 +130,57 @@ def _add_decoding(p: argparse.ArgumentParser) -> None:
                    help="longest output in tokens (default 64)")
 
 
-def _setup(args: argparse.Namespace):
-    import torch
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    return torch
-
-
 def run_train(args: argparse.Namespace) -> int:
-    _setup(args)
-    from scratchgpt.checkpoints.seq2seq import save_seq2seq
     from scratchgpt.data.translation import DataSpec
-    from scratchgpt.training.seq2seq import TrainConfig, fit, format_eval
+    from scratchgpt.training import job, seq2seq
+    from scratchgpt.validation import check_range
 
-    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
-    if args.lr <= 0:
-        raise ConfigError(f"--lr must be > 0, got {args.lr}")
-    task = None if args.data else (args.task or "dates")
-    data = DataSpec(task=task, path=args.data, n_train=args.n_train, n_test=args.n_test,
-                    seed=args.seed, valid_fraction=args.valid_fraction)
-    budget = args.time_budget if args.time_budget or args.steps else 600.0
-    cfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
-                      max_steps=args.steps, time_budget=budget, seed=args.seed,
-                      progress=not args.no_progress)
-    overrides = {"d_model": args.d_model, "n_layer": args.layers, "n_head": args.heads,
-                 "dropout": args.dropout}
-    if args.unidirectional:
-        overrides["bidirectional"] = False
-    try:
-        res = fit(data, args.arch, cfg, overrides)
-    except ValueError as e:  # invalid model shape from the flags
-        raise ConfigError(str(e)) from None
-    print(format_eval(res.eval))
-    meta = {
-        "data": {k: v for k, v in vars(data).items()},
-        "train": {"steps": res.train.steps, "seconds": round(res.train.seconds, 1),
-                  "final_loss": res.train.final_loss, "losses": res.train.losses,
-                  "batch_size": cfg.batch_size, "lr": cfg.lr},
-        "eval": {"exact_match": res.eval.exact_match, "total": res.eval.total,
-                 "by_length": res.eval.by_length},
-    }
-    path = save_seq2seq(args.out, res.model, res.src_tok, res.tgt_tok, meta)
-    print(f"saved {path}")
+    check_range("--label-smoothing", args.label_smoothing, 0, 1, high_open=True)
+    train_flags = given(args, train_fields() - {"nproc"})
+    model_flags = given(args, model_flag_names())
+    spec = None
+    if not args.resume:
+        spec = DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
+                        n_train=args.n_train, n_test=args.n_test,
+                        seed=train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]),
+                        valid_fraction=args.valid_fraction)
+    plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
+                        args.overwrite, args.label_smoothing)
+    result = job.run(plan, progress=not args.no_progress)
+    if result.interrupted:
+        print(f"stopped at step {result.step}; saved {plan.out / 'last.pt'} (continue with "
+              f"--out {plan.out} --resume)")
+        return result.exit_code
+    print(result.report)
+    print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
+          f"{result.val_loss:.4f}; run in {plan.out}")
     return 0
 
 
-def _load(args: argparse.Namespace):
-    _setup(args)
-    from scratchgpt.checkpoints.seq2seq import load_seq2seq
+def model_flag_names() -> set[str]:
+    import dataclasses
 
-    return load_seq2seq(args.checkpoint)
+    return {f.name for f in dataclasses.fields(Seq2SeqConfig)} - NOT_FLAGS
+
+
+def _load(args: argparse.Namespace):
+    """(model, source tokenizer, target tokenizer, data spec or None) of a seq2seq run."""
+    import torch
+
+    from scratchgpt.checkpoints import load_model
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if (Path(args.checkpoint) / "seq2seq.pt").is_file() and \
+            not (Path(args.checkpoint) / "last.pt").is_file():
+        raise CheckpointError(f"{args.checkpoint} was written by an earlier scratchgpt "
+                              "(seq2seq.pt); train it again with 'scratchgpt seq2seq train'")
+    model, source = load_model(args.checkpoint, "best")
+    ckpt = source.checkpoint
+    if ckpt is None or ckpt.model_type != "seq2seq":
+        raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "
+                              "with 'scratchgpt seq2seq train')")
+    return model, ckpt.tokenizer("source"), ckpt.tokenizer("target"), ckpt.data.get("seq2seq")
 
 
 def run_translate(args: argparse.Namespace) -> int:
@@ -186,15 +198,14 @@ def run_eval(args: argparse.Namespace) -> int:
     from scratchgpt.data.translation import DataSpec, read_tsv
     from scratchgpt.training.seq2seq import evaluate, format_eval
 
-    model, src_tok, tgt_tok, meta = _load(args)
+    model, src_tok, tgt_tok, spec = _load(args)
     if args.data:
         pairs = read_tsv(args.data)
     else:
-        if "data" not in meta:
-            raise CheckpointError(
-                f"{args.checkpoint}: checkpoint does not say what it was trained on; "
-                            "pass --data FILE.tsv")
-        _, pairs = DataSpec(**meta["data"]).load()
+        if spec is None:
+            raise CheckpointError(f"{args.checkpoint}: the run does not record what it was "
+                                  "trained on; pass --data FILE.tsv")
+        _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len)
     print(format_eval(ev))
@@ -210,7 +221,6 @@ def run_attention(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scratchgpt.data.translation import EOS_ID
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
 
@@ -251,7 +261,7 @@ def run_attention(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
-    ended = bool(ids[0]) and ids[0][-1] == EOS_ID
+    ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
     print(json.dumps({"translation": texts[0], "out": str(out), "finished": ended}))
     return 0
 

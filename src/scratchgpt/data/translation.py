@@ -1,8 +1,8 @@
 """Parallel text for sequence-to-sequence models: TSV files and a generated dates task.
 
 A *pair* is ``(source, target)``, two strings. Each side has its own character-level
-:class:`Seq2SeqTokenizer` whose first four ids are the special tokens ``<pad>``, ``<bos>``,
-``<eos>``, ``<unk>``.
+:class:`~scratchgpt.tokenizers.seq2seq.Seq2SeqTokenizer` whose first four ids are the special
+tokens ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``.
 
 Unknown-character policy: the vocabularies are built from the training pairs. A source character
 never seen in training is encoded as ``<unk>`` (the model then translates the rest), because
@@ -20,76 +20,13 @@ from __future__ import annotations
 import datetime as dt
 import random
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scratchgpt.errors import DataError
-from scratchgpt.tokenizers.base import Tokenizer
 
 Pair = tuple[str, str]
-
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIALS = (PAD, BOS, EOS, UNK)
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
-
-
-class Seq2SeqTokenizer(Tokenizer):
-    """Character-level tokenizer; ids ``<pad>=0, <bos>=1, <eos>=2, <unk>=3`` come first."""
-
-    kind = "char-seq2seq"
-
-    def __init__(self, chars: Sequence[str]):
-        if len(set(chars)) != len(chars):
-            raise DataError("character vocabulary has duplicate entries")
-        self.chars = list(chars)
-        self.itos = list(SPECIALS) + self.chars
-        self.stoi = {c: i + len(SPECIALS) for i, c in enumerate(self.chars)}
-
-    @classmethod
-    def train(cls, texts: Iterable[str]) -> Seq2SeqTokenizer:
-        """Vocabulary = the sorted set of characters in ``texts``."""
-        return cls(sorted(set().union(*map(set, texts))))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    @property
-    def eot_id(self) -> int:
-        return EOS_ID
-
-    def encode(self, text: str, unknown: str = "replace") -> list[int]:
-        """Characters -> ids; unseen characters become ``<unk>`` (``unknown="error"`` raises)."""
-        ids = [self.stoi.get(c, UNK_ID) for c in text]
-        if unknown == "error" and UNK_ID in ids:
-            missing = sorted({c for c in text if c not in self.stoi})
-            raise DataError(f"characters not in the vocabulary: {', '.join(map(repr, missing))}")
-        return ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Ids -> text, stopping at ``<eos>`` and dropping ``<pad>``/``<bos>``; ``<unk>`` shows."""
-        out = []
-        for i in ids:
-            if i == EOS_ID:
-                break
-            if i in (PAD_ID, BOS_ID):
-                continue
-            out.append(self.itos[i])
-        return "".join(out)
-
-    def token_strings(self, ids: Sequence[int]) -> list[str]:
-        """One printable label per id (for attention plots)."""
-        return [self.itos[i] for i in ids]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"chars": self.chars}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> Seq2SeqTokenizer:
-        return cls(d["chars"])
-
 
 # ---------------------------------------------------------------------------------------------
 # TSV files

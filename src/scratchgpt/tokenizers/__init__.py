@@ -9,12 +9,14 @@ from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer, ProseCharTokenizer
+from scratchgpt.tokenizers.seq2seq import Seq2SeqTokenizer
 
 # kind -> class; a new tokenizer registers itself here.
 TOKENIZERS: dict[str, type[Tokenizer]] = {
     CharTokenizer.kind: CharTokenizer,
     ProseCharTokenizer.kind: ProseCharTokenizer,
     BPETokenizer.kind: BPETokenizer,
+    Seq2SeqTokenizer.kind: Seq2SeqTokenizer,
 }
 
 # What build_tokenizer accepts: the registered kinds plus "gpt2" (BPE with GPT-2's vocabulary).
@@ -87,6 +89,7 @@ __all__ = [
     "CharTokenizer",
     "ProseCharTokenizer",
     "BPETokenizer",
+    "Seq2SeqTokenizer",
     "TOKENIZERS",
     "build_tokenizer",
     "load_tokenizer",

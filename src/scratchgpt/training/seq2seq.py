@@ -1,9 +1,8 @@
 """Training and evaluation of the encoder-decoder models on (source, target) pairs.
 
-Training: AdamW, linear warmup then cosine decay, gradient clipping, teacher forcing with
-cross-entropy, batches of similar source length (less padding), stopped by a step count and/or a
-wall-clock budget. With a time budget the cosine schedule follows elapsed time, so the learning
-rate reaches its floor when the budget runs out, whatever the speed of the machine.
+Training runs on the training core (``training/trainer.py``) with :class:`Seq2SeqTask`:
+teacher forcing with cross-entropy over the target tokens, batches of similar source length
+(less padding), periodic held-out loss, and at the end exact match of greedy decodes.
 
 Evaluation: exact match of greedy (or beam) decodes against the references, overall and by
 source length.
@@ -11,26 +10,25 @@ source length.
 
 from __future__ import annotations
 
-import math
-import random
-import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from scratchgpt.data.translation import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    DataSpec,
-    Pair,
-    Seq2SeqTokenizer,
-)
-from scratchgpt.models.seq2seq import Seq2Seq, build_seq2seq, default_config
+from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.data.translation import DataSpec, Pair
+from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
+from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2SeqTokenizer
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.job import TrainJob
+from scratchgpt.training.settings import Settings, resumed_run
+from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
 
@@ -59,75 +57,17 @@ def collate(batch: Sequence[Example]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return src, lengths, tgt_in, tgt_out
 
 
-def length_batches(n_items: int, lengths: Sequence[int], batch_size: int,
-                   rng: random.Random) -> list[list[int]]:
-    """One epoch of index batches: sorted by length (ties broken at random), cut into batches,
-    batches shuffled."""
-    order = sorted(range(n_items), key=lambda i: (lengths[i], rng.random()))
-    batches = [order[i : i + batch_size] for i in range(0, n_items, batch_size)]
-    rng.shuffle(batches)
-    return batches
+def length_batches(lengths: Sequence[int], batch_size: int,
+                   generator: torch.Generator) -> list[list[int]]:
+    """One epoch of index batches: sorted by length (ties in random order), cut into batches,
+    batches shuffled. Similar lengths share a batch, so little of it is padding."""
+    ties = torch.rand(len(lengths), generator=generator).tolist()
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], ties[i]))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-@dataclass
-class TrainConfig:
-    """Optimisation settings. Training stops at ``max_steps`` or ``time_budget`` seconds,
-    whichever comes first (at least one must be set)."""
-
-    batch_size: int = 128
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.05  # cosine floor, as a fraction of lr
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    label_smoothing: float = 0.0
-    max_steps: int | None = None
-    time_budget: float | None = None  # seconds
-    bf16: bool = False  # autocast matmuls to bfloat16 (CPU or CUDA)
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_steps is None and self.time_budget is None:
-            raise ValueError("set max_steps or time_budget")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        if self.time_budget is not None and self.time_budget <= 0:
-            raise ValueError("time_budget must be > 0")
-        if self.batch_size < 1 or self.lr <= 0 or self.warmup_steps < 0:
-            raise ValueError("batch_size >= 1, lr > 0, warmup_steps >= 0 required")
-
-
-def lr_at(step: int, progress: float, cfg: TrainConfig) -> float:
-    """Linear warmup over ``warmup_steps``, then cosine from ``lr`` to ``lr * min_lr_ratio`` as
-    ``progress`` goes from 0 to 1."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-@dataclass
-class TrainResult:
-    steps: int
-    seconds: float
-    examples: int
-    losses: list[float] = field(default_factory=list)  # mean loss of each logged window
-
-    @property
-    def final_loss(self) -> float:
-        return self.losses[-1] if self.losses else float("nan")
-
-
-def autocast(device: torch.device, enabled: bool):
-    """bfloat16 autocast context on ``device`` (a no-op when disabled)."""
-    if not enabled:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def sequence_loss(model: Seq2Seq, batch: tuple[Tensor, ...], label_smoothing: float = 0.0
-                  ) -> Tensor:
+def sequence_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy over the real (non-pad) target tokens of a collated batch."""
     src, lengths, tgt_in, tgt_out = batch
     logits = model(src, lengths, tgt_in)  # [B, T, V]
@@ -135,69 +75,112 @@ def sequence_loss(model: Seq2Seq, batch: tuple[Tensor, ...], label_smoothing: fl
                            ignore_index=PAD_ID, label_smoothing=label_smoothing)
 
 
-def train_seq2seq(
-    model: Seq2Seq,
-    examples: Sequence[Example],
-    cfg: TrainConfig,
-    log_every: int = 50,
-    on_log: Callable[[int, float], None] | None = None,
-) -> TrainResult:
-    """Train ``model`` in place on ``examples``; returns steps, time and the loss history."""
-    from tqdm.auto import tqdm
+class Seq2SeqTask:
+    """Encoder-decoder training on (source, target) pairs, for the training core.
 
-    device = next(model.parameters()).device
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "embed" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
-    lengths = [len(x) for x, _ in examples]
-    total = cfg.max_steps if cfg.max_steps is not None else None
-    bar = tqdm(total=total, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-               desc=f"train {model.config.arch}")
-    result = TrainResult(steps=0, seconds=0.0, examples=0)
-    window: list[float] = []
-    model.train()
-    t0 = time.perf_counter()
-    step = 0
-    while True:
-        for idx in length_batches(len(examples), lengths, cfg.batch_size, rng):
-            elapsed = time.perf_counter() - t0
-            progress = max(step / cfg.max_steps if cfg.max_steps else 0.0,
-                           elapsed / cfg.time_budget if cfg.time_budget else 0.0)
-            if progress >= 1.0:
-                break
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, progress, cfg)
-            batch = tuple(t.to(device) for t in collate([examples[i] for i in idx]))
-            with autocast(device, cfg.bf16):
-                loss = sequence_loss(model, batch, cfg.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            step += 1
-            result.examples += len(idx)
-            window.append(loss.item())
-            if step % log_every == 0:
-                mean = sum(window) / len(window)
-                result.losses.append(mean)
-                window = []
-                bar.set_postfix(loss=f"{mean:.4f}", lr=f"{opt.param_groups[0]['lr']:.2e}")
-                if on_log is not None:
-                    on_log(step, mean)
-            bar.update(1)
-        else:
-            continue  # epoch finished: start another
-        break
-    if window:
-        result.losses.append(sum(window) / len(window))
-    bar.close()
-    model.eval()
-    result.steps, result.seconds = step, time.perf_counter() - t0
-    return result
+    Epochs of length-sorted batches are drawn with the core's generator; the task keeps which
+    epoch it is in (the generator state at the epoch's start) and how far into it, so a resumed
+    run continues with the very next batch."""
+
+    def __init__(self, spec: DataSpec, src_tok: Seq2SeqTokenizer, tgt_tok: Seq2SeqTokenizer,
+                 train_pairs: Sequence[Pair], held_out: Sequence[Pair],
+                 label_smoothing: float = 0.0):
+        self.spec, self.src_tok, self.tgt_tok = spec, src_tok, tgt_tok
+        self.held_out = list(held_out)
+        self.examples = encode_pairs(train_pairs, src_tok, tgt_tok)
+        self.held_examples = encode_pairs(self.held_out, src_tok, tgt_tok)
+        self.label_smoothing = label_smoothing
+        self._lengths = [len(x) for x, _ in self.examples]
+        self._epoch_rng: Tensor | None = None  # generator state at the current epoch's start
+        self._epoch_shape = (0, False)  # (global batch size, last short batch dropped)
+        self._batches: list[list[int]] = []
+        self._pos = 0
+        self.final_eval: EvalResult | None = None
+
+    @classmethod
+    def from_spec(cls, spec: DataSpec, tokenizers: dict[str, Seq2SeqTokenizer] | None = None,
+                  label_smoothing: float = 0.0) -> Seq2SeqTask:
+        """Pairs from ``spec``; tokenizers learned from the training pairs unless given (a
+        resumed run keeps its own)."""
+        train_pairs, held = spec.load()
+        if tokenizers is None:
+            tokenizers = {"source": Seq2SeqTokenizer.train(s for s, _ in train_pairs),
+                          "target": Seq2SeqTokenizer.train(t for _, t in train_pairs)}
+        return cls(spec, tokenizers["source"], tokenizers["target"], train_pairs, held,
+                   label_smoothing)
+
+    def model_config(self, arch: str, **overrides: Any) -> Seq2SeqConfig:
+        """The default config of ``arch`` for these vocabularies, with ``overrides``."""
+        return default_config(arch, self.src_tok.vocab_size, self.tgt_tok.vocab_size,
+                              **self.src_tok.special_ids, **overrides)
+
+    def train_batch(self, batch_size: int, generator: torch.Generator,
+                    shard: tuple[int, int] = (0, 1)) -> Batch:
+        rank, world = shard
+        if self._pos >= len(self._batches):
+            self._new_epoch(batch_size * world, generator, drop_last=world > 1)
+        idx = self._batches[self._pos][rank * batch_size:(rank + 1) * batch_size]
+        self._pos += 1
+        return collate([self.examples[i] for i in idx])
+
+    def _new_epoch(self, global_batch: int, generator: torch.Generator, drop_last: bool) -> None:
+        self._epoch_rng = generator.get_state()
+        self._epoch_shape = (global_batch, drop_last)
+        self._batches = length_batches(self._lengths, global_batch, generator)
+        if drop_last:  # every process needs its full share of every batch
+            self._batches = [b for b in self._batches if len(b) == global_batch]
+        self._pos = 0
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        return sequence_loss(model, batch, self.label_smoothing)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return int((batch[3] != PAD_ID).sum())
+
+    @torch.no_grad()
+    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
+        """Teacher-forced loss over the first ``iters`` batches of a split, per target token."""
+        examples = self.examples if split == "train" else self.held_examples
+        total, count = 0.0, 0
+        with _eval_mode(model):
+            for start in range(0, min(len(examples), iters * setting.batch_size),
+                               setting.batch_size):
+                batch = tuple(t.to(setting.device)
+                              for t in collate(examples[start:start + setting.batch_size]))
+                n = self.batch_tokens(batch)
+                total += sequence_loss(model, batch).item() * n
+                count += n
+        return total / max(count, 1)
+
+    def final_metrics(self, model: nn.Module, iters: int,
+                      setting: EvalSetting) -> dict[str, float]:
+        """Train estimate, the loss over every held-out pair, and their greedy exact match."""
+        self.final_eval = evaluate(model, self.held_out, self.src_tok, self.tgt_tok)
+        return {"train_loss": self.estimate(model, "train", iters, setting),
+                "val_loss": self.estimate(model, "val", len(self.held_examples), setting),
+                "exact_match": self.final_eval.exact_match}
+
+    def report(self) -> str:
+        return format_eval(self.final_eval) if self.final_eval is not None else ""
+
+    def tokenizers(self) -> dict[str, Any]:
+        return {"source": self.src_tok, "target": self.tgt_tok}
+
+    def data(self) -> dict[str, Any]:
+        return {"seq2seq": asdict(self.spec)}
+
+    def state_dict(self) -> dict[str, Any]:
+        global_batch, drop_last = self._epoch_shape
+        return {"epoch_rng": self._epoch_rng, "pos": self._pos, "global_batch": global_batch,
+                "drop_last": drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("epoch_rng") is None:
+            return
+        generator = torch.Generator()
+        generator.set_state(state["epoch_rng"])
+        self._new_epoch(state["global_batch"], generator, state["drop_last"])
+        self._pos = state["pos"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,41 +247,6 @@ def evaluate(
     return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), preds)
 
 
-# ---------------------------------------------------------------------------------------------
-# One whole run: data -> tokenizers -> model -> training -> held-out evaluation
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FitResult:
-    model: Seq2Seq
-    src_tok: Seq2SeqTokenizer
-    tgt_tok: Seq2SeqTokenizer
-    train: TrainResult
-    eval: EvalResult
-    held_out: list[Pair]
-
-
-def fit(
-    data: DataSpec, arch: str, cfg: TrainConfig, model_overrides: dict | None = None,
-    device: str = "cpu", log: Callable[[str], None] = print,
-) -> FitResult:
-    """Build tokenizers from the training pairs, train a default-sized ``arch`` model (with
-    ``model_overrides``), and measure exact match on the held-out pairs."""
-    train_pairs, held = data.load()
-    src_tok = Seq2SeqTokenizer.train(s for s, _ in train_pairs)
-    tgt_tok = Seq2SeqTokenizer.train(t for _, t in train_pairs)
-    torch.manual_seed(cfg.seed)
-    model = build_seq2seq(default_config(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                                         **(model_overrides or {}))).to(device)
-    log(f"{arch}: {model.num_params():,} parameters, {len(train_pairs):,} training pairs, "
-        f"{len(held):,} held out ({data.describe()})")
-    tr = train_seq2seq(model, encode_pairs(train_pairs, src_tok, tgt_tok), cfg)
-    log(f"{arch}: {tr.steps} steps in {tr.seconds:.0f}s, final loss {tr.final_loss:.4f}")
-    ev = evaluate(model, held, src_tok, tgt_tok)
-    return FitResult(model, src_tok, tgt_tok, tr, ev, held)
-
-
 def format_eval(ev: EvalResult) -> str:
     """Multi-line report: exact match overall and by source length."""
     lines = [f"exact match {ev.exact_match:.2%} ({ev.correct}/{ev.total})",
@@ -306,3 +254,62 @@ def format_eval(ev: EvalResult) -> str:
     for key, (c, n) in ev.by_length.items():
         lines.append(f"  {key:>12}   {c / n:7.2%}  ({c}/{n})")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# A seq2seq training job
+# ---------------------------------------------------------------------------------------------
+
+# Training defaults of seq2seq runs (flags override them); tuned on the dates task on a 2-core
+# CPU (docs/bench_seq2seq.md). Without --max-iters a run lasts --time-budget, 10 minutes by
+# default.
+TRAIN_DEFAULTS: dict[str, Any] = dict(
+    batch_size=64, learning_rate=2e-3, warmup_iters=200, weight_decay=0.01,
+    eval_interval=250, eval_iters=20, log_interval=10, seed=0)
+DEFAULT_BUDGET = "10m"
+UNLIMITED_ITERS = 10**12
+MIN_LR_FRACTION = 0.05  # the cosine ends at this fraction of the peak rate unless --min-lr
+
+
+def train_config(flags: dict[str, Any]) -> TrainConfig:
+    """The training settings of a new seq2seq run: :data:`TRAIN_DEFAULTS` < ``flags``."""
+    values = {**TRAIN_DEFAULTS, **flags}
+    if "max_iters" not in flags:
+        values["max_iters"] = UNLIMITED_ITERS
+        values.setdefault("time_budget", DEFAULT_BUDGET)
+    values.setdefault("min_lr", MIN_LR_FRACTION * values["learning_rate"])
+    return TrainConfig(**values)
+
+
+def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | None,
+                 label_smoothing: float = 0.0) -> Seq2SeqTask:
+    """The task of a run (picklable for data-parallel processes): pairs from ``spec``, the
+    run's saved tokenizers when resuming."""
+    toks = None if tokenizers is None else {
+        role: Seq2SeqTokenizer.from_dict(state) for role, state in tokenizers.items()}
+    return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing)
+
+
+def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
+         model_flags: dict[str, Any], out: str, resume: bool, overwrite: bool,
+         label_smoothing: float = 0.0) -> TrainJob:
+    """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`)."""
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
+                          "give one of them")
+    if resume:
+        checkpoint = RunDir(out).load_last()
+        if checkpoint.model_type != "seq2seq":
+            raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
+                                  "not a seq2seq one; resume it with 'scratchgpt train'")
+        config, cfg = resumed_run(checkpoint, Settings(flags={**train_flags, **model_flags}))
+        make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers,
+                       label_smoothing)
+        return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+    spec = spec or DataSpec()
+    task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
+    config = task.model_config(arch, **model_flags)
+    make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
+    return TrainJob(Path(out), "overwrite" if overwrite else "new", train_config(train_flags),
+                    config, make, {"arch": arch})
+
