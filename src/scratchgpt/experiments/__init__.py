@@ -1,0 +1,1 @@
+"""Small self-contained experiments, each a task for the training core plus its report."""
