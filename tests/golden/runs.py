@@ -63,14 +63,19 @@ def lm_run(name: str, data_dir: Path, out: Path) -> dict[str, Any]:
     from scratchgpt.data.dataset import TokenDataset
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.models import model_config
     from scratchgpt.training.config import TrainConfig
-    from scratchgpt.training.trainer import train
+    from scratchgpt.training.job import train
 
     train_settings, model_settings = LM_RUNS[name]
+    train_settings = dict(train_settings)
+    kind = train_settings.pop("model")
     cfg = TrainConfig(**{**dict(batch_size=8, max_iters=80, eval_interval=40, eval_iters=2,
                                 log_interval=5, learning_rate=1e-2, warmup_iters=5,
                                 dtype="fp32", seed=1337), **train_settings})
-    result = train(cfg, model_settings, TokenDataset(data_dir), out, progress=False)
+    data = TokenDataset(data_dir)
+    config = model_config(kind, vocab_size=data.vocab_size, **model_settings)
+    result = train(cfg, config, data, out, progress=False)
     model, _ = load_model(out / "last.pt")
     prompt = torch.tensor([[1, 2, 3]])
     greedy = generate(model, prompt, 24, SamplingConfig(temperature=0))[0, 3:].tolist()
@@ -79,21 +84,21 @@ def lm_run(name: str, data_dir: Path, out: Path) -> dict[str, Any]:
 
 
 def seq2seq_run(arch: str) -> dict[str, Any]:
-    from scratchgpt.data.translation import Seq2SeqTokenizer, dates_task
-    from scratchgpt.models.seq2seq import build_seq2seq, default_config
-    from scratchgpt.training.seq2seq import TrainConfig, encode_pairs, train_seq2seq, translate
+    from scratchgpt.data.translation import DataSpec
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.seq2seq import Seq2SeqTask, translate
+    from scratchgpt.training.trainer import Trainer
 
-    train_pairs, held = dates_task(n_train=600, n_test=4, seed=0)
-    src_tok = Seq2SeqTokenizer.train(s for s, _ in train_pairs)
-    tgt_tok = Seq2SeqTokenizer.train(t for _, t in train_pairs)
-    torch.manual_seed(0)
-    model = build_seq2seq(default_config(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                                         d_model=32))
-    cfg = TrainConfig(batch_size=32, lr=1e-2, warmup_steps=5, max_steps=60, seed=0,
-                      progress=False)
-    result = train_seq2seq(model, encode_pairs(train_pairs, src_tok, tgt_tok), cfg, log_every=10)
-    texts, _, _ = translate(model, [s for s, _ in held], src_tok, tgt_tok, max_len=12)
-    return {"losses": [repr(x) for x in result.losses], "weights": weights_digest(model),
+    task = Seq2SeqTask.from_spec(DataSpec(task="dates", n_train=600, n_test=4, seed=0))
+    config = task.model_config(arch, d_model=32)
+    cfg = TrainConfig(batch_size=32, learning_rate=1e-2, min_lr=5e-4, warmup_iters=5,
+                      max_iters=60, weight_decay=0.01, eval_interval=30, eval_iters=2,
+                      log_interval=10, dtype="fp32", seed=0)
+    trainer = Trainer(cfg, config, task, progress=False)
+    result = trainer.fit()
+    texts, _, _ = translate(trainer.model, [s for s, _ in task.held_out], task.src_tok,
+                            task.tgt_tok, max_len=12)
+    return {"val_loss": repr(result.val_loss), "weights": weights_digest(trainer.model),
             "greedy": texts}
 
 
