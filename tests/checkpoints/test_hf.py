@@ -42,8 +42,8 @@ def hf_dir(tmp_path_factory) -> Path:
 
 def test_logits_match_transformers(hf_dir):
     ref = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
-    ours, state = load_model(hf_dir)
-    assert state["model_config"]["block_size"] == 64
+    ours, source = load_model(hf_dir)
+    assert ours.config.block_size == 64 and source.hf_dir == hf_dir
     x = torch.randint(0, VOCAB, (3, 40))
     with torch.no_grad():
         for batch in (x, x[:1, :17]):
@@ -68,9 +68,9 @@ def test_round_trip_ours_to_hf_to_ours_is_bit_identical(tmp_path):
                               tie_weights=tie, layer_norm_eps=1e-6, activation=act,
                               dropout=0.1, attn_dropout=drop)).eval()
         out = save_hf(model, tmp_path / f"hf-{tie}")
-        back, state = load_hf(out)
-        assert state["model_config"] == {k: v for k, v in model.config.to_dict().items()
-                                         if k != "attn_impl"}
+        back, _ = load_hf(out)
+        assert {k: v for k, v in back.config.to_dict().items() if k != "attn_impl"} == {
+            k: v for k, v in model.config.to_dict().items() if k != "attn_impl"}
         for k, v in model.state_dict().items():
             assert torch.equal(back.state_dict()[k], v), k
         ref = transformers.GPT2LMHeadModel.from_pretrained(out).eval()

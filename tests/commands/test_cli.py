@@ -225,6 +225,6 @@ def test_resume_needs_no_flags_but_the_ones_it_changes(small_dataset, tmp_path):
                  "--no-progress"]) == 0
     a = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
     b = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
-    assert b["step"] == 20 and b["train_config"]["batch_size"] == 4
+    assert b["state"]["step"] == 20 and b["train_config"]["batch_size"] == 4
     for k, v in a["model"].items():
         assert torch.allclose(v, b["model"][k], atol=1e-6), k

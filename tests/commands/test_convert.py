@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scratchgpt.checkpoints import save_checkpoint
+from scratchgpt.checkpoints import Checkpoint, save_checkpoint
 from scratchgpt.checkpoints.hf import save_hf
 from scratchgpt.cli import main
 from scratchgpt.models.bigram import BigramConfig, BigramLM
@@ -32,8 +32,7 @@ def run_dir(tmp_path) -> Path:
     tok = CharTokenizer(CHARS)
     tok.save(out)
     model = tiny_gpt()
-    save_checkpoint(out / "best.pt", {"model_type": "gpt", "model_config": model.config.to_dict(),
-                                      "model": model.state_dict()})
+    save_checkpoint(out / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
     return out
 
 
@@ -68,8 +67,7 @@ def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
 
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
-    save_checkpoint(tmp_path / "b.pt", {"model_type": "bigram", "model_config":
-                                        model.config.to_dict(), "model": model.state_dict()})
+    save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))
     assert main(["convert", "--to", "hf", "--checkpoint", str(tmp_path / "b.pt"), "--out",
                  str(tmp_path / "o")]) == 2
     assert "only GPT models" in capsys.readouterr().err

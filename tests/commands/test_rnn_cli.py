@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scratchgpt.cli import main
-from scratchgpt.models import MODEL_TYPES, build_model, config_fields
+from scratchgpt.models import MODEL_TYPES, build_model, config_fields, model_config
 
 TINY_LSTM = ["--model", "lstm", "--n-layer", "1", "--hidden", "32", "--block-size", "32",
              "--batch-size", "8", "--eval-iters", "4", "--learning-rate", "1e-2",
@@ -57,10 +57,10 @@ def test_greedy_equals_beam_one(lstm_run, capsys):
 def test_eval_and_checkpoint_round_trip(lstm_run, tmp_path, capsys):
     from scratchgpt.checkpoints import load_model
 
-    model, state = load_model(lstm_run, "last")
+    model, source = load_model(lstm_run, "last")
     assert type(model).__name__ == "RecurrentLM" and model.config.cell == "lstm"
     for name, tensor in model.state_dict().items():
-        assert torch.equal(tensor, state["model"][name])
+        assert torch.equal(tensor, source.checkpoint.model[name])
     assert main(["eval", "--checkpoint", str(lstm_run), "--json"]) == 0
     assert "val" in capsys.readouterr().out
 
@@ -97,13 +97,13 @@ def test_rnn_and_gru_train(small_dataset, tmp_path, cell):
 def test_registry_fixes_the_cell():
     for cell in ("rnn", "lstm", "gru"):
         assert "cell" not in config_fields(cell)
-        model = build_model(cell, {"vocab_size": 7, "hidden": 4, "n_layer": 1})
+        model = build_model(model_config(cell, vocab_size=7, hidden=4, n_layer=1))
         assert model.config.cell == cell
-        assert MODEL_TYPES[cell][0](vocab_size=7).cell == cell
+        assert MODEL_TYPES[cell](vocab_size=7).cell == cell
     from scratchgpt.errors import ScratchGPTError
 
     with pytest.raises(ScratchGPTError):
-        build_model("lstm", {"vocab_size": 7, "cell": "gru"})
+        model_config("lstm", vocab_size=7, cell="gru")
 
 
 def test_warandpeace_preset_is_a_4x512_lstm():
@@ -111,6 +111,6 @@ def test_warandpeace_preset_is_a_4x512_lstm():
 
     preset = PRESETS["warandpeace-lstm"]
     assert (preset["model"], preset["n_layer"], preset["hidden"]) == ("lstm", 4, 512)
-    model = build_model("lstm", {"vocab_size": 80, **{k: preset[k] for k in
-                                                      config_fields("lstm") if k in preset}})
+    model = build_model(model_config("lstm", vocab_size=80, **{
+        k: preset[k] for k in config_fields("lstm") if k in preset}))
     assert 8_000_000 < model.num_params() < 9_000_000

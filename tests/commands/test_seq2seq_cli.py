@@ -4,7 +4,9 @@ import csv
 import json
 
 import pytest
+import torch
 
+from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.cli import main
 
 TINY = ["--n-train", "300", "--n-test", "40", "--steps", "15", "--d-model", "16",
@@ -20,15 +22,29 @@ def checkpoint(tmp_path_factory):
     return out
 
 
-def test_train_writes_checkpoint_with_config_and_tokenizers(checkpoint):
-    info = json.loads((checkpoint / "seq2seq.json").read_text())
-    assert info["model_config"]["arch"] == "transformer"
-    assert info["model_config"]["d_model"] == 16
-    assert "<" not in "".join(info["src_tokenizer"]["chars"])  # specials are implicit
-    assert info["meta"]["data"]["task"] == "dates"
-    assert info["meta"]["train"]["steps"] == 15
-    assert (checkpoint / "seq2seq.pt").is_file()
+def test_train_writes_a_run_directory(checkpoint):
+    info = json.loads((checkpoint / "config.json").read_text())
+    assert info["model"]["type"] == "seq2seq" and info["model"]["arch"] == "transformer"
+    assert info["model"]["d_model"] == 16
+    assert info["data"]["seq2seq"]["task"] == "dates"
+    assert info["train"]["max_iters"] == 15 and info["train"]["warmup_iters"] == 3
+    for name in ("last.pt", "best.pt", "metrics.csv", "loss.png"):
+        assert (checkpoint / name).is_file(), name
+    ckpt = load_checkpoint(checkpoint / "last.pt")
+    assert ckpt.state.step == 15
+    assert "<" not in "".join(ckpt.tokenizer("source").chars)  # specials are implicit
     assert not list(checkpoint.glob(".*tmp*"))  # atomic write left no temp file
+
+
+def test_a_run_is_refused_then_resumed_and_extended(checkpoint, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["seq2seq", "train", "--task", "dates", "--out", str(out), *TINY]
+    assert main(args) == 0
+    assert main(args) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["seq2seq", "train", "--out", str(out), "--resume", "--max-iters", "20",
+                 "--no-progress"]) == 0
+    assert load_checkpoint(out / "last.pt").state.step == 20
 
 
 def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys):
@@ -80,11 +96,10 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
 def test_missing_checkpoint_and_bad_flags(cli_main, tmp_path, capsys):
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(tmp_path),
                      "--source", "x"]) == 2
-    assert "no seq2seq checkpoint" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        cli_main(["seq2seq", "train", "--out", str(tmp_path), "--time-budget", "ten minutes"])
-    assert e.value.code == 2
-    assert "invalid duration" in capsys.readouterr().err
+    assert "no checkpoint" in capsys.readouterr().err
+    assert cli_main(["seq2seq", "train", "--out", str(tmp_path / "o"),
+                     "--time-budget", "ten minutes"]) == 2
+    assert "cannot read duration" in capsys.readouterr().err
     assert cli_main(["seq2seq", "train", "--out", str(tmp_path), "--arch", "transformer",
                      "--d-model", "10", "--heads", "3", *TINY]) == 2
     assert "not divisible" in capsys.readouterr().err
@@ -107,3 +122,16 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert res["next_number_accuracy"] > 0.9
     assert res["generated"][:4] == [9, 0, 1, 2]
     assert cli_main(["experiment", "count", "--out", str(tmp_path), "--prompt", "a b"]) == 2
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    common = ["seq2seq", "train", "--task", "dates", "--arch", "lstm-attention",
+              "--lr-decay-iters", "24", "--eval-interval", "8", "--dropout", "0.1", *TINY]
+    assert main([*common, "--max-iters", "24", "--out", str(tmp_path / "a")]) == 0
+    assert main([*common, "--max-iters", "12", "--out", str(tmp_path / "b")]) == 0
+    assert main(["seq2seq", "train", "--out", str(tmp_path / "b"), "--resume", "--max-iters",
+                 "24", "--no-progress"]) == 0
+    a = load_checkpoint(tmp_path / "a" / "last.pt")
+    b = load_checkpoint(tmp_path / "b" / "last.pt")
+    assert b.state.step == 24 and b.state.val_loss == a.state.val_loss
+    assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)

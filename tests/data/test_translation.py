@@ -5,11 +5,7 @@ import datetime as dt
 import pytest
 
 from scratchgpt.data.translation import (
-    BOS_ID,
-    EOS_ID,
-    UNK_ID,
     DataSpec,
-    Seq2SeqTokenizer,
     dates_pairs,
     dates_task,
     is_held_out_date,
@@ -19,6 +15,7 @@ from scratchgpt.data.translation import (
     split_pairs,
 )
 from scratchgpt.errors import ScratchGPTError
+from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, UNK_ID, Seq2SeqTokenizer
 
 
 def test_read_tsv(tmp_path):

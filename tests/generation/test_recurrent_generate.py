@@ -8,13 +8,13 @@ import torch
 
 from scratchgpt.generation.generate import beam_search, generate, stream
 from scratchgpt.generation.sampling import SamplingConfig
-from scratchgpt.models import build_model
+from scratchgpt.models import build_model, model_config
 
 
 def _model(cell: str, seed: int = 0):
     torch.manual_seed(seed)
     # Large init scale so the untrained model has a peaked, prompt-dependent distribution.
-    model = build_model(cell, {"vocab_size": 13, "hidden": 16, "n_layer": 2}).eval()
+    model = build_model(model_config(cell, vocab_size=13, hidden=16, n_layer=2)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(3.0)

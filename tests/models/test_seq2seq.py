@@ -3,16 +3,19 @@
 import pytest
 import torch
 
-from scratchgpt.data.translation import EOS_ID, PAD_ID
+from scratchgpt.data.translation import DataSpec
+from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models.seq2seq import (
     ARCHS,
     Seq2SeqConfig,
     TransformerSeq2Seq,
     build_seq2seq,
-    default_config,
     padding_mask,
 )
-from scratchgpt.training.seq2seq import TrainConfig, collate, train_seq2seq
+from scratchgpt.tokenizers.seq2seq import EOS_ID, PAD_ID, Seq2SeqTokenizer
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.seq2seq import Seq2SeqTask, collate
+from scratchgpt.training.trainer import Trainer
 
 SRC_V, TGT_V = 13, 11
 
@@ -126,18 +129,20 @@ def test_transformer_attention_selection():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_training_lowers_loss(arch):
-    # Reverse 3-symbol strings: learnable in a few dozen steps.
+    # Reverse 3-letter strings: learnable in a few dozen steps.
     g = torch.Generator().manual_seed(0)
-    examples = []
-    for _ in range(256):
-        x = torch.randint(4, 8, (3,), generator=g).tolist()
-        examples.append((x + [EOS_ID], x[::-1]))
-    torch.manual_seed(0)
-    m = build_seq2seq(default_config(arch, 8, 8, d_model=32, d_ff=64))
-    res = train_seq2seq(m, examples, TrainConfig(batch_size=32, lr=3e-3, max_steps=60,
-                                                 warmup_steps=5, progress=False), log_every=10)
-    assert res.steps == 60
-    assert res.losses[-1] < 0.6 * res.losses[0]
+    words = ["".join("abcd"[int(i)] for i in torch.randint(4, (3,), generator=g))
+             for _ in range(256)]
+    pairs = [(w, w[::-1]) for w in words]
+    src, tgt = Seq2SeqTokenizer.train(words), Seq2SeqTokenizer.train(words)
+    task = Seq2SeqTask(DataSpec(task="reverse"), src, tgt, pairs, pairs[:64])
+    cfg = TrainConfig(batch_size=32, learning_rate=3e-3, max_iters=60, warmup_iters=5,
+                      eval_interval=1000, eval_iters=2, dtype="fp32", seed=0)
+    trainer = Trainer(cfg, task.model_config(arch, d_model=32, d_ff=64), task, progress=False)
+    before = task.estimate(trainer.model, "val", 2, trainer.setting)
+    res = trainer.fit()
+    assert res.step == 60
+    assert res.val_loss < 0.6 * before
 
 
 def test_collate_shapes_and_shift():
@@ -149,9 +154,9 @@ def test_collate_shapes_and_shift():
 
 
 def test_config_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ScratchGPTError):
         Seq2SeqConfig("gpt", 5, 5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ScratchGPTError):
         Seq2SeqConfig("transformer", 5, 5, d_model=10, n_head=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ScratchGPTError):
         Seq2SeqConfig("lstm", 5, 5, dropout=1.5)

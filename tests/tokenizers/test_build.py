@@ -12,6 +12,7 @@ from scratchgpt.tokenizers import (
     BPETokenizer,
     CharTokenizer,
     ProseCharTokenizer,
+    Seq2SeqTokenizer,
     build_tokenizer,
     load_tokenizer,
 )
@@ -21,7 +22,7 @@ TEXT = "To be, or not to be, that is the question:\n" * 50
 
 def test_registered_kinds():
     assert TOKENIZERS == {"char": CharTokenizer, "char-prose": ProseCharTokenizer,
-                          "bpe": BPETokenizer}
+                          "bpe": BPETokenizer, "char-seq2seq": Seq2SeqTokenizer}
 
 
 def test_build_char():

@@ -6,6 +6,8 @@ the same global batch, each keeps its half, and DDP averages the two halves' gra
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -21,11 +23,11 @@ def weights(run) -> dict[str, torch.Tensor]:
 
 
 def weights_at_init(run) -> dict[str, torch.Tensor]:
+    from scratchgpt.checkpoints import load_checkpoint
     from scratchgpt.models import build_model
 
     torch.manual_seed(1337)  # the trainer's default seed
-    config = torch.load(run / "last.pt", weights_only=True)["model_config"]
-    return build_model("gpt", config).state_dict()
+    return build_model(load_checkpoint(run / "last.pt").model_config).state_dict()
 
 
 @pytest.mark.parametrize("optimizer,accum", [("adamw", 1), ("muon", 1), ("adamw", 2)])
@@ -46,8 +48,9 @@ def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, o
     assert (a[key] - weights_at_init(tmp_path / "one")[key]).abs().max() > 10 * tol
     for k in a:
         assert torch.allclose(a[k], b[k], atol=tol), (k, (a[k] - b[k]).abs().max())
-    ck = torch.load(tmp_path / "two" / "last.pt", weights_only=True)
-    assert ck["world_size"] == 2 and ck["tokens"] == 20 * 8 * 16 * accum
+    ck = torch.load(tmp_path / "two" / "last.pt", weights_only=True)["state"]
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["world_size"] == 2 and ck["tokens"] == 20 * 8 * 16 * accum
     assert (tmp_path / "two" / "loss.png").is_file()
 
 
@@ -67,7 +70,7 @@ def test_time_budget_ends_every_process_at_the_same_step(small_dataset, tmp_path
     # rank 0's clock decides for all; a rank that stopped alone would hang the other
     assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
                  "--batch-size", "4", "--nproc", "2", "--time-budget", "3s", *ARGS]) == 0
-    state = torch.load(tmp_path / "r" / "last.pt", weights_only=True)
+    state = torch.load(tmp_path / "r" / "last.pt", weights_only=True)["state"]
     assert state["step"] > 0 and 3.0 <= state["elapsed_s"] < 10.0
     assert f"done: {state['step']} steps" in capsys.readouterr().out
 
@@ -102,8 +105,8 @@ def test_ctrl_c_stops_every_process_and_saves(small_dataset, tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    assert "interrupted at step" in stdout and "Traceback" not in stderr, stderr
-    state = torch.load(out / "last.pt", weights_only=True)
+    assert "stopped at step" in stdout and "Traceback" not in stderr, stderr
+    state = torch.load(out / "last.pt", weights_only=True)["state"]
     assert state["step"] >= 10 and len(state["rng"]["torch_per_rank"]) == 2
 
 

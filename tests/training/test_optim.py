@@ -2,14 +2,14 @@ import pytest
 import torch
 
 from scratchgpt.errors import ScratchGPTError
-from scratchgpt.models import build_model
+from scratchgpt.models import build_model, model_config
 from scratchgpt.training.optim import ChainedOptimizer, hidden_matrices, make_optimizer, set_lr
 
 GPT = dict(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16)
 
 
 def test_hidden_matrices_are_the_block_linears_only():
-    model = build_model("gpt", GPT)
+    model = build_model(model_config("gpt", **GPT))
     names = {id(p): n for n, p in model.named_parameters()}
     got = sorted(names[id(p)] for p in hidden_matrices(model))
     want = sorted(f"transformer.h.{i}.{m}.weight" for i in range(2)
@@ -18,13 +18,13 @@ def test_hidden_matrices_are_the_block_linears_only():
 
 
 def test_untied_head_stays_with_adamw():
-    model = build_model("gpt", {**GPT, "tie_weights": False})
+    model = build_model(model_config("gpt", **GPT, tie_weights=False))
     assert all(p is not model.lm_head.weight for p in hidden_matrices(model))
 
 
 @pytest.mark.parametrize("model_type,cfg", [("gpt", GPT), ("lstm", dict(vocab_size=65))])
 def test_muon_and_adamw_together_own_every_parameter_once(model_type, cfg):
-    model = build_model(model_type, cfg)
+    model = build_model(model_config(model_type, **cfg))
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon", muon_lr_scale=2.0)
     owned = [id(p) for g in opt.param_groups for p in g["params"]]
     assert sorted(owned) == sorted(id(p) for p in model.parameters())
@@ -48,7 +48,7 @@ def test_muon_step_is_orthogonalized():
 
 
 def test_muon_state_round_trips():
-    model = build_model("gpt", GPT)
+    model = build_model(model_config("gpt", **GPT))
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon")
     model(torch.randint(0, 65, (2, 8))).sum().backward()
     opt.step()
@@ -61,4 +61,4 @@ def test_muon_state_round_trips():
 
 def test_unknown_optimizer_is_a_user_error():
     with pytest.raises(ScratchGPTError):
-        make_optimizer(build_model("gpt", GPT), 1e-3, 0.1, (0.9, 0.99), "sgd")
+        make_optimizer(build_model(model_config("gpt", **GPT)), 1e-3, 0.1, (0.9, 0.99), "sgd")

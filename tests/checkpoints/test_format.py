@@ -1,0 +1,158 @@
+"""The checkpoint format: typed round trips for every model kind, version-1 files, run
+directories (lock, safe overwrite, stale temporaries, best/last reconciliation)."""
+
+import math
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import Checkpoint, load_checkpoint, load_model, save_checkpoint
+from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.errors import CheckpointError, RunInUseError
+from scratchgpt.models import build_model, model_config
+from scratchgpt.tokenizers import CharTokenizer, Seq2SeqTokenizer
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.state import TrainState
+
+
+@pytest.mark.parametrize("kind,values", [
+    ("gpt", dict(vocab_size=7, n_layer=1, n_head=2, n_embd=8, block_size=8)),
+    ("lstm", dict(vocab_size=7, hidden=8, n_layer=1)),
+    ("bigram", dict(vocab_size=7)),
+    ("seq2seq", dict(arch="transformer", src_vocab=9, tgt_vocab=6, d_model=8, n_head=2,
+                     d_ff=16)),
+])
+def test_every_model_kind_round_trips_with_its_settings(tmp_path, kind, values):
+    torch.manual_seed(0)
+    config = model_config(kind, **values)
+    model = build_model(config)
+    tok = Seq2SeqTokenizer.train(["abc"]) if kind == "seq2seq" else CharTokenizer("abcdefg")
+    state = TrainState(step=3, tokens=48, elapsed_s=1.5, best_val_loss=2.0, val_loss=2.0,
+                       rng={"batch": torch.Generator().get_state()})
+    saved = Checkpoint(kind, config, model.state_dict(), {"text": tok.state()},
+                       {"dataset": "somewhere"}, "run-1", TrainConfig(max_iters=9), state,
+                       {"param_groups": []})
+    save_checkpoint(tmp_path / "c.pt", saved)
+    back = load_checkpoint(tmp_path / "c.pt")
+    assert back.model_config == config and back.model_type == kind
+    assert back.train_config == saved.train_config
+    assert torch.equal(back.state.rng.pop("batch"), state.rng.pop("batch"))
+    assert back.state == state
+    assert back.tokenizer("text").state() == tok.state() and back.run_id == "run-1"
+    loaded, source = load_model(tmp_path / "c.pt")
+    assert source.checkpoint.path == tmp_path / "c.pt"
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v)
+
+
+def test_a_version_1_file_still_loads_and_resumes(tmp_path):
+    """Files written before the typed format: flat keys, one tokenizer, the dataset path."""
+    config = model_config("gpt", vocab_size=5, n_layer=1, n_head=1, n_embd=4, block_size=4)
+    model = build_model(config)
+    gen = torch.Generator()
+    torch.save({"format": "scratchgpt-checkpoint", "version": 1, "model_type": "gpt",
+                "model_config": {"vocab_size": 5, "n_layer": 1, "n_head": 1, "n_embd": 4,
+                                 "block_size": 4},
+                "model": model.state_dict(), "optimizer": {}, "step": 7, "elapsed_s": 2.0,
+                "tokens": 100, "best_val_loss": 1.5, "val_loss": 1.5,
+                "train_config": {"model": "gpt", "max_iters": 50},
+                "tokenizer": CharTokenizer("abcde").state(), "dataset": "data/x",
+                "rng": {"batch": gen.get_state(), "torch": torch.get_rng_state(),
+                        "cuda": None}}, tmp_path / "old.pt")
+    ckpt = load_checkpoint(tmp_path / "old.pt")
+    assert ckpt.state.step == 7 and ckpt.state.best_val_loss == 1.5
+    assert ckpt.train_config.max_iters == 50 and ckpt.data == {"dataset": "data/x"}
+    assert ckpt.tokenizer().decode([0, 4]) == "ae"
+    assert len(ckpt.state.rng["torch_per_rank"]) == 1
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda d: d.pop("model_config"), "lacks 'model_config'"),
+    (lambda d: d["model_config"].update(n_layer="two"), "n_layer must be int"),
+    (lambda d: d["model_config"].update(n_head=3), "divisible"),
+    (lambda d: d["train_config"].update(learning_rate=math.inf), "learning_rate"),
+    (lambda d: d.update(version=99), "version 99"),
+])
+def test_damaged_settings_are_one_line_errors(tmp_path, damage, message):
+    config = model_config("gpt", vocab_size=5, n_layer=1, n_head=2, n_embd=4, block_size=4)
+    data = Checkpoint("gpt", config, build_model(config).state_dict(),
+                      train_config=TrainConfig()).to_dict()
+    damage(data)
+    torch.save(data, tmp_path / "d.pt")
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tmp_path / "d.pt")
+
+
+def test_second_writer_is_refused_with_the_holder(tmp_path):
+    first = RunDir(tmp_path / "run")
+    with first.lock():
+        with pytest.raises(RunInUseError, match=r"in use by process \d+"):
+            RunDir(tmp_path / "run").acquire()
+    with RunDir(tmp_path / "run").lock():  # released: the next writer gets it
+        pass
+
+
+def write_run(run: RunDir, marker: str) -> None:
+    config = model_config("bigram", vocab_size=3)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.file("config.json").write_text(marker)
+    save_checkpoint(run.file("last.pt"), Checkpoint("bigram", config,
+                                                    build_model(config).state_dict()))
+
+
+def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(tmp_path):
+    run = RunDir(tmp_path / "run")
+    write_run(run, "old")
+    with run.lock():
+        run.begin("overwrite")
+        assert not run.file("config.json").exists()
+        run.file("config.json").write_text("new, failed")
+        run.abort()
+    assert run.file("config.json").read_text() == "old" and run.file("last.pt").is_file()
+    with run.lock():
+        run.begin("overwrite")
+        write_run(run, "new")
+        run.commit()
+    assert run.file("config.json").read_text() == "new"
+    assert not run.file(".replaced").exists()
+
+
+def test_an_overwrite_killed_before_its_first_checkpoint_is_undone_at_the_next_start(tmp_path):
+    run = RunDir(tmp_path / "run")
+    write_run(run, "old")
+    with run.lock():
+        run.begin("overwrite")  # ... and the process dies here: no abort, no commit
+    with run.lock():
+        with pytest.raises(CheckpointError, match="already holds a run"):
+            run.begin("new")
+    assert run.file("config.json").read_text() == "old"
+
+
+def test_stale_temporaries_are_removed_when_a_run_starts(tmp_path):
+    run = RunDir(tmp_path / "run")
+    write_run(run, "x")
+    stale = run.file(".last.pt.abc123.tmp")
+    stale.write_bytes(b"half a checkpoint")
+    with run.lock():
+        run.begin("resume")
+    assert not stale.exists() and run.file("last.pt").is_file()
+
+
+def test_resume_trusts_best_pt_when_last_pt_lags_behind(tmp_path):
+    """Killed after writing best.pt, before last.pt: last.pt's record of the best loss is
+    stale, and must not let a worse model overwrite best.pt later."""
+    run = RunDir(tmp_path / "run")
+    config = model_config("bigram", vocab_size=3)
+    weights = build_model(config).state_dict()
+
+    def ckpt(val: float, best: float, run_id: str = "r") -> Checkpoint:
+        return Checkpoint("bigram", config, weights, run_id=run_id,
+                          train_config=TrainConfig(),
+                          state=TrainState(step=1, best_val_loss=best, val_loss=val))
+
+    save_checkpoint(run.file("last.pt"), ckpt(2.0, 2.0))
+    save_checkpoint(run.file("best.pt"), ckpt(1.5, 1.5))
+    assert run.load_last().state.best_val_loss == 1.5
+    save_checkpoint(run.file("best.pt"), ckpt(1.5, 1.5, run_id="another"))
+    with pytest.raises(CheckpointError, match="different runs"):
+        run.load_last()
