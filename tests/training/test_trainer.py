@@ -1,4 +1,5 @@
 import csv
+import math
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ def cfg(**kw) -> TrainConfig:
 def test_training_lowers_val_loss_and_writes_run_files(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     res = train(cfg(max_iters=80), MODEL, data, tmp_path / "run", progress=False)
-    assert res.val_loss < 3.4 < 4.17  # ln(65) = 4.17 is the loss of a uniform guess
+    uniform = math.log(data.meta["vocab_size"])  # the loss of a uniform guess
+    assert res.val_loss < uniform - 0.75, (res.val_loss, uniform)
     for f in ("last.pt", "best.pt", "config.json", "metrics.csv", "loss.png", "tokenizer.json"):
         assert (tmp_path / "run" / f).is_file(), f
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
