@@ -18,9 +18,9 @@ def _args(**kw) -> argparse.Namespace:
     return args
 
 
-def test_tokenize_bench_runs(shakespeare_text, tmp_path, capsys):
+def test_tokenize_bench_runs(english_text, tmp_path, capsys):
     data = tmp_path / "small.txt"
-    data.write_text(shakespeare_text[:20_000] + "\n😀 it's  \n", encoding="utf-8")
+    data.write_text(english_text[:20_000] + "\n😀 it's  \n", encoding="utf-8")
     assert tokenize.run(_args(data=data, repeat=1, vocab_size=300)) == 0
     out = capsys.readouterr().out
     assert "all encodings equal: yes" in out

@@ -175,21 +175,27 @@ def test_gpt2_vocabulary_matches_tiktoken(gpt2_python, tiktoken_gpt2):
 # ----------------------------------------------------------------------------- parity
 
 
-def test_shakespeare_python_backend_is_byte_exact(shakespeare_text, gpt2_python, tiktoken_gpt2):
-    expected = tiktoken_gpt2.encode(shakespeare_text)
+@pytest.fixture(scope="module")
+def corpus_text(english_text, stdlib_text) -> str:
+    """Some 5 MB of diverse text: the generated play, then every top-level module of Python's
+    standard library (code, docstrings, long whitespace runs, some non-ASCII)."""
+    return english_text + "\n\n" + stdlib_text
+
+
+def test_corpus_python_backend_is_byte_exact(corpus_text, gpt2_python, tiktoken_gpt2):
+    expected = tiktoken_gpt2.encode(corpus_text)
     gpt2_python._cache.clear()  # run the BPE itself, not earlier tests' cached answers
-    ids = gpt2_python.encode(shakespeare_text)
+    ids = gpt2_python.encode(corpus_text)
     assert ids == expected
-    assert gpt2_python.decode(ids) == shakespeare_text
-    assert gpt2_python.decode_bytes(ids) == shakespeare_text.encode("utf-8")
+    assert gpt2_python.decode(ids) == corpus_text
+    assert gpt2_python.decode_bytes(ids) == corpus_text.encode("utf-8")
 
 
-def test_shakespeare_tiktoken_backend_is_byte_exact(shakespeare_text, gpt2_tiktoken,
-                                                    tiktoken_gpt2):
+def test_corpus_tiktoken_backend_is_byte_exact(corpus_text, gpt2_tiktoken, tiktoken_gpt2):
     assert gpt2_tiktoken.backend == "tiktoken"
-    ids = gpt2_tiktoken.encode(shakespeare_text)
-    assert ids == tiktoken_gpt2.encode(shakespeare_text)
-    assert gpt2_tiktoken.decode(ids) == shakespeare_text
+    ids = gpt2_tiktoken.encode(corpus_text)
+    assert ids == tiktoken_gpt2.encode(corpus_text)
+    assert gpt2_tiktoken.decode(ids) == corpus_text
 
 
 @pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda s: repr(s[:24]))
@@ -334,9 +340,9 @@ def test_hf_tokenizer_json_unsupported_forms(gpt2_files, tmp_path):
         BPETokenizer.from_hf_json(path)
 
 
-def test_hf_tokenizers_library_agrees(gpt2_files, gpt2_python, shakespeare_text, tmp_path):
+def test_hf_tokenizers_library_agrees(gpt2_files, gpt2_python, corpus_text, tmp_path):
     """Optional cross-check against Hugging Face's own BPE: a tokenizer.json written by the
-    `tokenizers` library loads to the same vocabulary and encodes Shakespeare identically."""
+    `tokenizers` library loads to the same vocabulary and encodes diverse text identically."""
     tokenizers = pytest.importorskip(
         "tokenizers", reason="optional parity check: the `tokenizers` package is not installed")
     encoder_json, vocab_bpe = gpt2_files
@@ -347,7 +353,7 @@ def test_hf_tokenizers_library_agrees(gpt2_files, gpt2_python, shakespeare_text,
     hf.save(str(tmp_path / "tokenizer.json"))
     tok = BPETokenizer.from_hf_json(tmp_path / "tokenizer.json", backend="python")
     assert tok.merges == gpt2_python.merges and tok.eot_id == EOT
-    text = shakespeare_text[:200_000]
+    text = corpus_text[:200_000] + corpus_text[-200_000:]  # prose, then code
     assert hf.encode(text).ids == gpt2_python.encode(text)
 
 

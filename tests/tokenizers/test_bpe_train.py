@@ -20,11 +20,12 @@ from scratchgpt.tokenizers.bpe import (
     learn_merges,
     merge,
 )
+from tests.corpus import play_text
 
 
 @pytest.fixture(scope="module")
-def small_text(shakespeare_text) -> str:
-    return shakespeare_text[:100_000]
+def small_text(english_text) -> str:
+    return english_text[:100_000]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,9 @@ def _naive_merges(text: str, num_merges: int) -> list[tuple[int, int]]:
     return merges
 
 
-def test_incremental_training_equals_naive(shakespeare_text):
-    text = shakespeare_text[:5_000]
+@pytest.mark.parametrize("corpus", ["english_text", "stdlib_text"])
+def test_incremental_training_equals_naive(corpus, request):
+    text = request.getfixturevalue(corpus)[:5_000]
     tok = BPETokenizer.train(text, 256 + 150, special_tokens=())
     assert tok.merges == _naive_merges(text, 150)
 
@@ -103,9 +105,11 @@ def test_round_trip_on_unseen_text(trained):
         assert trained.decode_bytes(ids) == text.encode("utf-8")
 
 
-def test_python_and_tiktoken_backends_agree_on_trained(trained, small_text, shakespeare_text):
+def test_python_and_tiktoken_backends_agree_on_trained(trained, stdlib_text):
     fast = BPETokenizer(trained.merges, trained.special_tokens, backend="tiktoken")
-    text = shakespeare_text[-200_000:] + "\n😀 日本語 it's  \n\n " + ENDOFTEXT
+    # Text the tokenizer never saw: another play, and Python code with long whitespace runs.
+    text = (play_text(100_000, seed=1) + stdlib_text[:200_000] + "\n😀 日本語 it's  \n\n "
+            + ENDOFTEXT)
     assert fast.encode(text, allowed_special="all") == trained.encode(text, allowed_special="all")
 
 
@@ -132,13 +136,13 @@ def test_training_rejects_bad_sizes():
         BPETokenizer.train("text", 300, special_tokens=("<a>", "<a>"))
 
 
-def test_training_is_fast_enough(shakespeare_text):
+def test_training_is_fast_enough(english_text):
     """Incremental pair counts: a merge touches only the chunks that hold its pair. A trainer
     that recounts everything per merge needs minutes for this; ours takes about a second."""
     import time
 
     start = time.process_time()  # CPU time: other processes on the machine do not count
-    tok = BPETokenizer.train(shakespeare_text[:300_000], 2048, backend="python")
+    tok = BPETokenizer.train(english_text[:300_000], 2048, backend="python")
     assert time.process_time() - start < 15
     assert tok.vocab_size == 2048
 

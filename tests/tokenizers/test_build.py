@@ -34,8 +34,8 @@ def test_build_char():
         build_tokenizer("char", "")
 
 
-def test_build_bpe(shakespeare_text, tmp_path):
-    text = shakespeare_text[:20_000]
+def test_build_bpe(english_text, tmp_path):
+    text = english_text[:20_000]
     tok = build_tokenizer("bpe", text, vocab_size=300)
     assert isinstance(tok, BPETokenizer)
     assert tok.vocab_size == 300 and tok.eot_id == 299
@@ -44,8 +44,8 @@ def test_build_bpe(shakespeare_text, tmp_path):
     assert load_tokenizer(tmp_path).encode(text) == tok.encode(text)
 
 
-def test_build_bpe_default_size(shakespeare_text):
-    assert build_tokenizer("bpe", shakespeare_text[:200_000]).vocab_size == 4096
+def test_build_bpe_default_size(english_text):
+    assert build_tokenizer("bpe", english_text[:200_000]).vocab_size == 4096
 
 
 @pytest.mark.parametrize("size", [256, 100, 0, -5, 1000.5, "512", True])

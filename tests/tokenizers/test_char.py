@@ -8,13 +8,16 @@ from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import CharTokenizer, load_tokenizer
 
 
-def test_round_trip(shakespeare_text):
-    tok = CharTokenizer.train(shakespeare_text)
-    assert tok.vocab_size == len(set(shakespeare_text)) == 65
-    assert tok.chars == sorted(tok.chars)
-    ids = tok.encode(shakespeare_text[:5000])
+@pytest.mark.parametrize("corpus", ["english_text", "stdlib_text"])
+def test_round_trip(corpus, request):
+    text = request.getfixturevalue(corpus)
+    tok = CharTokenizer.train(text)
+    assert tok.vocab_size == len(set(text))
+    assert tok.chars == sorted(set(text))
+    ids = tok.encode(text[:5000])
     assert all(0 <= i < tok.vocab_size for i in ids)
-    assert tok.decode(ids) == shakespeare_text[:5000]
+    assert sorted(set(tok.encode(text))) == list(range(tok.vocab_size))  # every id is used
+    assert tok.decode(ids) == text[:5000]
     assert tok.eot_id is None
 
 

@@ -1,4 +1,5 @@
 import csv
+import math
 import os
 import signal
 
@@ -30,8 +31,8 @@ def gpt(data: TokenDataset, **kw):
 def test_training_lowers_val_loss_and_writes_run_files(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     res = train(cfg(max_iters=80), gpt(data), data, tmp_path / "run", progress=False)
-    uniform = torch.log(torch.tensor(float(data.vocab_size))).item()
-    assert res.val_loss < uniform - 0.5  # well below the loss of a uniform guess
+    uniform = math.log(data.vocab_size)  # the loss of a uniform guess
+    assert res.val_loss < uniform - 0.75, (res.val_loss, uniform)
     for f in ("last.pt", "best.pt", "config.json", "metrics.csv", "loss.png", "tokenizer.json"):
         assert (tmp_path / "run" / f).is_file(), f
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))

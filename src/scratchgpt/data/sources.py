@@ -3,21 +3,25 @@
 Named datasets carry a canonical URL and, once pinned, a sha256. They are looked up, in order,
 in ``$SCRATCHGPT_DATA_DIR``, then in the cache directory (``$SCRATCHGPT_CACHE_DIR`` or
 ``~/.cache/scratchgpt``), and only then downloaded into the cache. A checksum mismatch is always
-an error: a corrupt or different file is never used silently. A dataset whose ``sha256`` is None
-is *not pinned* (nobody here could download it to measure it): its file is used, its checksum is
-printed, and the user is told to pin it.
+an error: a corrupt or different file is never used silently. A download that fails (an error
+status, no network, a transfer cut short) is a one-line error and leaves nothing in the cache.
+A dataset whose ``sha256`` is None is *not pinned* (nobody here could download it to measure
+it): its file is used, its checksum is printed, and the user is told to pin it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import sys
 import sysconfig
 import tempfile
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from scratchgpt.errors import DataError
 
@@ -86,18 +90,48 @@ def _verified(path: Path, ds: NamedDataset) -> Path:
     return path
 
 
+def _copy_response(url: str, out: BinaryIO, timeout: float) -> None:
+    """Write the body at ``url`` to ``out``; a body shorter than its Content-Length is an error
+    (urllib returns a cut-off body without complaint)."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        announced = resp.headers.get("Content-Length", "")
+        received = 0
+        for chunk in iter(lambda: resp.read(1 << 20), b""):
+            out.write(chunk)
+            received += len(chunk)
+    if announced.isdigit() and received != int(announced):
+        raise DataError(f"transfer interrupted: received {received:,} of {int(announced):,} bytes")
+
+
+def _reason(e: Exception) -> str:
+    """One line saying why a download failed."""
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):  # wraps the socket's error, or says why itself
+        if not isinstance(e.reason, Exception):
+            return " ".join(str(e.reason).split())
+        e = e.reason
+    if isinstance(e, http.client.IncompleteRead):
+        return "transfer interrupted: the connection closed before the end of the body"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def download(url: str, dest: Path, timeout: float = 30.0) -> None:
-    """Download ``url`` to ``dest`` atomically (temp file + rename)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    """Download ``url`` to ``dest`` atomically: into a temporary file beside it, renamed only
+    once the whole body has arrived. Any failure (an HTTP error status, an unreachable host, a
+    timeout, a transfer cut short) raises a one-line DataError and leaves nothing behind."""
+    tmp = None
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                out.write(chunk)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+        with os.fdopen(fd, "wb") as out:
+            _copy_response(url, out, timeout)
         os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except (OSError, ValueError, http.client.HTTPException, DataError) as e:
+        raise DataError(f"download of {url} failed: {_reason(e)}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def fetch_named(name: str) -> Path:
@@ -113,9 +147,9 @@ def fetch_named(name: str) -> Path:
         return _verified(cached, ds)
     try:
         download(ds.url, cached)
-    except OSError as e:
+    except DataError as e:
         raise DataError(
-            f"dataset {name!r} is not available offline and the download failed ({e}); "
+            f"dataset {name!r} is not available offline: {e}; "
             f"put {ds.filename} in a folder and set SCRATCHGPT_DATA_DIR to it"
         ) from None
     try:
