@@ -2,12 +2,16 @@
 several times faster.
 
 tiktoken runs any vocabulary given as ranks (token bytes -> id) and a pre-tokenizer pattern, so
-we build its ``Encoding`` from our own ranks (no download).
+we build its ``Encoding`` from our own ranks (no download), with the pattern's letters and
+numbers pinned to Unicode 16.0 (:func:`~scratchgpt.tokenizers.pretokenize.pinned_pattern`) as
+the Python path pins them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from scratchgpt.tokenizers.pretokenize import pinned_pattern
 
 
 def tiktoken_available() -> bool:
@@ -28,7 +32,7 @@ class TiktokenBackend:
                  special_tokens: dict[str, int], python_encode: Callable[[str], list[int]]):
         import tiktoken
 
-        self._encoding = tiktoken.Encoding(f"scratchgpt-{name}", pat_str=pattern,
+        self._encoding = tiktoken.Encoding(f"scratchgpt-{name}", pat_str=pinned_pattern(pattern),
                                            mergeable_ranks=ranks, special_tokens=special_tokens)
         self._python_encode = python_encode
 
