@@ -12,18 +12,16 @@ import pytest
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
-from scratchgpt.tokenizers.bpe import (
-    ENDOFTEXT,
+from scratchgpt.tokenizers.bpe_algorithm import (
     LONG_CHUNK,
-    _merge_by_scanning,
-    _merge_with_heap,
     bpe_encode_chunk,
-    bytes_to_unicode,
-    fix_surrogates,
     get_stats,
     merge,
-    unicode_to_bytes,
+    merge_by_scanning,
+    merge_with_heap,
 )
+from scratchgpt.tokenizers.bpe_files import ENDOFTEXT, bytes_to_unicode, unicode_to_bytes
+from scratchgpt.tokenizers.pretokenize import fix_surrogates
 
 EOT = 50256
 
@@ -141,7 +139,7 @@ def test_heap_merge_equals_scanning_merge(gpt2_python):
     for length in (2, 3, 8, 40, 300, 1500):
         for _ in range(20):
             chunk = bytes(rng.choice(alphabet) for _ in range(length))
-            assert _merge_with_heap(chunk, ranks) == _merge_by_scanning(chunk, ranks), chunk
+            assert merge_with_heap(chunk, ranks) == merge_by_scanning(chunk, ranks), chunk
     assert bpe_encode_chunk(b"ab" * LONG_CHUNK, ranks) == [ranks[b"ab"]] * LONG_CHUNK
 
 
@@ -184,7 +182,7 @@ def corpus_text(english_text, stdlib_text) -> str:
 
 def test_corpus_python_backend_is_byte_exact(corpus_text, gpt2_python, tiktoken_gpt2):
     expected = tiktoken_gpt2.encode(corpus_text)
-    gpt2_python._cache.clear()  # run the BPE itself, not earlier tests' cached answers
+    gpt2_python.clear_cache()  # run the BPE itself, not earlier tests' cached answers
     ids = gpt2_python.encode(corpus_text)
     assert ids == expected
     assert gpt2_python.decode(ids) == corpus_text

@@ -11,15 +11,9 @@ import regex
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
-from scratchgpt.tokenizers.bpe import (
-    ENDOFTEXT,
-    GPT2_PATTERN,
-    MERGES_FILE,
-    MERGES_HEADER,
-    get_stats,
-    learn_merges,
-    merge,
-)
+from scratchgpt.tokenizers.bpe_algorithm import get_stats, learn_merges, merge
+from scratchgpt.tokenizers.bpe_files import ENDOFTEXT, MERGES_FILE, MERGES_HEADER
+from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN
 from tests.corpus import play_text
 
 

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                  *_best_of(args.repeat, lambda: auto.encode_ordinary(text))))
     rows.append(("scratchgpt python, cold cache",
                  *_best_of(args.repeat, lambda: python.encode_ordinary(text),
-                           before=python._cache.clear)))
+                           before=python.clear_cache)))
     rows.append(("scratchgpt python, warm cache",
                  *_best_of(args.repeat, lambda: python.encode_ordinary(text))))
 

@@ -203,7 +203,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> P
 
     With a ``tokenizer``, it is saved in ``scratchgpt-tokenizer/`` (read back by
     :func:`hf_tokenizer`), and a GPT-2 style BPE tokenizer is also written in Hugging Face's
-    format (``vocab.json``, ``merges.txt``; see :func:`write_hf_tokenizer`)."""
+    format (``vocab.json``, ``merges.txt``; see
+    :func:`scratchgpt.tokenizers.bpe_files.write_hf_tokenizer`)."""
     from safetensors.torch import save_file
 
     from scratchgpt.models.gpt import GPT
@@ -225,39 +226,13 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> P
     if tokenizer is not None:
         tokenizer.save(directory / OUR_TOKENIZER_DIR)
         if getattr(tokenizer, "kind", None) == "bpe":
+            from scratchgpt.tokenizers.bpe_files import write_hf_tokenizer
+
             write_hf_tokenizer(tokenizer, directory, cfg["block_size"])
     return directory
 
 
 # ---- tokenizers
-
-def write_hf_tokenizer(tok: Any, directory: Path, model_max_length: int) -> None:
-    """Hook: write a byte-level BPE tokenizer as GPT-2's Hugging Face files.
-
-    ``vocab.json`` maps each token's bytes (in GPT-2's printable byte alphabet) to its id,
-    ``merges.txt`` lists the merges in rank order. Needs ``scratchgpt.tokenizers.bpe``
-    (``BPETokenizer.token_bytes``, ``.merges``, ``.special_tokens``)."""
-    from scratchgpt.tokenizers.bpe import bytes_to_unicode
-
-    alphabet = bytes_to_unicode()
-
-    def text(i: int) -> str:
-        return "".join(alphabet[b] for b in tok.token_bytes(i))
-
-    specials = dict(tok.special_tokens)
-    special_ids = set(specials.values())
-    vocab = {text(i): i for i in range(tok.vocab_size) if i not in special_ids}
-    vocab.update(specials)
-    merges = [f"{text(a)} {text(b)}" for a, b in tok.merges]
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
-    (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n",
-                                          encoding="utf-8")
-    eot = next(iter(specials), None)
-    (directory / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "GPT2Tokenizer", "model_max_length": model_max_length,
-        "bos_token": eot, "eos_token": eot, "unk_token": eot, "add_prefix_space": False,
-    }, indent=2) + "\n")
-
 
 def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
     """The tokenizer of a Hugging Face directory, or None when it has none and not required.

@@ -1,4 +1,17 @@
-"""Tokenizers: character level and byte-level BPE, saved as a directory with tokenizer.json."""
+"""Tokenizers: character level and byte-level BPE, saved as a directory with tokenizer.json.
+
+One concept per module:
+
+- ``base``: the :class:`Tokenizer` interface; ``char``: one id per character.
+- ``bpe``: :class:`BPETokenizer`, byte-level BPE as GPT-2 has it: training, encoding, decoding,
+  the special-token policy, saving.
+- ``bpe_algorithm``: BPE itself, on lists of ids: pair counts, merges, learning them, and
+  applying them to one chunk.
+- ``pretokenize``: the regex that cuts text into chunks first, with letters and numbers pinned to
+  Unicode 16.0 (``unicode_tables``) so every backend cuts alike.
+- ``bpe_files``: vocabulary files: ours, GPT-2's ``encoder.json``/``vocab.bpe``, Hugging Face's.
+- ``tiktoken_backend``: the same vocabulary run by tiktoken's Rust core.
+"""
 
 from __future__ import annotations
 
