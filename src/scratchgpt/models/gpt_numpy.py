@@ -97,8 +97,8 @@ def mha(x: np.ndarray, p: Params, prefix: str, cfg: Config,
     qkv = linear(x, p[f"{prefix}.c_attn.weight"], p.get(f"{prefix}.c_attn.bias"))  # (T, 3C)
     q, k, v = np.split(qkv, 3, axis=-1)  # 3 x (T, C)
     if ve is not None:  # mix the token's value embedding into its values
-        a = p[f"{prefix}.ve_lambda"]  # a scalar
-        v = (1 - a) * v + a * ve  # (T, C)
+        lam = p[f"{prefix}.ve_lambda"]  # a learned scalar
+        v = (1 - lam) * v + lam * ve  # (T, C)
     heads = []
     for qh, kh, vh in zip(*(np.split(a, cfg["n_head"], axis=-1) for a in (q, k, v)),
                           strict=True):  # each (T, D)
