@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from scratchgpt.checkpoints import load_model  # noqa: E402
 from scratchgpt.checkpoints.hf import load_hf, save_hf  # noqa: E402
-from scratchgpt.errors import ScratchGPTError  # noqa: E402
+from scratchgpt.errors import ConfigError, ScratchGPTError  # noqa: E402
 from scratchgpt.generation.generate import generate  # noqa: E402
 from scratchgpt.generation.sampling import SamplingConfig  # noqa: E402
 from scratchgpt.models.bigram import BigramConfig, BigramLM  # noqa: E402
@@ -69,8 +69,7 @@ def test_round_trip_ours_to_hf_to_ours_is_bit_identical(tmp_path):
                               dropout=0.1, attn_dropout=drop)).eval()
         out = save_hf(model, tmp_path / f"hf-{tie}")
         back, _ = load_hf(out)
-        assert {k: v for k, v in back.config.to_dict().items() if k != "attn_impl"} == {
-            k: v for k, v in model.config.to_dict().items() if k != "attn_impl"}
+        assert back.config == model.config  # the rest are defaults
         for k, v in model.state_dict().items():
             assert torch.equal(back.state_dict()[k], v), k
         ref = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
@@ -134,10 +133,37 @@ def test_unsupported_config_is_named(hf_dir, tmp_path, key, value):
 def test_only_gpt_models_export(tmp_path):
     with pytest.raises(ScratchGPTError, match="only GPT models"):
         save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
-    sinus = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=1, n_embd=8, block_size=8,
-                          pos_encoding="sinusoidal"))
-    with pytest.raises(ScratchGPTError, match="pos_encoding"):
-        save_hf(sinus, tmp_path / "y")
+
+
+@pytest.mark.parametrize("option, flag", [
+    (dict(pos_encoding="sinusoidal"), "--pos-encoding sinusoidal"),
+    (dict(pos_encoding="rope"), "--pos-encoding rope"), (dict(bias=False), "--no-bias"),
+    (dict(qk_norm=True), "--qk-norm"), (dict(activation="relu"), "--activation relu"),
+    (dict(activation="relu2"), "--activation relu2"), (dict(value_embeds=1), "--value-embeds"),
+    (dict(unet_skips=True), "--unet-skips"), (dict(logit_softcap=30.0), "--logit-softcap"),
+    (dict(residual=False), "--no-residual"), (dict(layernorm=False), "--no-layernorm"),
+    (dict(mlp=False), "--no-mlp"),
+])
+def test_options_gpt2_lacks_are_refused_in_one_line_naming_the_flag(tmp_path, option, flag):
+    model = GPT(GPTConfig(vocab_size=10, n_layer=2, n_head=1, n_embd=8, block_size=8, **option))
+    with pytest.raises(ConfigError, match=f"^cannot export to Hugging Face GPT-2: {flag}: ") as e:
+        save_hf(model, tmp_path / "x")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "x").exists()  # nothing written
+
+
+def test_zero_initialized_projections_export_as_plain_gpt2(tmp_path):
+    """zero_init_proj only changes where training starts: the trained model is GPT-2."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=2, n_head=2, n_embd=32,
+                          zero_init_proj=True)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    ref = transformers.GPT2LMHeadModel.from_pretrained(save_hf(model, tmp_path / "z")).eval()
+    x = torch.randint(0, VOCAB, (2, 20))
+    with torch.no_grad():
+        assert (model(x) - ref(x).logits).abs().max() <= 1e-4
 
 
 def test_gpt2_bpe_tokenizer_is_exported_in_hf_format(tmp_path):

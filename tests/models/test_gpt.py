@@ -12,9 +12,45 @@ def tiny(**kw) -> GPT:
     return GPT(GPTConfig(**cfg)).eval()
 
 
-@pytest.mark.parametrize("pos", ["learned", "sinusoidal"])
-def test_causal_future_tokens_do_not_change_past_logits(pos):
-    model = tiny(pos_encoding=pos)
+# Architecture options, alone and combined, that every exactness test runs (name: config).
+OPTIONS = {
+    "gpt2": {},
+    "sinusoidal": dict(pos_encoding="sinusoidal"),
+    "rope": dict(pos_encoding="rope"),
+    "qk_norm": dict(qk_norm=True),
+    "gelu": dict(activation="gelu"),
+    "relu": dict(activation="relu"),
+    "relu2": dict(activation="relu2"),
+    "zero_init_proj": dict(zero_init_proj=True),
+    # 5 layers, 2 tables: layers 0, 1, 3, 4 read tables 0, 1, 0, 1
+    "value_embeds": dict(n_layer=5, value_embeds=2),
+    "value_embeds_overlap": dict(n_layer=3, value_embeds=2),  # layer 1 is first and last
+    "unet_skips": dict(n_layer=5, unet_skips=True),  # 0 -> 4, 1 -> 3; layer 2 has none
+    "logit_softcap": dict(logit_softcap=2.0),
+    "no_residual": dict(residual=False),
+    "no_layernorm": dict(layernorm=False),
+    "no_mlp": dict(mlp=False),
+    "untied_no_bias": dict(tie_weights=False, bias=False),
+    "one_head": dict(n_layer=1, n_head=1, mlp=False, residual=False, layernorm=False),
+    "speedrun": dict(n_layer=4, pos_encoding="rope", qk_norm=True, activation="relu2",
+                     zero_init_proj=True, value_embeds=1, unet_skips=True, logit_softcap=15.0,
+                     tie_weights=False, bias=False),
+}
+
+
+def option_model(name: str, **kw) -> GPT:
+    """A tiny GPT with the option ``name``, every parameter moved off its initial value (so
+    zero-initialized projections, gains, mixing weights and skip weights all matter)."""
+    model = tiny(**{**OPTIONS[name], **kw})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_causal_future_tokens_do_not_change_past_logits(option):
+    model = option_model(option)
     x = torch.randint(0, 37, (2, 16))
     y = x.clone()
     y[:, 10:] = torch.randint(0, 37, (2, 6))
@@ -38,8 +74,9 @@ def test_fast_attention_equals_plain_math():
     assert torch.all(weights[1].triu(1) == 0)  # nothing attends to the future
 
 
-def test_cache_rollback_recomputes_same_logits():
-    model = tiny()
+@pytest.mark.parametrize("option", OPTIONS)
+def test_cache_rollback_recomputes_same_logits(option):
+    model = option_model(option)
     x = torch.randint(0, 37, (1, 12))
     cache = model.new_cache(1)
     with torch.no_grad():
@@ -91,8 +128,14 @@ def test_attention_dropout_can_be_set_apart():
 
 
 @pytest.mark.parametrize("bad", [dict(n_embd=30, n_head=4), dict(dropout=1.0),
-                                 dict(n_layer=0), dict(pos_encoding="rope"),
-                                 dict(attn_dropout=1.0), dict(attn_dropout=-0.1)])
+                                 dict(n_layer=0), dict(pos_encoding="alibi"),
+                                 dict(attn_dropout=1.0), dict(attn_dropout=-0.1),
+                                 dict(activation="swish"), dict(attn_impl="flash"),
+                                 dict(pos_encoding="rope", n_embd=12, n_head=4),  # odd heads
+                                 dict(value_embeds=-1), dict(value_embeds=3, n_layer=2),
+                                 dict(unet_skips=True, n_layer=1), dict(logit_softcap=-1.0),
+                                 dict(logit_softcap=float("inf")),
+                                 dict(zero_init_proj=True, residual=False)])
 def test_invalid_config_is_a_user_error(bad):
     cfg = dict(vocab_size=10, n_embd=32, n_head=4)
     cfg.update(bad)
@@ -100,8 +143,9 @@ def test_invalid_config_is_a_user_error(bad):
         GPTConfig(**cfg)
 
 
-def test_kv_cache_equals_full_recompute_for_a_batch_with_chunked_prefill():
-    model = tiny()
+@pytest.mark.parametrize("option", OPTIONS)
+def test_kv_cache_equals_full_recompute_for_a_batch_with_chunked_prefill(option):
+    model = option_model(option)
     x = torch.randint(0, 37, (3, 24))
     cache = model.new_cache(3)
     with torch.no_grad():
@@ -115,10 +159,11 @@ def test_kv_cache_equals_full_recompute_for_a_batch_with_chunked_prefill():
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "math"])
-def test_left_padded_rows_compute_what_they_would_alone(impl):
+@pytest.mark.parametrize("option", OPTIONS)
+def test_left_padded_rows_compute_what_they_would_alone(impl, option):
     """Rows of different lengths, left-padded into one cache: at every prefill position and
     every decode step each row's logits equal that row run alone, with no cache at all."""
-    model = tiny(attn_impl=impl)
+    model = option_model(option, attn_impl=impl)
     lengths, new = [3, 9, 6], 8
     rows = [torch.randint(0, 37, (n + new,)) for n in lengths]
     width = max(lengths)

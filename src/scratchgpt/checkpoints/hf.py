@@ -13,7 +13,9 @@ uses GPT-2's parameter names, so the mapping is nearly the identity:
 
 Anything GPT-2 allows that our GPT does not compute the same way (other activations, attention
 scaling variants, cross-attention, a different MLP width) is refused with a :class:`CheckpointError`
-naming the key, rather than loaded into a model that would silently compute something else.
+naming the key, rather than loaded into a model that would silently compute something else. The
+other way, a GPT with an option GPT-2 lacks (RoPE, QK-norm, ReLU, no LayerNorm, ...) is refused
+for export with a :class:`ConfigError` naming the flag (``gpt2_incompatibility`` in models/gpt.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.checkpoints.io import save_checkpoint
-from scratchgpt.errors import CheckpointError
+from scratchgpt.errors import CheckpointError, ConfigError
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -81,12 +83,13 @@ def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, An
 
 
 def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
-    """A Hugging Face ``config.json`` dict for our GPTConfig fields (GPT-2 layout only)."""
-    if not cfg.get("bias", True):
-        raise CheckpointError("bias=False models cannot be exported: GPT-2 always has biases")
-    if cfg.get("pos_encoding", "learned") != "learned":
-        raise CheckpointError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported: GPT-2 "
-                        "learns its position embeddings")
+    """A Hugging Face ``config.json`` dict for our GPTConfig fields. A model GPT-2 cannot
+    express (see :func:`~scratchgpt.models.gpt.gpt2_incompatibility`) is a ConfigError."""
+    from scratchgpt.models.gpt import gpt2_incompatibility
+
+    reason = gpt2_incompatibility(cfg)
+    if reason is not None:
+        raise ConfigError(f"cannot export to Hugging Face GPT-2: {reason}")
     p = float(cfg.get("dropout", 0.0))
     p_attn = p if cfg.get("attn_dropout") is None else float(cfg["attn_dropout"])
     return {

@@ -3,6 +3,13 @@
     idx (B, T) -> wte + wpe -> n_layer x Block -> ln_f -> lm_head -> logits (B, T, vocab)
     Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))          (pre-LayerNorm, residuals)
 
+That is GPT-2, every default of :class:`GPTConfig`. Its options: fixed sinusoidal positions, or
+rotary ones (RoPE: queries and keys turned by position inside attention, nothing added to the
+input); QK-norm; ReLU and ReLU^2 MLPs; zero-initialized output projections; value embeddings;
+U-net skips; logit soft-capping; and, to build the model up part by part, blocks without
+residuals, without LayerNorms or without an MLP. models/gpt_numpy.py is the same forward pass
+in NumPy, option by option.
+
 Parameter names follow GPT-2 (``wte``, ``wpe``, ``h.N.attn.c_attn``, ``c_proj``, ``ln_f``) so that
 importing a GPT-2 checkpoint is a near-identity mapping. Generation uses an explicit preallocated
 :class:`KVCache` indexed by position (prefill, then one-token decode steps): pass ``cache=`` to
@@ -12,39 +19,94 @@ importing a GPT-2 checkpoint is a near-identity mapping. Generation uses an expl
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError, GenerationError
+from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
 from scratchgpt.models.positions import sinusoidal_positions
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+POS_ENCODINGS = ("learned", "sinusoidal", "rope")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "relu2")
 
 
 @dataclass
 class GPTConfig:
-    """Hyperparameters of the GPT decoder."""
+    """Hyperparameters of the GPT decoder. Each field is also a ``scratchgpt train`` flag
+    (``--n-embd``; a bool ``x`` gives ``--x``/``--no-x``), with its help text below. Every
+    default is GPT-2's architecture."""
 
     vocab_size: int = 65
-    block_size: int = 256  # longest context the model is trained on (learned positions need it)
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    dropout: float = 0.0  # on embeddings, residual branches and (by default) attention weights
-    # dropout on the attention weights alone (GPT-2's attn_pdrop); None = ``dropout``. On a CPU
-    # it is the expensive kind (the fused attention kernel then takes a slower path), so
-    # ``attn_dropout=0`` keeps most of dropout's regularisation at ~3% of a step.
-    attn_dropout: float | None = None
-    bias: bool = True  # biases in Linear and LayerNorm, as GPT-2
-    pos_encoding: str = "learned"  # "learned" (GPT-2) or "sinusoidal" (Vaswani et al.)
-    tie_weights: bool = True  # lm_head shares the token embedding matrix
-    attn_impl: str = "sdpa"  # "sdpa" (fused F.scaled_dot_product_attention) or "math" (explicit)
-    # "gelu_tanh" is GPT-2's tanh approximation; "gelu" (exact) is ~3.5x cheaper on CPUs
-    activation: str = "gelu_tanh"
-    layer_norm_eps: float = 1e-5
+    block_size: int = field(default=256, metadata=_help(
+        "context length in tokens: the longest context a GPT attends over; other models "
+        "train on sequences this long"))
+    n_layer: int = field(default=6, metadata=_help("number of layers (GPT: transformer blocks)"))
+    n_head: int = field(default=6, metadata=_help(
+        "GPT: attention heads per layer (n_embd must be a multiple)"))
+    n_embd: int = field(default=384, metadata=_help(
+        "GPT: width of the embeddings and of the residual stream"))
+    dropout: float = field(default=0.0, metadata=_help(
+        "dropout probability (GPT: on embeddings, residual branches and attention weights)"))
+    # GPT-2's attn_pdrop. On a CPU it is the expensive kind (the fused attention kernel then
+    # takes a slower path), so attn_dropout=0 keeps most of dropout's effect at ~3% of a step.
+    attn_dropout: float | None = field(default=None, metadata=_help(
+        "GPT: dropout on the attention weights alone (unset: --dropout; 0 is far cheaper on "
+        "CPUs)"))
+    bias: bool = field(default=True, metadata=_help(
+        "GPT: biases in Linear layers and LayerNorms, as GPT-2"))
+    pos_encoding: str = field(default="learned", metadata=_help(
+        "GPT: learned (GPT-2's table of position vectors), sinusoidal (a fixed table, Vaswani "
+        "et al.) or rope (rotary: each layer turns queries and keys by their position)"))
+    tie_weights: bool = field(default=True, metadata=_help(
+        "GPT: the output head shares the token embedding matrix"))
+    attn_impl: str = field(default="sdpa", metadata=_help(
+        "GPT: attention kernel: sdpa (fused) or math (written out; the same result)"))
+    # gelu_tanh is GPT-2's tanh approximation; gelu (exact) is ~3.5x cheaper on CPUs
+    activation: str = field(default="gelu_tanh", metadata=_help(
+        "GPT: the MLP's nonlinearity: gelu_tanh (GPT-2), gelu (exact; cheaper on CPUs), relu, "
+        "or relu2 (relu(x)^2, as in the modded-nanogpt speedrun)"))
+    layer_norm_eps: float = field(default=1e-5, metadata=_help(
+        "GPT: epsilon of the LayerNorms (and of --qk-norm)"))
+    # -- options of the training speedruns (modded-nanogpt); off by default
+    qk_norm: bool = field(default=False, metadata=_help(
+        "GPT: RMS-normalize every head's queries and keys (with a learned gain) before "
+        "attention, which keeps attention logits in range"))
+    zero_init_proj: bool = field(default=False, metadata=_help(
+        "GPT: initialize every output projection (attention's and the MLP's c_proj) to zero, "
+        "so each block starts as the identity"))
+    value_embeds: int = field(default=0, metadata=_help(
+        "GPT: N extra token-embedding tables mixed into the attention values of the first N "
+        "and the last N layers (v = (1 - a) v + a ve, a learned per layer); 0 = none"))
+    unet_skips: bool = field(default=False, metadata=_help(
+        "GPT: U-net skip connections: each of the last n_layer/2 blocks first adds a learned "
+        "multiple of the output of its mirror block in the first half"))
+    logit_softcap: float = field(default=0.0, metadata=_help(
+        "GPT: squash the logits into (-c, c) with c * tanh(logits / c); 0 = off"))
+    # -- parts that "Let's build GPT" adds one at a time; all on by default
+    residual: bool = field(default=True, metadata=_help(
+        "GPT: residual connections (--no-residual: a block computes x = attn(ln(x)), then "
+        "x = mlp(ln(x)))"))
+    layernorm: bool = field(default=True, metadata=_help(
+        "GPT: LayerNorms (--no-layernorm: every LayerNorm, the final one too, is the identity)"))
+    mlp: bool = field(default=True, metadata=_help(
+        "GPT: the feed-forward layer of each block (--no-mlp: attention only)"))
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_choices()
+        self._check_options()
+
+    def _check_sizes(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -56,16 +118,61 @@ class GPTConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
             raise ConfigError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
-        if self.pos_encoding not in ("learned", "sinusoidal"):
-            raise ConfigError(
-                f"pos_encoding must be 'learned' or 'sinusoidal', got {self.pos_encoding!r}")
-        if self.activation not in ("gelu_tanh", "gelu"):
-            raise ConfigError(f"activation must be 'gelu_tanh' or 'gelu', got {self.activation!r}")
-        if self.attn_impl not in ("sdpa", "math"):
-            raise ConfigError(f"attn_impl must be 'sdpa' or 'math', got {self.attn_impl!r}")
+
+    def _check_choices(self) -> None:
+        for name, choices in (("pos_encoding", POS_ENCODINGS), ("activation", ACTIVATIONS),
+                              ("attn_impl", ("sdpa", "math"))):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {', '.join(choices)}, got "
+                                  f"{getattr(self, name)!r}")
+
+    def _check_options(self) -> None:
+        head_dim = self.n_embd // self.n_head
+        if self.pos_encoding == "rope" and head_dim % 2:
+            raise ConfigError(f"pos_encoding rope rotates pairs of features: the head width "
+                              f"n_embd / n_head = {head_dim} must be even")
+        if not 0 <= self.value_embeds <= self.n_layer:
+            raise ConfigError(f"value_embeds must be in [0, n_layer = {self.n_layer}], got "
+                              f"{self.value_embeds}")
+        if self.zero_init_proj and not self.residual:
+            raise ConfigError("zero_init_proj needs residual connections: without them every "
+                              "block would start by outputting zeros")
+        if self.unet_skips and self.n_layer < 2:
+            raise ConfigError("unet_skips needs n_layer >= 2 (it joins first-half blocks to "
+                              "second-half ones)")
+        if not 0.0 <= self.logit_softcap < math.inf:
+            raise ConfigError(f"logit_softcap must be >= 0 (0 = off), got {self.logit_softcap}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def gpt2_incompatibility(cfg: GPTConfig | Mapping[str, Any]) -> str | None:
+    """Why a GPT of this config cannot be written as a GPT-2 model (Hugging Face, GGUF), or None
+    when it can. The reason is one line that names the flag:
+
+    >>> gpt2_incompatibility(GPTConfig(qk_norm=True))
+    '--qk-norm: GPT-2 does not normalize queries and keys'
+    >>> gpt2_incompatibility(GPTConfig(zero_init_proj=True)) is None  # only an initialization
+    True
+    """
+    if not isinstance(cfg, GPTConfig):
+        cfg = GPTConfig(**cfg)
+    reasons = (
+        (not cfg.bias, "--no-bias: GPT-2 always has biases"),
+        (cfg.pos_encoding != "learned", f"--pos-encoding {cfg.pos_encoding}: GPT-2 learns a "
+                                        "table of position embeddings"),
+        (cfg.activation not in ("gelu_tanh", "gelu"), f"--activation {cfg.activation}: GPT-2's "
+                                                      "MLP uses GELU"),
+        (cfg.qk_norm, "--qk-norm: GPT-2 does not normalize queries and keys"),
+        (cfg.value_embeds > 0, "--value-embeds: GPT-2 has no value embeddings"),
+        (cfg.unet_skips, "--unet-skips: GPT-2 has no skip connections between layers"),
+        (cfg.logit_softcap > 0, "--logit-softcap: GPT-2 does not cap its logits"),
+        (not cfg.residual, "--no-residual: GPT-2's blocks have residual connections"),
+        (not cfg.layernorm, "--no-layernorm: GPT-2 has LayerNorms"),
+        (not cfg.mlp, "--no-mlp: GPT-2's blocks have an MLP"),
+    )
+    return next((why for bad, why in reasons if bad), None)
 
 
 class KVCache:
@@ -130,14 +237,20 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    # softmax in at least fp32 (bf16 would lose the small weights)
+    weights = torch.softmax(scores, dim=-1,
+                            dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
     return F.dropout(weights, dropout_p) @ v, weights
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection."""
+    """Multi-head causal self-attention with one fused QKV projection.
 
-    def __init__(self, cfg: GPTConfig):
+    Options: ``qk_norm`` RMS-normalizes each head's queries and keys; RoPE (``rope=(cos, sin)``
+    in ``forward``) rotates them by position; a value embedding (``ve``) is mixed into the
+    values of the layers that have one (``uses_ve``)."""
+
+    def __init__(self, cfg: GPTConfig, uses_ve: bool = False):
         super().__init__()
         self.n_head = cfg.n_head
         self.head_dim = cfg.n_embd // cfg.n_head
@@ -146,19 +259,45 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.impl = cfg.attn_impl
+        self.q_norm = self.k_norm = None
+        if cfg.qk_norm:  # over each head's features, with a learned gain (init 1)
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=cfg.layer_norm_eps)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=cfg.layer_norm_eps)
+        # weight of the value embedding in the values: v = (1 - a) v + a ve
+        self.ve_lambda = nn.Parameter(torch.tensor(0.5)) if uses_ve else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
-                layer: int = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T, C). ``mask`` (bool, broadcastable to (B, 1, T, Tk)) or None for plain causal.
-
-        With ``cache``, this call's keys/values are written at slots ``cache.pos ..`` and the
-        queries attend over slots ``0 .. cache.pos + T - 1``.
-        """
+    def _qkv(self, x: Tensor, rope: tuple[Tensor, Tensor] | None,
+             ve: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x: (B, T, C) -> q, k, v: 3 x (B, H, T, D), with this layer's options applied."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        if ve is not None:
+            v = (1 - self.ve_lambda) * v + self.ve_lambda * ve.to(v.dtype)  # (B, T, C)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        # (the .to()s matter only under autocast: norms and rotation run in fp32 there, and
+        # attention needs q, k, v in one dtype)
+        if self.q_norm is not None:
+            w = self.q_norm.weight.dtype
+            q, k = self.q_norm(q.to(w)).to(v.dtype), self.k_norm(k.to(w)).to(v.dtype)
+        if rope is not None:
+            q, k = apply_rope(q, *rope).to(v.dtype), apply_rope(k, *rope).to(v.dtype)
+        return q, k, v
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
+                layer: int = 0, need_weights: bool = False,
+                rope: tuple[Tensor, Tensor] | None = None,
+                ve: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, C). ``mask`` (bool, broadcastable to (B, 1, T, Tk)) or None for plain causal.
+
+        With ``cache``, this call's keys/values are written at slots ``cache.pos ..`` and the
+        queries attend over slots ``0 .. cache.pos + T - 1``. ``rope``: cos and sin of this
+        call's positions, (T, D/2) or (B, 1, T, D/2). ``ve``: this layer's value embedding of
+        the tokens (B, T, C).
+        """
+        B, T, C = x.shape
+        q, k, v = self._qkv(x, rope, ve)  # 3 x (B, H, T, D)
         if cache is not None:
             end = cache.pos + T
             cache.k[layer, :, :, cache.pos:end] = k
@@ -192,12 +331,12 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward: Linear(C, 4C) -> GELU -> Linear(4C, C)."""
+    """Position-wise feed-forward: Linear(C, 4C) -> activation -> Linear(4C, C)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.act = nn.GELU(approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
+        self.act = make_activation(cfg.activation)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -205,21 +344,36 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block with residual connections."""
+def layer_norm(cfg: GPTConfig) -> nn.Module:
+    """A LayerNorm over the embedding, or the identity when the model has none."""
+    if not cfg.layernorm:
+        return nn.Identity()
+    return nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
 
-    def __init__(self, cfg: GPTConfig):
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
+
+    Without residuals each sublayer's output replaces x; without an MLP the block is attention
+    alone (``mlp`` and ``ln_2`` are None)."""
+
+    def __init__(self, cfg: GPTConfig, uses_ve: bool = False):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        self.mlp = MLP(cfg)
+        self.ln_1 = layer_norm(cfg)
+        self.attn = CausalSelfAttention(cfg, uses_ve)
+        self.ln_2 = layer_norm(cfg) if cfg.mlp else None
+        self.mlp = MLP(cfg) if cfg.mlp else None
+        self.residual = cfg.residual
 
     def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
-                layer: int = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.attn(self.ln_1(x), mask, cache, layer, need_weights)
-        x = x + a
-        x = x + self.mlp(self.ln_2(x))
+                layer: int = 0, need_weights: bool = False,
+                rope: tuple[Tensor, Tensor] | None = None,
+                ve: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attn(self.ln_1(x), mask, cache, layer, need_weights, rope, ve)
+        x = x + a if self.residual else a
+        if self.mlp is not None:
+            m = self.mlp(self.ln_2(x))
+            x = x + m if self.residual else m
         return x, weights
 
 
@@ -229,26 +383,42 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.config = cfg
+        # per layer, the value-embedding table it reads (None: none)
+        self.ve_table = [value_embed_table(i, cfg.n_layer, cfg.value_embeds)
+                         for i in range(cfg.n_layer)]
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
             drop=nn.Dropout(cfg.dropout),
-            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-            ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
+            h=nn.ModuleList([Block(cfg, t is not None) for t in self.ve_table]),
+            ln_f=layer_norm(cfg),
         ))
         if cfg.pos_encoding == "learned":
             self.transformer["wpe"] = nn.Embedding(cfg.block_size, cfg.n_embd)
-        else:  # fixed table, not a parameter; not saved (it is recomputed from the config)
+        # fixed tables are buffers, not parameters; not saved (recomputed from the config)
+        elif cfg.pos_encoding == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.block_size, cfg.n_embd),
                                  persistent=False)
+        else:  # rope: cos and sin of every position's angles, (block_size, head_dim / 2)
+            cos, sin = rope_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        if cfg.value_embeds:
+            self.transformer["ve"] = nn.ModuleList(
+                [nn.Embedding(cfg.vocab_size, cfg.n_embd) for _ in range(cfg.value_embeds)])
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
+        # U-net: weight of each skip connection, one per second-half block that receives one
+        self.skip_weights = nn.Parameter(torch.ones(cfg.n_layer // 2)) if cfg.unet_skips else None
         self.apply(self._init_weights)
         # GPT-2: scale the init of residual projections by 1/sqrt(2 * n_layer), so the residual
-        # stream's variance does not grow with depth.
+        # stream's variance does not grow with depth. zero_init_proj: start them at zero.
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+                if cfg.zero_init_proj:
+                    nn.init.zeros_(p)
+                else:
+                    nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -260,10 +430,13 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; by default without position embeddings (as GPT-2 papers count)."""
+        """Parameter count; by default without the lookup tables that are not also the output
+        head: position embeddings (as GPT-2 papers count) and value embeddings."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and "wpe" in self.transformer:
-            n -= self.transformer.wpe.weight.numel()
+        if non_embedding:
+            tables = [m for name, m in self.transformer.named_modules()
+                      if isinstance(m, nn.Embedding) and name != "wte"]
+            n -= sum(m.weight.numel() for m in tables)
         return n
 
     def decode_layout_(self) -> GPT:
@@ -341,19 +514,55 @@ class GPT(nn.Module):
                 f"sequence of {start + T} tokens exceeds the context of {limit} positions"
             )
         pos = self._positions(T, cache, idx.device)
-        tok_emb = self.transformer.wte(idx)  # (B, T, C)
-        if self.config.pos_encoding == "learned":
-            pos_emb = self.transformer.wpe(pos)  # (T, C) or (B, T, C)
-        else:
-            pos_emb = self.sinusoid[pos]
-        x = self.transformer.drop(tok_emb + pos_emb)
+        x = self.transformer.drop(self._embed(idx, pos))  # (B, T, C)
         mask = self._mask(T, cache, idx.device)
-        all_weights = []
-        for i, block in enumerate(self.transformer.h):
-            x, w = block(x, mask, cache, i, need_weights)
-            if w is not None:
-                all_weights.append(w)
+        x, all_weights = self._blocks(x, idx, mask, cache, self._rope(pos), need_weights)
         if cache is not None:
             cache.pos += T
         x = self.transformer.ln_f(x)
-        return self.lm_head(x), all_weights  # (B, T, vocab_size)
+        logits = self.lm_head(x)  # (B, T, vocab_size)
+        if self.config.logit_softcap:  # smoothly into (-cap, cap)
+            cap = self.config.logit_softcap
+            logits = cap * torch.tanh(logits / cap)
+        return logits, all_weights
+
+    def _embed(self, idx: Tensor, pos: Tensor) -> Tensor:
+        """Token embeddings plus, unless positions enter by rotation (RoPE), position
+        embeddings. idx: (B, T), pos: (T,) or (B, T) -> (B, T, C)."""
+        tok_emb = self.transformer.wte(idx)  # (B, T, C)
+        if self.config.pos_encoding == "learned":
+            return tok_emb + self.transformer.wpe(pos)  # + (T, C) or (B, T, C)
+        if self.config.pos_encoding == "sinusoidal":
+            return tok_emb + self.sinusoid[pos]
+        return tok_emb
+
+    def _rope(self, pos: Tensor) -> tuple[Tensor, Tensor] | None:
+        """cos and sin of the positions' rotations: (T, D/2) or, for per-row positions (B, T),
+        (B, 1, T, D/2) so they broadcast over heads; None without RoPE."""
+        if self.config.pos_encoding != "rope":
+            return None
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (T, D/2) or (B, T, D/2)
+        if pos.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D/2)
+        return cos, sin
+
+    def _blocks(self, x: Tensor, idx: Tensor, mask: Tensor | None, cache: KVCache | None,
+                rope: tuple[Tensor, Tensor] | None,
+                need_weights: bool) -> tuple[Tensor, list[Tensor]]:
+        """Run the blocks over x (B, T, C); returns the output and, with ``need_weights``,
+        each layer's attention weights."""
+        ve = [table(idx) for table in self.transformer.ve] if "ve" in self.transformer else []
+        n_layer = self.config.n_layer
+        n_skip = 0 if self.skip_weights is None else len(self.skip_weights)
+        saved, all_weights = [], []  # saved: outputs of the first n_skip blocks (U-net)
+        for i, block in enumerate(self.transformer.h):
+            if i >= n_layer - n_skip:  # add the output of the mirror block: last saved first
+                x = x + self.skip_weights[i - (n_layer - n_skip)] * saved.pop()
+            table = self.ve_table[i]
+            x, w = block(x, mask, cache, i, need_weights, rope,
+                         None if table is None else ve[table])
+            if i < n_skip:
+                saved.append(x)
+            if w is not None:
+                all_weights.append(w)
+        return x, all_weights
