@@ -29,7 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "sequence after reading all of it (lengths --min-len..--max-len), then write "
                     "accuracy by length as memory.csv and memory.png into --out.")
     m.add_argument("--out", required=True, metavar="DIR")
-    m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"])
+    m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"],
+                   help="which recurrent networks to compare (default: rnn lstm)")
+    m.add_argument("--impl", choices=("torch", "scratch"), default="torch",
+                   help="how the recurrence runs: 'torch' (its fused kernels, default) or "
+                        "'scratch' (the cells of models/rnn.py written from their equations; "
+                        "the same accuracies to float tolerance, several times slower)")
     m.add_argument("--min-len", type=positive_int, default=4)
     m.add_argument("--max-len", type=positive_int, default=20)
     m.add_argument("--symbols", type=positive_int, default=8, help="alphabet size (default 8)")
@@ -94,7 +99,7 @@ def run_memory(args: argparse.Namespace) -> int:
         def __init__(self, cell: str):
             super().__init__()
             self.embed = nn.Embedding(args.symbols, 16)
-            self.rnn = Recurrent(cell, 16, args.hidden)
+            self.rnn = Recurrent(cell, 16, args.hidden, fast=args.impl == "torch")
             if cell == "lstm" and args.forget_bias is not None:
                 self.rnn.init_forget_bias(args.forget_bias)
             self.head = nn.Linear(args.hidden, args.symbols)
@@ -134,7 +139,7 @@ def run_memory(args: argparse.Namespace) -> int:
             accuracy[cell] = train_and_test(cell, lengths, args.seed)
         else:  # a fresh model per length: nothing short to learn from first
             accuracy[cell] = [train_and_test(cell, [t], args.seed + t)[0] for t in lengths]
-        print(f"{cell}: {time.perf_counter() - t0:.0f}s; accuracy by length "
+        print(f"{cell} ({args.impl} cells): {time.perf_counter() - t0:.1f}s; accuracy by length "
               + " ".join(f"{t}:{a:.2f}" for t, a in zip(lengths, accuracy[cell], strict=True)),
               flush=True)
 
