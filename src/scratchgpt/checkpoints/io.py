@@ -94,10 +94,15 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, dict[s
     """Rebuild the model saved in a checkpoint (eval mode, CPU). Returns (model, checkpoint).
 
     ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
-    pytorch_model.bin), which is converted on the fly (see :mod:`scratchgpt.checkpoints.hf`)."""
+    pytorch_model.bin), which is converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
+    ``hf:`` and a hub model id (``hf:gpt2``), downloaded once into the hub's cache
+    (:mod:`scratchgpt.checkpoints.hub`)."""
     from scratchgpt.checkpoints.hf import is_hf_dir, load_hf
+    from scratchgpt.checkpoints.hub import HF_PREFIX, download
     from scratchgpt.models import build_model
 
+    if str(path).startswith(HF_PREFIX):
+        path = download(str(path)[len(HF_PREFIX):])
     if is_hf_dir(path):
         return load_hf(path)
     state = load_checkpoint(path, which)

@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
-                   help="a GPT run directory, .pt file, or Hugging Face GPT-2 directory")
+                   help="a GPT run directory, .pt file, Hugging Face GPT-2 directory, or "
+                        "hf:ID for a hub model (hf:gpt2)")
     p.add_argument("--which", choices=("best", "last"), default="best",
                    help="checkpoint of a run directory to use (default: best)")
     p.add_argument("--text", required=True,
