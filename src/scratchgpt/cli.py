@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "train",
     "sample",
     "eval",
+    "inspect",
+    "attention",
     "seq2seq",
     "experiment",
     "convert",

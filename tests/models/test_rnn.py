@@ -112,6 +112,8 @@ def test_recurrent_config_validation_and_params():
         RecurrentConfig(vocab_size=0)
     with pytest.raises(ScratchGPTError):
         RecurrentConfig(vocab_size=10, block_size=0)
+    with pytest.raises(ScratchGPTError):
+        RecurrentConfig(vocab_size=10, cells="cuda")
     cfg = RecurrentConfig(vocab_size=10, cell="gru", n_layer=1, hidden=4)
     # embed 10*4 + GRU (3*4*4 + 3*4*4 + 2*3*4) + head 4*10 + 10
     assert RecurrentLM(cfg).num_params() == 40 + 48 + 48 + 24 + 50
@@ -126,3 +128,21 @@ def test_init_forget_bias_sets_only_the_forget_block():
         assert not torch.all(b_ih[:4] == 1.0)
     with pytest.raises(ValueError):
         Recurrent("gru", 3, 4).init_forget_bias()
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_cells_setting_picks_the_path_and_keeps_the_weights(cell):
+    """``cells="scratch"`` and ``cells="torch"`` are one model: the state dict of either loads
+    into the other, and logits and gradients agree to float tolerance."""
+    torch.manual_seed(5)
+    fused = RecurrentLM(RecurrentConfig(vocab_size=11, cell=cell, n_layer=2, hidden=8))
+    scratch = RecurrentLM(RecurrentConfig(vocab_size=11, cell=cell, n_layer=2, hidden=8,
+                                          cells="scratch"))
+    assert fused.rnn.fast and not scratch.rnn.fast
+    scratch.load_state_dict(fused.state_dict())
+    idx = torch.randint(0, 11, (3, 9))
+    a, b = fused(idx), scratch(idx)
+    _close(b, a)
+    ga = torch.autograd.grad(a.square().sum(), fused.rnn.core.weight_ih_l0)[0]
+    gb = torch.autograd.grad(b.square().sum(), scratch.rnn.core.weight_ih_l0)[0]
+    _close(gb, ga)

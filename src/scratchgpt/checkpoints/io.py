@@ -220,6 +220,11 @@ class ModelSource:
     checkpoint: Checkpoint | None = None
     hf_dir: Path | None = None
 
+    @property
+    def model_type(self) -> str:
+        """The registry name of the model (a Hugging Face GPT-2 is a ``gpt``)."""
+        return self.checkpoint.model_type if self.checkpoint is not None else "gpt"
+
     def tokenizer(self) -> Any:
         """The tokenizer the model was trained with (for a Hugging Face directory, its
         tokenizer files)."""
@@ -248,9 +253,14 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, ModelS
     """Rebuild the model saved in a checkpoint (eval mode, CPU): returns (model, source).
 
     ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
-    pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`)."""
+    pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
+    ``hf:`` and a hub model id (``hf:gpt2``), downloaded once into the hub's cache
+    (:mod:`scratchgpt.checkpoints.hub`)."""
     from scratchgpt.checkpoints.hf import is_hf_dir, load_hf
+    from scratchgpt.checkpoints.hub import HF_PREFIX, download
 
+    if str(path).startswith(HF_PREFIX):
+        path = download(str(path)[len(HF_PREFIX):])
     if is_hf_dir(path):
         model, weights = load_hf(path)
         return model, ModelSource(weights, hf_dir=Path(path))

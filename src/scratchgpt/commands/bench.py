@@ -16,6 +16,7 @@ BENCHMARKS = (
     "seq2seq",
     "generate",
     "speculative",
+    "recurrent",
 )
 
 

@@ -13,12 +13,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints",
         description="--from hf DIR: a Hugging Face GPT-2 directory (config.json + "
                     "model.safetensors or pytorch_model.bin) becomes a run directory with "
-                    "best.pt (and the tokenizer, when DIR has one). --to hf: a GPT checkpoint "
+                    "best.pt (and the tokenizer, when DIR has one). DIR may also be a hub model "
+                    "id (gpt2, gpt2-medium, gpt2-large, gpt2-xl, owner/name): it is downloaded "
+                    "through huggingface_hub into the Hugging Face cache once (offline, "
+                    "HF_HUB_OFFLINE=1, only that cache is used). --to hf: a GPT checkpoint "
                     "becomes a directory that transformers.GPT2LMHeadModel.from_pretrained "
                     "loads. (sample also reads a Hugging Face directory directly.)")
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from", dest="source", nargs=2, metavar=("FORMAT", "PATH"),
-                     help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory")
+                     help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory or "
+                          "a hub model id such as gpt2")
     way.add_argument("--to", dest="target", choices=("hf",), help="export to this format")
     p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
     p.add_argument("--which", choices=("best", "last"), default="best")
@@ -40,13 +44,14 @@ def _check_out(out: Path, overwrite: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.checkpoints.hf import import_hf, save_hf
+    from scratchgpt.checkpoints.hub import resolve_hf_source
 
     out = Path(args.out)
     if args.source:
         fmt, path = args.source
         if fmt != "hf":
             raise ConfigError(f"--from {fmt}: only 'hf' is supported")
-        import_hf(path, out, overwrite=args.overwrite)
+        import_hf(resolve_hf_source(path), out, overwrite=args.overwrite)
         print(f"wrote {out / 'best.pt'}")
         return 0
     if not args.checkpoint:

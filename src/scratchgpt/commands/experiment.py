@@ -28,7 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "sequence after reading all of it (lengths --min-len..--max-len), then write "
                     "accuracy by length as memory.csv and memory.png into --out.")
     m.add_argument("--out", required=True, metavar="DIR")
-    m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"])
+    m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"],
+                   help="which recurrent networks to compare (default: rnn lstm)")
+    m.add_argument("--impl", choices=("torch", "scratch"), default="torch",
+                   help="how the recurrence runs: 'torch' (its fused kernels, default) or "
+                        "'scratch' (the cells of models/rnn.py written from their equations; "
+                        "the same accuracies to float tolerance, several times slower)")
     m.add_argument("--min-len", type=positive_int, default=4)
     m.add_argument("--max-len", type=positive_int, default=20)
     m.add_argument("--symbols", type=positive_int, default=8, help="alphabet size (default 8)")
@@ -43,9 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--batch-size", type=positive_int, default=64)
     m.add_argument("--learning-rate", "--lr", type=float, default=3e-3,
                    help="Adam learning rate (default 3e-3)")
-    m.add_argument("--impl", choices=("torch", "scratch"), default="torch",
-                   help="recurrent cells: torch's fused kernels (default) or the cells written "
-                        "from their equations in models/rnn.py (same results, slower)")
     m.add_argument("--eval-samples", type=positive_int, default=1000,
                    help="test sequences per length")
     m.add_argument("--quick", action="store_true",

@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Generate text. Sampling knobs combine: temperature, then top-k, then top-p. "
                     "--temperature 0 is greedy; --beam N runs beam search instead of sampling.")
     p.add_argument("--checkpoint", required=True,
-                   help="run directory, .pt file, or Hugging Face GPT-2 directory")
+                   help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
+                        "for a hub model (hf:gpt2), downloaded once into the Hugging Face cache")
     p.add_argument("--which", choices=("best", "last"), default="best",
                    help="checkpoint of a run directory to use (default: best)")
     src = p.add_mutually_exclusive_group()

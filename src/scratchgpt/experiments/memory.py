@@ -126,7 +126,7 @@ def run(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
         else:  # a fresh model per length: nothing short to learn from first
             accuracy[cell] = [train_and_test(setup, cell, [t], setup.seed + t)[t]
                               for t in lengths]
-        log(f"{cell}: {time.perf_counter() - t0:.0f}s; accuracy by length "
+        log(f"{cell} ({setup.cells} cells): {time.perf_counter() - t0:.1f}s; accuracy by length "
             + " ".join(f"{t}:{a:.2f}" for t, a in zip(lengths, accuracy[cell], strict=True)))
     return accuracy
 

@@ -7,7 +7,9 @@ One set of weights, two execution paths. :class:`Recurrent` holds a ``torch.nn.R
 * ``fast=False`` runs the cells below, one time step at a time, in plain tensor code;
 * ``fast=True`` calls the torch module (its fused C++ kernel) on the same parameters.
 
-The tests check that both paths agree to 1e-5. The cell equations, for input ``x`` and previous
+The tests check that both paths agree to 1e-5. A language model picks its path with
+``RecurrentConfig.cells`` (``scratchgpt train --model lstm --cells scratch``), and
+``scratchgpt bench recurrent`` times the two. The cell equations, for input ``x`` and previous
 hidden state ``h`` (``W_i*`` act on ``x``, ``W_h*`` on ``h``, each with its own bias):
 
 * RNN:  ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)``
@@ -33,6 +35,8 @@ from torch import Tensor, nn
 from scratchgpt.errors import ConfigError
 
 CELLS = ("rnn", "lstm", "gru")
+# How the recurrence runs: torch's fused modules, or the cells below (see Recurrent).
+CELL_IMPLS = ("torch", "scratch")
 
 # h for rnn/gru, (h, c) for lstm; each of shape [num_layers, batch, hidden] like torch.
 HiddenState = Tensor | tuple[Tensor, Tensor]
@@ -192,10 +196,17 @@ class RecurrentConfig:
         "help": "recurrent models: width of the hidden state and of the embedding"})
     dropout: float = 0.0
     block_size: int = 256
+    cells: str = field(default="torch", metadata={
+        "help": "recurrent models: 'torch' runs torch's fused RNN/LSTM/GRU kernels, 'scratch' "
+                "the cells of models/rnn.py written from their equations, one time step at a "
+                "time (same weights and results to float tolerance, several times slower; see "
+                "'scratchgpt bench recurrent')"})
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
             raise ConfigError(f"cell must be one of {CELLS}, got {self.cell!r}")
+        if self.cells not in CELL_IMPLS:
+            raise ConfigError(f"cells must be one of {', '.join(CELL_IMPLS)}, got {self.cells!r}")
         for name in ("vocab_size", "n_layer", "hidden", "block_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -277,13 +288,13 @@ class RecurrentLM(nn.Module):
     hidden state in it, so generation feeds one new token per call instead of the whole prompt.
     """
 
-    def __init__(self, config: RecurrentConfig, fast: bool = True):
+    def __init__(self, config: RecurrentConfig):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden)
         self.drop = nn.Dropout(config.dropout)
         self.rnn = Recurrent(config.cell, config.hidden, config.hidden, config.n_layer,
-                             config.dropout, fast=fast)
+                             config.dropout, fast=config.cells == "torch")
         self.head = nn.Linear(config.hidden, config.vocab_size)
 
     def new_cache(self, batch_size: int, max_len: int | None = None,

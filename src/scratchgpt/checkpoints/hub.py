@@ -1,0 +1,113 @@
+"""GPT-2 from the Hugging Face hub: a model id such as ``gpt2`` becomes a local directory.
+
+:func:`download` asks ``huggingface_hub.snapshot_download`` for just the files a GPT-2
+directory needs (``config.json``, ``model.safetensors`` -- or ``pytorch_model.bin`` when a model
+has no safetensors --, and the tokenizer files) and returns the snapshot directory in the hub's
+own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cache is the one
+``transformers`` uses (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+``~/.cache/huggingface/hub``), so a model is downloaded once.
+
+Offline (``HF_HUB_OFFLINE=1``, or no network) the model is taken from that cache; a model that
+is not there is a one-line :class:`~scratchgpt.errors.CheckpointError` that says so.
+
+Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``distilgpt2``,
+``openai-community/gpt2``, or ``owner/name`` for any GPT-2 shaped model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scratchgpt.checkpoints.hf import OUR_TOKENIZER_DIR, is_hf_dir
+from scratchgpt.errors import CheckpointError
+
+HF_PREFIX = "hf:"  # "--checkpoint hf:gpt2" names a hub model where a path is expected
+# Everything a GPT-2 directory may need besides its weights.
+DIRECTORY_FILES = ("config.json", "generation_config.json", "tokenizer.json",
+                   "tokenizer_config.json", "vocab.json", "merges.txt", "encoder.json",
+                   "vocab.bpe", f"{OUR_TOKENIZER_DIR}/*")
+WEIGHT_CHOICES = ("model.safetensors", "pytorch_model.bin")  # preferred first
+_TRUE = ("1", "true", "yes", "on")
+
+
+def offline() -> bool:
+    """True when the environment turns the hub off (read now, not when huggingface_hub was
+    imported): ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set to 1/true/yes/on."""
+    return any(os.environ.get(v, "").strip().lower() in _TRUE
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def cache_dir() -> Path | None:
+    """The hub cache named by the environment now (``HF_HUB_CACHE``, else ``HF_HOME``/hub);
+    None leaves huggingface_hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return None
+
+
+def _why(repo_id: str, e: Exception) -> str:
+    """One line saying why ``repo_id`` could not be had, for each way the hub fails."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(e, HFValidationError):
+        return f"{repo_id} is neither a local directory nor a Hugging Face hub model id"
+    if isinstance(e, GatedRepoError):
+        return (f"{repo_id} is gated on the Hugging Face hub: accept its terms on the hub and "
+                "log in (hf auth login)")
+    if isinstance(e, RepositoryNotFoundError):
+        return (f"{repo_id} is neither a local directory nor a model on the Hugging Face hub "
+                "(a private model needs hf auth login)")
+    if isinstance(e, RevisionNotFoundError):
+        return f"{repo_id}: no such revision on the Hugging Face hub"
+    if isinstance(e, LocalEntryNotFoundError):
+        where = cache_dir() or "the Hugging Face cache"
+        how = "offline (HF_HUB_OFFLINE is set)" if offline() else "the hub cannot be reached"
+        return (f"cannot download {repo_id}: {how} and it is not in {where}; pass a local "
+                "directory")
+    reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    return f"cannot download {repo_id}: {reason}"
+
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """The local snapshot directory of the hub model ``repo_id`` (downloaded if needed).
+
+    Raises :class:`CheckpointError` when huggingface_hub is missing, the id is unknown, the hub
+    is unreachable (or ``HF_HUB_OFFLINE`` is set) and the model is not cached, or the model has
+    no weights in a format we read."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(f"downloading {repo_id} needs the huggingface_hub package (pip "
+                              "install huggingface_hub); or pass a local directory") from None
+    path = None
+    for weights in WEIGHT_CHOICES:  # only one weights file: gpt2 ships both, 0.5 GB each
+        try:
+            path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
+                                          allow_patterns=[*DIRECTORY_FILES, weights],
+                                          local_files_only=offline()))
+        except (OSError, ValueError) as e:  # every hub error is one of these
+            raise CheckpointError(_why(repo_id, e)) from None
+        if is_hf_dir(path):
+            return path
+    raise CheckpointError(f"{repo_id} on the Hugging Face hub has no config.json with "
+                          f"{' or '.join(WEIGHT_CHOICES)} (in {path})")
+
+
+def resolve_hf_source(source: str | Path) -> Path:
+    """A Hugging Face GPT-2 directory from ``source``: a local directory as it is, otherwise a
+    hub model id (optionally prefixed ``hf:``), downloaded with :func:`download`."""
+    text = str(source)
+    if text.startswith(HF_PREFIX):
+        return download(text[len(HF_PREFIX):])
+    if Path(text).exists():
+        return Path(text)
+    return download(text)

@@ -1,0 +1,91 @@
+"""``scratchgpt attention``: see where a GPT looks: its attention weights over a text, as heatmaps.
+
+Each heatmap is one head of one layer: row i is the query of token i, column j the key of token
+j, and the colour how much of token i's attention goes to token j (each row sums to 1; everything
+above the diagonal is 0, because a GPT cannot look ahead). By default every layer x head appears
+in one grid; --layer and/or --head narrow it (both: one large heatmap with the tokens written on
+its axes).
+
+Examples:
+  scratchgpt attention --checkpoint runs/shakespeare --text "ROMEO: I" --out attn.png
+  scratchgpt attention --checkpoint runs/gpt2 --text "The cat sat" --layer 5 --head 1 --out h.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attention", help="plot a GPT's attention weights over a text",
+                       description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True,
+                   help="a GPT run directory, .pt file, Hugging Face GPT-2 directory, or "
+                        "hf:ID for a hub model (hf:gpt2)")
+    p.add_argument("--which", choices=("best", "last"), default="best",
+                   help="checkpoint of a run directory to use (default: best)")
+    p.add_argument("--text", required=True,
+                   help="the text to read; only the first context-length tokens are plotted "
+                        "if it is longer (a notice says so)")
+    p.add_argument("--unknown", choices=("error", "replace"), default="error",
+                   help="text characters missing from the vocabulary: error (default) or "
+                        "replace them with a stand-in token")
+    p.add_argument("--out", required=True, metavar="FILE.png",
+                   help="figure to write (.png, .svg, .pdf ...)")
+    p.add_argument("--layer", type=int, default=None,
+                   help="only this layer (0 = first; negative counts from the last)")
+    p.add_argument("--head", type=int, default=None,
+                   help="only this head (0 = first; negative counts from the last)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for torch (0 = torch's default)")
+    p.set_defaults(func=run)
+
+
+def pick(index: int | None, count: int, flag: str) -> list[int]:
+    """All of ``range(count)``, or the one ``index`` (negative from the end), checked."""
+    if index is None:
+        return list(range(count))
+    if not -count <= index < count:
+        raise ConfigError(f"{flag} must be in [0, {count - 1}] (or negative from the end), "
+                          f"got {index}")
+    return [index % count]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.models.gpt import GPT
+    from scratchgpt.viz import attention_figure, save_figure, token_labels
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, source = load_model(args.checkpoint, args.which)
+    if not isinstance(model, GPT):
+        raise CheckpointError(f"{args.checkpoint} holds a {source.model_type} model; attention "
+                              "plots need a GPT checkpoint")
+    cfg = model.config
+    layers = pick(args.layer, cfg.n_layer, "--layer")
+    heads = pick(args.head, cfg.n_head, "--head")
+    tok = checkpoint_tokenizer(source)
+    ids = tok.encode(args.text, unknown=args.unknown)
+    if not ids:
+        raise GenerationError("the text is empty after tokenization")
+    if len(ids) > cfg.block_size:
+        print(f"note: the text has {len(ids)} tokens, the model's context {cfg.block_size}: "
+              f"plotting the first {cfg.block_size}", file=sys.stderr)
+        ids = ids[: cfg.block_size]
+    with torch.inference_mode():
+        _, per_layer = model.forward_with_attention(torch.tensor([ids]))  # L x (1, H, T, T)
+    weights = torch.stack(per_layer)[:, 0].float()  # (L, H, T, T)
+    weights = weights[layers][:, heads].numpy()  # (layers, heads, T, T)
+    title = f"{Path(args.checkpoint).name}: {args.text[:60]!r}"
+    fig = attention_figure(weights, token_labels(tok, ids), layers, heads, title)
+    out = save_figure(fig, args.out)
+    print(f"wrote {out}: {len(layers)} layer(s) x {len(heads)} head(s) over {len(ids)} tokens")
+    return 0

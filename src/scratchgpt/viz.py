@@ -1,0 +1,174 @@
+"""Figures for looking inside a model: attention heatmaps and next-token distributions.
+
+The functions here take plain numbers and strings (no models, no tokenizers beyond
+:func:`token_labels`), draw with matplotlib's file-only ``Agg`` backend and return the figure;
+:func:`save_figure` writes it. Token labels are made readable first: a space shows as ``␣``, a
+newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so that ``" the"`` and
+``"the"`` look different on an axis.
+
+* :func:`heatmap` draws one weight matrix on an axis, labels on both axes (usable for any
+  query x key attention: a GPT head, an encoder-decoder's cross-attention).
+* :func:`attention_figure` lays out many heads: a grid of layers x heads, or one head large.
+* :func:`distribution_figure` shows how sampling settings reshape a next-token distribution.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.errors import ConfigError
+
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
+
+
+def visible(text: str) -> str:
+    """``text`` with whitespace and control characters shown: ``visible(" a\\n") == "␣a↵"``."""
+    out = []
+    for ch in text:
+        if ch in VISIBLE:
+            out.append(VISIBLE[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])  # e.g. '\r', '\x00', '\u200b'
+    return "".join(out) or "∅"
+
+
+def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """A readable label for each token id. A byte-level token that holds only part of a
+    multi-byte character (it decodes to U+FFFD alone) is shown as its bytes, e.g. ``\\xe2\\x80``."""
+    labels = []
+    for i in ids:
+        text = tokenizer.decode([i])
+        if "\ufffd" in text and hasattr(tokenizer, "token_bytes"):
+            text = tokenizer.token_bytes(i).decode("utf-8", errors="backslashreplace")
+        labels.append(visible(text))
+    return labels
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _tick_size(n: int) -> float:
+    """Font size for ``n`` tick labels: smaller as they crowd."""
+    return max(5.0, min(10.0, 160.0 / max(n, 1)))
+
+
+def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[str], *,
+            cmap: str = "viridis", vmax: float | None = 1.0, show_x: bool = True,
+            show_y: bool = True) -> Any:
+    """Draw ``weights`` (rows x columns, e.g. queries x keys) on ``ax`` with the labels as ticks.
+
+    Single characters stay upright; longer labels on the x axis turn vertical. ``vmax`` None
+    scales the colours to the largest weight. Returns the image (for a colour bar)."""
+    rows, cols = len(y_labels), len(x_labels)
+    image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
+                      interpolation="nearest")
+    ax.set_xticks(range(cols), list(x_labels) if show_x else [""] * cols,
+                  fontsize=_tick_size(cols))
+    for label in ax.get_xticklabels():
+        label.set_rotation(90 if len(label.get_text()) > 1 else 0)
+    ax.set_yticks(range(rows), list(y_labels) if show_y else [""] * rows,
+                  fontsize=_tick_size(rows))
+    ax.tick_params(length=0)
+    return image
+
+
+def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
+                     heads: Sequence[int], title: str = "") -> Any:
+    """Attention weights ``(len(layers), len(heads), T, T)`` (query rows, key columns) as a
+    figure: one large heatmap with a colour bar when a single head is given, otherwise a grid
+    with a row per layer and a column per head (tick labels on the outer axes only)."""
+    plt = _pyplot()
+    n_rows, n_cols, t = len(layers), len(heads), len(labels)
+    if n_rows == n_cols == 1:
+        side = min(14.0, max(4.0, 0.3 * t + 2.0))
+        fig, ax = plt.subplots(figsize=(side + 1.0, side))
+        image = heatmap(ax, weights[0][0], labels, labels)
+        ax.set_xlabel("key: the token attended to")
+        ax.set_ylabel("query: the token attending")
+        ax.set_title(f"layer {layers[0]}, head {heads[0]}")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
+    else:
+        side = min(4.0, max(1.6, 0.16 * t + 0.6))
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(side * n_cols + 1.0, side * n_rows + 1.0),
+                                 squeeze=False)
+        for r, layer in enumerate(layers):
+            for c, head in enumerate(heads):
+                ax = axes[r][c]
+                heatmap(ax, weights[r][c], labels, labels, show_x=r == n_rows - 1, show_y=c == 0)
+                ax.set_title(f"layer {layer}, head {head}", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _rest(probs: Sequence[float]) -> float:
+    """The probability mass outside ``probs``; float round-off below 1e-6 counts as none."""
+    rest = 1.0 - sum(float(p) for p in probs)
+    return rest if rest > 1e-6 else 0.0
+
+
+def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Sequence[float]]],
+                        notes: Sequence[str] = ()) -> Any:
+    """Bar charts of one next-token distribution under several settings, one panel each.
+
+    ``labels`` names the N tokens shown (in the order of the first panel's probabilities) and
+    each panel is ``(title, probs)`` with N probabilities; the mass of all other tokens is drawn
+    as a last grey bar, "other". Bars carry their probability; a token a setting cuts
+    (probability 0) is marked with ×. Every panel has the same vertical scale.
+    ``notes[i]``, if given, is printed under panel i's title (e.g. kept tokens, entropy)."""
+    plt = _pyplot()
+    n = len(labels)
+    heights = [[*map(float, probs), _rest(probs)]
+               for _, probs in panels]  # the N tokens, then "other"
+    top = min(1.0, 1.15 * max(max(h) for h in heights)) or 1.0  # one scale for every panel
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
+                             figsize=(max(7.0, 0.5 * n + 2.5), 1.9 * len(panels) + 0.8))
+    xs = list(range(n + 1))
+    for i, (title, _) in enumerate(panels):
+        ax = axes[i][0]
+        bars = ax.bar(xs, heights[i], color=["tab:blue"] * n + ["tab:gray"])
+        ax.bar_label(bars, [f"{p:.2f}" if p > 0 else "×" for p in heights[i]], fontsize=7,
+                     padding=1)
+        ax.set_ylim(0, top)
+        ax.set_ylabel("p", rotation=0, labelpad=8)
+        note = f"  ·  {notes[i]}" if i < len(notes) and notes[i] else ""
+        ax.set_title(f"{title}{note}", fontsize=9, loc="left")
+    bottom = axes[-1][0]
+    bottom.set_xticks(xs, [*labels, "other"], fontsize=_tick_size(n + 1))
+    for label in bottom.get_xticklabels():
+        label.set_rotation(90 if len(label.get_text()) > 1 else 0)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` (its suffix picks the format: .png, .svg, .pdf ...) and close
+    it. A missing parent directory is created; an unknown suffix is a :class:`ConfigError`."""
+    plt = _pyplot()
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    try:
+        if fmt not in fig.canvas.get_supported_filetypes():
+            raise ConfigError(f"cannot write {path}: unknown figure format {fmt!r} (use one of "
+                              f"{', '.join(sorted(fig.canvas.get_supported_filetypes()))})")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():  # a glyph missing from the font draws as a box: fine
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+            fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,157 @@
+"""GPT-2 by hub id (``convert --from hf gpt2``, ``sample --checkpoint hf:gpt2``), tested offline:
+the test lays out a Hugging Face hub cache itself (models--ID/refs/main, snapshots/REV/) holding a
+tiny GPT-2 written by save_hf, points HF_HUB_CACHE at it and sets HF_HUB_OFFLINE=1, so
+huggingface_hub.snapshot_download resolves from that cache exactly as it would after a download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+from scratchgpt.checkpoints.hf import save_hf, state_dict_to_hf
+from scratchgpt.cli import main
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.tokenizers import CharTokenizer
+
+pytest.importorskip("huggingface_hub")
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=16))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30)  # confident logits: greedy far from ties
+    return model.eval()
+
+
+def snapshot(cache: Path, repo_id: str) -> Path:
+    """The directory the hub's cache keeps ``repo_id``'s files in, with refs/main pointing at it."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(REV)
+    return repo / "snapshots" / REV
+
+
+@pytest.fixture()
+def hub(tmp_path, monkeypatch) -> Path:
+    cache = tmp_path / "hub-cache"
+    save_hf(tiny_gpt(), snapshot(cache, "gpt2"), CharTokenizer(CHARS))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+@pytest.fixture()
+def reference(tmp_path) -> Path:
+    """The same model as our own run directory, to compare the downloaded one with."""
+    run = tmp_path / "ref"
+    CharTokenizer(CHARS).save(run)
+    model = tiny_gpt()
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    return run
+
+
+def greedy(capsys, checkpoint: str) -> str:
+    code = main(["sample", "--checkpoint", checkpoint, "--prompt", "the ", "--temperature", "0",
+                 "--max-new-tokens", "20"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def error_line(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_convert_from_a_hub_id_uses_the_cached_snapshot(hub, reference, tmp_path, capsys):
+    out = tmp_path / "gpt2"
+    assert main(["convert", "--from", "hf", "gpt2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert (out / "best.pt").is_file() and (out / "tokenizer.json").is_file()
+    assert greedy(capsys, str(out)) == greedy(capsys, str(reference))
+
+
+def test_sample_reads_a_hub_id(hub, reference, capsys):
+    assert greedy(capsys, "hf:gpt2") == greedy(capsys, str(reference))
+
+
+def test_owner_and_name_ids_and_pytorch_bin_weights(hub, reference, tmp_path, capsys):
+    """``owner/name`` lives in models--owner--name; a model with only pytorch_model.bin loads."""
+    snap = snapshot(hub, "someone/tiny-gpt2")
+    save_hf(tiny_gpt(), snap, CharTokenizer(CHARS))
+    tensors = state_dict_to_hf(tiny_gpt().state_dict(), tie_weights=True)
+    (snap / "model.safetensors").unlink()
+    torch.save(tensors, snap / "pytorch_model.bin")
+    assert greedy(capsys, "hf:someone/tiny-gpt2") == greedy(capsys, str(reference))
+
+
+def test_offline_and_not_cached_is_one_line(hub, tmp_path, capsys):
+    out = tmp_path / "medium"
+    line = error_line(capsys, ["convert", "--from", "hf", "gpt2-medium", "--out", str(out)])
+    assert "cannot download gpt2-medium: offline" in line and "pass a local directory" in line
+    assert str(hub) in line
+    assert not out.exists()
+    line = error_line(capsys, ["sample", "--checkpoint", "hf:gpt2-xl", "--prompt", "a"])
+    assert "cannot download gpt2-xl: offline" in line
+
+
+def test_unreachable_hub_is_one_line(monkeypatch, tmp_path, capsys):
+    """Online but no network: huggingface_hub finds nothing cached and raises
+    LocalEntryNotFoundError; we say the hub cannot be reached. Only one weights file is asked
+    for (gpt2 ships both safetensors and a .bin, 0.5 GB each)."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    asked = []
+
+    def no_network(repo_id, **kwargs):
+        asked.append(kwargs)
+        raise LocalEntryNotFoundError("connection error")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    line = error_line(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")])
+    assert "cannot download gpt2: the hub cannot be reached" in line
+    patterns = asked[0]["allow_patterns"]
+    assert "config.json" in patterns and "model.safetensors" in patterns
+    assert "pytorch_model.bin" not in patterns and asked[0]["local_files_only"] is False
+
+
+@pytest.mark.parametrize("source, message", [
+    ("bad//id", "neither a local directory nor a Hugging Face hub model id"),
+    ("hf:", "neither a local directory nor a Hugging Face hub model id"),
+])
+def test_invalid_ids(hub, tmp_path, capsys, source, message):
+    assert message in error_line(capsys, ["convert", "--from", "hf", source, "--out",
+                                          str(tmp_path / "o")])
+
+
+def test_snapshot_without_weights(hub, tmp_path, capsys):
+    snap = snapshot(hub, "someone/config-only")
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    line = error_line(capsys, ["convert", "--from", "hf", "someone/config-only", "--out",
+                               str(tmp_path / "o")])
+    assert "has no config.json with model.safetensors or pytorch_model.bin" in line
+
+
+def test_a_local_directory_wins_over_a_hub_id(hub, reference, tmp_path, monkeypatch, capsys):
+    local = tmp_path / "work"
+    save_hf(tiny_gpt(), local / "gpt2", CharTokenizer(CHARS))
+    monkeypatch.chdir(local)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # the hub has nothing
+    assert main(["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    assert greedy(capsys, str(tmp_path / "o")) == greedy(capsys, str(reference))

@@ -1,0 +1,223 @@
+"""``scratchgpt attention`` (a GPT's attention weights as heatmaps) and ``scratchgpt inspect``
+(next-token probabilities under sampling settings), on tiny models built here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+from scratchgpt.cli import main
+from scratchgpt.models import build_model, model_config
+from scratchgpt.tokenizers import CharTokenizer
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
+PNG = b"\x89PNG"
+SHAPES = {
+    "gpt": dict(block_size=16, n_layer=2, n_head=3, n_embd=12),
+    "bigram": dict(block_size=16),
+    "lstm": dict(n_layer=1, hidden=8, block_size=16),
+}
+
+
+def save_run(directory: Path, model_type: str) -> Path:
+    torch.manual_seed(0)
+    settings = {"vocab_size": len(CHARS), **SHAPES[model_type]}
+    model = build_model(model_config(model_type, **settings))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))  # far from uniform: distinct, readable probabilities
+    CharTokenizer(CHARS).save(directory)
+    save_checkpoint(directory / "best.pt", Checkpoint(model_type, model.config,
+                                                      model.state_dict()))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    return {t: save_run(base / t, t) for t in SHAPES}
+
+
+def load(run: Path):
+    from scratchgpt.checkpoints import load_model
+
+    return load_model(run)[0]
+
+
+def ids(text: str) -> list[int]:
+    return CharTokenizer(CHARS).encode(text)
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# ---- attention
+
+
+def test_attention_grid_of_every_layer_and_head(runs, tmp_path, capsys):
+    out = tmp_path / "a.png"
+    assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", "the cat\nsat",
+                 "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG)
+    assert "2 layer(s) x 3 head(s) over 11 tokens" in capsys.readouterr().out
+
+
+def test_attention_plots_the_chosen_head(runs, tmp_path, monkeypatch):
+    """What reaches the figure is the model's own attention of that layer and head."""
+    from scratchgpt import viz
+
+    seen = {}
+    real = viz.attention_figure
+
+    def spy(weights, labels, layers, heads, title=""):
+        seen.update(weights=weights, labels=labels, layers=layers, heads=heads)
+        return real(weights, labels, layers, heads, title)
+
+    monkeypatch.setattr(viz, "attention_figure", spy)
+    assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", "a cat",
+                 "--layer", "-1", "--head", "2", "--out", str(tmp_path / "h.svg")]) == 0
+    _, per_layer = load(runs["gpt"]).forward_with_attention(torch.tensor([ids("a cat")]))
+    assert seen["layers"] == [1] and seen["heads"] == [2]
+    assert seen["labels"] == ["a", "␣", "c", "a", "t"]
+    w = torch.from_numpy(seen["weights"])
+    assert w.shape == (1, 1, 5, 5)
+    torch.testing.assert_close(w[0, 0], per_layer[1][0, 2])
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 1, 5))  # rows are distributions
+    assert torch.all(w[0, 0].triu(1) == 0)  # and nothing comes from the future
+    assert (tmp_path / "h.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_attention_cuts_text_longer_than_the_context(runs, tmp_path, capsys):
+    assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", "abc " * 10,
+                 "--head", "0", "--out", str(tmp_path / "a.png")]) == 0
+    captured = capsys.readouterr()
+    assert "plotting the first 16" in captured.err
+    assert "over 16 tokens" in captured.out
+
+
+@pytest.mark.parametrize("text, out, extra, message", [
+    ("abc", "a.png", ["--layer", "2"], "--layer must be in [0, 1]"),
+    ("abc", "a.png", ["--head", "-4"], "--head must be in [0, 2]"),
+    ("ABC", "a.png", [], "not in the vocabulary: 'A', 'B', 'C'"),
+    ("abc", "a.unknownformat", [], "unknown figure format"),
+])
+def test_attention_bad_input(runs, tmp_path, capsys, text, out, extra, message):
+    line = one_line_error(capsys, ["attention", "--checkpoint", str(runs["gpt"]), "--text", text,
+                                   "--out", str(tmp_path / out), *extra])
+    assert message in line
+    assert not (tmp_path / out).exists()
+
+
+def test_attention_unknown_replace(runs, tmp_path, capsys):
+    assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", "aBc", "--out",
+                 str(tmp_path / "a.png"), "--unknown", "replace"]) == 0
+    assert "over 3 tokens" in capsys.readouterr().out
+
+
+def test_attention_refuses_a_model_without_attention(runs, tmp_path, capsys):
+    line = one_line_error(capsys, ["attention", "--checkpoint", str(runs["lstm"]), "--text",
+                                   "abc", "--out", str(tmp_path / "a.png")])
+    assert "lstm model" in line and "GPT" in line
+    assert not (tmp_path / "a.png").exists()
+
+
+# ---- inspect
+
+
+def inspect_json(capsys, run: Path, prompt: str, *extra: str) -> dict:
+    assert main(["inspect", "--checkpoint", str(run), "--prompt", prompt, "--json",
+                 *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("model_type", list(SHAPES))
+def test_inspect_lists_the_models_own_probabilities(runs, capsys, model_type):
+    rep = inspect_json(capsys, runs[model_type], "the ca", "--top", "5")
+    probs = torch.softmax(load(runs[model_type])(torch.tensor([ids("the ca")]))[0, -1], -1)
+    expected = probs.topk(5)
+    assert [r["id"] for r in rep["top"]] == expected.indices.tolist()
+    got = torch.tensor([r["probs"]["model"] for r in rep["top"]])
+    torch.testing.assert_close(got, expected.values)
+    assert rep["model_type"] == model_type and rep["kept"]["model"] == len(CHARS)
+
+
+def test_inspect_settings_reshape_as_sampling_does(runs, capsys):
+    rep = inspect_json(capsys, runs["gpt"], "a b", "--top", str(len(CHARS)), "--setting", "k=3",
+                       "--setting", "greedy", "--setting", "T=0.5", "--setting", "p=0.5")
+    assert rep["settings"] == ["model", "top-k=3", "greedy", "T=0.5", "top-p=0.5"]
+    model = torch.tensor([r["probs"]["model"] for r in rep["top"]])
+    top_k = torch.tensor([r["probs"]["top-k=3"] for r in rep["top"]])
+    # top-k: the three most likely tokens, in their old proportions, renormalised
+    assert rep["kept"]["top-k=3"] == 3 and torch.all(top_k[3:] == 0)
+    torch.testing.assert_close(top_k[:3], model[:3] / model[:3].sum())
+    greedy = [r["probs"]["greedy"] for r in rep["top"]]
+    assert greedy[0] == 1.0 and sum(greedy) == 1.0
+    # temperature 0.5 squares the probabilities (up to normalisation): p^2 / sum p^2
+    cool = torch.tensor([r["probs"]["T=0.5"] for r in rep["top"]])
+    torch.testing.assert_close(cool, model.double().square().div(model.double().square().sum())
+                               .float(), atol=1e-5, rtol=1e-4)
+    assert rep["entropy"]["T=0.5"] < rep["entropy"]["model"] and rep["entropy"]["greedy"] == 0
+    # top-p: the fewest most likely tokens whose mass reaches 0.5
+    kept = rep["kept"]["top-p=0.5"]
+    assert model[:kept].sum() >= 0.5 > model[:kept - 1].sum()
+
+
+def test_inspect_reads_only_the_gpt_context(runs, capsys):
+    long = "abcdefghij" * 3
+    assert main(["inspect", "--checkpoint", str(runs["gpt"]), "--prompt", long, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "reads the last 16" in captured.err
+    rep = json.loads(captured.out)
+    assert rep["tokens_read"] == 16
+    assert rep == {**inspect_json(capsys, runs["gpt"], long[-16:]), "prompt": long}
+
+
+def test_inspect_table_and_figure(runs, tmp_path, capsys):
+    out = tmp_path / "d.png"
+    assert main(["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "ab", "--out",
+                 str(out), "--top", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "top-k=10" in text and "(all others)" in text and "entropy" in text
+    assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 4
+    assert out.read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("T=warm", "not a number"), ("x=1", "cannot read sampling setting"),
+    ("p=1.5", "top_p must be in (0, 1]"), ("T=-1", "temperature must be >= 0"),
+])
+def test_inspect_bad_settings(runs, capsys, setting, message):
+    line = one_line_error(capsys, ["inspect", "--checkpoint", str(runs["bigram"]), "--prompt",
+                                   "a", "--setting", setting])
+    assert message in line
+
+
+def test_distribution_figure_draws_the_given_probabilities():
+    from scratchgpt.viz import distribution_figure
+
+    fig = distribution_figure(["a", "␣"], [("model", [0.5, 0.25]), ("top-k=1", [1.0, 0.0])])
+    first, second = (ax.patches for ax in fig.axes)
+    assert [round(b.get_height(), 6) for b in first] == [0.5, 0.25, 0.25]  # last: "other"
+    assert [round(b.get_height(), 6) for b in second] == [1.0, 0.0, 0.0]
+    assert [t.get_text() for t in fig.axes[1].texts] == ["1.00", "×", "×"]
+
+
+def test_visible_labels():
+    from scratchgpt.tokenizers import BPETokenizer
+    from scratchgpt.viz import token_labels, visible
+
+    assert visible(" a\n\tb\r") == "␣a↵⇥b\\r" and visible("") == "∅"
+    bytes_only = BPETokenizer.train("héllo wörld " * 20, 258)  # 1 merge: é stays two bytes
+    assert token_labels(bytes_only, bytes_only.encode(" hé")) == ["␣", "h", "\\xc3", "\\xa9"]
+    merged = BPETokenizer.train("héllo wörld " * 20, 300)
+    assert token_labels(merged, merged.encode(" héllo")) == ["␣héllo"]
