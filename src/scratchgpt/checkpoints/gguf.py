@@ -37,7 +37,11 @@ GELU is GPT-2's tanh approximation).
   merges by a list of pairs, lowest rank first; we (like tiktoken) merge any adjacent pair whose
   joined bytes are a token, lowest token id first. So the merge list written here has, for each
   token in id order, every split of it into two tokens, not only the merge that created it:
-  ranks then follow token ids and both merge the same pairs.
+  ranks then follow token ids and both merge the same pairs. Two corner cases can still differ:
+  a chunk that is itself a token, which tiktoken returns whole even where merging would not
+  reach it, and two different pairs making the same token side by side (we take the leftmost,
+  llama.cpp the one listed first). Neither occurred in 4 MB of English and Python text, with
+  GPT-2's vocabulary and two trained ones.
 * character level: one token per character, plus merges that rebuild each multi-byte UTF-8
   character from its bytes. Text made of the vocabulary's characters tokenizes to the same ids;
   a character outside it is an error for us, and silently dropped by llama.cpp. Such a
