@@ -2,6 +2,7 @@
 # Create .venv (once) and install scratchgpt into it, editable. Usage: scripts/setup.sh [EXTRAS]
 #   scripts/setup.sh        -> core install (torch, numpy, tqdm, matplotlib)
 #   scripts/setup.sh dev    -> plus test and parity tools (pytest, ruff, transformers, tiktoken)
+#   scripts/setup.sh dev,gguf -> plus GGUF export and llama.cpp (compiled once, ~10 minutes)
 # PyTorch is pinned to the CPU build 2.13.0 first, so that nothing pulls a CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,8 @@
 
 By default the model is the cpu-small preset's shape with random weights and a 65-character
 vocabulary (speed does not depend on the weights); ``--checkpoint`` times a trained run instead.
-The figure is generation time inside the process (no interpreter start-up), median of repeats.
+The model is prepared as ``sample --dtype`` prepares it (``--dtype``: fp32, bf16, int8). The
+figure is generation time inside the process (no interpreter start-up), median of repeats.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="inference precision, as sample --dtype (default fp32)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models import build_model, config_fields, model_config
+    from scratchgpt.models.fast_decode import prepare_for_decode
     from scratchgpt.training.config import PRESETS
 
     if args.checkpoint:
@@ -42,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
                                          **{k: v for k, v in preset.items() if k in fields}))
         model.eval()
         what = f"{args.preset} shape, random weights"
+    n_params = model.num_params()
+    prepare_for_decode(model, args.dtype)  # packed or int8 weights are no longer parameters
     cfg = SamplingConfig(args.temperature, None, args.top_p)
     prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
     times = []
@@ -53,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             times.append(time.perf_counter() - t)
     assert out.shape[1] == args.prompt_len + args.tokens
     med = statistics.median(times)
-    print(f"model: {what}, {model.num_params():,} parameters, {torch.get_num_threads()} threads")
+    print(f"model: {what}, {n_params:,} parameters, {args.dtype}, "
+          f"{torch.get_num_threads()} threads")
     print(f"{args.tokens} tokens: median {med:.3f} s over {args.repeats} runs "
           f"(min {min(times):.3f}, max {max(times):.3f}) = {args.tokens / med:,.0f} tokens/s")
     return 0

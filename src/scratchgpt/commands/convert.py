@@ -1,4 +1,5 @@
-"""``scratchgpt convert``: Hugging Face GPT-2 directories <-> our checkpoints."""
+"""``scratchgpt convert``: Hugging Face GPT-2 directories <-> our checkpoints, and GGUF files
+for llama.cpp."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from pathlib import Path
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 
+GGUF_TYPES = ("f32", "f16", "q8_0")  # checkpoints.gguf.GGUF_TYPES, without importing numpy here
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints",
+        "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints; "
+                        "export GGUF for llama.cpp",
         description="--from hf DIR: a Hugging Face GPT-2 directory (config.json + "
                     "model.safetensors or pytorch_model.bin) becomes a run directory with "
                     "best.pt (and the tokenizer, when DIR has one). DIR may also be a hub model "
@@ -18,15 +22,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "through huggingface_hub into the Hugging Face cache once (offline, "
                     "HF_HUB_OFFLINE=1, only that cache is used). --to hf: a GPT checkpoint "
                     "becomes a directory that transformers.GPT2LMHeadModel.from_pretrained "
-                    "loads. (sample also reads a Hugging Face directory directly.)")
+                    "loads. (sample also reads a Hugging Face directory directly.) --to gguf: "
+                    "a GPT checkpoint and its tokenizer (byte-level BPE, GPT-2's or trained, "
+                    "or char) become one GGUF file that llama.cpp runs as its gpt2 "
+                    "architecture (--type f32, f16 or q8_0); models llama.cpp cannot compute "
+                    "the same way (no biases, sinusoidal positions, exact GELU) are refused.")
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from", dest="source", nargs=2, metavar=("FORMAT", "PATH"),
                      help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory or "
                           "a hub model id such as gpt2")
-    way.add_argument("--to", dest="target", choices=("hf",), help="export to this format")
+    way.add_argument("--to", dest="target", choices=("hf", "gguf"),
+                     help="export to this format: hf (a directory) or gguf (one file)")
     p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
     p.add_argument("--which", choices=("best", "last"), default="best")
-    p.add_argument("--out", required=True, help="directory to write")
+    p.add_argument("--type", dest="gguf_type", choices=GGUF_TYPES, default=None,
+                   help="with --to gguf: weight precision, f32 (exact), f16, or q8_0 (int8 "
+                        "blocks of 32 with an f16 scale; 8.5 bits per weight) (default f32)")
+    p.add_argument("--out", required=True,
+                   help="directory to write (--from hf, --to hf) or file (--to gguf)")
     p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
     p.set_defaults(func=run)
 
@@ -37,32 +50,63 @@ def _check_out(out: Path, overwrite: bool) -> None:
     if RunDir(out).is_scratchgpt_run():
         raise CheckpointError(f"{out} holds a scratchgpt run; write the export somewhere else "
                               "(nothing was written)")
-    if out.exists() and any(out.iterdir()) and not overwrite:
+    if overwrite or not out.exists():
+        return
+    if out.is_file():
+        raise CheckpointError(f"{out} exists (pass --overwrite to replace it)")
+    if any(out.iterdir()):
         raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
 
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.checkpoints.hf import import_hf, save_hf
-    from scratchgpt.checkpoints.hub import resolve_hf_source
 
     out = Path(args.out)
+    if args.gguf_type is not None and args.target != "gguf":
+        raise ConfigError("--type applies to --to gguf only")
     if args.source:
-        fmt, path = args.source
-        if fmt != "hf":
-            raise ConfigError(f"--from {fmt}: only 'hf' is supported")
-        import_hf(resolve_hf_source(path), out, overwrite=args.overwrite)
-        print(f"wrote {out / 'best.pt'}")
-        return 0
-    if not args.checkpoint:
-        raise ConfigError("--to hf needs --checkpoint RUN")
+        return import_from(args.source, out, args.overwrite)
+    if out.is_dir() and args.target == "gguf":
+        raise ConfigError(f"--to gguf writes one file; {out} is a directory (name the file, "
+                          "e.g. model.gguf)")
     _check_out(out, args.overwrite)
+    if not args.checkpoint:
+        raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
     model, source = load_model(args.checkpoint, args.which)
     try:
         tok = checkpoint_tokenizer(source)
     except ScratchGPTError:
-        tok = None  # a model without a tokenizer still exports; say so below
+        tok = None  # a model without a tokenizer still exports to hf; say so below
+    if args.target == "gguf":
+        return export_gguf(model, tok, out, args.gguf_type or "f32")
+    from scratchgpt.checkpoints.hf import save_hf
+
     save_hf(model, out, tok)
     note = "" if tok is not None else " (no tokenizer found: weights and config only)"
     print(f"wrote {out}{note}")
+    return 0
+
+
+def import_from(source: list[str], out: Path, overwrite: bool) -> int:
+    """``--from hf DIR_OR_HUB_ID``: a run directory holding the model as ``best.pt``."""
+    from scratchgpt.checkpoints.hf import import_hf
+    from scratchgpt.checkpoints.hub import resolve_hf_source
+
+    fmt, path = source
+    if fmt != "hf":
+        raise ConfigError(f"--from {fmt}: only 'hf' is supported")
+    import_hf(resolve_hf_source(path), out, overwrite=overwrite)
+    print(f"wrote {out / 'best.pt'}")
+    return 0
+
+
+def export_gguf(model, tok, out: Path, qtype: str) -> int:
+    """``--to gguf``: write the file and say what it holds (and any caveat)."""
+    from scratchgpt.checkpoints.gguf import save_gguf
+
+    done = save_gguf(model, out, tok, qtype)
+    size = done.path.stat().st_size / 2**20
+    print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB)")
+    for note in done.notes:
+        print(f"note: {note}")
     return 0

