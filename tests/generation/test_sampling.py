@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from scratchgpt.errors import ScratchGPTError
-from scratchgpt.generation.generate import beam_search, generate
+from scratchgpt.generation.beam import beam_search
+from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import (
     SamplingConfig,
     logits_to_probs,
@@ -78,7 +79,7 @@ def test_beam_one_equals_greedy():
     model = _model()
     prompt = torch.tensor([[4, 5]])
     greedy = generate(model, prompt, 15, SamplingConfig(temperature=0))[0, 2:].tolist()
-    (best, _), = beam_search(model, prompt, beam=1, max_new_tokens=15)
+    (best, _), = beam_search(model, prompt, 1, 15)
     assert best == greedy
 
 
@@ -93,7 +94,7 @@ def test_beam_search_finds_at_least_greedy_likelihood():
         return lp.gather(-1, seq[0, 2:, None]).sum().item()
 
     greedy = generate(model, prompt, 8, SamplingConfig(temperature=0))[0, 2:].tolist()
-    hyps = beam_search(model, prompt, beam=4, max_new_tokens=8, length_penalty=0.0)
+    hyps = beam_search(model, prompt, 4, 8, length_penalty=0.0)
     assert len(hyps) == 4
     assert logprob(hyps[0][0]) >= logprob(greedy) - 1e-5
     assert math.isclose(hyps[0][1], logprob(hyps[0][0]), rel_tol=1e-4)

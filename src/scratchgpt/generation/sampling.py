@@ -78,4 +78,18 @@ def sample(logits: Tensor, cfg: SamplingConfig,
     probs = logits_to_probs(logits, cfg)
     if cfg.greedy:
         return logits.argmax(-1), probs
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1), probs
+    return draw(probs, generator), probs
+
+
+def next_token(logits: Tensor, cfg: SamplingConfig,
+               generator: torch.Generator | None = None) -> Tensor:
+    """The token :func:`sample` draws, (B, V) -> (B,), without building a greedy one-hot."""
+    if cfg.greedy:
+        return logits.argmax(-1)
+    return draw(logits_to_probs(logits, cfg), generator)
+
+
+def draw(weights: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One index per row with probability proportional to ``weights`` (..., V) >= 0 (they
+    need not sum to 1) -> (...)."""
+    return torch.multinomial(weights, 1, generator=generator).squeeze(-1)
