@@ -133,10 +133,61 @@ def batched(model, vocab: int, prompt_len: int, n: int, batch: int) -> dict:
             "tok_s": batch * n / secs}
 
 
+def load_hf_copy(base):
+    """The same weights as ``transformers.GPT2LMHeadModel``, through our exporter."""
+    import transformers
+
+    from scratchgpt.checkpoints.hf import save_hf
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    with tempfile.TemporaryDirectory() as d:
+        save_hf(base, d)
+        return transformers.GPT2LMHeadModel.from_pretrained(d).eval()
+
+
+def time_variant(model, hf, prompt, args: argparse.Namespace) -> tuple[dict, list[int]]:
+    """Decode rates of ours (and transformers') over ``--repeats`` alternating runs; returns the
+    figures and our greedy tokens."""
+    runs: dict[str, list] = {"ours": [], "transformers": [], "same_tokens": []}
+    for _ in range(args.repeats):  # alternate, so drifting machine load hits both alike
+        r, greedy = time_ours(model, prompt, args.new_tokens)
+        runs["ours"].append(r)
+        if hf is not None:
+            r, theirs = time_hf(hf, prompt, args.new_tokens)
+            runs["transformers"].append(r)
+            runs["same_tokens"].append(theirs == greedy)
+    v: dict = {}
+    for who in ("ours", "transformers"):
+        if runs[who]:
+            rates = [r["decode_tok_s"] for r in runs[who]]
+            v[who] = {"decode_tok_s_median": statistics.median(rates),
+                      "decode_tok_s_best": max(rates),
+                      "prefill_s_median": statistics.median(r["prefill_s"] for r in runs[who])}
+    if runs["transformers"]:
+        v["speedup_median"] = (v["ours"]["decode_tok_s_median"]
+                               / v["transformers"]["decode_tok_s_median"])
+        v["same_greedy_tokens_as_transformers"] = all(runs["same_tokens"])
+    return v, greedy
+
+
+def bf16_accuracy(models: dict, prompt, greedy: dict[str, list[int]]) -> dict:
+    """How far bf16's logits move from fp32's, and where greedy output first diverges."""
+    import torch
+
+    with torch.inference_mode():
+        a = models["fp32"](prompt).float()
+        b = models["bf16"](prompt).float()
+    diverge = next((i for i, (x, y) in enumerate(zip(greedy["fp32"], greedy["bf16"],
+                                                         strict=True)) if x != y), None)
+    return {"max_abs_logit_diff": (a - b).abs().max().item(), "logit_std": a.std().item(),
+            "argmax_agreement_on_prompt": (a.argmax(-1) == b.argmax(-1)).float().mean().item(),
+            "greedy_first_divergence": diverge}
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.checkpoints.hf import save_hf
     from scratchgpt.models.fast_decode import optimize_for_decode
     from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -147,72 +198,34 @@ def run(args: argparse.Namespace) -> int:
                     n_head=args.n_head, n_embd=args.n_embd)
     base = GPT(cfg).eval()
     prompt = torch.randint(0, cfg.vocab_size, (1, args.prompt_len))
-    hf_base = None
-    if not args.no_hf:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-        with tempfile.TemporaryDirectory() as d:
-            save_hf(base, d)
-            hf_base = transformers.GPT2LMHeadModel.from_pretrained(d).eval()
+    hf_base = None if args.no_hf else load_hf_copy(base)
     bandwidth = read_bandwidth()
-    dtypes = [d.strip() for d in args.dtypes.split(",")]
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    report: dict = {"threads": torch.get_num_threads(), "read_bandwidth_gb_s": bandwidth / 1e9,
+    report: dict = {"threads": torch.get_num_threads(),
                     "shape": f"{cfg.n_layer}L/{cfg.n_head}H/{cfg.n_embd}d vocab {cfg.vocab_size}",
                     "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
                     "weights": "plain" if args.plain else "optimize_for_decode",
                     "variants": {}}
     greedy: dict[str, list[int]] = {}
     models = {}
-    for name in dtypes:
+    for name in (d.strip() for d in args.dtypes.split(",")):
         model = GPT(cfg).eval()
         model.load_state_dict(base.state_dict())
         model.to(torch_dtype[name])
-        if not args.plain:
-            optimize_for_decode(model)
-        models[name] = model
+        models[name] = model if args.plain else optimize_for_decode(model)
         hf = hf_base.to(torch_dtype[name]) if hf_base is not None else None  # in place
+        v, greedy[name] = time_variant(models[name], hf, prompt, args)
         # bytes each decode step must read: every weight once (wte as the tied lm_head; of the
         # position table only one row, so it is left out, as num_params does)
-        weight_bytes = base.num_params(non_embedding=True) * torch_dtype[name].itemsize
-        runs: dict[str, list[dict]] = {"ours": [], "transformers": []}
-        for _ in range(args.repeats):  # alternate, so drifting machine load hits both alike
-            r, greedy[name] = time_ours(model, prompt, args.new_tokens)
-            runs["ours"].append(r)
-            if hf is not None:
-                r, theirs = time_hf(hf, prompt, args.new_tokens)
-                runs["transformers"].append(r)
-                runs.setdefault("same_tokens", []).append(theirs == greedy[name])
+        v["weight_bytes"] = base.num_params(non_embedding=True) * torch_dtype[name].itemsize
         bandwidth = max(bandwidth, read_bandwidth())  # best seen: load on a shared box varies
-        v = {"weight_bytes": weight_bytes}
-        for who in ("ours", "transformers"):
-            if runs[who]:
-                rates = [r["decode_tok_s"] for r in runs[who]]
-                v[who] = {"decode_tok_s_median": statistics.median(rates),
-                          "decode_tok_s_best": max(rates),
-                          "prefill_s_median": statistics.median(r["prefill_s"] for r in runs[who])}
-        if runs["transformers"]:
-            v["speedup_median"] = (v["ours"]["decode_tok_s_median"]
-                                   / v["transformers"]["decode_tok_s_median"])
-            v["same_greedy_tokens_as_transformers"] = all(runs["same_tokens"])
         report["variants"][name] = v
     report["read_bandwidth_gb_s"] = bandwidth / 1e9
     for v in report["variants"].values():  # ceilings against the best bandwidth measured
         v["ceiling_tok_s"] = bandwidth / v["weight_bytes"]
         v["ours"]["of_ceiling"] = v["ours"]["decode_tok_s_median"] / v["ceiling_tok_s"]
     if "fp32" in models and "bf16" in models:
-        with torch.inference_mode():
-            a = models["fp32"](prompt).float()
-            b = models["bf16"](prompt).float()
-        diverge = next((i for i, (x, y) in enumerate(zip(greedy["fp32"], greedy["bf16"],
-                                                             strict=True)) if x != y), None)
-        report["bf16_accuracy"] = {"max_abs_logit_diff": (a - b).abs().max().item(),
-                                   "logit_std": a.std().item(),
-                                   "argmax_agreement_on_prompt":
-                                       (a.argmax(-1) == b.argmax(-1)).float().mean().item(),
-                                   "greedy_first_divergence": diverge}
+        report["bf16_accuracy"] = bf16_accuracy(models, prompt, greedy)
     fast = models.get("fp32") or next(iter(models.values()))
     if args.recompute_tokens:
         report["cache_vs_recompute"] = recompute_vs_cache(fast, prompt, args.recompute_tokens)
