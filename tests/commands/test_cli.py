@@ -60,9 +60,10 @@ def test_sample_is_reproducible_with_seed_and_respects_stop(run_dir, capsys):
     a = capsys.readouterr().out
     main(args)
     assert capsys.readouterr().out == a
-    main([*args, "--stop", "e"])
+    stop = a[12]  # a character the sample generates (a[0] is the prompt, a newline)
+    main([*args, "--stop", stop])
     out = capsys.readouterr().out
-    assert "e" not in out[1:] and len(out) < len(a)
+    assert stop not in out[1:-1] and out[:-1] == a[: a.index(stop, 1)]
 
 
 def test_num_samples_and_beam(run_dir, capsys):

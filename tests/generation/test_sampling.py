@@ -114,3 +114,20 @@ def test_generation_past_context_slides_window():
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
     out = generate(model, torch.tensor([[1, 2, 3]]), 30, SamplingConfig(temperature=0))
     assert out.shape == (1, 33)
+
+
+def test_draw_follows_the_weights_and_never_picks_a_zero():
+    """Inverse-CDF draws against unnormalized weights with zeros (first, inside, last), per
+    row: frequencies within 4 standard errors of the weights, zeros never drawn."""
+    from scratchgpt.generation.sampling import draw
+
+    w = torch.tensor([[0.0, 2.0, 0.0, 1.0, 5.0, 0.0], [3.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+    gen = torch.Generator().manual_seed(0)
+    n = 20000
+    picks = torch.stack([draw(w, gen) for _ in range(n)])  # (n, 2)
+    for row in range(2):
+        freq = torch.bincount(picks[:, row], minlength=6).double() / n
+        p = w[row].double() / w[row].sum()
+        assert torch.all(freq[p == 0] == 0)
+        assert torch.all((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt() + 1e-12), (freq, p)
+    assert draw(torch.tensor([0.0, 0.0, 7.0]), gen).item() == 2  # one row (V,) -> scalar

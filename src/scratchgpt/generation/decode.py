@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs, next_token
+from scratchgpt.generation.sampling import SamplingConfig, draw, logits_to_probs, next_token
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM, DecodeCache
 
@@ -91,7 +91,7 @@ def decode_n_tokens(model: CachedLM, cache: DecodeCache, tokens: Tensor, n: int,
             token = logits.argmax(-1)  # (B,)
         else:
             probs = logits_to_probs(logits, cfg)  # (B, V)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            token = draw(probs, generator)  # (B,)
             dists.append(probs)
         out.append(token)
         if i < n - 1:
