@@ -3,6 +3,7 @@
 Every generation path is built from the functions here, which use nothing of a model but
 ``model(idx, cache=cache)`` and the :class:`~scratchgpt.models.cache.DecodeCache` interface:
 
+    score(model, cache, tokens)                      feed tokens; logits at each of them
     prefill(model, cache, tokens)                    feed tokens; the next-token logits
     decode_one_token(model, cache, token, cfg)       feed one token per row; sample the next
     decode_n_tokens(model, cache, tokens, n, cfg)    n tokens and their distributions (drafts)
@@ -57,9 +58,15 @@ def window_start(start: int, length: int, context: int | None) -> int:
     return length - slide_keep(context)
 
 
+def score(model: CachedLM, cache: DecodeCache, tokens: Tensor) -> Tensor:
+    """Feed ``tokens`` (B, T) after what the cache holds; returns the logits at every one of
+    these positions (B, T, V): speculative decoding scores its drafts this way."""
+    return model(tokens, cache=cache)
+
+
 def prefill(model: CachedLM, cache: DecodeCache, tokens: Tensor) -> Tensor:
     """Feed ``tokens`` (B, T) after what the cache holds; returns the next-token logits (B, V)."""
-    return model(tokens, cache=cache)[:, -1]
+    return score(model, cache, tokens)[:, -1]
 
 
 def prefill_rows(model: CachedLM, cache: DecodeCache, rows: Sequence[Sequence[int]]) -> Tensor:
@@ -125,9 +132,8 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     cache = model.new_cache(len(prompts), min(needed, ctx) if ctx else None)
     rows = list(range(len(prompts)))  # original index of each row still in the batch
     out: list[list[int]] = [[] for _ in prompts]
-    logits = prefill_rows(model, cache, rows_tokens)
+    tokens = next_token(prefill_rows(model, cache, rows_tokens), cfg, generator)  # (B,)
     while True:
-        tokens = next_token(logits, cfg, generator)  # (B,)
         yield rows, tokens
         running = []  # positions in the batch of the rows that go on
         for i, (b, t) in enumerate(zip(rows, tokens.tolist(), strict=True)):
@@ -141,9 +147,12 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
             rows = [rows[i] for i in running]
             cache.select_rows(keep)
             tokens = tokens[keep]
-        if cache.max_len is not None and cache.pos >= cache.max_len:  # full: slide
-            keep_len = slide_keep(cache.max_len)
+        # every row's newest token goes into slot cache.pos: slide if that is past the window
+        start = window_start(0, cache.pos + 1, cache.max_len)
+        if start:
+            keep_len = cache.pos + 1 - start
             logits = prefill_rows(model, cache, [(rows_tokens[b] + out[b])[-keep_len:]
                                                  for b in rows])
+            tokens = next_token(logits, cfg, generator)
         else:
-            logits = prefill(model, cache, tokens[:, None])  # one decode step -> (B, V)
+            tokens = decode_one_token(model, cache, tokens, cfg, generator)

@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import context_length, window_start
+from scratchgpt.generation.decode import context_length, prefill, score, window_start
 from scratchgpt.generation.drafters import Drafter, ModelDrafter
 from scratchgpt.generation.policy import FixedK, KPolicy, PhaseTimer
 from scratchgpt.generation.sampling import SamplingConfig, draw, logits_to_probs
@@ -206,9 +206,9 @@ class SpeculativeDecoder:
         behind = seq[self.start + self.cache.pos: n - 1]  # after the prompt or a slide
         if behind:
             with self._phase("prefill"):
-                self.target(torch.tensor([behind]), cache=self.cache)
+                prefill(self.target, self.cache, torch.tensor([behind]))
         with self._phase("score"):
-            logits = self.target(torch.tensor([[seq[n - 1], *drafts]]), cache=self.cache)[0]
+            logits = score(self.target, self.cache, torch.tensor([[seq[n - 1], *drafts]]))[0]
             q = logits if self.cfg.greedy else logits_to_probs(logits, self.cfg)  # (k+1, V)
             accepted, extra = accept_or_resample(p, q, drafts, self.cfg, self.generator)
             self.cache.rollback(n + accepted - self.start)
