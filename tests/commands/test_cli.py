@@ -230,3 +230,23 @@ def test_resume_needs_no_flags_but_the_ones_it_changes(small_dataset, tmp_path):
     assert b["state"]["step"] == 20 and b["train_config"]["batch_size"] == 4
     for k, v in a["model"].items():
         assert torch.allclose(v, b["model"][k], atol=1e-6), k
+
+
+def test_numpy_engine_prints_the_torch_greedy_text(run_dir, capsys):
+    args = ["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--temperature", "0",
+            "--max-new-tokens", "20"]
+    main(args)
+    torch_text = capsys.readouterr().out
+    assert main([*args, "--engine", "numpy"]) == 0
+    assert capsys.readouterr().out == torch_text
+    assert "--dtype" in error_of(capsys, [*args, "--engine", "numpy", "--dtype", "bf16"])
+
+
+def test_no_prompt_is_unconditional_generation(run_dir, capsys):
+    """A character model starts from a newline: no prompt, an empty one and "\\n" agree."""
+    base = ["sample", "--checkpoint", str(run_dir), "--temperature", "0", "--max-new-tokens", "15"]
+    outs = []
+    for extra in ([], ["--prompt", ""], ["--prompt", "\n"]):
+        assert main([*base, *extra]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] == outs[2] and outs[0].startswith("\n") and len(outs[0]) > 10

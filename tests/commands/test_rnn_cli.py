@@ -114,3 +114,20 @@ def test_warandpeace_preset_is_a_4x512_lstm():
     model = build_model(model_config("lstm", vocab_size=80, **{
         k: preset[k] for k in config_fields("lstm") if k in preset}))
     assert 8_000_000 < model.num_params() < 9_000_000
+
+
+def test_num_samples_and_batch_prompts_go_through_the_batched_loop(lstm_run, tmp_path, capsys):
+    """Recurrent models batch too (left padding leaves each row's state alone): every row
+    equals the same prompt sampled alone."""
+    base = ["sample", "--checkpoint", str(lstm_run), "--temperature", "0",
+            "--max-new-tokens", "12"]
+    alone = {}
+    for prompt in ("Th", "KING RICHARD:", "a"):
+        main([*base, "--prompt", prompt])
+        alone[prompt] = capsys.readouterr().out.rstrip("\n")
+    assert main([*base, "--prompt", "Th", "--num-samples", "2"]) == 0
+    assert capsys.readouterr().out.split("\n---------------\n") == [alone["Th"] + "\n"] * 2
+    (tmp_path / "p.txt").write_text("Th\nKING RICHARD:\n\na\n")
+    assert main([*base, "--prompt-file", str(tmp_path / "p.txt"), "--batch-prompts"]) == 0
+    got = capsys.readouterr().out.rstrip("\n").split("\n\n---------------\n")
+    assert got == [alone["Th"], alone["KING RICHARD:"], alone["a"]]

@@ -79,3 +79,50 @@ def test_bench_speculative_json(runs, capsys):
     for row in report["results"]:
         assert 0 < row["acceptance_rate"] <= 1 and row["speedup_measured"] > 0
         assert 0 <= row["mean_accepted"] <= row["k"]
+
+
+@pytest.mark.parametrize("extra", [["--draft", "ngram"], ["--draft", "ngram", "--speculate",
+                                                           "auto"], ["--speculate", "auto"]])
+def test_prompt_lookup_and_auto_k_cli_equal_target_greedy(runs, capsys, extra):
+    base = ["sample", "--checkpoint", str(runs["target"]), "--prompt", "the the the th",
+            "--temperature", "0", "--max-new-tokens", "40"]
+    assert main(base) == 0
+    greedy = capsys.readouterr().out
+    extra = extra if "--draft" in extra else ["--draft", str(runs["draft"]), *extra]
+    assert main([*base, *extra]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == greedy
+    assert "acceptance rate" in captured.err
+    assert ("K picked" in captured.err) == ("auto" in extra)
+
+
+def test_speculate_takes_a_number_or_auto(runs, capsys):
+    code = main(["sample", "--checkpoint", str(runs["target"]), "--draft", "ngram",
+                 "--speculate", "many"])
+    err = capsys.readouterr().err
+    assert code == 2 and "a number or 'auto'" in err and "Traceback" not in err
+
+
+def test_bench_speculative_ngram_and_auto(runs, tmp_path, capsys):
+    passage = tmp_path / "passage.txt"
+    passage.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    assert main(["bench", "speculative", "--checkpoint", str(runs["target"]), "--draft",
+                 "ngram", "--prompt-file", str(passage), "--copy-task", "--k", "2,auto",
+                 "--tokens", "12", "--repeats", "1", "--temperature", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["draft"] == "ngram" and report["draft_params"] == 0
+    fixed, auto = report["results"]
+    assert fixed["k"] == 2 and auto["k"] == "auto"
+    assert sum(auto["k_picked"]["counts"].values()) >= 1
+    for row in (fixed, auto):
+        assert 0 < row["acceptance_rate"] <= 1 and row["t_target_score_ms"] > 0
+        assert row["nll_speculative"][0] == pytest.approx(row["nll_target_only"][0])  # greedy
+
+
+def test_bench_speculative_random_gpt_shapes(capsys):
+    """The way to time a GPT-2-shaped target with a small random draft, at toy size."""
+    assert main(["bench", "speculative", "--random-target", "2,2,32", "--random-draft",
+                 "1,2,16", "--vocab-size", "50", "--block-size", "64", "--prompt-len", "10",
+                 "--k", "3", "--tokens", "10", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "random GPT 2,2,32" in out and "theory" in out

@@ -6,6 +6,7 @@ import torch
 
 from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -31,18 +32,25 @@ def test_batch_of_different_lengths_equals_each_prompt_alone():
     assert got == [alone(model, p, 20) for p in prompts]
 
 
-def test_rows_stop_on_eos_and_stop_check_independently():
+def test_rows_stop_on_eos_and_stop_strings_independently():
     model = tiny()
     prompts = [[1, 2, 3], list(range(5, 16)), [7]]
     full = generate_batch(model, prompts, 12, GREEDY)
     eos = full[0][4]
-    stopped = generate_batch(model, prompts, 12, GREEDY, eos_id=eos,
-                             stop_check=lambda b, toks: b == 2 and len(toks) == 3)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJK"  # token i <-> letters[i]
+    stop_text = letters[full[2][1]] + letters[full[2][2]]  # row 2's new tokens 2-3
+
+    def decode(ids):
+        return "".join(letters[i] for i in ids)
+
+    rule = StopRule(12, eos_id=eos, stop_strings=(stop_text,), decode=decode)
+    stopped = generate_batch(model, prompts, rule, GREEDY)
     for b, (f, s) in enumerate(zip(full, stopped, strict=True)):
-        cut = f.index(eos) + 1 if eos in f else len(f)
-        if b == 2:
-            cut = min(cut, 3)
+        ends = [i + 1 for i in range(len(f)) if f[i] == eos or stop_text in decode(f[:i + 1])]
+        cut = min(ends, default=len(f))
         assert s == f[:cut], b
+    assert len(stopped[2]) <= 3  # the stop string ended row 2 at its third token at the latest
+    assert stop_text not in rule.text(stopped[2]) and eos not in stopped[0][:-1]
 
 
 def test_batch_overflow_slides_like_stream():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scratchgpt.generation.generate import beam_search, generate, stream
+from scratchgpt.generation.beam import beam_search
+from scratchgpt.generation.generate import generate, stream
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.models import build_model, model_config
 
@@ -67,13 +68,13 @@ def test_beam_one_is_greedy_and_scores_are_true_logprobs():
         assert score == pytest.approx(float(logp.gather(1, seq[0, 3:, None]).sum()), abs=1e-4)
 
 
-def test_state_pos_rollback_and_reorder():
+def test_state_pos_rollback_and_select_rows():
     model = _model("gru")
     cache = model.new_cache(3)
     model(torch.tensor([[1, 2], [3, 4], [5, 6]]), cache=cache)
     assert cache.pos == 2
     h = cache.h.clone()
-    cache.reorder(torch.tensor([2, 2, 0]))
+    cache.select_rows(torch.tensor([2, 2, 0]))
     assert torch.equal(cache.h[:, 0], h[:, 2]) and torch.equal(cache.h[:, 2], h[:, 0])
     cache.rollback(2)  # no-op
     with pytest.raises(ValueError, match="roll back"):

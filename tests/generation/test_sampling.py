@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from scratchgpt.errors import ScratchGPTError
-from scratchgpt.generation.generate import beam_search, generate
+from scratchgpt.generation.beam import beam_search
+from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import (
     SamplingConfig,
     logits_to_probs,
@@ -78,7 +79,7 @@ def test_beam_one_equals_greedy():
     model = _model()
     prompt = torch.tensor([[4, 5]])
     greedy = generate(model, prompt, 15, SamplingConfig(temperature=0))[0, 2:].tolist()
-    (best, _), = beam_search(model, prompt, beam=1, max_new_tokens=15)
+    (best, _), = beam_search(model, prompt, 1, 15)
     assert best == greedy
 
 
@@ -93,7 +94,7 @@ def test_beam_search_finds_at_least_greedy_likelihood():
         return lp.gather(-1, seq[0, 2:, None]).sum().item()
 
     greedy = generate(model, prompt, 8, SamplingConfig(temperature=0))[0, 2:].tolist()
-    hyps = beam_search(model, prompt, beam=4, max_new_tokens=8, length_penalty=0.0)
+    hyps = beam_search(model, prompt, 4, 8, length_penalty=0.0)
     assert len(hyps) == 4
     assert logprob(hyps[0][0]) >= logprob(greedy) - 1e-5
     assert math.isclose(hyps[0][1], logprob(hyps[0][0]), rel_tol=1e-4)
@@ -113,3 +114,20 @@ def test_generation_past_context_slides_window():
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
     out = generate(model, torch.tensor([[1, 2, 3]]), 30, SamplingConfig(temperature=0))
     assert out.shape == (1, 33)
+
+
+def test_draw_follows_the_weights_and_never_picks_a_zero():
+    """Inverse-CDF draws against unnormalized weights with zeros (first, inside, last), per
+    row: frequencies within 4 standard errors of the weights, zeros never drawn."""
+    from scratchgpt.generation.sampling import draw
+
+    w = torch.tensor([[0.0, 2.0, 0.0, 1.0, 5.0, 0.0], [3.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+    gen = torch.Generator().manual_seed(0)
+    n = 20000
+    picks = torch.stack([draw(w, gen) for _ in range(n)])  # (n, 2)
+    for row in range(2):
+        freq = torch.bincount(picks[:, row], minlength=6).double() / n
+        p = w[row].double() / w[row].sum()
+        assert torch.all(freq[p == 0] == 0)
+        assert torch.all((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt() + 1e-12), (freq, p)
+    assert draw(torch.tensor([0.0, 0.0, 7.0]), gen).item() == 2  # one row (V,) -> scalar

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from scratchgpt.errors import ScratchGPTError
+from scratchgpt.generation.drafters import NgramDrafter
 from scratchgpt.generation.generate import generate
+from scratchgpt.generation.policy import AutoK, PhaseTimer
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
 from scratchgpt.generation.speculative import (
     SpeculativeDecoder,
@@ -17,6 +19,7 @@ from scratchgpt.generation.speculative import (
     check_pair,
     speculative_generate,
 )
+from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers.char import CharTokenizer
 
@@ -50,6 +53,7 @@ def pair() -> tuple[GPT, GPT]:
 
 
 PROMPT = torch.tensor([[3, 1, 4]])
+GREEDY = SamplingConfig(temperature=0)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
@@ -72,18 +76,16 @@ def test_identical_draft_accepts_everything(pair):
         assert stats.rounds == 5 and stats.acceptance_rate == 1.0
 
 
-def test_stop_callback_and_stats(pair):
+def test_stop_rule_and_stats(pair):
     target, draft = pair
-    seen = []
-
-    def on_token(token):
-        seen.append(int(token))
-        return len(seen) == 7
-
-    out, stats = speculative_generate(target, draft, PROMPT, 50, 4, SamplingConfig(0.8),
-                                      torch.Generator().manual_seed(1), on_token=on_token)
-    assert out.shape == (1, PROMPT.size(1) + 7) and out[0, 3:].tolist() == seen
-    assert stats.target_forwards == stats.rounds and stats.draft_forwards >= stats.rounds
+    free, _ = speculative_generate(target, draft, PROMPT, 50, 4, SamplingConfig(0.8),
+                                   torch.Generator().manual_seed(1))
+    eos = free[0, 3 + 6].item()
+    out, stats = speculative_generate(target, draft, PROMPT, StopRule(50, eos_id=eos),
+                                      4, SamplingConfig(0.8), torch.Generator().manual_seed(1))
+    new = out[0, 3:].tolist()
+    assert new == free[0, 3:3 + len(new)].tolist() and new[-1] == eos and eos not in new[:-1]
+    assert stats.emitted >= len(new) and stats.rounds == len(stats.drafted)
     assert all(0 <= a <= d <= 4 for a, d in zip(stats.accepted, stats.drafted, strict=True))
 
 
@@ -107,8 +109,9 @@ def test_cache_rollback_matches_fresh_forward(pair):
         dec.round(28 - len(dec.seq))
         rejected_rounds += dec.stats.accepted[-1] < dec.stats.drafted[-1]
         seq = torch.tensor([dec.seq])
-        for model, cache, kept in ((target, dec.target_cache, seq[:, :-1]),
-                                   (draft, dec.draft_cache, seq[:, :dec.draft_cache.pos])):
+        draft_cache = dec.drafter.cache
+        for model, cache, kept in ((target, dec.cache, seq[:, :-1]),
+                                   (draft, draft_cache, seq[:, :draft_cache.pos])):
             assert cache.pos == kept.size(1)
             fresh = model.new_cache(1)
             model(kept, cache=fresh)
@@ -207,6 +210,31 @@ N_RUNS = 3000
 ALPHA = 1e-3  # per test; each test makes 2 checks at ALPHA / 2 (Bonferroni)
 
 
+def sample_counts(target, make_draft, prompt, k, cfg, runs: int = N_RUNS):
+    """Counts of the first two tokens (joint) and the third of ``runs`` 3-token samples."""
+    gen = torch.Generator().manual_seed(12345)
+    first_two: dict[tuple[int, ...], int] = {}
+    third: dict[tuple[int, ...], int] = {}
+    P = prompt.size(1)
+    for _ in range(runs):
+        out, _ = speculative_generate(target, make_draft(), prompt, 3, k(), cfg, gen)
+        x = tuple(out[0, P:].tolist())
+        first_two[x[:2]] = first_two.get(x[:2], 0) + 1
+        third[x[2:]] = third.get(x[2:], 0) + 1
+    return first_two, third
+
+
+def assert_distributed_as_target(target, prompt, cfg, first_two, third):
+    exact = exact_target_distribution(target, prompt, 3, cfg)
+    exact_two: dict[tuple[int, ...], float] = {}
+    exact_third: dict[tuple[int, ...], float] = {}
+    for x, p in exact.items():
+        exact_two[x[:2]] = exact_two.get(x[:2], 0.0) + p
+        exact_third[x[2:]] = exact_third.get(x[2:], 0.0) + p
+    assert chi_square_p_value(first_two, exact_two, N_RUNS) > ALPHA / 2
+    assert chi_square_p_value(third, exact_third, N_RUNS) > ALPHA / 2
+
+
 @pytest.mark.parametrize("cfg", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7),
                                  SamplingConfig(temperature=1.0, top_p=0.9)],
                          ids=["t1", "t0.7", "top_p0.9"])
@@ -219,25 +247,109 @@ def test_distribution_matches_target_exactly(pair, cfg):
     draft's distribution (the test has power)."""
     target, draft = pair
     prompt = PROMPT[:, :2]
-    gen = torch.Generator().manual_seed(12345)
-    first_two: dict[tuple[int, ...], int] = {}
-    third: dict[tuple[int, ...], int] = {}
-    for _ in range(N_RUNS):
-        out, _ = speculative_generate(target, draft, prompt, 3, 2, cfg, gen)
-        x = tuple(out[0, 2:].tolist())
-        first_two[x[:2]] = first_two.get(x[:2], 0) + 1
-        third[x[2:]] = third.get(x[2:], 0) + 1
-    exact = exact_target_distribution(target, prompt, 3, cfg)
-    exact_two: dict[tuple[int, ...], float] = {}
-    exact_third: dict[tuple[int, ...], float] = {}
-    for x, p in exact.items():
-        exact_two[x[:2]] = exact_two.get(x[:2], 0.0) + p
-        exact_third[x[2:]] = exact_third.get(x[2:], 0.0) + p
-    assert chi_square_p_value(first_two, exact_two, N_RUNS) > ALPHA / 2
-    assert chi_square_p_value(third, exact_third, N_RUNS) > ALPHA / 2
+    first_two, third = sample_counts(target, lambda: draft, prompt, lambda: 2, cfg)
+    assert_distributed_as_target(target, prompt, cfg, first_two, third)
     # power: the draft's own distribution is decisively rejected by the same statistic
     draft_two = exact_target_distribution(draft, prompt, 2, cfg)
     assert chi_square_p_value(first_two, draft_two, N_RUNS) < 1e-9
+
+
+def test_prompt_lookup_drafts_keep_the_distribution(pair):
+    """Point-mass drafts copied from the context (prompt 3 1 3: the lookup proposes 1 3, then
+    whatever followed the latest match), same test as above."""
+    target, _ = pair
+    prompt = torch.tensor([[3, 1, 3]])
+    cfg = SamplingConfig(temperature=1.0)
+    first_two, third = sample_counts(target, NgramDrafter, prompt, lambda: 2, cfg)
+    assert_distributed_as_target(target, prompt, cfg, first_two, third)
+    # power: always accepting the lookup's proposal (1, 3) would be far off
+    assert first_two.get((1, 3), 0) < 0.9 * N_RUNS
+
+
+def test_auto_k_keeps_the_distribution(pair):
+    """K chosen per round from the running acceptance (fixed costs: a deterministic test)."""
+    target, draft = pair
+    prompt = PROMPT[:, :2]
+    cfg = SamplingConfig(temperature=1.0)
+    policies = []
+
+    def policy():
+        policies.append(AutoK(costs=(0.1, 1.0, 0.05)))
+        return policies[-1]
+
+    first_two, third = sample_counts(target, lambda: draft, prompt, policy, cfg)
+    assert_distributed_as_target(target, prompt, cfg, first_two, third)
+    assert len({k for p in policies for k in p.history}) > 1  # K did change between rounds
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "auto", "auto-ngram"])
+def test_greedy_equals_target_greedy_for_every_drafter(pair, drafter):
+    target, draft = pair
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 3, 1, 4]])
+    n = 70  # past the context of 32: the window slides as in the plain loop
+    ref = generate(target, prompt, n, GREEDY)
+    make = NgramDrafter() if drafter.endswith("ngram") else draft
+    k = AutoK() if drafter.startswith("auto") else 3
+    out, stats = speculative_generate(target, make, prompt, n, k, GREEDY)
+    assert out.tolist() == ref.tolist() and stats.emitted == n
+    assert sum(stats.drafted) > 0
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_match():
+    d = NgramDrafter(max_n=3)  # one drafter follows one growing sequence
+    assert d.propose([5, 6, 7, 1, 5, 6], 3) == ([7, 1, 5], None)  # "5 6" seen at 0-1
+    assert d.propose([5, 6, 7, 1, 5, 6, 9], 2) == ([], None)  # 9 never seen before
+    assert d.propose([5, 6, 7, 1, 5, 6, 9, 1, 5], 4) == ([6, 9, 1, 5], None)  # latest "1 5"
+    assert NgramDrafter().propose([1, 2, 1], 5) == ([2, 1], None)  # up to the end at most
+
+
+def test_auto_k_follows_acceptance_and_costs():
+    cheap_draft = (0.01, 1.0, 0.02)
+    good = AutoK(costs=cheap_draft)
+    for _ in range(30):
+        k = good.choose()
+        good.observe(k, k, None)  # everything accepted
+    assert good.history[-1] == good.k_max
+    bad = AutoK(costs=cheap_draft)
+    for _ in range(40):
+        k = bad.choose()
+        bad.observe(k, 0, None)  # nothing accepted
+    assert bad.history[-10:].count(0) >= 9  # plain decoding, with rare exploration
+    assert 1 in bad.history[-bad.explore_every - 1:]
+    pricey = AutoK(costs=(1.0, 1.0, 0.0))  # a draft step costs a target call
+    pricey.accepted_w, pricey.rejected_w = 1.0, 1.0
+    assert pricey.choose() == 0
+
+
+def test_timer_hook_sees_the_phases(pair):
+    target, draft = pair
+    timer = PhaseTimer()
+    dec = SpeculativeDecoder(target, draft, PROMPT, 3, GREEDY, timer=timer)
+    list(dec.stream(20))
+    assert timer.count["score"] == dec.stats.rounds and timer.count["prefill"] == 1
+    assert timer.count["draft"] == sum(1 for d in dec.stats.drafted if d)
+    assert all(timer.total[name] > 0 for name in ("draft", "score", "prefill"))
+
+
+def test_recurrent_target_is_refused(pair):
+    from scratchgpt.models import build_model, model_config
+
+    lstm = build_model(model_config("lstm", vocab_size=8, hidden=8, n_layer=1)).eval()
+    with pytest.raises(ScratchGPTError, match="rolls back"):
+        speculative_generate(lstm, NgramDrafter(), PROMPT, 5, 2, GREEDY)
+
+
+def test_single_step_rule_with_point_mass_emits_q():
+    """The rule with p = None (a deterministic proposal d): the first token is distributed as
+    q whatever d is."""
+    q = torch.tensor([[0.1, 0.2, 0.3, 0.15, 0.25], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    gen = torch.Generator().manual_seed(5)
+    n, counts = 10000, {}
+    for _ in range(n):
+        accepted, extra = accept_or_resample(None, q, [2], SamplingConfig(1.0), gen)
+        first = (2,) if accepted else (extra,)
+        counts[first] = counts.get(first, 0) + 1
+    assert chi_square_p_value(counts, {(v,): q[0, v].item() for v in range(5)}, n) > 1e-3
 
 
 def test_enumeration_helper_sums_to_one(pair):

@@ -1,20 +1,29 @@
 """Speculative sampling speed and acceptance against target-only decoding, for several K.
 
-For each K the benchmark alternates, ``--repeats`` times and with the same seeds, a target-only
-run (``generate.stream``: prefill, then one-token decode steps with the KV cache; the honest
-baseline) and a speculative run with ``--draft``, both generating ``--tokens`` tokens with the
-same sampling settings in the same process. It reports:
+For each K (a number, or ``auto``: chosen every round by ``policy.AutoK``) the benchmark
+alternates, ``--repeats`` times and with the same seeds, a target-only run (``generate.stream``:
+prefill, then one-token decode steps with the KV cache; the honest baseline) and a speculative
+run, both generating ``--tokens`` tokens with the same sampling settings in the same process.
+The drafter is a small model (``--draft DIR``) or prompt lookup (``--draft ngram``, which pays
+off where the output repeats the input: ``--copy-task``). Instead of checkpoints,
+``--random-target L,H,D`` and ``--random-draft L,H,D`` time randomly initialised GPTs of those
+shapes (e.g. GPT-2 124M: 12,12,768 with the default vocabulary 50257 and context 1024).
 
-* r, the acceptance rate: tokens decoded per round / (K + 1), as in Chen et al. (2023);
-* the mean number of draft tokens accepted per round;
-* per-call times: a draft decode step, a target scoring call (K + 1 positions), and a target
-  one-token decode step (baseline time per token);
-* the theoretical speedup r(K+1) t_target / (K t_draft + t_target) with t_target = the one-token
-  decode time (the paper's cost model, which assumes scoring K+1 positions costs one decode
-  step), and the same with the measured scoring time in the denominator;
-* the measured speedup: baseline wall time / speculative wall time, summed over the repeats;
-* quality: the target's own mean NLL per token (perplexity) on the speculative samples and on
-  the target-only samples, which must agree within noise (the output distribution is the same).
+Reported per K:
+
+* r, the acceptance rate: tokens decoded / positions scored (= tokens per round / (K + 1) when
+  every round drafts K), as in Chen et al. (2023); the mean draft tokens accepted per round;
+  for ``auto``, the K it picked (mean, most common);
+* per-call times, measured from outside the decoder through its phase hook
+  (``policy.PhaseTimer``): one draft token, one target scoring call (K + 1 positions, with the
+  sampling and the accept/reject rule), and a target one-token decode step (the baseline's
+  time per token after the first); and score / decode, the scoring call's cost in decode steps;
+* the speedup in theory, r(K+1) t_decode / (K t_draft + t_decode) (the paper's cost model, which
+  assumes scoring K+1 positions costs one decode step), the same with the measured scoring time
+  in the denominator, both at the observed acceptance rate, and measured: baseline wall time /
+  speculative wall time, summed over the repeats;
+* quality: the target's own mean NLL per token on the speculative and on the target-only
+  samples, which must agree within noise (the output distribution is the same).
 """
 
 from __future__ import annotations
@@ -24,16 +33,33 @@ import json
 import math
 import statistics
 import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="target model: run directory or .pt")
-    p.add_argument("--draft", required=True, help="draft model (same tokenizer)")
+    p.add_argument("--checkpoint", default=None, help="target model: run directory or .pt")
+    p.add_argument("--draft", default=None,
+                   help="draft model (same tokenizer), or 'ngram' for prompt lookup")
     p.add_argument("--which", choices=("best", "last"), default="best")
-    p.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma list of K (1..8)")
+    p.add_argument("--random-target", default=None, metavar="L,H,D",
+                   help="time a random GPT of n_layer,n_head,n_embd instead of --checkpoint "
+                        "(GPT-2 124M: 12,12,768)")
+    p.add_argument("--random-draft", default=None, metavar="L,H,D",
+                   help="a random draft GPT of this shape (same vocabulary as the target)")
+    p.add_argument("--vocab-size", type=int, default=50257, help="random models' vocabulary")
+    p.add_argument("--block-size", type=int, default=1024, help="random models' context")
+    p.add_argument("--prompt-len", type=int, default=64, help="random models' prompt tokens")
+    p.add_argument("--k", default="1,2,3,4,5,6,7,8",
+                   help="comma list of K (>= 1) and/or 'auto' (default 1..8)")
     p.add_argument("--tokens", type=int, default=200, help="tokens generated per run (200)")
     p.add_argument("--repeats", type=int, default=3, help="runs per K and method (3)")
     p.add_argument("--prompt", default="\n", help="prompt text (default: a newline)")
+    p.add_argument("--prompt-file", default=None, help="read the prompt text from this file")
+    p.add_argument("--copy-task", action="store_true",
+                   help="the prompt is the text, a blank line, then its first third again, so "
+                        "the continuation can copy the rest (where prompt lookup shines)")
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -62,108 +88,234 @@ def _mean_se(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), se
 
 
-def run(args: argparse.Namespace) -> int:
+def parse_ks(text: str) -> list[int | str]:
+    from scratchgpt.errors import ConfigError
+
+    ks: list[int | str] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if item == "auto":
+            ks.append(item)
+        elif item.isdigit() and int(item) >= 1:
+            ks.append(int(item))
+        else:
+            raise ConfigError(f"--k lists integers >= 1 and 'auto', got {item!r}")
+    if not ks:
+        raise ConfigError("--k is empty")
+    return ks
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    from scratchgpt.errors import ConfigError
+
+    try:
+        n_layer, n_head, n_embd = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"a model shape is n_layer,n_head,n_embd, got {text!r}") from None
+    return n_layer, n_head, n_embd
+
+
+@dataclass
+class Setup:
+    """The models, the prompt and a description of each, ready to time."""
+
+    target: Any
+    draft: Any  # a model, or "ngram"
+    prompt: Any  # (1, T) token ids
+    describe: dict[str, str] = field(default_factory=dict)
+
+
+def random_setup(args: argparse.Namespace) -> Setup:
+    """Randomly initialised GPTs of the requested shapes and a random prompt."""
+    import torch
+
+    from scratchgpt.models.gpt import GPT, GPTConfig
+
+    def gpt(shape: str, seed: int) -> GPT:
+        n_layer, n_head, n_embd = _shape(shape)
+        torch.manual_seed(seed)
+        return GPT(GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
+                             n_layer=n_layer, n_head=n_head, n_embd=n_embd)).eval()
+
+    target = gpt(args.random_target, 0)
+    draft = "ngram" if args.draft == "ngram" else gpt(args.random_draft or "2,4,128", 1)
+    g = torch.Generator().manual_seed(args.seed)
+    ids = torch.randint(0, args.vocab_size, (args.prompt_len,), generator=g).tolist()
+    if args.copy_task:
+        ids = ids + ids[: max(1, len(ids) // 3)]
+    return Setup(target, draft, torch.tensor([ids]),
+                 {"target": f"random GPT {args.random_target}",
+                  "draft": "ngram" if draft == "ngram" else f"random GPT "
+                                                             f"{args.random_draft or '2,4,128'}"})
+
+
+def checkpoint_setup(args: argparse.Namespace) -> Setup:
+    """The target (and draft) checkpoints, the prompt text encoded with their tokenizer."""
+    from pathlib import Path
+
     import torch
 
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.errors import ConfigError
-    from scratchgpt.generation.generate import stream
-    from scratchgpt.generation.sampling import SamplingConfig
-    from scratchgpt.generation.speculative import SpeculativeStats, check_pair, speculative_stream
+    from scratchgpt.generation.speculative import check_pair
 
-    ks = [int(k) for k in args.k.split(",") if k.strip()]
-    if not ks or min(ks) < 1:
-        raise ConfigError(f"--k must list integers >= 1, got {args.k!r}")
+    if args.checkpoint is None or args.draft is None:
+        raise ConfigError("give --checkpoint and --draft (a model or 'ngram'), or "
+                          "--random-target")
+    target, tstate = load_model(args.checkpoint, args.which)
+    tok = checkpoint_tokenizer(tstate)
+    draft = "ngram"
+    if args.draft != "ngram":
+        draft, dstate = load_model(args.draft, args.which)
+        check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
+    text = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    if args.copy_task:
+        text = text + "\n\n" + text[: max(1, len(text) // 3)]
+    return Setup(target, draft, torch.tensor([tok.encode(text)]),
+                 {"target": str(tstate.path), "draft": "ngram" if draft == "ngram"
+                  else str(dstate.path)})
+
+
+class Runner:
+    """Times target-only and speculative runs of one setup."""
+
+    def __init__(self, setup: Setup, args: argparse.Namespace):
+        from scratchgpt.generation.sampling import SamplingConfig
+
+        self.s, self.args = setup, args
+        self.cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
+
+    def baseline(self, seed: int) -> tuple[list[int], float, float]:
+        """(tokens, wall seconds, seconds per decode step after the first token)."""
+        import torch
+
+        from scratchgpt.generation.generate import stream
+
+        gen = torch.Generator().manual_seed(seed)
+        stamps, out = [], []
+        t0 = time.perf_counter()
+        for tok in stream(self.s.target, self.s.prompt, self.args.tokens, self.cfg, gen):
+            stamps.append(time.perf_counter())
+            out.append(int(tok[0]))
+        step = (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1)
+        return out, stamps[-1] - t0, step
+
+    def speculative(self, seed: int, k: int | str):
+        """(tokens, wall seconds, decoder, timer) of one speculative run."""
+        import torch
+
+        from scratchgpt.generation.drafters import NgramDrafter
+        from scratchgpt.generation.policy import AutoK, PhaseTimer
+        from scratchgpt.generation.speculative import SpeculativeDecoder
+
+        gen = torch.Generator().manual_seed(seed)
+        timer = PhaseTimer()
+        draft = NgramDrafter() if self.s.draft == "ngram" else self.s.draft
+        policy = AutoK() if k == "auto" else k
+        t0 = time.perf_counter()
+        dec = SpeculativeDecoder(self.s.target, draft, self.s.prompt, policy, self.cfg, gen,
+                                 timer=timer)
+        out = list(dec.stream(self.args.tokens))
+        return out, time.perf_counter() - t0, dec, timer
+
+    def measure(self, ki: int, k: int | str) -> dict[str, Any]:
+        """One row of the report: ``--repeats`` alternating runs of both methods."""
+        base_s = spec_s = 0.0
+        steps, base_nll, spec_nll, decs, timers = [], [], [], [], []
+        for i in range(self.args.repeats):
+            seed = self.args.seed + ki * self.args.repeats + i  # fresh samples for every run
+            order = ("base", "spec") if i % 2 == 0 else ("spec", "base")  # cancel slow drift
+            for which in order:
+                if which == "base":
+                    out, dt, step = self.baseline(seed)
+                    base_s, steps = base_s + dt, steps + [step]
+                    base_nll.append(target_nll(self.s.target, self.s.prompt, out))
+                else:
+                    out, dt, dec, timer = self.speculative(seed, k)
+                    spec_s += dt
+                    decs.append(dec)
+                    timers.append(timer)
+                    spec_nll.append(target_nll(self.s.target, self.s.prompt, out))
+        return summarize(k, decs, timers, statistics.median(steps), base_s, spec_s, base_nll,
+                         spec_nll)
+
+
+def summarize(k, decs, timers, t_decode: float, base_s: float, spec_s: float,
+              base_nll: list[float], spec_nll: list[float]) -> dict[str, Any]:
+    """The figures of one K from its runs (see the module doc)."""
+    rounds = sum(d.stats.rounds for d in decs)
+    emitted = sum(d.stats.emitted for d in decs)
+    drafted = sum(sum(d.stats.drafted) for d in decs)
+    total = {name: sum(t.total[name] for t in timers) for name in ("draft", "score")}
+    t_draft = total["draft"] / max(drafted, 1)
+    t_score = total["score"] / max(rounds, 1)
+    k_mean = drafted / max(rounds, 1)  # drafts per round actually proposed
+    per_round = emitted / max(rounds, 1)
+    row = {"k": k, "acceptance_rate": emitted / max(rounds + drafted, 1),
+           "mean_accepted": sum(sum(d.stats.accepted) for d in decs) / max(rounds, 1),
+           "mean_drafted": k_mean, "tokens_per_round": per_round,
+           "t_draft_ms": t_draft * 1e3, "t_target_score_ms": t_score * 1e3,
+           "t_target_decode_ms": t_decode * 1e3, "score_over_decode": t_score / t_decode,
+           "speedup_theory_paper": per_round * t_decode / (k_mean * t_draft + t_decode),
+           "speedup_theory_measured_costs": per_round * t_decode / (k_mean * t_draft + t_score),
+           "baseline_s": base_s, "speculative_s": spec_s, "speedup_measured": base_s / spec_s,
+           "nll_target_only": _mean_se(base_nll), "nll_speculative": _mean_se(spec_nll)}
+    if k == "auto":
+        picked = Counter(j for d in decs for j in d.policy.history)
+        row["k_picked"] = {"mean": sum(j * c for j, c in picked.items()) / picked.total(),
+                           "most_common": picked.most_common(1)[0][0],
+                           "counts": dict(sorted(picked.items()))}
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from scratchgpt.errors import ConfigError
+
+    ks = parse_ks(args.k)
     if args.tokens < 1 or args.repeats < 1:
         raise ConfigError("--tokens and --repeats must be >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    target, tstate = load_model(args.checkpoint, args.which)
-    draft, dstate = load_model(args.draft, args.which)
-    tok = checkpoint_tokenizer(tstate)
-    check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
-    prompt = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
-
-    def baseline(seed: int) -> tuple[list[int], float]:
-        gen = torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
-        out = [int(t) for t in stream(target, prompt, args.tokens, cfg, gen)]
-        return out, time.perf_counter() - t0
-
-    def speculative(seed: int, k: int) -> tuple[list[int], float, SpeculativeStats]:
-        gen = torch.Generator().manual_seed(seed)
-        stats = SpeculativeStats(k)
-        t0 = time.perf_counter()
-        out = [int(t) for t in speculative_stream(target, draft, prompt, args.tokens, k, cfg,
-                                                  gen, stats)]
-        return out, time.perf_counter() - t0, stats
-
-    baseline(args.seed)  # warm-up: first calls allocate and pick kernels
-    speculative(args.seed, ks[0])
-    rows = []
-    all_base_nll, all_spec_nll = [], []
-    for ki, k in enumerate(ks):
-        base_s = spec_s = 0.0
-        base_nll, spec_nll, runs = [], [], []
-        for i in range(args.repeats):
-            seed = args.seed + ki * args.repeats + i  # fresh samples for every run
-            order = ("base", "spec") if i % 2 == 0 else ("spec", "base")  # cancel slow drift
-            for which in order:
-                if which == "base":
-                    out, dt = baseline(seed)
-                    base_s += dt
-                    base_nll.append(target_nll(target, prompt, out))
-                else:
-                    out, dt, st = speculative(seed, k)
-                    spec_s += dt
-                    runs.append(st)
-                    spec_nll.append(target_nll(target, prompt, out))
-        rounds = sum(s.rounds for s in runs)
-        emitted = sum(s.emitted for s in runs)
-        t_draft = sum(s.draft_time_s for s in runs) / sum(s.draft_forwards for s in runs)
-        t_score = sum(s.target_time_s for s in runs) / sum(s.target_forwards for s in runs)
-        t_decode = base_s / (args.tokens * args.repeats)  # per token, prefill included
-        r = emitted / rounds / (k + 1)
-        all_base_nll += base_nll
-        all_spec_nll += spec_nll
-        rows.append({
-            "k": k, "acceptance_rate": r,
-            "mean_accepted": sum(sum(s.accepted) for s in runs) / rounds,
-            "t_draft_ms": t_draft * 1e3, "t_target_score_ms": t_score * 1e3,
-            "t_target_decode_ms": t_decode * 1e3,
-            "speedup_theory_paper": r * (k + 1) * t_decode / (k * t_draft + t_decode),
-            "speedup_theory_measured_costs": r * (k + 1) * t_decode / (k * t_draft + t_score),
-            "baseline_s": base_s, "speculative_s": spec_s, "speedup_measured": base_s / spec_s,
-            "nll_target_only": _mean_se(base_nll), "nll_speculative": _mean_se(spec_nll),
-        })
+    setup = random_setup(args) if args.random_target else checkpoint_setup(args)
+    runner = Runner(setup, args)
+    runner.baseline(args.seed)  # warm-up: first calls allocate and pick kernels
+    runner.speculative(args.seed, ks[0])
+    rows = [runner.measure(ki, k) for ki, k in enumerate(ks)]
     report = {"threads": torch.get_num_threads(), "tokens": args.tokens,
-              "repeats": args.repeats, "sampling": vars(cfg) if hasattr(cfg, "__dict__") else {},
-              "target": str(tstate.path), "draft": str(dstate.path),
-              "target_params": target.num_params(), "draft_params": draft.num_params(),
-              "nll_target_only": _mean_se(all_base_nll),
-              "nll_speculative": _mean_se(all_spec_nll), "results": rows}
+              "repeats": args.repeats, "prompt_tokens": setup.prompt.size(1),
+              "sampling": {"temperature": args.temperature, "top_k": args.top_k,
+                           "top_p": args.top_p},
+              **setup.describe, "target_params": setup.target.num_params(),
+              "draft_params": 0 if setup.draft == "ngram" else setup.draft.num_params(),
+              "results": rows}
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"target {tstate.path} ({target.num_params() / 1e6:.2f}M params), draft "
-          f"{dstate.path} ({draft.num_params() / 1e6:.2f}M); {args.tokens} tokens x "
-          f"{args.repeats} runs per K and method; temperature {cfg.temperature}, top-k "
-          f"{cfg.top_k}, top-p {cfg.top_p}; {report['threads']} threads")
-    print(f"{'K':>2s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "
-          f"{'decode ms':>9s} {'theory':>6s} {'theory*':>7s} {'measured':>8s} "
-          f"{'NLL spec':>13s} {'NLL target':>13s}")
-    for row in rows:
-        (ns, ns_se), (nb, nb_se) = row["nll_speculative"], row["nll_target_only"]
-        print(f"{row['k']:2d} {row['acceptance_rate']:5.2f} {row['mean_accepted']:7.2f} "
-              f"{row['t_draft_ms']:8.2f} {row['t_target_score_ms']:8.2f} "
-              f"{row['t_target_decode_ms']:9.2f} {row['speedup_theory_paper']:5.2f}x "
-              f"{row['speedup_theory_measured_costs']:6.2f}x {row['speedup_measured']:7.2f}x "
-              f"{ns:6.3f}+-{ns_se:5.3f} {nb:6.3f}+-{nb_se:5.3f}")
-    (ns, ns_se), (nb, nb_se) = report["nll_speculative"], report["nll_target_only"]
-    print(f"target NLL (nats/token) over all runs: speculative {ns:.3f} +- {ns_se:.3f} "
-          f"(ppl {math.exp(ns):.2f}), target-only {nb:.3f} +- {nb_se:.3f} (ppl {math.exp(nb):.2f})")
-    print("r = tokens per round / (K+1); theory = r(K+1) t_decode / (K t_draft + t_decode); "
-          "theory* uses the measured scoring time in the denominator; measured = target-only "
-          "wall time / speculative wall time")
+    print_report(report)
     return 0
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print(f"target {r['target']} ({r['target_params'] / 1e6:.2f}M params), draft {r['draft']} "
+          f"({r['draft_params'] / 1e6:.2f}M); prompt {r['prompt_tokens']} tokens, "
+          f"{r['tokens']} tokens x {r['repeats']} runs per K and method; sampling "
+          f"{r['sampling']}; {r['threads']} threads")
+    print(f"{'K':>4s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "
+          f"{'decode ms':>9s} {'scr/dec':>7s} {'theory':>6s} {'theory*':>7s} {'measured':>8s} "
+          f"{'NLL spec':>13s} {'NLL target':>13s}")
+    for row in r["results"]:
+        (ns, ns_se), (nb, nb_se) = row["nll_speculative"], row["nll_target_only"]
+        print(f"{row['k']!s:>4s} {row['acceptance_rate']:5.2f} {row['mean_accepted']:7.2f} "
+              f"{row['t_draft_ms']:8.3f} {row['t_target_score_ms']:8.3f} "
+              f"{row['t_target_decode_ms']:9.3f} {row['score_over_decode']:6.2f}x "
+              f"{row['speedup_theory_paper']:5.2f}x {row['speedup_theory_measured_costs']:6.2f}x "
+              f"{row['speedup_measured']:7.2f}x {ns:6.3f}+-{ns_se:5.3f} {nb:6.3f}+-{nb_se:5.3f}")
+        if "k_picked" in row:
+            p = row["k_picked"]
+            print(f"     auto picked K: mean {p['mean']:.2f}, most often {p['most_common']} "
+                  f"(rounds per K: {p['counts']})")
+    print("r = tokens decoded / positions scored; theory = r(K+1) t_decode / (K t_draft + "
+          "t_decode); theory* uses the measured scoring time in the denominator (K = drafts "
+          "per round actually proposed); measured = target-only wall time / speculative wall "
+          "time; scr/dec = one scoring call in one-token decode steps")

@@ -6,21 +6,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.errors import ConfigError, DataError, GenerationError
+from scratchgpt.errors import ConfigError, DataError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sample", help="generate text from a checkpoint (streams to the terminal)",
         description="Generate text. Sampling knobs combine: temperature, then top-k, then top-p. "
-                    "--temperature 0 is greedy; --beam N runs beam search instead of sampling.")
+                    "--temperature 0 is greedy; --beam N runs beam search instead of sampling. "
+                    "Without a prompt, generation starts from the beginning-of-text token "
+                    "(GPT-2's <|endoftext|>) or, for character models, a newline (a space if "
+                    "the vocabulary has no newline).")
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
                         "for a hub model (hf:gpt2), downloaded once into the Hugging Face cache")
     p.add_argument("--which", choices=("best", "last"), default="best",
                    help="checkpoint of a run directory to use (default: best)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", default=None, help="text to continue (default: a newline)")
+    src.add_argument("--prompt", default=None,
+                     help="text to continue (default: none, unconditional generation)")
     src.add_argument("--prompt-file", default=None, help="read the prompt from this file")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate (500)")
     p.add_argument("--max-new-tokens-limit", type=int, default=100_000,
@@ -33,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=int, default=None, help="beam search with N beams")
     p.add_argument("--length-penalty", type=float, default=1.0,
                    help="beam score = logprob / length**penalty (default 1.0)")
-    p.add_argument("--num-samples", type=int, default=1, help="independent samples (1)")
+    p.add_argument("--num-samples", type=int, default=1,
+                   help="independent samples, generated together as one batch (1)")
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible samples")
     p.add_argument("--stop", action="append", default=[],
                    help="stop when this string is generated (repeatable); it is not printed")
@@ -51,16 +56,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="weights and KV cache precision; bf16 halves the memory traffic; int8 "
                         "stores weights as per-channel int8 (a quarter of fp32's bytes, "
                         "activations and KV cache fp32) (default fp32)")
+    p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
+                   help="torch (default), or numpy: the plain NumPy forward pass of "
+                        "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "
+                        "readable specification; same greedy text)")
     p.add_argument("--draft", default=None,
                    help="speculative sampling: a smaller model's run directory or .pt file, "
-                        "trained with the same tokenizer; the output is distributed exactly as "
-                        "the --checkpoint model's own samples")
-    p.add_argument("--speculate", type=int, default=None, metavar="K",
-                   help="draft tokens proposed per round with --draft (default 4)")
+                        "trained with the same tokenizer, or 'ngram' (prompt lookup: draft "
+                        "tokens copied from an earlier occurrence of the last few tokens; no "
+                        "model). The output is distributed exactly as the --checkpoint model's "
+                        "own samples")
+    p.add_argument("--speculate", default=None, metavar="K|auto",
+                   help="draft tokens proposed per round with --draft (default 4); 'auto' "
+                        "picks K every round from the running acceptance rate and the measured "
+                        "draft and scoring costs (then a --seed run is exact in distribution "
+                        "but not reproducible token for token, except greedy)")
     p.set_defaults(func=run)
 
 
-def read_prompt(args: argparse.Namespace) -> str:
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The prompt text (None when none was given)."""
     if args.prompt_file:
         try:
             return Path(args.prompt_file).read_text(encoding="utf-8")
@@ -68,44 +83,30 @@ def read_prompt(args: argparse.Namespace) -> str:
             raise DataError(f"prompt file {args.prompt_file} does not exist") from None
         except UnicodeDecodeError:
             raise DataError(f"prompt file {args.prompt_file} is not UTF-8 text") from None
-    return "\n" if args.prompt is None else args.prompt
-
-
-def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """Text up to the first stop string (exclusive), and whether one was found."""
-    hits = [text.find(s) for s in stops if s and s in text]
-    return (text[: min(hits)], True) if hits else (text, False)
+    return args.prompt
 
 
 class StreamPrinter:
     """Prints decoded text as tokens arrive. It holds back what could still become a stop
     string, or an incomplete multi-byte character, so nothing printed needs taking back."""
 
-    def __init__(self, tokenizer, stops: list[str], out=None):
-        self.tok, self.stops, self.out = tokenizer, stops, out or sys.stdout
+    def __init__(self, tokenizer, rule, out=None):
+        self.tok, self.rule, self.out = tokenizer, rule, out or sys.stdout
         self.ids: list[int] = []
         self.printed = 0
-        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.hold = max((len(s) for s in rule.stop_strings), default=1) - 1
 
-    def text(self) -> str:
-        return self.tok.decode(self.ids)
-
-    def add(self, token: int) -> bool:
-        """Add a token; returns True when a stop string has been reached."""
+    def add(self, token: int) -> None:
         self.ids.append(token)
-        text, stopped = cut_at_stop(self.text(), self.stops)
-        if stopped:
-            self._emit(text)
-            return True
+        text = self.rule.text(self.ids)  # no end-of-text token, cut before a stop string
         safe = len(text) - self.hold
         while safe > self.printed and text[safe - 1] == "\ufffd":
             safe -= 1  # an incomplete UTF-8 sequence decodes to U+FFFD: wait for more bytes
         if safe > self.printed:
             self._emit(text[:safe])
-        return False
 
     def finish(self) -> str:
-        text, _ = cut_at_stop(self.text(), self.stops)
+        text = self.rule.text(self.ids)
         self._emit(text)
         return text
 
@@ -115,145 +116,187 @@ class StreamPrinter:
         self.printed = len(text)
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.generation.generate import beam_search, generate, stream
-    from scratchgpt.generation.sampling import SamplingConfig
-    from scratchgpt.models.fast_decode import prepare_for_decode
-
+def check_args(args: argparse.Namespace) -> None:
+    """Flag values and combinations that cannot work (ConfigError)."""
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.max_new_tokens > args.max_new_tokens_limit:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} exceeds the allowed "
-                        f"{args.max_new_tokens_limit} (raise --max-new-tokens-limit)")
+                          f"{args.max_new_tokens_limit} (raise --max-new-tokens-limit)")
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
+    if args.batch_prompts and not args.prompt_file:
+        raise ConfigError("--batch-prompts needs --prompt-file (one prompt per line)")
+    if args.batch_prompts and (args.beam or args.draft):
+        raise ConfigError("--batch-prompts does not combine with --beam or --draft")
+    if args.engine == "numpy" and args.dtype != "fp32":
+        raise ConfigError("--engine numpy computes in float64; it takes no --dtype")
+    if args.speculate is not None and args.draft is None:
+        raise ConfigError("--speculate needs --draft (a smaller model with the same "
+                          "tokenizer, or 'ngram')")
+    if args.draft is not None and (args.beam or args.num_samples != 1):
+        raise ConfigError("--draft samples one sequence; it does not combine with --beam or "
+                          "--num-samples")
+    speculate_k(args)
+
+
+def speculate_k(args: argparse.Namespace):
+    """``--speculate`` as a K policy: FixedK(K) or AutoK()."""
+    from scratchgpt.generation.policy import AutoK, FixedK
+
+    if args.speculate == "auto":
+        return AutoK()
+    try:
+        k = 4 if args.speculate is None else int(args.speculate)
+    except ValueError:
+        raise ConfigError(f"--speculate takes a number or 'auto', got {args.speculate!r}") from None
+    if k < 1:
+        raise ConfigError(f"--speculate must be >= 1, got {k}")
+    return FixedK(k)
+
+
+def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
+    """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
+    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.generation.numpy_engine import NumpyGPT
+    from scratchgpt.models.fast_decode import prepare_for_decode
+
+    model, source = load_model(path, args.which)
+    if engine == "numpy":
+        return NumpyGPT(model), checkpoint_tokenizer(source)
+    # cast or quantize, then the fastest weight layout (models/fast_decode.py)
+    return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from scratchgpt.generation.prompt import start_of_text
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.generation.stopping import StopRule
+
+    check_args(args)
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.batch_prompts and not args.prompt_file:
-        raise ConfigError("--batch-prompts needs --prompt-file (one prompt per line)")
-    if args.batch_prompts and args.beam:
-        raise ConfigError("--batch-prompts does not combine with --beam")
-    model, state = load_model(args.checkpoint, args.which)
-    prepare_for_decode(model, args.dtype)  # cast or quantize, fast layout (models/fast_decode.py)
-    tok = checkpoint_tokenizer(state)
-    prompt_text = read_prompt(args)
-    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    if gen is not None:
+    model, tok = load_for_decoding(args.checkpoint, args, args.engine)
+    if args.seed is not None:
         torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    rule = StopRule(args.max_new_tokens, tok.eot_id, tuple(args.stop), tok.decode)
+    text = read_prompt(args)
     if args.batch_prompts:
-        return run_batch(model, tok, [line for line in prompt_text.splitlines() if line.strip()],
-                         cfg, gen, args)
-    ids = tok.encode(prompt_text, unknown=args.unknown)
+        return run_batch(model, tok, text.splitlines(), rule, cfg, gen, args)
+    ids = tok.encode(text, unknown=args.unknown) if text else []
     if not ids:
-        raise GenerationError("the prompt is empty after tokenization")
-    prompt = torch.tensor([ids], dtype=torch.long)
-
-    if args.draft is not None or args.speculate is not None:
-        return run_speculative(args, model, tok, prompt_text, prompt, cfg, gen)
-
+        ids, text = start_of_text(tok)  # unconditional
+    job = Job(model, tok, text, ids, rule, cfg, gen)
+    if args.draft is not None:
+        return run_speculative(job, args)
     if args.beam:
-        hyps = beam_search(model, prompt, args.beam, args.max_new_tokens, args.length_penalty,
-                           eos_id=tok.eot_id)
-        for new_ids, score in hyps[: args.num_samples]:
-            text, _ = cut_at_stop(tok.decode(new_ids), args.stop)
-            print(prompt_text + text)
-            print(f"--- beam score {score:.4f}", file=sys.stderr)
-        return 0
-
+        return run_beam(job, args)
     if args.num_samples == 1 and not args.no_stream:
-        sys.stdout.write(prompt_text)
-        printer = StreamPrinter(tok, args.stop)
-        for token in stream(model, prompt, args.max_new_tokens, cfg, gen):
-            if printer.add(int(token[0])) or token[0].item() == tok.eot_id:
-                break
-        printer.finish()
-        sys.stdout.write("\n")
-        return 0
+        return run_stream(job)
+    return run_samples(job, args.num_samples)
 
-    batch = prompt.expand(args.num_samples, -1)
-    stopped = torch.zeros(args.num_samples, dtype=torch.bool)
-    generated: list[list[int]] = [[] for _ in range(args.num_samples)]
 
-    def on_token(token: torch.Tensor) -> bool:
-        for i, t in enumerate(token.tolist()):
-            if stopped[i]:
-                continue
-            generated[i].append(t)
-            if t == tok.eot_id or cut_at_stop(tok.decode(generated[i]), args.stop)[1]:
-                stopped[i] = True
-        return bool(stopped.all())
+class Job:
+    """What every way of sampling needs: the model, the tokenizer, the prompt (text and ids),
+    the stop rule, the sampling settings and the random generator."""
 
-    generate(model, batch, args.max_new_tokens, cfg, gen, on_token=on_token)
-    for i, new_ids in enumerate(generated):
-        if i:
-            print("\n---------------")
-        text, _ = cut_at_stop(tok.decode(new_ids), args.stop)
-        print(prompt_text + text)
+    def __init__(self, model, tok, text: str, ids: list[int], rule, cfg, gen):
+        self.model, self.tok, self.text, self.ids = model, tok, text, ids
+        self.rule, self.cfg, self.gen = rule, cfg, gen
+
+    def prompt(self):
+        import torch
+
+        return torch.tensor([self.ids], dtype=torch.long)
+
+
+def run_stream(job: Job) -> int:
+    """One sample, printed as it is generated."""
+    from scratchgpt.generation.generate import stream
+
+    sys.stdout.write(job.text)
+    printer = StreamPrinter(job.tok, job.rule)
+    for token in stream(job.model, job.prompt(), job.rule, job.cfg, job.gen):
+        printer.add(int(token[0]))
+    printer.finish()
+    sys.stdout.write("\n")
     return 0
 
 
-def run_batch(model, tok, prompts: list[str], cfg, gen, args: argparse.Namespace) -> int:
-    """Generate for every prompt (each ``--num-samples`` times) in one batch; print in order."""
+def print_all(texts: list[str]) -> None:
+    for i, text in enumerate(texts):
+        if i:
+            print("\n---------------")
+        print(text)
+
+
+def run_samples(job: Job, n: int) -> int:
+    """``n`` samples of one prompt, generated as one batch; each stops on its own."""
     from scratchgpt.generation.generate import generate_batch
 
+    out = generate_batch(job.model, [job.ids] * n, job.rule, job.cfg, job.gen)
+    print_all([job.text + job.rule.text(new_ids) for new_ids in out])
+    return 0
+
+
+def run_beam(job: Job, args: argparse.Namespace) -> int:
+    from scratchgpt.generation.beam import beam_search
+
+    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, args.length_penalty)
+    for new_ids, score in hyps[: args.num_samples]:
+        print(job.text + job.rule.text(new_ids))
+        print(f"--- beam score {score:.4f}", file=sys.stderr)
+    return 0
+
+
+def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Namespace) -> int:
+    """Generate for every prompt line (each ``--num-samples`` times) in one left-padded batch;
+    print in order."""
+    from scratchgpt.generation.generate import generate_batch
+    from scratchgpt.generation.prompt import start_of_text
+
+    prompts = [line for line in lines if line.strip()]
     if not prompts:
         raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
     rows = [text for text in prompts for _ in range(args.num_samples)]
-    ids = [tok.encode(text, unknown=args.unknown) for text in rows]
-    if not all(ids):
-        raise GenerationError("a prompt is empty after tokenization")
-
-    def stop_check(b: int, new_ids: list[int]) -> bool:
-        return bool(args.stop) and cut_at_stop(tok.decode(new_ids), args.stop)[1]
-
-    out = generate_batch(model, ids, args.max_new_tokens, cfg, gen, eos_id=tok.eot_id,
-                         stop_check=stop_check)
-    for i, (text, new_ids) in enumerate(zip(rows, out, strict=True)):
-        if i:
-            print("\n---------------")
-        if new_ids and new_ids[-1] == tok.eot_id:
-            new_ids = new_ids[:-1]
-        print(text + cut_at_stop(tok.decode(new_ids), args.stop)[0])
+    ids = [tok.encode(text, unknown=args.unknown) or start_of_text(tok)[0] for text in rows]
+    out = generate_batch(model, ids, rule, cfg, gen)
+    print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0
 
 
-def run_speculative(args: argparse.Namespace, model, tok, prompt_text: str, prompt,
-                    cfg, gen) -> int:
-    """``--draft``: stream one sample with speculative sampling; statistics go to stderr."""
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.generation.speculative import SpeculativeStats, check_pair, speculative_stream
-    from scratchgpt.models.fast_decode import prepare_for_decode
+def run_speculative(job: Job, args: argparse.Namespace) -> int:
+    """``--draft``: one sample with speculative sampling; statistics go to stderr."""
+    from scratchgpt.generation.drafters import NgramDrafter
+    from scratchgpt.generation.speculative import SpeculativeDecoder, check_pair
 
-    if args.draft is None:
-        raise ConfigError("--speculate needs --draft (a smaller model with the same tokenizer)")
-    if args.beam or args.num_samples != 1:
-        raise ConfigError("--draft samples one sequence; it does not combine with --beam or "
-                        "--num-samples")
-    k = 4 if args.speculate is None else args.speculate
-    if k < 1:
-        raise ConfigError(f"--speculate must be >= 1, got {k}")
-    draft, draft_state = load_model(args.draft, args.which)
-    prepare_for_decode(draft, args.dtype)
-    check_pair(model, draft, tok, checkpoint_tokenizer(draft_state))
-    stats = SpeculativeStats(k)
-    printer = StreamPrinter(tok, args.stop, out=_NullOut() if args.no_stream else None)
+    policy = speculate_k(args)
+    if args.draft == "ngram":
+        draft = NgramDrafter()
+    else:
+        draft, draft_tok = load_for_decoding(args.draft, args)
+        check_pair(job.model, draft, job.tok, draft_tok)
+    dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     if not args.no_stream:
-        sys.stdout.write(prompt_text)
-    for token in speculative_stream(model, draft, prompt, args.max_new_tokens, k, cfg, gen,
-                                    stats):
-        if printer.add(int(token[0])) or token[0].item() == tok.eot_id:
-            break
+        sys.stdout.write(job.text)
+    printer = StreamPrinter(job.tok, job.rule, out=_NullOut() if args.no_stream else None)
+    for token in dec.stream(job.rule):
+        printer.add(token)
     text = printer.finish()
     if args.no_stream:
-        sys.stdout.write(prompt_text + text)
+        sys.stdout.write(job.text + text)
     sys.stdout.write("\n")
-    print(f"--- speculative K={k}: {stats.rounds} rounds, {stats.mean_accepted:.2f} of {k} draft "
-          f"tokens accepted per round, acceptance rate {stats.acceptance_rate:.2f}",
-          file=sys.stderr)
+    st = dec.stats
+    picked = getattr(policy, "history", None)
+    chosen = (f"K picked per round: mean {sum(picked) / max(len(picked), 1):.2f}"
+              if picked is not None else f"K={policy.k}")
+    print(f"--- speculative ({args.draft if args.draft == 'ngram' else 'draft model'}, "
+          f"{chosen}): {st.rounds} rounds, {st.mean_accepted:.2f} draft tokens accepted per "
+          f"round, acceptance rate {st.acceptance_rate:.2f}", file=sys.stderr)
     return 0
 
 

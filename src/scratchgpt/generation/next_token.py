@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.generate import context_length
+from scratchgpt.generation.decode import context_length
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
 
 # "T=0.5,k=10,p=0.9": the short names a setting is written with, and the field each sets

@@ -1,24 +1,27 @@
 """Speculative sampling (Chen et al. 2023, "Accelerating Large Language Model Decoding with
-Speculative Sampling"): a small *draft* model proposes tokens, the large *target* model checks
-them all in one forward pass, and a rejection rule keeps the output distributed exactly as if
-the target had sampled every token itself.
+Speculative Sampling"): a *drafter* proposes tokens, the large *target* model checks them all
+in one forward pass, and a rejection rule keeps the output distributed exactly as if the target
+had sampled every token itself.
 
 One round, with ``n`` tokens so far and K draft tokens:
 
-1. The draft decodes d_1 .. d_K autoregressively (its KV cache, one token per call), keeping
-   each token's sampling distribution p_j (``logits_to_probs``, the same SamplingConfig).
+1. The drafter proposes d_1 .. d_K with the distributions p_j they were drawn from: a small
+   model decoding with the same SamplingConfig (``decode_n_tokens``), or prompt lookup, which
+   copies tokens from the context (a point mass: p_j(d_j) = 1). See :mod:`.drafters`.
 2. The target runs ONE forward over the K+1 new positions (the last accepted token, then
    d_1 .. d_K) and gets q_1 .. q_{K+1}, q_j being its distribution for the j-th new token.
 3. For j = 1..K: accept d_j with probability min(1, q_j(d_j) / p_j(d_j)). At the first
    rejection, emit a token drawn from normalize(max(0, q_j - p_j)) and end the round. If all K
    are accepted, emit a bonus token drawn from q_{K+1}. A round emits 1 .. K+1 tokens.
-4. Both KV caches roll back (``cache.rollback``) past the rejected positions; nothing is
-   recomputed.
+4. The target cache rolls back (``cache.rollback``) past the rejected positions, and the
+   drafter is told which prefix is final; nothing is recomputed.
 
 Why it is exact: a token x is emitted at step j either as an accepted draft, with probability
 p(x) min(1, q(x)/p(x)) = min(p(x), q(x)), or as the residual after a rejection, with probability
 (1 - sum_y min(p(y), q(y))) * max(0, q(x) - p(x)) / sum_y max(0, q(y) - p(y)) = max(0, q(x) - p(x))
-(the two sums are equal). Together: min(p, q) + max(0, q - p) = q(x).
+(the two sums are equal). Together: min(p, q) + max(0, q - p) = q(x). Any p works, including a
+point mass and including drafts that depend on the whole context; K may change between rounds
+(:class:`.policy.AutoK`) since it never depends on the round's own random draws.
 
 Greedy (temperature 0): p and q are one-hot, so the rule becomes "accept while the draft's
 argmax equals the target's; at the first disagreement emit the target's argmax". That is what
@@ -29,51 +32,56 @@ Policies:
 
 * Batches: refused (``GenerationError``); the caches advance all rows together, while speculative
   rounds accept a different number of tokens per row. Run prompts one at a time.
-* Context limit: the target sees exactly the window that :func:`generate.stream` would give it
-  (the prompt's last ``block_size`` tokens; when a token would need more than ``block_size``
-  positions, the window slides to the last 3/4 of the context). Rounds are shortened so they
-  never straddle a slide, so even long outputs equal the target-only ones in distribution (and
-  token for token when greedy). The draft slides its own window the same way (its context may
-  differ); which window the draft sees affects speed only, never the output distribution.
-* Stop conditions: the caller stops a :func:`speculative_stream` (or returns True from
-  ``on_token`` in :func:`speculative_generate`); tokens accepted beyond that are discarded.
+* Context limit: the target sees exactly the window that the plain decode loop would give it
+  (``decode.window_start``). Rounds are shortened so they never straddle a slide, so even long
+  outputs equal the target-only ones in distribution (and token for token when greedy). A
+  draft model slides its own window the same way (its context may differ); which window the
+  draft sees affects speed only, never the output distribution.
+* Stopping: the same :class:`~scratchgpt.generation.stopping.StopRule` as every other path;
+  tokens accepted beyond the stop are discarded.
+* Costs: the decoder does not time itself; it marks its phases on an optional
+  :class:`.policy.PhaseTimer` (``draft``, ``prefill``, ``score``), which :class:`.policy.AutoK`
+  and the benchmark read.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.generate import context_length
-from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
+from scratchgpt.generation.decode import context_length, prefill, score, window_start
+from scratchgpt.generation.drafters import Drafter, ModelDrafter
+from scratchgpt.generation.policy import FixedK, KPolicy, PhaseTimer
+from scratchgpt.generation.sampling import SamplingConfig, draw, logits_to_probs
+from scratchgpt.generation.stopping import StopRule
+from scratchgpt.models.cache import CachedLM
 
 
 @dataclass
 class SpeculativeStats:
     """What happened during a speculative run (filled in as it goes)."""
 
-    k: int
     rounds: int = 0
     accepted: list[int] = field(default_factory=list)  # draft tokens accepted, per round
     drafted: list[int] = field(default_factory=list)  # draft tokens proposed, per round
     emitted: int = 0  # tokens produced (accepted drafts + residual/bonus tokens)
-    draft_forwards: int = 0  # one-token draft decode calls (and its prefills)
-    draft_time_s: float = 0.0
-    target_forwards: int = 0  # scoring calls, one per round (prefills are counted apart)
-    target_time_s: float = 0.0
-    target_prefills: int = 0  # target prompt prefills and re-prefills after a context slide
-    target_prefill_time_s: float = 0.0
 
     @property
     def mean_accepted(self) -> float:
         """Mean number of draft tokens accepted per round."""
         return sum(self.accepted) / max(len(self.accepted), 1)
+
+    @property
+    def mean_drafted(self) -> float:
+        """Mean number of draft tokens proposed per round (K, or less near the end, at a
+        context slide, when a lookup finds nothing, or with AutoK)."""
+        return sum(self.drafted) / max(len(self.drafted), 1)
 
     @property
     def tokens_per_round(self) -> float:
@@ -82,206 +90,166 @@ class SpeculativeStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Tokens decoded per round / (K + 1), as in the paper's figures (1.0 = every draft
-        token accepted plus the bonus token)."""
-        return self.tokens_per_round / (self.k + 1)
+        """Tokens decoded / positions scored: with K drafts every round, tokens per round /
+        (K + 1), as in the paper's figures (1.0 = every draft token accepted, plus the bonus
+        token)."""
+        return self.emitted / max(self.rounds + sum(self.drafted), 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "rounds": self.rounds, "emitted": self.emitted,
-                "mean_accepted": self.mean_accepted, "tokens_per_round": self.tokens_per_round,
-                "acceptance_rate": self.acceptance_rate,
-                "draft_forwards": self.draft_forwards, "draft_time_s": self.draft_time_s,
-                "target_forwards": self.target_forwards, "target_time_s": self.target_time_s,
-                "target_prefills": self.target_prefills,
-                "target_prefill_time_s": self.target_prefill_time_s}
+        return {"rounds": self.rounds, "emitted": self.emitted,
+                "mean_drafted": self.mean_drafted, "mean_accepted": self.mean_accepted,
+                "tokens_per_round": self.tokens_per_round,
+                "acceptance_rate": self.acceptance_rate}
 
 
-def check_pair(target: nn.Module, draft: nn.Module, target_tokenizer: Any = None,
+def check_pair(target: CachedLM, draft: CachedLM, target_tokenizer: Any = None,
                draft_tokenizer: Any = None) -> None:
     """Raise ``GenerationError`` unless draft and target share the vocabulary (and tokenizer)."""
     if (target_tokenizer is None) != (draft_tokenizer is None):
         raise GenerationError("give both tokenizers or neither")
     if target_tokenizer is not None and target_tokenizer.to_dict() != draft_tokenizer.to_dict():
         raise GenerationError("draft and target were trained with different tokenizers; "
-                        "speculative sampling needs the same one (train both on the same "
-                        "prepared dataset)")
+                              "speculative sampling needs the same one (train both on the same "
+                              "prepared dataset)")
     tv, dv = target.config.vocab_size, draft.config.vocab_size
     if tv != dv:
         raise GenerationError(f"draft and target vocabularies differ ({dv} vs {tv} tokens); "
-                        "speculative sampling needs the same tokenizer")
-
-
-def _draw(probs: Tensor, generator: torch.Generator | None) -> int:
-    """One token from a distribution (V,)."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+                              "speculative sampling needs the same tokenizer")
 
 
 def accept_or_resample(p: Tensor | None, q: Tensor, draft_tokens: list[int], cfg: SamplingConfig,
                        generator: torch.Generator | None = None) -> tuple[int, int]:
-    """The verification rule. p: (K, V) draft distributions (None when K = 0), q: (K+1, V)
-    target distributions, ``draft_tokens``: the K proposals. Returns (number accepted a, the
-    token emitted after them)."""
+    """The verification rule. ``q`` (K+1, V): the target's distributions (for greedy, its
+    logits will do); ``p`` (K, V): the drafter's, or None when the drafts are point masses
+    (deterministic proposals, or K = 0); ``draft_tokens``: the K proposals. Returns (number
+    accepted a, the token emitted after them)."""
     k = len(draft_tokens)
     if cfg.greedy:  # one-hot p and q: accept while the argmaxes agree (see the module doc)
         target_choice = q.argmax(-1).tolist()
-        for j, d in enumerate(draft_tokens):
-            if d != target_choice[j]:
-                return j, target_choice[j]
-        return k, target_choice[k]
+        a = next((j for j, d in enumerate(draft_tokens) if d != target_choice[j]), k)
+        return a, target_choice[a]
     if k:
-        idx = torch.tensor(draft_tokens)
-        rows = torch.arange(k)
-        pd, qd = p[rows, idx], q[rows, idx]  # (K,) probability of each proposal
+        idx = torch.tensor(draft_tokens)[:, None]  # (K, 1)
+        qd = q[:k].gather(1, idx)[:, 0]  # (K,) target probability of each proposal
         u = torch.rand(k, generator=generator)
-        accept = (u * pd < qd).tolist()  # u < q/p without dividing (p(d) > 0: d was drawn)
-        for j in range(k):
-            if not accept[j]:
-                residual = (q[j] - p[j]).clamp_min(0)
-                if residual.sum() <= 0:  # q == p up to rounding: rejection had ~0 probability
-                    residual = q[j]
-                return j, _draw(residual / residual.sum(), generator)
-    return k, _draw(q[k], generator)
+        # accept iff u < q/p, without dividing (p(d) > 0: d was drawn from p)
+        rejected = u >= qd if p is None else u * p.gather(1, idx)[:, 0] >= qd  # (K,)
+        a = int(torch.cat([rejected, rejected.new_ones(1)]).int().argmax())  # first rejection
+        if a < k:
+            residual = (q[a] - p[a]).clamp_min(0) if p is not None else q[a].clone()
+            if p is None:
+                residual[draft_tokens[a]] = 0  # max(0, q - one_hot(d))
+            if residual.sum() <= 0:  # q == p up to rounding: rejection had ~0 probability
+                residual = q[a]
+            return a, int(draw(residual, generator))  # draw normalizes
+    return k, int(draw(q[k], generator))
 
 
 class SpeculativeDecoder:
-    """Decoding state for one sequence: the tokens, both KV caches and their windows.
+    """Decoding state for one sequence: the tokens, the target's cache and window, the drafter
+    and the K policy.
 
     ``seq`` holds the whole sequence (prompt + generated). The target cache holds
-    ``seq[target_start : len(seq) - 1]`` (the newest token is fed with the next round's drafts);
-    the draft cache holds ``seq[draft_start : draft_start + draft_cache.pos]``.
+    ``seq[start : len(seq) - 1]`` (the newest token is fed with the next round's drafts).
+    ``draft`` is a small model (same vocabulary) or a :class:`.drafters.Drafter`; ``k`` a
+    number or a :class:`.policy.KPolicy`. ``timer`` (optional) gets the phases of each round.
     """
 
-    def __init__(self, target: nn.Module, draft: nn.Module, prompt: Tensor, k: int,
-                 cfg: SamplingConfig, generator: torch.Generator | None = None):
-        if k < 1:
-            raise GenerationError(f"the number of speculated tokens must be >= 1, got {k}")
+    def __init__(self, target: CachedLM, draft: CachedLM | Drafter, prompt: Tensor,
+                 k: int | KPolicy, cfg: SamplingConfig, generator: torch.Generator | None = None,
+                 timer: PhaseTimer | None = None):
         if prompt.dim() != 2 or prompt.size(1) == 0:
             raise GenerationError("the prompt must contain at least one token")
         if prompt.size(0) != 1:
             raise GenerationError("speculative sampling takes a single prompt (batch size 1); "
-                            "run several prompts one after another")
-        check_pair(target, draft)
-        self.target, self.draft, self.k, self.cfg, self.generator = target, draft, k, cfg, generator
+                                  "run several prompts one after another")
+        self.policy: KPolicy = FixedK(k) if isinstance(k, int) else k
+        if not hasattr(draft, "propose"):  # a model: it drafts by sampling
+            check_pair(target, draft)
+            draft = ModelDrafter(draft, cfg, generator)
+        self.target, self.drafter, self.cfg, self.generator = target, draft, cfg, generator
+        self.timer = timer if timer is not None or not self.policy.needs_timer else PhaseTimer()
         self.seq: list[int] = prompt[0].tolist()
-        self.target_ctx = context_length(target)
-        self.draft_ctx = context_length(draft)
-        self.target_cache = target.new_cache(1, self.target_ctx)
-        self.draft_cache = draft.new_cache(1, self.draft_ctx)
-        self.target_start = max(0, len(self.seq) - (self.target_ctx or len(self.seq)))
-        self.draft_start = max(0, len(self.seq) - (self.draft_ctx or len(self.seq)))
-        self.stats = SpeculativeStats(k)
+        self.ctx = context_length(target)
+        self.cache = target.new_cache(1, self.ctx)
+        if not self.cache.rewinds:
+            raise GenerationError("speculative sampling needs a target whose cache rolls back "
+                                  "(a GPT or bigram, not a recurrent model)")
+        self.start = max(0, len(self.seq) - (self.ctx or len(self.seq)))
+        self.stats = SpeculativeStats()
 
-    def _forward(self, model: nn.Module, tokens: list[int], cache: Any) -> tuple[Tensor, float]:
-        t0 = time.perf_counter()
-        logits = model(torch.tensor([tokens], dtype=torch.long), cache=cache)[0]  # (T, V)
-        return logits, time.perf_counter() - t0
+    def _phase(self, name: str) -> AbstractContextManager:
+        return self.timer.phase(name) if self.timer is not None else nullcontext()
 
-    def _target_room(self, n: int) -> int:
-        """How many drafts this round may have so the target window need not slide mid-round.
+    def _room(self, n: int) -> int:
+        """Slide the target window if predicting token ``n`` needs it (the rule of the plain
+        loop); returns how many drafts fit before the next slide."""
+        if self.ctx is None:
+            return n + 1  # no limit; any K fits
+        start = window_start(self.start, n, self.ctx)
+        if start != self.start:
+            self.start = start
+            self.cache.rollback(0)
+        return self.ctx + self.start - n
 
-        Predicting the token at index m needs the window seq[target_start : m] to fit in the
-        context; if even index n does not fit, slide first (the rule of ``generate.stream``).
-        """
-        if self.target_ctx is None:
-            return self.k
-        if n - self.target_start > self.target_ctx:
-            self.target_start = n - (self.target_ctx - self.target_ctx // 4)
-            self.target_cache.rollback(0)
-        return self.target_ctx + self.target_start - n
-
-    def _draft_room(self, n: int, k: int) -> int:
-        """Slide the draft window if k proposals would not fit; returns the usable k."""
-        if self.draft_ctx is None:
-            return k
-        if n + k - 1 - self.draft_start > self.draft_ctx:
-            self.draft_start = n - (self.draft_ctx - self.draft_ctx // 4)
-            self.draft_cache.rollback(0)
-            k = min(k, self.draft_ctx + self.draft_start - n + 1)
-        return k
-
-    @torch.no_grad()
+    @torch.inference_mode()
     def round(self, max_tokens: int) -> list[int]:
         """Run one round emitting at most ``max_tokens`` (>= 1) tokens; returns them."""
-        seq, cfg, st = self.seq, self.cfg, self.stats
+        seq = self.seq
         n = len(seq)
-        k = min(self.k, max_tokens - 1, self._target_room(n))
-        k = self._draft_room(n, k) if k > 0 else 0
-
-        # 1. Draft: catch up on the tokens it has not seen, then propose k tokens.
+        k = max(0, min(self.policy.choose(), max_tokens - 1, self._room(n)))
         drafts: list[int] = []
-        p_rows: list[Tensor] = []
-        if k > 0:
-            feed = seq[self.draft_start + self.draft_cache.pos: n]
-            for j in range(k):
-                logits, dt = self._forward(self.draft, feed, self.draft_cache)
-                st.draft_forwards += 1
-                st.draft_time_s += dt
-                p = logits_to_probs(logits[-1], cfg)  # (V,)
-                d = int(p.argmax()) if cfg.greedy else _draw(p, self.generator)
-                drafts.append(d)
-                p_rows.append(p)
-                feed = [d]
-                if j == k - 1:
-                    break  # the last proposal is fed next round, only if it is accepted
-        p_all = torch.stack(p_rows) if p_rows else None
-
-        # 2. Target: (re)prefill if needed, then score the newest token + k drafts at once.
-        behind = seq[self.target_start + self.target_cache.pos: n - 1]
+        p = None
+        if k:
+            with self._phase("draft"):
+                drafts, p = self.drafter.propose(seq, k)
+        behind = seq[self.start + self.cache.pos: n - 1]  # after the prompt or a slide
         if behind:
-            _, dt = self._forward(self.target, behind, self.target_cache)
-            st.target_prefills += 1
-            st.target_prefill_time_s += dt
-        logits, dt = self._forward(self.target, [seq[n - 1], *drafts], self.target_cache)
-        st.target_forwards += 1
-        st.target_time_s += dt
-        q_all = logits_to_probs(logits, cfg)  # (k+1, V)
-
-        # 3. Verify, then 4. roll both caches back to the accepted prefix.
-        accepted, extra = accept_or_resample(p_all, q_all, drafts, cfg, self.generator)
+            with self._phase("prefill"):
+                prefill(self.target, self.cache, torch.tensor([behind]))
+        with self._phase("score"):
+            logits = score(self.target, self.cache, torch.tensor([[seq[n - 1], *drafts]]))[0]
+            q = logits if self.cfg.greedy else logits_to_probs(logits, self.cfg)  # (k+1, V)
+            accepted, extra = accept_or_resample(p, q, drafts, self.cfg, self.generator)
+            self.cache.rollback(n + accepted - self.start)
+        self.drafter.keep(n + accepted)
         new = drafts[:accepted] + [extra]
-        self.target_cache.rollback(n + accepted - self.target_start)
-        keep = n + accepted - self.draft_start  # draft slots valid: up to the last accepted
-        if k > 0 and self.draft_cache.pos > keep:
-            self.draft_cache.rollback(keep)
         seq.extend(new)
+        st = self.stats
         st.rounds += 1
-        st.drafted.append(k)
+        st.drafted.append(len(drafts))
         st.accepted.append(accepted)
         st.emitted += len(new)
+        self.policy.observe(len(drafts), accepted, self.timer)
         return new
 
-
-def speculative_stream(target: nn.Module, draft: nn.Module, prompt: Tensor,
-                       max_new_tokens: int, k: int, cfg: SamplingConfig,
-                       generator: torch.Generator | None = None,
-                       stats: SpeculativeStats | None = None) -> Iterator[Tensor]:
-    """Yield ``max_new_tokens`` tokens, each as a (1,) tensor like :func:`generate.stream`,
-    distributed as the target's own samples. ``stats``, if given, is updated in place."""
-    dec = SpeculativeDecoder(target, draft, prompt, k, cfg, generator)
-    if stats is not None:
-        dec.stats = stats
-        stats.k = k
-    produced = 0
-    while produced < max_new_tokens:
-        for token in dec.round(max_new_tokens - produced):
-            produced += 1
-            yield torch.tensor([token])
+    def stream(self, stop: int | StopRule) -> Iterator[int]:
+        """Yield new tokens, round after round, until ``stop`` ends the sequence (the token it
+        stops on is yielded; the rest of that round is discarded)."""
+        stop = StopRule.of(stop)
+        new: list[int] = []
+        while not stop.done(new):
+            for token in self.round(stop.max_new_tokens - len(new)):
+                new.append(token)
+                yield token
+                if stop.done(new):
+                    return
 
 
-def speculative_generate(target: nn.Module, draft: nn.Module, prompt: Tensor,
-                         max_new_tokens: int, k: int, cfg: SamplingConfig,
-                         generator: torch.Generator | None = None,
-                         on_token: Callable[[Tensor], bool | None] | None = None
+def speculative_stream(target: CachedLM, draft: CachedLM | Drafter, prompt: Tensor,
+                       stop: int | StopRule, k: int | KPolicy, cfg: SamplingConfig,
+                       generator: torch.Generator | None = None) -> Iterator[Tensor]:
+    """Yield tokens until ``stop``, each as a (1,) tensor like :func:`generate.stream`,
+    distributed as the target's own samples."""
+    for token in SpeculativeDecoder(target, draft, prompt, k, cfg, generator).stream(stop):
+        yield torch.tensor([token])
+
+
+def speculative_generate(target: CachedLM, draft: CachedLM | Drafter, prompt: Tensor,
+                         stop: int | StopRule, k: int | KPolicy, cfg: SamplingConfig,
+                         generator: torch.Generator | None = None
                          ) -> tuple[Tensor, SpeculativeStats]:
-    """Like :func:`generate.generate` with speculative sampling: returns ((1, T + n), stats).
-
-    ``on_token(token (1,))`` is called after each token; returning True stops early.
-    """
-    stats = SpeculativeStats(k)
-    out = [prompt]
-    for token in speculative_stream(target, draft, prompt, max_new_tokens, k, cfg, generator,
-                                    stats):
-        out.append(token[None, :])
-        if on_token is not None and on_token(token):
-            break
-    return torch.cat(out, dim=1), stats
+    """Like :func:`generate.generate` with speculative sampling: returns ((1, T + n), stats)."""
+    dec = SpeculativeDecoder(target, draft, prompt, k, cfg, generator)
+    new = list(dec.stream(stop))
+    return torch.cat([prompt, torch.tensor([new], dtype=prompt.dtype)], dim=1), dec.stats

@@ -28,18 +28,23 @@ class BigramConfig:
 
 
 class PositionCache:
-    """The bigram model needs no memory of the past; this only tracks how many tokens were fed."""
+    """The bigram model needs no memory of the past; this only tracks how many tokens were fed
+    (a :class:`~scratchgpt.models.cache.DecodeCache` with nothing in it)."""
 
-    def __init__(self, batch_size: int, max_len: int):
+    rewinds = True
+
+    def __init__(self, batch_size: int, max_len: int | None = None):
         self.batch_size, self.max_len, self.pos = batch_size, max_len, 0
 
     def rollback(self, pos: int) -> None:
+        if not 0 <= pos <= self.pos:
+            raise ValueError(f"cannot roll back to {pos}: cache holds {self.pos} positions")
         self.pos = pos
 
-    def left_pad(self, n_pad) -> None:
+    def left_pad(self, n_pad: Tensor | None) -> None:
         """Batched prompts of different lengths: padding changes nothing for a bigram."""
 
-    def select_rows(self, rows) -> None:
+    def select_rows(self, rows: Tensor) -> None:
         self.batch_size = len(rows)
 
 
@@ -56,7 +61,9 @@ class BigramLM(nn.Module):
         return self.table.weight.numel()
 
     def new_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> PositionCache:
-        return PositionCache(batch_size, max_len or 2**62)
+        """A cache for ``batch_size`` sequences; unlimited length unless ``max_len`` is given
+        (the model itself has no context limit)."""
+        return PositionCache(batch_size, max_len)
 
     def forward(self, idx: Tensor, cache: PositionCache | None = None) -> Tensor:
         """idx: (B, T) -> logits (B, T, vocab_size)."""

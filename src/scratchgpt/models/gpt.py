@@ -176,7 +176,8 @@ def gpt2_incompatibility(cfg: GPTConfig | Mapping[str, Any]) -> str | None:
 
 
 class KVCache:
-    """Preallocated keys and values for every layer, indexed by absolute slot.
+    """Preallocated keys and values for every layer, indexed by absolute slot (a
+    :class:`~scratchgpt.models.cache.DecodeCache`).
 
     ``k[l]``/``v[l]`` have shape (B, n_head, max_len, head_dim). Slots ``0 .. pos-1`` are filled.
     ``rollback(n)`` forgets everything from slot ``n`` on (used by speculative decoding).
@@ -188,6 +189,8 @@ class KVCache:
     row's first real token has position 0 exactly as if it were alone.
     """
 
+    rewinds = True  # any earlier length can be restored: slots past it are simply overwritten
+
     def __init__(self, n_layer: int, batch_size: int, n_head: int, max_len: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         shape = (n_layer, batch_size, n_head, max_len, head_dim)
@@ -197,10 +200,42 @@ class KVCache:
         self.pos = 0
         self.key_mask: Tensor | None = None
         self.pos_offset: Tensor | None = None
+        self._causal: Tensor | None = None  # (max_len, max_len) bool, built on first need
 
     @property
     def batch_size(self) -> int:
         return self.k.shape[1]
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write a call's new keys/values (B, H, T, D) of ``layer`` at slots ``pos .. pos+T-1``;
+        return the keys/values of slots ``0 .. pos+T-1`` (views, no copy)."""
+        end = self.pos + k.size(2)
+        self.k[layer, :, :, self.pos:end] = k
+        self.v[layer, :, :, self.pos:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, end, D)
+
+    def attn_mask(self, T: int) -> Tensor | None:
+        """Which slots the next ``T`` positions may attend to: bool (B or 1, 1, T, pos+T), True
+        = may attend. None when no mask is needed: an empty cache without padding (plain
+        causal attention) or one new token without padding (it sees every filled slot)."""
+        if self.key_mask is None and (self.pos == 0 or T == 1):
+            return None
+        end = self.pos + T
+        if self.key_mask is None:  # the common case of a scoring call: a view, no new tensor
+            return self._causal_table()[None, None, self.pos:end, :end]  # (1, 1, T, end)
+        if T == 1:  # one new token sees every filled slot except padding
+            return self.key_mask[:, None, None, :end]  # (B, 1, 1, end)
+        q_slot = torch.arange(self.pos, end, device=self.k.device)[:, None]  # (T, 1)
+        k_slot = torch.arange(end, device=self.k.device)[None, :]  # (1, end)
+        # Nobody attends to padding. A padding query attends to itself alone, so its softmax
+        # row is not empty (an all-masked row gives NaN, which would leak into the cache).
+        return (k_slot <= q_slot) & (self.key_mask[:, None, None, :end] | (k_slot == q_slot))
+
+    def _causal_table(self) -> Tensor:
+        if self._causal is None:
+            ones = torch.ones(self.max_len, self.max_len, dtype=torch.bool, device=self.k.device)
+            self._causal = ones.tril()  # [q, k]: slot q may see slot k <= q
+        return self._causal
 
     def rollback(self, pos: int) -> None:
         """Discard cached positions ``pos`` and later; they will be overwritten."""
@@ -221,7 +256,8 @@ class KVCache:
         self.pos_offset = n_pad
 
     def select_rows(self, rows: Tensor) -> None:
-        """Keep only the batch rows ``rows`` (1-D indices), e.g. when some sequences finish."""
+        """Row ``i`` becomes a copy of row ``rows[i]`` (1-D indices): drops finished sequences,
+        or reorders beams."""
         self.k, self.v = self.k[:, rows], self.v[:, rows]
         if self.key_mask is not None:
             self.key_mask, self.pos_offset = self.key_mask[rows], self.pos_offset[rows]
@@ -299,10 +335,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self._qkv(x, rope, ve)  # 3 x (B, H, T, D)
         if cache is not None:
-            end = cache.pos + T
-            cache.k[layer, :, :, cache.pos:end] = k
-            cache.v[layer, :, :, cache.pos:end] = v
-            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, H, end, D)
+            k, v = cache.update(layer, k, v)  # (B, H, pos + T, D): the cached past and these
         # mask None: plain causal when queries and keys are the same positions; a single
         # decoded token (T == 1 < Tk) sees every cached key, so it needs no mask at all.
         causal = mask is None and T == k.size(2)
@@ -475,21 +508,9 @@ class GPT(nn.Module):
             pos = (pos[None, :] - cache.pos_offset[:, None]).clamp_min(0)  # (B, T)
         return pos
 
-    def _mask(self, T: int, cache: KVCache | None, device: torch.device) -> Tensor | None:
+    def _mask(self, T: int, cache: KVCache | None) -> Tensor | None:
         """Attention mask (B or 1, 1, T, Tk), True = may attend; None: causal, or none needed."""
-        if cache is None or (cache.pos == 0 and cache.key_mask is None):
-            return None
-        end = cache.pos + T
-        if T == 1:  # one new token sees every cached slot, except padding: a view, no copy
-            return None if cache.key_mask is None else cache.key_mask[:, None, None, :end]
-        q_slot = torch.arange(cache.pos, end, device=device)[:, None]  # (T, 1)
-        k_slot = torch.arange(end, device=device)[None, :]  # (1, end)
-        mask = (k_slot <= q_slot)[None, None]  # (1, 1, T, end)
-        if cache.key_mask is not None:
-            # Nobody attends to padding. A padding query attends to itself alone, so its softmax
-            # row is not empty (an all-masked row gives NaN, which would leak into the cache).
-            mask = mask & (cache.key_mask[:, None, None, :end] | (k_slot == q_slot))
-        return mask  # (B, 1, T, end)
+        return None if cache is None else cache.attn_mask(T)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
         """idx: (B, T) token ids -> logits (B, T, vocab_size).
@@ -515,7 +536,7 @@ class GPT(nn.Module):
             )
         pos = self._positions(T, cache, idx.device)
         x = self.transformer.drop(self._embed(idx, pos))  # (B, T, C)
-        mask = self._mask(T, cache, idx.device)
+        mask = self._mask(T, cache)
         x, all_weights = self._blocks(x, idx, mask, cache, self._rope(pos), need_weights)
         if cache is not None:
             cache.pos += T

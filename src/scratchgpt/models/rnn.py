@@ -26,7 +26,7 @@ Registered as model types ``rnn``, ``lstm`` and ``gru`` (see :func:`cell_config`
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, make_dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -235,15 +235,27 @@ def cell_config(cell: str) -> type[RecurrentConfig]:
 
 @dataclass
 class RecurrentState:
-    """The hidden state a :class:`RecurrentLM` carries between calls, updated in place.
+    """The hidden state a :class:`RecurrentLM` carries between calls, updated in place (a
+    :class:`~scratchgpt.models.cache.DecodeCache`).
 
     ``h`` (and ``c`` for the LSTM) have shape ``[n_layer, batch, hidden]``; ``pos`` counts the
-    tokens fed so far (the generation loop reads it, as it reads a KV cache's ``pos``).
+    positions fed so far (the generation loop reads it, as it reads a KV cache's ``pos``).
+    ``n_pad`` (one count per row, or None) marks each row's first positions as left padding:
+    the state of row ``b`` ignores its first ``n_pad[b]`` positions (see :meth:`advance`), so
+    prompts of different lengths share a batch and each row computes what it would alone.
     """
 
     h: Tensor
     c: Tensor | None = None
     pos: int = 0
+    n_pad: list[int] | None = None
+
+    max_len: ClassVar[None] = None  # the state has the same size however long the sequence
+    rewinds: ClassVar[bool] = False  # a state cannot forget its last tokens; see rollback
+
+    @property
+    def batch_size(self) -> int:
+        return self.h.size(1)
 
     def as_hidden(self) -> HiddenState:
         return (self.h, self.c) if self.c is not None else self.h
@@ -272,11 +284,47 @@ class RecurrentState:
         self.c = torch.zeros_like(self.c) if self.c is not None else None
         self.pos = 0
 
-    def reorder(self, parents: Tensor) -> None:
-        """Row ``i`` becomes a copy of row ``parents[i]`` (beam search keeps the best beams)."""
-        self.h = self.h[:, parents]
+    def select_rows(self, rows: Tensor) -> None:
+        """Row ``i`` becomes a copy of row ``rows[i]`` (beam search keeps the best beams, a batch
+        drops finished rows)."""
+        self.h = self.h[:, rows]
         if self.c is not None:
-            self.c = self.c[:, parents]
+            self.c = self.c[:, rows]
+        if self.n_pad is not None:
+            self.n_pad = [self.n_pad[r] for r in rows.tolist()]
+
+    def left_pad(self, n_pad: Tensor | None) -> None:
+        """Row ``b``'s first ``n_pad[b]`` positions are padding (call on an empty state)."""
+        self.n_pad = None if n_pad is None or not bool(n_pad.any()) else n_pad.tolist()
+
+    def advance(self, rnn: Recurrent, x: Tensor) -> Tensor:
+        """Run ``rnn`` over ``x`` [B, T, D] from this state and keep its final state here.
+
+        Padding positions leave a row's state untouched (their outputs are zeros): a call that
+        covers some row's padding runs each row over its real positions alone."""
+        T = x.size(1)
+        skip = None if self.n_pad is None else [min(T, max(0, p - self.pos)) for p in self.n_pad]
+        if skip is None or not any(skip):
+            out, hidden = rnn(x, self.as_hidden())
+            self.update(hidden)
+        else:
+            out = x.new_zeros(x.size(0), T, rnn.hidden_size)
+            h = self.h.clone()
+            c = self.c.clone() if self.c is not None else None
+            for b, s in enumerate(skip):
+                if s == T:
+                    continue  # only padding for this row in this call
+                row_h = h[:, b:b + 1].contiguous()  # [L, 1, H]
+                row = (row_h, c[:, b:b + 1].contiguous()) if c is not None else row_h
+                o, hidden = rnn(x[b:b + 1, s:], row)
+                out[b, s:] = o[0]
+                if c is not None:
+                    h[:, b], c[:, b] = hidden[0][:, 0], hidden[1][:, 0]
+                else:
+                    h[:, b] = hidden[:, 0]
+            self.h, self.c = h, c
+        self.pos += T
+        return out
 
 
 class RecurrentLM(nn.Module):
@@ -307,10 +355,10 @@ class RecurrentLM(nn.Module):
 
     def forward(self, idx: Tensor, cache: RecurrentState | None = None) -> Tensor:
         x = self.drop(self.embed(idx))  # [B, T, hidden]
-        out, hidden = self.rnn(x, cache.as_hidden() if cache is not None else None)
-        if cache is not None:
-            cache.update(hidden)
-            cache.pos += idx.size(1)
+        if cache is None:
+            out, _ = self.rnn(x)  # from a zero state
+        else:
+            out = cache.advance(self.rnn, x)  # from the cached state, which it updates
         return self.head(self.drop(out))  # [B, T, vocab]
 
     def num_params(self, non_embedding: bool = False) -> int:

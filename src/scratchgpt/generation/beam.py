@@ -1,0 +1,110 @@
+"""Beam search: keep the ``beam`` most likely continuations, one cache row each.
+
+Built from the decode steps (:func:`~scratchgpt.generation.decode.prefill`, one feed per step)
+and the cache's ``select_rows``: after each step, row ``i`` of the cache becomes a copy of the
+beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a hypothesis
+(end-of-text, a stop string) or, at ``max_new_tokens``, ends the search::
+
+    hyps = beam_search(model, prompt, 4, StopRule(50, eos_id=tok.eot_id))
+    best_tokens, best_score = hyps[0]
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from scratchgpt.errors import GenerationError
+from scratchgpt.generation.decode import context_length, prefill
+from scratchgpt.generation.stopping import StopRule
+from scratchgpt.models.cache import CachedLM
+
+Hypothesis = tuple[list[int], float]  # new tokens, score
+
+
+class _Beams:
+    """The live beams of a search: new tokens and summed log-probability of each."""
+
+    def __init__(self, beam: int, length_penalty: float, stop: StopRule):
+        self.beam, self.length_penalty, self.stop = beam, length_penalty, stop
+        self.seqs: list[list[int]] = [[] for _ in range(beam)]
+        self.scores = [0.0] + [float("-inf")] * (beam - 1)  # all start equal: expand one
+        self.finished: list[Hypothesis] = []
+
+    def normalized(self, score: float, length: int) -> float:
+        return score / (max(length, 1) ** self.length_penalty)
+
+    def extend(self, logits: Tensor) -> tuple[list[int], list[int]]:
+        """Score every (beam, token) extension; keep the best ``beam`` that go on, move those
+        that end to ``finished``. Returns (parent row of each kept beam, its new token)."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1)  # (beam, V)
+        V = logprobs.size(-1)
+        total = (torch.tensor(self.scores)[:, None] + logprobs).view(-1)  # (beam * V,)
+        cand_scores, cand = torch.topk(total, min(2 * self.beam, total.numel()))
+        parents, tokens, seqs, scores = [], [], [], []
+        for s, c in zip(cand_scores.tolist(), cand.tolist(), strict=True):
+            parent, token = divmod(c, V)
+            if s == float("-inf"):
+                break
+            seq = self.seqs[parent] + [token]
+            if self.stop.ends(seq):
+                self.finished.append((seq, self.normalized(s, len(seq))))
+                continue
+            parents.append(parent)
+            tokens.append(token)
+            seqs.append(seq)
+            scores.append(s)
+            if len(parents) == self.beam:
+                break
+        self.seqs, self.scores = seqs, scores
+        return parents, tokens
+
+    def pad(self, parents: list[int], tokens: list[int]) -> None:
+        """Keep the batch shape: repeat the first beam as dead beams (score -inf) that never
+        win."""
+        while len(parents) < self.beam:
+            parents.append(parents[0])
+            tokens.append(tokens[0])
+            self.seqs.append(self.seqs[0])
+            self.scores.append(float("-inf"))
+
+    def best(self) -> list[Hypothesis]:
+        alive = [(s, self.normalized(sc, len(s))) for s, sc in zip(self.seqs, self.scores,
+                                                                     strict=True)
+                 if sc != float("-inf")]
+        return sorted(self.finished + alive, key=lambda h: h[1], reverse=True)
+
+
+@torch.inference_mode()
+def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule,
+                length_penalty: float = 1.0) -> list[Hypothesis]:
+    """Beam search from one prompt (1, T). Returns hypotheses (new tokens, score), best first.
+
+    The score is the summed log-probability divided by ``len ** length_penalty`` (as in
+    Hugging Face's ``generate``). A beam whose newest token ends it under ``stop`` (the
+    end-of-text token, a completed stop string: kept in its tokens) is finished; the search
+    ends when ``beam`` hypotheses are finished or after ``stop.max_new_tokens``. Beam 1 is
+    greedy.
+    """
+    stop = StopRule.of(stop)
+    if beam < 1:
+        raise GenerationError(f"beam must be >= 1, got {beam}")
+    if prompt.size(0) != 1:
+        raise GenerationError("beam search takes a single prompt")
+    n = stop.max_new_tokens
+    ctx = context_length(model)
+    if ctx is not None and prompt.size(1) + n > ctx:
+        raise GenerationError(
+            f"prompt + max_new_tokens ({prompt.size(1) + n}) exceeds "
+            f"the model's context of {ctx} tokens (beam search does not slide)")
+    cache = model.new_cache(beam, ctx)
+    logits = prefill(model, cache, prompt.expand(beam, -1).contiguous())  # (beam, V)
+    beams = _Beams(beam, length_penalty, stop)
+    for step in range(n):
+        parents, tokens = beams.extend(logits)
+        if len(beams.finished) >= beam or not parents or step == n - 1:
+            break
+        beams.pad(parents, tokens)
+        cache.select_rows(torch.tensor(parents))  # row i continues beam parents[i]
+        logits = prefill(model, cache, torch.tensor(tokens)[:, None])  # (beam, V)
+    return beams.best()

@@ -1,0 +1,187 @@
+"""The one decode loop, the cache interface every model implements, the slide rule and the
+stop rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchgpt.errors import ScratchGPTError
+from scratchgpt.generation.beam import beam_search
+from scratchgpt.generation.decode import (
+    decode_n_tokens,
+    prefill,
+    slide_keep,
+    window_start,
+)
+from scratchgpt.generation.generate import generate, generate_batch, stream
+from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.generation.stopping import StopRule
+from scratchgpt.models import build_model, model_config
+from scratchgpt.models.cache import DecodeCache
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+GREEDY = SamplingConfig(temperature=0)
+
+
+def sharp(model):
+    """Scale the weights up so an untrained model has peaked, prompt-dependent predictions
+    (greedy choices far from ties)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    return model.eval()
+
+
+def models() -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=17, block_size=24, n_layer=2, n_head=2, n_embd=16))
+    with torch.no_grad():
+        gpt.lm_head.weight.mul_(20)
+    out = {"gpt": gpt.eval(), "bigram": sharp(build_model(model_config("bigram", vocab_size=17)))}
+    for cell in ("rnn", "lstm", "gru"):
+        out[cell] = sharp(build_model(model_config(cell, vocab_size=17, hidden=12, n_layer=2)))
+    return out
+
+
+MODELS = models()
+
+
+def alone(model, prompt: list[int], n: int) -> list[int]:
+    return generate(model, torch.tensor([prompt]), n, GREEDY)[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_cache_implements_the_interface(name):
+    cache = MODELS[name].new_cache(3)
+    assert isinstance(cache, DecodeCache) and cache.batch_size == 3 and cache.pos == 0
+    assert cache.rewinds == (name not in ("rnn", "lstm", "gru"))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_left_padded_batch_equals_each_prompt_alone(name):
+    """Recurrent states too: padding positions leave a row's state untouched."""
+    model = MODELS[name]
+    prompts = [[1, 2, 3], list(range(4, 13)), [7], [14, 15, 16, 0, 5]]
+    got = generate_batch(model, prompts, 10, GREEDY)
+    assert got == [alone(model, p, 10) for p in prompts]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_select_rows_copies_and_drops_rows(name):
+    """Row i continues from old row rows[i]: continuing rows [2, 2, 0] gives the logits that
+    rows 2, 2 and 0 would give on their own."""
+    model = MODELS[name]
+    prompts = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    with torch.no_grad():
+        cache = model.new_cache(3)
+        model(prompts, cache=cache)
+        cache.select_rows(torch.tensor([2, 2, 0]))
+        assert cache.batch_size == 3
+        nxt = torch.tensor([[10], [11], [12]])
+        got = model(nxt, cache=cache)[:, -1]
+        ref = model(torch.cat([prompts[[2, 2, 0]], nxt], 1))[:, -1]
+    assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_slide_rule():
+    assert slide_keep(128) == 96 and slide_keep(8) == 6 and slide_keep(3) == 3
+    assert window_start(0, 24, 24) == 0  # fits exactly
+    assert window_start(0, 25, 24) == 25 - 18  # slid: the newest 3/4 of the context stay
+    assert window_start(7, 31, 24) == 7 and window_start(7, 32, 24) == 32 - 18
+    assert window_start(0, 10**6, None) == 0  # no context limit
+
+
+def test_long_generation_slides_like_a_recompute_of_the_window():
+    """Past the context, each token is the argmax of a full forward over the window the rule
+    keeps."""
+    model = MODELS["gpt"]
+    ctx = model.config.block_size
+    prompt = [1, 2, 3, 4, 5]
+    out = alone(model, prompt, 50)
+    seq, start = list(prompt), 0
+    with torch.no_grad():
+        for _ in range(50):
+            start = window_start(start, len(seq), ctx)
+            seq.append(int(model(torch.tensor([seq[start:]]))[0, -1].argmax()))
+    assert out == seq[len(prompt):]
+
+
+def test_stream_stops_with_the_rule_and_refuses_per_row_stops_in_a_batch():
+    model = MODELS["gpt"]
+    full = alone(model, [3, 1], 20)
+    eos = full[5]
+    got = [int(t) for t in stream(model, torch.tensor([[3, 1]]), StopRule(20, eos_id=eos),
+                                  GREEDY)]
+    assert got == full[: full.index(eos) + 1]
+    with pytest.raises(ScratchGPTError, match="generate_batch"):
+        next(stream(model, torch.tensor([[3, 1], [2, 2]]), StopRule(5, eos_id=eos), GREEDY))
+
+
+def test_decode_n_tokens_is_the_loop_and_returns_the_sampling_distributions():
+    model = MODELS["gpt"]
+    prompt = torch.tensor([[5, 6, 7]])
+    cfg = SamplingConfig(temperature=0.9, top_k=5)
+    with torch.no_grad():
+        cache = model.new_cache(1)
+        tokens, probs = decode_n_tokens(model, cache, prompt, 6, cfg,
+                                        torch.Generator().manual_seed(3))
+    assert tokens.shape == (1, 6) and probs.shape == (1, 6, 17)
+    assert cache.pos == 3 + 5  # every token but the last was fed
+    assert torch.equal(tokens[0], torch.cat(list(stream(model, prompt, 6, cfg,
+                                                        torch.Generator().manual_seed(3)))))
+    assert torch.all((probs > 0).sum(-1) <= 5)  # top-k applied
+    seq = torch.cat([prompt, tokens], 1)
+    with torch.no_grad():
+        ref = torch.softmax(model(seq)[0, 2:-1] / 0.9, -1)
+    kept = probs[0] > 0
+    assert torch.allclose(probs[0][kept], (ref * kept / (ref * kept).sum(-1, keepdim=True))[kept],
+                          atol=1e-5)
+    with torch.no_grad():
+        greedy, none = decode_n_tokens(model, model.new_cache(1), prompt, 6, GREEDY)
+    assert none is None and greedy[0].tolist() == alone(model, [5, 6, 7], 6)
+
+
+def test_scoring_many_positions_equals_a_full_forward():
+    """The KV cache's mask for several new positions (the speculative scoring call)."""
+    model = MODELS["gpt"]
+    seq = torch.randint(0, 17, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = model.new_cache(1)
+        prefill(model, cache, seq[:, :12])
+        part = model(seq[:, 12:], cache=cache)
+        full = model(seq)
+    assert torch.allclose(part, full[:, 12:], atol=1e-5)
+
+
+# ---- the stop rule ----
+
+WORDS = ["<eot>", "ab", "c", "d", "cd", "é", "xyz"]
+
+
+def decode_words(ids):
+    return "".join(WORDS[i] for i in ids)
+
+
+def test_stop_rule_finds_strings_spanning_tokens_and_cuts_the_text():
+    rule = StopRule(50, eos_id=0, stop_strings=("bcd",), decode=decode_words)
+    assert not rule.done([1]) and not rule.done([1, 2])
+    assert rule.done([1, 2, 3])  # "ab" "c" "d" -> "abcd" holds "bcd"
+    assert rule.done([6, 6, 6, 6, 6, 1, 4])  # only the tail is decoded, and that suffices
+    assert rule.text([6, 1, 4]) == "xyza"
+    assert rule.done([6, 0]) and rule.text([6, 0]) == "xyz"  # end-of-text is not text
+    assert rule.done([6] * 50) and not rule.done([6] * 49)  # max_new_tokens
+    assert StopRule.of(7) == StopRule(7) and not StopRule(7).per_row
+    with pytest.raises(ScratchGPTError, match="decode"):
+        StopRule(5, stop_strings=("x",))
+
+
+def test_beam_search_ends_hypotheses_with_the_rule():
+    model = MODELS["gpt"]
+    prompt = torch.tensor([[4, 5]])
+    free = beam_search(model, prompt, 3, 6)
+    eos = free[0][0][2]
+    hyps = beam_search(model, prompt, 3, StopRule(6, eos_id=eos))
+    for tokens, _ in hyps:
+        assert eos not in tokens[:-1] and (tokens[-1] == eos or len(tokens) == 6)
+    assert any(tokens[-1] == eos for tokens, _ in hyps)
