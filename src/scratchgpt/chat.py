@@ -1,0 +1,128 @@
+"""Chat prompts: the one template that instruction tuning trains on and that ``chat``,
+``sample --chat`` and ``serve`` render conversations with.
+
+A conversation is a list of messages ``{"role": ..., "content": ...}`` with roles ``system``
+(optional, first), ``user`` and ``assistant``. The template writes each message after a marker
+line and ends every assistant reply with an end-of-turn marker, in plain text, so that any
+tokenizer (characters included) can learn it::
+
+    <|system|>
+    You are terse.
+    <|user|>
+    What is 17 + 25?
+    <|assistant|>
+    42<|end|>
+
+A prompt for generation ends right after ``<|assistant|>\\n``; generation stops at ``<|end|>``
+(the :attr:`ChatTemplate.stop` string). Training masks the loss to the assistant replies and
+their end marker: :meth:`ChatTemplate.segments` says which pieces of the text are targets.
+
+A model fine-tuned with a template records its name in its checkpoint
+(``checkpoint.data["chat_template"]``); :func:`template_for` finds it again, and a model without
+one cannot chat.
+
+>>> t = TEMPLATES[DEFAULT_TEMPLATE]
+>>> t.render([{"role": "user", "content": "Hi"}])
+'<|user|>\\nHi\\n<|assistant|>\\n'
+>>> [(text, target) for text, target in t.segments(
+...     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}])]
+[('<|user|>\\nHi\\n<|assistant|>\\n', False), ('Hello<|end|>', True), ('\\n', False)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scratchgpt.errors import DataError
+
+ROLES = ("system", "user", "assistant")
+Message = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """How messages become text: a marker line before each role's message, and ``end`` after
+    every assistant reply."""
+
+    name: str
+    markers: tuple[tuple[str, str], ...]  # (role, the line that introduces its message)
+    end: str
+
+    @property
+    def stop(self) -> str:
+        """The string that ends an assistant turn: generation stops there."""
+        return self.end
+
+    def marker(self, role: str) -> str:
+        return dict(self.markers)[role]
+
+    def segments(self, messages: Sequence[Message], add_generation_prompt: bool = False
+                 ) -> list[tuple[str, bool]]:
+        """The conversation as (text, is_target) pieces that join to :meth:`render`'s text:
+        the assistant replies with their end marker are targets, everything else is not."""
+        check_messages(messages)
+        pieces: list[tuple[str, bool]] = []
+        for m in messages:
+            head = f"{self.marker(m['role'])}\n"
+            if m["role"] == "assistant":
+                pieces += [(head, False), (m["content"] + self.end, True), ("\n", False)]
+            else:
+                pieces.append((f"{head}{m['content']}\n", False))
+        if add_generation_prompt:
+            pieces.append((f"{self.marker('assistant')}\n", False))
+        return _merge(pieces)
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """The text of the conversation; with ``add_generation_prompt`` (and a last message
+        from the user) it ends where the assistant's reply begins."""
+        return "".join(text for text, _ in self.segments(messages, add_generation_prompt))
+
+
+def _merge(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Join neighbouring pieces with the same target flag."""
+    out: list[tuple[str, bool]] = []
+    for text, target in pieces:
+        if out and out[-1][1] == target:
+            out[-1] = (out[-1][0] + text, target)
+        else:
+            out.append((text, target))
+    return out
+
+
+def check_messages(messages: Sequence[Message], where: str = "messages") -> None:
+    """Every message is a dict with a known role and a string content; a system message may
+    only come first. Errors name the message's index."""
+    if not messages:
+        raise DataError(f"{where}: a conversation needs at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}[{i}]: each message needs a 'role' and a text 'content'")
+        if m.get("role") not in ROLES:
+            raise DataError(f"{where}[{i}]: unknown role {m.get('role')!r}; roles are "
+                            f"{', '.join(ROLES)}")
+        if m["role"] == "system" and i != 0:
+            raise DataError(f"{where}[{i}]: a system message can only come first")
+
+
+DEFAULT_TEMPLATE = "scratchgpt-chat-v1"
+TEMPLATES: dict[str, ChatTemplate] = {
+    DEFAULT_TEMPLATE: ChatTemplate(
+        DEFAULT_TEMPLATE,
+        (("system", "<|system|>"), ("user", "<|user|>"), ("assistant", "<|assistant|>")),
+        "<|end|>"),
+}
+
+
+def template_for(checkpoint: Any) -> ChatTemplate | None:
+    """The chat template a checkpoint was fine-tuned with, or None (a model that cannot chat).
+
+    ``checkpoint`` is a :class:`~scratchgpt.checkpoints.io.Checkpoint` (or None, e.g. for a
+    Hugging Face directory)."""
+    name = None if checkpoint is None else checkpoint.data.get("chat_template")
+    if name is None:
+        return None
+    if name not in TEMPLATES:
+        raise DataError(f"{checkpoint.path}: unknown chat template {name!r}")
+    return TEMPLATES[name]
