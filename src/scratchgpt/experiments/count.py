@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from scratchgpt.models.rnn import RecurrentConfig
 from scratchgpt.training.config import TrainConfig
-from scratchgpt.training.task import Batch, EvalSetting, _eval_mode, lm_loss
+from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, _eval_mode
 from scratchgpt.training.trainer import Trainer
 
 ROW = 17  # numbers per training row: 16 inputs, each with its next number as target
@@ -35,12 +35,9 @@ class CountingTask:
                     shard: tuple[int, int] = (0, 1)) -> Batch:
         return self.rows(torch.randint(self.modulus, (batch_size,), generator=generator))
 
-    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
-        x, y = batch
-        return lm_loss(model(x), y)
-
-    def batch_tokens(self, batch: Batch) -> int:
-        return batch[1].numel()
+    # next-token prediction, exactly as a language model trains on text
+    loss = staticmethod(LanguageModelTask.loss)
+    batch_tokens = staticmethod(LanguageModelTask.batch_tokens)
 
     @torch.no_grad()
     def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:

@@ -73,6 +73,12 @@ def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+def next_token_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """The loss of a language-model batch: inputs x (B, T), next-token targets y (B, T)."""
+    x, y = batch
+    return lm_loss(model(x), y)
+
+
 class LanguageModelTask:
     """Next-token prediction on random windows of a prepared dataset's token files."""
 
@@ -86,10 +92,10 @@ class LanguageModelTask:
 
     @staticmethod
     def loss(model: nn.Module, batch: Batch) -> Tensor:
-        x, y = batch
-        return lm_loss(model(x), y)
+        return next_token_loss(model, batch)
 
-    def batch_tokens(self, batch: Batch) -> int:
+    @staticmethod
+    def batch_tokens(batch: Batch) -> int:
         return batch[1].numel()
 
     @torch.no_grad()
