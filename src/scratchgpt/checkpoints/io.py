@@ -236,8 +236,10 @@ class ModelSource:
 
 
 def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
-    """The model a checkpoint holds, with its weights (eval mode, CPU)."""
+    """The model a checkpoint holds, with its weights (eval mode, CPU). LoRA adapters are
+    merged into the weights they adapt (the same function, computed by plain layers)."""
     from scratchgpt.models import build_model
+    from scratchgpt.models.lora import merge_lora
 
     model = build_model(checkpoint.model_config)
     try:
@@ -246,6 +248,7 @@ def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
         reason = " ".join(str(e).split())[:300]
         raise CheckpointError(f"{checkpoint.path}: weights do not fit the model: {reason}"
                               ) from None
+    merge_lora(model)
     return model.eval()
 
 
