@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, DataError
-from scratchgpt.models import ModelConfig, build_model
+from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.models.gpt import GPT, GPTConfig
 
 # parameter names a fine-tuned model adds to its base's (they start from the seed, not the base)
@@ -85,25 +85,25 @@ def _describe(tokenizer: Any) -> str:
     return f"a {tokenizer.kind} tokenizer of {tokenizer.vocab_size:,} ids"
 
 
-def map_base_state(base_state: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
-    """The base's tensors under the names they have in ``model`` (a GPT, or a model holding
-    its GPT as ``gpt``)."""
-    prefix = "gpt." if hasattr(model, "gpt") and isinstance(model.gpt, GPT) else ""
+def map_base_state(base_state: dict[str, Tensor], model_type: str) -> dict[str, Tensor]:
+    """The base's tensors under the names they have in a model of ``model_type`` (a
+    classifier holds its GPT as ``gpt``)."""
+    prefix = "gpt." if model_type == "gpt-classifier" else ""
     return {prefix + k: v for k, v in base_state.items()}
 
 
-def initial_state(config: ModelConfig, base_state: dict[str, Tensor],
-                  seed: int) -> dict[str, Tensor]:
-    """The whole initial state of a model of ``config``: built with ``seed``, the base's
-    weights copied in. Anything but the new parameters missing, or any base tensor left over,
-    is an error (the base does not fit the model)."""
+def initial_model(config: ModelConfig, base_state: dict[str, Tensor], seed: int) -> nn.Module:
+    """A model of ``config`` built with ``seed``, the base's weights copied in. Anything but
+    the new parameters missing, or any base tensor left over, is an error (the base does not
+    fit the model)."""
     torch.manual_seed(seed)
     model = build_model(config)
-    missing, unexpected = model.load_state_dict(map_base_state(base_state, model), strict=False)
+    mapped = map_base_state(base_state, model_type(config))
+    missing, unexpected = model.load_state_dict(mapped, strict=False)
     wrong = [k for k in missing if not any(n in k for n in NEW_PARAMETERS)] + unexpected
     if wrong:
         raise CheckpointError(f"the base's weights do not fit the model: {wrong[0]!r}")
-    return model.state_dict()
+    return model
 
 
 class BaseInit:
@@ -113,19 +113,28 @@ class BaseInit:
     def __init__(self, base: Base, config: ModelConfig, seed: int):
         self.source, self.identity, self.config, self.seed = (base.source, base.identity,
                                                               config, seed)
-        self._state: dict[str, Tensor] | None = base.state  # not sent to other processes
+        self._base_state: dict[str, Tensor] | None = base.state  # not sent to other processes
+        self._state: dict[str, Tensor] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_state": None}
+        return {**self.__dict__, "_base_state": None, "_state": None}
 
     def base_state(self) -> dict[str, Tensor]:
-        if self._state is None:
+        if self._base_state is None:
             base = load_base(self.source)
             if base.identity != self.identity:
                 raise CheckpointError(f"--init-from {self.source} changed since the run was "
                                       "planned (its weights have another sha256)")
-            self._state = base.state
-        return self._state
+            self._base_state = base.state
+        return self._base_state
+
+    def model(self) -> nn.Module:
+        """The initial model (its state is kept for :meth:`__call__`)."""
+        model = initial_model(self.config, self.base_state(), self.seed)
+        self._state = model.state_dict()
+        return model
 
     def __call__(self) -> dict[str, Tensor]:
-        return initial_state(self.config, self.base_state(), self.seed)
+        if self._state is None:
+            self.model()
+        return self._state

@@ -28,7 +28,7 @@ from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.finetune import classify, instruct
 from scratchgpt.finetune.base import Base, BaseInit, check_same_tokenizer, load_base
 from scratchgpt.finetune.data import Log
-from scratchgpt.models import ModelConfig, build_model
+from scratchgpt.models import ModelConfig
 from scratchgpt.models.classifier import GPTClassifierConfig
 from scratchgpt.models.gpt import GPTConfig
 from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
@@ -137,10 +137,9 @@ def _gpt_config(base: Base, dropout: float | None) -> GPTConfig:
     return base.config if dropout is None else dataclasses.replace(base.config, dropout=dropout)
 
 
-def describe_parameters(config: ModelConfig) -> str:
-    """'trainable parameters: N of M (p%); AdamW state X MiB' for a model of ``config``."""
-    with torch.device("meta"):
-        trainable, total = count_parameters(build_model(config))
+def describe_parameters(model: torch.nn.Module) -> str:
+    """'trainable parameters: N of M (p%); AdamW state X MiB' of ``model``."""
+    trainable, total = count_parameters(model)
     return (f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}); "
             f"optimizer state (AdamW, fp32) {2 * 4 * trainable / 2**20:.2f} MiB")
 
@@ -174,8 +173,9 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         n_train, n_val = len(task.examples.train), len(task.examples.held_out)
     policy = "lora" if req.lora is not None else req.policy
     cfg = train_config(req.task, policy, n_train, n_val, req.train_flags, req.epochs)
+    init = BaseInit(base, config, cfg.seed)
     if log is not None:
-        log(describe_parameters(config))
+        log(describe_parameters(init.model()))
     name = req.dataset or Path(req.data or "data").stem
     out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
@@ -183,8 +183,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
                     {"finetune": {"task": req.task, "init_from": req.init_from,
                                   "epochs": req.epochs}},
-                    init=BaseInit(base, config, cfg.seed),
-                    finish=partial(finish_run, verbose=log is not None))
+                    init=init, finish=partial(finish_run, verbose=log is not None))
 
 
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
@@ -310,14 +309,14 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     data.check_block_size(gpt.block_size)
     config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    init = BaseInit(base, config, train.seed)
     if log is not None:
-        log(describe_parameters(config))
+        log(describe_parameters(init.model()))
     out_dir = Path(out) if out else Path("runs") / f"{name}-continued"
     extra = {"base": base.record()}
     return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, gpt.block_size, extra), settings.sources(),
-                    init=BaseInit(base, config, train.seed),
-                    finish=partial(finish_adapter, verbose=log is not None))
+                    init=init, finish=partial(finish_adapter, verbose=log is not None))
 
 
 def finish_adapter(out: Path, result: TrainResult, verbose: bool = True) -> None:
