@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.merge:
         return merge(args)
-    from scratchgpt.finetune.plan import FinetuneRequest, plan
+    from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
     from scratchgpt.training import job
 
     progress = not args.no_progress
@@ -97,32 +97,9 @@ def run(args: argparse.Namespace) -> int:
         lora_from_args(args), args.epochs, args.class_weights, args.max_length,
         args.split_seed, args.held_out, args.eval_generate, args.dropout)
     train_job = plan(req, log=print)
-    before = starting_point(train_job)
+    before = starting_figures(train_job, log=print)
     result = job.run(train_job, progress)
     return report(result, train_job, before)
-
-
-def starting_point(train_job: Any) -> dict[str, Any]:
-    """An instruction run's held-out figures before training (printed, and returned)."""
-    from scratchgpt.finetune.instruct import InstructTask
-
-    task = train_job.task()
-    if train_job.mode == "resume" or not isinstance(task, InstructTask):
-        return {}
-    from scratchgpt.finetune.instruct import exact_match, held_out_loss
-    from scratchgpt.models import build_model
-
-    model = build_model(train_job.model)
-    model.load_state_dict(train_job.init())
-    figures: dict[str, Any] = {"val_loss": held_out_loss(model, task.examples.held_out,
-                                                         train_job.train.batch_size)}
-    print(f"before fine-tuning: held-out response loss {figures['val_loss']:.4f}")
-    if task.spec.eval_generate:
-        ev = exact_match(model, task.tokenizer, task.template,
-                         task.examples.held_out_chats[:task.spec.eval_generate])
-        figures["exact_match"] = ev.rate
-        print("before fine-tuning: " + ev.describe("held-out", samples=1))
-    return figures
 
 
 def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:

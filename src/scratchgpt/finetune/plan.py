@@ -242,6 +242,26 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
                     finish=partial(finish_run, verbose=log is not None))
 
 
+def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
+    """A new instruction run's held-out figures before training: response loss and (with
+    ``eval_generate``) exact match of the base's greedy replies."""
+    task = train_job.task()
+    if train_job.mode == "resume" or not isinstance(task, instruct.InstructTask):
+        return {}
+    model = train_job.init.model()
+    figures: dict[str, Any] = {"val_loss": instruct.held_out_loss(
+        model, task.examples.held_out, train_job.train.batch_size)}
+    if log is not None:
+        log(f"before fine-tuning: held-out response loss {figures['val_loss']:.4f}")
+    if task.spec.eval_generate:
+        ev = instruct.exact_match(model, task.tokenizer, task.template,
+                                  task.examples.held_out_chats[:task.spec.eval_generate])
+        figures["exact_match"] = ev.rate
+        if log is not None:
+            log("before fine-tuning: " + ev.describe("held-out", samples=1))
+    return figures
+
+
 # ---- what a run writes at its end
 
 
