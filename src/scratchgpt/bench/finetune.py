@@ -182,15 +182,16 @@ def _classifier_row(name: str, result: Any, train_job: Any) -> dict[str, Any]:
 
 def print_table(rows: list[dict[str, Any]], where: str, total: float) -> None:
     print(f"\nSMS spam ({where}), test split (seed 0, 20%): pipeline {total:.0f} s")
-    print(f"| {'method':<30} | accuracy | spam F1 | trainable params | optimizer state | "
-          "ms/step |")
-    print(f"|{'-' * 32}|---------:|--------:|-----------------:|----------------:|--------:|")
+    print(f"| {'method':<28} | accuracy | spam F1 | {'trainable parameters':>22} | "
+          "optimizer state | ms/step |")
+    print(f"|{'-' * 30}|---------:|--------:|{'-' * 23}:|----------------:|--------:|")
     for r in rows:
-        share = f" ({r['trainable'] / r['total']:.1%})" if r.get("total") else ""
+        share = f" ({r['trainable'] / r['total']:.1%})" if r.get("total") else " (features)"
         opt = f"{r['optimizer_mib']:.2f} MiB" if r["optimizer_mib"] is not None else "-"
         step = f"{r['ms_per_step']:.1f}" if r["ms_per_step"] is not None else "-"
-        print(f"| {r['method']:<30} | {r['accuracy']:8.2%} | {r['spam_f1']:7.4f} | "
-              f"{r['trainable']:>9,}{share:>7} | {opt:>15} | {step:>7} |")
+        params = f"{r['trainable']:,}{share}"
+        print(f"| {r['method']:<28} | {r['accuracy']:8.2%} | {r['spam_f1']:7.4f} | "
+              f"{params:>22} | {opt:>15} | {step:>7} |")
 
 
 # ---- instructions
