@@ -20,7 +20,10 @@ from scratchgpt.errors import ScratchGPTError
 COMMAND_MODULES = (
     "prepare",
     "train",
+    "finetune",
     "sample",
+    "chat",
+    "classify",
     "eval",
     "inspect",
     "attention",

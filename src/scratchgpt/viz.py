@@ -10,6 +10,8 @@ newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so th
   query x key attention: a GPT head, an encoder-decoder's cross-attention).
 * :func:`attention_figure` lays out many heads: a grid of layers x heads, or one head large.
 * :func:`distribution_figure` shows how sampling settings reshape a next-token distribution.
+* :func:`confusion_figure` draws a classifier's confusion matrix (:func:`plot_confusion` saves
+  it, written through a temporary file).
 """
 
 from __future__ import annotations
@@ -171,4 +173,38 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         plt.close(fig)
+    return path
+
+
+def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
+                     title: str = "") -> Any:
+    """A confusion matrix: true class down, predicted class across, each cell its count,
+    shaded by the share of its row (so a rare class reads as clearly as a common one)."""
+    plt = _pyplot()
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(1.6 + 0.9 * n, 1.2 + 0.9 * n))
+    shares = [[c / max(sum(row), 1) for c in row] for row in confusion]
+    ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+    for t in range(n):
+        for p in range(n):
+            ax.text(p, t, str(confusion[t][p]), ha="center", va="center",
+                    color="white" if shares[t][p] > 0.5 else "black")
+    ax.set_xticks(range(n), labels, fontsize=_tick_size(n))
+    ax.set_yticks(range(n), labels, fontsize=_tick_size(n))
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_confusion(confusion: Sequence[Sequence[int]], labels: Sequence[str],
+                   path: str | Path, title: str = "") -> Path:
+    """:func:`confusion_figure` written to ``path`` via a temporary file, so a reader never
+    sees half a picture."""
+    path = Path(path)
+    tmp = save_figure(confusion_figure(confusion, labels, title),
+                      path.with_name(f".{path.stem}.tmp{path.suffix}"))
+    tmp.replace(path)
     return path

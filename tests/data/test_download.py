@@ -6,8 +6,10 @@ nothing in the cache."""
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,6 +22,17 @@ from tests.corpus import play_text
 
 BODY = play_text(50_000, seed=3).encode("utf-8")
 SHA256 = hashlib.sha256(BODY).hexdigest()
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+ARCHIVE = _zip({"readme.txt": b"about the data", "Collection": BODY})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -37,6 +50,9 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/good.txt":
             self._head(200, {"Content-Length": str(len(BODY))})
             self.wfile.write(BODY)
+        elif self.path == "/archive.zip":
+            self._head(200, {"Content-Length": str(len(ARCHIVE))})
+            self.wfile.write(ARCHIVE)
         elif self.path == "/short.txt":
             self._head(200, {"Content-Length": str(len(BODY))})
             self.wfile.write(BODY[: len(BODY) // 3])
@@ -205,3 +221,38 @@ def test_bad_url_is_a_one_line_error(tmp_path):
             sources.download(url, tmp_path / "f.txt")
         assert "\n" not in str(e.value)
     assert files_in(tmp_path) == []
+
+
+def serve_archive(monkeypatch, server: Server, member: str, sha256: str = SHA256) -> None:
+    monkeypatch.setitem(sources.DATASETS, "zipped", sources.NamedDataset(
+        name="zipped", filename="Collection", url=server.url + "/archive.zip", sha256=sha256,
+        description="a file inside a zip archive", archive_member=member,
+        local_names=("zipped.tsv",)))
+
+
+def test_a_zip_member_is_extracted_verified_and_cached(server, cache, monkeypatch, tmp_path):
+    serve_archive(monkeypatch, server, "Collection")
+    path = sources.fetch_named("zipped")
+    assert path == cache / "downloads" / "Collection" and path.read_bytes() == BODY
+    assert files_in(cache) == ["Collection"]  # the archive itself is not kept
+    server.stop()
+    assert sources.fetch_named("zipped") == path
+
+
+def test_a_zip_member_with_another_checksum_or_missing_is_refused(server, cache, monkeypatch):
+    serve_archive(monkeypatch, server, "Collection", sha256="0" * 64)
+    with pytest.raises(DataError, match="has sha256"):
+        sources.fetch_named("zipped")
+    assert files_in(cache) == []
+    serve_archive(monkeypatch, server, "Nothing")
+    with pytest.raises(DataError, match="the archive holds no 'Nothing'"):
+        sources.fetch_named("zipped")
+    assert files_in(cache) == []
+
+
+def test_a_local_copy_under_another_name(server, cache, monkeypatch, tmp_path):
+    serve_archive(monkeypatch, server, "Collection")
+    (tmp_path / "zipped.tsv").write_bytes(BODY)
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
+    assert sources.fetch_named("zipped") == tmp_path / "zipped.tsv"
+    assert server.requests == []

@@ -4,7 +4,8 @@ import random
 
 import torch
 
-from scratchgpt.training.seq2seq import length_batches, length_bucket, train_config
+from scratchgpt.training.epochs import length_batches
+from scratchgpt.training.seq2seq import length_bucket, train_config
 
 
 def test_length_batches_cover_everything_once_and_group_lengths():

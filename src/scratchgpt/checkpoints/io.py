@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import CheckpointError, ScratchGPTError
 
 FORMAT = "scratchgpt-checkpoint"
+ADAPTER_FORMAT = "scratchgpt-adapter"  # a LoRA adapter file (scratchgpt.finetune.adapter)
 FORMAT_VERSION = 2  # version 1 files (before typed checkpoints) are read too
 TEMP_SUFFIX = ".tmp"
 
@@ -206,6 +207,10 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
         reason = " ".join(str(e).split())[:160] if str(e) else type(e).__name__
         raise CheckpointError(f"{file} is not a readable checkpoint (truncated or corrupt?): "
                               f"{reason}") from None
+    if isinstance(data, dict) and data.get("format") == ADAPTER_FORMAT:
+        from scratchgpt.finetune.adapter import checkpoint_from_adapter
+
+        return checkpoint_from_adapter(data, str(file))  # its base, with the adapter over it
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not a scratchgpt checkpoint")
     return Checkpoint.from_dict(data, str(file))
@@ -236,8 +241,10 @@ class ModelSource:
 
 
 def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
-    """The model a checkpoint holds, with its weights (eval mode, CPU)."""
+    """The model a checkpoint holds, with its weights (eval mode, CPU). LoRA adapters are
+    merged into the weights they adapt (the same function, computed by plain layers)."""
     from scratchgpt.models import build_model
+    from scratchgpt.models.lora import merge_lora
 
     model = build_model(checkpoint.model_config)
     try:
@@ -246,6 +253,7 @@ def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
         reason = " ".join(str(e).split())[:300]
         raise CheckpointError(f"{checkpoint.path}: weights do not fit the model: {reason}"
                               ) from None
+    merge_lora(model)
     return model.eval()
 
 

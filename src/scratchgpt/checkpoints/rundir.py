@@ -5,6 +5,7 @@
       config.json          the run's settings, for people to read (written from the same objects)
       tokenizer.json ...   the tokenizer, so the directory is self-contained
       metrics.csv loss.png written by the trainer through :meth:`RunDir.file`
+      adapter.pt ...       what a fine-tuning run adds when it ends (LoRA adapter, test report)
       .lock                held by the process that writes the run
 
 Rules that keep a run safe:
@@ -41,7 +42,9 @@ from scratchgpt.errors import CheckpointError, RunInUseError
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
-             "merges.txt")
+             "merges.txt",
+             # written by fine-tuning runs at their end (scratchgpt.finetune)
+             "adapter.pt", "confusion.png", "test_metrics.json")
 LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
 

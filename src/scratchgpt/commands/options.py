@@ -39,3 +39,34 @@ def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
 def given(args: argparse.Namespace, names: set[str]) -> dict[str, Any]:
     """The subset of ``names`` the user set on the command line."""
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+
+
+def add_lora_flags(parser: argparse.ArgumentParser) -> None:
+    """``--lora`` and ``--lora-rank/-alpha/-dropout/-targets`` (any of them implies ``--lora``);
+    defaults and help from :class:`~scratchgpt.models.lora.LoRAConfig`."""
+    from scratchgpt.models.lora import LoRAConfig
+
+    g = parser.add_argument_group(
+        "LoRA (low-rank adapters: the base's weights stay frozen, each adapted layer learns "
+        "W + (alpha/r) B A; the run also writes adapter.pt, only the trained tensors)")
+    g.add_argument("--lora", action="store_true", help="train LoRA adapters instead of the "
+                                                       "model's weights")
+    for f in dataclasses.fields(LoRAConfig):
+        typ = {"int": int, "float": float}.get(str(f.type), str)
+        g.add_argument(f"--lora-{f.name}", dest=f"lora_{f.name}", type=typ, default=None,
+                       metavar=f.name.upper(),
+                       help=f"{f.metadata.get('help', '')} (default: {f.default})")
+
+
+def lora_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~scratchgpt.models.lora.LoRAConfig` the flags ask for, or None."""
+    from scratchgpt.models.lora import LoRAConfig
+
+    values = {name[len("lora_"):]: getattr(args, name) for name in LORA_FLAGS
+              if getattr(args, name, None) is not None}
+    if not (args.lora or values):
+        return None
+    return LoRAConfig(**values)

@@ -22,6 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="char, char-prose (letters, digits, space and basic punctuation; "
                         "newlines and repeated spaces folded), bpe (trained here) or gpt2 "
                         "(default: char)")
+    p.add_argument("--tokenizer-from", default=None, metavar="RUN_OR_HF_DIR",
+                   help="use the tokenizer of this model (a run directory, .pt file, Hugging "
+                        "Face directory or hf:ID) instead of learning one: the text is then "
+                        "ready for 'train --init-from' that model")
     p.add_argument("--vocab-size", type=int, default=None,
                    help="vocabulary size for --tokenizer bpe (default 4096)")
     p.add_argument("--val-fraction", type=float, default=0.1,
@@ -36,8 +40,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    tokenizer = args.tokenizer
+    if args.tokenizer_from:
+        from scratchgpt.checkpoints import load_model
+
+        if args.tokenizer != "char" or args.vocab_size is not None:
+            raise ConfigError("--tokenizer-from takes the model's tokenizer; drop --tokenizer "
+                              "and --vocab-size")
+        tokenizer = load_model(args.tokenizer_from)[1].tokenizer()
     text, desc = load_source(args.data, args.dataset)
-    meta = prepare_text(text, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+    meta = prepare_text(text, args.out, tokenizer=tokenizer, vocab_size=args.vocab_size,
                         val_fraction=args.val_fraction, source=desc)
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "

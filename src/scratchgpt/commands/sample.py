@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.generation.printer import StreamPrinter
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible samples")
     p.add_argument("--stop", action="append", default=[],
                    help="stop when this string is generated (repeatable); it is not printed")
+    p.add_argument("--chat", action="store_true",
+                   help="the prompt is a user message to an instruction-tuned model: it is "
+                        "written with the model's chat template and generation stops at the "
+                        "end of the reply")
+    p.add_argument("--system", default=None, help="with --chat: a system message first")
     p.add_argument("--unknown", choices=("error", "replace"), default="error",
                    help="prompt characters missing from the vocabulary: error or replace")
     p.add_argument("--no-stream", action="store_true", help="print only when finished")
@@ -86,36 +92,6 @@ def read_prompt(args: argparse.Namespace) -> str | None:
     return args.prompt
 
 
-class StreamPrinter:
-    """Prints decoded text as tokens arrive. It holds back what could still become a stop
-    string, or an incomplete multi-byte character, so nothing printed needs taking back."""
-
-    def __init__(self, tokenizer, rule, out=None):
-        self.tok, self.rule, self.out = tokenizer, rule, out or sys.stdout
-        self.ids: list[int] = []
-        self.printed = 0
-        self.hold = max((len(s) for s in rule.stop_strings), default=1) - 1
-
-    def add(self, token: int) -> None:
-        self.ids.append(token)
-        text = self.rule.text(self.ids)  # no end-of-text token, cut before a stop string
-        safe = len(text) - self.hold
-        while safe > self.printed and text[safe - 1] == "\ufffd":
-            safe -= 1  # an incomplete UTF-8 sequence decodes to U+FFFD: wait for more bytes
-        if safe > self.printed:
-            self._emit(text[:safe])
-
-    def finish(self) -> str:
-        text = self.rule.text(self.ids)
-        self._emit(text)
-        return text
-
-    def _emit(self, text: str) -> None:
-        self.out.write(text[self.printed:])
-        self.out.flush()
-        self.printed = len(text)
-
-
 def check_args(args: argparse.Namespace) -> None:
     """Flag values and combinations that cannot work (ConfigError)."""
     if args.max_new_tokens < 1:
@@ -127,6 +103,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     if args.batch_prompts and not args.prompt_file:
         raise ConfigError("--batch-prompts needs --prompt-file (one prompt per line)")
+    if args.system and not args.chat:
+        raise ConfigError("--system goes with --chat")
+    if args.chat and args.batch_prompts:
+        raise ConfigError("--chat takes one prompt; it does not combine with --batch-prompts")
     if args.batch_prompts and (args.beam or args.draft):
         raise ConfigError("--batch-prompts does not combine with --beam or --draft")
     if args.engine == "numpy" and args.dtype != "fp32":
@@ -157,15 +137,40 @@ def speculate_k(args: argparse.Namespace):
 
 def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
     """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
+    return load_source_for_decoding(path, args, engine)[:2]
+
+
+def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
+    """(model ready to decode, tokenizer, ModelSource) of a checkpoint."""
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.numpy_engine import NumpyGPT
     from scratchgpt.models.fast_decode import prepare_for_decode
 
     model, source = load_model(path, args.which)
     if engine == "numpy":
-        return NumpyGPT(model), checkpoint_tokenizer(source)
+        return NumpyGPT(model), checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)
-    return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source)
+    return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source), source
+
+
+def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
+    """``--chat``: (prompt text, its ids, the stop rule) with the model's chat template."""
+    import dataclasses
+
+    from scratchgpt.chat import template_for
+    from scratchgpt.finetune.instruct import encode_conversation
+
+    template = template_for(source.checkpoint)
+    if template is None:
+        raise ConfigError(f"--chat: {args.checkpoint} was not instruction-tuned (its "
+                          "checkpoint names no chat template)")
+    if not text:
+        raise ConfigError("--chat needs a prompt (the user's message)")
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        [{"role": "user", "content": text}]
+    (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)
+    rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, template.stop))
+    return template.render(messages), ids, rule
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok = load_for_decoding(args.checkpoint, args, args.engine)
+    model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
@@ -187,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
     text = read_prompt(args)
     if args.batch_prompts:
         return run_batch(model, tok, text.splitlines(), rule, cfg, gen, args)
-    ids = tok.encode(text, unknown=args.unknown) if text else []
+    if args.chat:
+        text, ids, rule = chat_prompt(args, source, tok, text, rule)
+    else:
+        ids = tok.encode(text, unknown=args.unknown) if text else []
     if not ids:
         ids, text = start_of_text(tok)  # unconditional
     job = Job(model, tok, text, ids, rule, cfg, gen)

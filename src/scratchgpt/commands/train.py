@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.options import add_dataclass_flags, given
+from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a run already in --out (the old run is kept until the new one "
                         "has written its first checkpoint)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
+                   help="continued pretraining: start from this GPT (a run directory, .pt "
+                        "file, Hugging Face GPT-2 directory or hf:ID) instead of random "
+                        "weights; its model and tokenizer are kept, so --dataset must be "
+                        "prepared with the same tokenizer (prepare --tokenizer-from)")
+    add_lora_flags(p)
     hp = p.add_argument_group("training hyperparameters")
     add_dataclass_flags(hp, TrainConfig)
     mp = p.add_argument_group("model hyperparameters (each applies to the models that have it)")
@@ -54,9 +60,27 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
-    plan = job.plan(settings, args.out, args.resume, args.overwrite, args.dataset,
-                    log=print if progress else None)
+    plan = _plan(args, settings, print if progress else None)
     return report(job.run(plan, progress), plan.out)
+
+
+def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
+    """The job of a new run, a continued-pretraining run (--init-from) or a resumed one."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.finetune.plan import plan_continued, with_adapter_finish
+    from scratchgpt.training import job
+
+    lora = lora_from_args(args)
+    if args.init_from and args.resume:
+        raise ConfigError("--init-from starts a new run; a resumed run continues from its own "
+                          "last.pt (drop --init-from)")
+    if args.init_from:
+        return plan_continued(settings, args.init_from, lora, args.out, args.overwrite,
+                              args.dataset, log)
+    if lora is not None:
+        raise ConfigError("--lora adapts a pretrained model: give --init-from RUN_OR_HF_DIR")
+    plan = job.plan(settings, args.out, args.resume, args.overwrite, args.dataset, log=log)
+    return with_adapter_finish(plan, verbose=log is not None)
 
 
 def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -> int:

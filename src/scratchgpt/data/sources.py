@@ -7,6 +7,11 @@ an error: a corrupt or different file is never used silently. A download that fa
 status, no network, a transfer cut short) is a one-line error and leaves nothing in the cache.
 A dataset whose ``sha256`` is None is *not pinned* (nobody here could download it to measure
 it): its file is used, its checksum is printed, and the user is told to pin it.
+
+Some downloads are zip archives holding the file (``archive_member``): the member is extracted
+into the cache and its own sha256 is the one checked. A dataset may also be found in
+``$SCRATCHGPT_DATA_DIR`` under another name (``local_names``, e.g. ``sms-spam.tsv`` for the
+``SMSSpamCollection`` file), with the same bytes and checksum.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sysconfig
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,6 +43,8 @@ class NamedDataset:
     description: str
     tokenizer: str = "char"  # tokenizer used when the dataset is prepared implicitly
     gutenberg: bool = False  # strip the Project Gutenberg header and licence footer
+    archive_member: str | None = None  # the URL is a zip archive holding this file
+    local_names: tuple[str, ...] = ()  # other names it may have in $SCRATCHGPT_DATA_DIR
 
 
 DATASETS: dict[str, NamedDataset] = {
@@ -55,6 +63,26 @@ DATASETS: dict[str, NamedDataset] = {
         description="Tolstoy, War and Peace (Maude translation), Project Gutenberg eBook #2600",
         tokenizer="char-prose",
         gutenberg=True,
+    ),
+    # Fine-tuning data (scratchgpt finetune): not text corpora to pretrain on.
+    "sms-spam": NamedDataset(
+        name="sms-spam",
+        filename="SMSSpamCollection",
+        url="https://archive.ics.uci.edu/static/public/228/sms+spam+collection.zip",
+        sha256="7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d",
+        description="UCI SMS Spam Collection: 5,574 SMS messages labelled ham or spam "
+                    "(747 spam), one 'label<TAB>text' line each",
+        archive_member="SMSSpamCollection",
+        local_names=("sms-spam.tsv",),
+    ),
+    "instruction-data": NamedDataset(
+        name="instruction-data",
+        filename="instruction-data.json",
+        url="https://raw.githubusercontent.com/rasbt/LLMs-from-scratch/main/ch07/"
+            "01_main-chapter-code/instruction-data.json",
+        sha256="7e09a9af353722ca15c18bc580f093f9c39d3178335a75177319cb1e1d163944",
+        description="1,100 Alpaca-style instruction/input/output records (Raschka, Build a "
+                    "Large Language Model From Scratch, chapter 7; Apache-2.0)",
     ),
 }
 
@@ -134,23 +162,51 @@ def download(url: str, dest: Path, timeout: float = 30.0) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def download_member(url: str, member: str, dest: Path, timeout: float = 30.0) -> None:
+    """Download the zip archive at ``url`` and write its file ``member`` to ``dest`` (the
+    archive itself is not kept). Atomic, with one-line errors, like :func:`download`."""
+    archive = dest.with_name(dest.name + ".zip")
+    download(url, archive, timeout)
+    tmp = None
+    try:
+        with zipfile.ZipFile(archive) as z:
+            data = z.read(member)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, dest)
+    except KeyError:
+        raise DataError(f"{url}: the archive holds no {member!r}") from None
+    except (OSError, zipfile.BadZipFile) as e:
+        raise DataError(f"{url}: not a readable zip archive ({_reason(e)})") from None
+    finally:
+        archive.unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
 def fetch_named(name: str) -> Path:
     """Path of the verified raw file of named dataset ``name`` (downloading it if needed)."""
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     ds = DATASETS[name]
     data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
-    if data_dir and (Path(data_dir) / ds.filename).is_file():
-        return _verified(Path(data_dir) / ds.filename, ds)
+    for local in (ds.filename, *ds.local_names):
+        if data_dir and (Path(data_dir) / local).is_file():
+            return _verified(Path(data_dir) / local, ds)
     cached = cache_dir() / "downloads" / ds.filename
     if cached.is_file():
         return _verified(cached, ds)
     try:
-        download(ds.url, cached)
+        if ds.archive_member:
+            download_member(ds.url, ds.archive_member, cached)
+        else:
+            download(ds.url, cached)
     except DataError as e:
         raise DataError(
             f"dataset {name!r} is not available offline: {e}; "
-            f"put {ds.filename} in a folder and set SCRATCHGPT_DATA_DIR to it"
+            f"put {' or '.join((ds.filename, *ds.local_names))} in a folder and set "
+            "SCRATCHGPT_DATA_DIR to it"
         ) from None
     try:
         return _verified(cached, ds)

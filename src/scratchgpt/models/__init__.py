@@ -5,8 +5,10 @@ Every model is a plain ``nn.Module`` built from a dataclass config. Language mod
 decoding, and ``num_params()``; the seq2seq models are encoder-decoders (``models/seq2seq.py``).
 
 A model *type* is the name saved in checkpoints and given as ``--model``: ``gpt``, ``bigram``,
-``rnn``, ``lstm``, ``gru`` (the language models, :data:`LM_TYPES`) and ``seq2seq``. Its config
-class is the one place its hyperparameters are declared:
+``rnn``, ``lstm``, ``gru`` (the language models, :data:`LM_TYPES`), ``seq2seq``, and the
+fine-tuned GPTs: ``gpt-classifier`` (a GPT with an N-class head) and ``gpt-lora`` (a GPT with
+LoRA adapters). Its config class is the one place its hyperparameters are declared; a config
+may nest another (a fine-tuned GPT's holds its base's ``GPTConfig``), saved as a nested dict:
 
 >>> cfg = model_config("gpt", vocab_size=65, n_layer=2, n_head=2, n_embd=32)
 >>> model_type(cfg), type(build_model(cfg)).__name__
@@ -16,13 +18,17 @@ class is the one place its hyperparameters are declared:
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.bigram import BigramConfig, BigramLM
+from scratchgpt.models.classifier import GPTClassifier, GPTClassifierConfig
 from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.lora import GPTLoRAConfig, build_gpt_lora
 from scratchgpt.models.rnn import (
     CELLS,
     RecurrentClassifier,
@@ -45,12 +51,14 @@ LM_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
 OTHER_TYPES: dict[str, tuple[type, Any]] = {
     "seq2seq": (Seq2SeqConfig, build_seq2seq),
     "rnn-classifier": (RecurrentClassifierConfig, RecurrentClassifier),
+    "gpt-classifier": (GPTClassifierConfig, GPTClassifier),
+    "gpt-lora": (GPTLoRAConfig, build_gpt_lora),
 }
 # Every model type a checkpoint may hold.
 MODEL_TYPES: dict[str, type] = {t: c for t, (c, _) in {**LM_TYPES, **OTHER_TYPES}.items()}
 
 ModelConfig = GPTConfig | BigramConfig | RecurrentConfig | Seq2SeqConfig | \
-    RecurrentClassifierConfig
+    RecurrentClassifierConfig | GPTClassifierConfig | GPTLoRAConfig
 
 
 def config_fields(model_type: str) -> set[str]:
@@ -63,14 +71,32 @@ def config_fields(model_type: str) -> set[str]:
 def model_config(model_type: str, **values: Any) -> ModelConfig:
     """The validated config of ``model_type`` (unknown hyperparameters are an error)."""
     _check_type(model_type)
-    extra = set(values) - config_fields(model_type)
+    return _build_config(MODEL_TYPES[model_type], values, f"model {model_type!r}")
+
+
+def _build_config(cls: type, values: dict[str, Any], what: str) -> Any:
+    """``cls(**values)``, checked; a field typed as a config dataclass may be given as a dict
+    (as a checkpoint saves it), built the same way."""
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    extra = set(values) - fields
     if extra:
-        raise ConfigError(f"model {model_type!r} does not take: {', '.join(sorted(extra))}")
-    check_values(MODEL_TYPES[model_type], values)
+        raise ConfigError(f"{what} does not take: {', '.join(sorted(extra))}")
+    hints = typing.get_type_hints(cls)
+    values = {k: _nested(hints[k], v, k) for k, v in values.items()}
+    check_values(cls, values)
     try:
-        return MODEL_TYPES[model_type](**values)
+        return cls(**values)
     except TypeError as e:  # a required field is missing
-        raise ConfigError(f"model {model_type!r}: {e}") from None
+        raise ConfigError(f"{what}: {e}") from None
+
+
+def _nested(annotation: Any, value: Any, name: str) -> Any:
+    """``value``, or the config dataclass of ``annotation`` built from it when it is a dict."""
+    if not isinstance(value, Mapping):
+        return value
+    options = typing.get_args(annotation) or (annotation,)
+    cls = next((t for t in options if dataclasses.is_dataclass(t)), None)
+    return value if cls is None else _build_config(cls, dict(value), name)
 
 
 def model_type(config: ModelConfig) -> str:
@@ -91,8 +117,14 @@ def build_model(config: ModelConfig) -> nn.Module:
 
 
 def config_dict(config: ModelConfig) -> dict[str, Any]:
-    """A config as the plain data saved in checkpoints and config.json (``init`` fields)."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    """A config as the plain data saved in checkpoints and config.json (``init`` fields; a
+    nested config becomes a nested dict)."""
+    return {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)
+            if f.init}
+
+
+def _plain(value: Any) -> Any:
+    return config_dict(value) if dataclasses.is_dataclass(value) else value
 
 
 def _check_type(name: str) -> None:

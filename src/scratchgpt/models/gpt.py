@@ -525,8 +525,23 @@ class GPT(nn.Module):
         logits, weights = self._forward(idx, None, need_weights=True)
         return logits, weights
 
+    def features(self, idx: Tensor) -> Tensor:
+        """idx: (B, T) -> the final hidden states (B, T, C): after ``ln_f``, before ``lm_head``
+        (what a classification head reads)."""
+        return self._hidden(idx, None)[0]
+
     def _forward(self, idx: Tensor, cache: KVCache | None,
                  need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        x, all_weights = self._hidden(idx, cache, need_weights)  # (B, T, C)
+        logits = self.lm_head(x)  # (B, T, vocab_size)
+        if self.config.logit_softcap:  # smoothly into (-cap, cap)
+            cap = self.config.logit_softcap
+            logits = cap * torch.tanh(logits / cap)
+        return logits, all_weights
+
+    def _hidden(self, idx: Tensor, cache: KVCache | None,
+                need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """The blocks and the final LayerNorm: idx (B, T) -> (B, T, C), attention weights."""
         B, T = idx.shape
         start = cache.pos if cache is not None else 0
         limit = cache.max_len if cache is not None else self.config.block_size
@@ -540,12 +555,7 @@ class GPT(nn.Module):
         x, all_weights = self._blocks(x, idx, mask, cache, self._rope(pos), need_weights)
         if cache is not None:
             cache.pos += T
-        x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, vocab_size)
-        if self.config.logit_softcap:  # smoothly into (-cap, cap)
-            cap = self.config.logit_softcap
-            logits = cap * torch.tanh(logits / cap)
-        return logits, all_weights
+        return self.transformer.ln_f(x), all_weights
 
     def _embed(self, idx: Tensor, pos: Tensor) -> Tensor:
         """Token embeddings plus, unless positions enter by rotation (RoPE), position

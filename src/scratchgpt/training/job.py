@@ -41,6 +41,12 @@ class TrainJob:
     task: Callable[[], Task]
     extra: dict[str, Any] = field(default_factory=dict)
     resume_from: Checkpoint | None = None
+    # A new run that starts from trained weights (fine-tuning): a picklable callable giving
+    # the model's whole initial state dict, read in each process that trains.
+    init: Callable[[], dict[str, Any]] | None = None
+    # What a kind of training writes once it has finished (e.g. a LoRA run's adapter.pt), in
+    # the main process, with the run's lock still held: finish(run directory, result).
+    finish: Callable[[Path, TrainResult], None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to --nproc processes: each reads the checkpoint itself rather than receiving
@@ -83,13 +89,16 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     data, _ = resolve_dataset(dataset or recorded, log=log)
     check_same_tokenizer(checkpoint, data)
     data.check_block_size(config.block_size)
+    # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
+    recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
     return TrainJob(Path(out), "resume", train, config,
-                    partial(lm_task, data.directory, config.block_size), settings.sources(),
-                    checkpoint)
+                    partial(lm_task, data.directory, config.block_size, recorded_extra),
+                    settings.sources(), checkpoint)
 
 
-def lm_task(dataset: Path, block_size: int) -> LanguageModelTask:
-    return LanguageModelTask(TokenDataset(dataset), block_size)
+def lm_task(dataset: Path, block_size: int,
+            extra_data: dict[str, Any] | None = None) -> LanguageModelTask:
+    return LanguageModelTask(TokenDataset(dataset), block_size, extra_data)
 
 
 def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
@@ -110,18 +119,24 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
         run_dir.begin(job.mode)
         try:
             if job.train.nproc > 1:
-                return distributed.launch(job.train.nproc, job.train.device, run_in_process,
-                                          job, progress)
-            return run_in_process(job, progress)
+                result = distributed.launch(job.train.nproc, job.train.device, run_in_process,
+                                            job, progress)
+            else:
+                result = run_in_process(job, progress)
         except BaseException:
             run_dir.abort()
             raise
+        if job.finish is not None and not result.interrupted:
+            job.finish(job.out, result)
+        return result
 
 
 def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
     """This process's part of ``job`` (the whole of it outside a process group)."""
-    trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), job.checkpoint(),
-                      progress=progress, extra_config=job.extra)
+    resume = job.checkpoint()
+    init = job.init() if job.init is not None and resume is None else None
+    trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), resume,
+                      init_weights=init, progress=progress, extra_config=job.extra)
     return trainer.fit()
 
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 FIELDS = ["step", "tokens", "elapsed_s", "lr", "loss", "train_loss", "val_loss"]
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path, fields: Sequence[str] = tuple(FIELDS)) -> list[dict[str, str]]:
     """The well-formed rows of a metrics file; damaged ones (a crash mid-write, NUL bytes)
-    are skipped rather than stopping anyone (a run's metrics are a record, not its state)."""
+    are skipped rather than stopping anyone (a run's metrics are a record, not its state).
+    ``fields``: the columns to keep (a task may add its own after :data:`FIELDS`)."""
     if not path.is_file():
         return []
     text = path.read_bytes().replace(b"\0", b"").decode("utf-8", errors="replace")
@@ -22,8 +24,8 @@ def read_rows(path: Path) -> list[dict[str, str]]:
             int(row["step"])
         except (KeyError, TypeError, ValueError):
             continue
-        if all(_is_number(row.get(k) or "0") for k in FIELDS[1:]):
-            rows.append({k: row.get(k) or "" for k in FIELDS})
+        if all(_is_number(row.get(k) or "0") for k in fields[1:]):
+            rows.append({k: row.get(k) or "" for k in fields})
     return rows
 
 
@@ -39,19 +41,20 @@ class MetricsLog:
     """Append-only ``metrics.csv`` (each row flushed at once, so a crash loses nothing).
 
     On resume the rows after the resumed step are dropped, so a resumed run's file matches
-    an uninterrupted one."""
+    an uninterrupted one. ``extra_fields``: a task's own columns (e.g. ``val_acc``)."""
 
-    def __init__(self, path: Path, resume_step: int | None):
-        rows = [r for r in read_rows(path) if int(r["step"]) <= resume_step] \
+    def __init__(self, path: Path, resume_step: int | None, extra_fields: Sequence[str] = ()):
+        self.fields = [*FIELDS, *extra_fields]
+        rows = [r for r in read_rows(path, self.fields) if int(r["step"]) <= resume_step] \
             if resume_step is not None else []
         self.f = path.open("w", newline="")
-        self.w = csv.DictWriter(self.f, fieldnames=FIELDS)
+        self.w = csv.DictWriter(self.f, fieldnames=self.fields)
         self.w.writeheader()
         self.w.writerows(rows)
         self.f.flush()
 
     def row(self, **values: Any) -> None:
-        self.w.writerow({k: ("" if values.get(k) is None else values[k]) for k in FIELDS})
+        self.w.writerow({k: ("" if values.get(k) is None else values[k]) for k in self.fields})
         self.f.flush()
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.job import TrainJob
 from scratchgpt.training.settings import Settings, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
@@ -57,16 +58,6 @@ def collate(batch: Sequence[Example]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return src, lengths, tgt_in, tgt_out
 
 
-def length_batches(lengths: Sequence[int], batch_size: int,
-                   generator: torch.Generator) -> list[list[int]]:
-    """One epoch of index batches: sorted by length (ties in random order), cut into batches,
-    batches shuffled. Similar lengths share a batch, so little of it is padding."""
-    ties = torch.rand(len(lengths), generator=generator).tolist()
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], ties[i]))
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-
-
 def sequence_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy over the real (non-pad) target tokens of a collated batch."""
     src, lengths, tgt_in, tgt_out = batch
@@ -78,9 +69,8 @@ def sequence_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) 
 class Seq2SeqTask:
     """Encoder-decoder training on (source, target) pairs, for the training core.
 
-    Epochs of length-sorted batches are drawn with the core's generator; the task keeps which
-    epoch it is in (the generator state at the epoch's start) and how far into it, so a resumed
-    run continues with the very next batch."""
+    Epochs of length-sorted batches are drawn with the core's generator
+    (``training/epochs.py``), so a resumed run continues with the very next batch."""
 
     def __init__(self, spec: DataSpec, src_tok: Seq2SeqTokenizer, tgt_tok: Seq2SeqTokenizer,
                  train_pairs: Sequence[Pair], held_out: Sequence[Pair],
@@ -90,11 +80,7 @@ class Seq2SeqTask:
         self.examples = encode_pairs(train_pairs, src_tok, tgt_tok)
         self.held_examples = encode_pairs(self.held_out, src_tok, tgt_tok)
         self.label_smoothing = label_smoothing
-        self._lengths = [len(x) for x, _ in self.examples]
-        self._epoch_rng: Tensor | None = None  # generator state at the current epoch's start
-        self._epoch_shape = (0, False)  # (global batch size, last short batch dropped)
-        self._batches: list[list[int]] = []
-        self._pos = 0
+        self.epochs = EpochBatches([len(x) for x, _ in self.examples])
         self.final_eval: EvalResult | None = None
 
     @classmethod
@@ -116,20 +102,8 @@ class Seq2SeqTask:
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
                     shard: tuple[int, int] = (0, 1)) -> Batch:
-        rank, world = shard
-        if self._pos >= len(self._batches):
-            self._new_epoch(batch_size * world, generator, drop_last=world > 1)
-        idx = self._batches[self._pos][rank * batch_size:(rank + 1) * batch_size]
-        self._pos += 1
-        return collate([self.examples[i] for i in idx])
-
-    def _new_epoch(self, global_batch: int, generator: torch.Generator, drop_last: bool) -> None:
-        self._epoch_rng = generator.get_state()
-        self._epoch_shape = (global_batch, drop_last)
-        self._batches = length_batches(self._lengths, global_batch, generator)
-        if drop_last:  # every process needs its full share of every batch
-            self._batches = [b for b in self._batches if len(b) == global_batch]
-        self._pos = 0
+        return collate([self.examples[i] for i in self.epochs.next(batch_size, generator,
+                                                                     shard)])
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return sequence_loss(model, batch, self.label_smoothing)
@@ -170,17 +144,10 @@ class Seq2SeqTask:
         return {"seq2seq": asdict(self.spec)}
 
     def state_dict(self) -> dict[str, Any]:
-        global_batch, drop_last = self._epoch_shape
-        return {"epoch_rng": self._epoch_rng, "pos": self._pos, "global_batch": global_batch,
-                "drop_last": drop_last}
+        return self.epochs.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("epoch_rng") is None:
-            return
-        generator = torch.Generator()
-        generator.set_state(state["epoch_rng"])
-        self._new_epoch(state["global_batch"], generator, state["drop_last"])
-        self._pos = state["pos"]
+        self.epochs.load_state_dict(state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ metrics, checkpoints, resume, time budgets and stopping. A *task* owns the rest:
 * ``estimate``: a quick loss estimate on a split, for periodic evaluation;
 * ``final_metrics``: the figures reported at the end (``val_loss`` exact, plus its own), and
   ``report``: any text worth printing about them (e.g. accuracy by length);
-* ``tokenizers`` and ``data``: what the run directory and checkpoints record.
+* ``tokenizers`` and ``data``: what the run directory and checkpoints record;
+* optionally ``eval_fields`` and ``eval_extras()``: figures of its own that each evaluation
+  adds to the progress line and ``metrics.csv`` (e.g. a classifier's ``val_acc``).
 
 :class:`LanguageModelTask` is next-token prediction on a prepared dataset; seq2seq, the
 experiments and fine-tuning define their own tasks the same way.
@@ -82,9 +84,11 @@ def next_token_loss(model: nn.Module, batch: Batch) -> Tensor:
 class LanguageModelTask:
     """Next-token prediction on random windows of a prepared dataset's token files."""
 
-    def __init__(self, dataset: TokenDataset, block_size: int):
+    def __init__(self, dataset: TokenDataset, block_size: int,
+                 extra_data: dict[str, Any] | None = None):
         self.dataset = dataset
         self.block_size = block_size
+        self.extra_data = extra_data or {}  # recorded beside the dataset (e.g. a base model)
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
                     shard: tuple[int, int] = (0, 1)) -> Batch:
@@ -125,7 +129,7 @@ class LanguageModelTask:
         return {"text": self.dataset.tokenizer()}
 
     def data(self) -> dict[str, Any]:
-        return {"dataset": str(self.dataset.directory)}
+        return {"dataset": str(self.dataset.directory), **self.extra_data}
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # every batch is drawn from the saved generator: nothing else to keep

@@ -209,9 +209,11 @@ class Trainer:
         if state.step % cfg.eval_interval == 0:
             tr = self.task.estimate(self.model, "train", cfg.eval_iters, self.setting)
             va = self.task.estimate(self.model, "val", cfg.eval_iters, self.setting)
-            self._row(lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}")
+            extra = self._eval_extras()
+            self._row(lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}", **extra)
             self._save_evaluated(va)
-            bar.write(f"step {state.step}: train {tr:.4f}, val {va:.4f}")
+            bar.write(f"step {state.step}: train {tr:.4f}, val {va:.4f}"
+                      + "".join(f", {k} {v}" for k, v in extra.items()))
         bar.update(state.step, self._last_loss, tokens / max(seconds, 1e-9), state.elapsed_s)
 
     def _finish(self, stop: StopFlag, start_tokens: int, start_elapsed: float) -> TrainResult:
@@ -224,7 +226,7 @@ class Trainer:
         else:
             metrics = self.task.final_metrics(self.model, self.cfg.eval_iters, self.setting)
             self._row(train_loss=f"{metrics.get('train_loss', math.nan):.4f}",
-                      val_loss=f"{metrics['val_loss']:.4f}")
+                      val_loss=f"{metrics['val_loss']:.4f}", **self._eval_extras())
             self._save_evaluated(metrics["val_loss"])
         self._close_files()
         return TrainResult(state.step, metrics.get("train_loss", math.nan),
@@ -247,7 +249,14 @@ class Trainer:
         if text_tokenizer is not None:
             self.run.save_tokenizer(text_tokenizer)
         self.metrics = MetricsLog(self.run.file("metrics.csv"),
-                                  self.state.step if resumed else None)
+                                  self.state.step if resumed else None,
+                                  getattr(self.task, "eval_fields", ()))
+
+    def _eval_extras(self) -> dict[str, str]:
+        """A task's own figures from its latest evaluation (optional ``eval_extras()``, named
+        by its ``eval_fields``), e.g. a classifier's validation accuracy."""
+        extras = getattr(self.task, "eval_extras", None)
+        return {k: f"{v:.4f}" for k, v in extras().items()} if extras is not None else {}
 
     def _close_files(self) -> None:
         if self.metrics is not None:

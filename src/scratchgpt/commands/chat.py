@@ -1,0 +1,150 @@
+"""``scratchgpt chat``: a multi-turn conversation with an instruction-tuned model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from scratchgpt.errors import ConfigError, ScratchGPTError
+
+HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends)"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chat", help="talk with a model made by 'finetune --task instruct' (streams replies)",
+        description="A read-eval-print loop: each line you type is a user message; the reply "
+                    "streams as it is generated, written with the model's own chat template "
+                    "(the one it was fine-tuned with), and stops at the template's end marker "
+                    "(<|end|>), the end-of-text token or --max-new-tokens. The conversation is "
+                    "kept: each reply sees the earlier turns (the oldest are dropped when they "
+                    "no longer fit the context). " + HELP_LINE)
+    p.add_argument("--checkpoint", required=True,
+                   help="an instruction-tuned run directory, .pt file or adapter.pt")
+    p.add_argument("--which", choices=("best", "last"), default="best")
+    p.add_argument("--system", default=None, help="a system message that opens the chat")
+    p.add_argument("--max-new-tokens", type=int, default=256,
+                   help="longest reply in tokens (default 256)")
+    p.add_argument("--temperature", type=float, default=0.7,
+                   help="softmax temperature; 0 = greedy (default 0.7)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    p.add_argument("--seed", type=int, default=None, help="seed for reproducible replies")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="inference precision (see sample --dtype)")
+    p.add_argument("--stats", action="store_true",
+                   help="after each reply, print its length and what ended it (stderr)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from scratchgpt.chat import template_for
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.models.fast_decode import prepare_for_decode
+
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    model, source = load_model(args.checkpoint, args.which)
+    template = template_for(source.checkpoint)
+    if template is None:
+        raise ConfigError(f"{args.checkpoint} was not instruction-tuned (its checkpoint names "
+                          "no chat template); make a chat model with scratchgpt finetune "
+                          "--task instruct")
+    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    session = ChatSession(prepare_for_decode(model, args.dtype), source.tokenizer(), template,
+                          cfg, gen, args)
+    return session.loop()
+
+
+class ChatSession:
+    """The conversation so far, and one reply at a time streamed to stdout."""
+
+    def __init__(self, model, tokenizer, template, cfg, generator, args: argparse.Namespace):
+        self.model, self.tok, self.template = model, tokenizer, template
+        self.cfg, self.gen, self.args = cfg, generator, args
+        self.interactive = sys.stdin.isatty()
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = ([{"role": "system", "content": self.args.system}]
+                         if self.args.system else [])
+
+    def loop(self) -> int:
+        if self.interactive:
+            print(f"chat with {self.args.checkpoint} {HELP_LINE}")
+        while True:
+            line = self._read()
+            if line is None or line.strip() in ("/exit", "/quit"):
+                return 0
+            if line.strip() == "/reset":
+                self.reset()
+                continue
+            if line.strip():
+                self.turn(line.strip())
+
+    def _read(self) -> str | None:
+        if self.interactive:
+            try:
+                return input("you> ")
+            except EOFError:
+                print()
+                return None
+        line = sys.stdin.readline()
+        return line if line else None
+
+    def turn(self, text: str) -> None:
+        """Add the user's message, stream the reply, keep it in the conversation."""
+        self.messages.append({"role": "user", "content": text})
+        try:
+            reply = self.reply()
+        except ScratchGPTError as e:  # say why, keep the conversation going
+            print(f"error: {e}", file=sys.stderr)
+            self.messages.pop()
+            return
+        self.messages.append({"role": "assistant", "content": reply})
+
+    def prompt_ids(self) -> list[int]:
+        """The conversation as tokens ending where the reply begins, encoded piece by piece as
+        in training; the oldest turns are dropped while it leaves too little room."""
+        from scratchgpt.finetune.instruct import encode_conversation
+
+        block_size = self.model.config.block_size
+        room = min(self.args.max_new_tokens, block_size // 4)
+        while True:
+            (ids, _), replaced = encode_conversation(self.tok, self.template, self.messages,
+                                                     add_generation_prompt=True)
+            first = 1 if self.messages[0]["role"] == "system" else 0
+            if len(ids) + room <= block_size or len(self.messages) - first <= 1:
+                break
+            del self.messages[first:first + 2]  # the oldest user message and its reply
+        if replaced:
+            print("note: characters the tokenizer lacks were replaced", file=sys.stderr)
+        return ids
+
+    def reply(self) -> str:
+        import torch
+
+        from scratchgpt.generation.generate import stream
+        from scratchgpt.generation.printer import StreamPrinter
+        from scratchgpt.generation.stopping import StopRule
+
+        rule = StopRule(self.args.max_new_tokens, self.tok.eot_id, (self.template.stop,),
+                        self.tok.decode)
+        prompt = torch.tensor([self.prompt_ids()], dtype=torch.long)
+        if self.interactive:
+            sys.stdout.write("assistant> ")
+        printer = StreamPrinter(self.tok, rule)
+        for token in stream(self.model, prompt, rule, self.cfg, self.gen):
+            printer.add(int(token[0]))
+        text = printer.finish()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if self.args.stats:
+            ended = ("the end marker " + self.template.stop if rule.ends(printer.ids)
+                     else "the token limit")
+            print(f"[{len(printer.ids)} tokens, ended by {ended}]", file=sys.stderr)
+        return text.strip()

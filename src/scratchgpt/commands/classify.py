@@ -1,0 +1,118 @@
+"""``scratchgpt classify``: label texts with a fine-tuned classifier (or score it on a labelled
+file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from scratchgpt.errors import ConfigError, DataError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "classify", help="label texts with a classifier made by 'finetune --task classify'",
+        description="Print the most likely label of each text and its probability. Texts come "
+                    "as arguments, or one per line of --file; --eval FILE scores the model on "
+                    "a labelled TSV/CSV (text<TAB>label) instead: accuracy, per-class "
+                    "precision/recall/F1 and the confusion matrix. Texts longer than the "
+                    "model's context are truncated to their first tokens (with a warning).")
+    p.add_argument("texts", nargs="*", help="texts to classify")
+    p.add_argument("--checkpoint", required=True,
+                   help="a classification run directory, .pt file or adapter.pt")
+    p.add_argument("--which", choices=("best", "last"), default="best")
+    p.add_argument("--file", default=None, help="classify every non-empty line of this file")
+    p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
+                   help="score the model on a labelled TSV (text<TAB>label) or CSV file")
+    p.add_argument("--confusion", default=None, metavar="PNG",
+                   help="with --eval: also draw the confusion matrix into this file")
+    p.add_argument("--json", action="store_true", help="print results as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.models.classifier import GPTClassifier
+
+    if sum(map(bool, (args.texts, args.file, args.eval))) != 1:
+        raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
+    if args.confusion and not args.eval:
+        raise ConfigError("--confusion goes with --eval")
+    model, source = load_model(args.checkpoint, args.which)
+    if not isinstance(model, GPTClassifier):
+        raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "
+                          "classifier (make one with scratchgpt finetune --task classify)")
+    labels = source.checkpoint.data["classify"]["labels"]
+    if args.eval:
+        return evaluate_file(model, source.tokenizer(), labels, args)
+    texts = args.texts or read_lines(args.file)
+    probs = probabilities(model, source.tokenizer(), texts)
+    rows = [{"text": t, "label": labels[int(p.argmax())], "probability": float(p.max()),
+             "probabilities": dict(zip(labels, map(float, p), strict=True))}
+            for t, p in zip(texts, probs, strict=True)]
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+    elif len(rows) == 1:
+        print(f"{rows[0]['label']}\t{rows[0]['probability']:.4f}")
+    else:
+        for r in rows:
+            print(f"{r['label']}\t{r['probability']:.4f}\t{r['text']}")
+    return 0
+
+
+def read_lines(path: str) -> list[str]:
+    try:
+        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not UTF-8 text") from None
+    if not lines:
+        raise DataError(f"{path} has no non-empty line")
+    return lines
+
+
+def probabilities(model, tokenizer, texts: list[str]):
+    """(N, classes) probabilities; warns about truncated texts and replaced characters."""
+    from scratchgpt.finetune.classify import encode_texts, predict
+
+    block_size = model.config.gpt.block_size
+    ids, truncated, replaced = encode_texts(tokenizer, texts, block_size)
+    if truncated:
+        print(f"warning: {truncated} of {len(texts)} texts are longer than the context "
+              f"({block_size} tokens); each is truncated to its first {block_size} tokens",
+              file=sys.stderr)
+    if replaced:
+        print(f"warning: {replaced} of {len(texts)} texts have characters the tokenizer "
+              "lacks; they are replaced", file=sys.stderr)
+    return predict(model, ids)
+
+
+def evaluate_file(model, tokenizer, labels: list[str], args: argparse.Namespace) -> int:
+    """``--eval``: the model's report on a labelled file; a label it does not know is an
+    error."""
+    from scratchgpt.finetune.classify import ClassReport, format_report
+    from scratchgpt.finetune.data import read_labelled
+
+    pairs, where, _ = read_labelled(args.eval, None, min_labels=1)
+    unknown = sorted({label for _, label in pairs} - set(labels))
+    if unknown:
+        raise DataError(f"{where}: label {unknown[0]!r} is not one the model knows "
+                        f"({', '.join(labels)})"
+                        + (f"; {len(unknown) - 1} more unknown" if len(unknown) > 1 else ""))
+    probs = probabilities(model, tokenizer, [t for t, _ in pairs])
+    index = {label: i for i, label in enumerate(labels)}
+    rep = ClassReport.of(labels, [index[label] for _, label in pairs],
+                         probs.argmax(-1).tolist())
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=1))
+    else:
+        print(format_report(rep, where))
+    if args.confusion:
+        from scratchgpt.viz import plot_confusion
+
+        plot_confusion(rep.confusion, labels, args.confusion, f"{where}: {rep.accuracy:.2%}")
+    return 0

@@ -1,0 +1,135 @@
+"""``scratchgpt finetune``: a pretrained GPT -> a classifier or an instruction-following chat
+model (whole model, some blocks, or LoRA adapters); ``--merge`` folds adapters into weights."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from scratchgpt.training.config import TrainConfig
+
+    p = sub.add_parser(
+        "finetune", help="fine-tune a pretrained GPT: text classifier or chat model (LoRA too)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Fine-tune a pretrained GPT (--init-from: a run directory, a .pt file, a Hugging Face GPT-2
+directory or hf:ID) on the training core: progress bar, metrics.csv and loss.png, best.pt and
+last.pt, exact --resume, --time-budget, Ctrl-C saves.
+
+--task classify: a TSV of text<TAB>label lines (or a CSV of text,label rows, or --dataset
+  sms-spam) -> a new N-class head reading the last real token. A seeded, stratified
+  train/val/test split (70/10/20) is recorded in the run. Each epoch reports validation loss
+  and accuracy; at the end best.pt is scored on the test split: accuracy, per-class
+  precision/recall/F1, confusion matrix (printed, test_metrics.json, confusion.png).
+  Texts longer than the context are truncated to their first tokens (with a count).
+--task instruct: Alpaca JSON (instruction, input, output) or chat JSONL ({"messages": [...]}
+  with roles system/user/assistant), or --dataset instruction-data. Conversations are written
+  with the chat template (<|user|>, <|assistant|> lines, replies ending in <|end|>); only reply
+  tokens carry the loss. Reports the held-out response loss before and after.
+--lora trains low-rank adapters only and writes adapter.pt (small; refuses any other base).
+--merge RUN|adapter.pt --out DIR folds the adapters into the weights (a plain model that
+  'scratchgpt convert --to hf' exports); with --init-from, the adapter goes onto that base.""")
+    p.add_argument("--task", choices=("classify", "instruct"), default=None,
+                   help="what to fine-tune for (a resumed run keeps its own)")
+    p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
+                   help="the pretrained model to start from")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--data", default=None, help="the fine-tuning data file")
+    src.add_argument("--dataset", default=None,
+                     help="a named dataset: sms-spam (classify) or instruction-data "
+                          "(instruct), fetched and verified by sha256; looked up in "
+                          "$SCRATCHGPT_DATA_DIR first (sms-spam as SMSSpamCollection or "
+                          "sms-spam.tsv)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/TASK-DATA)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--merge", default=None, metavar="RUN_OR_ADAPTER",
+                   help="no training: fold the LoRA adapters of this run (or adapter.pt) into "
+                        "the weights and write the plain model to --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    what = p.add_argument_group("what trains")
+    what.add_argument("--train", dest="policy", choices=("all", "head", "last-k"),
+                      default="all",
+                      help="classify: all weights (default), the new head alone, or the last "
+                           "--last-k blocks with the final LayerNorm and the head")
+    what.add_argument("--last-k", type=int, default=2,
+                      help="blocks that train with --train last-k (default 2)")
+    add_lora_flags(p)
+    data = p.add_argument_group("data")
+    data.add_argument("--epochs", type=float, default=3.0,
+                      help="passes over the training split (default 3; --max-iters overrides)")
+    data.add_argument("--class-weights", choices=("none", "balanced"), default="none",
+                      help="classify: weight the loss of each class by n / (classes * n_c), "
+                           "for imbalanced labels (default none)")
+    data.add_argument("--max-length", type=int, default=0,
+                      help="tokens per example (default 0: the model's context); longer ones "
+                           "are truncated, with a warning and a count")
+    data.add_argument("--split-seed", type=int, default=0, help="seed of the data split (0)")
+    data.add_argument("--held-out", type=float, default=0.1,
+                      help="instruct: fraction of conversations held out (default 0.1)")
+    data.add_argument("--eval-generate", type=int, default=0, metavar="N",
+                      help="instruct: answer N held-out prompts greedily before and after "
+                           "training and report the exact match (default 0: off)")
+    data.add_argument("--dropout", type=float, default=None,
+                      help="dropout while fine-tuning (default: the base's)")
+    hp = p.add_argument_group("training hyperparameters (defaults depend on the task and on "
+                              "what trains)")
+    add_dataclass_flags(hp, TrainConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scratchgpt.training.config import train_fields
+
+    if args.merge:
+        return merge(args)
+    from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
+    from scratchgpt.training import job
+
+    progress = not args.no_progress
+    req = FinetuneRequest(
+        args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
+        args.overwrite, given(args, train_fields()), args.policy, args.last_k,
+        lora_from_args(args), args.epochs, args.class_weights, args.max_length,
+        args.split_seed, args.held_out, args.eval_generate, args.dropout)
+    train_job = plan(req, log=print)
+    before = starting_figures(train_job, log=print)
+    result = job.run(train_job, progress)
+    return report(result, train_job, before)
+
+
+def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:
+    out = train_job.out
+    if result.interrupted:
+        print(f"stopped at step {result.step}; saved {out / 'last.pt'} (continue with "
+              f"scratchgpt finetune --out {out} --resume)")
+        return result.exit_code
+    extra = "".join(f", {k} {v:.4f}" for k, v in result.metrics.items()
+                    if k not in ("train_loss", "val_loss"))
+    print(f"done: {result.step} steps in {result.elapsed_s:.1f}s; train loss "
+          f"{result.train_loss:.4f}, val loss {result.val_loss:.4f}{extra}")
+    if "val_loss" in before:
+        print(f"held-out response loss: {before['val_loss']:.4f} before, "
+              f"{result.val_loss:.4f} after")
+    if result.report:
+        print(result.report)
+    print(f"checkpoints, metrics.csv and loss.png in {out}")
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.finetune.adapter import merge_run
+
+    if not args.out:
+        raise ConfigError("--merge needs --out, the directory to write the merged model to")
+    if args.task or args.data or args.dataset or args.resume:
+        raise ConfigError("--merge trains nothing; drop --task, --data, --dataset, --resume")
+    out = merge_run(args.merge, args.out, args.init_from, args.overwrite)
+    print(f"merged the adapters of {args.merge} into the weights: {out / 'best.pt'} "
+          f"(export with: scratchgpt convert --to hf --checkpoint {out} --out DIR)")
+    return 0

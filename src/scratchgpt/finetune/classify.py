@@ -1,0 +1,312 @@
+"""Text classification on the training core: labelled texts -> a GPT with an N-class head.
+
+:class:`ClassifyTask` trains ``gpt-classifier`` models (``models/classifier.py``): epochs of
+length-batched, right-padded texts (``training/epochs.py``), cross-entropy on the head's
+logits, optionally weighted by class (``balanced``: ``n / (classes * n_c)``, so a rare class
+weighs as much in total as a common one). Each evaluation adds the validation accuracy
+(``val_acc``) to the progress line and ``metrics.csv``.
+
+:func:`evaluate` scores a model on a split: accuracy, per-class precision, recall and F1, and
+the confusion matrix (:class:`ClassReport`, printed by :func:`format_report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.finetune.data import (
+    Log,
+    encode_plain,
+    read_labelled,
+    split_digest,
+    stratified_split,
+)
+from scratchgpt.training.epochs import EpochBatches
+from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+
+SPLITS = ("train", "val", "test")
+CLASS_WEIGHTS = ("none", "balanced")
+Example = tuple[list[int], int]  # (token ids, class index)
+
+
+@dataclass
+class ClassifySpec:
+    """Where a classification run's data comes from and how it is split and encoded; saved
+    with the run (``data["classify"]``), so a resumed run and ``classify --eval`` rebuild it."""
+
+    data: str | None = None
+    dataset: str | None = None
+    sha256: str = ""  # of the data file, filled in when read; a resumed run checks it
+    split_seed: int = 0
+    fractions: list[float] = field(default_factory=lambda: [0.7, 0.1, 0.2])  # train/val/test
+    class_weights: str = "none"
+    max_length: int = 0  # tokens per text (0: the model's context); longer ones are truncated
+    labels: list[str] = field(default_factory=list)  # class names in index order
+
+    def __post_init__(self) -> None:
+        if self.class_weights not in CLASS_WEIGHTS:
+            raise ConfigError(f"--class-weights must be one of {', '.join(CLASS_WEIGHTS)}")
+        if len(self.fractions) != 3 or any(f < 0 for f in self.fractions) or \
+                not 0 < self.fractions[0] < 1 or abs(sum(self.fractions) - 1) > 1e-6:
+            raise ConfigError(f"split fractions must be 3 numbers summing to 1 with train in "
+                              f"(0, 1), got {self.fractions}")
+        if self.max_length < 0:
+            raise ConfigError(f"--max-length must be >= 0, got {self.max_length}")
+
+
+@dataclass
+class ClassifyData:
+    """Encoded examples of each split, and what encoding them took."""
+
+    labels: list[str]
+    splits: dict[str, list[Example]]
+    record: dict[str, Any]  # what the run records about the data (data["classify"])
+    truncated: int = 0
+    replaced: int = 0
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str],
+                 max_length: int) -> tuple[list[list[int]], int, int]:
+    """(ids per text cut to its first ``max_length`` tokens, how many were cut, how many had
+    characters the vocabulary lacks replaced)."""
+    out, truncated, replaced = [], 0, 0
+    for text in texts:
+        ids, rep = encode_plain(tokenizer, text)
+        replaced += rep
+        if len(ids) > max_length:
+            ids, truncated = ids[:max_length], truncated + 1
+        out.append(ids or [0])
+    return out, truncated, replaced
+
+
+def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = None
+              ) -> ClassifyData:
+    """Read, check, split (seeded, stratified) and encode ``spec``'s data. A resumed run's
+    data must be the same file (sha256) with the same labels."""
+    pairs, where, sha = read_labelled(spec.data, spec.dataset)
+    if spec.sha256 and sha != spec.sha256:
+        raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
+                        f"recorded {spec.sha256[:12]}…)")
+    labels = sorted({label for _, label in pairs})
+    if spec.labels and labels != spec.labels:
+        raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")
+    max_length = min(spec.max_length or block_size, block_size)
+    ids, truncated, replaced = encode_texts(tokenizer, [t for t, _ in pairs], max_length)
+    index = {label: i for i, label in enumerate(labels)}
+    parts = stratified_split([label for _, label in pairs], spec.fractions, spec.split_seed)
+    splits = {name: [(ids[i], index[pairs[i][1]]) for i in part]
+              for name, part in zip(SPLITS, parts, strict=True)}
+    record = {**asdict(spec), "sha256": sha, "labels": labels, "max_length": max_length,
+              "source": where, "split_sizes": {k: len(v) for k, v in splits.items()},
+              "split_digest": split_digest(parts)}
+    _notify(log, truncated, replaced, len(pairs), max_length)
+    return ClassifyData(labels, splits, record, truncated, replaced)
+
+
+def _notify(log: Log, truncated: int, replaced: int, n: int, max_length: int) -> None:
+    if log is None:
+        return
+    if truncated:
+        log(f"warning: {truncated} of {n} texts are longer than {max_length} tokens; each is "
+            f"truncated to its first {max_length} tokens")
+    if replaced:
+        log(f"warning: {replaced} of {n} texts have characters the tokenizer lacks; they "
+            "are replaced")
+
+
+def collate(examples: Sequence[Example], pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """-> ids (B, T) right-padded, lengths (B,), labels (B,)."""
+    T = max(len(ids) for ids, _ in examples)
+    x = torch.full((len(examples), T), pad_id, dtype=torch.long)  # (B, T)
+    for i, (ids, _) in enumerate(examples):
+        x[i, :len(ids)] = torch.tensor(ids)
+    lengths = torch.tensor([len(ids) for ids, _ in examples])  # (B,)
+    labels = torch.tensor([label for _, label in examples])  # (B,)
+    return x, lengths, labels
+
+
+def class_weights(examples: Sequence[Example], n_classes: int, mode: str) -> Tensor | None:
+    """``balanced``: n / (classes * n_c) per class (from the training split); ``none``: None."""
+    if mode == "none":
+        return None
+    counts = torch.bincount(torch.tensor([y for _, y in examples]), minlength=n_classes)
+    return len(examples) / (n_classes * counts.clamp_min(1).float())
+
+
+class ClassifyTask:
+    """Classification for the training core (see the module docstring)."""
+
+    eval_fields = ("val_acc",)
+
+    def __init__(self, data: ClassifyData, tokenizer: Any, class_weighting: str = "none",
+                 extra_data: dict[str, Any] | None = None):
+        self.examples, self.tokenizer = data, tokenizer
+        self.train_examples = data.splits["train"]
+        self.weight = class_weights(self.train_examples, len(data.labels), class_weighting)
+        self.epochs = EpochBatches([len(ids) for ids, _ in self.train_examples])
+        self.extra_data = extra_data or {}
+        self._val_acc = float("nan")
+
+    def train_batch(self, batch_size: int, generator: torch.Generator,
+                    shard: tuple[int, int] = (0, 1)) -> Batch:
+        idx = self.epochs.next(batch_size, generator, shard)
+        return collate([self.train_examples[i] for i in idx])
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        x, lengths, labels = batch
+        logits = model(x, lengths)  # (B, n_classes)
+        weight = None if self.weight is None else self.weight.to(logits.device)
+        return F.cross_entropy(logits.float(), labels, weight=weight)
+
+    def batch_tokens(self, batch: Batch) -> int:
+        return int(batch[1].sum())
+
+    @torch.no_grad()
+    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
+        """Mean (unweighted) loss over the first ``iters`` batches of a split; the validation
+        accuracy is kept for :meth:`eval_extras`."""
+        examples = self.examples.splits[split][:iters * setting.batch_size]
+        loss, correct = _loss_and_correct(model, examples, setting)
+        if split == "val":
+            self._val_acc = correct / max(len(examples), 1)
+        return loss
+
+    def eval_extras(self) -> dict[str, float]:
+        return {"val_acc": self._val_acc}
+
+    def final_metrics(self, model: nn.Module, iters: int,
+                      setting: EvalSetting) -> dict[str, float]:
+        """Train estimate; loss and accuracy over the whole validation split."""
+        n_val = len(self.examples.splits["val"])
+        val_iters = -(-n_val // setting.batch_size)
+        return {"train_loss": self.estimate(model, "train", iters, setting),
+                "val_loss": self.estimate(model, "val", val_iters, setting),
+                "val_acc": self._val_acc}
+
+    def report(self) -> str:
+        return ""
+
+    def tokenizers(self) -> dict[str, Any]:
+        return {"text": self.tokenizer}
+
+    def data(self) -> dict[str, Any]:
+        return {"task": "classify", "classify": self.examples.record, **self.extra_data}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.epochs.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epochs.load_state_dict(state)
+
+
+def _batches(examples: Sequence[Example], batch_size: int) -> list[list[int]]:
+    """Index batches of similar lengths (less padding), in a fixed order."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _loss_and_correct(model: nn.Module, examples: Sequence[Example],
+                      setting: EvalSetting) -> tuple[float, int]:
+    total, correct = 0.0, 0
+    with _eval_mode(model):
+        for idx in _batches(examples, setting.batch_size):
+            x, lengths, labels = (t.to(setting.device) for t in collate([examples[i]
+                                                                         for i in idx]))
+            logits = model(x, lengths).float()  # (B, n_classes)
+            total += F.cross_entropy(logits, labels, reduction="sum").item()
+            correct += int((logits.argmax(-1) == labels).sum())
+    return total / max(len(examples), 1), correct
+
+
+@torch.no_grad()
+def predict(model: nn.Module, ids: Sequence[list[int]], batch_size: int = 64) -> Tensor:
+    """Class probabilities (N, n_classes) of token-id sequences, in their order."""
+    device = next(model.parameters()).device
+    examples = [(x, 0) for x in ids]
+    probs = torch.empty(len(examples), model.config.n_classes)
+    with _eval_mode(model):
+        for idx in _batches(examples, batch_size):
+            x, lengths, _ = (t.to(device) for t in collate([examples[i] for i in idx]))
+            probs[idx] = torch.softmax(model(x, lengths).float(), -1).cpu()
+    return probs
+
+
+# ---- evaluation
+
+
+@dataclass
+class ClassReport:
+    """How a classifier did on a set: ``confusion[t][p]`` counts texts of class ``t``
+    predicted as ``p``."""
+
+    labels: list[str]
+    confusion: list[list[int]]
+
+    @classmethod
+    def of(cls, labels: Sequence[str], true: Sequence[int], pred: Sequence[int]) -> ClassReport:
+        m = [[0] * len(labels) for _ in labels]
+        for t, p in zip(true, pred, strict=True):
+            m[t][p] += 1
+        return cls(list(labels), m)
+
+    @property
+    def total(self) -> int:
+        return sum(map(sum, self.confusion))
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.confusion[i][i] for i in range(len(self.labels))) / max(self.total, 1)
+
+    def precision(self, c: int) -> float:
+        predicted = sum(row[c] for row in self.confusion)
+        return self.confusion[c][c] / predicted if predicted else 0.0
+
+    def recall(self, c: int) -> float:
+        actual = sum(self.confusion[c])
+        return self.confusion[c][c] / actual if actual else 0.0
+
+    def f1(self, c: int) -> float:
+        p, r = self.precision(c), self.recall(c)
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "total": self.total, "labels": self.labels,
+                "confusion": self.confusion,
+                "per_class": {name: {"precision": self.precision(c), "recall": self.recall(c),
+                                     "f1": self.f1(c), "support": sum(self.confusion[c])}
+                              for c, name in enumerate(self.labels)}}
+
+
+def evaluate(model: nn.Module, examples: Sequence[Example], labels: Sequence[str],
+             batch_size: int = 64) -> ClassReport:
+    """The model's :class:`ClassReport` on labelled examples."""
+    if not examples:
+        raise DataError("no examples to evaluate on")
+    if model.config.n_classes != len(labels):
+        raise CheckpointError(f"the model has {model.config.n_classes} classes, the data "
+                              f"{len(labels)}")
+    probs = predict(model, [x for x, _ in examples], batch_size)
+    return ClassReport.of(labels, [y for _, y in examples], probs.argmax(-1).tolist())
+
+
+def format_report(rep: ClassReport, title: str) -> str:
+    """Accuracy, per-class precision / recall / F1, and the confusion matrix, as text."""
+    correct = round(rep.accuracy * rep.total)
+    width = max(8, *(len(name) for name in rep.labels))
+    lines = [f"{title}: accuracy {rep.accuracy:.2%} ({correct}/{rep.total})",
+             f"  {'class':<{width}}  precision  recall     f1  support"]
+    for c, name in enumerate(rep.labels):
+        lines.append(f"  {name:<{width}}  {rep.precision(c):9.4f}  {rep.recall(c):6.4f}  "
+                     f"{rep.f1(c):.4f}  {sum(rep.confusion[c]):7d}")
+    lines.append("  confusion matrix (rows: true class, columns: predicted)")
+    lines.append("  " + " " * width + "".join(f"  {name:>{width}}" for name in rep.labels))
+    for name, row in zip(rep.labels, rep.confusion, strict=True):
+        lines.append(f"  {name:<{width}}" + "".join(f"  {n:>{width}d}" for n in row))
+    return "\n".join(lines)

@@ -1,0 +1,232 @@
+"""Fine-tuning data: labelled texts, instructions and chats, read with one-line errors, split
+with a fixed seed, and turned into token ids.
+
+* Labelled texts (``--task classify``): a TSV of ``text<TAB>label`` lines (the last tab
+  separates the label; an optional ``text<TAB>label`` header line), a CSV of ``text,label``
+  rows (optional header), or the named dataset ``sms-spam`` (``label<TAB>text``).
+* Instructions (``--task instruct``): a JSON list or JSONL of Alpaca records (``instruction``,
+  optional ``input``, ``output``) or of chats (``{"messages": [{"role": ..., "content": ...},
+  ...]}``), or the named dataset ``instruction-data``. An Alpaca record is the chat
+  ``user: instruction [+ blank line + input]``, ``assistant: output``.
+
+Splits are drawn with a seeded ``torch.Generator`` (the same on every machine); a labelled
+set is split per class (stratified), so every split has every class in proportion.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scratchgpt.chat import ROLES, Message, check_messages
+from scratchgpt.data import sources
+from scratchgpt.errors import DataError
+
+LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
+Log = Callable[[str], None] | None
+
+
+def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
+    """(text, where it came from, sha256 of its bytes) of ``--data FILE`` or a named dataset."""
+    if bool(data) == bool(dataset):
+        raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
+    path = sources.fetch_named(dataset) if dataset else Path(data)
+    if not path.is_file():
+        raise DataError(f"data file {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
+    return text.removeprefix("\ufeff"), str(path), hashlib.sha256(raw).hexdigest()
+
+
+# ---- labelled texts
+
+
+def parse_labelled(text: str, where: str, csv_format: bool = False, label_first: bool = False,
+                   min_labels: int = 2) -> list[tuple[str, str]]:
+    """(text, label) pairs of a TSV (or CSV) file; an empty text or label is an error naming
+    its line, and fewer than ``min_labels`` distinct labels too.
+
+    >>> parse_labelled("text\\tlabel\\ngood film\\tpos\\nawful\\tneg\\n", "f.tsv")
+    [('good film', 'pos'), ('awful', 'neg')]
+    """
+    rows = _csv_rows(text) if csv_format else _tsv_rows(text, label_first)
+    pairs = []
+    for line, (body, label) in rows:
+        if line == 1 and (body.strip().lower(), label.strip().lower()) == ("text", "label"):
+            continue  # a header
+        if not label.strip():
+            raise DataError(f"{where} line {line}: the label is missing")
+        if not body.strip():
+            raise DataError(f"{where} line {line}: the text is empty")
+        pairs.append((body, label.strip()))
+    labels = {label for _, label in pairs}
+    if len(labels) < min_labels:
+        raise DataError(f"{where}: a classifier needs at least two labels, found "
+                        f"{len(labels)}{' (' + next(iter(labels)) + ')' if labels else ''}")
+    return pairs
+
+
+def _tsv_rows(text: str, label_first: bool) -> list[tuple[int, tuple[str, str]]]:
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if "\t" not in line:
+            raise DataError(f"line {n}: no tab between the text and its label")
+        if label_first:
+            label, body = line.split("\t", 1)
+        else:
+            body, label = line.rsplit("\t", 1)
+        rows.append((n, (body, label)))
+    return rows
+
+
+def _csv_rows(text: str) -> list[tuple[int, tuple[str, str]]]:
+    rows = []
+    reader = csv.reader(io.StringIO(text))
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != 2:
+            raise DataError(f"line {reader.line_num}: expected 2 columns (text, label), got "
+                            f"{len(row)}")
+        rows.append((reader.line_num, (row[0], row[1])))
+    return rows
+
+
+def read_labelled(data: str | None, dataset: str | None,
+                  min_labels: int = 2) -> tuple[list[tuple[str, str]], str, str]:
+    """(pairs, where, sha256) of labelled data (see the module docstring)."""
+    text, where, sha = read_source(data, dataset)
+    csv_format = bool(data) and Path(data).suffix.lower() == ".csv"
+    try:
+        pairs = parse_labelled(text, where, csv_format, dataset in LABEL_FIRST_DATASETS,
+                               min_labels)
+    except DataError as e:
+        message = str(e)
+        raise DataError(message if message.startswith(where) else f"{where} {message}") from None
+    return pairs, where, sha
+
+
+def stratified_split(labels: Sequence[str], fractions: Sequence[float],
+                     seed: int) -> list[list[int]]:
+    """Indices of each split (in ``fractions``' order; the first takes the remainder), drawn
+    per class with a seeded generator. Every class keeps at least one example in the first
+    split.
+
+    >>> [len(s) for s in stratified_split(["a"] * 10 + ["b"] * 10, (0.7, 0.1, 0.2), 0)]
+    [14, 2, 4]
+    """
+    gen = torch.Generator().manual_seed(seed)
+    splits: list[list[int]] = [[] for _ in fractions]
+    for label in sorted(set(labels)):
+        members = [i for i, x in enumerate(labels) if x == label]
+        order = [members[j] for j in torch.randperm(len(members), generator=gen).tolist()]
+        start = 0
+        for k in range(len(fractions) - 1, 0, -1):
+            take = min(round(fractions[k] * len(order)), len(order) - start - 1)
+            splits[k] += order[start:start + take]
+            start += take
+        splits[0] += order[start:]
+    return [sorted(s) for s in splits]
+
+
+def random_split(n: int, held_out: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) indices: a seeded permutation, ``held_out`` of it (at least one)
+    held out."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    k = max(1, round(held_out * n)) if n > 1 else 0
+    return sorted(order[k:]), sorted(order[:k])
+
+
+def split_digest(splits: Sequence[Sequence[int]]) -> str:
+    """A short checksum of a split's indices (recorded with the run)."""
+    return hashlib.sha256(json.dumps([list(s) for s in splits]).encode()).hexdigest()[:16]
+
+
+# ---- instructions and chats
+
+
+def alpaca_messages(record: dict[str, Any]) -> list[Message]:
+    """An Alpaca record as a chat: the instruction (and input, after a blank line) from the
+    user, the output from the assistant."""
+    prompt = record["instruction"]
+    if record.get("input"):
+        prompt = f"{prompt}\n\n{record['input']}"
+    return [{"role": "user", "content": prompt},
+            {"role": "assistant", "content": record["output"]}]
+
+
+def conversation(record: Any, where: str) -> list[Message]:
+    """One record of an instruction or chat file as messages; errors name the record."""
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if "messages" in record:
+        messages = record["messages"]
+        if not isinstance(messages, list):
+            raise DataError(f"{where}: 'messages' must be a list of messages")
+        check_messages(messages, where)
+        if not any(m["role"] == "assistant" for m in messages):
+            raise DataError(f"{where}: no assistant message (nothing to learn); roles are "
+                            f"{', '.join(ROLES)}")
+        return [{"role": m["role"], "content": m["content"]} for m in messages]
+    missing = [k for k in ("instruction", "output") if k not in record]
+    if missing:
+        raise DataError(f"{where}: missing key {', '.join(repr(k) for k in missing)} (an "
+                        "Alpaca record has 'instruction', 'input' and 'output'; a chat has "
+                        "'messages')")
+    for key in ("instruction", "input", "output"):
+        if key in record and not isinstance(record[key], str):
+            raise DataError(f"{where}: {key!r} must be a string")
+    return alpaca_messages(record)
+
+
+def parse_conversations(text: str, where: str) -> list[list[Message]]:
+    """Every record of a JSON list or a JSONL file, as messages (records counted from 1)."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            records = json.loads(text)
+        except ValueError as e:
+            raise DataError(f"{where} is not valid JSON ({e})") from None
+    else:
+        records = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except ValueError as e:
+                    raise DataError(f"{where} line {n} is not valid JSON ({e})") from None
+    if not records:
+        raise DataError(f"{where} holds no records")
+    return [conversation(r, f"{where} record {i}") for i, r in enumerate(records, 1)]
+
+
+def read_conversations(data: str | None, dataset: str | None) -> tuple[list[list[Message]],
+                                                                       str, str]:
+    """(conversations, where, sha256) of instruction data (see the module docstring)."""
+    text, where, sha = read_source(data, dataset)
+    return parse_conversations(text, where), where, sha
+
+
+def encode_plain(tokenizer: Any, text: str) -> tuple[list[int], bool]:
+    """(ids, whether characters the vocabulary lacks were replaced) of ``text`` read as plain
+    text: a special token's spelling (``<|endoftext|>``) in the data is ordinary text."""
+    from scratchgpt.errors import TokenizerError
+
+    if hasattr(tokenizer, "encode_ordinary"):
+        return tokenizer.encode_ordinary(text), False
+    try:
+        return tokenizer.encode(text), False
+    except TokenizerError:
+        return tokenizer.encode(text, unknown="replace"), True

@@ -1,0 +1,352 @@
+"""Fine-tuning jobs: planned and checked first, then run by the training core.
+
+:func:`plan` turns ``scratchgpt finetune`` into a :class:`~scratchgpt.training.job.TrainJob`
+(classification or instruction tuning from a base), :func:`plan_continued` does the same for
+``scratchgpt train --init-from`` (continued pretraining on new text). Everything is checked
+before a file is written: the base, the data (its labels, records, roles, tokenizer), the
+settings. The jobs then run through ``training/job.py``: progress, metrics, checkpoints, exact
+resume, time budgets, data-parallel processes and Ctrl-C come from the core, and
+:func:`finish_run` writes what a fine-tuning run adds at its end (the test report and
+``confusion.png`` of a classifier, the ``adapter.pt`` of a LoRA run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scratchgpt.checkpoints.io import atomic_write_text, load_checkpoint, model_from_checkpoint
+from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.finetune import classify, instruct
+from scratchgpt.finetune.base import Base, BaseInit, check_same_tokenizer, load_base
+from scratchgpt.finetune.data import Log
+from scratchgpt.models import ModelConfig
+from scratchgpt.models.classifier import GPTClassifierConfig
+from scratchgpt.models.gpt import GPTConfig
+from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
+from scratchgpt.training.config import TrainConfig, train_fields
+from scratchgpt.training.epochs import steps_per_epoch
+from scratchgpt.training.job import TrainJob, lm_task
+from scratchgpt.training.settings import Settings, model_fields, resumed_run
+from scratchgpt.training.trainer import TrainResult
+
+TASKS = ("classify", "instruct")
+# Training defaults of fine-tuning (flags override them). Fine-tuning takes smaller steps than
+# pretraining, the fewer the parameters that train the larger.
+TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "classify": dict(batch_size=16, weight_decay=0.0, grad_clip=1.0, log_interval=10),
+    "instruct": dict(batch_size=8, weight_decay=0.0, grad_clip=1.0, log_interval=10),
+}
+LEARNING_RATES = {"all": 2e-4, "last-k": 5e-4, "head": 2e-3, "lora": 2e-3}
+DEFAULT_EPOCHS = 3.0
+
+
+@dataclass
+class FinetuneRequest:
+    """What ``scratchgpt finetune`` was asked (see its --help)."""
+
+    task: str | None = None
+    init_from: str | None = None
+    out: str | None = None
+    data: str | None = None
+    dataset: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    train_flags: dict[str, Any] = field(default_factory=dict)
+    policy: str = "all"  # classify: all, head or last-k (LoRA: lora)
+    last_k: int = 1
+    lora: LoRAConfig | None = None
+    epochs: float = DEFAULT_EPOCHS
+    class_weights: str = "none"
+    max_length: int = 0
+    split_seed: int = 0
+    held_out: float = 0.1
+    eval_generate: int = 0
+    dropout: float | None = None
+
+
+# ---- the task of a run, made in each process that trains
+
+
+class TaskFactory:
+    """Makes a run's task (``TrainJob.task``) from its data record; picklable. The task the
+    plan built is reused in the planning process, and rebuilt in any other."""
+
+    def __init__(self, kind: str, record: dict[str, Any], tokenizer: Any,
+                 extra: dict[str, Any], block_size: int, task: Any = None):
+        self.kind, self.record, self.tokenizer = kind, record, tokenizer
+        self.extra, self.block_size, self._task = extra, block_size, task
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_task": None}
+
+    def __call__(self) -> Any:
+        if self._task is None:
+            self._task = make_task(self.kind, self.record, self.tokenizer, self.extra,
+                                   self.block_size)
+        return self._task
+
+
+def _spec(cls: type, record: dict[str, Any]) -> Any:
+    return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
+
+
+def make_task(kind: str, record: dict[str, Any], tokenizer: Any, extra: dict[str, Any],
+              block_size: int, log: Log = None) -> Any:
+    """The task of a run from what it records about its data."""
+    if kind == "classify":
+        spec = _spec(classify.ClassifySpec, record)
+        data = classify.load_data(spec, tokenizer, block_size, log)
+        return classify.ClassifyTask(data, tokenizer, spec.class_weights, extra)
+    data = instruct.load_data(_spec(instruct.InstructSpec, record), tokenizer, block_size, log)
+    return instruct.InstructTask(data, tokenizer, extra)
+
+
+# ---- settings
+
+
+def train_config(kind: str, policy: str, n_train: int, n_val: int, flags: dict[str, Any],
+                 epochs: float) -> TrainConfig:
+    """Training settings: :data:`TRAIN_DEFAULTS` < flags, with ``epochs`` passes over the
+    training split (unless --max-iters), an evaluation per epoch and over all of the
+    validation split, unless flags say otherwise."""
+    if not 0 < epochs < math.inf:
+        raise ConfigError(f"--epochs must be > 0, got {epochs}")
+    values = {**TRAIN_DEFAULTS[kind], "learning_rate": LEARNING_RATES[policy], **flags}
+    batch = values["batch_size"]
+    global_batch = batch * values.get("nproc", 1) * values.get("grad_accum", 1)
+    per_epoch = steps_per_epoch(n_train, global_batch)
+    values.setdefault("max_iters", max(1, math.ceil(epochs * per_epoch)))
+    values.setdefault("eval_interval", per_epoch)
+    values.setdefault("eval_iters", steps_per_epoch(n_val, batch))
+    values.setdefault("warmup_iters", min(100, values["max_iters"] // 20))
+    values.setdefault("min_lr", values["learning_rate"] / 10)
+    values["log_interval"] = min(values["log_interval"], per_epoch)
+    return TrainConfig(**values)
+
+
+def _gpt_config(base: Base, dropout: float | None) -> GPTConfig:
+    return base.config if dropout is None else dataclasses.replace(base.config, dropout=dropout)
+
+
+def describe_parameters(model: torch.nn.Module) -> str:
+    """'trainable parameters: N of M (p%); AdamW state X MiB' of ``model``."""
+    trainable, total = count_parameters(model)
+    return (f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}); "
+            f"optimizer state (AdamW, fp32) {2 * 4 * trainable / 2**20:.2f} MiB")
+
+
+# ---- scratchgpt finetune
+
+
+def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
+    """A checked fine-tuning job; nothing is written."""
+    if req.resume and req.overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
+                          "give one of them")
+    if req.resume:
+        return _plan_resume(req, log)
+    if req.task not in TASKS:
+        raise ConfigError(f"--task must be one of {', '.join(TASKS)}")
+    if not req.init_from:
+        raise ConfigError("--init-from is required: the pretrained model to fine-tune (a run "
+                          "directory, a .pt file, a Hugging Face GPT-2 directory or hf:ID)")
+    if req.policy != "all" and req.lora is not None:
+        raise ConfigError(f"--train {req.policy} and --lora are two ways of choosing what "
+                          "trains; give one")
+    base = load_base(req.init_from)
+    gpt = _gpt_config(base, req.dropout)
+    extra = {"base": base.record()}
+    if req.task == "classify":
+        task, config = _classify(req, base, gpt, extra, log)
+        n_train, n_val = len(task.train_examples), len(task.examples.splits["val"])
+    else:
+        task, config = _instruct(req, base, gpt, extra, log)
+        n_train, n_val = len(task.examples.train), len(task.examples.held_out)
+    policy = "lora" if req.lora is not None else req.policy
+    cfg = train_config(req.task, policy, n_train, n_val, req.train_flags, req.epochs)
+    init = BaseInit(base, config, cfg.seed)
+    if log is not None:
+        log(describe_parameters(init.model()))
+    name = req.dataset or Path(req.data or "data").stem
+    out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
+    factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
+                          task)
+    return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
+                    {"finetune": {"task": req.task, "init_from": req.init_from,
+                                  "epochs": req.epochs}},
+                    init=init, finish=partial(finish_run, verbose=log is not None))
+
+
+def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
+              log: Log) -> tuple[classify.ClassifyTask, ModelConfig]:
+    spec = classify.ClassifySpec(req.data, req.dataset, split_seed=req.split_seed,
+                                 class_weights=req.class_weights, max_length=req.max_length)
+    data = classify.load_data(spec, base.tokenizer, gpt.block_size, log)
+    task = classify.ClassifyTask(data, base.tokenizer, spec.class_weights, extra)
+    policy = "lora" if req.lora is not None else req.policy
+    config = GPTClassifierConfig(gpt, len(data.labels), policy, req.last_k, req.lora)
+    if log is not None:
+        sizes = data.record["split_sizes"]
+        log(f"{data.record['source']}: {sum(sizes.values()):,} texts, labels "
+            f"{', '.join(data.labels)}; split (seed {spec.split_seed}) train "
+            f"{sizes['train']:,} / val {sizes['val']:,} / test {sizes['test']:,}")
+    return task, config
+
+
+def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
+              log: Log) -> tuple[instruct.InstructTask, ModelConfig]:
+    if req.policy != "all":
+        raise ConfigError(f"--train {req.policy} is for --task classify; instruction tuning "
+                          "trains all weights, or adapters with --lora")
+    spec = instruct.InstructSpec(req.data, req.dataset, split_seed=req.split_seed,
+                                 held_out=req.held_out, max_length=req.max_length,
+                                 eval_generate=req.eval_generate)
+    data = instruct.load_data(spec, base.tokenizer, gpt.block_size, log)
+    config = gpt if req.lora is None else GPTLoRAConfig(gpt, req.lora)
+    if log is not None:
+        sizes = data.record["split_sizes"]
+        log(f"{data.record['source']}: train {sizes['train']:,} / held out {sizes['val']:,} "
+            f"conversations (seed {spec.split_seed}); template {spec.template}")
+    return instruct.InstructTask(data, base.tokenizer, extra), config
+
+
+def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
+    if not req.out:
+        raise ConfigError("--resume needs --out, the run directory to continue")
+    given = [flag for flag, value in (("--task", req.task), ("--init-from", req.init_from),
+                                      ("--data", req.data), ("--dataset", req.dataset))
+             if value]
+    if given:
+        raise ConfigError(f"a resumed run keeps its task, base and data; drop "
+                          f"{' '.join(given)}")
+    checkpoint = RunDir(req.out).load_last()
+    kind = checkpoint.data.get("task")
+    if kind not in TASKS:
+        raise CheckpointError(f"{checkpoint.path} is not a fine-tuning run; resume it with "
+                              "scratchgpt train --resume")
+    config, cfg = resumed_run(checkpoint, Settings(flags=req.train_flags))
+    tokenizer = checkpoint.tokenizer("text")
+    extra = {"base": checkpoint.data.get("base")}
+    block_size = config.gpt.block_size if hasattr(config, "gpt") else config.block_size
+    factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, block_size)
+    return TrainJob(Path(req.out), "resume", cfg, config, factory, {}, checkpoint,
+                    finish=partial(finish_run, verbose=log is not None))
+
+
+def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
+    """A new instruction run's held-out figures before training: response loss and (with
+    ``eval_generate``) exact match of the base's greedy replies."""
+    task = train_job.task()
+    if train_job.mode == "resume" or not isinstance(task, instruct.InstructTask):
+        return {}
+    model = train_job.init.model()
+    figures: dict[str, Any] = {"val_loss": instruct.held_out_loss(
+        model, task.examples.held_out, train_job.train.batch_size)}
+    if log is not None:
+        log(f"before fine-tuning: held-out response loss {figures['val_loss']:.4f}")
+    if task.spec.eval_generate:
+        ev = instruct.exact_match(model, task.tokenizer, task.template,
+                                  task.examples.held_out_chats[:task.spec.eval_generate])
+        figures["exact_match"] = ev.rate
+        if log is not None:
+            log("before fine-tuning: " + ev.describe("held-out", samples=1))
+    return figures
+
+
+# ---- what a run writes at its end
+
+
+def finish_run(out: Path, result: TrainResult, verbose: bool = True) -> None:
+    """A classifier's test report (printed, ``test_metrics.json``, ``confusion.png``) and a
+    LoRA run's ``adapter.pt``, from the run's ``best.pt``."""
+    checkpoint = load_checkpoint(out)
+    if checkpoint.data.get("task") == "classify":
+        report_test_split(checkpoint, out, verbose)
+    write_adapter(out, checkpoint, verbose)
+
+
+def write_adapter(out: Path, checkpoint: Any, verbose: bool = True) -> None:
+    """``adapter.pt`` of a run whose model carries LoRA adapters (else nothing)."""
+    from scratchgpt.finetune.adapter import save_adapter
+
+    config = checkpoint.model_config
+    if not (isinstance(config, GPTLoRAConfig) or getattr(config, "lora", None) is not None):
+        return
+    path = save_adapter(out)
+    if verbose:
+        print(f"adapter: {path} ({path.stat().st_size / 1024:,.0f} KiB; fits only the base "
+              f"with weights sha256 {checkpoint.data['base']['identity'][:12]}…)")
+
+
+def report_test_split(checkpoint: Any, out: Path, verbose: bool = True) -> None:
+    """Evaluate ``best.pt`` on the run's test split; print, save and plot the report."""
+    from scratchgpt.viz import plot_confusion
+
+    record = checkpoint.data["classify"]
+    spec = _spec(classify.ClassifySpec, record)
+    model = model_from_checkpoint(checkpoint)
+    data = classify.load_data(spec, checkpoint.tokenizer("text"), record["max_length"])
+    rep = classify.evaluate(model, data.splits["test"], data.labels)
+    atomic_write_text(out / "test_metrics.json",
+                      json.dumps({"split": "test", "checkpoint": "best.pt", **rep.to_dict()},
+                                 indent=1) + "\n")
+    plot_confusion(rep.confusion, rep.labels, out / "confusion.png",
+                   f"{out.name}: test split, accuracy {rep.accuracy:.2%}")
+    if verbose:
+        print(classify.format_report(rep, "test split (best.pt)"))
+        print(f"test_metrics.json and confusion.png in {out}")
+
+
+# ---- scratchgpt train --init-from: continued pretraining
+
+
+def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
+                   out: str | None, overwrite: bool, dataset: str | None,
+                   log: Log = print) -> TrainJob:
+    """A checked job that trains the GPT at ``init_from`` further on a dataset prepared with
+    its tokenizer (the whole model, or LoRA adapters)."""
+    from scratchgpt.data.resolve import resolve_dataset
+
+    given = settings.explicit
+    fixed = sorted(k for k in given if k in model_fields() - {"dropout", "attn_dropout"})
+    if fixed or given.get("model", "gpt") != "gpt" or settings.preset:
+        flags = " ".join("--" + k.replace("_", "-") for k in fixed) or \
+            ("--preset" if settings.preset else "--model")
+        raise ConfigError(f"the model comes from --init-from {init_from}; drop {flags}")
+    base = load_base(init_from)
+    data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
+    check_same_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
+    gpt = _gpt_config(base, given.get("dropout"))
+    data.check_block_size(gpt.block_size)
+    config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
+    train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    init = BaseInit(base, config, train.seed)
+    if log is not None:
+        log(describe_parameters(init.model()))
+    out_dir = Path(out) if out else Path("runs") / f"{name}-continued"
+    extra = {"base": base.record()}
+    return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
+                    partial(lm_task, data.directory, gpt.block_size, extra), settings.sources(),
+                    init=init, finish=partial(finish_adapter, verbose=log is not None))
+
+
+def finish_adapter(out: Path, result: TrainResult, verbose: bool = True) -> None:
+    """The end of a continued-pretraining run: its ``adapter.pt`` when it trained LoRA."""
+    write_adapter(out, load_checkpoint(out), verbose)
+
+
+def with_adapter_finish(job: TrainJob, verbose: bool = True) -> TrainJob:
+    """``job`` (e.g. a resumed ``train`` run) writing ``adapter.pt`` at its end if its model
+    has adapters."""
+    if isinstance(job.model, GPTLoRAConfig) and job.finish is None:
+        job.finish = partial(finish_adapter, verbose=verbose)
+    return job

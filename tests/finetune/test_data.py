@@ -1,0 +1,125 @@
+"""Fine-tuning data: parsing with errors that name the line or record, seeded splits, and the
+loss mask of instruction tuning (only reply tokens carry the loss)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+from scratchgpt.errors import DataError
+from scratchgpt.finetune.data import (
+    parse_conversations,
+    parse_labelled,
+    random_split,
+    stratified_split,
+)
+from scratchgpt.finetune.instruct import (
+    IGNORE,
+    collate,
+    encode_conversation,
+    inputs_and_targets,
+    response_loss,
+)
+from scratchgpt.tokenizers import CharTokenizer
+
+TEMPLATE = TEMPLATES[DEFAULT_TEMPLATE]
+
+
+def test_tsv_csv_and_label_first():
+    assert parse_labelled("a b\tx\nc\td\ty\n", "f") == [("a b", "x"), ("c\td", "y")]
+    assert parse_labelled('text,label\n"a, b",x\nc,y\n', "f", csv_format=True) == \
+        [("a, b", "x"), ("c", "y")]
+    assert parse_labelled("ham\tGo until\nspam\tWIN now\n", "f", label_first=True) == \
+        [("Go until", "ham"), ("WIN now", "spam")]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("good\tpos\nbad\t\n", "f line 2: the label is missing"),
+    ("good\tpos\nbad\n", "line 2: no tab"),
+    ("good\tpos\nfine\tpos\n", "at least two labels, found 1 (pos)"),
+    ("\tpos\nbad\tneg\n", "f line 1: the text is empty"),
+])
+def test_bad_labelled_data(text, needle):
+    with pytest.raises(DataError, match=re.escape(needle)):
+        parse_labelled(text, "f")
+
+
+def test_alpaca_and_chat_records():
+    alpaca = [{"instruction": "Add", "input": "1 2", "output": "3"},
+              {"instruction": "Say hi", "output": "hi"}]
+    chats = parse_conversations(json.dumps(alpaca), "f")
+    assert chats[0] == [{"role": "user", "content": "Add\n\n1 2"},
+                        {"role": "assistant", "content": "3"}]
+    assert chats[1][0]["content"] == "Say hi"
+    jsonl = "\n".join(json.dumps({"messages": m}) for m in [
+        [{"role": "system", "content": "terse"}, {"role": "user", "content": "q"},
+         {"role": "assistant", "content": "a"}]])
+    assert parse_conversations(jsonl, "f")[0][0]["role"] == "system"
+
+
+@pytest.mark.parametrize("records, needle", [
+    ([{"instruction": "a", "output": "b"}, {"instruction": "c", "input": ""}],
+     "f record 2: missing key 'output'"),
+    ([{"messages": [{"role": "user", "content": "x"}, {"role": "bot", "content": "y"}]}],
+     "unknown role 'bot'"),
+    ([{"messages": [{"role": "user", "content": "x"}]}], "f record 1: no assistant message"),
+    ([["not", "a", "record"]], "f record 1: expected a JSON object"),
+])
+def test_bad_instruction_records_name_the_record(records, needle):
+    with pytest.raises(DataError, match=needle):
+        parse_conversations(json.dumps(records), "f")
+
+
+def test_splits_are_seeded_disjoint_and_stratified():
+    labels = ["a"] * 90 + ["b"] * 10
+    one = stratified_split(labels, (0.7, 0.1, 0.2), seed=3)
+    assert one == stratified_split(labels, (0.7, 0.1, 0.2), seed=3)
+    assert one != stratified_split(labels, (0.7, 0.1, 0.2), seed=4)
+    assert sorted(i for s in one for i in s) == list(range(100))
+    assert [sum(labels[i] == "b" for i in s) for s in one] == [7, 1, 2]
+    train, held = random_split(50, 0.1, seed=0)
+    assert len(held) == 5 and not set(train) & set(held)
+
+
+def test_only_reply_tokens_are_targets():
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> "
+                              "abcdefghijklmnopqrstuvwxyz?0123456789")
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": "what is 2 plus 2?"},
+                {"role": "assistant", "content": "4"},
+                {"role": "user", "content": "and 3 plus 3?"},
+                {"role": "assistant", "content": "6"}]
+    example, replaced = encode_conversation(tok, TEMPLATE, messages)
+    assert not replaced and tok.decode(example[0]) == TEMPLATE.render(messages, False)
+    x, y = inputs_and_targets(example)
+    assert x == example[0][:-1]
+    targets = [t for t in y if t != IGNORE]
+    assert tok.decode(targets) == "4<|end|>6<|end|>"  # the replies and their end markers
+    # the prompt positions carry no loss: changing the logits there changes nothing
+    torch.manual_seed(0)
+    xb, yb = collate([example])
+    logits = torch.randn(1, xb.size(1), tok.vocab_size, requires_grad=True)
+    loss = response_loss(logits, yb)
+    loss.backward()
+    prompt_positions = yb[0] == IGNORE
+    assert bool((logits.grad[0, prompt_positions] == 0).all())
+    assert bool((logits.grad[0, ~prompt_positions].abs().sum(-1) > 0).all())
+    moved = logits.detach().clone()
+    moved[0, prompt_positions] += 5.0
+    assert torch.equal(response_loss(moved, yb), loss.detach())
+
+
+def test_padding_is_no_target():
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> abcdefgh")
+    short = encode_conversation(tok, TEMPLATE, [{"role": "user", "content": "a"},
+                                                {"role": "assistant", "content": "b"}])[0]
+    long = encode_conversation(tok, TEMPLATE, [{"role": "user", "content": "abcdefgh"},
+                                               {"role": "assistant", "content": "hgfedcba"}])[0]
+    x, y = collate([short, long], pad_id=0)
+    n = len(short[0]) - 1
+    assert bool((y[0, n:] == IGNORE).all()) and bool((x[0, n:] == 0).all())
+    assert x.shape == y.shape == (2, len(long[0]) - 1)

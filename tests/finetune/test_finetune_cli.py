@@ -1,0 +1,248 @@
+"""scratchgpt finetune / classify / chat / train --init-from through the command line, on a
+tiny base and data made by the tests (tests/finetune/conftest.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import load_checkpoint
+from tests.finetune.conftest import run_cli
+
+SMALL = ["--batch-size", "8", "--no-progress"]
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def classifier(ft_dir, tmp_path_factory):
+    """A classifier fine-tuned in full for 2 epochs (its output printed, and its run)."""
+    out = tmp_path_factory.mktemp("cls") / "run"
+    from scratchgpt.cli import main
+
+    buf = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(buf):
+        code = main(["finetune", "--task", "classify", "--init-from", str(ft_dir / "base"),
+                     "--data", str(ft_dir / "labels.tsv"), "--out", str(out), "--epochs", "2",
+                     "--learning-rate", "3e-3", *SMALL])
+    assert code == 0, buf.getvalue()
+    return out, buf.getvalue()
+
+
+def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
+    out, printed = classifier
+    assert "test split (best.pt): accuracy" in printed and "confusion matrix" in printed
+    for name in ("best.pt", "last.pt", "confusion.png", "test_metrics.json", "metrics.csv",
+                 "loss.png", "config.json"):
+        assert (out / name).is_file(), name
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert sum(1 for r in rows if r["val_acc"]) >= 2  # each epoch, and the end
+    report = json.loads((out / "test_metrics.json").read_text())
+    assert report["total"] == 48 and set(report["per_class"]) == {"neg", "pos"}
+    assert sum(map(sum, report["confusion"])) == 48
+    record = load_checkpoint(out).data["classify"]
+    assert record["split_sizes"] == {"train": 168, "val": 24, "test": 48}
+    assert record["labels"] == ["neg", "pos"] and record["split_seed"] == 0
+    assert load_checkpoint(out).data["base"]["identity"]
+    assert report["accuracy"] > 0.7  # two easily told classes
+
+
+def test_classify_command(classifier, tmp_path, capsys):
+    out, _ = classifier
+    code, printed, _ = run_cli(["classify", "--checkpoint", out, "love happy nice"], capsys)
+    label, prob = printed.split()
+    assert code == 0 and label in ("pos", "neg") and 0.5 <= float(prob) <= 1
+    texts = tmp_path / "t.txt"
+    texts.write_text("love happy nice\n\nhate storm ugly\n")
+    code, printed, _ = run_cli(["classify", "--checkpoint", out, "--file", texts, "--json"],
+                               capsys)
+    rows = json.loads(printed)
+    assert code == 0 and [r["text"] for r in rows] == ["love happy nice", "hate storm ugly"]
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
+    labelled = tmp_path / "l.tsv"
+    labelled.write_text("love happy\tpos\nhate sad\tneg\n")
+    code, printed, _ = run_cli(["classify", "--checkpoint", out, "--eval", labelled], capsys)
+    assert code == 0 and "accuracy" in printed
+    labelled.write_text("love happy\tpos\nmeh\tneutral\n")
+    code, _, err = run_cli(["classify", "--checkpoint", out, "--eval", labelled], capsys)
+    assert "label 'neutral' is not one the model knows (neg, pos)" in one_line_error(code, err)
+
+
+def test_long_texts_are_truncated_with_a_count(classifier, capsys):
+    out, _ = classifier
+    code, _, err = run_cli(["classify", "--checkpoint", out, "love " * 100], capsys)
+    assert code == 0 and "1 of 1 texts are longer than the context (64 tokens)" in err
+
+
+def _bad_files(d):
+    (d / "nolabel.tsv").write_text("good\tpos\nbad\t\n")
+    (d / "one.tsv").write_text("good\tpos\nfine\tpos\n")
+    (d / "keys.json").write_text(json.dumps([{"instruction": "a", "output": "b"},
+                                             {"instruction": "c"}]))
+    (d / "role.jsonl").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "x"}, {"role": "robot", "content": "y"}]}) + "\n")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--task", "classify", "--data", "{d}/nolabel.tsv"], "line 2: the label is missing"),
+    (["--task", "classify", "--data", "{d}/one.tsv"], "at least two labels"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "0"],
+     "--lora-rank must be >= 1"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "head"],
+     "give one"),
+    (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
+    (["--task", "instruct", "--data", "{d}/role.jsonl"], "unknown role 'robot'"),
+    (["--task", "instruct", "--data", "{f}/inst.json", "--train", "head"], "--train head"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
+    _bad_files(tmp_path)
+    args = [a.format(d=tmp_path, f=ft_dir) for a in args]
+    code, _, err = run_cli(["finetune", "--init-from", ft_dir / "base", "--out",
+                            tmp_path / "run", *args, *SMALL], capsys)
+    assert needle in one_line_error(code, err)
+    assert not (tmp_path / "run").exists()
+
+
+def _weights(path):
+    return load_checkpoint(path).model
+
+
+def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys):
+    base = ft_dir / "base"
+    common = ["finetune", "--task", "classify", "--init-from", base, "--data",
+              ft_dir / "labels.tsv", "--lora", "--lora-rank", "2", "--lr-decay-iters", "8",
+              "--eval-interval", "4", "--seed", "3", *SMALL]
+    code, printed, err = run_cli([*common, "--out", tmp_path / "a", "--max-iters", "8"], capsys)
+    assert code == 0, err
+    assert "trainable parameters:" in printed and "adapter:" in printed
+    adapter = tmp_path / "a" / "adapter.pt"
+    assert adapter.stat().st_size < (tmp_path / "a" / "best.pt").stat().st_size / 4
+    # the same run stopped at step 4 and resumed is bit-exact
+    assert run_cli([*common, "--out", tmp_path / "b", "--max-iters", "4"], capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--out", tmp_path / "b", "--resume", "--max-iters",
+                            "8", "--no-progress"], capsys)
+    assert code == 0, err
+    a, b = _weights(tmp_path / "a" / "last.pt"), _weights(tmp_path / "b" / "last.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the adapter alone gives the same answers as the run; so does the merged model
+    text = "love great happy sunny"
+    answers = [run_cli(["classify", "--checkpoint", c, text, "--json"], capsys)[1]
+               for c in (tmp_path / "a", adapter)]
+    code, _, err = run_cli(["finetune", "--merge", adapter, "--out", tmp_path / "m"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "m").model_config.lora is None
+    answers.append(run_cli(["classify", "--checkpoint", tmp_path / "m", text, "--json"],
+                           capsys)[1])
+    probs = [json.loads(a)[0]["probabilities"]["pos"] for a in answers]
+    assert probs[0] == probs[1] and abs(probs[2] - probs[0]) < 1e-5
+
+
+def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert run_cli(["train", "--dataset", ft_dir / "data", "--n-layer", "2", "--n-head", "2",
+                    "--n-embd", "32", "--block-size", "64", "--max-iters", "1", "--seed", "9",
+                    "--eval-interval", "1", "--eval-iters", "1", "--out", other,
+                    "--no-progress"], capsys)[0] == 0
+    run = tmp_path / "lora"
+    assert run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
+                    "--data", ft_dir / "labels.tsv", "--lora", "--max-iters", "2",
+                    "--out", run, *SMALL], capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--merge", run / "adapter.pt", "--init-from", other,
+                            "--out", tmp_path / "m"], capsys)
+    assert "an adapter only fits its own base" in one_line_error(code, err)
+    assert not (tmp_path / "m").exists()
+
+
+# ---- instruction tuning and chat
+
+
+@pytest.fixture(scope="module")
+def chat_model(ft_dir, tmp_path_factory):
+    """A chat model that has learned one exchange by heart: 'hi' -> 'ok'."""
+    d = tmp_path_factory.mktemp("chat")
+    (d / "hi.jsonl").write_text("\n".join(json.dumps({"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]})
+        for _ in range(8)) + "\n")
+    from scratchgpt.cli import main
+
+    assert main(["finetune", "--task", "instruct", "--init-from", str(ft_dir / "base"),
+                 "--data", str(d / "hi.jsonl"), "--out", str(d / "run"), "--learning-rate",
+                 "1e-2", "--max-iters", "60", "--eval-interval", "60", "--batch-size", "4",
+                 "--no-progress"]) == 0
+    return d / "run"
+
+
+def test_instruct_run_records_the_template_and_the_response_loss(chat_model):
+    ckpt = load_checkpoint(chat_model)
+    assert ckpt.data["chat_template"] == "scratchgpt-chat-v1"
+    assert ckpt.data["task"] == "instruct" and ckpt.state.val_loss < 0.1
+
+
+def test_alpaca_instruct_reports_before_and_after(ft_dir, tmp_path, capsys):
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "inst.json", "--out",
+                                  tmp_path / "r", "--max-iters", "4", "--eval-generate", "2",
+                                  *SMALL], capsys)
+    assert code == 0, err
+    assert "before fine-tuning: held-out response loss" in printed
+    assert "held-out response loss:" in printed and "after" in printed
+    assert "held-out exact match" in printed
+
+
+def test_chat_repl_streams_replies_that_stop_at_the_end_marker(chat_model, monkeypatch,
+                                                                capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/reset\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "40", "--stats"], capsys)
+    assert code == 0, err
+    assert printed.splitlines() == ["ok", "ok"]
+    assert err.count("ended by the end marker <|end|>") == 2
+
+
+def test_sample_chat_applies_the_template(chat_model, capsys):
+    code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
+                                  "hi", "--temperature", "0", "--max-new-tokens", "40"], capsys)
+    assert code == 0, err
+    assert printed == "<|user|>\nhi\n<|assistant|>\nok\n"
+
+
+def test_chat_refuses_a_model_without_a_template(ft_dir, capsys):
+    code, _, err = run_cli(["chat", "--checkpoint", ft_dir / "base"], capsys)
+    assert "not instruction-tuned" in one_line_error(code, err)
+
+
+# ---- continued pretraining
+
+
+def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, capsys):
+    text = tmp_path / "more.txt"
+    text.write_text("love and hate, sun and storm. " * 400)
+    assert run_cli(["prepare", "--data", text, "--out", tmp_path / "own"], capsys)[0] == 0
+    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                            tmp_path / "own", "--out", tmp_path / "x", "--no-progress"], capsys)
+    assert "tokenized with a char tokenizer of" in one_line_error(code, err)
+    assert not (tmp_path / "x").exists()
+    assert run_cli(["prepare", "--data", text, "--tokenizer-from", ft_dir / "base", "--out",
+                    tmp_path / "same"], capsys)[0] == 0
+    code, printed, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                                  tmp_path / "same", "--out", tmp_path / "y", "--lora",
+                                  "--max-iters", "3", "--eval-interval", "3", "--eval-iters",
+                                  "1", "--no-progress"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "y" / "adapter.pt").is_file()
+    ckpt = load_checkpoint(tmp_path / "y")
+    assert ckpt.model_type == "gpt-lora" and ckpt.data["base"]["source"] == str(ft_dir / "base")
+    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                            tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
+                           capsys)
+    assert "drop --n-layer" in one_line_error(code, err)
