@@ -16,6 +16,7 @@ newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so th
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,10 +52,13 @@ def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     return labels
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's ``pyplot`` on the file-only ``Agg`` backend (no window, no display), or on
+    the inline backend a Jupyter kernel selects, so that figures show in notebooks too."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "inline" not in os.environ.get("MPLBACKEND", ""):
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
@@ -90,7 +94,7 @@ def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
     """Attention weights ``(len(layers), len(heads), T, T)`` (query rows, key columns) as a
     figure: one large heatmap with a colour bar when a single head is given, otherwise a grid
     with a row per layer and a column per head (tick labels on the outer axes only)."""
-    plt = _pyplot()
+    plt = pyplot()
     n_rows, n_cols, t = len(layers), len(heads), len(labels)
     if n_rows == n_cols == 1:
         side = min(14.0, max(4.0, 0.3 * t + 2.0))
@@ -130,7 +134,7 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
     as a last grey bar, "other". Bars carry their probability; a token a setting cuts
     (probability 0) is marked with ×. Every panel has the same vertical scale.
     ``notes[i]``, if given, is printed under panel i's title (e.g. kept tokens, entropy)."""
-    plt = _pyplot()
+    plt = pyplot()
     n = len(labels)
     heights = [[*map(float, probs), _rest(probs)]
                for _, probs in panels]  # the N tokens, then "other"
@@ -158,7 +162,7 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
 def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (its suffix picks the format: .png, .svg, .pdf ...) and close
     it. A missing parent directory is created; an unknown suffix is a :class:`ConfigError`."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     try:

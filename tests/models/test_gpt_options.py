@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from scratchgpt.checkpoints.io import Checkpoint, load_model, save_checkpoint
+from scratchgpt.errors import ConfigError
 from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.speculative import speculative_generate
@@ -99,6 +100,25 @@ def test_lecture_switches_remove_their_parts():
     C = 32
     expected = 37 * C + 24 * C + (3 * C * C + 3 * C) + (C * C + C)
     assert one_head.num_params(non_embedding=False) == expected
+
+
+def test_torch_weight_init_keeps_what_each_torch_module_draws():
+    model = tiny(weight_init="torch", tie_weights=False)
+    torch.manual_seed(0)  # tiny() seeds 0 too; the token table is the first module built
+    assert torch.equal(model.transformer.wte.weight, torch.nn.Embedding(37, 32).weight)
+    std = {name: float(p.detach().std()) for name, p in model.named_parameters()}
+    assert std["transformer.wpe.weight"] == pytest.approx(1.0, rel=0.15)  # N(0, 1)
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):  # U(-1/sqrt(fan_in), 1/sqrt(fan_in)), projections too
+            bound = 1 / math.sqrt(m.in_features)
+            assert float(m.weight.detach().abs().max()) <= bound, name
+            assert std[f"{name}.weight"] == pytest.approx(bound / math.sqrt(3), rel=0.15), name
+    gpt2 = tiny(tie_weights=False)  # the default: N(0, 0.02), residual projections smaller
+    std = {name: float(p.detach().std()) for name, p in gpt2.named_parameters()}
+    assert std["transformer.h.0.mlp.c_fc.weight"] == pytest.approx(0.02, rel=0.1)
+    assert std["transformer.h.0.mlp.c_proj.weight"] == pytest.approx(0.01, rel=0.1)
+    with pytest.raises(ConfigError, match="weight_init must be one of"):
+        GPTConfig(weight_init="xavier")
 
 
 def test_parameter_count_leaves_out_every_lookup_table_but_the_head():

@@ -1,9 +1,12 @@
-"""``scratchgpt experiment``: small, self-contained experiments with the recurrent models.
+"""``scratchgpt experiment``: small, self-contained experiments.
 
-  memory  can the network recall the FIRST symbol of a sequence, by sequence length?
-          A tanh RNN loses it as sequences grow (vanishing gradients); an LSTM keeps it.
-  count   learn to count (predict the next number): the smallest end-to-end language model,
-          then generation that carries the hidden state forward one token at a time.
+  gpt-build  the GPT built one part at a time, as in "Let's build GPT": bigram, one attention
+             head, several heads, + feed-forward, stacked blocks, + residuals, + LayerNorm,
+             scaled up; each trained with the same data, budget and seed, then compared.
+  memory     can the network recall the FIRST symbol of a sequence, by sequence length?
+             A tanh RNN loses it as sequences grow (vanishing gradients); an LSTM keeps it.
+  count      learn to count (predict the next number): the smallest end-to-end language model,
+             then generation that carries the hidden state forward one token at a time.
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ import argparse
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("experiment", help="small experiments: RNN vs LSTM memory, counting",
+    p = sub.add_parser("experiment",
+                       help="small experiments: the GPT built step by step, RNN vs LSTM memory, "
+                            "counting",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     kinds = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
+    _add_gpt_build(kinds)
 
     m = kinds.add_parser(
         "memory", help="recall the first symbol: RNN vs LSTM accuracy by sequence length",
@@ -70,6 +77,121 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     c.set_defaults(func=run_count)
+
+
+GPT_BUILD_HELP = """\
+Train the eight stages of "Let's build GPT" one after the other, each with the same data,
+batch, learning rate schedule, budget and seed, each into its own run directory under --out
+(sample from any of them: scratchgpt sample --checkpoint DIR/2-one-head):
+
+  1-bigram        a table of next-token logits
+  2-one-head      one causal self-attention head of size 32 (no MLP, residual, LayerNorm)
+  3-multi-head    4 heads of size 8
+  4-feed-forward  + a ReLU feed-forward layer
+  5-blocks        3 blocks stacked, without residual connections
+  6-residual      + residual connections
+  7-layernorm     + pre-LayerNorm
+  8-scaled        a bigger model with dropout (--scaled cpu or lecture)
+
+Then writes gpt_build.csv, gpt_build.md (the table, with the lecture's val losses beside) and
+gpt_build.png (final val loss per stage, and val loss during training) into --out.
+
+The budget is per stage: --time-budget (default 60s: equal wall time, which favours small
+models), or --max-iters alone (equal steps, as in the lecture's 5000), or both (whichever ends
+first)."""
+
+
+def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
+    g = kinds.add_parser(
+        "gpt-build", help="the GPT built step by step: val loss per stage, as in the lecture",
+        description=GPT_BUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--out", required=True, metavar="DIR",
+                   help="where the stages' run directories and the report go")
+    g.add_argument("--dataset", default="shakespeare", metavar="NAME|DIR",
+                   help="a prepared dataset directory, or a named dataset (default: "
+                        "shakespeare, character level; found in $SCRATCHGPT_DATA_DIR or the "
+                        "cache, else downloaded)")
+    g.add_argument("--stages", nargs="+", metavar="STAGE",
+                   help="train only these stages (numbers or names, e.g. 1 2 or one-head); "
+                        "default: all eight")
+    g.add_argument("--time-budget", metavar="DURATION",
+                   help="wall time per stage, e.g. 60s or 2m (default 60s unless --max-iters "
+                        "is given)")
+    g.add_argument("--max-iters", type=positive_int, help="optimizer steps per stage")
+    g.add_argument("--scaled", choices=("cpu", "lecture"), default="cpu",
+                   help="shape of stage 8: 'cpu' (4 layers x 4 heads, width 128, context 64: "
+                        "trains in minutes on a CPU; default) or 'lecture' (6 x 6, width 384, "
+                        "context 256, the lecture's GPU model)")
+    g.add_argument("--weight-init", choices=("torch", "gpt2"), default="torch",
+                   help="initial weights of the GPT stages: 'torch' (PyTorch's defaults, as in "
+                        "the lecture; default) or 'gpt2' (N(0, 0.02): without residuals and "
+                        "LayerNorm the signal then fades through the layers)")
+    g.add_argument("--dropout", type=float, default=0.2,
+                   help="stage 8's dropout (default 0.2, the lecture's)")
+    g.add_argument("--block-size", type=positive_int, default=8,
+                   help="context of stages 1-7 (default 8, the lecture's)")
+    g.add_argument("--n-embd", type=positive_int, default=32,
+                   help="width of stages 2-7 (default 32, the lecture's)")
+    g.add_argument("--batch-size", type=positive_int, default=32,
+                   help="windows per step, every stage (default 32, the lecture's)")
+    g.add_argument("--learning-rate", "--lr", type=float, default=1e-3,
+                   help="AdamW peak learning rate of every stage, with a cosine down to a "
+                        "tenth of it (default 1e-3, the lecture's)")
+    g.add_argument("--eval-interval", type=positive_int, default=100,
+                   help="steps between val-loss estimates (the curves of the plot)")
+    g.add_argument("--eval-iters", type=positive_int, default=20,
+                   help="batches per val-loss estimate")
+    g.add_argument("--seed", type=int, default=1337)
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    g.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (default 0: torch's own choice; 1 is often faster "
+                        "for the small stages and on a busy machine)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the stages' runs already in --out")
+    g.add_argument("--quick", action="store_true",
+                   help="a few seconds in all: 20 steps per stage and a tiny stage 8 (for "
+                        "smoke tests)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.set_defaults(func=run_gpt_build)
+
+
+def run_gpt_build(args: argparse.Namespace) -> int:
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.experiments import gpt_build
+
+    setup = _build_setup(args, gpt_build)
+    data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, flush=True))
+    out_dir = Path(args.out)
+    results = gpt_build.run(setup, data, out_dir, args.stages, args.overwrite,
+                            progress=not args.no_progress,
+                            log=lambda line: print(line, flush=True), dataset_name=args.dataset)
+    done = [r for r in results if not r.interrupted]
+    if done:
+        paths = gpt_build.write_tables(done, out_dir)
+        png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget))
+        print(gpt_build.markdown(done), end="")
+        print(f"wrote {paths[0]}, {paths[1]} and {png}")
+    return results[-1].exit_code if results else 0
+
+
+def _build_setup(args: argparse.Namespace, gpt_build: Any) -> Any:
+    """The experiment's settings from the flags (``--quick`` first, flags given over it)."""
+    if not 0.0 <= args.dropout < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.learning_rate <= 0:
+        raise ConfigError(f"--learning-rate must be positive, got {args.learning_rate}")
+    shared = dict(block_size=args.block_size, n_embd=args.n_embd, dropout=args.dropout,
+                  weight_init=args.weight_init, learning_rate=args.learning_rate,
+                  seed=args.seed, device=args.device, threads=args.threads)
+    if args.quick:
+        return gpt_build.quick_setup(**shared)
+    budget = args.time_budget if args.time_budget else ("" if args.max_iters else "60s")
+    setup = gpt_build.BuildSetup(
+        **shared, scaled=args.scaled, batch_size=args.batch_size, time_budget=budget,
+        eval_interval=args.eval_interval, eval_iters=args.eval_iters,
+        **({"max_iters": args.max_iters} if args.max_iters else {}))
+    setup.train_config()  # checks the budget and the rest now, before any data is read
+    return setup
 
 
 def run_memory(args: argparse.Namespace) -> int:

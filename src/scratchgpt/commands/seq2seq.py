@@ -216,10 +216,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    import matplotlib
+    from scratchgpt.viz import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate

@@ -134,10 +134,9 @@ def run(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
 def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbols: int
          ) -> None:
     """memory.png: accuracy recalling the first symbol against sequence length."""
-    import matplotlib
+    from scratchgpt.viz import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for cell, accs in accuracy.items():

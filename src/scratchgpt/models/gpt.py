@@ -7,8 +7,8 @@ That is GPT-2, every default of :class:`GPTConfig`. Its options: fixed sinusoida
 rotary ones (RoPE: queries and keys turned by position inside attention, nothing added to the
 input); QK-norm; ReLU and ReLU^2 MLPs; zero-initialized output projections; value embeddings;
 U-net skips; logit soft-capping; and, to build the model up part by part, blocks without
-residuals, without LayerNorms or without an MLP. models/gpt_numpy.py is the same forward pass
-in NumPy, option by option.
+residuals, without LayerNorms or without an MLP, and PyTorch's default initialisation in place
+of GPT-2's. models/gpt_numpy.py is the same forward pass in NumPy, option by option.
 
 Parameter names follow GPT-2 (``wte``, ``wpe``, ``h.N.attn.c_attn``, ``c_proj``, ``ln_f``) so that
 importing a GPT-2 checkpoint is a near-identity mapping. Generation uses an explicit preallocated
@@ -38,6 +38,7 @@ def _help(text: str) -> dict[str, str]:
 
 POS_ENCODINGS = ("learned", "sinusoidal", "rope")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "relu2")
+WEIGHT_INITS = ("gpt2", "torch")
 
 
 @dataclass
@@ -100,6 +101,10 @@ class GPTConfig:
         "GPT: LayerNorms (--no-layernorm: every LayerNorm, the final one too, is the identity)"))
     mlp: bool = field(default=True, metadata=_help(
         "GPT: the feed-forward layer of each block (--no-mlp: attention only)"))
+    weight_init: str = field(default="gpt2", metadata=_help(
+        "GPT: initial weights: gpt2 (every weight N(0, 0.02), residual projections scaled by "
+        "1/sqrt(2 n_layer)) or torch (PyTorch's own defaults: Linear U(+-1/sqrt(fan_in)), "
+        "embeddings N(0, 1); what the from-scratch lectures build with)"))
 
     def __post_init__(self) -> None:
         self._check_sizes()
@@ -121,7 +126,7 @@ class GPTConfig:
 
     def _check_choices(self) -> None:
         for name, choices in (("pos_encoding", POS_ENCODINGS), ("activation", ACTIVATIONS),
-                              ("attn_impl", ("sdpa", "math"))):
+                              ("attn_impl", ("sdpa", "math")), ("weight_init", WEIGHT_INITS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, got "
                                   f"{getattr(self, name)!r}")
@@ -443,14 +448,16 @@ class GPT(nn.Module):
             self.lm_head.weight = self.transformer.wte.weight
         # U-net: weight of each skip connection, one per second-half block that receives one
         self.skip_weights = nn.Parameter(torch.ones(cfg.n_layer // 2)) if cfg.unet_skips else None
-        self.apply(self._init_weights)
+        gpt2_init = cfg.weight_init == "gpt2"  # else keep what each torch module drew itself
+        if gpt2_init:
+            self.apply(self._init_weights)
         # GPT-2: scale the init of residual projections by 1/sqrt(2 * n_layer), so the residual
         # stream's variance does not grow with depth. zero_init_proj: start them at zero.
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 if cfg.zero_init_proj:
                     nn.init.zeros_(p)
-                else:
+                elif gpt2_init:
                     nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod

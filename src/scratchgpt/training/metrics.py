@@ -63,10 +63,9 @@ class MetricsLog:
 
 def plot_losses(metrics_csv: Path, out_png: Path, title: str = "") -> None:
     """loss.png: training loss per logged step, and periodic train/val estimates."""
-    import matplotlib
+    from scratchgpt.viz import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = read_rows(metrics_csv)
     if not rows:

@@ -1,0 +1,348 @@
+"""The GPT built one part at a time, as in the lecture "Let's build GPT", replayable.
+
+Eight models, trained one after the other on the same data with the same batch size, learning
+rate schedule, budget and seed, so that the only difference between two neighbours is the part
+the later one adds:
+
+    1-bigram        a table of next-token logits: the current token alone predicts the next
+    2-one-head      + one causal self-attention head of size n_embd (32): tokens see the past
+    3-multi-head    4 heads of size 8 side by side instead of one of 32
+    4-feed-forward  + a feed-forward layer (ReLU MLP) after attention: tokens "think" alone
+    5-blocks        3 such blocks stacked, still without residuals: deeper, harder to train
+    6-residual      + residual connections around attention and the MLP
+    7-layernorm     + a LayerNorm before each sublayer and before the head (pre-norm)
+    8-scaled        bigger (more layers, heads, width and context) with dropout
+
+Stages 2-7 are GPTs of ``n_layer`` blocks built from the flags ``--no-residual``,
+``--no-layernorm`` and ``--no-mlp`` (``models/gpt.py``); the bigram is ``models/bigram.py``.
+Every stage is a normal run directory (checkpoints, ``metrics.csv``, ``loss.png``), so each can
+be sampled and evaluated:
+
+    >>> [s.name for s in stages(BuildSetup())][:3]
+    ['1-bigram', '2-one-head', '3-multi-head']
+
+:func:`run` trains the stages, :func:`write_tables` writes ``gpt_build.csv`` and
+``gpt_build.md``, :func:`plot` draws ``gpt_build.png`` (final val loss per stage beside the
+lecture's, and each stage's val-loss curve).
+"""
+
+from __future__ import annotations
+
+import csv
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.errors import ConfigError
+from scratchgpt.models import ModelConfig, build_model, config_dict, model_config
+from scratchgpt.training import job as train_job
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.metrics import read_rows
+
+# Shapes of the last stage. "lecture" is the lecture's (and nanoGPT's) Shakespeare model, made
+# for a GPU; "cpu" is the cpu-small preset's shape, which learns the most per second on a
+# laptop CPU; "tiny" is for smoke tests.
+SCALED: dict[str, dict[str, Any]] = {
+    "cpu": dict(n_layer=4, n_head=4, n_embd=128, block_size=64),
+    "lecture": dict(n_layer=6, n_head=6, n_embd=384, block_size=256),
+    "tiny": dict(n_layer=2, n_head=2, n_embd=32, block_size=16),
+}
+
+# The validation losses "Let's build GPT" reports for the same stages (character-level Tiny
+# Shakespeare; 5,000 or so AdamW steps of batch 32 at context 8, the last stage batch 64 at
+# context 256 on a GPU).
+LECTURE_VAL_LOSS: dict[str, float] = {
+    "bigram": 2.49, "one-head": 2.42, "multi-head": 2.26, "feed-forward": 2.23,
+    "blocks": 2.34, "residual": 2.07, "layernorm": 2.06, "scaled": 1.48,
+}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the build: a model, and what it adds to the one before."""
+
+    number: int
+    key: str  # short name: "one-head"
+    adds: str  # what this stage adds, in a few words
+    model: str  # registry type: "bigram" or "gpt"
+    values: dict[str, Any] = field(hash=False)  # model hyperparameters except vocab_size
+
+    @property
+    def name(self) -> str:
+        """The stage's run directory under the experiment's output: ``2-one-head``."""
+        return f"{self.number}-{self.key}"
+
+    @property
+    def lecture(self) -> float | None:
+        return LECTURE_VAL_LOSS.get(self.key)
+
+    def config(self, vocab_size: int) -> ModelConfig:
+        return model_config(self.model, vocab_size=vocab_size, **self.values)
+
+
+@dataclass
+class BuildSetup:
+    """The recipe every stage shares, and the shapes of the stages."""
+
+    block_size: int = 8  # context of stages 1-7 (the lecture's)
+    n_embd: int = 32  # width of stages 2-7 (the lecture's)
+    n_layer: int = 3  # blocks of stages 5-7 (the lecture's)
+    n_head: int = 4  # heads of stages 3-7 (the lecture's: 4 heads of 8)
+    scaled: str = "cpu"  # shape of stage 8: a key of SCALED
+    dropout: float = 0.2  # stage 8's dropout (the lecture's)
+    weight_init: str = "torch"  # the GPTs' initial weights: PyTorch's defaults, as the lecture
+    batch_size: int = 32
+    learning_rate: float = 1e-3  # AdamW, the lecture's; a cosine down to a tenth of it
+    time_budget: str = "60s"  # per stage ("" = max_iters alone)
+    max_iters: int = 1_000_000_000  # per stage
+    eval_interval: int = 100
+    eval_iters: int = 20
+    seed: int = 1337
+    device: str = "auto"
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scaled not in SCALED:
+            raise ConfigError(f"scaled must be one of {', '.join(SCALED)}, got {self.scaled!r}")
+
+    def train_config(self) -> TrainConfig:
+        """The training settings of every stage: only the model differs between stages."""
+        return TrainConfig(
+            batch_size=self.batch_size, max_iters=self.max_iters, time_budget=self.time_budget,
+            learning_rate=self.learning_rate, min_lr=self.learning_rate / 10,
+            warmup_iters=min(100, self.max_iters // 10), optimizer="adamw",
+            eval_interval=self.eval_interval, eval_iters=self.eval_iters,
+            log_interval=max(1, self.eval_interval // 4), seed=self.seed, device=self.device,
+            threads=self.threads)
+
+
+def quick_setup(**overrides: Any) -> BuildSetup:
+    """A few seconds for all eight stages (smoke tests): 20 steps each, a tiny last stage."""
+    values: dict[str, Any] = dict(time_budget="", max_iters=20, eval_interval=10, eval_iters=2,
+                                  batch_size=8, scaled="tiny")
+    return BuildSetup(**{**values, **overrides})
+
+
+def stages(setup: BuildSetup) -> list[Stage]:
+    """The eight stages. Like the lecture's model, the GPTs have their own output head (not
+    tied to the token embedding), a ReLU MLP and, by default, PyTorch's initialisation; unlike
+    it, attention always has its output projection and the MLP is always 4x wide (the lecture
+    adds both with the residuals)."""
+    base = dict(block_size=setup.block_size, n_embd=setup.n_embd, tie_weights=False,
+                activation="relu", dropout=0.0, weight_init=setup.weight_init)
+    bare = dict(base, residual=False, layernorm=False)
+    heads = dict(bare, n_layer=1, n_head=setup.n_head)
+    deep = dict(n_layer=setup.n_layer, n_head=setup.n_head)
+    return [
+        Stage(1, "bigram", "a table of next-token logits", "bigram",
+              dict(block_size=setup.block_size)),
+        Stage(2, "one-head", f"one self-attention head of size {setup.n_embd}", "gpt",
+              dict(bare, n_layer=1, n_head=1, mlp=False)),
+        Stage(3, "multi-head", f"{setup.n_head} heads of size {setup.n_embd // setup.n_head}",
+              "gpt", dict(heads, mlp=False)),
+        Stage(4, "feed-forward", "a feed-forward layer (ReLU MLP)", "gpt", heads),
+        Stage(5, "blocks", f"{setup.n_layer} blocks, no residuals", "gpt", dict(bare, **deep)),
+        Stage(6, "residual", "residual connections", "gpt",
+              dict(base, **deep, layernorm=False)),
+        Stage(7, "layernorm", "LayerNorm (pre-norm)", "gpt", dict(base, **deep)),
+        Stage(8, "scaled", _scaled_words(setup), "gpt",
+              dict(base, **SCALED[setup.scaled], dropout=setup.dropout)),
+    ]
+
+
+def _scaled_words(setup: BuildSetup) -> str:
+    s = SCALED[setup.scaled]
+    return (f"{s['n_layer']} layers x {s['n_head']} heads, width {s['n_embd']}, context "
+            f"{s['block_size']}, dropout {setup.dropout:g}")
+
+
+def train_command(stage: Stage, setup: BuildSetup, dataset: str, out: str) -> list[str]:
+    """The ``scratchgpt train`` arguments that train ``stage`` exactly as the experiment does
+    (the same model, settings and seed, so the same numbers): every setting that differs from
+    ``train``'s defaults, as a flag.
+
+    >>> " ".join(train_command(stages(BuildSetup())[1], BuildSetup(), "shakespeare", "r")[:8])
+    'train --dataset shakespeare --out r --model gpt --block-size 8'
+    """
+    args = ["train", "--dataset", dataset, "--out", out, "--model", stage.model]
+    model_defaults = config_dict(model_config(stage.model))
+    args += _flags(stage.values, model_defaults)
+    args += _flags(setup.train_config().to_dict(), TrainConfig().to_dict())
+    return args
+
+
+def _flags(values: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """``--name value`` (``--name`` / ``--no-name`` for booleans) for each value that differs
+    from its default."""
+    out: list[str] = []
+    for name, value in values.items():
+        if value == defaults.get(name):
+            continue
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            out += [f"--{flag}", str(value)]
+    return out
+
+
+def select(all_stages: list[Stage], wanted: Sequence[str] | None) -> list[Stage]:
+    """The stages named in ``wanted`` (by number, key or full name), in build order; all of
+    them for None or an empty list."""
+    if not wanted:
+        return all_stages
+    names = {alias: s for s in all_stages for alias in (str(s.number), s.key, s.name)}
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        raise ConfigError(f"no stage {', '.join(map(repr, unknown))}; the stages are "
+                          f"{', '.join(s.name for s in all_stages)}")
+    chosen = {names[w] for w in wanted}
+    return [s for s in all_stages if s in chosen]
+
+
+@dataclass
+class StageResult:
+    """How one stage ended (``interrupted``: Ctrl-C stopped it; no final evaluation)."""
+
+    stage: Stage
+    params: int
+    steps: int
+    tokens: int
+    seconds: float
+    train_loss: float
+    val_loss: float
+    run_dir: Path
+    command: str = ""  # the equivalent ``scratchgpt train`` command line
+    interrupted: bool = False
+    exit_code: int = 0
+
+
+def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
+         overwrite: bool, dataset_name: str | None = None
+         ) -> list[tuple[Stage, train_job.TrainJob]]:
+    """A checked training job per stage; nothing is written. A stage whose directory holds a
+    run is an error unless ``overwrite`` (its run is then replaced when the stage trains).
+    ``dataset_name``: how the stages' ``train`` commands name the data (default: its
+    directory)."""
+    cfg = setup.train_config()
+    jobs = []
+    for stage in chosen:
+        config = stage.config(data.vocab_size)
+        data.check_block_size(config.block_size)
+        path = out / stage.name
+        if RunDir(path).holds_run() and not overwrite:
+            raise ConfigError(f"{path} already holds a run; pass --overwrite to train the "
+                              "stages again, or --out another directory")
+        task = partial(train_job.lm_task, data.directory, config.block_size)
+        command = shlex.join(["scratchgpt", *train_command(
+            stage, setup, dataset_name or str(data.directory), str(path))])
+        extra = {"experiment": {"name": "gpt-build", "stage": stage.name, "adds": stage.adds,
+                                "train_command": command}}
+        jobs.append((stage, train_job.TrainJob(path, "overwrite" if overwrite else "new", cfg,
+                                               config, task, extra)))
+    return jobs
+
+
+def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] | None = None,
+        overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print,
+        dataset_name: str | None = None) -> list[StageResult]:
+    """Train the chosen stages in order, each into ``out/<stage name>``; stops after a stage
+    that was interrupted (its result is last, ``interrupted``)."""
+    results = []
+    chosen = select(stages(setup), wanted)
+    for stage, job in plan(setup, data, out, chosen, overwrite, dataset_name):
+        log(f"stage {stage.name}: {stage.adds}")
+        result = train_job.run(job, progress)
+        params = sum(p.numel() for p in build_model(job.model).parameters())
+        results.append(StageResult(
+            stage, params, result.step, result.step * setup.batch_size * job.model.block_size,
+            result.elapsed_s, result.train_loss, result.val_loss, job.out,
+            job.extra["experiment"]["train_command"], result.interrupted, result.exit_code))
+        if result.interrupted:
+            break
+        lecture = f" (lecture {stage.lecture:.2f})" if stage.lecture is not None else ""
+        log(f"stage {stage.name}: {result.step:,} steps in {result.elapsed_s:.0f}s, val loss "
+            f"{result.val_loss:.4f}{lecture}")
+    return results
+
+
+# ---- the report
+
+COLUMNS = ("stage", "adds", "params", "steps", "tokens", "seconds", "train_loss", "val_loss",
+           "lecture_val_loss", "run")
+
+
+def rows(results: Sequence[StageResult]) -> list[dict[str, Any]]:
+    """The report table as plain rows (the columns of :data:`COLUMNS`)."""
+    return [dict(stage=r.stage.name, adds=r.stage.adds, params=r.params, steps=r.steps,
+                 tokens=r.tokens, seconds=round(r.seconds, 1),
+                 train_loss=f"{r.train_loss:.4f}", val_loss=f"{r.val_loss:.4f}",
+                 lecture_val_loss="" if r.stage.lecture is None else f"{r.stage.lecture:.2f}",
+                 run=r.run_dir.name) for r in results]
+
+
+def markdown(results: Sequence[StageResult], commands: bool = False) -> str:
+    """The report table in Markdown (and, with ``commands``, each stage's ``train`` command)."""
+    lines = ["| stage | adds | parameters | steps | val loss | lecture |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row in rows(results):
+        lines.append(f"| {row['stage']} | {row['adds']} | {row['params']:,} | "
+                     f"{row['steps']:,} | {row['val_loss']} | {row['lecture_val_loss']} |")
+    if commands:
+        lines += ["", "Each stage is this `scratchgpt train` command (same numbers):", "",
+                  "```", *(r.command for r in results), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(results: Sequence[StageResult], out: Path) -> tuple[Path, Path]:
+    """``gpt_build.csv`` and ``gpt_build.md`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out / "gpt_build.csv", out / "gpt_build.md"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows(results))
+    md_path.write_text(markdown(results, commands=True))
+    return csv_path, md_path
+
+
+def curve(run_dir: Path, by_time: bool) -> list[tuple[float, float]]:
+    """A stage's val-loss estimates from its ``metrics.csv``: (seconds or step, loss)."""
+    key = "elapsed_s" if by_time else "step"
+    return [(float(r[key]), float(r["val_loss"])) for r in read_rows(run_dir / "metrics.csv")
+            if r["val_loss"]]
+
+
+def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
+    """``gpt_build.png``: each stage's final val loss beside the lecture's (left), and its
+    val-loss estimates over training time or steps (right)."""
+    from scratchgpt.viz import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    x = range(len(results))
+    left.plot(x, [r.val_loss for r in results], "o-", label="this run")
+    lecture = [(i, r.stage.lecture) for i, r in enumerate(results) if r.stage.lecture]
+    if lecture:
+        left.plot(*zip(*lecture, strict=True), "s--", color="gray", mfc="none",
+                  label="Let's build GPT")
+    left.set_xticks(list(x), [r.stage.name for r in results], rotation=30, ha="right")
+    left.set_ylabel("val loss (nats/char)")
+    left.set_title("final val loss per stage")
+    left.legend()
+    for r in results:
+        points = curve(r.run_dir, by_time)
+        if points:
+            right.plot(*zip(*points, strict=True), ".-", label=r.stage.name, lw=1.2, ms=3)
+    right.set_xlabel("training time (s)" if by_time else "step")
+    right.set_xscale("log")
+    right.set_ylabel("val loss estimate")
+    right.set_title("val loss during training")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

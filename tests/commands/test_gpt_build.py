@@ -1,0 +1,186 @@
+"""``scratchgpt experiment gpt-build``: the GPT of "Let's build GPT" built one part at a time.
+
+Each stage must add exactly the part it names, train under the shared recipe into its own run
+directory (sampleable), equal the ``scratchgpt train`` command the report gives for it, and the
+report (table and plot) must hold every stage."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints.io import load_model
+from scratchgpt.cli import main
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.errors import ConfigError
+from scratchgpt.experiments import gpt_build
+from scratchgpt.models import build_model, config_dict
+from scratchgpt.models.gpt import GPT
+from scratchgpt.training.task import full_split_loss
+
+
+def config_of(stage: gpt_build.Stage) -> dict:
+    return config_dict(stage.config(vocab_size=65))
+
+
+# What each stage changes in the model of the stage before it: nothing else may change.
+CHANGES = {
+    "multi-head": {"n_head": (1, 4)},
+    "feed-forward": {"mlp": (False, True)},
+    "blocks": {"n_layer": (1, 3)},
+    "residual": {"residual": (False, True)},
+    "layernorm": {"layernorm": (False, True)},
+}
+
+
+def test_each_stage_adds_exactly_its_part():
+    stages = gpt_build.stages(gpt_build.BuildSetup())
+    assert [s.name for s in stages] == ["1-bigram", "2-one-head", "3-multi-head",
+                                        "4-feed-forward", "5-blocks", "6-residual",
+                                        "7-layernorm", "8-scaled"]
+    for before, after in zip(stages[1:6], stages[2:7], strict=True):
+        a, b = config_of(before), config_of(after)
+        changed = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+        assert changed == CHANGES[after.key], after.name
+    one_head = config_of(stages[1])
+    assert (one_head["n_layer"], one_head["n_head"], one_head["n_embd"]) == (1, 1, 32)
+    assert not (one_head["mlp"] or one_head["residual"] or one_head["layernorm"])
+    assert config_of(stages[7])["dropout"] == 0.2 > config_of(stages[6])["dropout"]
+    assert type(build_model(stages[0].config(65))).__name__ == "BigramLM"
+
+
+def test_the_lecture_shaped_last_stage_has_the_lectures_parameter_count():
+    # "Let's build GPT" prints 10.788929 M parameters for its 6 x 6 x 384 model at context 256.
+    # Ours differs only in biases: our fused q/k/v projection has them (6 layers x 3 x 384)
+    # and the lecture's head has one (65) where ours has none.
+    stage = gpt_build.stages(gpt_build.BuildSetup(scaled="lecture"))[7]
+    model = build_model(stage.config(vocab_size=65))
+    ours = sum(p.numel() for p in model.parameters())
+    assert ours - 6 * 3 * 384 + 65 == 10_788_929
+
+
+def test_stages_are_chosen_by_number_key_or_name():
+    stages = gpt_build.stages(gpt_build.BuildSetup())
+    chosen = gpt_build.select(stages, ["7-layernorm", "1", "one-head"])
+    assert [s.name for s in chosen] == ["1-bigram", "2-one-head", "7-layernorm"]
+    assert gpt_build.select(stages, None) == stages
+    with pytest.raises(ConfigError, match="no stage 'attention'"):
+        gpt_build.select(stages, ["attention"])
+    with pytest.raises(ConfigError, match="scaled must be one of"):
+        gpt_build.BuildSetup(scaled="huge")
+
+
+def val_estimates(run: Path) -> list[float]:
+    return [float(r["val_loss"]) for r in csv.DictReader((run / "metrics.csv").open())
+            if r["val_loss"]]
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory, small_dataset) -> Path:
+    out = tmp_path_factory.mktemp("build") / "gb"
+    assert main(["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+                 "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def untrained_val_loss(stage: gpt_build.Stage, data: TokenDataset, seed: int) -> float:
+    """The exact val loss of the stage's model before training (the trainer seeds, then
+    builds the model, exactly so)."""
+    config = stage.config(data.vocab_size)
+    torch.manual_seed(seed)
+    return full_split_loss(build_model(config), data, "val", config.block_size,
+                           torch.device("cpu"))
+
+
+def test_quick_build_trains_every_stage_and_writes_the_report(quick_build, small_dataset):
+    with open(quick_build / "gpt_build.csv") as f:
+        table = list(csv.DictReader(f))
+    setup = gpt_build.quick_setup()
+    stages = gpt_build.stages(setup)
+    assert [r["stage"] for r in table] == [s.name for s in stages]
+    data = TokenDataset(small_dataset)
+    for row, stage in zip(table, stages, strict=True):
+        run = quick_build / row["run"]
+        assert (run / "best.pt").is_file() and (run / "loss.png").is_file()
+        assert int(row["steps"]) == 20 and math.isfinite(float(row["val_loss"]))
+        assert len(val_estimates(run)) >= 2  # the curve of the plot
+        # it learned: the same measure as the table's, on the model it started from
+        assert float(row["val_loss"]) < untrained_val_loss(stage, data, setup.seed), row
+        saved = json.loads((run / "config.json").read_text())
+        assert saved["experiment"]["stage"] == row["stage"]
+    assert table[0]["lecture_val_loss"] == "2.49" and table[-1]["lecture_val_loss"] == "1.48"
+    md = (quick_build / "gpt_build.md").read_text()
+    assert sum(line.startswith("| ") for line in md.splitlines()) == 9  # header + 8 stages
+    assert sum(line.startswith("scratchgpt train ") for line in md.splitlines()) == 8
+    assert (quick_build / "gpt_build.png").stat().st_size > 10_000
+
+
+def test_a_stage_loads_as_the_model_it_names(quick_build):
+    model, source = load_model(quick_build / "5-blocks")
+    assert isinstance(model, GPT) and source.model_type == "gpt"
+    cfg = model.config
+    assert (cfg.n_layer, cfg.n_head, cfg.mlp, cfg.residual, cfg.layernorm) == (3, 4, True,
+                                                                                False, False)
+    assert main(["sample", "--checkpoint", str(quick_build / "5-blocks"), "--prompt", "KING",
+                 "--max-new-tokens", "5", "--seed", "0"]) == 0
+
+
+def test_each_stage_equals_its_train_command(quick_build, tmp_path):
+    saved = json.loads((quick_build / "6-residual" / "config.json").read_text())
+    command = shlex.split(saved["experiment"]["train_command"])
+    assert command[:2] == ["scratchgpt", "train"]
+    out = command.index("--out") + 1
+    command[out] = str(tmp_path / "replay")
+    assert main([*command[1:], "--no-progress"]) == 0
+    assert val_estimates(tmp_path / "replay") == val_estimates(quick_build / "6-residual")
+    replayed = json.loads((tmp_path / "replay" / "config.json").read_text())
+    assert replayed["model"] == saved["model"] and replayed["train"] == saved["train"]
+
+
+def test_existing_stage_runs_are_kept_unless_overwrite(small_dataset, tmp_path, capsys):
+    args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+            "--out", str(tmp_path), "--stages", "1", "--no-progress"]
+    assert main(args) == 0
+    before = (tmp_path / "1-bigram" / "best.pt").read_bytes()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overwrite" in err[0]
+    assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == before
+    assert main([*args, "--overwrite"]) == 0
+    assert not (tmp_path / "2-one-head").exists()  # only the stages asked for
+
+
+def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
+    setup = gpt_build.quick_setup(max_iters=7)
+    assert setup.train_config().max_iters == 7 and not setup.train_config().time_budget
+    for bad, words in ((["--time-budget", "soon"], "duration"), (["--dropout", "1.5"], "dropout"),
+                       (["--n-embd", "30"], "divisible"), (["--stages", "9"], "no stage")):
+        assert main(["experiment", "gpt-build", "--dataset", str(small_dataset),
+                     "--out", str(tmp_path / "x"), *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], (bad, err)
+    assert not (tmp_path / "x").exists()  # nothing written before the checks
+
+
+def test_budget_flags_choose_time_or_steps():
+    from scratchgpt.cli import build_parser
+    from scratchgpt.commands.experiment import _build_setup
+
+    def setup(*flags: str) -> gpt_build.BuildSetup:
+        args = build_parser().parse_args(["experiment", "gpt-build", "--out", "x", *flags])
+        return _build_setup(args, gpt_build)
+
+    assert setup().time_budget == "60s"
+    only_steps = setup("--max-iters", "5000")
+    assert (only_steps.time_budget, only_steps.max_iters) == ("", 5000)
+    both = setup("--max-iters", "5000", "--time-budget", "2m")
+    assert (both.time_budget, both.max_iters) == ("2m", 5000)
+    assert dataclasses.asdict(setup("--quick")) == dataclasses.asdict(gpt_build.quick_setup())
