@@ -184,7 +184,7 @@ def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
                      title: str = "") -> Any:
     """A confusion matrix: true class down, predicted class across, each cell its count,
     shaded by the share of its row (so a rare class reads as clearly as a common one)."""
-    plt = _pyplot()
+    plt = pyplot()
     n = len(labels)
     fig, ax = plt.subplots(figsize=(1.6 + 0.9 * n, 1.2 + 0.9 * n))
     shares = [[c / max(sum(row), 1) for c in row] for row in confusion]
