@@ -1,6 +1,7 @@
 """The learner's documents point at things that exist: every file a link names is there, every
-test a link names is defined in the file it links to, and every command given parses with the
-CLI as it is. So a renamed module, test or flag breaks this test, not a reader's afternoon."""
+test a link names is defined in the file it links to, and every command given (there, and in the
+notebooks' text) parses with the CLI as it is. So a renamed module, test or flag breaks this
+test, not a reader's afternoon."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from scratchgpt.cli import build_parser
@@ -55,6 +57,19 @@ def test_every_command_parses(doc):
             parser.parse_args(argv)
         except SystemExit:
             pytest.fail(f"{doc.name}: `{command}` does not parse")
+
+
+@pytest.mark.parametrize("path", sorted((DOCS / "notebooks").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_every_command_a_notebook_gives_parses(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    parser = build_parser()
+    for command in commands(text):
+        try:
+            parser.parse_args(shlex.split(command, comments=True)[1:])
+        except SystemExit:
+            pytest.fail(f"{path.name}: `{command}` does not parse")
 
 
 def test_the_guide_names_a_test_for_every_concept():

@@ -1,9 +1,14 @@
 """The notebooks in docs/notebooks run from top to bottom against the package as it is, in
 seconds each, offline; and they are stored without outputs (what a reader sees comes from
-running them)."""
+running them).
+
+A notebook that trains keeps its budgets in one cell tagged ``parameters`` (papermill's
+convention); the test runs it with a cell of tiny budgets inserted after that one, so that
+every cell runs, on models trained for a few steps only."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -12,6 +17,29 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "docs" / "notebooks").glob("*.ipynb"))
+# What the tests run instead of each notebook's own budgets.
+TINY = {
+    "01_bigram_to_gpt": {"steps_per_stage": 6},
+    "03_sampling": {"steps": 10},
+    "04_lstm_memory": {"memory_steps": 10, "count_steps": 10},
+    "05_speculative_sampling": {"steps": 10},
+}
+
+
+def with_tiny_budgets(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """``nb`` with a cell setting the names of ``TINY[name]`` after its parameters cell, which
+    must assign every one of them (so a renamed budget cannot silently go untested)."""
+    tiny = TINY.get(name, {})
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == (1 if tiny else 0), f"{name}: expected one parameters cell"
+    if tiny:
+        index = tagged[0]
+        for variable in tiny:
+            assert re.search(rf"^{variable} = ", nb.cells[index].source, re.M), \
+                f"{name}: its parameters cell does not set {variable}"
+        lines = "\n".join(f"{k} = {v!r}" for k, v in tiny.items())
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(lines))
+    return nb
 
 
 def test_there_are_notebooks():
@@ -37,7 +65,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
     monkeypatch.delenv("JUPYTER_PATH", raising=False)
-    nb = nbformat.read(path, as_version=4)
+    nb = with_tiny_budgets(nbformat.read(path, as_version=4), path.stem)
     client = NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
