@@ -246,3 +246,35 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
                             tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
                            capsys)
     assert "drop --n-layer" in one_line_error(code, err)
+
+
+def test_hf_base_and_merged_lora_export_to_hf(ft_dir, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    hf_base = tmp_path / "hf-base"
+    assert run_cli(["convert", "--to", "hf", "--checkpoint", ft_dir / "base", "--out", hf_base],
+                   capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--task", "instruct", "--init-from", hf_base, "--data",
+                            ft_dir / "inst.json", "--lora", "--max-iters", "3",
+                            "--learning-rate", "5e-2", "--out", tmp_path / "r", *SMALL], capsys)
+    assert code == 0, err
+    assert run_cli(["finetune", "--merge", tmp_path / "r", "--out", tmp_path / "m"],
+                   capsys)[0] == 0
+    assert run_cli(["convert", "--to", "hf", "--checkpoint", tmp_path / "m", "--out",
+                    tmp_path / "hf-merged"], capsys)[0] == 0
+    from scratchgpt.checkpoints import load_model
+
+    lora_model, _ = load_model(tmp_path / "r" / "last.pt")  # adapters merged on load
+    ours, _ = load_model(tmp_path / "m")
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf-merged").eval()
+    idx = torch.randint(0, ours.config.vocab_size, (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(input_ids=idx).logits, ours(idx), atol=1e-4,
+                                   rtol=1e-4)
+        assert not torch.equal(ours(idx), load_model(ft_dir / "base")[0](idx))  # it trained
+        torch.testing.assert_close(lora_model(idx), ours(idx))
+
+
+def test_sample_refuses_a_classifier(classifier, capsys):
+    out, _ = classifier
+    code, _, err = run_cli(["sample", "--checkpoint", out, "--prompt", "hi"], capsys)
+    assert "classifier" in one_line_error(code, err)

@@ -147,6 +147,9 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     from scratchgpt.models.fast_decode import prepare_for_decode
 
     model, source = load_model(path, args.which)
+    if not hasattr(model, "new_cache"):
+        raise ConfigError(f"{path} holds a {source.model_type} model, which does not generate "
+                          "text (a classifier: use scratchgpt classify)")
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)
