@@ -46,9 +46,11 @@ def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
                  "loss.png", "config.json"):
         assert (out / name).is_file(), name
     rows = list(csv.DictReader((out / "metrics.csv").open()))
-    assert sum(1 for r in rows if r["val_acc"]) >= 2  # each epoch, and the end
+    assert sum(1 for r in rows if r["val_acc"] and r["val_f1"]) >= 2  # each epoch, the end
     report = json.loads((out / "test_metrics.json").read_text())
     assert report["total"] == 48 and set(report["per_class"]) == {"neg", "pos"}
+    f1s = [report["per_class"][c]["f1"] for c in ("neg", "pos")]
+    assert report["macro_f1"] == pytest.approx(sum(f1s) / 2)
     assert sum(map(sum, report["confusion"])) == 48
     record = load_checkpoint(out).data["classify"]
     assert record["split_sizes"] == {"train": 168, "val": 24, "test": 48}
