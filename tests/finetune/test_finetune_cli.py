@@ -280,3 +280,64 @@ def test_sample_refuses_a_classifier(classifier, capsys):
     out, _ = classifier
     code, _, err = run_cli(["sample", "--checkpoint", out, "--prompt", "hi"], capsys)
     assert "classifier" in one_line_error(code, err)
+
+
+def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit():
+    import argparse
+
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    from scratchgpt.commands.chat import ChatSession
+    from scratchgpt.finetune.instruct import encode_conversation
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> abcdefghij")
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=256, n_layer=1, n_head=1,
+                          n_embd=8))
+    args = argparse.Namespace(system="be brief", max_new_tokens=16, checkpoint="m",
+                              stats=False)
+    session = ChatSession(model, tok, template, SamplingConfig(0.0), None, args)
+    turns = [("abc", "cba"), ("de", "ed"), ("fgh", "hgf")]
+    for user, assistant in turns:
+        session.messages += [{"role": "user", "content": user},
+                             {"role": "assistant", "content": assistant}]
+    session.messages.append({"role": "user", "content": "ij"})
+    whole = list(session.messages)
+    want = encode_conversation(tok, template, whole, add_generation_prompt=True)[0][0]
+    assert len(want) + 16 <= 256 and session.prompt_ids() == want  # every earlier turn
+    for _ in range(6):  # a history longer than the context
+        session.messages[-1:-1] = [{"role": "user", "content": "abcdefghij"},
+                                   {"role": "assistant", "content": "jihgfedcba"}]
+    ids = session.prompt_ids()
+    assert len(ids) + 16 <= 256
+    kept = session.messages
+    assert kept[0] == whole[0] and kept[-1] == whole[-1]  # the system message, the question
+    assert len(kept) < len(whole) + 12 and [m["role"] for m in kept[1:3]] == ["user",
+                                                                             "assistant"]
+    assert ids == encode_conversation(tok, template, kept, add_generation_prompt=True)[0][0]
+
+
+def test_texts_longer_than_max_length_are_truncated_with_a_count(ft_dir, tmp_path):
+    from scratchgpt.finetune.plan import FinetuneRequest, plan
+
+    tok = load_checkpoint(ft_dir / "base").tokenizer("text")
+    texts = [line.rsplit("\t", 1)[0] for line in (ft_dir / "labels.tsv").read_text().split("\n")
+             if line]
+    longer = sum(len(tok.encode(t)) > 20 for t in texts)
+    assert 0 < longer < len(texts)
+    said: list[str] = []
+    job = plan(FinetuneRequest("classify", str(ft_dir / "base"), str(tmp_path / "r"),
+                               str(ft_dir / "labels.tsv"), max_length=20), log=said.append)
+    assert f"warning: {longer} of {len(texts)} texts are longer than 20 tokens" in "\n".join(said)
+    task = job.task()
+    assert max(len(ids) for ids, _ in task.train_examples) == 20
+    assert not (tmp_path / "r").exists()  # planning writes nothing
+    said.clear()
+    job = plan(FinetuneRequest("instruct", str(ft_dir / "base"), str(tmp_path / "r"),
+                               str(ft_dir / "inst.json"), max_length=40), log=said.append)
+    record = job.task().examples.record
+    assert record["truncated"] == 60 and record["dropped"] == 0 and record["max_length"] == 40
+    assert {len(tokens) for tokens, _ in job.task().examples.train} == {41}  # inputs fill 40
+    assert "warning: 60 of 60 conversations are longer than the context" in "\n".join(said)
