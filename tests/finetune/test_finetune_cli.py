@@ -163,6 +163,13 @@ def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):
                             "--out", tmp_path / "m"], capsys)
     assert "an adapter only fits its own base" in one_line_error(code, err)
     assert not (tmp_path / "m").exists()
+    # an adapter whose base is gone says so
+    moved = torch.load(run / "adapter.pt", weights_only=True)
+    moved["base"]["source"] = str(tmp_path / "gone")
+    torch.save(moved, tmp_path / "adapter.pt")
+    code, _, err = run_cli(["classify", "--checkpoint", tmp_path / "adapter.pt", "love"], capsys)
+    assert f"an adapter over the base {tmp_path / 'gone'}, which cannot be read" in \
+        one_line_error(code, err)
 
 
 # ---- instruction tuning and chat
