@@ -286,7 +286,7 @@ def test_hf_base_and_merged_lora_export_to_hf(ft_dir, tmp_path, capsys):
 def test_sample_refuses_a_classifier(classifier, capsys):
     out, _ = classifier
     code, _, err = run_cli(["sample", "--checkpoint", out, "--prompt", "hi"], capsys)
-    assert "classifier" in one_line_error(code, err)
+    assert "label texts with scratchgpt classify" in one_line_error(code, err)
 
 
 def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit():
