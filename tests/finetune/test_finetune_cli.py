@@ -303,7 +303,7 @@ def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit(
     template = TEMPLATES[DEFAULT_TEMPLATE]
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=256, n_layer=1, n_head=1,
                           n_embd=8))
-    args = argparse.Namespace(system="be brief", max_new_tokens=16, checkpoint="m",
+    args = argparse.Namespace(system="be terse", max_new_tokens=16, checkpoint="m",
                               stats=False)
     session = ChatSession(model, tok, template, SamplingConfig(0.0), None, args)
     turns = [("abc", "cba"), ("de", "ed"), ("fgh", "hgf")]
