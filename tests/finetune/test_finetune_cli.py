@@ -46,9 +46,11 @@ def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
                  "loss.png", "config.json"):
         assert (out / name).is_file(), name
     rows = list(csv.DictReader((out / "metrics.csv").open()))
-    assert sum(1 for r in rows if r["val_acc"]) >= 2  # each epoch, and the end
+    assert sum(1 for r in rows if r["val_acc"] and r["val_f1"]) >= 2  # each epoch, the end
     report = json.loads((out / "test_metrics.json").read_text())
     assert report["total"] == 48 and set(report["per_class"]) == {"neg", "pos"}
+    f1s = [report["per_class"][c]["f1"] for c in ("neg", "pos")]
+    assert report["macro_f1"] == pytest.approx(sum(f1s) / 2)
     assert sum(map(sum, report["confusion"])) == 48
     record = load_checkpoint(out).data["classify"]
     assert record["split_sizes"] == {"train": 168, "val": 24, "test": 48}
@@ -161,6 +163,13 @@ def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):
                             "--out", tmp_path / "m"], capsys)
     assert "an adapter only fits its own base" in one_line_error(code, err)
     assert not (tmp_path / "m").exists()
+    # an adapter whose base is gone says so
+    moved = torch.load(run / "adapter.pt", weights_only=True)
+    moved["base"]["source"] = str(tmp_path / "gone")
+    torch.save(moved, tmp_path / "adapter.pt")
+    code, _, err = run_cli(["classify", "--checkpoint", tmp_path / "adapter.pt", "love"], capsys)
+    assert f"an adapter over the base {tmp_path / 'gone'}, which cannot be read" in \
+        one_line_error(code, err)
 
 
 # ---- instruction tuning and chat
@@ -246,3 +255,129 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
                             tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
                            capsys)
     assert "drop --n-layer" in one_line_error(code, err)
+
+
+def test_hf_base_and_merged_lora_export_to_hf(ft_dir, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    hf_base = tmp_path / "hf-base"
+    assert run_cli(["convert", "--to", "hf", "--checkpoint", ft_dir / "base", "--out", hf_base],
+                   capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--task", "instruct", "--init-from", hf_base, "--data",
+                            ft_dir / "inst.json", "--lora", "--max-iters", "3",
+                            "--learning-rate", "5e-2", "--out", tmp_path / "r", *SMALL], capsys)
+    assert code == 0, err
+    assert run_cli(["finetune", "--merge", tmp_path / "r", "--out", tmp_path / "m"],
+                   capsys)[0] == 0
+    assert run_cli(["convert", "--to", "hf", "--checkpoint", tmp_path / "m", "--out",
+                    tmp_path / "hf-merged"], capsys)[0] == 0
+    from scratchgpt.checkpoints import load_model
+
+    lora_model, _ = load_model(tmp_path / "r" / "last.pt")  # adapters merged on load
+    ours, _ = load_model(tmp_path / "m")
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf-merged").eval()
+    idx = torch.randint(0, ours.config.vocab_size, (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(input_ids=idx).logits, ours(idx), atol=1e-4,
+                                   rtol=1e-4)
+        assert not torch.equal(ours(idx), load_model(ft_dir / "base")[0](idx))  # it trained
+        torch.testing.assert_close(lora_model(idx), ours(idx))
+
+
+def test_sample_refuses_a_classifier(classifier, capsys):
+    out, _ = classifier
+    code, _, err = run_cli(["sample", "--checkpoint", out, "--prompt", "hi"], capsys)
+    assert "label texts with scratchgpt classify" in one_line_error(code, err)
+
+
+def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit():
+    import argparse
+
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    from scratchgpt.commands.chat import ChatSession
+    from scratchgpt.finetune.instruct import encode_conversation
+    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> abcdefghij")
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=256, n_layer=1, n_head=1,
+                          n_embd=8))
+    args = argparse.Namespace(system="be terse", max_new_tokens=16, checkpoint="m",
+                              stats=False)
+    session = ChatSession(model, tok, template, SamplingConfig(0.0), None, args)
+    turns = [("abc", "cba"), ("de", "ed"), ("fgh", "hgf")]
+    for user, assistant in turns:
+        session.messages += [{"role": "user", "content": user},
+                             {"role": "assistant", "content": assistant}]
+    session.messages.append({"role": "user", "content": "ij"})
+    whole = list(session.messages)
+    want = encode_conversation(tok, template, whole, add_generation_prompt=True)[0][0]
+    assert len(want) + 16 <= 256 and session.prompt_ids() == want  # every earlier turn
+    for _ in range(6):  # a history longer than the context
+        session.messages[-1:-1] = [{"role": "user", "content": "abcdefghij"},
+                                   {"role": "assistant", "content": "jihgfedcba"}]
+    ids = session.prompt_ids()
+    assert len(ids) + 16 <= 256
+    kept = session.messages
+    assert kept[0] == whole[0] and kept[-1] == whole[-1]  # the system message, the question
+    assert len(kept) < len(whole) + 12 and [m["role"] for m in kept[1:3]] == ["user",
+                                                                             "assistant"]
+    assert ids == encode_conversation(tok, template, kept, add_generation_prompt=True)[0][0]
+
+
+def test_texts_longer_than_max_length_are_truncated_with_a_count(ft_dir, tmp_path):
+    from scratchgpt.finetune.plan import FinetuneRequest, plan
+
+    tok = load_checkpoint(ft_dir / "base").tokenizer("text")
+    texts = [line.rsplit("\t", 1)[0] for line in (ft_dir / "labels.tsv").read_text().split("\n")
+             if line]
+    longer = sum(len(tok.encode(t)) > 20 for t in texts)
+    assert 0 < longer < len(texts)
+    said: list[str] = []
+    job = plan(FinetuneRequest("classify", str(ft_dir / "base"), str(tmp_path / "r"),
+                               str(ft_dir / "labels.tsv"), max_length=20), log=said.append)
+    assert f"warning: {longer} of {len(texts)} texts are longer than 20 tokens" in "\n".join(said)
+    task = job.task()
+    assert max(len(ids) for ids, _ in task.train_examples) == 20
+    assert not (tmp_path / "r").exists()  # planning writes nothing
+    said.clear()
+    job = plan(FinetuneRequest("instruct", str(ft_dir / "base"), str(tmp_path / "r"),
+                               str(ft_dir / "inst.json"), max_length=40), log=said.append)
+    record = job.task().examples.record
+    assert record["truncated"] == 60 and record["dropped"] == 0 and record["max_length"] == 40
+    assert {len(tokens) for tokens, _ in job.task().examples.train} == {41}  # inputs fill 40
+    assert "warning: 60 of 60 conversations are longer than the context" in "\n".join(said)
+
+
+@pytest.mark.parametrize("kind", ["instruct", "continued"])
+def test_lora_runs_resume_exactly(kind, ft_dir, tmp_path, capsys):
+    """Instruction tuning and continued pretraining with LoRA: 6 steps in one go, or 3 then
+    --resume to 6, give the same weights bit for bit, and the resumed run writes adapter.pt."""
+    if kind == "instruct":
+        start = ["finetune", "--task", "instruct", "--init-from", ft_dir / "base", "--data",
+                 ft_dir / "inst.json"]
+        resume = ["finetune", "--resume"]
+    else:
+        start = ["train", "--init-from", ft_dir / "base", "--dataset", ft_dir / "data",
+                 "--eval-iters", "1"]
+        resume = ["train", "--resume"]
+    common = ["--lora", "--lora-rank", "2", "--lora-dropout", "0.1", "--lr-decay-iters", "6",
+              "--eval-interval", "3", "--seed", "5", "--batch-size", "4", "--no-progress"]
+    code, _, err = run_cli([*start, *common, "--out", tmp_path / "a", "--max-iters", "6"],
+                           capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*start, *common, "--out", tmp_path / "b", "--max-iters", "3"],
+                           capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*resume, "--out", tmp_path / "b", "--max-iters", "6",
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    a, b = _weights(tmp_path / "a" / "last.pt"), _weights(tmp_path / "b" / "last.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any("lora_B" in k and a[k].abs().sum() > 0 for k in a)  # the adapters trained
+    assert (tmp_path / "b" / "adapter.pt").is_file()
+    if kind == "continued":  # a language model still: eval reads it
+        code, printed, err = run_cli(["eval", "--checkpoint", tmp_path / "b", "--max-tokens",
+                                      "256"], capsys)
+        assert code == 0 and "val" in printed, err

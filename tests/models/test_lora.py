@@ -37,6 +37,25 @@ def test_lora_linear_computes_the_equation():
     assert layer.weight is base.weight  # wraps, does not copy
 
 
+def test_dropout_acts_on_the_lora_path_only():
+    torch.manual_seed(0)
+    base = nn.Linear(12, 7)
+    layer = LoRALinear.wrap(base, rank=3, alpha=6.0, dropout=0.5)
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    x = torch.randn(64, 12)
+    torch.manual_seed(1)
+    y = layer(x)  # training mode: dropout is on
+    torch.manual_seed(1)
+    dropped = F.dropout(x, 0.5, training=True)  # the same draw
+    want = x @ base.weight.T + base.bias + 2.0 * (dropped @ layer.lora_A.T @ layer.lora_B.T)
+    torch.testing.assert_close(y, want)
+    assert not torch.allclose(dropped, x)  # something was dropped, but not on the base path
+    layer.eval()
+    torch.testing.assert_close(layer(x), x @ base.weight.T + base.bias
+                               + 2.0 * (x @ layer.lora_A.T @ layer.lora_B.T))
+
+
 def test_b_starts_at_zero_so_the_adapted_model_is_the_base():
     torch.manual_seed(0)
     model = GPT(TINY)

@@ -22,8 +22,8 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
 
 --task classify: a TSV of text<TAB>label lines (or a CSV of text,label rows, or --dataset
   sms-spam) -> a new N-class head reading the last real token. A seeded, stratified
-  train/val/test split (70/10/20) is recorded in the run. Each epoch reports validation loss
-  and accuracy; at the end best.pt is scored on the test split: accuracy, per-class
+  train/val/test split (70/10/20) is recorded in the run. Each epoch reports validation loss,
+  accuracy and macro F1; at the end best.pt is scored on the test split: accuracy, per-class
   precision/recall/F1, confusion matrix (printed, test_metrics.json, confusion.png).
   Texts longer than the context are truncated to their first tokens (with a count).
 --task instruct: Alpaca JSON (instruction, input, output) or chat JSONL ({"messages": [...]}

@@ -135,6 +135,12 @@ def speculate_k(args: argparse.Namespace):
     return FixedK(k)
 
 
+# what to do instead with a checkpoint that holds no language model
+NOT_SAMPLED = {"gpt-classifier": "label texts with scratchgpt classify",
+               "rnn-classifier": "it labels texts; it does not write them",
+               "seq2seq": "decode with scratchgpt seq2seq translate"}
+
+
 def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
     """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
     return load_source_for_decoding(path, args, engine)[:2]
@@ -147,6 +153,10 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     from scratchgpt.models.fast_decode import prepare_for_decode
 
     model, source = load_model(path, args.which)
+    if not hasattr(model, "new_cache"):
+        use = NOT_SAMPLED.get(source.model_type, "it is not a language model")
+        raise ConfigError(f"{path} holds a {source.model_type} model, which sample cannot "
+                          f"continue ({use})")
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)

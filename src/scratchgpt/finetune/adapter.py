@@ -83,7 +83,11 @@ def checkpoint_from_adapter(d: dict[str, Any], where: str,
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: damaged adapter ({e})") from None
     source = base_source or recorded["source"]
-    base = load_base(source)
+    try:
+        base = load_base(source)
+    except CheckpointError as e:
+        raise CheckpointError(f"{where} is an adapter over the base {source}, which cannot be "
+                              f"read ({e})") from None
     if base.identity != recorded["identity"]:
         raise CheckpointError(f"{where} was trained on a base with weights sha256 "
                               f"{recorded['identity'][:12]}…, but {source} has "

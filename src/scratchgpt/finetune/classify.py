@@ -3,8 +3,10 @@
 :class:`ClassifyTask` trains ``gpt-classifier`` models (``models/classifier.py``): epochs of
 length-batched, right-padded texts (``training/epochs.py``), cross-entropy on the head's
 logits, optionally weighted by class (``balanced``: ``n / (classes * n_c)``, so a rare class
-weighs as much in total as a common one). Each evaluation adds the validation accuracy
-(``val_acc``) to the progress line and ``metrics.csv``.
+weighs as much in total as a common one). Each evaluation (one per epoch by default) adds the
+validation accuracy (``val_acc``) and macro-averaged F1 (``val_f1``: the mean of the classes'
+F1, which a model that ignores a rare class cannot hide) to the progress line and
+``metrics.csv``.
 
 :func:`evaluate` scores a model on a split: accuracy, per-class precision, recall and F1, and
 the confusion matrix (:class:`ClassReport`, printed by :func:`format_report`).
@@ -143,7 +145,7 @@ def class_weights(examples: Sequence[Example], n_classes: int, mode: str) -> Ten
 class ClassifyTask:
     """Classification for the training core (see the module docstring)."""
 
-    eval_fields = ("val_acc",)
+    eval_fields = ("val_acc", "val_f1")
 
     def __init__(self, data: ClassifyData, tokenizer: Any, class_weighting: str = "none",
                  extra_data: dict[str, Any] | None = None):
@@ -152,7 +154,7 @@ class ClassifyTask:
         self.weight = class_weights(self.train_examples, len(data.labels), class_weighting)
         self.epochs = EpochBatches([len(ids) for ids, _ in self.train_examples])
         self.extra_data = extra_data or {}
-        self._val_acc = float("nan")
+        self._val_report: ClassReport | None = None
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
                     shard: tuple[int, int] = (0, 1)) -> Batch:
@@ -171,24 +173,28 @@ class ClassifyTask:
     @torch.no_grad()
     def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
         """Mean (unweighted) loss over the first ``iters`` batches of a split; the validation
-        accuracy is kept for :meth:`eval_extras`."""
+        split's :class:`ClassReport` is kept for :meth:`eval_extras`."""
         examples = self.examples.splits[split][:iters * setting.batch_size]
-        loss, correct = _loss_and_correct(model, examples, setting)
-        if split == "val":
-            self._val_acc = correct / max(len(examples), 1)
+        loss, true, pred = _loss_and_predictions(model, examples, setting)
+        if split == "val" and examples:
+            self._val_report = ClassReport.of(self.examples.labels, true, pred)
         return loss
 
     def eval_extras(self) -> dict[str, float]:
-        return {"val_acc": self._val_acc}
+        """Accuracy and macro F1 of the latest validation estimate."""
+        rep = self._val_report
+        if rep is None:
+            return {"val_acc": float("nan"), "val_f1": float("nan")}
+        return {"val_acc": rep.accuracy, "val_f1": rep.macro_f1}
 
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
-        """Train estimate; loss and accuracy over the whole validation split."""
+        """Train estimate; loss, accuracy and macro F1 over the whole validation split."""
         n_val = len(self.examples.splits["val"])
         val_iters = -(-n_val // setting.batch_size)
         return {"train_loss": self.estimate(model, "train", iters, setting),
                 "val_loss": self.estimate(model, "val", val_iters, setting),
-                "val_acc": self._val_acc}
+                **self.eval_extras()}
 
     def report(self) -> str:
         return ""
@@ -212,17 +218,19 @@ def _batches(examples: Sequence[Example], batch_size: int) -> list[list[int]]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def _loss_and_correct(model: nn.Module, examples: Sequence[Example],
-                      setting: EvalSetting) -> tuple[float, int]:
-    total, correct = 0.0, 0
+def _loss_and_predictions(model: nn.Module, examples: Sequence[Example],
+                          setting: EvalSetting) -> tuple[float, list[int], list[int]]:
+    """(mean unweighted loss, true classes, predicted classes) of ``examples``."""
+    total, true, pred = 0.0, [], []
     with _eval_mode(model):
         for idx in _batches(examples, setting.batch_size):
             x, lengths, labels = (t.to(setting.device) for t in collate([examples[i]
                                                                          for i in idx]))
             logits = model(x, lengths).float()  # (B, n_classes)
             total += F.cross_entropy(logits, labels, reduction="sum").item()
-            correct += int((logits.argmax(-1) == labels).sum())
-    return total / max(len(examples), 1), correct
+            true += labels.tolist()
+            pred += logits.argmax(-1).tolist()
+    return total / max(len(examples), 1), true, pred
 
 
 @torch.no_grad()
@@ -276,9 +284,14 @@ class ClassReport:
         p, r = self.precision(c), self.recall(c)
         return 2 * p * r / (p + r) if p + r else 0.0
 
+    @property
+    def macro_f1(self) -> float:
+        """The unweighted mean of the classes' F1 (scikit-learn's ``average="macro"``)."""
+        return sum(self.f1(c) for c in range(len(self.labels))) / max(len(self.labels), 1)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"accuracy": self.accuracy, "total": self.total, "labels": self.labels,
-                "confusion": self.confusion,
+        return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "total": self.total,
+                "labels": self.labels, "confusion": self.confusion,
                 "per_class": {name: {"precision": self.precision(c), "recall": self.recall(c),
                                      "f1": self.f1(c), "support": sum(self.confusion[c])}
                               for c, name in enumerate(self.labels)}}
@@ -300,7 +313,8 @@ def format_report(rep: ClassReport, title: str) -> str:
     """Accuracy, per-class precision / recall / F1, and the confusion matrix, as text."""
     correct = round(rep.accuracy * rep.total)
     width = max(8, *(len(name) for name in rep.labels))
-    lines = [f"{title}: accuracy {rep.accuracy:.2%} ({correct}/{rep.total})",
+    lines = [f"{title}: accuracy {rep.accuracy:.2%} ({correct}/{rep.total}), macro F1 "
+             f"{rep.macro_f1:.4f}",
              f"  {'class':<{width}}  precision  recall     f1  support"]
     for c, name in enumerate(rep.labels):
         lines.append(f"  {name:<{width}}  {rep.precision(c):9.4f}  {rep.recall(c):6.4f}  "

@@ -190,6 +190,12 @@ class GPTLoRAConfig:
     gpt: GPTConfig = field(default_factory=GPTConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 
+    @property
+    def block_size(self) -> int:
+        """The context of the language model (its base's): a ``gpt-lora`` is read, resumed
+        and evaluated as the GPT it adapts."""
+        return self.gpt.block_size
+
 
 def build_gpt_lora(cfg: GPTLoRAConfig) -> GPT:
     """A :class:`GPT` with adapters: generation, evaluation and export treat it as a GPT."""
