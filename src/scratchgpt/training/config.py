@@ -35,6 +35,7 @@ def parse_duration(text: str | float | int | None) -> float | None:
 
 
 OPTIMIZERS = ("adamw", "muon")  # see training/optim.py: make_optimizer
+SCHEDULES = ("cosine", "wsd")  # see training/optim.py: lr_at
 DTYPES = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -55,7 +56,22 @@ class TrainConfig:
     min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
     lr_decay_iters: int = field(default=0, metadata={
-        "help": "updates over which the cosine decays (0 = max_iters)"})
+        "help": "updates over which the schedule runs (0 = max_iters)"})
+    schedule: str = field(default="cosine", metadata={
+        "help": "learning-rate shape after the warmup: cosine (from learning_rate down to "
+                "min_lr over the run) or wsd (warmup-stable-decay: hold learning_rate, then "
+                "decay linearly to min_lr over the last --decay-fraction of the run)"})
+    decay_fraction: float = field(default=0.4, metadata={
+        "help": "with --schedule wsd: the final fraction of the run (of the updates, or of "
+                "the time budget) over which the rate decays"})
+    seq_len_warmup: int = field(default=0, metadata={
+        "help": "language models: train on shorter windows first; the window grows linearly "
+                "from a quarter of the context (block_size) to all of it over this many "
+                "updates, in steps of 8 tokens (0 = the whole context from the start)"})
+    batch_size_ramp: int = field(default=0, metadata={
+        "help": "language models: start with fewer rows; the batch grows linearly from a "
+                "quarter of --batch-size to all of it over this many updates (0 = the whole "
+                "batch from the start)"})
     weight_decay: float = field(default=0.1, metadata={
         "help": "decoupled weight decay, on matrices only"})
     optimizer: str = field(default="adamw", metadata={
@@ -86,7 +102,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                      "log_interval", "nproc"):
             check_range(name, getattr(self, name), 1)
-        for name in ("warmup_iters", "lr_decay_iters", "threads", "seed"):
+        for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp",
+                     "threads", "seed"):
             check_range(name, getattr(self, name), 0)
         check_range("learning_rate", self.learning_rate, 0, low_open=True)
         check_range("min_lr", self.min_lr, 0, self.learning_rate)
@@ -95,8 +112,9 @@ class TrainConfig:
         check_range("beta1", self.beta1, 0, 1, high_open=True)
         check_range("beta2", self.beta2, 0, 1, high_open=True)
         check_range("muon_lr_scale", self.muon_lr_scale, 0, low_open=True)
-        for name, choices in (("optimizer", OPTIMIZERS), ("dtype", DTYPES),
-                              ("device", DEVICES)):
+        check_range("decay_fraction", self.decay_fraction, 0, 1, low_open=True)
+        for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
+                              ("dtype", DTYPES), ("device", DEVICES)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
                                   f"got {getattr(self, name)!r}")

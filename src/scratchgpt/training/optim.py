@@ -116,13 +116,23 @@ def set_lr(opt: torch.optim.Optimizer | ChainedOptimizer, lr: float) -> None:
 
 
 def lr_at(progress_iters: int, warmup: int, lr: float, min_lr: float,
-          decay_fraction: float) -> float:
-    """Linear warmup for ``warmup`` updates, then cosine from ``lr`` to ``min_lr``.
+          decay_fraction: float, schedule: str = "cosine", wsd_decay: float = 0.4) -> float:
+    """Linear warmup for ``warmup`` updates, then the ``schedule`` from ``lr`` to ``min_lr``.
 
-    ``decay_fraction`` in [0, 1] is how far through the decay we are (by updates, or by wall
-    time under a time budget).
+    ``decay_fraction`` in [0, 1] is how far through the run we are (by updates, or by wall
+    time under a time budget). ``cosine``: half a cosine over the whole run. ``wsd``
+    (warmup-stable-decay): ``lr`` until the last ``wsd_decay`` of the run, then a straight line
+    down to ``min_lr`` (so a run can be extended before its decay, and the decay is short).
+
+    >>> lr_at(500, 100, 1.0, 0.0, 0.5, "wsd", wsd_decay=0.4)  # stable
+    1.0
+    >>> round(lr_at(900, 100, 1.0, 0.0, 0.8, "wsd", wsd_decay=0.4), 6)  # half-way down
+    0.5
     """
     if progress_iters < warmup:
         return lr * (progress_iters + 1) / (warmup + 1)
     d = min(max(decay_fraction, 0.0), 1.0)
+    if schedule == "wsd":
+        down = min(max((d - (1.0 - wsd_decay)) / wsd_decay, 0.0), 1.0)  # 0 until the decay
+        return lr - down * (lr - min_lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * d)) * (lr - min_lr)
