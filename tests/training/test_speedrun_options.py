@@ -97,7 +97,7 @@ def test_the_loop_draws_the_scheduled_batch_shapes(small_dataset, tmp_path, monk
 def test_speedrun_options_train_and_resume_exactly(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     opts = dict(schedule="wsd", decay_fraction=0.5, seq_len_warmup=25, batch_size_ramp=15,
-                lr_decay_iters=40)
+                lr_decay_iters=40, optimizer="muon", muon_dtype="fp32")
     full = train(cfg(max_iters=40, **opts), gpt(data), data, tmp_path / "a", progress=False)
     train(cfg(max_iters=20, **opts), gpt(data), data, tmp_path / "b", progress=False)
     resumed = train(cfg(max_iters=40, **opts), None, data, tmp_path / "b", resume=True,

@@ -79,6 +79,10 @@ class TrainConfig:
                 "vectors; often reaches a given loss in fewer steps)"})
     muon_lr_scale: float = field(default=1.0, metadata={
         "help": "with --optimizer muon: the Muon groups' rate is learning_rate times this"})
+    muon_dtype: str = field(default="bf16", metadata={
+        "help": "with --optimizer muon: precision of its Newton-Schulz orthogonalization: bf16 "
+                "(torch.optim.Muon's own), fp32, or auto (bf16 where the hardware has it, else "
+                "fp32: CPUs without bf16 instructions emulate it, many times slower)"})
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0 = off)"})
@@ -114,7 +118,7 @@ class TrainConfig:
         check_range("muon_lr_scale", self.muon_lr_scale, 0, low_open=True)
         check_range("decay_fraction", self.decay_fraction, 0, 1, low_open=True)
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
-                              ("dtype", DTYPES), ("device", DEVICES)):
+                              ("dtype", DTYPES), ("muon_dtype", DTYPES), ("device", DEVICES)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
                                   f"got {getattr(self, name)!r}")

@@ -119,7 +119,8 @@ class Trainer:
         if self.info.enabled:
             torch.manual_seed(cfg.seed + self.info.rank)  # but each its own dropout masks
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
-                                  (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale)
+                                  (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
+                                  _muon_dtype(cfg.muon_dtype, self.device))
         # One batch stream for the whole group: every process draws the same global batch and
         # keeps its own rows, so one saved generator state resumes all of them.
         self.batch_gen = torch.Generator().manual_seed(cfg.seed)
@@ -306,6 +307,12 @@ class Trainer:
             rng["torch_per_rank"] = [cpu for cpu, _ in states]
             rng["cuda_per_rank"] = [cuda for _, cuda in states]
         return rng
+
+
+def _muon_dtype(name: str, device: torch.device) -> str:
+    """Muon's Newton-Schulz precision: ``auto`` as the compute precision resolves it; ``bf16``
+    is allowed everywhere (torch's own Muon: emulated, so slow, where unsupported)."""
+    return resolve_dtype("auto", device) if name == "auto" else name
 
 
 def _check_curriculum(cfg: TrainConfig, task: Task) -> None:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The training speedrun's ablation table (docs/BENCHMARKS.md, "Speedrun"): each option alone
+# against the base preset, then the stack (cpu-speedrun), and nanoGPT's CPU recipe, at 90 s
+# (base cpu-small) and 10 minutes (base cpu-medium); quality as val nats/token and bits/char.
+# Run on an otherwise idle machine: every run is timed by the wall clock.
+#   benchmarks/speedrun.sh                      # everything: ~3 h on Tiny Shakespeare (all
+#                                               # ablations), ~50 min on python-stdlib and kjv
+#   benchmarks/speedrun.sh --budgets 90s        # the 90 s column only (~35 min)
+#   benchmarks/speedrun.sh --budgets 90s --datasets shakespeare --variants baseline,stack
+#   benchmarks/speedrun.sh --budgets 800 --threads 1   # a step-matched pilot (800 updates)
+# Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
+# kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
+# (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
+echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uptime), $(date -Is)"
+exec python3 benchmarks/speedrun.py "$@"
