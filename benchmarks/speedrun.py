@@ -123,7 +123,7 @@ def scratchgpt(*args: str) -> str:
 def train_once(dataset: str, data_arg: str, budget: str, variant: str,
                threads: int | None) -> dict:
     flags = run_flags(variant, budget)
-    limit = ["--max-iters", budget] if budget.isdigit() else \
+    limit = ["--max-iters", budget, "--eval-interval", budget] if budget.isdigit() else \
         ["--time-budget", budget, "--max-iters", "1000000"]
     out = OUT / f"{dataset}-{budget}-{variant}"
     extra = ["--threads", str(threads)] if threads else []

@@ -149,10 +149,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-small": dict(
         # A fast demo on a laptop CPU. Small batches and a high learning rate learn the most per
         # second at this size; Muon with a cosine to zero beats AdamW by ~0.13 nats at 90 s
-        # (sweeps in docs/BENCHMARKS.md).
+        # (sweeps in docs/BENCHMARKS.md). Muon's orthogonalization in bf16 where the CPU has it,
+        # else fp32 (emulated bf16 made a Muon step ~9x an AdamW step on an AVX2 CPU).
         model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
         activation="gelu", batch_size=16, optimizer="muon", learning_rate=6e-3, min_lr=0.0,
-        warmup_iters=100, max_iters=4000,
+        warmup_iters=100, max_iters=4000, muon_dtype="auto",
         eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "cpu-medium": dict(
@@ -163,7 +164,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # saves at this budget.
         model="gpt", n_layer=6, n_head=6, n_embd=192, block_size=128, dropout=0.0,
         activation="gelu", batch_size=16, optimizer="muon", learning_rate=4e-3, min_lr=0.0,
-        warmup_iters=200, max_iters=10000,
+        warmup_iters=200, max_iters=10000, muon_dtype="auto",
         eval_interval=1000, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "shakespeare-gpu": dict(
