@@ -67,7 +67,7 @@ def stack_flags() -> list[str]:
 
     small, fast = PRESETS["cpu-small"], PRESETS["cpu-speedrun"]
     shape = {"n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
-             "eval_interval", "eval_iters"}
+             "eval_interval", "eval_iters", "seq_len_warmup", "batch_size_ramp"}
     flags: list[str] = []
     for key, value in fast.items():
         if key in shape or small.get(key) == value:
@@ -85,10 +85,11 @@ def run_flags(variant: str, budget: str) -> list[str]:
     base = BASE.get(budget, "cpu-small")
     if variant == NANOGPT:
         return NANOGPT_FLAGS
-    if variant == STACK:
-        return ["--preset", "cpu-speedrun"] if base == "cpu-small" else \
-            ["--preset", base, *stack_flags()]
     ramp = RAMP.get(budget) or str(int(budget) // 4)  # a pilot of N updates: a quarter
+    if variant == STACK:  # the ramps as long as in the ablations
+        stack = ["--preset", "cpu-speedrun"] if base == "cpu-small" else \
+            ["--preset", base, *stack_flags()]
+        return [*stack, "--seq-len-warmup", ramp, "--batch-size-ramp", ramp]
     return ["--preset", base, *(f.format(ramp=ramp) for f in ABLATIONS[variant])]
 
 

@@ -140,3 +140,68 @@ def test_bits_per_char_uses_the_val_text_length(tmp_path, english_text, tokenize
     del stored["val_chars"], stored["train_chars"]
     (tmp_path / "meta.json").write_text(json.dumps(stored))
     assert TokenDataset(tmp_path).chars_per_token("val") == pytest.approx(ratio)
+
+
+def test_the_speedrun_preset_builds_and_trains(small_dataset, tmp_path):
+    from scratchgpt.models import build_model
+    from scratchgpt.training.config import PRESETS
+    from scratchgpt.training.settings import Settings, finish_model_config, known_settings, new_run
+
+    preset = PRESETS["cpu-speedrun"]
+    assert set(preset) <= known_settings()
+    # The preset's own options, shortened to a test: fewer updates, the ramps scaled with them.
+    short = dict(max_iters=60, seq_len_warmup=20, batch_size_ramp=20, warmup_iters=10,
+                 eval_interval=60, eval_iters=2, dtype="fp32")
+    kind, values, train_cfg, _ = new_run(Settings("cpu-speedrun", flags=short))
+    data = TokenDataset(small_dataset)
+    config = finish_model_config(kind, values, data.vocab_size)
+    model = build_model(config)
+    for name in ("pos_encoding", "qk_norm", "activation", "zero_init_proj", "value_embeds",
+                 "unet_skips", "logit_softcap", "tie_weights"):
+        assert getattr(config, name) == preset[name]
+    assert train_cfg.schedule == "wsd" and train_cfg.optimizer == "muon"
+    x = torch.randint(0, data.vocab_size, (1, 16))
+    assert model(x).abs().max() < config.logit_softcap  # soft-capped logits
+    res = train(train_cfg, config, data, tmp_path / "run", progress=False)
+    assert res.step == 60
+    assert res.val_loss < math.log(data.vocab_size) - 1.0  # well below a uniform guess
+
+
+def _speedrun_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "speedrun.py"
+    spec = importlib.util.spec_from_file_location("speedrun_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("budget", ["90s", "10m", "400"])
+def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
+    from scratchgpt.cli import build_parser
+    from scratchgpt.commands.options import given
+    from scratchgpt.training.settings import Settings, finish_model_config, known_settings, new_run
+
+    script = _speedrun_script()
+    parser = build_parser()
+    variants = [*script.ABLATIONS, script.STACK, script.NANOGPT]
+    configs = {}
+    for variant in variants:
+        args = parser.parse_args(["train", *script.run_flags(variant, budget)])
+        settings = Settings(args.preset, None, given(args, known_settings() - {"dataset"}))
+        kind, values, train_cfg, _ = new_run(settings)
+        configs[variant] = (finish_model_config(kind, values, 65), train_cfg)
+    base_model, base_train = configs["baseline"]
+    for variant in script.ABLATIONS:  # one change at a time: exactly one setting differs
+        model, train_cfg = configs[variant]
+        changed = [k for k, v in model.to_dict().items() if getattr(base_model, k) != v] + \
+                  [k for k, v in train_cfg.to_dict().items() if getattr(base_train, k) != v]
+        assert len(changed) == (0 if variant == "baseline" else 1), (variant, changed)
+    stack_model, stack_train = configs[script.STACK]
+    # The stack is the base shape with every option of the cpu-speedrun preset.
+    assert (stack_model.n_layer, stack_model.block_size) == (base_model.n_layer,
+                                                             base_model.block_size)
+    assert stack_model.pos_encoding == "rope" and stack_model.qk_norm
+    assert stack_train.schedule == "wsd" and stack_train.seq_len_warmup > 0

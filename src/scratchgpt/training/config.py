@@ -167,6 +167,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_iters=200, max_iters=10000, muon_dtype="auto",
         eval_interval=1000, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
+    "cpu-speedrun": dict(
+        # cpu-small's shape and optimizer with the options of the GPT-2 training speedrun
+        # (modded-nanogpt) that suit a small model on a CPU: rotary positions, normalized
+        # queries and keys, relu^2, blocks that start as the identity, value embeddings,
+        # U-net skips, soft-capped logits and an untied head; trained on short windows and
+        # few rows first (more updates in the first seconds) with a warmup-stable-decay
+        # schedule. Each option alone against cpu-small: benchmarks/speedrun.sh.
+        model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
+        pos_encoding="rope", qk_norm=True, activation="relu2", zero_init_proj=True,
+        value_embeds=1, unet_skips=True, logit_softcap=30.0, tie_weights=False,
+        batch_size=16, optimizer="muon", learning_rate=6e-3, min_lr=0.0, muon_dtype="auto",
+        warmup_iters=100, max_iters=4000, schedule="wsd", decay_fraction=0.4,
+        seq_len_warmup=500, batch_size_ramp=500,
+        eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
+    ),
     "shakespeare-gpu": dict(
         # nanoGPT's Shakespeare-char model: 6 layers, 6 heads, 384 dims, 256 context.
         model="gpt", n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2,
