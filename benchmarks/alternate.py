@@ -4,8 +4,9 @@
 
 Each round runs every command once, in order (so a change of machine load hits all of them
 alike); each run is a whole process: interpreter start-up, imports, data loading, training,
-evaluation, files. Reported per command: median and best wall time, median CPU time (user +
-system of the process and its children), and each median's ratio to the first command's.
+evaluation, files. Reported per command, as a markdown table: median and best wall time, median
+CPU time (user + system of the process and its children), and each median's ratio to the first
+command's.
 A command that fails stops the benchmark with its output.
 """
 
@@ -44,6 +45,7 @@ def main() -> int:
     p.add_argument("--cwd", action="append", default=None,
                    help="working directory of each command (one per --cmd, '.' for here)")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--markdown", default=None, help="also append the table to this file")
     args = p.parse_args()
     if len(args.name) != len(args.cmd) or (args.cwd and len(args.cwd) != len(args.cmd)):
         p.error("give one --name (and --cwd, if any) per --cmd")
@@ -57,14 +59,19 @@ def main() -> int:
                   flush=True)
     ref = statistics.median(w for w, _ in times[args.name[0]])
     results = []
-    print(f"\n{'command':24s} {'median s':>9s} {'best s':>8s} {'CPU s':>7s} "
-          f"{'speed vs ' + args.name[0]:>16s}")
+    lines = [f"| command | median wall s | best wall s | median CPU s | speed vs {args.name[0]} |",
+             "|---|---:|---:|---:|---:|"]
     for name, cmd in zip(args.name, args.cmd, strict=True):
         walls = [w for w, _ in times[name]]
         med, cpu = statistics.median(walls), statistics.median(c for _, c in times[name])
         results.append({"name": name, "cmd": cmd, "wall_s": walls, "median_s": med,
                         "cpu_median_s": cpu, "speedup": ref / med})
-        print(f"{name:24s} {med:9.2f} {min(walls):8.2f} {cpu:7.2f} {ref / med:15.2f}x")
+        lines.append(f"| {name} | {med:.2f} | {min(walls):.2f} | {cpu:.2f} | {ref / med:.2f}x |")
+    table = "\n".join(lines) + "\n"
+    print("\n" + table)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rounds": args.rounds, "results": results}, f, indent=1)

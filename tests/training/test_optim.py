@@ -100,6 +100,9 @@ def test_our_muon_in_fp32_follows_torchs_up_to_bf16_rounding():
         moved = (a - s).norm()
         assert (a - b).norm() < 0.02 * moved  # the same update, to bf16's ~3 digits
         assert not torch.equal(a, b)  # and really computed in another precision
+        direction = torch.nn.functional.cosine_similarity((a - s).flatten(), (b - s).flatten(),
+                                                          dim=0)
+        assert direction > 0.999  # the weights move the same way
 
 
 def test_newton_schulz_orthogonalizes_in_either_precision():
