@@ -94,8 +94,9 @@ def run_flags(variant: str, budget: str) -> list[str]:
 
 
 def kjv_dataset(cache: Path) -> str | None:
-    """The King James Bible (public domain; Debian's ``bible-kjv`` package prints it offline),
-    prepared at character level; None when the ``bible`` program is missing."""
+    """The King James Bible (public domain; Debian's ``bible-kjv`` package prints it offline,
+    with its chapter headings and verse numbers: ~4.3 M characters), prepared at character
+    level; None when the ``bible`` program is missing."""
     target = cache / "kjv-char"
     if (target / "meta.json").is_file():
         return str(target)
