@@ -3,7 +3,14 @@ import torch
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models import build_model, model_config
-from scratchgpt.training.optim import ChainedOptimizer, hidden_matrices, make_optimizer, set_lr
+from scratchgpt.training.optim import (
+    ChainedOptimizer,
+    Muon,
+    hidden_matrices,
+    make_optimizer,
+    newton_schulz,
+    set_lr,
+)
 
 GPT = dict(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16)
 
@@ -62,3 +69,64 @@ def test_muon_state_round_trips():
 def test_unknown_optimizer_is_a_user_error():
     with pytest.raises(ScratchGPTError):
         make_optimizer(build_model(model_config("gpt", **GPT)), 1e-3, 0.1, (0.9, 0.99), "sgd")
+
+
+def _muon_steps(opt_cls, params, steps=3, **kw):
+    """Run ``steps`` Muon updates with the same seeded gradients; returns the weights."""
+    params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt = opt_cls(params, lr=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw", **kw)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    return params
+
+
+MATRICES = [torch.randn(96, 32) * 0.02, torch.randn(32, 80) * 0.02, torch.randn(40, 40) * 0.02]
+
+
+def test_our_muon_in_bf16_is_torchs_bit_for_bit():
+    ref = _muon_steps(torch.optim.Muon, MATRICES)
+    ours = _muon_steps(Muon, MATRICES, ns_dtype=torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(ref, ours, strict=True))
+
+
+def test_our_muon_in_fp32_follows_torchs_up_to_bf16_rounding():
+    start = [p.clone() for p in MATRICES]
+    ref = _muon_steps(torch.optim.Muon, MATRICES)
+    ours = _muon_steps(Muon, MATRICES, ns_dtype=torch.float32)
+    for s, a, b in zip(start, ref, ours, strict=True):
+        moved = (a - s).norm()
+        assert (a - b).norm() < 0.02 * moved  # the same update, to bf16's ~3 digits
+        assert not torch.equal(a, b)  # and really computed in another precision
+        direction = torch.nn.functional.cosine_similarity((a - s).flatten(), (b - s).flatten(),
+                                                          dim=0)
+        assert direction > 0.999  # the weights move the same way
+
+
+def test_newton_schulz_orthogonalizes_in_either_precision():
+    g = torch.randn(48, 160)
+    for dtype in (torch.float32, torch.bfloat16):
+        s = torch.linalg.svdvals(newton_schulz(g, (3.4445, -4.7750, 2.0315), 5, 1e-7,
+                                               dtype).float())
+        assert s.min() > 0.3 and s.max() < 1.6  # near 1, as the quintic iteration leaves them
+    tall = newton_schulz(g.T, (3.4445, -4.7750, 2.0315), 5, 1e-7, torch.float32)
+    wide = newton_schulz(g, (3.4445, -4.7750, 2.0315), 5, 1e-7, torch.float32)
+    assert torch.allclose(tall, wide.T, atol=1e-5)  # a tall matrix is done through its transpose
+
+
+def test_muon_dtype_is_a_setting_and_auto_follows_the_hardware():
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.precision import bf16_supported
+    from scratchgpt.training.trainer import _muon_dtype
+
+    cpu = torch.device("cpu")
+    assert TrainConfig().muon_dtype == "bf16"  # torch's own Muon unless asked
+    assert _muon_dtype("auto", cpu) == ("bf16" if bf16_supported(cpu) else "fp32")
+    assert _muon_dtype("bf16", cpu) == "bf16"  # allowed everywhere (emulated where slow)
+    with pytest.raises(ScratchGPTError):
+        TrainConfig(muon_dtype="fp16")
+    model = build_model(model_config("gpt", **GPT))
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon", muon_dtype="fp32")
+    assert opt.optimizers[1].ns_dtype == torch.float32

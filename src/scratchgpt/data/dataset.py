@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,19 @@ class TokenDataset:
 
     def tokenizer(self) -> Tokenizer:
         return load_tokenizer(self.directory)
+
+    def chars_per_token(self, split: str) -> float:
+        """Characters of text per token in ``split``: what turns a loss per token into one per
+        character, comparable across tokenizers. From ``meta.json`` (datasets prepared before
+        it recorded ``{split}_chars``: by decoding the split)."""
+        chars = self.meta.get(f"{split}_chars")
+        if chars is None:
+            chars = len(self.tokenizer().decode(self.splits[split].tolist()))
+        return chars / len(self.splits[split])
+
+    def bits_per_char(self, split: str, loss: float) -> float:
+        """A mean loss per token of ``split`` (nats) in bits per character of its text."""
+        return loss / self.chars_per_token(split) / math.log(2)
 
     def check_block_size(self, block_size: int) -> None:
         """Each split must hold more than one context window (+1 for the shifted targets)."""

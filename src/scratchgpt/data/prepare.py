@@ -4,7 +4,8 @@ A prepared dataset is a directory::
 
     train.bin   tokens of the first 90% of the text (uint16, or uint32 for vocabularies > 65535)
     val.bin     tokens of the last 10%
-    meta.json   tokenizer kind, vocab size, dtype, token counts, sha256 of the source text
+    meta.json   tokenizer kind, vocab size, dtype, token and character counts, sha256 of the
+                source text
     tokenizer.json (+ any tokenizer files)
 """
 
@@ -75,6 +76,8 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         "train_tokens": int(train_ids.size),
         "val_tokens": int(val_ids.size),
         "chars": len(text),
+        "train_chars": len(train_text),
+        "val_chars": len(val_text),  # bits per character = nats/token * tokens / chars / ln 2
         "source": source,
         "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "val_fraction": val_fraction,

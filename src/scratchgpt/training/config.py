@@ -35,6 +35,7 @@ def parse_duration(text: str | float | int | None) -> float | None:
 
 
 OPTIMIZERS = ("adamw", "muon")  # see training/optim.py: make_optimizer
+SCHEDULES = ("cosine", "wsd")  # see training/optim.py: lr_at
 DTYPES = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -55,7 +56,22 @@ class TrainConfig:
     min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
     lr_decay_iters: int = field(default=0, metadata={
-        "help": "updates over which the cosine decays (0 = max_iters)"})
+        "help": "updates over which the schedule runs (0 = max_iters)"})
+    schedule: str = field(default="cosine", metadata={
+        "help": "learning-rate shape after the warmup: cosine (from learning_rate down to "
+                "min_lr over the run) or wsd (warmup-stable-decay: hold learning_rate, then "
+                "decay linearly to min_lr over the last --decay-fraction of the run)"})
+    decay_fraction: float = field(default=0.4, metadata={
+        "help": "with --schedule wsd: the final fraction of the run (of the updates, or of "
+                "the time budget) over which the rate decays"})
+    seq_len_warmup: int = field(default=0, metadata={
+        "help": "language models: train on shorter windows first; the window grows linearly "
+                "from a quarter of the context (block_size) to all of it over this many "
+                "updates, in steps of 8 tokens (0 = the whole context from the start)"})
+    batch_size_ramp: int = field(default=0, metadata={
+        "help": "language models: start with fewer rows; the batch grows linearly from a "
+                "quarter of --batch-size to all of it over this many updates (0 = the whole "
+                "batch from the start)"})
     weight_decay: float = field(default=0.1, metadata={
         "help": "decoupled weight decay, on matrices only"})
     optimizer: str = field(default="adamw", metadata={
@@ -63,6 +79,10 @@ class TrainConfig:
                 "vectors; often reaches a given loss in fewer steps)"})
     muon_lr_scale: float = field(default=1.0, metadata={
         "help": "with --optimizer muon: the Muon groups' rate is learning_rate times this"})
+    muon_dtype: str = field(default="bf16", metadata={
+        "help": "with --optimizer muon: precision of its Newton-Schulz orthogonalization: bf16 "
+                "(torch.optim.Muon's own), fp32, or auto (bf16 where the hardware has it, else "
+                "fp32: CPUs without bf16 instructions emulate it, many times slower)"})
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0 = off)"})
@@ -86,7 +106,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                      "log_interval", "nproc"):
             check_range(name, getattr(self, name), 1)
-        for name in ("warmup_iters", "lr_decay_iters", "threads", "seed"):
+        for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp",
+                     "threads", "seed"):
             check_range(name, getattr(self, name), 0)
         check_range("learning_rate", self.learning_rate, 0, low_open=True)
         check_range("min_lr", self.min_lr, 0, self.learning_rate)
@@ -95,8 +116,9 @@ class TrainConfig:
         check_range("beta1", self.beta1, 0, 1, high_open=True)
         check_range("beta2", self.beta2, 0, 1, high_open=True)
         check_range("muon_lr_scale", self.muon_lr_scale, 0, low_open=True)
-        for name, choices in (("optimizer", OPTIMIZERS), ("dtype", DTYPES),
-                              ("device", DEVICES)):
+        check_range("decay_fraction", self.decay_fraction, 0, 1, low_open=True)
+        for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
+                              ("dtype", DTYPES), ("muon_dtype", DTYPES), ("device", DEVICES)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
                                   f"got {getattr(self, name)!r}")
@@ -127,10 +149,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-small": dict(
         # A fast demo on a laptop CPU. Small batches and a high learning rate learn the most per
         # second at this size; Muon with a cosine to zero beats AdamW by ~0.13 nats at 90 s
-        # (sweeps in docs/BENCHMARKS.md).
+        # (sweeps in docs/BENCHMARKS.md). Muon's orthogonalization in bf16 where the CPU has it,
+        # else fp32 (emulated bf16 made a Muon step ~9x an AdamW step on an AVX2 CPU).
         model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
         activation="gelu", batch_size=16, optimizer="muon", learning_rate=6e-3, min_lr=0.0,
-        warmup_iters=100, max_iters=4000,
+        warmup_iters=100, max_iters=4000, muon_dtype="auto",
         eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "cpu-medium": dict(
@@ -141,8 +164,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         # saves at this budget.
         model="gpt", n_layer=6, n_head=6, n_embd=192, block_size=128, dropout=0.0,
         activation="gelu", batch_size=16, optimizer="muon", learning_rate=4e-3, min_lr=0.0,
-        warmup_iters=200, max_iters=10000,
+        warmup_iters=200, max_iters=10000, muon_dtype="auto",
         eval_interval=1000, eval_iters=20, beta2=0.99, weight_decay=0.1,
+    ),
+    "cpu-speedrun": dict(
+        # cpu-small's shape and optimizer with the options of the GPT-2 training speedrun
+        # (modded-nanogpt) that suit a small model on a CPU: rotary positions, normalized
+        # queries and keys, relu^2, blocks that start as the identity, value embeddings,
+        # U-net skips, soft-capped logits and an untied head; trained on short windows and
+        # few rows first (more updates in the first seconds) with a warmup-stable-decay
+        # schedule. Each option alone against cpu-small: benchmarks/speedrun.sh.
+        model="gpt", n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0,
+        pos_encoding="rope", qk_norm=True, activation="relu2", zero_init_proj=True,
+        value_embeds=1, unet_skips=True, logit_softcap=30.0, tie_weights=False,
+        batch_size=16, optimizer="muon", learning_rate=6e-3, min_lr=0.0, muon_dtype="auto",
+        warmup_iters=100, max_iters=4000, schedule="wsd", decay_fraction=0.4,
+        seq_len_warmup=500, batch_size_ramp=500,
+        eval_interval=500, eval_iters=20, beta2=0.99, weight_decay=0.1,
     ),
     "shakespeare-gpu": dict(
         # nanoGPT's Shakespeare-char model: 6 layers, 6 heads, 384 dims, 256 context.

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.training.config import OPTIMIZERS
@@ -41,6 +41,70 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
             seen.add(id(w))
             out.append(w)
     return out
+
+
+def newton_schulz(g: Tensor, coefficients: tuple[float, float, float], steps: int,
+                  eps: float, dtype: torch.dtype) -> Tensor:
+    """Muon's orthogonalization: the quintic Newton-Schulz iteration that maps a matrix G (m, n)
+    to about U V^T (its SVD's singular values pushed towards 1), computed in ``dtype``.
+
+    The same iteration as ``torch.optim.Muon``'s, which always computes in bfloat16."""
+    a, b, c = coefficients
+    x = g.to(dtype)  # (m, n)
+    if g.size(0) > g.size(1):
+        x = x.T  # (n, m): the Gram matrices below are the smaller side's
+    x = x / x.norm().clamp(min=eps)  # spectral norm <= Frobenius norm <= 1
+    for _ in range(steps):
+        gram = x @ x.T  # (k, k), k = min(m, n)
+        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A^2
+        x = torch.addmm(x, update, x, beta=a)  # a X + (b A + c A^2) X
+    return x.T if g.size(0) > g.size(1) else x
+
+
+class Muon(torch.optim.Muon):
+    """``torch.optim.Muon`` whose Newton-Schulz iteration runs in ``ns_dtype``.
+
+    torch's Muon always orthogonalizes in bfloat16, which a CPU without bf16 instructions (AVX2)
+    emulates: there it costs far more than the training step itself (16 matrices of the
+    cpu-small model: ~800 ms in bf16 against ~43 ms in fp32, one thread). With
+    ``ns_dtype=torch.float32`` the update is the same up to rounding (closer to the exact
+    iteration); with bfloat16 this is torch's own step, bit for bit. The state (one momentum
+    buffer per matrix) is torch's, so a run may resume in either precision.
+    """
+
+    def __init__(self, params: Any, ns_dtype: torch.dtype = torch.bfloat16, **kwargs: Any):
+        super().__init__(params, **kwargs)
+        self.ns_dtype = ns_dtype
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        if self.ns_dtype == torch.bfloat16:
+            return super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, group)
+        return None
+
+    def _update(self, p: Tensor, group: dict[str, Any]) -> None:
+        """torch's single-tensor Muon step for one matrix, with the iteration in ns_dtype."""
+        momentum, lr = group["momentum"], group["lr"]
+        buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
+        buf.lerp_(p.grad, 1 - momentum)  # the momentum: an average of recent gradients
+        update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+        update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"],
+                               group["eps"], self.ns_dtype)
+        p.mul_(1 - lr * group["weight_decay"])  # decoupled weight decay
+        p.add_(update.to(p.dtype), alpha=-lr * _muon_lr_ratio(group["adjust_lr_fn"], p.shape))
+
+
+def _muon_lr_ratio(adjust_lr_fn: str | None, shape: torch.Size) -> float:
+    """Muon's rate multiplier for a matrix of ``shape`` (as ``torch.optim.Muon``):
+    ``match_rms_adamw`` gives its update the RMS of an AdamW update (0.2 sqrt(max side))."""
+    rows, cols = shape[:2]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return math.sqrt(max(1, rows / cols))
+    return 0.2 * math.sqrt(max(rows, cols)) if adjust_lr_fn == "match_rms_adamw" else 1.0
 
 
 class ChainedOptimizer:
@@ -80,14 +144,16 @@ class ChainedOptimizer:
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
                    betas: tuple[float, float], kind: str = "adamw",
-                   muon_lr_scale: float = 1.0) -> torch.optim.Optimizer | ChainedOptimizer:
+                   muon_lr_scale: float = 1.0,
+                   muon_dtype: str = "bf16") -> torch.optim.Optimizer | ChainedOptimizer:
     """The optimizer for ``model``: weight decay on matrices (>= 2 dims) only.
 
     ``kind="adamw"``: AdamW on everything (biases and LayerNorms undecayed).
     ``kind="muon"``: Muon (momentum, then the update orthogonalized by a Newton-Schulz
     iteration) on the hidden matrices (:func:`hidden_matrices`), AdamW on the rest. Muon's
     step is rescaled to AdamW's update size (``adjust_lr_fn="match_rms_adamw"``), so one
-    learning rate and schedule serve both; ``muon_lr_scale`` multiplies the Muon groups' rate.
+    learning rate and schedule serve both; ``muon_lr_scale`` multiplies the Muon groups' rate;
+    ``muon_dtype`` (bf16 or fp32) is the precision of its Newton-Schulz iteration (:class:`Muon`).
     Every group carries ``lr_scale``: a schedule sets ``group["lr"] = lr * group["lr_scale"]``.
     """
     if kind not in OPTIMIZERS:
@@ -103,9 +169,9 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     adamw = _adamw([g for g in groups if g["params"]], lr, betas)
     if not muon_params:
         return adamw
-    muon = torch.optim.Muon([{"params": muon_params, "lr_scale": muon_lr_scale}],
-                            lr=lr * muon_lr_scale, weight_decay=weight_decay,
-                            adjust_lr_fn="match_rms_adamw")
+    muon = Muon([{"params": muon_params, "lr_scale": muon_lr_scale}],
+                ns_dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[muon_dtype],
+                lr=lr * muon_lr_scale, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
     return ChainedOptimizer(adamw, muon)
 
 
@@ -116,13 +182,23 @@ def set_lr(opt: torch.optim.Optimizer | ChainedOptimizer, lr: float) -> None:
 
 
 def lr_at(progress_iters: int, warmup: int, lr: float, min_lr: float,
-          decay_fraction: float) -> float:
-    """Linear warmup for ``warmup`` updates, then cosine from ``lr`` to ``min_lr``.
+          decay_fraction: float, schedule: str = "cosine", wsd_decay: float = 0.4) -> float:
+    """Linear warmup for ``warmup`` updates, then the ``schedule`` from ``lr`` to ``min_lr``.
 
-    ``decay_fraction`` in [0, 1] is how far through the decay we are (by updates, or by wall
-    time under a time budget).
+    ``decay_fraction`` in [0, 1] is how far through the run we are (by updates, or by wall
+    time under a time budget). ``cosine``: half a cosine over the whole run. ``wsd``
+    (warmup-stable-decay): ``lr`` until the last ``wsd_decay`` of the run, then a straight line
+    down to ``min_lr`` (so a run can be extended before its decay, and the decay is short).
+
+    >>> lr_at(500, 100, 1.0, 0.0, 0.5, "wsd", wsd_decay=0.4)  # stable
+    1.0
+    >>> round(lr_at(900, 100, 1.0, 0.0, 0.8, "wsd", wsd_decay=0.4), 6)  # half-way down
+    0.5
     """
     if progress_iters < warmup:
         return lr * (progress_iters + 1) / (warmup + 1)
     d = min(max(decay_fraction, 0.0), 1.0)
+    if schedule == "wsd":
+        down = min(max((d - (1.0 - wsd_decay)) / wsd_decay, 0.0), 1.0)  # 0 until the decay
+        return lr - down * (lr - min_lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * d)) * (lr - min_lr)

@@ -91,8 +91,11 @@ class LanguageModelTask:
         self.extra_data = extra_data or {}  # recorded beside the dataset (e.g. a base model)
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
-                    shard: tuple[int, int] = (0, 1)) -> Batch:
-        return self.dataset.get_batch("train", batch_size, self.block_size, generator, shard)
+                    shard: tuple[int, int] = (0, 1), seq_len: int | None = None) -> Batch:
+        """Random windows of ``seq_len`` tokens (default: the whole context, ``block_size``;
+        shorter under a sequence-length warmup)."""
+        return self.dataset.get_batch("train", batch_size, seq_len or self.block_size,
+                                      generator, shard)
 
     @staticmethod
     def loss(model: nn.Module, batch: Batch) -> Tensor:
@@ -117,10 +120,11 @@ class LanguageModelTask:
 
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
-        """The train estimate, and the exact fp32 loss over the whole validation split."""
-        return {"train_loss": self.estimate(model, "train", iters, setting),
-                "val_loss": full_split_loss(model, self.dataset, "val", self.block_size,
-                                            setting.device)}
+        """The train estimate, the exact fp32 loss over the whole validation split, and that
+        loss in bits per character of the validation text (comparable across tokenizers)."""
+        val = full_split_loss(model, self.dataset, "val", self.block_size, setting.device)
+        return {"train_loss": self.estimate(model, "train", iters, setting), "val_loss": val,
+                "val_bpc": self.dataset.bits_per_char("val", val)}
 
     def report(self) -> str:
         return ""

@@ -30,13 +30,14 @@ from scratchgpt.errors import ConfigError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.curriculum import batch_rows, window_length
 from scratchgpt.training.metrics import MetricsLog, plot_losses
 from scratchgpt.training.optim import lr_at, make_optimizer, set_lr
 from scratchgpt.training.precision import autocast, resolve_device, resolve_dtype
 from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
-from scratchgpt.training.task import Batch, EvalSetting, Task
+from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, Task
 
 LossFn = Callable[[nn.Module, Batch], Tensor]
 
@@ -104,6 +105,7 @@ class Trainer:
                  init_weights: dict[str, Tensor] | None = None, progress: bool = True,
                  extra_config: dict[str, Any] | None = None):
         self.cfg, self.config, self.task, self.run = cfg, config, task, run
+        _check_curriculum(cfg, task)
         self.info = distributed.current()
         self.device = resolve_device(cfg.device)
         if self.device.type == "cuda" and self.info.enabled:
@@ -117,7 +119,8 @@ class Trainer:
         if self.info.enabled:
             torch.manual_seed(cfg.seed + self.info.rank)  # but each its own dropout masks
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
-                                  (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale)
+                                  (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
+                                  _muon_dtype(cfg.muon_dtype, self.device))
         # One batch stream for the whole group: every process draws the same global batch and
         # keeps its own rows, so one saved generator state resumes all of them.
         self.batch_gen = torch.Generator().manual_seed(cfg.seed)
@@ -183,9 +186,15 @@ class Trainer:
         return self._finish(stop, start_tokens, start_elapsed)
 
     def _next_batch(self) -> tuple[Tensor, ...]:
-        """This process's rows of the next global batch; counts the group's tokens."""
-        batch = self.task.train_batch(self.cfg.batch_size, self.batch_gen,
-                                      (self.info.rank, self.info.world_size))
+        """This process's rows of the next global batch; counts the group's tokens. Under a
+        batch-size ramp or sequence-length warmup the batch has this step's rows and windows."""
+        cfg, shard = self.cfg, (self.info.rank, self.info.world_size)
+        rows = batch_rows(self.state.step, cfg.batch_size_ramp, cfg.batch_size)
+        if cfg.seq_len_warmup:
+            window = window_length(self.state.step, cfg.seq_len_warmup, self.task.block_size)
+            batch = self.task.train_batch(rows, self.batch_gen, shard, seq_len=window)
+        else:
+            batch = self.task.train_batch(rows, self.batch_gen, shard)
         self.state.tokens += self.task.batch_tokens(batch) * self.info.world_size
         return batch
 
@@ -195,10 +204,12 @@ class Trainer:
                                                              self.state.elapsed_s >= budget)
 
     def _lr(self) -> float:
-        """Warmup, then a cosine over the updates (or over the wall-clock budget)."""
+        """Warmup, then the schedule (cosine or wsd) over the updates (or over the wall-clock
+        budget)."""
         cfg, budget = self.cfg, self.cfg.time_budget_s
         progress = self.state.elapsed_s / budget if budget else self.state.step / cfg.decay_iters
-        return lr_at(self.state.step, cfg.warmup_iters, cfg.learning_rate, cfg.min_lr, progress)
+        return lr_at(self.state.step, cfg.warmup_iters, cfg.learning_rate, cfg.min_lr, progress,
+                     cfg.schedule, cfg.decay_fraction)
 
     def _log(self, loss: Tensor, lr: float, bar: Progress, tokens: int, seconds: float) -> None:
         """Metrics rows, periodic evaluation and checkpoint, progress bar."""
@@ -305,6 +316,21 @@ class Trainer:
             rng["torch_per_rank"] = [cpu for cpu, _ in states]
             rng["cuda_per_rank"] = [cuda for _, cuda in states]
         return rng
+
+
+def _muon_dtype(name: str, device: torch.device) -> str:
+    """Muon's Newton-Schulz precision: ``auto`` as the compute precision resolves it; ``bf16``
+    is allowed everywhere (torch's own Muon: emulated, so slow, where unsupported)."""
+    return resolve_dtype("auto", device) if name == "auto" else name
+
+
+def _check_curriculum(cfg: TrainConfig, task: Task) -> None:
+    """The sequence-length warmup and batch-size ramp shape windows of tokens: only a language
+    model's task has them (a seq2seq batch is whole sentence pairs)."""
+    for name in ("seq_len_warmup", "batch_size_ramp"):
+        if getattr(cfg, name) and not isinstance(task, LanguageModelTask):
+            raise ConfigError(f"--{name.replace('_', '-')} applies to language models only "
+                              "(batches of token windows); leave it at 0 here")
 
 
 def _finite(value: float, step: int, what: str) -> float:

@@ -1,0 +1,212 @@
+"""The training speedrun's ablation table: each option alone against a baseline preset, then
+the whole stack, at wall-clock budgets, on several texts. Run through benchmarks/speedrun.sh.
+
+Every run is ``scratchgpt train --time-budget B`` (or ``--max-iters N`` for a step-matched
+pilot) as a user would run it, one after another; quality is the exact full-split validation
+loss in nats per token and in bits per character (comparable across tokenizers), speed the
+trainer's tokens/s. Results are appended to ``runs/speedrun/results.jsonl`` and the tables
+written to ``runs/speedrun/table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "runs" / "speedrun"
+
+# The base preset of each budget: what a user runs today for that much time.
+BASE = {"90s": "cpu-small", "10m": "cpu-medium"}
+# Sequence-length warmup and batch-size ramp lengths (updates) per budget: about a quarter of
+# the updates such a run makes on a 2-core CPU.
+RAMP = {"90s": "500", "10m": "600"}
+
+# Each change alone, as flags on top of the base preset ("{ramp}": the budget's RAMP).
+ABLATIONS: dict[str, list[str]] = {
+    "baseline": [],
+    "wsd": ["--schedule", "wsd"],
+    "seq-len-warmup": ["--seq-len-warmup", "{ramp}"],
+    "batch-size-ramp": ["--batch-size-ramp", "{ramp}"],
+    "rope": ["--pos-encoding", "rope"],
+    "qk-norm": ["--qk-norm"],
+    "relu2": ["--activation", "relu2"],
+    "zero-init-proj": ["--zero-init-proj"],
+    "value-embeds": ["--value-embeds", "1"],
+    "unet-skips": ["--unet-skips"],
+    "logit-softcap": ["--logit-softcap", "30"],
+    "untied-head": ["--no-tie-weights"],
+}
+# The stack: at 90 s the cpu-speedrun preset itself; at 10 minutes the same options on the
+# cpu-medium shape (read from the preset, so the two never drift apart).
+STACK = "stack"
+# nanoGPT's CPU recipe (its README: 4 layers, 4 heads, 128 dims, context 64, batch 12, no
+# dropout, AdamW at 1e-3 with warmup 100 and a cosine to 1e-4, betas 0.9/0.99, weight decay
+# 0.1, grad clip 1, exact GELU) in scratchgpt's trainer, under the same budget.
+NANOGPT = "nanogpt-recipe"
+NANOGPT_FLAGS = ["--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--block-size", "64",
+                 "--batch-size", "12", "--dropout", "0", "--activation", "gelu",
+                 "--optimizer", "adamw", "--learning-rate", "1e-3", "--min-lr", "1e-4",
+                 "--warmup-iters", "100", "--beta2", "0.99", "--weight-decay", "0.1",
+                 "--grad-clip", "1", "--eval-interval", "250", "--eval-iters", "20"]
+
+DONE = re.compile(r"done: (\d+) steps in ([\d.]+)s \(([\d,]+) tokens/s\); train loss ([\d.]+), "
+                  r"val loss ([\d.]+) \(full val split, ([\d.]+) bits/char\)")
+
+
+def stack_flags() -> list[str]:
+    """The options cpu-speedrun adds to cpu-small, as flags (applied to cpu-medium at 10 m)."""
+    from scratchgpt.training.config import PRESETS
+
+    small, fast = PRESETS["cpu-small"], PRESETS["cpu-speedrun"]
+    shape = {"n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
+             "eval_interval", "eval_iters", "seq_len_warmup", "batch_size_ramp"}
+    flags: list[str] = []
+    for key, value in fast.items():
+        if key in shape or small.get(key) == value:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def run_flags(variant: str, budget: str) -> list[str]:
+    """The training flags of ``variant`` at ``budget`` (a duration, or ``N`` updates)."""
+    base = BASE.get(budget, "cpu-small")
+    if variant == NANOGPT:
+        return NANOGPT_FLAGS
+    ramp = RAMP.get(budget) or str(int(budget) // 4)  # a pilot of N updates: a quarter
+    if variant == STACK:  # the ramps as long as in the ablations
+        stack = ["--preset", "cpu-speedrun"] if base == "cpu-small" else \
+            ["--preset", base, *stack_flags()]
+        return [*stack, "--seq-len-warmup", ramp, "--batch-size-ramp", ramp]
+    return ["--preset", base, *(f.format(ramp=ramp) for f in ABLATIONS[variant])]
+
+
+def kjv_dataset(cache: Path) -> str | None:
+    """The King James Bible (public domain; Debian's ``bible-kjv`` package prints it offline,
+    with its chapter headings and verse numbers: ~4.3 M characters), prepared at character
+    level; None when the ``bible`` program is missing."""
+    target = cache / "kjv-char"
+    if (target / "meta.json").is_file():
+        return str(target)
+    if shutil.which("bible") is None:
+        print("kjv: skipped (no 'bible' program: apt-get install bible-kjv)", file=sys.stderr)
+        return None
+    text = subprocess.run(["bible", "-l80", "gen1:1-rev22:21"], check=True,
+                          capture_output=True, text=True).stdout
+    cache.mkdir(parents=True, exist_ok=True)
+    source = cache / "kjv.txt"
+    source.write_text(text, encoding="utf-8")
+    print(f"kjv: {len(text):,} characters, sha256 "
+          f"{hashlib.sha256(text.encode()).hexdigest()}", file=sys.stderr)
+    scratchgpt("prepare", "--data", str(source), "--tokenizer", "char", "--out", str(target))
+    return str(target)
+
+
+def scratchgpt(*args: str) -> str:
+    cmd = [sys.executable, "-m", "scratchgpt", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def train_once(dataset: str, data_arg: str, budget: str, variant: str,
+               threads: int | None) -> dict:
+    flags = run_flags(variant, budget)
+    limit = ["--max-iters", budget, "--eval-interval", budget] if budget.isdigit() else \
+        ["--time-budget", budget, "--max-iters", "1000000"]
+    out = OUT / f"{dataset}-{budget}-{variant}"
+    extra = ["--threads", str(threads)] if threads else []
+    t0 = time.perf_counter()
+    text = scratchgpt("train", "--dataset", data_arg, *flags, *limit, *extra, "--out", str(out),
+                      "--overwrite", "--no-progress")
+    wall = time.perf_counter() - t0
+    m = DONE.search(text)
+    if m is None:
+        raise SystemExit(f"no result line from {out}:\n{text[-2000:]}")
+    steps, seconds, tok_s, train, val, bpc = m.groups()
+    return {"dataset": dataset, "budget": budget, "variant": variant, "flags": " ".join(flags),
+            "steps": int(steps), "train_s": float(seconds),
+            "tokens_per_s": int(tok_s.replace(",", "")), "train_loss": float(train),
+            "val_loss": float(val), "val_bpc": float(bpc), "process_s": round(wall, 1),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def table(rows: list[dict]) -> str:
+    """One markdown table per (dataset, budget), in the order the runs were made."""
+    out = []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["budget"]), []).append(r)
+    for (dataset, budget), group in groups.items():
+        base = next((r["val_bpc"] for r in group if r["variant"] == "baseline"), None)
+        out += [f"\n{dataset}, {budget}:\n",
+                "| run | flags | steps | tokens/s | val nats/token | val bits/char | Δ bits/char |",
+                "|---|---|---:|---:|---:|---:|---:|"]
+        for r in group:
+            delta = f"{r['val_bpc'] - base:+.4f}" if base is not None else ""
+            out.append(f"| {r['variant']} | `{r['flags']}` | {r['steps']:,} | "
+                       f"{r['tokens_per_s']:,} | {r['val_loss']:.4f} | {r['val_bpc']:.4f} | "
+                       f"{delta} |")
+    return "\n".join(out) + "\n"
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(dataset, budget, variant) of every run, ablations first."""
+    runs = []
+    for budget in args.budgets.split(","):
+        for dataset in args.datasets.split(","):
+            variants = args.variants.split(",") if args.variants else (
+                [*ABLATIONS, STACK, NANOGPT] if dataset == args.ablate_on
+                else ["baseline", STACK, NANOGPT])
+            runs += [(dataset, budget, v) for v in variants]
+    return runs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budgets", default="90s,10m",
+                   help="comma list of time budgets (90s, 10m), or update counts for a "
+                        "step-matched pilot (default 90s,10m)")
+    p.add_argument("--datasets", default="shakespeare,python-stdlib,kjv",
+                   help="comma list: named datasets, prepared directories, or kjv")
+    p.add_argument("--ablate-on", default="shakespeare",
+                   help="the dataset that gets every ablation; the others get baseline, the "
+                        "stack and the nanoGPT recipe")
+    p.add_argument("--variants", default="", help="comma list of runs instead of the plan: "
+                   + ", ".join([*ABLATIONS, STACK, NANOGPT]))
+    p.add_argument("--threads", type=int, default=None, help="torch threads per run")
+    args = p.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    data = {}
+    rows = []
+    for dataset, budget, variant in plan(args):
+        if dataset not in data:
+            data[dataset] = kjv_dataset(OUT / "data") if dataset == "kjv" else dataset
+        if data[dataset] is None:
+            continue
+        row = train_once(dataset, data[dataset], budget, variant, args.threads)
+        print(json.dumps(row), flush=True)
+        with (OUT / "results.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        rows.append(row)
+    text = table(rows)
+    (OUT / "table.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

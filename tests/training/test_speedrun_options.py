@@ -1,0 +1,207 @@
+"""The training speedrun's options: the warmup-stable-decay schedule, the sequence-length
+warmup, the batch-size ramp, and validation loss in bits per character."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from scratchgpt.checkpoints import load_checkpoint
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.prepare import prepare_text
+from scratchgpt.errors import ConfigError, ScratchGPTError
+from scratchgpt.models import model_config
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.curriculum import batch_rows, window_length
+from scratchgpt.training.job import train
+from scratchgpt.training.optim import lr_at
+from scratchgpt.training.trainer import Trainer
+
+MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, dropout=0.0)
+
+
+def cfg(**kw) -> TrainConfig:
+    base = dict(batch_size=8, max_iters=40, eval_interval=20, eval_iters=4, log_interval=5,
+                learning_rate=3e-3, warmup_iters=5, dtype="fp32")
+    return TrainConfig(**{**base, **kw})
+
+
+def gpt(data: TokenDataset):
+    return model_config("gpt", vocab_size=data.vocab_size, **MODEL)
+
+
+def test_wsd_holds_the_rate_then_decays_linearly_to_min_lr():
+    lrs = [lr_at(s, 10, 1.0, 0.1, s / 100, "wsd", 0.3) for s in range(101)]
+    assert lrs[0] < lrs[9] < 1.0  # the same warmup as the cosine
+    assert all(lr == 1.0 for lr in lrs[10:71])  # stable until the last 30%
+    decay = lrs[70:]
+    steps = [a - b for a, b in zip(decay, decay[1:], strict=False)]
+    assert all(d == pytest.approx(0.9 / 30) for d in steps)  # a straight line ...
+    assert lrs[100] == pytest.approx(0.1)  # ... down to min_lr
+    assert lr_at(150, 10, 1.0, 0.1, 1.5, "wsd", 0.3) == pytest.approx(0.1)  # and no lower
+
+
+def test_cosine_stays_the_default_schedule():
+    c = cfg()
+    assert c.schedule == "cosine" and c.seq_len_warmup == 0 and c.batch_size_ramp == 0
+    assert lr_at(30, 10, 1.0, 0.1, 0.3) == lr_at(30, 10, 1.0, 0.1, 0.3, "cosine", 0.3)
+
+
+@pytest.mark.parametrize("bad", [dict(schedule="linear"), dict(decay_fraction=0.0),
+                                 dict(decay_fraction=1.5), dict(seq_len_warmup=-1),
+                                 dict(batch_size_ramp=-5), dict(decay_fraction=float("nan"))])
+def test_invalid_speedrun_settings(bad):
+    with pytest.raises(ConfigError):
+        cfg(**bad)
+
+
+def test_window_length_grows_from_a_quarter_to_the_context_in_multiples_of_8():
+    lengths = [window_length(s, 100, 64) for s in range(120)]
+    assert lengths[0] == 16 and lengths[100:] == [64] * 20
+    assert all(a <= b for a, b in zip(lengths, lengths[1:], strict=False))
+    assert all(n % 8 == 0 for n in lengths)
+    assert window_length(0, 100, 6) == 6  # a context shorter than one step is used whole
+    assert window_length(0, 0, 64) == 64  # no warmup: the whole context
+
+
+def test_batch_rows_grow_from_a_quarter_to_the_batch():
+    rows = [batch_rows(s, 40, 12) for s in range(50)]
+    assert rows[0] == 3 and rows[40:] == [12] * 10
+    assert all(a <= b for a, b in zip(rows, rows[1:], strict=False))
+    assert batch_rows(0, 10, 1) == 1 and batch_rows(0, 0, 12) == 12
+
+
+def test_the_loop_draws_the_scheduled_batch_shapes(small_dataset, tmp_path, monkeypatch):
+    data = TokenDataset(small_dataset)
+    shapes = []
+    real = TokenDataset.get_batch
+
+    def recording(self, split, batch_size, block_size, generator, *args, **kw):
+        x, y = real(self, split, batch_size, block_size, generator, *args, **kw)
+        if split == "train" and kw.get("shard", args[0] if args else None) is not None:
+            shapes.append(tuple(x.shape))
+        return x, y
+
+    monkeypatch.setattr(TokenDataset, "get_batch", recording)
+    res = train(cfg(max_iters=30, seq_len_warmup=20, batch_size_ramp=10), gpt(data), data,
+                tmp_path / "r", progress=False)
+    expected = [(batch_rows(s, 10, 8), window_length(s, 20, 32)) for s in range(30)]
+    assert shapes == expected
+    assert shapes[0] == (2, 8) and shapes[-1] == (8, 32)
+    state = load_checkpoint(tmp_path / "r" / "last.pt").state
+    assert state.tokens == sum(b * t for b, t in expected)  # tokens/s counts what was trained
+    assert res.step == 30
+
+
+def test_speedrun_options_train_and_resume_exactly(small_dataset, tmp_path):
+    data = TokenDataset(small_dataset)
+    opts = dict(schedule="wsd", decay_fraction=0.5, seq_len_warmup=25, batch_size_ramp=15,
+                lr_decay_iters=40, optimizer="muon", muon_dtype="fp32")
+    full = train(cfg(max_iters=40, **opts), gpt(data), data, tmp_path / "a", progress=False)
+    train(cfg(max_iters=20, **opts), gpt(data), data, tmp_path / "b", progress=False)
+    resumed = train(cfg(max_iters=40, **opts), None, data, tmp_path / "b", resume=True,
+                    progress=False)
+    assert resumed.step == 40 and resumed.val_loss == full.val_loss
+    a = load_checkpoint(tmp_path / "a" / "last.pt").model
+    b = load_checkpoint(tmp_path / "b" / "last.pt").model
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert full.val_loss < math.log(data.vocab_size) - 0.5  # and it learns
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["train"]["schedule"] == "wsd" and saved["train"]["seq_len_warmup"] == 25
+
+
+def test_the_ramps_apply_to_language_models_only():
+    class PairsTask:  # a task whose batches are not token windows (as seq2seq's)
+        pass
+
+    config = model_config("gpt", vocab_size=10, **MODEL)
+    for option in ("seq_len_warmup", "batch_size_ramp"):
+        with pytest.raises(ScratchGPTError, match=option.replace("_", "-")):
+            Trainer(cfg(**{option: 10}), config, PairsTask(), progress=False)
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_bits_per_char_uses_the_val_text_length(tmp_path, english_text, tokenizer):
+    text = english_text[:60_000]
+    meta = prepare_text(text, tmp_path, tokenizer,
+                        vocab_size=300 if tokenizer == "bpe" else None)
+    data = TokenDataset(tmp_path)
+    assert meta["val_chars"] == len(text) - int(len(text) * 0.9)
+    ratio = meta["val_chars"] / meta["val_tokens"]
+    assert data.chars_per_token("val") == pytest.approx(ratio)
+    assert data.bits_per_char("val", 1.5) == pytest.approx(1.5 / ratio / math.log(2))
+    if tokenizer == "char":
+        assert ratio == 1.0
+    else:
+        assert ratio > 1.2  # BPE tokens span several characters
+    # A dataset prepared before meta.json recorded characters: counted by decoding the split.
+    stored = json.loads((tmp_path / "meta.json").read_text())
+    del stored["val_chars"], stored["train_chars"]
+    (tmp_path / "meta.json").write_text(json.dumps(stored))
+    assert TokenDataset(tmp_path).chars_per_token("val") == pytest.approx(ratio)
+
+
+def test_the_speedrun_preset_builds_and_trains(small_dataset, tmp_path):
+    from scratchgpt.models import build_model
+    from scratchgpt.training.config import PRESETS
+    from scratchgpt.training.settings import Settings, finish_model_config, known_settings, new_run
+
+    preset = PRESETS["cpu-speedrun"]
+    assert set(preset) <= known_settings()
+    # The preset's own options, shortened to a test: fewer updates, the ramps scaled with them.
+    short = dict(max_iters=60, seq_len_warmup=20, batch_size_ramp=20, warmup_iters=10,
+                 eval_interval=60, eval_iters=2, dtype="fp32")
+    kind, values, train_cfg, _ = new_run(Settings("cpu-speedrun", flags=short))
+    data = TokenDataset(small_dataset)
+    config = finish_model_config(kind, values, data.vocab_size)
+    model = build_model(config)
+    for name in ("pos_encoding", "qk_norm", "activation", "zero_init_proj", "value_embeds",
+                 "unet_skips", "logit_softcap", "tie_weights"):
+        assert getattr(config, name) == preset[name]
+    assert train_cfg.schedule == "wsd" and train_cfg.optimizer == "muon"
+    x = torch.randint(0, data.vocab_size, (1, 16))
+    assert model(x).abs().max() < config.logit_softcap  # soft-capped logits
+    res = train(train_cfg, config, data, tmp_path / "run", progress=False)
+    assert res.step == 60
+    assert res.val_loss < math.log(data.vocab_size) - 1.0  # well below a uniform guess
+
+
+def _speedrun_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "speedrun.py"
+    spec = importlib.util.spec_from_file_location("speedrun_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("budget", ["90s", "10m", "400"])
+def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
+    from scratchgpt.cli import build_parser
+    from scratchgpt.commands.options import given
+    from scratchgpt.training.settings import Settings, finish_model_config, known_settings, new_run
+
+    script = _speedrun_script()
+    parser = build_parser()
+    variants = [*script.ABLATIONS, script.STACK, script.NANOGPT]
+    configs = {}
+    for variant in variants:
+        args = parser.parse_args(["train", *script.run_flags(variant, budget)])
+        settings = Settings(args.preset, None, given(args, known_settings() - {"dataset"}))
+        kind, values, train_cfg, _ = new_run(settings)
+        configs[variant] = (finish_model_config(kind, values, 65), train_cfg)
+    base_model, base_train = configs["baseline"]
+    for variant in script.ABLATIONS:  # one change at a time: exactly one setting differs
+        model, train_cfg = configs[variant]
+        changed = [k for k, v in model.to_dict().items() if getattr(base_model, k) != v] + \
+                  [k for k, v in train_cfg.to_dict().items() if getattr(base_train, k) != v]
+        assert len(changed) == (0 if variant == "baseline" else 1), (variant, changed)
+    stack_model, stack_train = configs[script.STACK]
+    # The stack is the base shape with every option of the cpu-speedrun preset.
+    assert (stack_model.n_layer, stack_model.block_size) == (base_model.n_layer,
+                                                             base_model.block_size)
+    assert stack_model.pos_encoding == "rope" and stack_model.qk_norm
+    assert stack_train.schedule == "wsd" and stack_train.seq_len_warmup > 0
