@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "seq2seq",
     "experiment",
     "convert",
+    "serve",
     "bench",
 )
 

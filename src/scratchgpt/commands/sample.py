@@ -88,32 +88,25 @@ def read_prompt(args: argparse.Namespace) -> str | None:
 
 class StreamPrinter:
     """Prints decoded text as tokens arrive. It holds back what could still become a stop
-    string, or an incomplete multi-byte character, so nothing printed needs taking back."""
+    string, or an incomplete multi-byte character, so nothing printed needs taking back
+    (:class:`~scratchgpt.generation.stopping.StreamText`)."""
 
     def __init__(self, tokenizer, rule, out=None):
-        self.tok, self.rule, self.out = tokenizer, rule, out or sys.stdout
-        self.ids: list[int] = []
-        self.printed = 0
-        self.hold = max((len(s) for s in rule.stop_strings), default=1) - 1
+        from scratchgpt.generation.stopping import StreamText
+
+        self.text, self.out = StreamText(rule), out or sys.stdout
 
     def add(self, token: int) -> None:
-        self.ids.append(token)
-        text = self.rule.text(self.ids)  # no end-of-text token, cut before a stop string
-        safe = len(text) - self.hold
-        while safe > self.printed and text[safe - 1] == "\ufffd":
-            safe -= 1  # an incomplete UTF-8 sequence decodes to U+FFFD: wait for more bytes
-        if safe > self.printed:
-            self._emit(text[:safe])
+        self._emit(self.text.add(token)[0])
 
     def finish(self) -> str:
-        text = self.rule.text(self.ids)
-        self._emit(text)
-        return text
+        self._emit(self.text.finish()[0])
+        return self.text.text
 
-    def _emit(self, text: str) -> None:
-        self.out.write(text[self.printed:])
-        self.out.flush()
-        self.printed = len(text)
+    def _emit(self, piece: str) -> None:
+        if piece:
+            self.out.write(piece)
+            self.out.flush()
 
 
 def check_args(args: argparse.Namespace) -> None:
