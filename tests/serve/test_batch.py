@@ -45,8 +45,8 @@ def run(model, schedule: dict[int, list[Job]]) -> tuple[dict, CountingBatch]:
     batch, got, step, widest = CountingBatch(model), {}, 0, 0
     while batch.rows or any(s >= step for s in schedule):
         out = Deliveries()
-        for job in schedule.get(step, []):
-            batch.admit(job, out)
+        if schedule.get(step):
+            batch.admit(schedule[step], out)
         collect(out, got)
         widest = max(widest, batch.size)
         if batch.rows:
@@ -111,7 +111,7 @@ def test_logprobs_are_the_models_own_distribution():
     job = Job([1, 2, 3], StopRule(5), SamplingConfig(temperature=0.7), top_logprobs=3,
               prompt_logprobs=True, generator=torch.Generator().manual_seed(0))
     batch, out = ContinuousBatch(model), Deliveries()
-    batch.admit(job, out)
+    batch.admit([job], out)
     while batch.rows:
         for j, ev in batch.step().items():
             out.add(j, ev)
@@ -133,8 +133,8 @@ def test_dropping_a_job_frees_its_rows_and_the_others_go_on_unchanged():
     a, b = Job([1, 2, 3, 4, 5, 6], StopRule(15)), Job([7], StopRule(15), n=2)
     batch, got = ContinuousBatch(model), {}
     out = Deliveries()
-    batch.admit(a, out)
-    batch.admit(b, out)
+    batch.admit([a], out)
+    batch.admit([b], out)
     collect(out, got)
     for _ in range(3):
         collect(batch.step(), got)

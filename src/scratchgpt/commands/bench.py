@@ -17,6 +17,7 @@ BENCHMARKS = (
     "generate",
     "speculative",
     "recurrent",
+    "serve",
 )
 
 

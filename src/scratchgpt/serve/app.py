@@ -7,6 +7,7 @@
     POST /v1/completions        OpenAI completions (stream: server-sent events)
     POST /v1/chat/completions   OpenAI chat completions (models with a chat template)
     POST /api/attention         the playground's attention maps (GPT models)
+    GET  /api/limits            what a request may ask for
 
 With an API key every route but ``/``, ``/static/...`` and ``/health`` needs ``Authorization:
 Bearer KEY``. Request bodies over ``limits.max_body_bytes`` are refused (413) as they arrive.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import importlib.resources
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -188,6 +190,13 @@ class Handlers:
         return PlainTextResponse(self.service.metrics.render(),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def limits(self, request: Request) -> Response:
+        """What a request may ask for (this server's own route; the soak reads it)."""
+        engine = self.service.engine
+        return JSONResponse({**dataclasses.asdict(self.service.limits),
+                             "max_batch": engine.max_rows, "max_queue": engine.max_queue,
+                             "timeout_s": self.service.timeout_s})
+
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [self.service.info.card()]})
 
@@ -291,6 +300,7 @@ def create_app(service: svc.Service, api_key: str | None = None) -> Starlette:
         Route("/v1/completions", e(h.completions), methods=["POST"]),
         Route("/v1/chat/completions", e(h.chat), methods=["POST"]),
         Route("/api/attention", e(h.attention), methods=["POST"]),
+        Route("/api/limits", e(h.limits), methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={404: not_found, 405: not_found, 500: crashed})

@@ -6,8 +6,9 @@ newest token in one forward call, samples each row's next token with its own req
 settings, and removes the rows that stop. :meth:`~ContinuousBatch.admit` brings a new request
 in at any time:
 
-1. its prompt is prefilled alone, in a cache of its own (exactly as if it ran alone), and its
-   first token is sampled from that (``n`` choices: the prompt's cache is copied ``n`` times);
+1. its prompt is prefilled in a cache of its own (with the other prompts that arrived at the
+   same time, left-padded to the longest), and its first token is sampled from that (``n``
+   choices: the prompt's cache row is copied ``n`` times);
 2. the new rows join the batch (``JoinableCache.append_rows``): the cache lays them out so that
    their next token goes into the same slot as everyone else's. For the GPT's KV cache that is
    left padding: a prompt of 5 tokens joining a batch at slot 9 gets 4 padding slots in front,
@@ -40,7 +41,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import context_length, prefill, score, slide_keep
+from scratchgpt.generation.decode import PAD_ID, context_length, prefill, score, slide_keep
 from scratchgpt.generation.sampling import SamplingConfig, next_token
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM, JoinableCache
@@ -192,22 +193,36 @@ class ContinuousBatch:
 
     # ---- joining
 
-    def admit(self, job: Job, out: Deliveries) -> None:
-        """Prefill ``job``'s prompt alone, sample each choice's first token (reported in
-        ``out``) and let the choices that go on join the batch."""
+    def check(self, job: Job) -> None:
+        """Raise GenerationError if ``job`` cannot run on this model."""
         if self.context is not None and len(job.prompt) > self.context:
             raise GenerationError(f"prompt of {len(job.prompt)} tokens exceeds the context of "
                                   f"{self.context}")
-        cache = self.model.new_cache(1, len(job.prompt))
-        logits = score(self.model, cache, torch.tensor([job.prompt]))  # (1, T, V)
-        if job.prompt_logprobs:
-            out.add(job, [prompt_scores(logits[0], job.prompt, job.top_logprobs or 0)])
-        last = logits[:, -1]  # (1, V)
-        if job.n > 1:  # n choices share the prompt: copy its cache
-            cache.select_rows(torch.zeros(job.n, dtype=torch.long))
-            last = last.expand(job.n, -1)  # (n, V)
-        self._join(self._sample_new(
-            [Row(job, i) for i in range(job.n)], cache, last, out))
+
+    def admit(self, jobs: Sequence[Job], out: Deliveries) -> None:
+        """Prefill the prompts of ``jobs`` together in a cache of their own (left-padded to
+        the longest, as ``generation.decode.prefill_rows`` does), sample each choice's first
+        token (reported in ``out``) and let the choices that go on join the batch. A job's
+        ``n`` choices share its prompt: its cache row is copied ``n`` times."""
+        for job in jobs:
+            self.check(job)
+        width = max(len(j.prompt) for j in jobs)
+        pads = [width - len(j.prompt) for j in jobs]
+        cache = self.model.new_cache(len(jobs), width)
+        cache.left_pad(torch.tensor(pads))
+        idx = torch.tensor([[PAD_ID] * p + j.prompt for j, p in zip(jobs, pads, strict=True)])
+        logits = score(self.model, cache, idx)  # (J, width, V)
+        for j, job in enumerate(jobs):
+            if job.prompt_logprobs:
+                out.add(job, [prompt_scores(logits[j, pads[j]:], job.prompt,
+                                            job.top_logprobs or 0)])
+        last = logits[:, -1]  # (J, V)
+        copies = torch.tensor([j for j, job in enumerate(jobs) for _ in range(job.n)])
+        if len(copies) > len(jobs):
+            cache.select_rows(copies)
+            last = last[copies]  # (rows, V)
+        rows = [Row(job, c) for job in jobs for c in range(job.n)]
+        self._join(self._sample_new(rows, cache, last, out))
 
     def _sample_new(self, rows: list[Row], cache: JoinableCache, logits: Tensor,
                     out: Deliveries) -> tuple[list[Row], JoinableCache]:
@@ -269,23 +284,33 @@ class ContinuousBatch:
         groups: dict[Job, list[int]] = {}
         for i, r in enumerate(rows):
             groups.setdefault(r.job, []).append(i)
+        argmax = None  # every greedy row's token, from one call
         for job, idx in groups.items():
             idx.sort(key=lambda i: rows[i].choice)  # a job's rows draw in choice order
-            lg = logits[idx]  # (n, V)
-            tokens = next_token(lg, job.sampling, job.generator)  # (n,)
-            chosen, top = (None, None)
+            if job.sampling.greedy:
+                argmax = logits.argmax(-1).tolist() if argmax is None else argmax
+                tokens = [argmax[i] for i in idx]
+            else:
+                tokens = next_token(logits[idx], job.sampling, job.generator).tolist()
+            scores = (None, None)
             if job.top_logprobs is not None:
-                chosen, top = token_logprobs(lg, tokens, job.top_logprobs)
-            events = []
-            for j, (i, t) in enumerate(zip(idx, tokens.tolist(), strict=True)):
-                row = rows[i]
-                row.tokens.append(t)
-                finish = finish_reason(job.rule, row.tokens)
-                done[i] = finish is not None
-                events.append(TokenOut(row.choice, t, None if chosen is None else chosen[j],
-                                       None if top is None else top[j], finish))
-            out.add(job, events)
+                scores = token_logprobs(logits[idx], torch.tensor(tokens), job.top_logprobs)
+            out.add(job, self._record([rows[i] for i in idx], tokens, scores, done, idx))
         return done
+
+    @staticmethod
+    def _record(rows: list[Row], tokens: list[int], scores: tuple, done: list[bool],
+                idx: list[int]) -> list[TokenOut]:
+        """Append each row's new token; mark in ``done`` the rows it ends."""
+        chosen, top = scores
+        events = []
+        for j, (row, t) in enumerate(zip(rows, tokens, strict=True)):
+            row.tokens.append(t)
+            finish = finish_reason(row.job.rule, row.tokens)
+            done[idx[j]] = finish is not None
+            events.append(TokenOut(row.choice, t, None if chosen is None else chosen[j],
+                                   None if top is None else top[j], finish))
+        return events
 
     # ---- leaving
 

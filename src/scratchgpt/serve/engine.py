@@ -87,7 +87,6 @@ class Engine:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._idle = True
 
     # ---- called from other threads
 
@@ -153,14 +152,16 @@ class Engine:
         self._fail_everything(503, "the server is shutting down")
 
     def _wait_for_work(self) -> bool:
-        """Block while there is nothing to do; False once stopping."""
+        """Block while there is nothing to do; False once stopping. After half a second
+        without work, freed memory goes back to the system."""
+        released = False
         with self._wake:
             while not (self._stopping or self._queue or self._calls or self.batch.rows):
-                if not self._idle:
-                    self._idle = True
+                if released:
+                    self._wake.wait()
+                elif not self._wake.wait(0.5):
                     release_memory()
-                self._wake.wait()
-            self._idle = False
+                    released = True
             return not self._stopping
 
     def _iteration(self) -> None:
@@ -205,19 +206,26 @@ class Engine:
                 out.add(job, [Failed(503, "the request timed out waiting for the model")])
 
     def _admit(self, out: Deliveries) -> None:
-        spent = 0
-        while True:
-            with self._wake:
-                job = self._queue[0] if self._queue else None
-                if job is None or self.batch.size + job.n > self.max_rows or (
-                        spent and spent + len(job.prompt) > self.prefill_tokens):
-                    return
+        """Admit queued jobs, in order, while rows are free and their prompts fit the prefill
+        budget (the first always does); they are prefilled together."""
+        jobs, rows, width = [], self.batch.size, 0
+        with self._wake:
+            while self._queue:
+                job = self._queue[0]
+                wider = max(width, len(job.prompt))
+                if rows + job.n > self.max_rows or (
+                        jobs and wider * (len(jobs) + 1) > self.prefill_tokens):
+                    break
                 self._queue.popleft()
-            spent += len(job.prompt)
-            try:
-                self.batch.admit(job, out)
-            except GenerationError as e:  # this prompt cannot run; the batch is untouched
-                out.add(job, [Failed(400, str(e))])
+                try:
+                    self.batch.check(job)
+                except GenerationError as e:  # this prompt cannot run
+                    out.add(job, [Failed(400, str(e))])
+                    continue
+                jobs.append(job)
+                rows, width = rows + job.n, wider
+        if jobs:
+            self.batch.admit(jobs, out)
 
     def _deliver(self, out: Deliveries) -> None:
         if not out:

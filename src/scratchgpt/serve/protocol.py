@@ -105,6 +105,11 @@ def parse_json(body: bytes) -> dict[str, Any]:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
+    try:  # JSON may escape a lone surrogate (\ud800), which no text encoding can hold
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "the request body holds an invalid character (a lone UTF-16 "
+                            "surrogate)") from None
     return data
 
 

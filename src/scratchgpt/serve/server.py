@@ -85,7 +85,7 @@ def load_service(cfg: ServeConfig) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, source = load_model(cfg.checkpoint, cfg.which)
-    model = prepare_for_decode(model, cfg.dtype)
+    model = prepare_for_decode(model, cfg.dtype, pack=False)  # batch sizes vary: no packing
     tokenizer = source.tokenizer()
     template = template_for(source.checkpoint)
     context = context_length(model)
