@@ -27,7 +27,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,10 @@ class ServerProcess:
         if not self.url:
             self.proc.wait()
             raise RuntimeError(f"the server did not start: {' '.join(self.cmd)}")
+        # keep reading its output (its last lines are shown if it fails), so that a full pipe
+        # never blocks it
+        self.log: deque[str] = deque(maxlen=50)
+        threading.Thread(target=self.log.extend, args=(self.proc.stdout,), daemon=True).start()
         wait_healthy(self.url)
         return self
 
