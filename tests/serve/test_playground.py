@@ -113,3 +113,15 @@ def test_the_chat_tab_streams_the_reply(page, tmp_path):
     page.wait_for_function("!document.getElementById('chat-send').disabled")
     assert reply.inner_text() == "ok"  # what the tiny model was trained to answer
     page.screenshot(path=tmp_path / "chat.png")
+
+
+def test_the_page_works_offline():
+    """No CDN: the shipped files load nothing from another host."""
+    optional("starlette")
+    from scratchgpt.serve.app import static_files
+
+    files = static_files()
+    assert {"index.html", "playground.js", "playground.css"} <= set(files)
+    for name, (content, _) in files.items():
+        text = content.decode()
+        assert "http://" not in text and "https://" not in text and '"//' not in text, name
