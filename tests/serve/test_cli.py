@@ -83,3 +83,37 @@ def test_python_dash_m_runs_the_command():
     out = subprocess.run([sys.executable, "-m", "scratchgpt", "serve", "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--max-queue" in out.stdout
+
+
+def test_bench_serve_measures_both_phases(capsys, plain_run):
+    """A small run of the bench against a child server: every request of both phases is
+    answered with all its tokens."""
+    optional("httpx")
+    optional("uvicorn")
+    import json
+
+    assert main(["bench", "serve", "--checkpoint", str(plain_run), "--clients", "3",
+                 "--requests", "6", "--max-tokens", "8", "--prompt-tokens", "5",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for phase, clients in (("one_at_a_time", 1), ("concurrent", 3)):
+        r = result[phase]
+        assert (r["clients"], r["requests"], r["tokens"]) == (clients, 6, 48), r
+        assert r["ttft_p50_s"] <= r["ttft_p99_s"]
+    assert result["speedup"] > 0
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--clients", "0"], "--clients"),
+    (["--soak-clients", "100000"], "--soak-clients"),
+    (["--max-tokens", "0"], "--max-tokens"),
+    (["--url", "http://example.com:8000"], "--url"),
+])
+def test_bench_serve_bad_flags_are_one_line_errors(capsys, argv, says):
+    assert says in error_of(capsys, ["bench", "serve", *argv])
+
+
+def test_bench_serve_says_why_the_server_did_not_start(capsys, tmp_path):
+    optional("uvicorn")
+    assert "did not start" in error_of(capsys, ["bench", "serve", "--checkpoint",
+                                                str(tmp_path / "nothing")])

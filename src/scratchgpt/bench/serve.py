@@ -109,14 +109,19 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
+        said: deque[str] = deque(maxlen=5)
         for line in self.proc.stdout:
+            said.append(line.strip())
             found = re.search(r"on (http://[\d.]+:\d+)", line)
             if found:
                 self.url = found.group(1)
                 break
         if not self.url:
             self.proc.wait()
-            raise RuntimeError(f"the server did not start: {' '.join(self.cmd)}")
+            from scratchgpt.errors import ConfigError
+
+            last = next((line for line in reversed(said) if line), "no output")
+            raise ConfigError(f"the server did not start ({last})")
         # keep reading its output (its last lines are shown if it fails), so that a full pipe
         # never blocks it
         self.log: deque[str] = deque(maxlen=50)
@@ -272,7 +277,32 @@ def print_soak(result: dict[str, Any]) -> None:
     print("PASSED" if result["passed"] else "FAILED")
 
 
+MAX_CLIENTS = 256  # the bench's own bound on concurrent clients
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Counts in range, and only a server on this machine."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.serve.server import is_loopback
+
+    for flag in ("clients", "soak_clients"):
+        if not 1 <= getattr(args, flag) <= MAX_CLIENTS:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be in [1, {MAX_CLIENTS}], got "
+                              f"{getattr(args, flag)}")
+    for flag in ("requests", "soak_requests", "prompt_tokens", "max_tokens"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.time_limit <= 0:
+        raise ConfigError("--time-limit must be > 0 seconds")
+    if args.url:
+        host = re.sub(r"^https?://", "", args.url).rsplit(":", 1)[0]
+        if not args.url.startswith("http://") or not is_loopback(host):
+            raise ConfigError(f"--url must be http://127.0.0.1:PORT (a server on this "
+                              f"machine), got {args.url}")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     with tempfile.TemporaryDirectory() as tmp:
         if args.url:
             return report(args, args.url.rstrip("/"), lambda: 0)
