@@ -117,7 +117,9 @@ class StreamText:
         if self.rule.ends(self.ids):
             return self.finish()
         pending = self.ids[self.released:]
-        limit = len(self.decode(pending)) - self.hold  # characters that are safe to hand out
+        # characters that are safe to hand out: not the last ``hold`` ones, and not counting
+        # the replacement characters of a character whose bytes are still arriving
+        limit = len(self.decode(pending).rstrip("\ufffd")) - self.hold
         for end in range(len(pending), 0, -1):  # the most tokens whose text fits the limit
             piece = self.decode(pending[:end])
             if len(piece) <= limit and not piece.endswith("\ufffd"):
