@@ -36,6 +36,7 @@ def test_help_explains_the_safety_defaults(capsys):
     (["--max-batch", "0"], "--max-batch"),
     (["--port", "70000"], "--port"),
     (["--timeout", "-1"], "--timeout"),
+    (["--threads", "-2"], "--threads"),
 ])
 def test_bad_flags_are_one_line_errors(capsys, plain_run, argv, says):
     optional("starlette")

@@ -75,6 +75,8 @@ def config_from_args(args: argparse.Namespace):
         raise ConfigError("--max-prompt-tokens must be >= 1")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
+    if args.threads < 0:
+        raise ConfigError("--threads must be >= 0 (0 = torch's default)")
     if args.timeout < 0:
         raise ConfigError("--timeout must be >= 0 (0 = no limit)")
     limits = Limits(max_body_bytes=args.max_body_bytes,
