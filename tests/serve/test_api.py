@@ -326,3 +326,26 @@ def test_out_of_time_a_queued_request_gets_503_and_a_running_one_ends(chat_run):
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         assert len(chunks) < 10**6
         assert wait_for(lambda: (engine.batch_rows, engine.queue_depth) == (0, 0))
+
+
+def test_a_hugging_face_directory_serves_the_same_text(tmp_path, chat_model, client):
+    """The same weights as a Hugging Face GPT-2 directory: the same greedy completion; it has
+    no chat template, so chat is a 400."""
+    pytest.importorskip("safetensors")
+    import httpx
+
+    from scratchgpt.checkpoints.hf import save_hf
+    from tests.serve.conftest import start_server
+
+    model, tok = chat_model
+    hf_dir = save_hf(model, tmp_path / "hf-chatty", tok)
+    body = {"prompt": "ROMEO:\nThe king", "max_tokens": 30, "temperature": 0}
+    expected = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    with start_server(hf_dir) as s:
+        card = httpx.get(s.url + "/v1/models").json()["data"][0]
+        assert card["id"] == "hf-chatty" and card["chat_template"] is None
+        r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert r.json()["choices"][0]["text"] == expected
+        chat = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 400 and "chat" in chat.json()["error"]["message"]
