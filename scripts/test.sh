@@ -8,6 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev,gguf
+# the playground's browser test drives the system's Chromium (Debian's package)
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+   && command -v apt-get >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y --no-install-recommends chromium \
+    || echo "could not install chromium: the playground's browser test will skip" >&2
+fi
 # the tests against llama.cpp must run here, not skip
 export SCRATCHGPT_TEST_REQUIRE="${SCRATCHGPT_TEST_REQUIRE:-gguf,llama_cpp}"
 status=0

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "seq2seq",
     "experiment",
     "convert",
+    "serve",
     "bench",
 )
 

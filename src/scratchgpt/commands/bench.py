@@ -18,6 +18,7 @@ BENCHMARKS = (
     "speculative",
     "recurrent",
     "finetune",
+    "serve",
 )
 
 

@@ -137,7 +137,7 @@ class ChatSession:
         prompt = torch.tensor([self.prompt_ids()], dtype=torch.long)
         if self.interactive:
             sys.stdout.write("assistant> ")
-        printer = StreamPrinter(self.tok, rule)
+        printer = StreamPrinter(rule)
         for token in stream(self.model, prompt, rule, self.cfg, self.gen):
             printer.add(int(token[0]))
         text = printer.finish()

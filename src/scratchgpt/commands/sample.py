@@ -237,7 +237,7 @@ def run_stream(job: Job) -> int:
     from scratchgpt.generation.generate import stream
 
     sys.stdout.write(job.text)
-    printer = StreamPrinter(job.tok, job.rule)
+    printer = StreamPrinter(job.rule)
     for token in stream(job.model, job.prompt(), job.rule, job.cfg, job.gen):
         printer.add(int(token[0]))
     printer.finish()
@@ -301,7 +301,7 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     if not args.no_stream:
         sys.stdout.write(job.text)
-    printer = StreamPrinter(job.tok, job.rule, out=_NullOut() if args.no_stream else None)
+    printer = StreamPrinter(job.rule, out=_NullOut() if args.no_stream else None)
     for token in dec.stream(job.rule):
         printer.add(token)
     text = printer.finish()

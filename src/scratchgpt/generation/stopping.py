@@ -82,3 +82,68 @@ class StopRule:
         if ids and ids[-1] == self.eos_id:
             ids.pop()
         return cut_at_stop(self.decode(ids), self.stop_strings)[0]
+
+
+class StreamText:
+    """The text of a row's new tokens, handed out piece by piece as it becomes final.
+
+    What could still turn into a stop string (the last ``len(longest stop) - 1`` characters),
+    and a character whose UTF-8 bytes are not all there yet, are held back, so no piece ever
+    needs taking back. Pieces end at token boundaries: each says how many tokens it completes,
+    so per-token data (log-probabilities) can travel with its text. The pieces join to
+    ``rule.text(tokens)``::
+
+        st = StreamText(rule)
+        for t in tokens:
+            text, n = st.add(t)        # text that is final now, and the tokens it completes
+        text, n = st.finish()          # the rest: cut before a stop string, no end-of-text
+    """
+
+    def __init__(self, rule: StopRule):
+        if rule.decode is None:
+            raise GenerationError("StreamText needs a rule with a decode function")
+        self.rule, self.decode = rule, rule.decode
+        self.ids: list[int] = []
+        self.text = ""  # handed out so far
+        self.released = 0  # tokens whose text is all in self.text
+        self.hold = max((len(s) for s in rule.stop_strings), default=1) - 1
+        self.finished = False
+
+    def add(self, token: int) -> tuple[str, int]:
+        """Take the next token; returns the text that became final and how many tokens it
+        completes (possibly ``("", 0)``). A token that ends the text (end-of-text, or the end
+        of a stop string) finishes it (see :meth:`finish`)."""
+        self.ids.append(token)
+        if self.rule.ends(self.ids):
+            return self.finish()
+        pending = self.ids[self.released:]
+        # characters that are safe to hand out: not the last ``hold`` ones, and not counting
+        # the replacement characters of a character whose bytes are still arriving
+        limit = len(self.decode(pending).rstrip("\ufffd")) - self.hold
+        for end in range(len(pending), 0, -1):  # the most tokens whose text fits the limit
+            piece = self.decode(pending[:end])
+            if len(piece) <= limit and not piece.endswith("\ufffd"):
+                return self._release(piece, end)
+        return "", 0
+
+    def finish(self) -> tuple[str, int]:
+        """The row has ended: the rest of its text (cut before the first stop string, without
+        an end-of-text token) and the tokens it covers; tokens after the cut are left out.
+        Later calls return ``("", 0)``."""
+        if self.finished:
+            return "", 0
+        self.finished = True
+        full = self.rule.text(self.ids)
+        rest = full[len(self.text):]
+        pending = self.ids[self.released:]
+        if pending and pending[-1] == self.rule.eos_id:
+            pending = pending[:-1]
+        n = 0  # tokens that start before the end of the text
+        while n < len(pending) and len(self.decode(pending[:n])) < len(rest):
+            n += 1
+        return self._release(rest, n)
+
+    def _release(self, piece: str, n_tokens: int) -> tuple[str, int]:
+        self.text += piece
+        self.released += n_tokens
+        return piece, n_tokens

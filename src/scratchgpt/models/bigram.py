@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
@@ -35,6 +36,7 @@ class PositionCache:
 
     def __init__(self, batch_size: int, max_len: int | None = None):
         self.batch_size, self.max_len, self.pos = batch_size, max_len, 0
+        self.n_pad = torch.zeros(batch_size, dtype=torch.long)  # (B,): kept for pad_counts
 
     def rollback(self, pos: int) -> None:
         if not 0 <= pos <= self.pos:
@@ -42,10 +44,25 @@ class PositionCache:
         self.pos = pos
 
     def left_pad(self, n_pad: Tensor | None) -> None:
-        """Batched prompts of different lengths: padding changes nothing for a bigram."""
+        """Batched prompts of different lengths: padding changes nothing for a bigram (the
+        counts are only remembered)."""
+        self.n_pad = torch.zeros(self.batch_size, dtype=torch.long) if n_pad is None else n_pad
 
     def select_rows(self, rows: Tensor) -> None:
-        self.batch_size = len(rows)
+        self.batch_size, self.n_pad = len(rows), self.n_pad[rows]
+
+    def pad_counts(self) -> Tensor:
+        return self.n_pad
+
+    def append_rows(self, other: PositionCache) -> None:
+        pos = max(self.pos, other.pos)
+        self.n_pad = torch.cat([self.n_pad + pos - self.pos, other.n_pad + pos - other.pos])
+        self.batch_size, self.pos = self.batch_size + other.batch_size, pos
+
+    def trim(self, n: int) -> None:
+        if bool((self.n_pad < n).any()):
+            raise ValueError(f"cannot trim {n} positions: every row must have that much padding")
+        self.n_pad, self.pos = self.n_pad - n, self.pos - n
 
 
 class BigramLM(nn.Module):

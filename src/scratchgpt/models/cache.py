@@ -17,6 +17,16 @@ them::
     logits = model(idx, cache=cache)        # idx (2, T): prefill; cache.pos == T
     cache.select_rows(torch.tensor([1]))    # row 0 finished: keep row 1 only
     cache.rollback(T - 1)                   # forget the last position (if cache.rewinds)
+
+A server batches continuously: sequences join a running batch between two decode steps and
+leave when done. :class:`JoinableCache` adds what that needs: ``append_rows`` puts another
+cache's rows (a prompt just prefilled alone) beside the running ones, aligned so that every
+row's next token goes into the same slot (the shorter side gets more left padding), and
+``trim`` drops leading slots that are padding in every row::
+
+    batch.append_rows(new)                  # new.pos == 5, batch.pos == 9: new is padded by 4
+    batch.pad_counts()                      # (B,) padding slots at the front of each row
+    batch.trim(int(batch.pad_counts().min()))   # all rows padded by >= n: drop those n slots
 """
 
 from __future__ import annotations
@@ -75,4 +85,26 @@ class CachedLM(Protocol):
     def new_cache(self, batch_size: int, max_len: int | None = None,
                   dtype: torch.dtype | None = None) -> DecodeCache:
         """An empty cache for ``batch_size`` sequences of up to ``max_len`` positions."""
+        ...
+
+
+@runtime_checkable
+class JoinableCache(DecodeCache, Protocol):
+    """A :class:`DecodeCache` whose rows may join and leave a running batch (continuous
+    batching). Every cache of :mod:`scratchgpt.models` is one."""
+
+    def pad_counts(self) -> Tensor:
+        """Padding positions at the front of each row, (B,) int64."""
+        ...
+
+    def append_rows(self, other: JoinableCache) -> None:
+        """Add the rows of ``other`` (a cache of the same model) after this cache's rows,
+        aligned at their ends: afterwards both continue at position ``max(self.pos,
+        other.pos)``; the rows of the shorter one get the difference as extra left padding,
+        which they never see. ``other`` is not to be used afterwards."""
+        ...
+
+    def trim(self, n: int) -> None:
+        """Drop the first ``n`` positions of every row, which must be padding in all of them
+        (``n <= pad_counts().min()``); ``pos`` goes down by ``n``. Rows compute as before."""
         ...

@@ -66,16 +66,20 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def optimize_for_decode(model: nn.Module) -> nn.Module:
+def optimize_for_decode(model: nn.Module, pack: bool = True) -> nn.Module:
     """Prepare a GPT (already cast to its inference dtype, on CPU) for fast decoding; returns
-    it. With oneDNN (fp32, or bf16 where supported): every Linear packed; otherwise the decode
-    weight layout. Other models are returned unchanged."""
+    it. With oneDNN (fp32, or bf16 where supported) and ``pack``: every Linear packed;
+    otherwise the decode weight layout. Other models are returned unchanged.
+
+    ``pack=False`` suits a server, whose batch size changes from step to step: oneDNN keeps
+    state for every input shape a packed Linear has seen (about 0.6 MB per shape for a
+    128 x 512 weight, measured), so memory would grow with each new batch size."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
         return model
     weight = model.lm_head.weight
-    if weight.device.type == "cpu" and packing_available(weight.dtype):
+    if pack and weight.device.type == "cpu" and packing_available(weight.dtype):
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear):
@@ -182,11 +186,12 @@ def to_inference_dtype(model: nn.Module, dtype: str) -> nn.Module:
     return model
 
 
-def prepare_for_decode(model: nn.Module, dtype: str = "fp32") -> nn.Module:
+def prepare_for_decode(model: nn.Module, dtype: str = "fp32", pack: bool = True) -> nn.Module:
     """The inference model of ``--dtype``: :func:`to_inference_dtype`, then (fp32, bf16) the
-    fast weight layout of :func:`optimize_for_decode`. Every command that generates (sample,
-    the benches, a server) prepares its model here. In place; returns it."""
+    fast weight layout of :func:`optimize_for_decode` (``pack``: see there). Every command
+    that generates (sample, the benches, a server) prepares its model here. In place; returns
+    it."""
     to_inference_dtype(model, dtype)
     if dtype != "int8":  # int8 Linears already hold the kernel's own layout
-        optimize_for_decode(model)
+        optimize_for_decode(model, pack)
     return model

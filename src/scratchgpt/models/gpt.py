@@ -262,10 +262,63 @@ class KVCache:
 
     def select_rows(self, rows: Tensor) -> None:
         """Row ``i`` becomes a copy of row ``rows[i]`` (1-D indices): drops finished sequences,
-        or reorders beams."""
-        self.k, self.v = self.k[:, rows], self.v[:, rows]
-        if self.key_mask is not None:
-            self.key_mask, self.pos_offset = self.key_mask[rows], self.pos_offset[rows]
+        or reorders beams. Copies the filled slots only."""
+        pads = None if self.pos_offset is None else self.pos_offset[rows]
+        old_k, old_v = self._filled()
+        self.k, self.v = self._empty(len(rows)), self._empty(len(rows))
+        self.k[:, :, :, : self.pos], self.v[:, :, :, : self.pos] = old_k[:, rows], old_v[:, rows]
+        self.left_pad(pads)
+
+    # ---- continuous batching (the JoinableCache interface of models/cache.py)
+
+    def pad_counts(self) -> Tensor:
+        """Padding slots at the front of each row, (B,) int64."""
+        if self.pos_offset is None:
+            return torch.zeros(self.batch_size, dtype=torch.long, device=self.k.device)
+        return self.pos_offset
+
+    def append_rows(self, other: KVCache) -> None:
+        """Add ``other``'s rows after these, aligned at their ends: both continue at slot
+        ``max(self.pos, other.pos)``, the shorter side's rows padded by the difference (zeros
+        in the padding slots, masked by ``key_mask``). The capacity becomes the larger
+        ``max_len``. One copy of each side's filled slots."""
+        pos, max_len = max(self.pos, other.pos), max(self.max_len, other.max_len)
+        b = self.batch_size
+        k, v = self._empty(b + other.batch_size, max_len), self._empty(b + other.batch_size,
+                                                                       max_len)
+        pads = []
+        for rows, cache in ((slice(0, b), self), (slice(b, None), other)):
+            shift = pos - cache.pos  # extra padding slots in front of these rows
+            old_k, old_v = cache._filled()
+            k[:, rows, :, :shift], v[:, rows, :, :shift] = 0, 0
+            k[:, rows, :, shift:pos], v[:, rows, :, shift:pos] = old_k, old_v
+            pads.append(cache.pad_counts().to(self.k.device) + shift)
+        self.k, self.v, self.max_len, self.pos, self._causal = k, v, max_len, pos, None
+        self.left_pad(torch.cat(pads))
+
+    def trim(self, n: int) -> None:
+        """Drop the first ``n`` slots, padding in every row; ``pos`` goes down by ``n``."""
+        if n == 0:
+            return
+        pads = self.pad_counts() - n
+        if not 0 < n <= self.pos or bool((pads < 0).any()):
+            raise ValueError(f"cannot trim {n} slots: every row must have that much padding")
+        old_k, old_v = self._filled()
+        self.k, self.v = self._empty(self.batch_size), self._empty(self.batch_size)
+        self.k[:, :, :, : self.pos - n], self.v[:, :, :, : self.pos - n] = (
+            old_k[:, :, :, n:], old_v[:, :, :, n:])
+        self.pos -= n
+        self.left_pad(pads)
+
+    def _empty(self, batch_size: int, max_len: int | None = None) -> Tensor:
+        """Uninitialized storage like ``k`` for ``batch_size`` rows: slots at and after ``pos``
+        are always written before they are read."""
+        L, _, H, _, D = self.k.shape
+        return self.k.new_empty((L, batch_size, H, max_len or self.max_len, D))
+
+    def _filled(self) -> tuple[Tensor, Tensor]:
+        """Views of the filled slots of ``k`` and ``v``, (L, B, H, pos, D)."""
+        return self.k[:, :, :, : self.pos], self.v[:, :, :, : self.pos]
 
 
 def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,

@@ -297,6 +297,29 @@ class RecurrentState:
         """Row ``b``'s first ``n_pad[b]`` positions are padding (call on an empty state)."""
         self.n_pad = None if n_pad is None or not bool(n_pad.any()) else n_pad.tolist()
 
+    def pad_counts(self) -> Tensor:
+        """Padding positions at the front of each row, (B,) int64."""
+        return torch.tensor(self.n_pad or [0] * self.batch_size, dtype=torch.long)
+
+    def append_rows(self, other: RecurrentState) -> None:
+        """Add ``other``'s rows (a state has no slots: only the padding counts move so that
+        both sides continue at position ``max(self.pos, other.pos)``)."""
+        pos = max(self.pos, other.pos)
+        pads = torch.cat([self.pad_counts() + pos - self.pos, other.pad_counts() + pos - other.pos])
+        self.h = torch.cat([self.h, other.h], dim=1)
+        if self.c is not None:
+            self.c = torch.cat([self.c, other.c], dim=1)
+        self.pos = pos
+        self.left_pad(pads)
+
+    def trim(self, n: int) -> None:
+        """Forget ``n`` leading padding positions: only the counts change."""
+        pads = self.pad_counts() - n
+        if bool((pads < 0).any()):
+            raise ValueError(f"cannot trim {n} positions: every row must have that much padding")
+        self.pos -= n
+        self.left_pad(pads)
+
     def advance(self, rnn: Recurrent, x: Tensor) -> Tensor:
         """Run ``rnn`` over ``x`` [B, T, D] from this state and keep its final state here.
 

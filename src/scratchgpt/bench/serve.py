@@ -1,0 +1,333 @@
+"""Serving throughput: N concurrent streaming clients against the same requests one at a time.
+
+Starts ``scratchgpt serve`` in a child process on 127.0.0.1 (a free port) with a checkpoint, or
+with random weights of a model shape (``--shape cpu-small``: the cpu-small preset with a
+65-character vocabulary; ``--shape gpt2``: GPT-2 124M with GPT-2's tokenizer, which needs the
+``hf`` extra). The workload is ``--requests`` greedy streaming completions of random token-id
+prompts (``--prompt-tokens``, ``--max-tokens`` each), sent first one at a time, then from
+``--clients`` concurrent clients (each sends its next request when its last one is done).
+Reported for both: aggregate tokens/s (completion tokens / wall time), time to first token
+(p50, p99) and inter-token latency (gaps between streamed chunks, p50, p99), and the speedup.
+
+``--soak`` runs the robustness soak instead: ``--soak-requests`` mixed requests (good
+completions and chats with sampling, n > 1, stop strings, logprobs; malformed JSON, unknown
+fields, over-long prompts and bodies, clients that hang up mid-stream) from ``--soak-clients``
+clients. It passes with zero 5xx answers, every request answered as it should be, the queue
+and batch empty afterwards, and the server's memory back within 10% of where it was after a
+warm-up. Exit code 1 if not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+CHARS_65 = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help="serve this run instead of a random model")
+    p.add_argument("--shape", default="cpu-small",
+                   help="random-weight model when no checkpoint: cpu-small (default), gpt2 "
+                        "(124M, GPT-2's tokenizer), or another train preset's name")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
+    p.add_argument("--threads", type=int, default=0, help="the server's torch threads")
+    p.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
+    p.add_argument("--requests", type=int, default=32, help="requests per phase (32)")
+    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (32)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per request (64)")
+    p.add_argument("--time-limit", type=float, default=600.0,
+                   help="seconds per phase: no new request after that (600)")
+    p.add_argument("--no-sequential", action="store_true",
+                   help="skip the one-at-a-time baseline")
+    p.add_argument("--soak", action="store_true", help="run the soak instead (see above)")
+    p.add_argument("--soak-requests", type=int, default=2000)
+    p.add_argument("--soak-clients", type=int, default=32)
+    p.add_argument("--url", default=None,
+                   help="load this running server (http://127.0.0.1:PORT) instead of starting "
+                        "one (no memory figures then)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# ---- the server under test
+
+
+def write_random_run(shape: str, out: Path) -> None:
+    """A checkpoint of random weights with a tokenizer, for timing."""
+    import torch
+
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.models import build_model, config_fields, model_config, model_type
+    from scratchgpt.tokenizers import build_tokenizer
+    from scratchgpt.tokenizers.char import CharTokenizer
+    from scratchgpt.training.config import PRESETS
+
+    torch.manual_seed(0)
+    if shape == "gpt2":
+        tok = build_tokenizer("gpt2", "")
+        cfg = model_config("gpt", vocab_size=tok.vocab_size, block_size=1024, n_layer=12,
+                           n_head=12, n_embd=768)
+    elif shape in PRESETS:
+        preset = PRESETS[shape]
+        tok = CharTokenizer(list(CHARS_65))
+        fields = config_fields(preset["model"]) - {"vocab_size"}
+        cfg = model_config(preset["model"], vocab_size=tok.vocab_size,
+                           **{k: v for k, v in preset.items() if k in fields})
+    else:
+        from scratchgpt.errors import ConfigError
+
+        raise ConfigError(f"--shape: cpu-small, gpt2 or a preset ({', '.join(PRESETS)}), got "
+                          f"{shape!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(out / "best.pt", Checkpoint(model_type(cfg), cfg, build_model(cfg).state_dict(),
+                                                {"text": tok.state()}))
+
+
+class ServerProcess:
+    """``scratchgpt serve`` in a child process: ``with ServerProcess(run, args) as s: s.url``."""
+
+    def __init__(self, checkpoint: str, args: argparse.Namespace):
+        self.cmd = [sys.executable, "-m", "scratchgpt", "serve", "--checkpoint", checkpoint,
+                    "--port", "0", "--no-access-log", "--dtype", args.dtype,
+                    "--threads", str(args.threads),
+                    "--max-batch", str(max(args.clients, args.soak_clients) * 3),
+                    "--max-queue", "1024"]
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> ServerProcess:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        said: deque[str] = deque(maxlen=5)
+        for line in self.proc.stdout:
+            said.append(line.strip())
+            found = re.search(r"on (http://[\d.]+:\d+)", line)
+            if found:
+                self.url = found.group(1)
+                break
+        if not self.url:
+            self.proc.wait()
+            from scratchgpt.errors import ConfigError
+
+            last = next((line for line in reversed(said) if line), "no output")
+            raise ConfigError(f"the server did not start ({last})")
+        # keep reading its output (its last lines are shown if it fails), so that a full pipe
+        # never blocks it
+        self.log: deque[str] = deque(maxlen=50)
+        threading.Thread(target=self.log.extend, args=(self.proc.stdout,), daemon=True).start()
+        wait_healthy(self.url)
+        return self
+
+    def rss_bytes(self) -> int:
+        return rss_bytes(self.proc.pid)
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def wait_healthy(url: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            r = httpx.get(url + "/health", timeout=5)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not become healthy")
+        time.sleep(0.1)
+
+
+def wait_idle(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """/health once the queue and the batch are empty (or the last answer at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        health = wait_healthy(url)
+        if (health["queue_depth"], health["batch_rows"]) == (0, 0) or (
+                time.monotonic() > deadline):
+            return health
+        time.sleep(0.1)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc), 0 where unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# ---- throughput
+
+
+def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The requests: random token-id prompts, greedy, a fixed number of new tokens."""
+    import httpx
+
+    card = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
+    rng = random.Random(0)
+    vocab = card["vocab_size"]
+    return [{"model": card["id"], "prompt": [rng.randrange(vocab - 1)
+                                             for _ in range(args.prompt_tokens)],
+             "max_tokens": args.max_tokens, "temperature": 0} for _ in range(args.requests)]
+
+
+def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    from scratchgpt.serve.loadtest import load
+
+    bodies = workload(url, args)
+    asyncio.run(load(url, bodies[:2], 1))  # warm up
+    out: dict[str, Any] = {}
+    if not args.no_sequential:
+        out["one_at_a_time"] = asyncio.run(load(url, bodies, 1, time_limit_s=args.time_limit)
+                                           ).summary()
+    out["concurrent"] = asyncio.run(load(url, bodies, args.clients,
+                                         time_limit_s=args.time_limit)).summary()
+    if "one_at_a_time" in out and out["one_at_a_time"]["tokens_per_s"]:
+        out["speedup"] = round(out["concurrent"]["tokens_per_s"]
+                               / out["one_at_a_time"]["tokens_per_s"], 2)
+    return out
+
+
+def print_throughput(result: dict[str, Any]) -> None:
+    print(f"{'':16}{'tokens/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>10}"
+          f"{'ITL p99':>10}{'requests':>10}{'tokens':>8}")
+    for name in ("one_at_a_time", "concurrent"):
+        if name in result:
+            r = result[name]
+            label = "1 client" if name == "one_at_a_time" else f"{r['clients']} clients"
+            print(f"{label:16}{r['tokens_per_s']:>10.1f}{r['ttft_p50_s']:>10.3f}"
+                  f"{r['ttft_p99_s']:>10.3f}{r['itl_p50_s']:>10.4f}{r['itl_p99_s']:>10.4f}"
+                  f"{r['requests']:>10}{r['tokens']:>8}")
+    if "speedup" in result:
+        print(f"aggregate tokens/s, {result['concurrent']['clients']} clients vs one at a "
+              f"time: {result['speedup']:.2f}x")
+
+
+# ---- soak
+
+
+def soak_setup(url: str) -> Any:
+    import httpx
+
+    from scratchgpt.serve.loadtest import SoakSetup
+
+    card = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
+    limits = httpx.get(url + "/api/limits", timeout=10).json()
+    words = ["the", "king", "to", "a", "and", "of", "love", "night"]
+    return SoakSetup(words, limits["max_prompt_tokens"], limits["max_body_bytes"],
+                     card["chat_template"] is not None)
+
+
+def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
+    from scratchgpt.serve.loadtest import soak
+
+    setup = soak_setup(url)
+    warm = asyncio.run(soak(url, min(200, args.soak_requests), args.soak_clients, setup, 1))
+    wait_idle(url)
+    before = rss()
+    report = asyncio.run(soak(url, args.soak_requests, args.soak_clients, setup, 2,
+                              time_limit_s=args.time_limit * 3))
+    health = wait_idle(url)
+    time.sleep(1.0)  # the engine gives memory back once idle
+    after = rss()
+    ratio = after / before if before else None
+    ok = (report.server_errors == 0 and not report.unexpected and warm.server_errors == 0
+          and (health["queue_depth"], health["batch_rows"]) == (0, 0)
+          and (ratio is None or abs(ratio - 1) <= 0.10))
+    return {"requests": report.requests, "seconds": round(report.seconds, 1),
+            "clients": args.soak_clients, "server_errors": report.server_errors,
+            "unexpected": report.unexpected,
+            "statuses": {k: {str(s): n for s, n in c.items()} for k, c in report.by_kind.items()},
+            "queue_depth_after": health["queue_depth"], "batch_rows_after": health["batch_rows"],
+            "rss_before_mb": round(before / 2**20, 1), "rss_after_mb": round(after / 2**20, 1),
+            "rss_ratio": None if ratio is None else round(ratio, 3), "passed": ok}
+
+
+def print_soak(result: dict[str, Any]) -> None:
+    print(f"soak: {result['requests']} requests from {result['clients']} clients in "
+          f"{result['seconds']} s")
+    for kind, statuses in result["statuses"].items():
+        print(f"  {kind:16} {statuses}")
+    print(f"5xx answers: {result['server_errors']}; unexpected: {result['unexpected'] or 'none'}")
+    print(f"after: queue {result['queue_depth_after']}, batch rows "
+          f"{result['batch_rows_after']}; memory {result['rss_before_mb']} MB -> "
+          f"{result['rss_after_mb']} MB (x{result['rss_ratio']})")
+    print("PASSED" if result["passed"] else "FAILED")
+
+
+MAX_CLIENTS = 256  # the bench's own bound on concurrent clients
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Counts in range, and only a server on this machine."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.serve.server import is_loopback
+
+    for flag in ("clients", "soak_clients"):
+        if not 1 <= getattr(args, flag) <= MAX_CLIENTS:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be in [1, {MAX_CLIENTS}], got "
+                              f"{getattr(args, flag)}")
+    for flag in ("requests", "soak_requests", "prompt_tokens", "max_tokens"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.time_limit <= 0:
+        raise ConfigError("--time-limit must be > 0 seconds")
+    if args.url:
+        host = re.sub(r"^https?://", "", args.url).rsplit(":", 1)[0]
+        if not args.url.startswith("http://") or not is_loopback(host):
+            raise ConfigError(f"--url must be http://127.0.0.1:PORT (a server on this "
+                              f"machine), got {args.url}")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.url:
+            return report(args, args.url.rstrip("/"), lambda: 0)
+        checkpoint = args.checkpoint
+        if checkpoint is None:
+            checkpoint = str(Path(tmp) / "run")
+            write_random_run(args.shape, Path(checkpoint))
+        with ServerProcess(checkpoint, args) as server:
+            return report(args, server.url, server.rss_bytes)
+
+
+def report(args: argparse.Namespace, url: str, rss: Any) -> int:
+    what = args.checkpoint or f"{args.shape} shape, random weights"
+    result: dict[str, Any] = {"model": what, "dtype": args.dtype}
+    if args.soak:
+        result["soak"] = run_soak(url, args, rss)
+    else:
+        result.update(throughput(url, args))
+    if args.json:
+        print(json.dumps(result))
+    elif args.soak:
+        print(f"model: {what}, {args.dtype}")
+        print_soak(result["soak"])
+    else:
+        print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
+              f"prompt + {args.max_tokens} new tokens, greedy, streamed")
+        print_throughput(result)
+    return 0 if not args.soak or result["soak"]["passed"] else 1

@@ -1,0 +1,384 @@
+"""OpenAI's HTTP API, the parts this server speaks: request checking and response shapes.
+
+Requests are checked field by field against a table per endpoint. A field OpenAI defines that
+this server cannot honour (``tools``, a non-zero ``presence_penalty``) and a field nobody
+defines are both a 400 naming the field, as OpenAI answers. Every error is OpenAI's error
+object with the HTTP status that fits::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p",
+               "code": null}}
+
+    400 a field is wrong           404 no such model or route      413 body or prompt too long
+    401 missing or wrong API key   429 the queue is full (Retry-After)
+    503 timed out waiting, or shutting down (Retry-After)
+
+Responses are plain dicts in OpenAI's shapes (``text_completion``, ``chat.completion`` and
+their ``...chunk`` streaming forms).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scratchgpt.chat import ROLES
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
+               404: "invalid_request_error", 405: "invalid_request_error",
+               413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+               503: "server_error"}
+
+
+class ApiError(Exception):
+    """An error answer: HTTP ``status`` and OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, headers: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "error"),
+                          "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for. ``max_prompt_tokens`` over the limit is a 413,
+    ``max_tokens`` and ``n`` over theirs a 400."""
+
+    max_body_bytes: int = 1 << 20
+    max_prompt_tokens: int = 4096
+    max_tokens: int = 4096
+    max_n: int = 16
+    max_logprobs: int = 20
+    max_stops: int = 4
+    max_stop_chars: int = 256
+    max_prompts: int = 16
+    default_max_tokens: int = 16  # completions, as OpenAI's
+    default_chat_max_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How to generate, from the request's fields (validated)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    top_logprobs: int | None = None  # None: no log-probabilities
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    model: str | None
+    prompts: list[str | list[int]]
+    echo: bool
+    gen: Generation
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str | None
+    messages: list[dict[str, str]]
+    gen: Generation
+
+
+# ---- parsing
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object (400 otherwise)."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    try:  # JSON may escape a lone surrogate (\ud800), which no text encoding can hold
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "the request body holds an invalid character (a lone UTF-16 "
+                            "surrogate)") from None
+    return data
+
+
+def _bad(name: str, what: str) -> ApiError:
+    return ApiError(400, f"'{name}' must be {what}", param=name)
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, Any], int]:
+    def check(name: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _bad(name, "an integer")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            bounds = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+            raise _bad(name, f"an integer {bounds}, got {v}")
+        return v
+    return check
+
+
+def _number(lo: float, hi: float, open_low: bool = False) -> Callable[[str, Any], float]:
+    def check(name: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise _bad(name, "a number")
+        if v > hi or v < lo or (open_low and v == lo):
+            low = "(" if open_low else "["
+            raise _bad(name, f"in {low}{lo}, {hi}], got {v}")
+        return float(v)
+    return check
+
+
+def _bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _bad(name, "true or false")
+    return v
+
+
+def _string(name: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise _bad(name, "a string")
+    return v
+
+
+def _zero_only(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != 0:
+        raise ApiError(400, f"'{name}' is not supported by this server (only 0)", param=name)
+    return 0.0
+
+
+def _empty_only(name: str, v: Any) -> None:
+    if v not in ({}, []):
+        raise ApiError(400, f"'{name}' is not supported by this server", param=name)
+
+
+def _unsupported(name: str, v: Any) -> None:
+    raise ApiError(400, f"'{name}' is not supported by this server", param=name)
+
+
+def _text_format(name: str, v: Any) -> None:
+    if not (isinstance(v, dict) and v.get("type") == "text"):
+        raise ApiError(400, f"'{name}': only {{\"type\": \"text\"}} is supported", param=name)
+
+
+def _stream_options(name: str, v: Any) -> bool:
+    if not isinstance(v, dict) or set(v) - {"include_usage"}:
+        raise _bad(name, 'an object {"include_usage": true|false}')
+    return _bool(f"{name}.include_usage", v.get("include_usage", False))
+
+
+def _stop(name: str, v: Any) -> tuple[str, ...]:
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise _bad(name, "a non-empty string or a list of them")
+    return tuple(stops)
+
+
+def _prompt(name: str, v: Any) -> list[str | list[int]]:
+    """A string, a list of strings, a list of token ids, or a list of lists of ids."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
+                                         for t in v):
+        return [list(v)]
+    if isinstance(v, list) and v and all(isinstance(p, str) for p in v):
+        return list(v)
+    if isinstance(v, list) and v and all(isinstance(p, list) and p and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in p) for p in v):
+        return [list(p) for p in v]
+    raise _bad(name, "a string, a list of strings, a list of token ids or a list of lists "
+                     "of token ids (none empty)")
+
+
+def _messages(name: str, v: Any) -> list[dict[str, str]]:
+    if not isinstance(v, list) or not v:
+        raise _bad(name, "a non-empty list of messages")
+    out = []
+    for i, m in enumerate(v):
+        where = f"{name}[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ApiError(400, f"'{where}' needs a 'role', one of {', '.join(ROLES)}",
+                           param=where)
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: text parts only
+            if not all(isinstance(p, dict) and p.get("type") == "text"
+                       and isinstance(p.get("text"), str) for p in content):
+                raise ApiError(400, f"'{where}.content': only text parts are supported",
+                               param=where)
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise ApiError(400, f"'{where}' needs a text 'content'", param=where)
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+Check = Callable[[str, Any], Any]
+COMMON: dict[str, Check] = {
+    "model": _string, "max_tokens": _int(1), "temperature": _number(0.0, 2.0),
+    "top_p": _number(0.0, 1.0, open_low=True), "top_k": _int(0), "stop": _stop,
+    "seed": _int(), "n": _int(1), "stream": _bool, "stream_options": _stream_options,
+    "user": _string, "presence_penalty": _zero_only, "frequency_penalty": _zero_only,
+    "logit_bias": _empty_only,
+}
+COMPLETION_FIELDS: dict[str, Check] = {
+    **COMMON, "prompt": _prompt, "logprobs": _int(0), "echo": _bool, "best_of": _int(1, 1),
+    "suffix": _unsupported,
+}
+CHAT_FIELDS: dict[str, Check] = {
+    **COMMON, "messages": _messages, "logprobs": _bool, "top_logprobs": _int(0),
+    "max_completion_tokens": _int(1), "response_format": _text_format, "tools": _unsupported,
+    "tool_choice": _unsupported, "functions": _unsupported, "function_call": _unsupported,
+    "parallel_tool_calls": _bool,
+}
+
+ATTENTION_FIELDS: dict[str, Check] = {  # the playground's /api/attention
+    "text": _string, "tokens": _prompt, "layer": _int(0), "head": _int(0),
+}
+
+
+def check_fields(data: Mapping[str, Any], table: Mapping[str, Check]) -> dict[str, Any]:
+    """Each field through its check; absent and null fields become None."""
+    unknown = sorted(set(data) - set(table))
+    if unknown:
+        raise ApiError(400, f"Unrecognized request argument supplied: {', '.join(unknown)}",
+                       param=unknown[0])
+    return {name: (None if data.get(name) is None else check(name, data[name]))
+            for name, check in table.items()}
+
+
+def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, default: int,
+                top_logprobs: int | None) -> Generation:
+    n = 1 if f["n"] is None else f["n"]
+    if n > limits.max_n:
+        raise ApiError(400, f"'n' must be at most {limits.max_n}, got {n}", param="n")
+    max_tokens = default if max_tokens is None else max_tokens
+    if max_tokens > limits.max_tokens:
+        raise ApiError(400, f"'max_tokens' must be at most {limits.max_tokens}, got "
+                            f"{max_tokens}", param="max_tokens")
+    if top_logprobs is not None and top_logprobs > limits.max_logprobs:
+        raise ApiError(400, f"at most {limits.max_logprobs} top log-probabilities, got "
+                            f"{top_logprobs}", param="logprobs")
+    stop = f["stop"] or ()
+    if len(stop) > limits.max_stops or any(len(s) > limits.max_stop_chars for s in stop):
+        raise ApiError(400, f"'stop': at most {limits.max_stops} strings of at most "
+                            f"{limits.max_stop_chars} characters", param="stop")
+    if f["stream_options"] is not None and not f["stream"]:
+        raise ApiError(400, "'stream_options' needs 'stream': true", param="stream_options")
+    top_k = f["top_k"] or None
+    return Generation(max_tokens=max_tokens,
+                      temperature=1.0 if f["temperature"] is None else f["temperature"],
+                      top_p=f["top_p"], top_k=top_k, stop=stop, seed=f["seed"], n=n,
+                      stream=bool(f["stream"]), include_usage=bool(f["stream_options"]),
+                      top_logprobs=top_logprobs)
+
+
+def parse_completion(data: Mapping[str, Any], limits: Limits) -> CompletionRequest:
+    """A ``POST /v1/completions`` body, checked."""
+    f = check_fields(data, COMPLETION_FIELDS)
+    prompts = f["prompt"] if f["prompt"] is not None else [""]
+    if len(prompts) > limits.max_prompts:
+        raise ApiError(400, f"at most {limits.max_prompts} prompts per request",
+                       param="prompt")
+    gen = _generation(f, limits, f["max_tokens"], limits.default_max_tokens, f["logprobs"])
+    if len(prompts) * gen.n > limits.max_n:
+        raise ApiError(400, f"prompts x n = {len(prompts) * gen.n} exceeds {limits.max_n} "
+                            "sequences per request", param="n")
+    return CompletionRequest(f["model"], prompts, bool(f["echo"]), gen)
+
+
+def parse_chat(data: Mapping[str, Any], limits: Limits) -> ChatRequest:
+    """A ``POST /v1/chat/completions`` body, checked."""
+    f = check_fields(data, CHAT_FIELDS)
+    if f["messages"] is None:
+        raise ApiError(400, "'messages' is required", param="messages")
+    if f["top_logprobs"] is not None and not f["logprobs"]:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    top = (f["top_logprobs"] or 0) if f["logprobs"] else None
+    max_tokens = f["max_completion_tokens"] or f["max_tokens"]
+    gen = _generation(f, limits, max_tokens, limits.default_chat_max_tokens, top)
+    return ChatRequest(f["model"], f["messages"], gen)
+
+
+# ---- responses
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A generated (or echoed) token as the API shows it: its text, bytes, log-probability
+    and the most likely alternatives ((text, bytes, log-probability))."""
+
+    text: str
+    bytes: list[int]
+    logprob: float | None
+    top: list[tuple[str, list[int], float]] | None
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_logprobs(tokens: Sequence[TokenInfo], offset: int) -> dict[str, Any]:
+    """The ``logprobs`` object of a completion choice (``offset``: where the first token's
+    text begins in the choice's text)."""
+    offsets = []
+    for t in tokens:
+        offsets.append(offset)
+        offset += len(t.text)
+    return {"tokens": [t.text for t in tokens],
+            "token_logprobs": [t.logprob for t in tokens],
+            "top_logprobs": [None if t.top is None else {text: lp for text, _, lp in t.top}
+                             for t in tokens],
+            "text_offset": offsets}
+
+
+def chat_logprobs(tokens: Sequence[TokenInfo]) -> dict[str, Any]:
+    """The ``logprobs`` object of a chat choice."""
+    return {"content": [
+        {"token": t.text, "logprob": t.logprob, "bytes": t.bytes,
+         "top_logprobs": [{"token": text, "logprob": lp, "bytes": b}
+                          for text, b, lp in (t.top or [])]}
+        for t in tokens]}
+
+
+def completion_choice(index: int, text: str, logprobs: dict | None,
+                      finish: str | None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def chat_choice(index: int, text: str, logprobs: dict | None, finish: str | None,
+                delta: bool, first: bool = False) -> dict[str, Any]:
+    """A chat choice: the whole ``message``, or a streaming ``delta`` (the first delta of a
+    choice says the role)."""
+    if delta:
+        body: dict[str, Any] = {"role": "assistant", "content": text} if first else (
+            {"content": text} if text or finish is None else {})
+        return {"index": index, "delta": body, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "message": {"role": "assistant", "content": text},
+            "logprobs": logprobs, "finish_reason": finish}
+
+
+def envelope(kind: str, rid: str, created: int, model: str, choices: list[dict],
+             usage_: dict | None = None) -> dict[str, Any]:
+    """A response or chunk: ``kind`` is its ``object`` (``text_completion``,
+    ``chat.completion``, ``chat.completion.chunk``)."""
+    body = {"id": rid, "object": kind, "created": created, "model": model, "choices": choices}
+    if usage_ is not None:
+        body["usage"] = usage_
+    return body
+
+
+def sse(data: Mapping[str, Any] | str) -> bytes:
+    """One server-sent event: ``data: <json>`` and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()

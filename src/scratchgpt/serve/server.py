@@ -1,0 +1,172 @@
+"""Loading a model into a service and running it under uvicorn.
+
+    cfg = ServeConfig(checkpoint="runs/mytext")
+    run_server(cfg)                              # blocks; Ctrl-C stops it
+    with BackgroundServer(load_service(cfg)) as server:   # tests, benchmarks
+        httpx.get(server.url + "/health")
+
+Safe by default: the server binds 127.0.0.1; binding any address a remote machine could reach
+needs an API key (:func:`check_bind`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scratchgpt.errors import ConfigError
+from scratchgpt.serve.protocol import Limits
+
+
+@dataclass
+class ServeConfig:
+    """Everything ``scratchgpt serve`` takes."""
+
+    checkpoint: str
+    which: str = "best"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    model_name: str | None = None
+    dtype: str = "fp32"
+    threads: int = 0
+    max_batch: int = 32  # rows decoded together
+    max_queue: int = 128
+    timeout_s: float = 600.0
+    limits: Limits = field(default_factory=Limits)
+    access_log: bool = True
+
+
+def is_loopback(host: str) -> bool:
+    """True when only this machine can reach ``host`` (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Refuse to serve an address others can reach without an API key."""
+    if not is_loopback(host) and not api_key:
+        raise ConfigError(f"--host {host} would let other machines use this server: give "
+                          "--api-key KEY (clients send 'Authorization: Bearer KEY') or bind "
+                          "127.0.0.1")
+
+
+def model_id(checkpoint: str) -> str:
+    """The name ``/v1/models`` gives a checkpoint: its run directory's name (``runs/shakes``
+    and ``runs/shakes/best.pt`` -> ``shakes``), or a hub id (``hf:gpt2`` -> ``gpt2``)."""
+    if checkpoint.startswith("hf:"):
+        return checkpoint[3:]
+    path = Path(checkpoint)
+    return (path.parent.name if path.suffix == ".pt" else path.name) or "model"
+
+
+def load_service(cfg: ServeConfig) -> Any:
+    """Load the checkpoint, ready it for decoding and build the service (engine not yet
+    running: the application starts it)."""
+    import torch
+
+    from scratchgpt.chat import template_for
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.generation.decode import context_length
+    from scratchgpt.models.fast_decode import prepare_for_decode
+    from scratchgpt.models.gpt import GPT
+    from scratchgpt.serve.engine import Engine
+    from scratchgpt.serve.metrics import Metrics
+    from scratchgpt.serve.service import ModelInfo, Service
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model, source = load_model(cfg.checkpoint, cfg.which)
+    model = prepare_for_decode(model, cfg.dtype, pack=False)  # batch sizes vary: no packing
+    tokenizer = source.tokenizer()
+    template = template_for(source.checkpoint)
+    context = context_length(model)
+    gpt = model.config if isinstance(model, GPT) else None
+    info = ModelInfo(cfg.model_name or model_id(cfg.checkpoint), source.model_type,
+                     model.config.vocab_size, context, cfg.dtype,
+                     gpt and gpt.n_layer, gpt and gpt.n_head,
+                     template and template.name)
+    limits = cfg.limits
+    if context is not None and limits.max_prompt_tokens > context:
+        limits = Limits(**{**limits.__dict__, "max_prompt_tokens": context})
+    limits = Limits(**{**limits.__dict__, "max_n": min(limits.max_n, cfg.max_batch)})
+    metrics = Metrics()
+    engine = Engine(model, max_rows=cfg.max_batch, max_queue=cfg.max_queue, observer=metrics)
+    metrics.gauges = lambda: {"queue_depth": engine.queue_depth,
+                              "batch_rows": engine.batch_rows}
+    return Service(engine, tokenizer, info, template, limits, metrics, cfg.timeout_s,
+                   attention_tokens=min(context or 256, 256))
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (``port`` 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_server(service: Any, api_key: str | None, access_log: bool,
+                    log_level: str = "info") -> Any:
+    import uvicorn
+
+    from scratchgpt.serve.app import create_app
+
+    config = uvicorn.Config(create_app(service, api_key), log_level=log_level,
+                            access_log=access_log, timeout_graceful_shutdown=5,
+                            limit_concurrency=None, backlog=2048)
+    return uvicorn.Server(config)
+
+
+def run_server(cfg: ServeConfig, announce: Any = print) -> None:
+    """Serve until interrupted (Ctrl-C, SIGTERM)."""
+    check_bind(cfg.host, cfg.api_key)
+    sock = bind(cfg.host, cfg.port)
+    service = load_service(cfg)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"serving {service.info.id} ({service.info.model_type}, {cfg.dtype}) on "
+             f"http://{shown}:{port}  (playground: http://{shown}:{port}/ , API: "
+             f"http://{shown}:{port}/v1)")
+    _uvicorn_server(service, cfg.api_key, cfg.access_log).run(sockets=[sock])
+
+
+class BackgroundServer:
+    """A server on 127.0.0.1 (a free port) in a background thread, for tests and benchmarks:
+    ``with BackgroundServer(service) as s: ... s.url``."""
+
+    def __init__(self, service: Any, api_key: str | None = None, host: str = "127.0.0.1"):
+        self.service = service
+        self.sock = bind(host, 0)
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        self.server = _uvicorn_server(service, api_key, access_log=False, log_level="warning")
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="scratchgpt-server", daemon=True)
+
+    def __enter__(self) -> BackgroundServer:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            self.thread.join(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()

@@ -1,0 +1,397 @@
+"""From API requests to engine jobs, and from the engine's tokens back to API responses.
+
+:class:`Service` holds what every request needs (the engine, the tokenizer, the chat template,
+the limits): it encodes prompts, builds one :class:`~scratchgpt.serve.batch.Job` per prompt
+(``n`` choices each), and turns the tokens that come back into text with
+:class:`~scratchgpt.generation.stopping.StreamText` (stop strings cut, partial characters held
+back). :func:`complete` and :func:`chat` give the whole response; :func:`stream_completion`
+and :func:`stream_chat` the server-sent events, one chunk per choice per engine step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from scratchgpt.chat import ChatTemplate
+from scratchgpt.errors import ScratchGPTError
+from scratchgpt.generation.prompt import start_of_text
+from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.generation.stopping import StopRule, StreamText
+from scratchgpt.serve import protocol as api
+from scratchgpt.serve.batch import Ended, Failed, Job, PromptScores, TokenOut, TopLogprobs
+from scratchgpt.serve.engine import Engine, EngineStopped, QueueFull
+from scratchgpt.serve.metrics import Metrics
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server says about its model (``/v1/models``, the playground)."""
+
+    id: str
+    model_type: str
+    vocab_size: int
+    context: int | None
+    dtype: str
+    n_layer: int | None = None  # GPTs: the attention view's layers and heads
+    n_head: int | None = None
+    chat_template: str | None = None
+
+    def card(self) -> dict[str, Any]:
+        """``/v1/models``'s entry; the fields after ``owned_by`` are this server's own."""
+        return {"id": self.id, "object": "model", "created": 0, "owned_by": "scratchgpt",
+                "model_type": self.model_type, "vocab_size": self.vocab_size,
+                "context_length": self.context, "dtype": self.dtype, "n_layer": self.n_layer,
+                "n_head": self.n_head, "chat_template": self.chat_template,
+                "attention": self.n_layer is not None}
+
+
+@dataclass
+class Service:
+    """Everything a request handler needs."""
+
+    engine: Engine
+    tokenizer: Any
+    info: ModelInfo
+    template: ChatTemplate | None
+    limits: api.Limits
+    metrics: Metrics
+    timeout_s: float = 600.0
+    attention_tokens: int = 256  # the playground's attention maps show at most this many
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.info.id:
+            raise api.ApiError(404, f"The model '{name}' does not exist; this server has "
+                                    f"'{self.info.id}'", param="model", code="model_not_found")
+
+    def encode(self, prompt: str | list[int]) -> tuple[list[int], str]:
+        """A prompt's token ids and text; an empty prompt starts unconditionally; too long
+        a prompt is a 413."""
+        ids, text = self.tokens(prompt)
+        if not ids:
+            ids = start_of_text(self.tokenizer)[0]
+        if len(ids) > self.limits.max_prompt_tokens:
+            raise api.ApiError(413, f"the prompt has {len(ids)} tokens; this server takes at "
+                                    f"most {self.limits.max_prompt_tokens}", param="prompt",
+                               code="context_length_exceeded")
+        return ids, text
+
+    def tokens(self, prompt: str | list[int]) -> tuple[list[int], str]:
+        """Token ids (checked against the vocabulary) and text of a prompt given as either."""
+        if isinstance(prompt, list):
+            bad = [t for t in prompt if not 0 <= t < self.info.vocab_size]
+            if bad:
+                raise api.ApiError(400, f"token id {bad[0]} is outside the vocabulary "
+                                        f"(0..{self.info.vocab_size - 1})", param="prompt")
+            ids, text = prompt, self.tokenizer.decode(prompt)
+        else:
+            try:
+                ids, text = self.tokenizer.encode(prompt), prompt
+            except ScratchGPTError as e:
+                raise api.ApiError(400, f"the prompt cannot be encoded: {e}",
+                                   param="prompt") from None
+        return ids, text
+
+    def job(self, ids: list[int], gen: api.Generation, stops: Sequence[str],
+            prompt_logprobs: bool = False) -> Job:
+        rule = StopRule(gen.max_tokens, self.tokenizer.eot_id, tuple(stops),
+                        self.tokenizer.decode)
+        sampling = SamplingConfig(gen.temperature, gen.top_k, gen.top_p)
+        generator = torch.Generator()
+        if gen.seed is not None:
+            generator.manual_seed(gen.seed)
+        else:
+            generator.seed()
+        deadline = time.monotonic() + self.timeout_s if self.timeout_s else math.inf
+        return Job(ids, rule, sampling, gen.n, gen.top_logprobs, prompt_logprobs, generator,
+                   deadline)
+
+    def token_info(self, token: int, logprob: float | None,
+                   top: TopLogprobs | None) -> api.TokenInfo:
+        text, raw = self._piece(token)
+        alts = None if top is None else [(*self._piece(t), lp) for t, lp in top]
+        return api.TokenInfo(text, raw, logprob, alts)
+
+    def _piece(self, token: int) -> tuple[str, list[int]]:
+        text = self.tokenizer.decode([token])
+        raw = (self.tokenizer.token_bytes(token) if hasattr(self.tokenizer, "token_bytes")
+               else text.encode())
+        return text, list(raw)
+
+
+class Submission:
+    """The jobs of one HTTP request and their events as they come back (on the event loop:
+    the engine's ``post`` is the loop's ``call_soon_threadsafe``)."""
+
+    def __init__(self, engine: Engine, jobs: list[Job]):
+        self.engine, self.jobs = engine, jobs
+        self.queue: asyncio.Queue[tuple[int, list]] = asyncio.Queue()
+        for i, job in enumerate(jobs):
+            job.sink = lambda events, i=i: self.queue.put_nowait((i, events))
+
+    def submit(self) -> None:
+        """Queue every job, or none (429 when the queue is full, 503 when stopped)."""
+        try:
+            for job in self.jobs:
+                self.engine.submit(job)
+        except QueueFull:
+            self.cancel()
+            raise api.ApiError(429, "the server is busy: too many requests are waiting; "
+                                    "retry later", headers={"Retry-After": "1"}) from None
+        except EngineStopped:
+            self.cancel()
+            raise api.ApiError(503, "the server is shutting down",
+                               headers={"Retry-After": "5"}) from None
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            self.engine.cancel(job)
+
+
+@dataclass
+class Choice:
+    """One choice's output so far: released text and tokens, and how it ended."""
+
+    index: int
+    stream: StreamText
+    logprobs: bool
+    text: str = ""
+    tokens: list[api.TokenInfo] = field(default_factory=list)
+    pending: list[api.TokenInfo] = field(default_factory=list)
+    generated: int = 0
+    finish: str | None = None
+
+    def add(self, service: Service, ev: TokenOut) -> tuple[str, list[api.TokenInfo]]:
+        """Take a token; returns the text and token entries that became final."""
+        self.generated += 1
+        if self.logprobs:
+            self.pending.append(service.token_info(ev.token, ev.logprob, ev.top))
+        piece, n = self.stream.add(ev.token)
+        if ev.finish is not None:
+            return self.end(ev.finish, (piece, n))
+        return self._release(piece, n)
+
+    def end(self, finish: str, before: tuple[str, int] = ("", 0)) -> tuple[str,
+                                                                          list[api.TokenInfo]]:
+        piece, n = self.stream.finish()
+        self.finish = finish
+        return self._release(before[0] + piece, before[1] + n)
+
+    def _release(self, piece: str, n: int) -> tuple[str, list[api.TokenInfo]]:
+        released = self.pending[:n] if self.logprobs else []
+        self.pending = self.pending[n:]
+        self.text += piece
+        self.tokens += released
+        return piece, released
+
+
+@dataclass
+class Update:
+    """Something to tell the client about choice ``index``: new text and token entries, the
+    finish reason once it ends."""
+
+    index: int
+    text: str
+    tokens: list[api.TokenInfo]
+    finish: str | None
+
+
+class Run:
+    """One request's jobs in the engine, as a stream of :class:`Update` s."""
+
+    def __init__(self, service: Service, jobs: list[Job], prompt_tokens: int):
+        self.service, self.jobs, self.prompt_tokens = service, jobs, prompt_tokens
+        self.sub = Submission(service.engine, jobs)
+        self.choices = [[Choice(i * job.n + c, StreamText(job.rule), job.top_logprobs is not None)
+                         for c in range(job.n)] for i, job in enumerate(jobs)]
+        self.prompt_scores: dict[int, PromptScores] = {}
+        self._early: list[tuple[int, list]] = []
+        self.open = sum(job.n for job in jobs)
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def start(self) -> None:
+        self.service.metrics.prompt_tokens_in(self.prompt_tokens)
+        self.sub.submit()
+
+    def completion_tokens(self) -> int:
+        return sum(c.generated for row in self.choices for c in row)
+
+    async def started(self) -> None:
+        """Wait for the first events (the first token, usually), so that a request that
+        fails before it starts (out of time in the queue) can still answer with its status."""
+        item = await self.sub.queue.get()
+        self._early.append(item)
+        failed = next((ev for ev in item[1] if isinstance(ev, Failed)), None)
+        if failed is not None:
+            self._apply(item[0], failed)
+
+    async def updates(self) -> AsyncIterator[Update | tuple[int, PromptScores]]:
+        """Updates until every choice has ended; a failed job raises its ApiError."""
+        while self.open:
+            i, events = self._early.pop(0) if self._early else await self.sub.queue.get()
+            for ev in events:
+                for update in self._apply(i, ev):
+                    yield update
+
+    def _apply(self, i: int, ev: Any) -> list[Update | tuple[int, PromptScores]]:
+        if isinstance(ev, Failed):
+            self.sub.cancel()
+            raise api.ApiError(ev.status, ev.message, headers={"Retry-After": "1"}
+                               if ev.status == 503 else None)
+        if isinstance(ev, PromptScores):
+            self.prompt_scores[i] = ev
+            return [(i, ev)]
+        choice = self.choices[i][ev.choice]
+        text, tokens = (choice.add(self.service, ev) if isinstance(ev, TokenOut)
+                        else choice.end(ev.finish))
+        if isinstance(ev, Ended) or ev.finish is not None:
+            self.open -= 1
+        return [Update(choice.index, text, tokens, choice.finish)]
+
+    def cancel(self) -> None:
+        self.sub.cancel()
+
+
+def encode_all(service: Service, prompts: Sequence[str | list[int]]
+               ) -> tuple[list[list[int]], list[str]]:
+    pairs = [service.encode(p) for p in prompts]
+    return [ids for ids, _ in pairs], [text for _, text in pairs]
+
+
+# ---- completions
+
+
+def completion_run(service: Service, req: api.CompletionRequest) -> tuple[Run, list[str]]:
+    """The request's run (not started) and its prompts' texts (for ``echo``)."""
+    service.check_model(req.model)
+    ids, texts = encode_all(service, req.prompts)
+    want_scores = req.echo and req.gen.top_logprobs is not None
+    jobs = [service.job(p, req.gen, req.gen.stop, want_scores) for p in ids]
+    return Run(service, jobs, sum(len(p) for p in ids)), texts
+
+
+def _echo_tokens(service: Service, job: Job, scores: PromptScores) -> list[api.TokenInfo]:
+    return [service.token_info(t, lp, top) for t, lp, top
+            in zip(job.prompt, scores.logprobs, scores.top, strict=True)]
+
+
+async def complete(service: Service, req: api.CompletionRequest) -> dict[str, Any]:
+    """The whole ``text_completion`` response."""
+    run, texts = completion_run(service, req)
+    run.start()
+    try:
+        async for _ in run.updates():
+            pass
+    finally:
+        run.cancel()
+    choices = []
+    for i, row in enumerate(run.choices):
+        for c in row:
+            echo = texts[i] if req.echo else ""
+            tokens = c.tokens
+            if req.echo and i in run.prompt_scores:
+                tokens = _echo_tokens(service, run.jobs[i], run.prompt_scores[i]) + tokens
+            lp = api.completion_logprobs(tokens, 0) if c.logprobs else None
+            choices.append(api.completion_choice(c.index, echo + c.text, lp, c.finish))
+    return api.envelope("text_completion", run.id, run.created, service.info.id, choices,
+                        api.usage(run.prompt_tokens, run.completion_tokens()))
+
+
+async def stream_completion(service: Service, run: Run, texts: list[str], echo: bool,
+                            include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events of a started completion run, then ``data: [DONE]``."""
+    def chunk(index: int, text: str, lp: dict | None, finish: str | None) -> bytes:
+        return api.sse(api.envelope("text_completion", run.id, run.created, service.info.id,
+                                    [api.completion_choice(index, text, lp, finish)]))
+
+    offsets = {}
+    if echo:  # the prompt first, for each choice (with its scores when asked)
+        for i, row in enumerate(run.choices):
+            for c in row:
+                offsets[c.index] = len(texts[i])
+                if not c.logprobs:  # else the prompt comes with its scores, the first event
+                    yield chunk(c.index, texts[i], None, None)
+    async for u in run.updates():
+        if isinstance(u, tuple):
+            i, scores = u
+            tokens = _echo_tokens(service, run.jobs[i], scores)
+            for c in run.choices[i]:
+                yield chunk(c.index, texts[i], api.completion_logprobs(tokens, 0), None)
+            continue
+        lp = None
+        if run.choices[0][0].logprobs:
+            lp = api.completion_logprobs(u.tokens, offsets.get(u.index, 0))
+            offsets[u.index] = offsets.get(u.index, 0) + len(u.text)
+        if u.text or u.finish or u.tokens:
+            yield chunk(u.index, u.text, lp, u.finish)
+    if include_usage:
+        yield api.sse(api.envelope("text_completion", run.id, run.created, service.info.id, [],
+                                   api.usage(run.prompt_tokens, run.completion_tokens())))
+    yield api.sse("[DONE]")
+
+
+# ---- chat
+
+
+def chat_run(service: Service, req: api.ChatRequest) -> Run:
+    """The request's run (not started)."""
+    service.check_model(req.model)
+    if service.template is None:
+        raise api.ApiError(400, f"the model '{service.info.id}' has no chat template (it was "
+                                "not fine-tuned for chat); use /v1/completions",
+                           param="messages", code="no_chat_template")
+    if req.messages[-1]["role"] == "assistant":
+        raise api.ApiError(400, "the last message must be the user's (or the system's)",
+                           param="messages")
+    try:
+        text = service.template.render(req.messages)
+    except ScratchGPTError as e:
+        raise api.ApiError(400, str(e), param="messages") from None
+    ids, _ = service.encode(text)
+    job = service.job(ids, req.gen, (service.template.stop, *req.gen.stop))
+    run = Run(service, [job], len(ids))
+    run.id = f"chatcmpl-{uuid.uuid4().hex}"
+    return run
+
+
+async def chat(service: Service, req: api.ChatRequest) -> dict[str, Any]:
+    """The whole ``chat.completion`` response."""
+    run = chat_run(service, req)
+    run.start()
+    try:
+        async for _ in run.updates():
+            pass
+    finally:
+        run.cancel()
+    choices = [api.chat_choice(c.index, c.text, api.chat_logprobs(c.tokens) if c.logprobs
+                               else None, c.finish, delta=False) for c in run.choices[0]]
+    return api.envelope("chat.completion", run.id, run.created, service.info.id, choices,
+                        api.usage(run.prompt_tokens, run.completion_tokens()))
+
+
+async def stream_chat(service: Service, run: Run, include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events of a started chat run, then ``data: [DONE]``."""
+    def chunk(choice: dict) -> bytes:
+        return api.sse(api.envelope("chat.completion.chunk", run.id, run.created,
+                                    service.info.id, [choice]))
+
+    for c in run.choices[0]:
+        yield chunk(api.chat_choice(c.index, "", None, None, delta=True, first=True))
+    async for u in run.updates():
+        if isinstance(u, Update) and (u.text or u.finish or u.tokens):
+            lp = api.chat_logprobs(u.tokens) if run.choices[0][0].logprobs else None
+            yield chunk(api.chat_choice(u.index, u.text, lp, u.finish, delta=True))
+    if include_usage:
+        yield api.sse(api.envelope("chat.completion.chunk", run.id, run.created,
+                                   service.info.id, [],
+                                   api.usage(run.prompt_tokens, run.completion_tokens())))
+    yield api.sse("[DONE]")
+

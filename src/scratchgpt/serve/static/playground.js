@@ -1,0 +1,362 @@
+// The scratchgpt playground: plain JavaScript against the server's own API, nothing fetched
+// from anywhere else. Complete: streamed tokens coloured by probability, alternatives on
+// hover. Chat: the same for chat-tuned models. Attention: a GPT's attention as a heatmap.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let model = null; // the server's /v1/models entry
+let running = null; // AbortController of the request in flight
+let promptText = "";
+let generatedText = "";
+let messages = []; // the chat so far
+
+// ---- talking to the server
+
+function headers() {
+  const h = {"Content-Type": "application/json"};
+  const key = $("api-key").value.trim();
+  if (key) h.Authorization = "Bearer " + key;
+  return h;
+}
+
+async function request(path, body, signal) {
+  const response = await fetch(path, {
+    method: body ? "POST" : "GET", headers: headers(), signal,
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try { message = (await response.json()).error.message; } catch (e) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return response;
+}
+
+// Server-sent events: onEvent(object) for each "data:" line until "data: [DONE]".
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, {stream: true});
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      for (const line of event.split("\n")) {
+        if (!line.startsWith("data: ")) continue;
+        if (line === "data: [DONE]") return;
+        const data = JSON.parse(line.slice(6));
+        if (data.error) throw new Error(data.error.message);
+        onEvent(data);
+      }
+    }
+  }
+}
+
+function settings() {
+  const s = {max_tokens: Math.max(1, +$("max-tokens").value || 16),
+             temperature: Math.max(0, +$("temperature").value)};
+  const topP = +$("top-p").value;
+  if (topP > 0 && topP < 1) s.top_p = topP;
+  const topK = +$("top-k").value;
+  if (topK > 0) s.top_k = Math.round(topK);
+  if ($("seed").value !== "") s.seed = Math.round(+$("seed").value);
+  const stop = $("stop").value.replace(/\\n/g, "\n").replace(/\\t/g, "\t");
+  if (stop) s.stop = [stop];
+  if (model) s.model = model.id;
+  return s;
+}
+
+// ---- tokens coloured by probability
+
+function colour(p) {
+  return `hsl(${Math.round(120 * Math.min(1, Math.max(0, p)))}, 75%, 82%)`;
+}
+
+function visible(text) {
+  return text.replace(/ /g, "\u2423").replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5") || "\u2205";
+}
+
+// A span for one token: its text, coloured by exp(logprob); alternatives for the tooltip.
+function tokenSpan(text, logprob, alternatives) {
+  const span = document.createElement("span");
+  span.className = "tok";
+  span.textContent = text === "\n" ? "\u21b5\n" : text;
+  span.style.background = colour(Math.exp(logprob));
+  span.tokenText = text;
+  span.logprob = logprob;
+  span.alternatives = alternatives;
+  return span;
+}
+
+// Append a chunk's text as token spans. tokens: [{token, logprob, alternatives}] whose texts
+// make up `text` (the last one may be cut short where a stop string began).
+function appendTokens(box, text, tokens) {
+  let pos = 0;
+  tokens.forEach((t, i) => {
+    const last = i === tokens.length - 1;
+    const piece = last ? text.slice(pos) : text.substr(pos, t.token.length);
+    pos += piece.length;
+    if (piece) box.appendChild(tokenSpan(piece, t.logprob, t.alternatives));
+  });
+  if (pos < text.length) box.appendChild(document.createTextNode(text.slice(pos)));
+}
+
+function showTooltip(span, x, y) {
+  const tip = $("tooltip");
+  const p = Math.exp(span.logprob);
+  const rows = (span.alternatives || []).map((a) => {
+    const q = Math.exp(a.logprob);
+    const cls = a.token === span.tokenText ? "alt chosen" : "alt";
+    return `<div class="${cls}"><span>${escapeHtml(visible(a.token))}</span>` +
+           `<span class="bar" style="width:${(100 * q).toFixed(1)}%"></span>` +
+           `<span>${(100 * q).toFixed(1)}%</span></div>`;
+  });
+  tip.innerHTML = `<div class="title">chose <b>${escapeHtml(visible(span.tokenText))}</b> ` +
+                  `at ${(100 * p).toFixed(1)}%; the most likely tokens:</div>` + rows.join("");
+  tip.hidden = false;
+  tip.style.left = Math.min(x + 14, window.innerWidth - tip.offsetWidth - 8) + "px";
+  tip.style.top = Math.min(y + 14, window.innerHeight - tip.offsetHeight - 8) + "px";
+}
+
+function escapeHtml(s) {
+  return s.replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+}
+
+document.addEventListener("mouseover", (e) => {
+  if (e.target.classList && e.target.classList.contains("tok")) {
+    showTooltip(e.target, e.clientX, e.clientY);
+  }
+});
+document.addEventListener("mouseout", (e) => {
+  if (e.target.classList && e.target.classList.contains("tok")) $("tooltip").hidden = true;
+});
+
+function setStatus(id, text, error) {
+  $(id).textContent = text;
+  $(id).classList.toggle("error", !!error);
+}
+
+// ---- Complete
+
+async function generate() {
+  const out = $("output");
+  out.textContent = "";
+  promptText = $("prompt").value;
+  generatedText = "";
+  const shown = document.createElement("span");
+  shown.className = "prompt";
+  shown.textContent = promptText;
+  out.appendChild(shown);
+  running = new AbortController();
+  $("generate").disabled = true;
+  $("stop-generating").disabled = false;
+  setStatus("status", "waiting for the first token…");
+  const start = performance.now();
+  let count = 0;
+  let finish = null;
+  try {
+    const response = await request("/v1/completions", {
+      ...settings(), prompt: promptText, stream: true, logprobs: 5,
+    }, running.signal);
+    await readEvents(response, (chunk) => {
+      const choice = chunk.choices[0];
+      if (!choice) return;
+      const lp = choice.logprobs || {tokens: [], token_logprobs: [], top_logprobs: []};
+      const tokens = lp.tokens.map((t, i) => ({
+        token: t, logprob: lp.token_logprobs[i],
+        alternatives: Object.entries(lp.top_logprobs[i] || {})
+          .map(([token, logprob]) => ({token, logprob})),
+      }));
+      appendTokens(out, choice.text, tokens);
+      generatedText += choice.text;
+      count += tokens.length;
+      finish = choice.finish_reason || finish;
+      const rate = count / ((performance.now() - start) / 1000);
+      setStatus("status", `${count} tokens, ${rate.toFixed(1)} tokens/s`);
+    });
+    setStatus("status", `${count} tokens — finished (${finish || "stopped"})`);
+  } catch (e) {
+    if (e.name === "AbortError") setStatus("status", `${count} tokens — stopped`);
+    else setStatus("status", e.message, true);
+  } finally {
+    running = null;
+    $("generate").disabled = false;
+    $("stop-generating").disabled = true;
+  }
+}
+
+// ---- Chat
+
+function chatBubble(role, text) {
+  const div = document.createElement("div");
+  div.className = `msg ${role}`;
+  if (text) div.textContent = text;
+  $("chat-log").appendChild(div);
+  return div;
+}
+
+async function sendChat() {
+  const content = $("chat-message").value;
+  if (!content.trim() || running) return;
+  $("chat-message").value = "";
+  messages.push({role: "user", content});
+  chatBubble("user", content);
+  const bubble = chatBubble("assistant", "");
+  running = new AbortController();
+  $("chat-send").disabled = true;
+  let reply = "";
+  try {
+    const response = await request("/v1/chat/completions", {
+      ...settings(), messages, stream: true, logprobs: true, top_logprobs: 5,
+    }, running.signal);
+    await readEvents(response, (chunk) => {
+      const choice = chunk.choices[0];
+      if (!choice || !choice.delta) return;
+      const text = choice.delta.content || "";
+      const tokens = ((choice.logprobs && choice.logprobs.content) || []).map((t) => ({
+        token: t.token, logprob: t.logprob, alternatives: t.top_logprobs,
+      }));
+      appendTokens(bubble, text, tokens);
+      reply += text;
+    });
+  } catch (e) {
+    bubble.classList.add("error");
+    bubble.textContent = e.name === "AbortError" ? "(stopped)" : e.message;
+  } finally {
+    messages.push({role: "assistant", content: reply});
+    running = null;
+    $("chat-send").disabled = false;
+  }
+}
+
+// ---- Attention
+
+async function showAttention() {
+  const text = promptText + generatedText || $("prompt").value;
+  if (!text) {
+    setStatus("attention-status", "write a prompt in the Complete tab first", true);
+    return;
+  }
+  const layer = $("layer").value === "" ? null : +$("layer").value;
+  const head = $("head").value === "" ? null : +$("head").value;
+  setStatus("attention-status", "computing…");
+  try {
+    const response = await request("/api/attention", {text, layer, head});
+    const data = await response.json();
+    drawHeatmap(data);
+    const note = data.truncated ? ` (the first ${data.tokens.length} tokens)` : "";
+    setStatus("attention-status", `${data.tokens.length} tokens${note}, layer ` +
+              `${layer === null ? "mean" : layer}, head ${head === null ? "mean" : head}`);
+  } catch (e) {
+    setStatus("attention-status", e.message, true);
+  }
+}
+
+function heatColour(w) {
+  const v = Math.sqrt(Math.max(0, Math.min(1, w))); // sqrt: small weights stay visible
+  return `rgb(${Math.round(255 - v * 225)},${Math.round(255 - v * 195)},${Math.round(255 - v * 95)})`;
+}
+
+function drawHeatmap(data) {
+  const canvas = $("heatmap");
+  const n = data.tokens.length;
+  const cell = Math.max(3, Math.min(22, Math.floor(640 / n)));
+  const labels = cell >= 10;
+  const margin = labels ? 70 : 4;
+  canvas.width = margin + n * cell + 4;
+  canvas.height = margin + n * cell + 4;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < n; j++) {
+      ctx.fillStyle = j > i ? "#eef0f4" : heatColour(data.weights[i][j]);
+      ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
+    }
+  }
+  if (labels) {
+    ctx.fillStyle = "#1d2330";
+    ctx.font = `${Math.min(12, cell)}px ui-monospace, monospace`;
+    ctx.textBaseline = "middle";
+    data.tokens.forEach((t, i) => {
+      ctx.textAlign = "right";
+      ctx.fillText(t.slice(0, 8), margin - 4, margin + i * cell + cell / 2);
+      ctx.save();
+      ctx.translate(margin + i * cell + cell / 2, margin - 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      ctx.fillText(t.slice(0, 8), 0, 0);
+      ctx.restore();
+    });
+  }
+  canvas.dataset.tokens = n;
+  canvas.onmousemove = (e) => {
+    const r = canvas.getBoundingClientRect();
+    const j = Math.floor((e.clientX - r.left - margin) / cell);
+    const i = Math.floor((e.clientY - r.top - margin) / cell);
+    if (i < 0 || j < 0 || i >= n || j >= n) return;
+    $("attention-cell").textContent = j > i
+      ? `token ${i} (${data.tokens[i]}) cannot see the later token ${j}`
+      : `token ${i} (${data.tokens[i]}) gives ${(100 * data.weights[i][j]).toFixed(1)}% ` +
+        `of its attention to token ${j} (${data.tokens[j]})`;
+  };
+}
+
+// ---- start-up
+
+function showTab(name) {
+  document.querySelectorAll("#tabs button").forEach((b) => {
+    b.classList.toggle("active", b.dataset.tab === name);
+  });
+  document.querySelectorAll(".tab").forEach((s) => { s.hidden = s.id !== `tab-${name}`; });
+}
+
+function fillSelect(select, count) {
+  select.innerHTML = '<option value="">mean</option>' +
+    Array.from({length: count}, (_, i) => `<option value="${i}">${i}</option>`).join("");
+}
+
+async function loadModel() {
+  try {
+    const data = await (await request("/v1/models")).json();
+    model = data.data[0];
+    const ctx = model.context_length ? `, context ${model.context_length}` : "";
+    $("model-card").textContent = `${model.id}: ${model.model_type}, vocabulary ` +
+      `${model.vocab_size}${ctx}, ${model.dtype}` + (model.chat_template ? ", chat" : "");
+    $("chat-unavailable").hidden = !!model.chat_template;
+    $("chat-send").disabled = !model.chat_template;
+    $("attention-unavailable").hidden = !!model.attention;
+    $("attention-show").disabled = !model.attention;
+    if (model.attention) {
+      fillSelect($("layer"), model.n_layer);
+      fillSelect($("head"), model.n_head);
+    }
+  } catch (e) {
+    $("model-card").textContent = `cannot reach the model: ${e.message}`;
+  }
+}
+
+document.querySelectorAll("#tabs button").forEach((b) => {
+  b.addEventListener("click", () => showTab(b.dataset.tab));
+});
+$("generate").addEventListener("click", generate);
+$("stop-generating").addEventListener("click", () => running && running.abort());
+$("prompt").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) generate();
+});
+$("chat-send").addEventListener("click", sendChat);
+$("chat-message").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); sendChat(); }
+});
+$("chat-clear").addEventListener("click", () => { messages = []; $("chat-log").textContent = ""; });
+$("attention-show").addEventListener("click", showAttention);
+$("api-key").value = localStorage.getItem("scratchgpt-api-key") || "";
+$("api-key").addEventListener("change", () => {
+  localStorage.setItem("scratchgpt-api-key", $("api-key").value.trim());
+  loadModel();
+});
+loadModel();

@@ -1,0 +1,351 @@
+"""The HTTP API as a client sees it: OpenAI's shapes, what the model computes, and every error
+with its status."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import pytest
+import torch
+
+from scratchgpt.generation.generate import generate_batch
+from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.generation.stopping import StopRule
+from scratchgpt.serve.protocol import Limits
+from tests.serve.conftest import start_server
+
+PROMPT = "ROMEO:\nThe king"
+
+
+def reference(service, prompt: str, max_tokens: int, stops: tuple[str, ...] = ()) -> str:
+    """Greedy text from the project's decode loop on the served model, alone."""
+    ids = service.encode(prompt)[0]
+    tok = service.tokenizer
+    rule = StopRule(max_tokens, tok.eot_id, stops, tok.decode)
+    out = service.engine.call(lambda: generate_batch(service.engine.batch.model, [ids], rule,
+                                                     SamplingConfig(temperature=0))).result()
+    return rule.text(out[0])
+
+
+def events(response) -> list:
+    """The data of a server-sent event stream; the last must be [DONE]."""
+    lines = [line for line in response.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line[6:]) for line in lines[:-1]]
+
+
+def stream(client, path: str, body: dict) -> list:
+    with client.stream("POST", path, json={**body, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        return events(r)
+
+
+def test_models_health_and_the_model_card(client, server):
+    card = client.get("/v1/models").json()["data"][0]
+    assert card["id"] == "chatty" and card["object"] == "model"
+    assert card["context_length"] == 64 and card["chat_template"] == "scratchgpt-chat-v1"
+    assert client.get("/v1/models/chatty").json()["id"] == "chatty"
+    assert client.get("/v1/models/other").status_code == 404
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["batch_rows"] == 0
+
+
+def test_greedy_completion_is_the_decode_loops_text(client, server):
+    body = client.post("/v1/completions", json={"model": "chatty", "prompt": PROMPT,
+                                                "max_tokens": 40, "temperature": 0}).json()
+    assert body["object"] == "text_completion" and body["model"] == "chatty"
+    (choice,) = body["choices"]
+    assert choice["text"] == reference(server.service, PROMPT, 40)
+    assert choice["finish_reason"] == "length" and choice["index"] == 0
+    n_prompt = len(server.service.encode(PROMPT)[0])
+    assert body["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": 40,
+                             "total_tokens": n_prompt + 40}
+
+
+def test_streamed_text_joins_to_the_whole_response(client):
+    body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 0}
+    whole = client.post("/v1/completions", json=body).json()["choices"][0]
+    chunks = stream(client, "/v1/completions", body)
+    assert {c["object"] for c in chunks} == {"text_completion"} and len(chunks) > 5
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_stream_usage_comes_last_when_asked(client):
+    chunks = stream(client, "/v1/completions", {"prompt": "ab", "max_tokens": 7,
+                                                 "stream_options": {"include_usage": True}})
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 7
+
+
+def test_stop_strings_cut_the_text_whole_and_streamed(client, server):
+    full = reference(server.service, PROMPT, 40)
+    stop = full[10:12]  # occurs in the greedy text: the answer ends before its first occurrence
+    cut = full[:full.index(stop)]
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stop": [stop, "zzzz"]}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert choice == {**choice, "text": cut, "finish_reason": "stop"}
+    chunks = stream(client, "/v1/completions", body)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == cut
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_logprobs_are_the_models_own_and_echo_scores_the_prompt(client, server, chat_model):
+    model, tok = chat_model
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0.9, "seed": 3, "logprobs": 3,
+            "echo": True}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    lp = choice["logprobs"]
+    assert choice["text"] == "".join(lp["tokens"]) and choice["text"].startswith(PROMPT)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i])
+                                 for i in range(len(lp["tokens"]))]
+    ids = tok.encode(choice["text"])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids]))[0], -1)  # (T, V)
+    for t in range(1, len(ids)):
+        assert lp["token_logprobs"][t] == pytest.approx(logp[t - 1, ids[t]].item(), abs=1e-4)
+        top = lp["top_logprobs"][t]
+        want = [tok.decode([i]) for i in logp[t - 1].topk(3).indices.tolist()]
+        assert set(top) == set(want) and len(top) == 3
+
+
+def test_seeded_choices_repeat_and_differ_from_each_other(client):
+    body = {"prompt": "KING:", "max_tokens": 20, "temperature": 1.0, "n": 3, "seed": 11}
+    a = client.post("/v1/completions", json=body).json()
+    b = client.post("/v1/completions", json=body).json()
+    texts = [c["text"] for c in a["choices"]]
+    assert [c["index"] for c in a["choices"]] == [0, 1, 2]
+    assert texts == [c["text"] for c in b["choices"]] and len(set(texts)) > 1
+    assert a["usage"]["completion_tokens"] == 60
+    other = client.post("/v1/completions", json={**body, "seed": 12}).json()
+    assert [c["text"] for c in other["choices"]] != texts
+
+
+def test_several_prompts_and_token_id_prompts(client, server):
+    ids = server.service.encode("KING:")[0]
+    body = {"prompt": ["KING:", "QUEEN:"], "max_tokens": 5, "temperature": 0, "n": 2}
+    choices = client.post("/v1/completions", json=body).json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    by_ids = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 5,
+                                                  "temperature": 0}).json()["choices"][0]
+    assert by_ids["text"] == choices[0]["text"] == choices[1]["text"]
+
+
+def test_chat_replies_and_stops_at_the_end_of_turn(client):
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "the king"}]
+    body = client.post("/v1/chat/completions", json={"messages": messages, "temperature": 0,
+                                                     "max_tokens": 30}).json()
+    assert body["object"] == "chat.completion"
+    (choice,) = body["choices"]
+    assert choice["message"] == {"role": "assistant", "content": "ok"}
+    assert choice["finish_reason"] == "stop"
+    chunks = stream(client, "/v1/chat/completions", {"messages": messages, "temperature": 0,
+                                                      "logprobs": True, "top_logprobs": 2})
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "ok"
+    tokens = [t for c in chunks if c["choices"][0]["logprobs"]
+              for t in c["choices"][0]["logprobs"]["content"]]
+    assert "".join(t["token"] for t in tokens) == "ok"
+    assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in tokens)
+
+
+def test_a_model_without_a_chat_template_refuses_chat(plain_run):
+    import httpx
+
+    with start_server(plain_run) as s:
+        r = httpx.post(s.url + "/v1/chat/completions",
+                       json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "no_chat_template"
+        assert httpx.get(s.url + "/v1/models").json()["data"][0]["chat_template"] is None
+        assert httpx.post(s.url + "/v1/completions", json={"prompt": "a"}).status_code == 200
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"prompt": "a", "temperature": -1}, 400, "temperature"),
+    ({"prompt": "a", "top_p": 0}, 400, "top_p"),
+    ({"prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "a", "max_tokens": 5000}, 400, "max_tokens"),
+    ({"prompt": "a", "n": 17}, 400, "n"),
+    ({"prompt": "a", "n": True}, 400, "n"),
+    ({"prompt": "a", "logprobs": 21}, 400, "logprobs"),
+    ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+    ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"prompt": "a", "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ({"prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
+    ({"prompt": []}, 400, "prompt"),
+    ({"prompt": [10**6]}, 400, "prompt"),
+    ({"prompt": "a\u00e9\u4e2d"}, 400, "prompt"),  # characters the vocabulary lacks
+    ({"prompt": "a", "model": "gpt-4"}, 404, "model"),
+    ({"prompt": "a" * 65}, 413, "prompt"),  # longer than the context of 64
+])
+def test_bad_requests_get_openais_error_object(client, body, status, param):
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert error["param"] == param and error["message"] and error["type"]
+
+
+@pytest.mark.parametrize("path,body,status", [
+    ("/v1/completions", b'{"prompt": "a",', 400),
+    ("/v1/completions", b"[1, 2]", 400),
+    ("/v1/completions", b'{"prompt": "\\ud800"}', 400),
+    ("/v1/completions", b'{"prompt": "' + b"a" * (1 << 20) + b'"}', 413),
+    ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], '
+                             b'"tools": [{}]}', 400),
+    ("/v1/nothing", b"{}", 404),
+])
+def test_malformed_bodies_and_routes(client, path, body, status):
+    r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == status and "message" in r.json()["error"]
+
+
+def test_wrong_method_and_static_files(client):
+    assert client.get("/v1/completions").status_code == 405
+    page = client.get("/")
+    assert page.status_code == 200 and "playground.js" in page.text
+    js = client.get("/static/playground.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    for path in ("/static/../server.py", "/static/%2e%2e%2fserver.py", "/static/index.html",
+                 "/static/nope.js"):
+        assert client.get(path).status_code == 404
+
+
+def test_attention_map_rows_are_the_gpts_weights(client, chat_model):
+    model, tok = chat_model
+    r = client.post("/api/attention", json={"text": "KING: no", "layer": 1, "head": None})
+    data = r.json()
+    w = torch.tensor(data["weights"])  # (T, T)
+    ids = tok.encode("KING: no")
+    with torch.no_grad():
+        _, weights = model.forward_with_attention(torch.tensor([ids]))
+    assert data["tokens"][5] == "\u2423" and data["ids"] == ids
+    torch.testing.assert_close(w, weights[1][0].mean(0), atol=1e-4, rtol=0)
+    assert torch.allclose(w.sum(-1), torch.ones(len(ids)), atol=1e-3)
+    assert client.post("/api/attention", json={"text": "a", "layer": 9}).status_code == 400
+    long = client.post("/api/attention", json={"text": "a" * 100}).json()
+    assert long["truncated"] and len(long["tokens"]) == 64
+
+
+def test_metrics_count_requests_tokens_and_first_tokens(client):
+    client.post("/v1/completions", json={"prompt": "a", "max_tokens": 3})
+    client.post("/v1/completions", json={"prompt": "a", "bogus": 1})
+    text = client.get("/metrics").text
+    counts = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            counts[name] = float(value)
+    assert counts['scratchgpt_requests_total{endpoint="/v1/completions",status="200"}'] >= 1
+    assert counts['scratchgpt_requests_total{endpoint="/v1/completions",status="400"}'] >= 1
+    assert counts["scratchgpt_generated_tokens_total"] >= 3
+    assert counts["scratchgpt_time_to_first_token_seconds_count"] >= 1
+    assert counts['scratchgpt_time_to_first_token_seconds_bucket{le="+Inf"}'] == counts[
+        "scratchgpt_time_to_first_token_seconds_count"]
+    for name in ("scratchgpt_queue_depth", "scratchgpt_batch_rows",
+                 "scratchgpt_generated_tokens_per_second", "scratchgpt_batch_rows_per_step"):
+        assert name in counts and not math.isnan(counts[name])
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_client_that_hangs_up_mid_stream_frees_its_rows_at_once(client, server):
+    engine = server.service.engine
+    with client.stream("POST", "/v1/completions", json={
+            "prompt": "a", "max_tokens": 4096, "n": 3, "stream": True}) as r:
+        lines = r.iter_lines()
+        next(lines)
+        assert engine.batch_rows == 3
+    assert wait_for(lambda: engine.batch_rows == 0, timeout=5)
+    assert client.get("/health").json()["batch_rows"] == 0
+
+
+def test_api_key_guards_everything_but_the_page_and_health(chat_run):
+    import httpx
+
+    with start_server(chat_run, api_key="sesame") as s:
+        for path in ("/v1/models", "/metrics"):
+            r = httpx.get(s.url + path)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer nope"}
+                         ).status_code == 401
+        ok = httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer sesame"})
+        assert ok.status_code == 200
+        assert httpx.get(s.url + "/").status_code == 200
+        assert httpx.get(s.url + "/health").status_code == 200
+
+
+def test_a_full_queue_answers_429_with_retry_after(chat_run):
+    import httpx
+
+    # a generation far too long to finish during the test (until its client hangs up)
+    with start_server(chat_run, max_batch=1, max_queue=1, limits=Limits(max_tokens=10**7)) as s:
+        engine = s.service.engine
+        body = {"prompt": "a", "max_tokens": 10**7, "stream": True}
+        waiting = {}
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            with c.stream("POST", "/v1/completions", json=body) as first:
+                lines = first.iter_lines()  # (kept: a dropped iterator closes the stream)
+                next(lines)  # running: the one row is taken
+                t = threading.Thread(target=lambda: waiting.update(r=httpx.post(
+                    s.url + "/v1/completions", json={"prompt": "b"}, timeout=60)))
+                t.start()
+                assert wait_for(lambda: engine.queue_depth == 1)
+                full = httpx.post(s.url + "/v1/completions", json={"prompt": "c"})
+                assert full.status_code == 429 and full.headers["Retry-After"] == "1"
+                assert full.json()["error"]["type"] == "rate_limit_error"
+            t.join()  # the first hung up: the queued one runs
+        assert waiting["r"].status_code == 200
+        assert wait_for(lambda: (engine.batch_rows, engine.queue_depth) == (0, 0))
+
+
+def test_out_of_time_a_queued_request_gets_503_and_a_running_one_ends(chat_run):
+    import httpx
+
+    with start_server(chat_run, timeout_s=1.0, limits=Limits(max_tokens=10**7)) as s:
+        engine = s.service.engine
+        busy = engine.call(lambda: time.sleep(1.5))  # the engine is busy past the deadline
+        late = httpx.post(s.url + "/v1/completions", json={"prompt": "b"}, timeout=30)
+        busy.result()
+        assert late.status_code == 503 and "Retry-After" in late.headers
+        with httpx.Client(base_url=s.url, timeout=30) as c:
+            chunks = stream(c, "/v1/completions", {"prompt": "a", "max_tokens": 10**7})
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert len(chunks) < 10**6
+        assert wait_for(lambda: (engine.batch_rows, engine.queue_depth) == (0, 0))
+
+
+def test_a_hugging_face_directory_serves_the_same_text(tmp_path, chat_model, client):
+    """The same weights as a Hugging Face GPT-2 directory: the same greedy completion; it has
+    no chat template, so chat is a 400."""
+    pytest.importorskip("safetensors")
+    import httpx
+
+    from scratchgpt.checkpoints.hf import save_hf
+    from tests.serve.conftest import start_server
+
+    model, tok = chat_model
+    hf_dir = save_hf(model, tmp_path / "hf-chatty", tok)
+    body = {"prompt": "ROMEO:\nThe king", "max_tokens": 30, "temperature": 0}
+    expected = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    with start_server(hf_dir) as s:
+        card = httpx.get(s.url + "/v1/models").json()["data"][0]
+        assert card["id"] == "hf-chatty" and card["chat_template"] is None
+        r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert r.json()["choices"][0]["text"] == expected
+        chat = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 400 and "chat" in chat.json()["error"]["message"]

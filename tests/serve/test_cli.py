@@ -1,0 +1,120 @@
+"""``scratchgpt serve`` as a user runs it: clear one-line errors, int8 weights, and a graceful
+stop on SIGTERM while a stream is running."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from scratchgpt.cli import main
+from tests.requires import optional
+
+
+def error_of(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_help_explains_the_safety_defaults(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "127.0.0.1" in out and "--api-key" in out and "/v1/completions" in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--host", "0.0.0.0"], "--api-key"),
+    (["--max-batch", "0"], "--max-batch"),
+    (["--port", "70000"], "--port"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--threads", "-2"], "--threads"),
+])
+def test_bad_flags_are_one_line_errors(capsys, plain_run, argv, says):
+    optional("starlette")
+    assert says in error_of(capsys, ["serve", "--checkpoint", str(plain_run), *argv])
+
+
+def test_a_missing_checkpoint_is_a_one_line_error(capsys, tmp_path):
+    optional("starlette")
+    assert str(tmp_path / "nothing") in error_of(
+        capsys, ["serve", "--checkpoint", str(tmp_path / "nothing"), "--port", "0"])
+
+
+def test_int8_serves_and_sigterm_finishes_the_running_stream(plain_run):
+    """The child serves int8 weights; SIGTERM mid-stream lets the stream end properly (its
+    ``[DONE]`` arrives) and the process ends cleanly."""
+    httpx = optional("httpx")
+    optional("uvicorn")
+    from scratchgpt.bench.serve import ServerProcess
+
+    args = argparse.Namespace(dtype="int8", threads=1, clients=1, soak_clients=1)
+    with ServerProcess(str(plain_run), args) as server:
+        card = httpx.get(server.url + "/v1/models").json()["data"][0]
+        assert card["dtype"] == "int8"
+        body = {"prompt": "KING:", "max_tokens": 400, "temperature": 0, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/completions", json=body,
+                          timeout=60) as r:
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert '"text_completion"' in first
+            server.proc.send_signal(signal.SIGTERM)
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]"
+        # uvicorn re-raises the signal once it has shut down, as a Unix program should
+        assert server.proc.wait(30) in (0, -signal.SIGTERM)
+        assert "Traceback" not in "".join(server.log)
+
+
+def test_the_serve_extra_is_named_when_missing(monkeypatch, capsys, plain_run):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn -> ImportError
+    assert "pip install 'scratchgpt[serve]'" in error_of(
+        capsys, ["serve", "--checkpoint", str(plain_run)])
+
+
+def test_python_dash_m_runs_the_command():
+    out = subprocess.run([sys.executable, "-m", "scratchgpt", "serve", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--max-queue" in out.stdout
+
+
+def test_bench_serve_measures_both_phases(capsys, plain_run):
+    """A small run of the bench against a child server: every request of both phases is
+    answered with all its tokens."""
+    optional("httpx")
+    optional("uvicorn")
+    import json
+
+    assert main(["bench", "serve", "--checkpoint", str(plain_run), "--clients", "3",
+                 "--requests", "6", "--max-tokens", "8", "--prompt-tokens", "5",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for phase, clients in (("one_at_a_time", 1), ("concurrent", 3)):
+        r = result[phase]
+        assert (r["clients"], r["requests"], r["tokens"]) == (clients, 6, 48), r
+        assert r["ttft_p50_s"] <= r["ttft_p99_s"]
+    assert result["speedup"] > 0
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--clients", "0"], "--clients"),
+    (["--soak-clients", "100000"], "--soak-clients"),
+    (["--max-tokens", "0"], "--max-tokens"),
+    (["--url", "http://example.com:8000"], "--url"),
+])
+def test_bench_serve_bad_flags_are_one_line_errors(capsys, argv, says):
+    assert says in error_of(capsys, ["bench", "serve", *argv])
+
+
+def test_bench_serve_says_why_the_server_did_not_start(capsys, tmp_path):
+    optional("uvicorn")
+    assert "did not start" in error_of(capsys, ["bench", "serve", "--checkpoint",
+                                                str(tmp_path / "nothing")])

@@ -1,0 +1,50 @@
+"""The official ``openai`` Python client against the server: completions and chat, whole and
+streamed, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.requires import optional
+
+
+@pytest.fixture
+def openai_client(server):
+    openai = optional("openai")
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="not-needed", max_retries=0)
+
+
+def test_completions_whole_and_streamed(openai_client):
+    c = openai_client.completions.create(model="chatty", prompt="KING:", max_tokens=16,
+                                         temperature=0, logprobs=2)
+    assert c.object == "text_completion" and c.usage.completion_tokens == 16
+    (choice,) = c.choices
+    assert choice.finish_reason == "length" and choice.text
+    assert "".join(choice.logprobs.tokens) == choice.text
+    assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
+    parts = list(openai_client.completions.create(model="chatty", prompt="KING:",
+                                                  max_tokens=16, temperature=0, stream=True))
+    assert "".join(p.choices[0].text for p in parts) == choice.text
+    assert parts[-1].choices[0].finish_reason == "length"
+
+
+def test_chat_whole_and_streamed(openai_client):
+    messages = [{"role": "user", "content": "the king"}]
+    r = openai_client.chat.completions.create(model="chatty", messages=messages,
+                                              temperature=0, max_tokens=20)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == "ok" and r.choices[0].finish_reason == "stop"
+    parts = list(openai_client.chat.completions.create(
+        model="chatty", messages=messages, temperature=0, max_tokens=20, stream=True,
+        stream_options={"include_usage": True}))
+    text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+    assert text == "ok" and parts[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_models_and_errors_raise_the_clients_exceptions(openai_client):
+    openai = optional("openai")
+    assert [m.id for m in openai_client.models.list()] == ["chatty"]
+    with pytest.raises(openai.NotFoundError):
+        openai_client.completions.create(model="gpt-4", prompt="a")
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        openai_client.completions.create(model="chatty", prompt="a", temperature=5)
