@@ -7,7 +7,7 @@ import torch
 
 from scratchgpt.bench.decode_step import forward_call, model_tensors, record, replay
 from scratchgpt.cli import main
-from scratchgpt.models.fast_decode import PackedLinear, packing_available
+from scratchgpt.models.fast_decode import PackedLinear, optimize_for_decode, packing_available
 from scratchgpt.models.gpt import GPT, GPTConfig
 
 SHAPE = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--vocab-size", "50",
@@ -40,10 +40,8 @@ def test_packed_weights_are_counted():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50, block_size=32, n_layer=1, n_head=2, n_embd=32)).eval()
     plain_bytes = _linear_bytes(model)
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(parent, name, PackedLinear(child))
+    optimize_for_decode(model, pack_min_bytes=0)
+    assert isinstance(model.lm_head, PackedLinear)
     with torch.inference_mode():
         kernels = record(forward_call(model, 4, 1), model_tensors(model))
     assert sum(k.weight_bytes for k in kernels if k.kind == "matmul") >= plain_bytes

@@ -18,8 +18,9 @@ recorded kernels are replayed in order with the same inputs, each timed. So the 
 With one thread the clock is the thread's CPU time, which a machine shared with other jobs
 disturbs least; with more threads it is wall time. ``--variants`` compares weight preparations
 side by side, alternating repeat by repeat: ``prepared`` (what ``sample`` uses:
-``fast_decode.prepare_for_decode``), ``plain`` (the weights as trained), ``layout``
-(``GPT.decode_layout_``), ``packed`` (every Linear packed by oneDNN).
+``fast_decode.prepare_for_decode``: oneDNN packing for large Linears only), ``plain`` (the
+weights as trained), ``layout`` (``GPT.decode_layout_``), ``packed`` (every Linear packed by
+oneDNN).
 
     scratchgpt bench decode-step --preset cpu-medium --tokens 1,5 --threads 1
     scratchgpt bench decode-step --n-layer 12 --n-head 12 --n-embd 768 --variants prepared,packed
@@ -302,10 +303,8 @@ def variant_model(base: Any, variant: str, dtype: str) -> Any:
     """A copy of ``base`` prepared as ``variant`` (see the module doc)."""
     import copy
 
-    from torch import nn
-
     from scratchgpt.models.fast_decode import (
-        PackedLinear,
+        optimize_for_decode,
         prepare_for_decode,
         to_inference_dtype,
     )
@@ -317,10 +316,7 @@ def variant_model(base: Any, variant: str, dtype: str) -> Any:
     if variant == "layout":
         model.decode_layout_()
     elif variant == "packed":
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, PackedLinear(child))
+        optimize_for_decode(model, pack_min_bytes=0)
     return model
 
 

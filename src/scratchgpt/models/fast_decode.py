@@ -6,13 +6,16 @@ model of a ``--dtype``: ``fp32`` and ``bf16`` (a cast) keep what the model compu
 change how weights are laid out; ``int8`` (:func:`quantize_int8`) trades a little accuracy for
 a quarter of fp32's weight bytes. Two layout preparations, chosen by the model's dtype:
 
-* With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` becomes a
-  :class:`PackedLinear` holding its weight pre-packed (blocked) for oneDNN's kernels. At batch
-  1 they stream weights faster than the generic matmul: bf16 up to ~1.5x; fp32 lm_head 34.5 vs
-  20.4 GB/s (the best plain layout), and GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all
-  Linears packed vs only the wide ones (docs/BENCHMARKS.md).
-* otherwise: :meth:`GPT.decode_layout_` stores each weight in the memory order that the
-  one-row matrix product streams fastest (a pure layout change).
+* With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` whose weight
+  holds at least :data:`PACK_MIN_BYTES` becomes a :class:`PackedLinear` holding its weight
+  pre-packed (blocked) for oneDNN's kernels. At batch 1 they stream large weights faster than
+  the generic matmul: bf16 up to ~1.5x; fp32 lm_head 34.5 vs 20.4 GB/s (the best plain
+  layout), and GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all Linears packed vs only the
+  wide ones (docs/BENCHMARKS.md). But a packed product has a fixed cost of ~25 us a call, more
+  than a small weight takes to stream, so small Linears (every one of the cpu-* presets) keep
+  the plain path.
+* the Linears not packed: :meth:`GPT.decode_layout_` stores each weight in the memory order
+  that the one-row matrix product streams fastest (a pure layout change).
 
 Packed and quantized models are for inference only: their weights cannot be trained or saved
 (keep the original for that).
@@ -66,21 +69,34 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def optimize_for_decode(model: nn.Module) -> nn.Module:
+# The smallest weight (bytes) that oneDNN packing pays for at batch 1. Measured per Linear
+# (fp32, batch 1, `bench decode-step --variants layout,packed` and the product alone): a packed
+# product costs ~25 us more per call, so it loses below ~4 MiB (cpu-small's 128x512: 40 vs
+# 16 us; a whole cpu-small decode step 2.45 vs 1.62 ms) and gains above it with 2 threads
+# (768x3072: 153 vs 238 us). With one thread the plain layout was as fast or faster at every
+# size measured, so this is the threshold for the default thread count.
+PACK_MIN_BYTES = 4 * 2**20
+
+
+def _pack_large_linears(model: nn.Module, min_bytes: int) -> None:
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and child.weight.nbytes >= min_bytes:
+                setattr(parent, name, PackedLinear(child))
+
+
+def optimize_for_decode(model: nn.Module, pack_min_bytes: int = PACK_MIN_BYTES) -> nn.Module:
     """Prepare a GPT (already cast to its inference dtype, on CPU) for fast decoding; returns
-    it. With oneDNN (fp32, or bf16 where supported): every Linear packed; otherwise the decode
-    weight layout. Other models are returned unchanged."""
+    it. With oneDNN (fp32, or bf16 where supported): every Linear of ``pack_min_bytes`` or more
+    packed (0: all of them); the other Linears get the decode weight layout. Other models are
+    returned unchanged."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
         return model
     weight = model.lm_head.weight
     if weight.device.type == "cpu" and packing_available(weight.dtype):
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, PackedLinear(child))
-        return model
+        _pack_large_linears(model, pack_min_bytes)
     return model.decode_layout_()
 
 
