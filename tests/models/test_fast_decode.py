@@ -75,3 +75,21 @@ def test_only_linears_above_the_threshold_are_packed():
         assert torch.allclose(fast(x), model(x), atol=1e-5)
     g = SamplingConfig(temperature=0)
     assert torch.equal(generate(fast, x[:, :4], 20, g), generate(model, x[:, :4], 20, g))
+
+
+def test_small_models_decode_on_one_thread(monkeypatch):
+    from scratchgpt.models import fast_decode
+
+    model = optimize_for_decode(tiny(), pack_min_bytes=0)  # packed weights count too
+    size = sum(t.numel() * t.element_size() for t in fast_decode.model_weights(model))
+    plain = tiny()
+    assert size >= sum(p.nbytes for p in plain.parameters())  # every weight counted once
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert fast_decode.decode_threads(model) == 1
+        monkeypatch.setattr(fast_decode, "SINGLE_THREAD_MAX_BYTES", size - 1)
+        assert fast_decode.decode_threads(model) == 2  # larger: torch's setting
+        assert fast_decode.decode_threads(object()) == 2  # not a torch model
+    finally:
+        torch.set_num_threads(threads)

@@ -114,17 +114,11 @@ def _key(t: Any) -> int:
 
 
 def model_tensors(model: Any) -> dict[int, int]:
-    """:func:`_key` -> bytes of every weight the model holds (parameters, buffers, and the
-    tensors of packed or quantized layers), so that a recorded kernel's weight reads can be
-    counted."""
-    import torch
+    """:func:`_key` -> bytes of every weight the model holds (``fast_decode.model_weights``),
+    so that a recorded kernel's weight reads can be counted."""
+    from scratchgpt.models.fast_decode import model_weights
 
-    found: dict[int, int] = {}
-    for m in model.modules():
-        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False), *vars(m).values()):
-            if isinstance(t, torch.Tensor):
-                found[_key(t)] = t.numel() * t.element_size()
-    return found
+    return {_key(t): t.numel() * t.element_size() for t in model_weights(model)}
 
 
 WEIGHT_READERS = ("matmul", "norm")  # kinds that read whole weights (an embedding reads a row)
