@@ -34,7 +34,7 @@ def test_fp32_decode_layout_is_the_same_model():
 @pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
 def test_fp32_optimize_packs_linears_and_keeps_results():
     model = tiny()
-    fast = optimize_for_decode(copy.deepcopy(model))
+    fast = optimize_for_decode(copy.deepcopy(model), pack_min_bytes=0)  # pack them all
     block = fast.transformer.h[0]
     assert isinstance(block.mlp.c_fc, PackedLinear) and isinstance(fast.lm_head, PackedLinear)
     assert isinstance(block.mlp.c_proj, PackedLinear) and isinstance(block.attn.c_proj,
@@ -49,7 +49,7 @@ def test_fp32_optimize_packs_linears_and_keeps_results():
 @pytest.mark.skipif(not packing_available(), reason="oneDNN bf16 packing unavailable")
 def test_bf16_packed_linears_match_plain_bf16():
     plain = tiny().to(torch.bfloat16)
-    packed = optimize_for_decode(copy.deepcopy(plain))
+    packed = optimize_for_decode(copy.deepcopy(plain), pack_min_bytes=0)
     assert isinstance(packed.lm_head, PackedLinear)
     x = torch.randint(0, 97, (2, 30))
     with torch.no_grad():
@@ -57,3 +57,39 @@ def test_bf16_packed_linears_match_plain_bf16():
     assert diff <= 0.02, diff  # both bf16; only the summation order may differ
     cache = packed.new_cache(1)
     assert cache.k.dtype == torch.bfloat16
+
+
+@pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
+def test_only_linears_above_the_threshold_are_packed():
+    model = tiny()  # c_fc: 64 x 256 fp32 = 64 KiB, lm_head (tied wte): 97 x 64
+    assert not any(isinstance(m, PackedLinear)
+                   for m in optimize_for_decode(copy.deepcopy(model)).modules())
+    fast = optimize_for_decode(copy.deepcopy(model), pack_min_bytes=64 * 256 * 4)
+    block = fast.transformer.h[0]
+    assert isinstance(block.mlp.c_fc, PackedLinear) and isinstance(block.mlp.c_proj,
+                                                                     PackedLinear)
+    assert not isinstance(block.attn.c_attn, PackedLinear)  # 64 x 192: below
+    assert block.attn.c_attn.weight.stride() == (1, 192)  # the rest: the decode layout
+    x = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
+    g = SamplingConfig(temperature=0)
+    assert torch.equal(generate(fast, x[:, :4], 20, g), generate(model, x[:, :4], 20, g))
+
+
+def test_small_models_decode_on_one_thread(monkeypatch):
+    from scratchgpt.models import fast_decode
+
+    model = optimize_for_decode(tiny(), pack_min_bytes=0)  # packed weights count too
+    size = sum(t.numel() * t.element_size() for t in fast_decode.model_weights(model))
+    plain = tiny()
+    assert size >= sum(p.nbytes for p in plain.parameters())  # every weight counted once
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert fast_decode.decode_threads(model) == 1
+        monkeypatch.setattr(fast_decode, "SINGLE_THREAD_MAX_BYTES", size - 1)
+        assert fast_decode.decode_threads(model) == 2  # larger: torch's setting
+        assert fast_decode.decode_threads(object()) == 2  # not a torch model
+    finally:
+        torch.set_num_threads(threads)

@@ -187,10 +187,12 @@ def test_every_option_saves_loads_and_samples(option, tmp_path):
     assert torch.equal(out, ids)
 
 
+@pytest.mark.parametrize("pack_min_bytes", [0, None])  # every Linear packed; the default
 @pytest.mark.parametrize("option", ["speedrun", "value_embeds", "one_head", "no_layernorm"])
-def test_fast_decode_keeps_every_option_exact(option):
+def test_fast_decode_keeps_every_option_exact(option, pack_min_bytes):
     model = option_model(option)
-    fast = optimize_for_decode(copy.deepcopy(model))
+    fast = optimize_for_decode(copy.deepcopy(model), *([] if pack_min_bytes is None
+                                                       else [pack_min_bytes]))
     x = torch.randint(0, 37, (2, 20))
     with torch.no_grad():
         assert torch.allclose(fast(x), model(x), atol=1e-5)

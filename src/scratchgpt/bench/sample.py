@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="inference precision, as sample --dtype (default fp32)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads (0 = as sample chooses: 1 for a small model, else "
+                        "torch's default)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models import build_model, config_fields, model_config
-    from scratchgpt.models.fast_decode import prepare_for_decode
+    from scratchgpt.models.fast_decode import decode_threads, prepare_for_decode
     from scratchgpt.training.config import PRESETS
 
     if args.checkpoint:
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         what = f"{args.preset} shape, random weights"
     n_params = model.num_params()
     prepare_for_decode(model, args.dtype)  # packed or int8 weights are no longer parameters
+    torch.set_num_threads(args.threads or decode_threads(model))
     cfg = SamplingConfig(args.temperature, None, args.top_p)
     prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
     times = []

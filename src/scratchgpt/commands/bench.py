@@ -15,6 +15,7 @@ BENCHMARKS = (
     "tokenize",
     "seq2seq",
     "generate",
+    "decode-step",
     "speculative",
     "recurrent",
     "finetune",
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.splitlines()[0])
     names = p.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name in BENCHMARKS:
-        mod = importlib.import_module(f"scratchgpt.bench.{name}")
+        mod = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
         bp = names.add_parser(name, help=mod.__doc__.strip().splitlines()[0],
                               description=mod.__doc__)
         mod.add_arguments(bp)

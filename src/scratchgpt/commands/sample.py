@@ -52,7 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="prompt characters missing from the vocabulary: error or replace")
     p.add_argument("--no-stream", action="store_true", help="print only when finished")
     p.add_argument("--threads", type=int, default=0,
-                   help="CPU threads for torch (0 = torch's default, one per core)")
+                   help="CPU threads for torch (0 = automatic: 1 for a small model, whose "
+                        "decode steps are too short to share out, else torch's default, one "
+                        "per core)")
     p.add_argument("--batch-prompts", action="store_true",
                    help="with --prompt-file: every non-empty line is a separate prompt; all are "
                         "generated together as one left-padded batch, each row stopping on its "
@@ -189,12 +191,15 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.generation.prompt import start_of_text
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.models.fast_decode import decode_threads
 
     check_args(args)
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine)
+    if not args.threads:
+        torch.set_num_threads(decode_threads(model))
     if args.seed is not None:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None

@@ -6,13 +6,21 @@ model of a ``--dtype``: ``fp32`` and ``bf16`` (a cast) keep what the model compu
 change how weights are laid out; ``int8`` (:func:`quantize_int8`) trades a little accuracy for
 a quarter of fp32's weight bytes. Two layout preparations, chosen by the model's dtype:
 
-* With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` becomes a
-  :class:`PackedLinear` holding its weight pre-packed (blocked) for oneDNN's kernels. At batch
-  1 they stream weights faster than the generic matmul: bf16 up to ~1.5x; fp32 lm_head 34.5 vs
-  20.4 GB/s (the best plain layout), and GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all
-  Linears packed vs only the wide ones (docs/BENCHMARKS.md).
-* otherwise: :meth:`GPT.decode_layout_` stores each weight in the memory order that the
-  one-row matrix product streams fastest (a pure layout change).
+* With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` whose weight
+  holds at least :data:`PACK_MIN_BYTES` becomes a :class:`PackedLinear` holding its weight
+  pre-packed (blocked) for oneDNN's kernels. At batch 1 they stream large weights faster than
+  the generic matmul: bf16 up to ~1.5x; fp32 lm_head 34.5 vs 20.4 GB/s (the best plain
+  layout), and GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all Linears packed vs only the
+  wide ones (docs/BENCHMARKS.md). But a packed product has a fixed cost of ~25 us a call, more
+  than a small weight takes to stream, so small Linears (every one of the cpu-* presets) keep
+  the plain path.
+* the Linears not packed: :meth:`GPT.decode_layout_` stores each weight in the memory order
+  that the one-row matrix product streams fastest (a pure layout change).
+
+Threads: a small model's decode step is a hundred or so kernels of a few microseconds each, too
+short to split; a second thread only adds the cost of waking and joining it, and when the
+cores are busy with other work, of waiting for one that is descheduled. :func:`decode_threads`
+says when one thread is the better default.
 
 Packed and quantized models are for inference only: their weights cannot be trained or saved
 (keep the original for that).
@@ -66,25 +74,40 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def optimize_for_decode(model: nn.Module, pack: bool = True) -> nn.Module:
-    """Prepare a GPT (already cast to its inference dtype, on CPU) for fast decoding; returns
-    it. With oneDNN (fp32, or bf16 where supported) and ``pack``: every Linear packed;
-    otherwise the decode weight layout. Other models are returned unchanged.
+# The smallest weight (bytes) that oneDNN packing pays for at batch 1. Measured per Linear
+# (fp32, batch 1, `bench decode-step --variants layout,packed` and the product alone): a packed
+# product costs ~25 us more per call, so it loses below ~4 MiB (cpu-small's 128x512: 40 vs
+# 16 us; a whole cpu-small decode step 2.45 vs 1.62 ms) and gains above it with 2 threads
+# (768x3072: 153 vs 238 us). With one thread the plain layout was as fast or faster at every
+# size measured, so this is the threshold for the default thread count.
+PACK_MIN_BYTES = 4 * 2**20
 
-    ``pack=False`` suits a server, whose batch size changes from step to step: oneDNN keeps
-    state for every input shape a packed Linear has seen (about 0.6 MB per shape for a
-    128 x 512 weight, measured), so memory would grow with each new batch size."""
+
+def _pack_large_linears(model: nn.Module, min_bytes: int) -> None:
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and child.weight.nbytes >= min_bytes:
+                setattr(parent, name, PackedLinear(child))
+
+
+def optimize_for_decode(model: nn.Module,
+                        pack_min_bytes: int | None = PACK_MIN_BYTES) -> nn.Module:
+    """Prepare a GPT (already cast to its inference dtype, on CPU) for fast decoding; returns
+    it. With oneDNN (fp32, or bf16 where supported): every Linear of ``pack_min_bytes`` or more
+    packed (0: all of them; None: none); the other Linears get the decode weight layout. Other
+    models are returned unchanged.
+
+    ``None`` suits a server, whose batch size changes from step to step: oneDNN keeps state for
+    every input shape a packed Linear has seen (about 0.6 MB per shape for a 128 x 512 weight,
+    measured), so memory would grow with each new batch size."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
         return model
     weight = model.lm_head.weight
-    if pack and weight.device.type == "cpu" and packing_available(weight.dtype):
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, PackedLinear(child))
-        return model
+    cpu = weight.device.type == "cpu"
+    if pack_min_bytes is not None and cpu and packing_available(weight.dtype):
+        _pack_large_linears(model, pack_min_bytes)
     return model.decode_layout_()
 
 
@@ -186,12 +209,41 @@ def to_inference_dtype(model: nn.Module, dtype: str) -> nn.Module:
     return model
 
 
+def model_weights(model: nn.Module) -> list[Tensor]:
+    """Every tensor ``model`` holds, once each: parameters, buffers, and the tensors of
+    packed or quantized layers (which are plain attributes)."""
+    seen: dict[int, Tensor] = {}
+    for m in model.modules():
+        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False), *vars(m).values()):
+            if isinstance(t, Tensor):
+                seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
+# Up to this many bytes of weights, a batch-1 decode step decodes fastest on one thread.
+# Measured (thread CPU and wall time, 500 sampled tokens, 2-core machine under load from other
+# jobs): cpu-small (3.2 MB) 0.97 s with 1 thread vs 7.6 s with 2; cpu-medium (10.7 MB) 2.1 vs
+# 11.6 s. Larger models are bound by memory bandwidth, which more threads do raise.
+SINGLE_THREAD_MAX_BYTES = 16 * 2**20
+
+
+def decode_threads(model: object) -> int:
+    """The CPU threads to decode ``model`` with when the user chose none: 1 for a torch model
+    of at most :data:`SINGLE_THREAD_MAX_BYTES` of weights, else torch's current setting."""
+    if isinstance(model, nn.Module):
+        size = sum(t.numel() * t.element_size() for t in model_weights(model))
+        if size <= SINGLE_THREAD_MAX_BYTES:
+            return 1
+    return torch.get_num_threads()
+
+
 def prepare_for_decode(model: nn.Module, dtype: str = "fp32", pack: bool = True) -> nn.Module:
     """The inference model of ``--dtype``: :func:`to_inference_dtype`, then (fp32, bf16) the
-    fast weight layout of :func:`optimize_for_decode` (``pack``: see there). Every command
+    fast weight layout of :func:`optimize_for_decode` (``pack=False``: no oneDNN packing, for
+    a server; see there). Every command
     that generates (sample, the benches, a server) prepares its model here. In place; returns
     it."""
     to_inference_dtype(model, dtype)
     if dtype != "int8":  # int8 Linears already hold the kernel's own layout
-        optimize_for_decode(model, pack)
+        optimize_for_decode(model, PACK_MIN_BYTES if pack else None)
     return model

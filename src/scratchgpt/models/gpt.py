@@ -201,6 +201,7 @@ class KVCache:
         shape = (n_layer, batch_size, n_head, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self._layers()
         self.max_len = max_len
         self.pos = 0
         self.key_mask: Tensor | None = None
@@ -211,13 +212,19 @@ class KVCache:
     def batch_size(self) -> int:
         return self.k.shape[1]
 
+    def _layers(self) -> None:
+        # each layer's (B, H, max_len, D) view, made once: a decode step then indexes no
+        # more than one dimension per read or write (each indexing op costs dispatch time)
+        self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
+
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write a call's new keys/values (B, H, T, D) of ``layer`` at slots ``pos .. pos+T-1``;
         return the keys/values of slots ``0 .. pos+T-1`` (views, no copy)."""
-        end = self.pos + k.size(2)
-        self.k[layer, :, :, self.pos:end] = k
-        self.v[layer, :, :, self.pos:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, end, D)
+        T, end = k.size(2), self.pos + k.size(2)
+        k_all, v_all = self.k_layers[layer], self.v_layers[layer]  # (B, H, max_len, D)
+        k_all.narrow(2, self.pos, T).copy_(k)
+        v_all.narrow(2, self.pos, T).copy_(v)
+        return k_all.narrow(2, 0, end), v_all.narrow(2, 0, end)  # (B, H, end, D)
 
     def attn_mask(self, T: int) -> Tensor | None:
         """Which slots the next ``T`` positions may attend to: bool (B or 1, 1, T, pos+T), True
@@ -267,6 +274,7 @@ class KVCache:
         old_k, old_v = self._filled()
         self.k, self.v = self._empty(len(rows)), self._empty(len(rows))
         self.k[:, :, :, : self.pos], self.v[:, :, :, : self.pos] = old_k[:, rows], old_v[:, rows]
+        self._layers()
         self.left_pad(pads)
 
     # ---- continuous batching (the JoinableCache interface of models/cache.py)
@@ -294,6 +302,7 @@ class KVCache:
             k[:, rows, :, shift:pos], v[:, rows, :, shift:pos] = old_k, old_v
             pads.append(cache.pad_counts().to(self.k.device) + shift)
         self.k, self.v, self.max_len, self.pos, self._causal = k, v, max_len, pos, None
+        self._layers()
         self.left_pad(torch.cat(pads))
 
     def trim(self, n: int) -> None:
@@ -307,6 +316,7 @@ class KVCache:
         self.k, self.v = self._empty(self.batch_size), self._empty(self.batch_size)
         self.k[:, :, :, : self.pos - n], self.v[:, :, :, : self.pos - n] = (
             old_k[:, :, :, n:], old_v[:, :, :, n:])
+        self._layers()
         self.pos -= n
         self.left_pad(pads)
 
@@ -364,12 +374,13 @@ class CausalSelfAttention(nn.Module):
              ve: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """x: (B, T, C) -> q, k, v: 3 x (B, H, T, D), with this layer's options applied."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        # one view and one permute give all three (B, H, T, D) views: fewer ops than splitting
+        # first, the same strides (a decode step is short enough that op count matters)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, D)
         if ve is not None:
-            v = (1 - self.ve_lambda) * v + self.ve_lambda * ve.to(v.dtype)  # (B, T, C)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+            ve = ve.to(v.dtype).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+            v = (1 - self.ve_lambda) * v + self.ve_lambda * ve  # (B, H, T, D)
         # (the .to()s matter only under autocast: norms and rotation run in fp32 there, and
         # attention needs q, k, v in one dtype)
         if self.q_norm is not None:
@@ -403,22 +414,27 @@ class CausalSelfAttention(nn.Module):
                 mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             y, weights = attention_math(q, k, v, mask, self.attn_dropout if self.training else 0.0)
         else:
-            dtype = q.dtype
-            upcast = dtype == torch.bfloat16 and q.device.type == "cpu"
-            if upcast:
-                # PyTorch's CPU flash-attention kernel is ~2.5x slower in bf16 than in fp32
-                # (measured, fwd + bwd): the projections stay bf16 and only this kernel runs in
-                # fp32. Autocast must be off here, or it would cast the inputs back to bf16.
-                q, k, v = q.float(), k.float(), v.float()
-            with torch.autocast(q.device.type, enabled=not upcast and torch.is_autocast_enabled(
-                    q.device.type)):
-                y = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, is_causal=causal,
-                    dropout_p=self.attn_dropout if self.training else 0.0,
-                )
-            y = y.to(dtype)
+            y = self._sdpa(q, k, v, mask, causal)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
-        return self.resid_dropout(self.c_proj(y)), weights
+        y = self.c_proj(y)
+        return (self.resid_dropout(y) if self.training else y), weights
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+              causal: bool) -> Tensor:
+        """The fused attention kernel: q (B, H, Tq, D), k/v (B, H, Tk, D) -> (B, H, Tq, D)."""
+        dtype, device = q.dtype, q.device.type
+        dropout_p = self.attn_dropout if self.training else 0.0
+        if dtype == torch.bfloat16 and device == "cpu":
+            # PyTorch's CPU flash-attention kernel is ~2.5x slower in bf16 than in fp32
+            # (measured, fwd + bwd): the projections stay bf16 and only this kernel runs in
+            # fp32. Autocast must be off here, or it would cast the inputs back to bf16.
+            with torch.autocast(device, enabled=False):
+                return F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal,
+                    dropout_p=dropout_p).to(dtype)
+        # (no autocast context unless one is on: entering one costs as much as a small kernel)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                              dropout_p=dropout_p)
 
 
 class MLP(nn.Module):
@@ -432,7 +448,8 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+        y = self.c_proj(self.act(self.c_fc(x)))
+        return self.dropout(y) if self.training else y  # (eval: dropout is the identity)
 
 
 def layer_norm(cfg: GPTConfig) -> nn.Module:
@@ -610,7 +627,9 @@ class GPT(nn.Module):
                 f"sequence of {start + T} tokens exceeds the context of {limit} positions"
             )
         pos = self._positions(T, cache, idx.device)
-        x = self.transformer.drop(self._embed(idx, pos))  # (B, T, C)
+        x = self._embed(idx, pos)  # (B, T, C)
+        if self.training:  # (eval: dropout is the identity)
+            x = self.transformer.drop(x)
         mask = self._mask(T, cache)
         x, all_weights = self._blocks(x, idx, mask, cache, self._rope(pos), need_weights)
         if cache is not None:
