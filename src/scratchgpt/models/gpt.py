@@ -215,7 +215,10 @@ class KVCache:
     def _layers(self) -> None:
         # each layer's (B, H, max_len, D) view, made once: a decode step then indexes no
         # more than one dimension per read or write (each indexing op costs dispatch time)
-        self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
+        # (one select per layer rather than unbind: unbind's views may not be written under
+        # grad mode when they were made without it, and a cache outlives such switches)
+        self.k_layers = [self.k[i] for i in range(self.k.shape[0])]
+        self.v_layers = [self.v[i] for i in range(self.v.shape[0])]
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write a call's new keys/values (B, H, T, D) of ``layer`` at slots ``pos .. pos+T-1``;
