@@ -26,18 +26,21 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from scratchgpt.checkpoints.io import (
+    TEMP_SUFFIX,
     Checkpoint,
     atomic_write_text,
+    fsync_dir,
     load_checkpoint,
     remove_stale_temporaries,
     save_checkpoint,
 )
-from scratchgpt.errors import CheckpointError, RunInUseError
+from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
@@ -52,7 +55,7 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock_fd: int | None = None
-        self._replacing = False
+        self._uncommitted = False  # begun, with no checkpoint yet (see abort)
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -106,19 +109,42 @@ class RunDir:
         """Check and prepare the directory for a run; call it holding the lock.
 
         ``mode``: ``"new"`` (refuse a directory that holds a run), ``"resume"`` (``last.pt``
-        must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`)."""
+        must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`). Until
+        its first checkpoint a new run can be undone: :meth:`abort` removes what it wrote
+        and brings back a run it replaced."""
         self._recover_interrupted_overwrite()
         if self.path.is_dir():
             remove_stale_temporaries(self.path)
         if mode == "resume":
-            if not self.file("last.pt").is_file():
-                raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
-                                      "(start the run without --resume)")
-        elif self.holds_run():
+            self._check_resumable()
+            return
+        if self.holds_run():
             if mode != "overwrite":
-                raise CheckpointError(f"{self.path} already holds a run; pass --resume to "
-                                      "continue it or --overwrite to replace it")
+                raise CheckpointError(self._occupied())
             self._move_aside()
+        self._uncommitted = True
+
+    def _occupied(self) -> str:
+        """Why a new run may not start here, and what to do instead."""
+        if self.has_checkpoint():
+            return (f"{self.path} already holds a run; pass --resume to continue it or "
+                    "--overwrite to replace it")
+        return (f"{self.path} holds the files of a run that never wrote a checkpoint (nothing "
+                "to resume); pass --overwrite to start it again")
+
+    def _check_resumable(self) -> None:
+        if self.file("last.pt").is_file():
+            return
+        if self.file("best.pt").is_file():
+            why = "it holds best.pt alone (a model, not a run's training state)"
+        elif self.holds_run():
+            why = "the run never wrote a checkpoint; start it again with --overwrite"
+        else:
+            why = "start the run without --resume"
+        raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist ({why})")
+
+    def has_checkpoint(self) -> bool:
+        return self.file("last.pt").is_file() or self.file("best.pt").is_file()
 
     def _move_aside(self) -> None:
         aside = self.file(REPLACED_DIR)
@@ -126,19 +152,20 @@ class RunDir:
         for name in RUN_FILES:
             if self.file(name).exists():
                 os.replace(self.file(name), aside / name)
-        self._replacing = True
+        fsync_dir(self.path)
 
     def commit(self) -> None:
-        """The new run has written a checkpoint: the replaced run can go."""
-        if self._replacing:
+        """The new run has written a checkpoint: the replaced run (if any) can go."""
+        if self._uncommitted:
             shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
-            self._replacing = False
+            self._uncommitted = False
 
     def abort(self) -> None:
-        """The new run failed before its first checkpoint: put the replaced run back."""
-        if self._replacing:
+        """The new run failed before its first checkpoint: remove what it wrote and put a
+        replaced run back, leaving the directory as the run found it."""
+        if self._uncommitted:
             self._restore()
-            self._replacing = False
+            self._uncommitted = False
 
     def _restore(self) -> None:
         aside = self.file(REPLACED_DIR)
@@ -165,7 +192,19 @@ class RunDir:
         atomic_write_text(self.file(CONFIG_FILE), json.dumps(config, indent=1) + "\n")
 
     def save_tokenizer(self, tokenizer: Any) -> None:
-        tokenizer.save(self.path)
+        """The tokenizer's files (``tokenizer.json``, ``merges.txt``), each replaced atomically:
+        written into a temporary directory, then renamed into place."""
+        tmp = Path(tempfile.mkdtemp(dir=self.path, prefix=".tokenizer.", suffix=TEMP_SUFFIX))
+        try:
+            tokenizer.save(tmp)
+            for f in tmp.iterdir():
+                os.replace(f, self.file(f.name))
+            fsync_dir(self.path)
+        except OSError as e:
+            raise StorageError(f"cannot write the tokenizer into {self.path}: "
+                               f"{e.strerror or e}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def save(self, checkpoint: Checkpoint, best: bool) -> None:
         """``last.pt``, and ``best.pt`` first when ``best`` (one serialization)."""
@@ -179,10 +218,9 @@ class RunDir:
         A process killed after writing ``best.pt`` but before ``last.pt`` leaves ``best.pt`` one
         evaluation ahead: the best loss recorded in ``last.pt`` is then too high, and resuming
         with it would overwrite the better ``best.pt`` with a worse model."""
-        if not self.file("last.pt").is_file():
-            raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
-                                  "(start the run without --resume)")
+        self._check_resumable()
         last = load_checkpoint(self.file("last.pt"))
+        last.check_weights()
         best_path = self.file("best.pt")
         if last.state is not None and best_path.is_file():
             best = load_checkpoint(best_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from scratchgpt.errors import ConfigError
 
@@ -27,18 +28,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="fraction at the end of the text held out for validation (default 0.1)")
     p.add_argument("--out", required=True, help="output directory of the prepared dataset")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a dataset already in --out (the new one is written beside it "
+                        "and renamed into place once complete)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.data.prepare import check_destination, prepare_text
     from scratchgpt.data.resolve import load_source
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    check_destination(Path(args.out), args.overwrite)  # before reading or downloading
     text, desc = load_source(args.data, args.dataset)
     meta = prepare_text(text, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-                        val_fraction=args.val_fraction, source=desc)
+                        val_fraction=args.val_fraction, source=desc, overwrite=args.overwrite)
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")

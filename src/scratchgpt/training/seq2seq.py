@@ -26,7 +26,7 @@ from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
-from scratchgpt.training.job import TrainJob
+from scratchgpt.training.job import TrainJob, check_resources
 from scratchgpt.training.settings import Settings, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 
@@ -303,13 +303,16 @@ def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
             raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
                                   "not a seq2seq one; resume it with 'scratchgpt train'")
         config, cfg = resumed_run(checkpoint, Settings(flags={**train_flags, **model_flags}))
+        check_resources(cfg, config)
         make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers,
                        label_smoothing)
         return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
     spec = spec or DataSpec()
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
+    cfg = train_config(train_flags)
+    check_resources(cfg, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
-    return TrainJob(Path(out), "overwrite" if overwrite else "new", train_config(train_flags),
-                    config, make, {"arch": arch})
+    return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
+                    {"arch": arch})
 
