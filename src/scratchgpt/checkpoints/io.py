@@ -12,6 +12,7 @@ intact.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
@@ -112,6 +113,7 @@ class Checkpoint:
     state: Any = None  # scratchgpt.training.state.TrainState
     optimizer: dict[str, Any] | None = None
     path: Path | None = None
+    file_version: tuple[int, int, int] | None = None  # see RunDir.last_version (not saved)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``torch.save`` (loadable with ``weights_only=True``)."""
@@ -291,7 +293,8 @@ def _load_failure(e: BaseException) -> str:
     """Why ``torch.load`` failed, in a few words. Its weights-only refusal is a long message
     whose useful part (the Python object the file wanted to create) comes last."""
     text = " ".join(str(e).split())
-    if isinstance(e, OSError) and e.strerror:
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EISDIR, errno.ELOOP,
+                                              errno.EIO, errno.ENOENT):
         return e.strerror
     if "Weights only load failed" in text:
         found = re.search(r"(Unsupported global: GLOBAL \S+|Unsupported operand \S+)", text)

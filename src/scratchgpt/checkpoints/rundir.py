@@ -212,6 +212,15 @@ class RunDir:
                         copies=[self.file("best.pt")] if best else [])
         self.commit()
 
+    def last_version(self) -> tuple[int, int, int] | None:
+        """(inode, mtime, size) of ``last.pt``: every save replaces the file, so another
+        version means another process wrote the run."""
+        try:
+            st = self.file("last.pt").stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def load_last(self) -> Checkpoint:
         """``last.pt``, with its record of the best loss reconciled with ``best.pt``.
 
@@ -219,7 +228,9 @@ class RunDir:
         evaluation ahead: the best loss recorded in ``last.pt`` is then too high, and resuming
         with it would overwrite the better ``best.pt`` with a worse model."""
         self._check_resumable()
+        version = self.last_version()
         last = load_checkpoint(self.file("last.pt"))
+        last.file_version = version
         last.check_weights()
         best_path = self.file("best.pt")
         if last.state is not None and best_path.is_file():

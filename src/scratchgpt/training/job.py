@@ -20,7 +20,7 @@ from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import resolve_dataset
-from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
 from scratchgpt.models import ModelConfig
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
@@ -128,6 +128,8 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
     run_dir = RunDir(job.out)
     with run_dir.lock():
         run_dir.begin(job.mode)
+        if job.mode == "resume":
+            check_unchanged(job, run_dir)
         try:
             if job.train.nproc > 1:
                 return distributed.launch(job.train.nproc, job.train.device, run_in_process,
@@ -136,6 +138,14 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
         except BaseException:
             run_dir.abort()
             raise
+
+
+def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
+    """The run was planned from ``last.pt`` before its lock was taken; if another process
+    wrote it meanwhile, resuming from the plan would overwrite newer checkpoints."""
+    if job.checkpoint().file_version != run_dir.last_version():
+        raise RunInUseError(f"the run in {job.out} changed while this process was starting "
+                            "(another process wrote it); run the command again")
 
 
 def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
