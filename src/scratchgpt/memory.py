@@ -37,8 +37,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from scratchgpt.errors import ConfigError, ScratchGPTError
 from scratchgpt.models import ModelConfig, build_model
@@ -77,12 +79,42 @@ def _gib(n: float) -> str:
 # ---- parameters
 
 
+class _ShapesOnly(TorchFunctionMode):
+    """Inside ``torch.device("meta")``: skip the work that only fills values, which is all a
+    parameter count can do without. Initializers return their tensor untouched, and ``arange``
+    (position tables) gives an empty meta tensor of its length: torch's meta ``arange`` and
+    random initializers load a large Python module on first use (seconds)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and name.rstrip("_") in _INITIALIZERS:
+            return args[0] if args else kwargs["tensor"]
+        if func is torch.arange:
+            return _meta_arange(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+_INITIALIZERS = {"normal", "uniform", "zero", "zeros", "ones", "fill", "constant",
+                 "trunc_normal", "kaiming_uniform", "kaiming_normal", "xavier_uniform",
+                 "xavier_normal", "orthogonal"}
+
+
+def _meta_arange(*args: Any, dtype: torch.dtype | None = None, **kwargs: Any) -> torch.Tensor:
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    if dtype is None:
+        whole = all(isinstance(x, int) for x in (start, end, step))
+        dtype = torch.int64 if whole else torch.get_default_dtype()
+    return torch.empty(max(0, math.ceil((end - start) / step)), dtype=dtype, device="meta")
+
+
 def _meta_counts(config: ModelConfig) -> tuple[int, int]:
     """(parameters, parameters of the matrices Muon would own) of a model built on the meta
     device: exact, and free of memory and initialization."""
     from scratchgpt.training.optim import hidden_matrices
 
-    with torch.device("meta"):
+    with torch.device("meta"), _ShapesOnly():
         model = build_model(config)
     return (sum(p.numel() for p in model.parameters()),
             sum(p.numel() for p in hidden_matrices(model)))

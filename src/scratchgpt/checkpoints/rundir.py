@@ -47,6 +47,7 @@ RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "toke
              "merges.txt")
 LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
+MOVED_MARK = ".complete"  # in REPLACED_DIR once every old file is in it
 
 
 class RunDir:
@@ -152,6 +153,8 @@ class RunDir:
         for name in RUN_FILES:
             if self.file(name).exists():
                 os.replace(self.file(name), aside / name)
+        (aside / MOVED_MARK).touch()  # every old file is aside: what appears now is new
+        fsync_dir(aside)
         fsync_dir(self.path)
 
     def commit(self) -> None:
@@ -168,20 +171,26 @@ class RunDir:
             self._uncommitted = False
 
     def _restore(self) -> None:
+        """Put the files aside back, deleting the new run's. A move aside that was itself
+        cut short (no mark) has no new files yet: everything aside just goes back."""
         aside = self.file(REPLACED_DIR)
+        moved = not aside.is_dir() or (aside / MOVED_MARK).exists()
         for name in RUN_FILES:
-            self.file(name).unlink(missing_ok=True)
             if (aside / name).exists():
                 os.replace(aside / name, self.file(name))
+            elif moved:
+                self.file(name).unlink(missing_ok=True)
         shutil.rmtree(aside, ignore_errors=True)
+        fsync_dir(self.path)
 
     def _recover_interrupted_overwrite(self) -> None:
         """A process killed while replacing a run left ``.replaced/``: if the new run never
         wrote a checkpoint, the old run comes back; otherwise the new run stands."""
-        if not self.file(REPLACED_DIR).is_dir():
+        aside = self.file(REPLACED_DIR)
+        if not aside.is_dir():
             return
-        if self.file("last.pt").is_file():
-            shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
+        if (aside / MOVED_MARK).exists() and self.file("last.pt").is_file():
+            shutil.rmtree(aside, ignore_errors=True)
         else:
             self._restore()
 
