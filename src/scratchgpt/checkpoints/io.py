@@ -196,7 +196,15 @@ class Checkpoint:
                 isinstance(k, str) and isinstance(v, Tensor) for k, v in self.model.items()):
             raise CheckpointError(f"{where}: its weights are not a mapping of names to tensors")
         if getattr(self.model_config, "n_layer", 0) > memory.DIRECT_DEPTH:
-            return  # checked by load_state_dict once built (the memory check above passed)
+            # too deep to build on the meta device in good time: compare sizes instead (a
+            # state dict holds every parameter, shared ones twice, and some buffers)
+            stored, needed = (sum(v.numel() for v in self.model.values()),
+                              memory.parameter_count(self.model_config))
+            if stored < needed:
+                raise CheckpointError(f"{where}: its weights hold {stored:,} numbers but the "
+                                      f"model its settings describe has {needed:,} parameters "
+                                      f"(n_layer {self.model_config.n_layer:,})")
+            return  # the names are checked by load_state_dict once built
         from scratchgpt.models import build_model
 
         with torch.device("meta"):  # names and shapes only
