@@ -45,6 +45,14 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     c.update(_damaged_datasets(root, tiny_data))
     c.update(_hf_dirs(root))
     c.update(_files(root))
+    from scratchgpt.data.prepare import prepare_text
+
+    c["other_data"] = root / "other-data"  # the same size of vocabulary, other characters
+    alphabet = sorted(set(play_text(40_000)))
+    shifted = "".join(chr(ord(ch) + 200) for ch in alphabet)
+    prepare_text((shifted * 400)[:20_000], c["other_data"], "char", source="test")
+    c["foreign"] = _ckpt_copy(c["run"], root / "foreign", lambda ckpt: None)
+    shutil.copy(c["lstm"] / "last.pt", c["foreign"] / "last.pt")
     return c
 
 
@@ -169,6 +177,16 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
     ("train --resume --overwrite",
      lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
+    # resume with what cannot change
+    ("train --resume --dataset OTHER-VOCABULARY",
+     lambda c: ["train", "--out", c["run"], "--resume", "--dataset", c["other_data"]],
+     "tokenized differently"),
+    ("train --resume --n-embd 64", lambda c: ["train", "--out", c["run"], "--resume",
+                                              "--n-embd", "64"], "--n-embd"),
+    ("train --resume --model lstm", lambda c: ["train", "--out", c["run"], "--resume",
+                                               "--model", "lstm"], "model"),
+    ("train --resume a run whose last.pt is another run's",
+     lambda c: ["train", "--out", c["foreign"], "--resume"], "different runs"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),
     ("train --n-layer 10000 (does not fit)", lambda c: _train(c, "--n-layer", "10000",
@@ -239,7 +257,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
 @pytest.mark.parametrize("name,argv,word", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, figures):
     args = [str(a) for a in argv(ctx)]
-    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data")]
+    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign")]
     before = [snapshot(p) for p in watched]
     capsys.readouterr()
     code = main(args)
