@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -19,7 +20,13 @@ from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.cli import main
 from tests.corpus import play_text
 from tests.reliability.conftest import TINY, snapshot
-from tests.reliability.procs import file_version, start_call, start_cli, wait_for
+from tests.reliability.procs import (
+    file_version,
+    scratchgpt_process,
+    start_call,
+    start_cli,
+    wait_for,
+)
 from tests.reliability.test_kill9 import check_run
 
 LONG = ["--max-iters", "1000000", "--eval-interval", "1", "--log-interval", "1"]
@@ -150,3 +157,33 @@ def test_a_stored_head_that_differs_from_the_tied_embedding_is_kept(tmp_path):
     got = got[0] if isinstance(got, tuple) else got
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
     assert not torch.allclose(ref.lm_head.weight, ref.transformer.wte.weight)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 1.0])
+def test_ctrl_c_at_start_up_is_one_line_and_exit_130(tiny_data, tmp_path, delay):
+    """Ctrl-C while Python imports torch, while the run is set up, or while it trains."""
+    proc = scratchgpt_process(["train", "--dataset", tiny_data, "--out", tmp_path / "run",
+                               "--max-iters", "1000000", *TINY])
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(("scratchgpt", "SIGINT", "interrupted")), err
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_finite_checkpoints(
+        run, capsys, figures):
+    """A learning rate in range but far too high drives the weights to infinity: the run
+    stops in one line naming the step; last.pt and best.pt keep finite weights."""
+    capsys.readouterr()
+    code = main(["train", "--out", str(run), "--resume", "--max-iters", "200", "--no-progress",
+                 "--learning-rate", "1e30", "--min-lr", "0", "--eval-interval", "1"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "step" in err and len(err.strip().splitlines()) == 1, err
+    check_run(run)
+    for name in ("last.pt", "best.pt"):
+        weights = load_checkpoint(run / name).model.values()
+        assert all(bool(torch.isfinite(w).all()) for w in weights), name
+    figures.count("nan_runs_stopped_with_finite_checkpoints")
