@@ -187,3 +187,29 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_finite_checkpoints(
         weights = load_checkpoint(run / name).model.values()
         assert all(bool(torch.isfinite(w).all()) for w in weights), name
     figures.count("nan_runs_stopped_with_finite_checkpoints")
+
+
+def test_an_overwrite_stands_once_it_has_written_a_checkpoint(run, tiny_data, monkeypatch):
+    """A completed --overwrite leaves no trace of the old run; one that fails after its first
+    checkpoint keeps the new run's checkpoints (it does not bring the old run back over them)."""
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    old_id = load_checkpoint(run / "last.pt").run_id
+    assert main(["train", "--dataset", str(tiny_data), "--out", str(run), "--overwrite",
+                 "--max-iters", "2", "--eval-interval", "1", *TINY]) == 0
+    new_id = load_checkpoint(run / "last.pt").run_id
+    assert new_id != old_id and not (run / ".replaced").exists()
+
+    save = RunDir.save
+
+    def save_then_crash(self, checkpoint, best):
+        save(self, checkpoint, best)
+        raise RuntimeError("crashed after the first checkpoint")
+
+    monkeypatch.setattr(RunDir, "save", save_then_crash)
+    with pytest.raises(RuntimeError):
+        main(["train", "--dataset", str(tiny_data), "--out", str(run), "--overwrite",
+              "--max-iters", "20", "--eval-interval", "1", *TINY])
+    last, _ = check_run(run)
+    assert last.run_id not in (old_id, new_id) and last.state.step == 1
+    assert not (run / ".replaced").exists()

@@ -158,15 +158,23 @@ class RunDir:
         fsync_dir(self.path)
 
     def commit(self) -> None:
-        """The new run has written a checkpoint: the replaced run (if any) can go."""
-        if self._uncommitted:
+        """The new run has written a checkpoint: the replaced run (if any) can go. Decided by
+        what is on disk, not by this object: the process that saves (a trainer, rank 0 of a
+        process group) is not always the one that called :meth:`begin`."""
+        self._uncommitted = False
+        if self.file(REPLACED_DIR).exists():
             shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
-            self._uncommitted = False
+            fsync_dir(self.path)
 
     def abort(self) -> None:
-        """The new run failed before its first checkpoint: remove what it wrote and put a
-        replaced run back, leaving the directory as the run found it."""
-        if self._uncommitted:
+        """The new run failed. Before its first checkpoint: remove what it wrote and put a
+        replaced run back, leaving the directory as the run found it. After it (``last.pt``
+        is the new run's: the old one was moved aside): the new run stands."""
+        if not self._uncommitted:
+            return
+        if self.file("last.pt").is_file():
+            self.commit()
+        else:
             self._restore()
             self._uncommitted = False
 
