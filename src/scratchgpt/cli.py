@@ -66,13 +66,37 @@ def _sigterm_stops() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM are recorded, not raised, for the duration of the block, then raised
+    once it is over. For imports: torch's and numpy's import machinery sometimes swallows a
+    KeyboardInterrupt raised inside it, leaving a half-imported module, and the command would
+    run on as if never interrupted (or fail with a traceback)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise Terminated if pending[0] == signal.SIGTERM else KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the process exit code (0 ok, 2 bad input or a file that cannot be
     written, 130 interrupted, 143 terminated)."""
     command = "scratchgpt"
     try:
         with _sigterm_stops():
-            args = build_parser().parse_args(argv)
+            with _signals_held():  # the command modules import torch
+                parser = build_parser()
+            args = parser.parse_args(argv)
             command = f"scratchgpt {args.command}"
             return int(args.func(args) or 0)
     except ScratchGPTError as e:

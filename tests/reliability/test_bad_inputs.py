@@ -53,6 +53,10 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     prepare_text((shifted * 400)[:20_000], c["other_data"], "char", source="test")
     c["foreign"] = _ckpt_copy(c["run"], root / "foreign", lambda ckpt: None)
     shutil.copy(c["lstm"] / "last.pt", c["foreign"] / "last.pt")
+    c["no_ckpt"] = root / "no-ckpt"  # what a run killed while writing its first checkpoint left
+    c["no_ckpt"].mkdir()
+    for name in ("config.json", "tokenizer.json", "metrics.csv"):
+        shutil.copy(c["run"] / name, c["no_ckpt"] / name)
     return c
 
 
@@ -187,6 +191,8 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                                                "--model", "lstm"], "model"),
     ("train --resume a run whose last.pt is another run's",
      lambda c: ["train", "--out", c["foreign"], "--resume"], "different runs"),
+    ("train --resume a run killed before its first checkpoint",
+     lambda c: ["train", "--out", c["no_ckpt"], "--resume"], "--overwrite"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),
     ("train --n-layer 10000 (does not fit)", lambda c: _train(c, "--n-layer", "10000",
@@ -257,7 +263,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
 @pytest.mark.parametrize("name,argv,word", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, figures):
     args = [str(a) for a in argv(ctx)]
-    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign")]
+    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt")]
     before = [snapshot(p) for p in watched]
     capsys.readouterr()
     code = main(args)

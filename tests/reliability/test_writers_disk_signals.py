@@ -159,7 +159,7 @@ def test_a_stored_head_that_differs_from_the_tied_embedding_is_kept(tmp_path):
     assert not torch.allclose(ref.lm_head.weight, ref.transformer.wte.weight)
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.3, 1.0])
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.5, 0.6, 0.8, 1.5])
 def test_ctrl_c_at_start_up_is_one_line_and_exit_130(tiny_data, tmp_path, delay):
     """Ctrl-C while Python imports torch, while the run is set up, or while it trains."""
     proc = scratchgpt_process(["train", "--dataset", tiny_data, "--out", tmp_path / "run",
@@ -213,3 +213,12 @@ def test_an_overwrite_stands_once_it_has_written_a_checkpoint(run, tiny_data, mo
     last, _ = check_run(run)
     assert last.run_id not in (old_id, new_id) and last.state.step == 1
     assert not (run / ".replaced").exists()
+
+
+def test_resume_without_config_json_uses_the_runs_own_dataset(run, tiny_data):
+    """config.json is for people; --resume reads the run's dataset from last.pt, never the
+    default corpus."""
+    (run / "config.json").unlink()
+    assert main(["train", "--out", str(run), "--resume", "--max-iters", "3"]) == 0
+    last = load_checkpoint(run / "last.pt")
+    assert last.state.step == 3 and last.data["dataset"] == str(tiny_data)

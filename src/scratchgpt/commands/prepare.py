@@ -11,10 +11,13 @@ from scratchgpt.errors import ConfigError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare", help="tokenize a text file, folder or named dataset for training",
-        description="Read UTF-8 text, learn a tokenizer on the first 90%%, and write train.bin, "
-                    "val.bin (uint16/uint32 tokens), meta.json and tokenizer.json into --out. "
-                    "With no --data or --dataset, the offline default corpus is used: the "
-                    "top-level modules of this Python's standard library.")
+        description="Read UTF-8 text, learn a tokenizer on the training part (all but the "
+                    "last --val-fraction), and write train.bin, val.bin (uint16/uint32 tokens), "
+                    "meta.json and tokenizer.json into --out. The dataset is written beside "
+                    "--out and renamed into place once complete; an existing dataset is "
+                    "replaced only with --overwrite. With no --data or --dataset, the offline "
+                    "default corpus is used: the top-level modules of this Python's standard "
+                    "library.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data", help="a UTF-8 text file, or a folder of .txt files")
     src.add_argument("--dataset", help="a named dataset (e.g. shakespeare), fetched and verified "
