@@ -181,6 +181,16 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
     ("train --resume --overwrite",
      lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
+    # an --overwrite whose new settings cannot run leaves the old run as it was
+    ("train --overwrite --device cuda (none here)",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--device", "cuda"], "cuda"),
+    ("train --overwrite with data too short for the context",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--block-size", "100000"], "block"),
+    ("train --overwrite with a shape that cannot be built",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--n-embd", "15"], "n_embd"),
     # resume with what cannot change
     ("train --resume --dataset OTHER-VOCABULARY",
      lambda c: ["train", "--out", c["run"], "--resume", "--dataset", c["other_data"]],
@@ -262,6 +272,8 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
 
 @pytest.mark.parametrize("name,argv,word", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, figures):
+    if "--device cuda" in name and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
     args = [str(a) for a in argv(ctx)]
     watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt")]
     before = [snapshot(p) for p in watched]
