@@ -222,3 +222,22 @@ def test_resume_without_config_json_uses_the_runs_own_dataset(run, tiny_data):
     assert main(["train", "--out", str(run), "--resume", "--max-iters", "3"]) == 0
     last = load_checkpoint(run / "last.pt")
     assert last.state.step == 3 and last.data["dataset"] == str(tiny_data)
+
+
+def test_a_seq2seq_overwrite_that_fails_before_its_first_checkpoint_restores_the_old_run(
+        tmp_path, monkeypatch):
+    from scratchgpt.checkpoints.rundir import RunDir
+    from tests.reliability.test_bad_inputs import S2S_TINY
+
+    out = tmp_path / "s2s"
+    assert main(["seq2seq", "train", "--task", "dates", "--out", str(out), *S2S_TINY]) == 0
+    old = snapshot(out)
+
+    def crash(self, checkpoint, best):
+        raise RuntimeError("crashed before the first checkpoint")
+
+    monkeypatch.setattr(RunDir, "save", crash)
+    with pytest.raises(RuntimeError):
+        main(["seq2seq", "train", "--task", "dates", "--out", str(out), "--overwrite",
+              *S2S_TINY])
+    assert snapshot(out) == old
