@@ -1,3 +1,9 @@
-from scratchgpt.cli import main
+import sys
+
+try:
+    from scratchgpt.cli import main
+except KeyboardInterrupt:  # Ctrl-C while Python starts: nothing has begun
+    print("scratchgpt: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 raise SystemExit(main())

@@ -10,7 +10,9 @@ Anything else that escapes is a bug in scratchgpt.
     ├── TokenizerError   text a tokenizer cannot encode, or a damaged tokenizer file
     ├── CheckpointError  a missing, damaged, foreign or incompatible checkpoint or run
     │   └── RunInUseError  another process is writing the run directory
-    └── GenerationError  a prompt or generation request that cannot be served
+    ├── GenerationError  a prompt or generation request that cannot be served
+    └── StorageError     a file that cannot be written or read: a full disk, a read-only or
+                         missing directory, no permission (what was written before is intact)
 
 Library code raises these; only ``scratchgpt.cli`` turns them into exit codes.
 """
@@ -44,3 +46,15 @@ class RunInUseError(CheckpointError):
 
 class GenerationError(ScratchGPTError):
     """A prompt or generation request that cannot be served (empty, too long, ...)."""
+
+
+class StorageError(ScratchGPTError):
+    """A file cannot be written or read: a full disk, a read-only directory, no permission.
+    Writes are atomic, so what was there before is intact."""
+
+
+class Terminated(KeyboardInterrupt):
+    """Not an input error: SIGTERM (``kill``, a scheduler) arriving where no training loop can
+    stop cleanly, raised like Ctrl-C's KeyboardInterrupt so that the same clean-up runs. The
+    command line exits with code 143 (training loops stop after the step and save instead:
+    training/stopping.py)."""

@@ -72,8 +72,8 @@ def check_range(name: str, value: float, low: float = -math.inf, high: float = m
     ok = math.isfinite(value) and (value > low if low_open else value >= low) and \
         (value < high if high_open else value <= high)
     if not ok:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
+        lo = "(" if low_open or math.isinf(low) else "["
+        hi = ")" if high_open or math.isinf(high) else "]"
         raise ConfigError(f"{name} must be in {lo}{_num(low)}, {_num(high)}{hi}, got {value!r}")
 
 

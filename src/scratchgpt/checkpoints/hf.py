@@ -7,7 +7,9 @@ uses GPT-2's parameter names, so the mapping is nearly the identity:
 * keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``);
 * GPT-2's ``Conv1D`` layers (``c_attn``, ``c_proj``, ``c_fc``) store their weight as (in, out)
   and compute ``x @ W + b``; ``nn.Linear`` stores (out, in), so those weights are transposed;
-* ``lm_head.weight`` is the token embedding when ``tie_word_embeddings`` is true (the default);
+* ``lm_head.weight`` is the token embedding when ``tie_word_embeddings`` is true (the default),
+  unless the file stores a head that differs: then, as in ``transformers``, the stored head
+  is kept and the two are untied;
 * config: ``n_positions`` -> ``block_size``, ``layer_norm_epsilon`` -> ``layer_norm_eps``,
   ``activation_function`` ``gelu_new`` = our tanh-approximated GELU.
 
@@ -21,12 +23,14 @@ for export with a :class:`ConfigError` naming the flag (``gpt2_incompatibility``
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from scratchgpt import memory
 from scratchgpt.checkpoints.io import save_checkpoint
 from scratchgpt.errors import CheckpointError, ConfigError
 
@@ -47,39 +51,67 @@ def is_hf_dir(path: str | Path) -> bool:
 
 # ---- config
 
-def config_from_hf(hf: dict[str, Any], where: str = CONFIG_FILE) -> dict[str, Any]:
-    """Our GPTConfig fields from a Hugging Face GPT-2 ``config.json`` dict."""
+def config_from_hf(hf: Any, where: str = CONFIG_FILE) -> dict[str, Any]:
+    """Our GPTConfig fields from a Hugging Face GPT-2 ``config.json`` dict (checked: the keys'
+    types, then the values as GPTConfig checks them; each problem is one CheckpointError)."""
     def bad(key: str, why: str) -> CheckpointError:
         return CheckpointError(f"{where}: {key}={hf.get(key)!r} is not supported ({why})")
 
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{where} holds a JSON {type(hf).__name__}, not an object of "
+                              "settings; it is not a Hugging Face config")
     if hf.get("model_type") != "gpt2":
         raise bad("model_type", "only GPT-2 models can be loaded")
     archs = hf.get("architectures") or ["GPT2LMHeadModel"]
-    if not set(archs) & {"GPT2LMHeadModel", "GPT2Model"}:
+    if not isinstance(archs, list) or not set(map(str, archs)) & {"GPT2LMHeadModel",
+                                                                  "GPT2Model"}:
         raise bad("architectures", "need GPT2LMHeadModel")
     act = hf.get("activation_function", "gelu_new")
     if act not in (*GELU_TANH, "gelu"):
         raise bad("activation_function", "our GPT has the tanh GELU (gelu_new) or exact gelu")
-    n_embd = int(hf.get("n_embd", 768))
+    missing = [k for k in ("vocab_size", "n_positions", "n_layer", "n_head") if k not in hf]
+    if missing:
+        raise CheckpointError(f"{where}: lacks {', '.join(missing)}")
+    n_embd = _number(hf, "n_embd", 768, int, where)
     if hf.get("n_inner") not in (None, 4 * n_embd):
         raise bad("n_inner", f"the MLP width must be 4 * n_embd = {4 * n_embd}")
     for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                     ("reorder_and_upcast_attn", False), ("add_cross_attention", False)):
         if hf.get(key, ok) != ok:
             raise bad(key, f"only {ok} is implemented")
-    missing = [k for k in ("vocab_size", "n_positions", "n_layer", "n_head") if k not in hf]
-    if missing:
-        raise CheckpointError(f"{where}: lacks {', '.join(missing)}")
-    p = float(hf.get("resid_pdrop", 0.0))
-    out = dict(vocab_size=int(hf["vocab_size"]), block_size=int(hf["n_positions"]),
-               n_layer=int(hf["n_layer"]), n_head=int(hf["n_head"]), n_embd=n_embd,
+    p = _number(hf, "resid_pdrop", 0.0, float, where)
+    p_attn = _number(hf, "attn_pdrop", p, float, where)
+    out = dict(vocab_size=_number(hf, "vocab_size", None, int, where),
+               block_size=_number(hf, "n_positions", None, int, where),
+               n_layer=_number(hf, "n_layer", None, int, where),
+               n_head=_number(hf, "n_head", None, int, where), n_embd=n_embd,
                dropout=p, bias=True, pos_encoding="learned",
                tie_weights=bool(hf.get("tie_word_embeddings", True)),
-               layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-               activation="gelu" if act == "gelu" else "gelu_tanh")
-    p_attn = float(hf.get("attn_pdrop", p))
-    out["attn_dropout"] = None if p_attn == p else p_attn  # None: the same as dropout
+               layer_norm_eps=_number(hf, "layer_norm_epsilon", 1e-5, float, where),
+               activation="gelu" if act == "gelu" else "gelu_tanh",
+               attn_dropout=None if p_attn == p else p_attn)  # None: the same as dropout
+    _gpt_config(out, where)  # GPTConfig's own checks (sizes >= 1, dropout in [0, 1), ...)
     return out
+
+
+def _number(hf: dict[str, Any], key: str, default: Any, kind: type, where: str) -> Any:
+    """``hf[key]`` as ``kind`` (int, or float which also takes an int); anything else (a
+    string, a list, a bool) is a CheckpointError naming the key."""
+    value = hf.get(key, default)
+    allowed = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        what = "a number" if kind is float else "an integer"
+        raise CheckpointError(f"{where}: {key} must be {what}, got {value!r}")
+    return kind(value)
+
+
+def _gpt_config(cfg: dict[str, Any], where: str) -> Any:
+    from scratchgpt.models.gpt import GPTConfig
+
+    try:
+        return GPTConfig(**cfg)
+    except ConfigError as e:
+        raise CheckpointError(f"{where}: {e}") from None
 
 
 def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, Any]:
@@ -109,14 +141,50 @@ def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, An
 
 # ---- weights
 
+def untie_if_head_differs(weights: dict[str, Tensor], cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with ``tie_weights`` off when the file stores an ``lm_head.weight`` that is not
+    the token embedding, as ``transformers`` does: the stored head is kept, not dropped
+    (dropping it would change the logits)."""
+    head, wte = weights.get("lm_head.weight"), _find(weights, "wte.weight")
+    if (cfg["tie_weights"] and head is not None and wte is not None
+            and (head.shape != wte.shape or not torch.equal(head, wte))):
+        return {**cfg, "tie_weights": False}
+    return cfg
+
+
+def _find(weights: dict[str, Tensor], name: str) -> Tensor | None:
+    return weights.get(name, weights.get(f"transformer.{name}"))
+
+
+def check_weights_match_config(weights: dict[str, Tensor], cfg: dict[str, Any],
+                               where: str = "weights") -> None:
+    """The number of layers and the embedding shapes the weights hold are those config.json
+    claims; checked before a model of the config is built, so a config claiming 100,000
+    layers beside one layer of weights is refused at once rather than built."""
+    layers = {int(m.group(1)) for key in weights
+              if (m := re.match(r"(?:transformer\.)?h\.(\d+)\.", key))}
+    found = max(layers) + 1 if layers else 0
+    if found != cfg["n_layer"]:
+        raise CheckpointError(f"{where}: holds {found} layers, config.json says n_layer="
+                              f"{cfg['n_layer']}")
+    for name, shape in (("wte.weight", (cfg["vocab_size"], cfg["n_embd"])),
+                        ("wpe.weight", (cfg["block_size"], cfg["n_embd"]))):
+        t = _find(weights, name)
+        if t is not None and tuple(t.shape) != shape:
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {tuple(t.shape)}, "
+                                  f"config.json implies {shape}")
+
+
 def state_dict_from_hf(weights: dict[str, Tensor], cfg: dict[str, Any],
                        where: str = "weights") -> dict[str, Tensor]:
     """Our GPT state_dict from Hugging Face GPT-2 tensors (Conv1D weights transposed).
 
     Every expected tensor must be present with the expected shape; unknown tensors are errors
-    too (they would mean the file is some other model)."""
+    too (they would mean the file is some other model). With ``tie_weights``, a stored
+    ``lm_head.weight`` must be the token embedding (see :func:`untie_if_head_differs`)."""
     from scratchgpt.models.gpt import GPT, GPTConfig
 
+    check_weights_match_config(weights, cfg, where)
     with torch.device("meta"):  # shapes only, no memory, no init
         expected = {k.removeprefix("transformer."): v
                     for k, v in GPT(GPTConfig(**cfg)).state_dict().items()}
@@ -193,8 +261,12 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
         raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
     cfg = config_from_hf(hf, str(cfg_path))
     weights, path = read_hf_weights(directory)
+    cfg = untie_if_head_differs(weights, cfg)
     state = state_dict_from_hf(weights, cfg, str(path))
-    model = GPT(GPTConfig(**cfg))
+    config = GPTConfig(**cfg)
+    memory.check_fits(memory.inference_estimate(config, 1, 1), f"loading {directory}",
+                      error=CheckpointError)
+    model = GPT(config)
     model.load_state_dict(state)
     model.eval()
     return model, path

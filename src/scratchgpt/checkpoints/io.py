@@ -12,9 +12,12 @@ intact.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
+import re
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
@@ -25,7 +28,7 @@ from typing import IO, Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import CheckpointError, ScratchGPTError
+from scratchgpt.errors import CheckpointError, ScratchGPTError, StorageError
 
 FORMAT = "scratchgpt-checkpoint"
 ADAPTER_FORMAT = "scratchgpt-adapter"  # a LoRA adapter file (scratchgpt.finetune.adapter)
@@ -37,19 +40,26 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Call ``write(file_object)`` on a temp file next to ``path``, fsync, then rename.
 
     The temporary file is named ``.<name>.<random>.tmp``: a process killed mid-write leaves
-    only such a file, which :func:`remove_stale_temporaries` clears later."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    only such a file, which :func:`remove_stale_temporaries` clears later. A write that fails
+    (a full disk, a read-only directory) removes its temporary file and raises a one-line
+    :class:`StorageError`; the previous ``path`` is untouched."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    except OSError as e:
+        raise StorageError(f"cannot write {path}: {e.strerror or e}"
+                           + (" (the previous file is intact)" if path.exists() else "")
+                           ) from None
+    finally:
+        if tmp is not None and Path(tmp).exists():
+            Path(tmp).unlink(missing_ok=True)
+    fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -57,7 +67,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -72,10 +82,15 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Delete the temporary files a killed write left in ``directory``; returns them."""
-    stale = [p for p in directory.glob(f".*{TEMP_SUFFIX}") if p.is_file()]
+    """Delete the temporary files (and directories) a killed write left in ``directory``;
+    returns them. Call it only holding the directory's lock: another writer's temporaries
+    are not stale."""
+    stale = list(directory.glob(f".*{TEMP_SUFFIX}"))
     for p in stale:
-        p.unlink(missing_ok=True)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
     return stale
 
 
@@ -99,6 +114,7 @@ class Checkpoint:
     state: Any = None  # scratchgpt.training.state.TrainState
     optimizer: dict[str, Any] | None = None
     path: Path | None = None
+    file_version: tuple[int, int, int] | None = None  # see RunDir.last_version (not saved)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``torch.save`` (loadable with ``weights_only=True``)."""
@@ -141,15 +157,86 @@ class Checkpoint:
 
     def tokenizer(self, role: str = "text") -> Any:
         """The tokenizer saved under ``role`` (a language model's: ``"text"``); an older
-        checkpoint without one uses the ``tokenizer.json`` beside the file."""
+        checkpoint without one uses the ``tokenizer.json`` beside the file. A tokenizer whose
+        ids the model cannot take is a CheckpointError (see :meth:`check_tokenizer`)."""
         from scratchgpt.tokenizers import load_tokenizer, tokenizer_from_dict
 
         directory = self.path.parent if self.path is not None else None
         if role in self.tokenizers:
-            return tokenizer_from_dict(self.tokenizers[role], directory, where=str(self.path))
-        if role == "text" and directory is not None:
-            return load_tokenizer(directory)
-        raise CheckpointError(f"{self.path}: holds no {role} tokenizer")
+            tok = tokenizer_from_dict(self.tokenizers[role], directory, where=str(self.path))
+        elif role == "text" and directory is not None:
+            tok = load_tokenizer(directory)
+        else:
+            raise CheckpointError(f"{self.path}: holds no {role} tokenizer")
+        self.check_tokenizer(tok, role)
+        return tok
+
+    def check_tokenizer(self, tok: Any, role: str = "text") -> None:
+        """A tokenizer larger than the model's vocabulary makes ids the model cannot embed; a
+        smaller one, in a run trained here, lets the model emit ids it cannot decode (a model
+        imported with a padded vocabulary may have more ids than its tokenizer)."""
+        key = {"text": "vocab_size", "source": "src_vocab", "target": "tgt_vocab"}.get(role)
+        vocab = getattr(self.model_config, key, None) if key else None
+        n = getattr(tok, "vocab_size", None)
+        if vocab is None or n is None or n == vocab or (n < vocab and self.train_config is None):
+            return
+        raise CheckpointError(f"{self.path}: its {role} tokenizer has {n:,} tokens but the "
+                              f"model's vocabulary has {vocab:,}; the checkpoint is damaged, or "
+                              "its tokenizer belongs to another model")
+
+    def check_weights(self) -> None:
+        """The model the config describes fits in memory, and the weights fit that model;
+        checked before the model is built, so that a config claiming a million layers is
+        refused in one line instead of being allocated."""
+        from scratchgpt import memory
+
+        where = self.path or "the checkpoint"
+        memory.check_fits(memory.inference_estimate(self.model_config, 1, 1),
+                          f"the model of {where}", error=CheckpointError)
+        if not isinstance(self.model, dict) or not all(
+                isinstance(k, str) and isinstance(v, Tensor) for k, v in self.model.items()):
+            raise CheckpointError(f"{where}: its weights are not a mapping of names to tensors")
+        if getattr(self.model_config, "n_layer", 0) > memory.DIRECT_DEPTH:
+            # too deep to build on the meta device in good time: compare sizes instead (a
+            # state dict holds every parameter, shared ones twice, and some buffers)
+            stored, needed = (sum(v.numel() for v in self.model.values()),
+                              memory.parameter_count(self.model_config))
+            if stored < needed:
+                raise CheckpointError(f"{where}: its weights hold {stored:,} numbers but the "
+                                      f"model its settings describe has {needed:,} parameters "
+                                      f"(n_layer {self.model_config.n_layer:,})")
+            return  # the names are checked by load_state_dict once built
+        from scratchgpt.models import build_model
+
+        with torch.device("meta"):  # names and shapes only
+            expected = {k: tuple(v.shape) for k, v in build_model(
+                self.model_config).state_dict().items()}
+        reason = state_dict_difference(expected, {k: tuple(v.shape)
+                                                  for k, v in self.model.items()})
+        if reason:
+            raise CheckpointError(f"{where}: its weights do not fit the model its settings "
+                                  f"describe: {reason}")
+
+
+def state_dict_difference(expected: dict[str, tuple[int, ...]],
+                          found: dict[str, tuple[int, ...]]) -> str:
+    """What differs between two {name: shape} maps, most telling first, in one short line
+    ("" when they agree).
+
+    >>> state_dict_difference({"a": (2,), "b": (3,)}, {"a": (4,), "c": (1,)})
+    'missing b; unexpected c; a has shape (4,), the model needs (2,)'
+    """
+    def listed(names: list[str]) -> str:
+        more = f" (and {len(names) - 3} more)" if len(names) > 3 else ""
+        return ", ".join(names[:3]) + more
+
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    shapes = [f"{k} has shape {found[k]}, the model needs {expected[k]}"
+              for k in expected if k in found and found[k] != expected[k]]
+    parts = ([f"missing {listed(missing)}"] if missing else []) + \
+        ([f"unexpected {listed(unexpected)}"] if unexpected else []) + shapes[:2]
+    return "; ".join(parts)
 
 
 def _from_version_1(d: dict[str, Any]) -> dict[str, Any]:
@@ -204,9 +291,8 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
         data = torch.load(file, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
             ValueError) as e:
-        reason = " ".join(str(e).split())[:160] if str(e) else type(e).__name__
-        raise CheckpointError(f"{file} is not a readable checkpoint (truncated or corrupt?): "
-                              f"{reason}") from None
+        raise CheckpointError(f"{file} is not a readable checkpoint: {_load_failure(e)}"
+                              ) from None
     if isinstance(data, dict) and data.get("format") == ADAPTER_FORMAT:
         from scratchgpt.finetune.adapter import checkpoint_from_adapter
 
@@ -214,6 +300,22 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not a scratchgpt checkpoint")
     return Checkpoint.from_dict(data, str(file))
+
+
+def _load_failure(e: BaseException) -> str:
+    """Why ``torch.load`` failed, in a few words. Its weights-only refusal is a long message
+    whose useful part (the Python object the file wanted to create) comes last."""
+    text = " ".join(str(e).split())
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EISDIR, errno.ELOOP,
+                                              errno.EIO, errno.ENOENT):
+        return e.strerror
+    if "Weights only load failed" in text:
+        found = re.search(r"(Unsupported global: GLOBAL \S+|Unsupported operand \S+)", text)
+        what = found.group(1) if found else "Python objects"
+        return (f"it holds Python objects, not plain tensors and data ({what}); scratchgpt does "
+                "not run code from a checkpoint")
+    reason = text[:160] if text else type(e).__name__
+    return f"truncated or corrupt? {reason}"
 
 
 @dataclass
@@ -246,13 +348,14 @@ def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
     from scratchgpt.models import build_model
     from scratchgpt.models.lora import merge_lora
 
+    checkpoint.check_weights()
     model = build_model(checkpoint.model_config)
     try:
         model.load_state_dict(checkpoint.model)
     except RuntimeError as e:
-        reason = " ".join(str(e).split())[:300]
-        raise CheckpointError(f"{checkpoint.path}: weights do not fit the model: {reason}"
-                              ) from None
+        lines = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
+        raise CheckpointError(f"{checkpoint.path}: its weights do not fit the model: "
+                              f"{' '.join(lines)[:300]}") from None
     merge_lora(model)
     return model.eval()
 

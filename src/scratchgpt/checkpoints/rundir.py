@@ -27,18 +27,21 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from scratchgpt.checkpoints.io import (
+    TEMP_SUFFIX,
     Checkpoint,
     atomic_write_text,
+    fsync_dir,
     load_checkpoint,
     remove_stale_temporaries,
     save_checkpoint,
 )
-from scratchgpt.errors import CheckpointError, RunInUseError
+from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
@@ -47,6 +50,7 @@ RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "toke
              "adapter.pt", "confusion.png", "test_metrics.json")
 LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
+MOVED_MARK = ".complete"  # in REPLACED_DIR once every old file is in it
 
 
 class RunDir:
@@ -55,7 +59,7 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock_fd: int | None = None
-        self._replacing = False
+        self._uncommitted = False  # begun, with no checkpoint yet (see abort)
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -109,19 +113,42 @@ class RunDir:
         """Check and prepare the directory for a run; call it holding the lock.
 
         ``mode``: ``"new"`` (refuse a directory that holds a run), ``"resume"`` (``last.pt``
-        must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`)."""
+        must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`). Until
+        its first checkpoint a new run can be undone: :meth:`abort` removes what it wrote
+        and brings back a run it replaced."""
         self._recover_interrupted_overwrite()
         if self.path.is_dir():
             remove_stale_temporaries(self.path)
         if mode == "resume":
-            if not self.file("last.pt").is_file():
-                raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
-                                      "(start the run without --resume)")
-        elif self.holds_run():
+            self._check_resumable()
+            return
+        if self.holds_run():
             if mode != "overwrite":
-                raise CheckpointError(f"{self.path} already holds a run; pass --resume to "
-                                      "continue it or --overwrite to replace it")
+                raise CheckpointError(self._occupied())
             self._move_aside()
+        self._uncommitted = True
+
+    def _occupied(self) -> str:
+        """Why a new run may not start here, and what to do instead."""
+        if self.has_checkpoint():
+            return (f"{self.path} already holds a run; pass --resume to continue it or "
+                    "--overwrite to replace it")
+        return (f"{self.path} holds the files of a run that never wrote a checkpoint (nothing "
+                "to resume); pass --overwrite to start it again")
+
+    def _check_resumable(self) -> None:
+        if self.file("last.pt").is_file():
+            return
+        if self.file("best.pt").is_file():
+            why = "it holds best.pt alone (a model, not a run's training state)"
+        elif self.holds_run():
+            why = "the run never wrote a checkpoint; start it again with --overwrite"
+        else:
+            why = "start the run without --resume"
+        raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist ({why})")
+
+    def has_checkpoint(self) -> bool:
+        return self.file("last.pt").is_file() or self.file("best.pt").is_file()
 
     def _move_aside(self) -> None:
         aside = self.file(REPLACED_DIR)
@@ -129,35 +156,52 @@ class RunDir:
         for name in RUN_FILES:
             if self.file(name).exists():
                 os.replace(self.file(name), aside / name)
-        self._replacing = True
+        (aside / MOVED_MARK).touch()  # every old file is aside: what appears now is new
+        fsync_dir(aside)
+        fsync_dir(self.path)
 
     def commit(self) -> None:
-        """The new run has written a checkpoint: the replaced run can go."""
-        if self._replacing:
+        """The new run has written a checkpoint: the replaced run (if any) can go. Decided by
+        what is on disk, not by this object: the process that saves (a trainer, rank 0 of a
+        process group) is not always the one that called :meth:`begin`."""
+        self._uncommitted = False
+        if self.file(REPLACED_DIR).exists():
             shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
-            self._replacing = False
+            fsync_dir(self.path)
 
     def abort(self) -> None:
-        """The new run failed before its first checkpoint: put the replaced run back."""
-        if self._replacing:
+        """The new run failed. Before its first checkpoint: remove what it wrote and put a
+        replaced run back, leaving the directory as the run found it. After it (``last.pt``
+        is the new run's: the old one was moved aside): the new run stands."""
+        if not self._uncommitted:
+            return
+        if self.file("last.pt").is_file():
+            self.commit()
+        else:
             self._restore()
-            self._replacing = False
+            self._uncommitted = False
 
     def _restore(self) -> None:
+        """Put the files aside back, deleting the new run's. A move aside that was itself
+        cut short (no mark) has no new files yet: everything aside just goes back."""
         aside = self.file(REPLACED_DIR)
+        moved = not aside.is_dir() or (aside / MOVED_MARK).exists()
         for name in RUN_FILES:
-            self.file(name).unlink(missing_ok=True)
             if (aside / name).exists():
                 os.replace(aside / name, self.file(name))
+            elif moved:
+                self.file(name).unlink(missing_ok=True)
         shutil.rmtree(aside, ignore_errors=True)
+        fsync_dir(self.path)
 
     def _recover_interrupted_overwrite(self) -> None:
         """A process killed while replacing a run left ``.replaced/``: if the new run never
         wrote a checkpoint, the old run comes back; otherwise the new run stands."""
-        if not self.file(REPLACED_DIR).is_dir():
+        aside = self.file(REPLACED_DIR)
+        if not aside.is_dir():
             return
-        if self.file("last.pt").is_file():
-            shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
+        if (aside / MOVED_MARK).exists() and self.file("last.pt").is_file():
+            shutil.rmtree(aside, ignore_errors=True)
         else:
             self._restore()
 
@@ -168,7 +212,19 @@ class RunDir:
         atomic_write_text(self.file(CONFIG_FILE), json.dumps(config, indent=1) + "\n")
 
     def save_tokenizer(self, tokenizer: Any) -> None:
-        tokenizer.save(self.path)
+        """The tokenizer's files (``tokenizer.json``, ``merges.txt``), each replaced atomically:
+        written into a temporary directory, then renamed into place."""
+        tmp = Path(tempfile.mkdtemp(dir=self.path, prefix=".tokenizer.", suffix=TEMP_SUFFIX))
+        try:
+            tokenizer.save(tmp)
+            for f in tmp.iterdir():
+                os.replace(f, self.file(f.name))
+            fsync_dir(self.path)
+        except OSError as e:
+            raise StorageError(f"cannot write the tokenizer into {self.path}: "
+                               f"{e.strerror or e}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def save(self, checkpoint: Checkpoint, best: bool) -> None:
         """``last.pt``, and ``best.pt`` first when ``best`` (one serialization)."""
@@ -176,16 +232,26 @@ class RunDir:
                         copies=[self.file("best.pt")] if best else [])
         self.commit()
 
+    def last_version(self) -> tuple[int, int, int] | None:
+        """(inode, mtime, size) of ``last.pt``: every save replaces the file, so another
+        version means another process wrote the run."""
+        try:
+            st = self.file("last.pt").stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def load_last(self) -> Checkpoint:
         """``last.pt``, with its record of the best loss reconciled with ``best.pt``.
 
         A process killed after writing ``best.pt`` but before ``last.pt`` leaves ``best.pt`` one
         evaluation ahead: the best loss recorded in ``last.pt`` is then too high, and resuming
         with it would overwrite the better ``best.pt`` with a worse model."""
-        if not self.file("last.pt").is_file():
-            raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist "
-                                  "(start the run without --resume)")
+        self._check_resumable()
+        version = self.last_version()
         last = load_checkpoint(self.file("last.pt"))
+        last.file_version = version
+        last.check_weights()
         best_path = self.file("best.pt")
         if last.state is not None and best_path.is_file():
             best = load_checkpoint(best_path)

@@ -45,11 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    from scratchgpt.checkpoints.rundir import RunDir
+    from scratchgpt.checkpoints.rundir import RUN_FILES, RunDir
 
-    if RunDir(out).is_scratchgpt_run():
-        raise CheckpointError(f"{out} holds a scratchgpt run; write the export somewhere else "
-                              "(nothing was written)")
+    if RunDir(out).is_scratchgpt_run() or (out.name in RUN_FILES and
+                                           RunDir(out.parent).is_scratchgpt_run()):
+        raise CheckpointError(f"{out} holds (or is part of) a scratchgpt run; write the "
+                              "export somewhere else (nothing was written)")
     if overwrite or not out.exists():
         return
     if out.is_file():

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 
 
@@ -32,14 +32,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse --max-new-tokens above this (default 100000)")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="softmax temperature; 0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens (0, or not given: all of them)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus: keep the most likely tokens up to this mass, in (0, 1]")
-    p.add_argument("--beam", type=int, default=None, help="beam search with N beams")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam search with N >= 1 beams (deterministic; prints the best "
+                        "--num-samples hypotheses, at most N)")
     p.add_argument("--length-penalty", type=float, default=1.0,
                    help="beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
                    help="independent samples, generated together as one batch (1)")
+    p.add_argument("--num-samples-limit", type=int, default=1000,
+                   help="refuse --num-samples above this (default 1000)")
     p.add_argument("--seed", type=int, default=None, help="seed for reproducible samples")
     p.add_argument("--stop", action="append", default=[],
                    help="stop when this string is generated (repeatable); it is not printed")
@@ -85,24 +90,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def read_prompt(args: argparse.Namespace) -> str | None:
     """The prompt text (None when none was given)."""
     if args.prompt_file:
+        path = Path(args.prompt_file)
         try:
-            return Path(args.prompt_file).read_text(encoding="utf-8")
+            return path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise DataError(f"prompt file {args.prompt_file} does not exist") from None
+            raise DataError(f"prompt file {path} does not exist") from None
+        except IsADirectoryError:
+            raise DataError(f"prompt file {path} is a directory; name a text file") from None
         except UnicodeDecodeError:
-            raise DataError(f"prompt file {args.prompt_file} is not UTF-8 text") from None
+            raise DataError(f"prompt file {path} is not UTF-8 text") from None
+        except OSError as e:
+            raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
     return args.prompt
 
 
 def check_args(args: argparse.Namespace) -> None:
     """Flag values and combinations that cannot work (ConfigError)."""
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.max_new_tokens > args.max_new_tokens_limit:
-        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} exceeds the allowed "
-                          f"{args.max_new_tokens_limit} (raise --max-new-tokens-limit)")
-    if args.num_samples < 1:
-        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
+    _check_counts(args)
+    if any(stop == "" for stop in args.stop):
+        raise ConfigError("--stop needs a non-empty string (an empty one would stop at once)")
     if args.batch_prompts and not args.prompt_file:
         raise ConfigError("--batch-prompts needs --prompt-file (one prompt per line)")
     if args.system and not args.chat:
@@ -120,6 +126,24 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--draft samples one sequence; it does not combine with --beam or "
                           "--num-samples")
     speculate_k(args)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.max_new_tokens > args.max_new_tokens_limit:
+        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} exceeds the allowed "
+                          f"{args.max_new_tokens_limit} (raise --max-new-tokens-limit)")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
+    if args.num_samples > args.num_samples_limit:
+        raise ConfigError(f"--num-samples {args.num_samples} exceeds the allowed "
+                          f"{args.num_samples_limit} (raise --num-samples-limit)")
+    if args.beam is not None and args.beam < 1:
+        raise ConfigError(f"--beam must be >= 1, got {args.beam} (leave it out to sample)")
+    if args.beam is not None and args.num_samples > args.beam:
+        raise ConfigError(f"--num-samples {args.num_samples} exceeds --beam {args.beam}: beam "
+                          "search keeps that many hypotheses (raise --beam)")
 
 
 def speculate_k(args: argparse.Namespace):
@@ -149,7 +173,8 @@ def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"
 
 
 def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
-    """(model ready to decode, tokenizer, ModelSource) of a checkpoint."""
+    """(model ready to decode, tokenizer, ModelSource) of a checkpoint. A model with NaN or
+    infinite weights is refused."""
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.numpy_engine import NumpyGPT
     from scratchgpt.models.fast_decode import prepare_for_decode
@@ -159,6 +184,7 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
         use = NOT_SAMPLED.get(source.model_type, "it is not a language model")
         raise ConfigError(f"{path} holds a {source.model_type} model, which sample cannot "
                           f"continue ({use})")
+    check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)
@@ -183,6 +209,23 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)
     rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, template.stop))
     return template.render(messages), ids, rule
+
+
+def check_finite(model, where) -> None:
+    import torch
+
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise GenerationError(f"{where}: the model's weights hold NaN or infinite values (a "
+                              "run that diverged?); sampling it would give no text")
+
+
+def check_memory(model, rows: int, length: int) -> None:
+    """The KV caches of ``rows`` sequences of ``length`` tokens fit in memory (see
+    scratchgpt.memory), before a batch is built."""
+    from scratchgpt import memory
+
+    estimate = memory.inference_estimate(model.config, rows, length)
+    memory.check_fits(estimate, f"generating {rows:,} sequence(s)", error=GenerationError)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -213,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         ids = tok.encode(text, unknown=args.unknown) if text else []
     if not ids:
         ids, text = start_of_text(tok)  # unconditional
+    check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
     job = Job(model, tok, text, ids, rule, cfg, gen)
     if args.draft is not None:
         return run_speculative(job, args)
@@ -287,6 +331,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
         raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
     rows = [text for text in prompts for _ in range(args.num_samples)]
     ids = [tok.encode(text, unknown=args.unknown) or start_of_text(tok)[0] for text in rows]
+    check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0

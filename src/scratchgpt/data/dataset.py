@@ -33,31 +33,72 @@ def random_windows(data: np.ndarray, batch_size: int, block_size: int,
     return chunk[:, :-1], chunk[:, 1:]
 
 
+CHUNK = 1 << 24  # tokens read at a time when checking a split's ids
+
+
+def read_meta(directory: Path) -> dict:
+    """``meta.json`` of a prepared dataset, its fields checked (one-line DataErrors)."""
+    path = directory / META_FILE
+    if not path.is_file():
+        raise DataError(f"{directory} is not a prepared dataset (no {META_FILE}); "
+                        "run 'scratchgpt prepare' first")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{path} is not valid JSON ({e}); prepare the dataset again") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path} holds a JSON {type(meta).__name__}, not the dataset's record")
+    if meta.get("version") != META_VERSION:
+        raise DataError(f"{path}: unsupported dataset version {meta.get('version')!r}")
+    checks = {"vocab_size": lambda v: type(v) is int and v >= 1,
+              "dtype": lambda v: v in ("uint16", "uint32"),
+              "train_tokens": lambda v: type(v) is int and v >= 0,
+              "val_tokens": lambda v: type(v) is int and v >= 0}
+    for key, ok in checks.items():
+        if (key in meta or key in ("vocab_size", "dtype")) and not ok(meta.get(key)):
+            raise DataError(f"{path}: {key}={meta.get(key)!r} is not valid; prepare the "
+                            "dataset again")
+    return meta
+
+
 class TokenDataset:
-    """Memory-mapped ``train.bin``/``val.bin`` of a prepared dataset directory."""
+    """Memory-mapped ``train.bin``/``val.bin`` of a prepared dataset directory, checked when
+    opened: a malformed ``meta.json``, a token file of the wrong size (truncated, or written
+    with another dtype) or a token id beyond the vocabulary is a one-line DataError."""
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        meta_path = self.directory / META_FILE
-        if not meta_path.is_file():
-            raise DataError(
-                f"{self.directory} is not a prepared dataset (no {META_FILE}); "
-                "run 'scratchgpt prepare' first"
-            )
-        self.meta = json.loads(meta_path.read_text())
-        if self.meta.get("version") != META_VERSION:
-            raise DataError(f"{meta_path}: unsupported dataset version {self.meta.get('version')}")
+        self.meta = read_meta(self.directory)
         dtype = np.dtype(self.meta["dtype"])
-        self.splits = {}
-        for split in ("train", "val"):
-            path = self.directory / f"{split}.bin"
-            if not path.is_file():
-                raise DataError(f"{path} is missing; prepare the dataset again")
-            self.splits[split] = np.memmap(path, dtype=dtype, mode="r")
-        self.vocab_size: int = int(self.meta["vocab_size"])
+        self.vocab_size: int = self.meta["vocab_size"]
+        self.splits = {split: self._open(split, dtype) for split in ("train", "val")}
+
+    def _open(self, split: str, dtype: np.dtype) -> np.ndarray:
+        path = self.directory / f"{split}.bin"
+        if not path.is_file():
+            raise DataError(f"{path} is missing; prepare the dataset again")
+        size = path.stat().st_size
+        tokens = size // dtype.itemsize
+        expected = self.meta.get(f"{split}_tokens", tokens)
+        if size % dtype.itemsize or size == 0 or tokens != expected:
+            raise DataError(f"{path} has {size:,} bytes, not the {expected:,} {dtype.name} "
+                            "tokens meta.json records (truncated or damaged); prepare the "
+                            "dataset again")
+        data = np.memmap(path, dtype=dtype, mode="r")
+        top = max((int(data[i:i + CHUNK].max()) for i in range(0, len(data), CHUNK)),
+                  default=0)
+        if top >= self.vocab_size:
+            raise DataError(f"{path} holds token id {top}, beyond the vocabulary of "
+                            f"{self.vocab_size} (damaged, or tokenized with another "
+                            "tokenizer); prepare the dataset again")
+        return data
 
     def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.directory)
+        tok = load_tokenizer(self.directory)
+        if tok.vocab_size != self.vocab_size:
+            raise DataError(f"{self.directory}: its tokenizer has {tok.vocab_size:,} tokens, "
+                            f"meta.json records {self.vocab_size:,}; prepare the dataset again")
+        return tok
 
     def chars_per_token(self, split: str) -> float:
         """Characters of text per token in ``split``: what turns a loss per token into one per

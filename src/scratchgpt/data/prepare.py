@@ -7,19 +7,31 @@ A prepared dataset is a directory::
     meta.json   tokenizer kind, vocab size, dtype, token and character counts, sha256 of the
                 source text
     tokenizer.json (+ any tokenizer files)
+
+A dataset is written whole or not at all: into a temporary directory beside ``out``
+(``.<name>.<pid>.<random>.tmp``), which is renamed into place once every file is on disk. A
+full disk or a kill mid-way leaves the previous dataset (or nothing), never a mix of old and
+new files; the temporaries of a process that no longer runs are removed by the next prepare.
+An existing dataset is replaced only when asked (``overwrite``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scratchgpt.errors import DataError
+from scratchgpt.checkpoints.io import TEMP_SUFFIX, fsync_dir
+from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 
 META_FILE = "meta.json"
@@ -29,12 +41,6 @@ META_VERSION = 1
 def token_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned dtype that holds every token id."""
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
-
-
-def _write_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    array.tofile(tmp)
-    os.replace(tmp, path)
 
 
 def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
@@ -49,38 +55,142 @@ def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
 
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",
                  vocab_size: int | None = None, val_fraction: float = 0.1,
-                 source: str = "", progress: bool = False) -> dict[str, Any]:
-    """Tokenize ``text`` and write a prepared dataset into ``out``. Returns the meta dict."""
-    if not text.strip():
-        raise DataError(f"the data ({source or 'text'}) is empty")
+                 source: str = "", progress: bool = False,
+                 overwrite: bool = False) -> dict[str, Any]:
+    """Tokenize ``text`` and write a prepared dataset into ``out`` (see the module docstring);
+    an existing dataset there is an error unless ``overwrite``. Returns the meta dict."""
+    if len(text.strip()) < 2:
+        raise DataError(f"the data ({source or 'text'}) is empty" if not text.strip() else
+                        f"the data ({source or 'text'}) is a single character: too little "
+                        "to split into training and validation text")
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     out = Path(out)
+    check_destination(out, overwrite)
     split = int(len(text) * (1.0 - val_fraction))
     train_text, val_text = text[:split], text[split:]
-    # The tokenizer is learned on the training split only, so validation stays unseen.
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
-        tokenizer, train_text, vocab_size=vocab_size)
-    dtype = token_dtype(tok.vocab_size)
-    train_ids = np.asarray(encode_corpus(tok, train_text), dtype=dtype)
-    val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(out)
-    _write_atomic(out / "train.bin", train_ids)
-    _write_atomic(out / "val.bin", val_ids)
-    meta = {
-        "version": META_VERSION,
-        "tokenizer": tok.kind,
-        "vocab_size": tok.vocab_size,
-        "dtype": dtype.name,
-        "train_tokens": int(train_ids.size),
-        "val_tokens": int(val_ids.size),
-        "chars": len(text),
-        "train_chars": len(train_text),
-        "val_chars": len(val_text),  # bits per character = nats/token * tokens / chars / ln 2
-        "source": source,
-        "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        "val_fraction": val_fraction,
-    }
-    (out / META_FILE).write_text(json.dumps(meta, indent=1))
+    if not train_text or not val_text:
+        raise DataError(f"the data ({source or 'text'}) has {len(text)} characters: too few "
+                        f"to hold out {val_fraction:g} of it for validation")
+    with _staging(out) as tmp:  # fail early (a read-only --out) before tokenizing
+        # The tokenizer is learned on the training split only, so validation stays unseen.
+        tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
+            tokenizer, train_text, vocab_size=vocab_size)
+        dtype = token_dtype(tok.vocab_size)
+        train_ids = np.asarray(encode_corpus(tok, train_text), dtype=dtype)
+        val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
+        meta = {
+            "version": META_VERSION,
+            "tokenizer": tok.kind,
+            "vocab_size": tok.vocab_size,
+            "dtype": dtype.name,
+            "train_tokens": int(train_ids.size),
+            "val_tokens": int(val_ids.size),
+            "chars": len(text),
+            "train_chars": len(train_text),
+            "val_chars": len(val_text),  # bits per character = nats/token * tokens / chars / ln 2
+            "source": source,
+            "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "val_fraction": val_fraction,
+        }
+        tok.save(tmp)
+        _write_file(tmp / "train.bin", train_ids.tobytes())
+        _write_file(tmp / "val.bin", val_ids.tobytes())
+        _write_file(tmp / META_FILE, json.dumps(meta, indent=1).encode())
+        _move_into_place(tmp, out, overwrite)
     return meta
+
+
+DATASET_FILES = ("train.bin", "val.bin", META_FILE)
+
+
+def is_dataset(path: Path) -> bool:
+    """True if ``path`` holds (part of) a prepared dataset."""
+    return path.is_dir() and any((path / f).exists() for f in DATASET_FILES)
+
+
+def check_destination(out: Path, overwrite: bool) -> None:
+    """``out`` may receive a dataset: it does not exist, is an empty directory, or holds a
+    dataset that ``overwrite`` replaces. Anything else is left alone."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"--out {out} is a file, not a directory")
+    if is_dataset(out):
+        if not overwrite:
+            raise DataError(f"{out} already holds a prepared dataset; pass --overwrite to "
+                            "replace it")
+        return
+    if any(out.iterdir()):
+        raise DataError(f"{out} is not empty and holds no prepared dataset; choose another "
+                        "--out (nothing was written)")
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A temporary directory beside ``out`` to write the dataset into; removed afterwards
+    (it is empty then, unless the dataset failed). An OSError (a full disk, a read-only
+    directory) becomes a one-line StorageError."""
+    tmp = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(out)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.",
+                                    suffix=TEMP_SUFFIX))
+        yield tmp
+    except OSError as e:
+        raise StorageError(f"cannot write the dataset {out}: {e.strerror or e} (nothing was "
+                           "changed)") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished dataset ``tmp`` to ``out``; an old dataset there is moved aside
+    first and deleted once the new one is in place (put back if the rename fails)."""
+    fsync_dir(tmp)
+    old = None
+    if overwrite and is_dataset(out):
+        old = out.parent / f".{out.name}.{os.getpid()}.old{TEMP_SUFFIX}"
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)  # (over an empty directory too)
+    except OSError:
+        if old is not None:
+            os.replace(old, out)
+        raise
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_staging(out: Path) -> None:
+    """Temporaries of earlier prepares of ``out`` whose process no longer runs: a dataset
+    moved aside by a process killed before it renamed the new one in comes back; the rest
+    goes."""
+    for tmp in out.parent.glob(f".{glob.escape(out.name)}.*{TEMP_SUFFIX}"):
+        pid = tmp.name[len(out.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if tmp.name.endswith(f".old{TEMP_SUFFIX}") and not out.exists():
+            os.replace(tmp, out)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True

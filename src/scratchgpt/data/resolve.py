@@ -47,7 +47,7 @@ def resolve_dataset(name_or_path: str | None,
     target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
     if not (target / META_FILE).is_file():
         text, desc = load_source(None, name)
-        meta = prepare_text(text, target, kind, source=desc)
+        meta = prepare_text(text, target, kind, source=desc, overwrite=True)  # (incomplete)
         if log is not None:
             log(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
                 f"val tokens in {target}")

@@ -266,5 +266,8 @@ def read_text_source(path: str | Path) -> tuple[str, str]:
             raise DataError(f"folder {path} contains no .txt files")
         return read_files(files), f"{len(files)} .txt files under {path}"
     if not path.exists():
+        if path.is_symlink():
+            raise DataError(f"data file {path} is a symbolic link that leads nowhere (a loop, "
+                            "or its target is missing)")
         raise DataError(f"data file {path} does not exist")
     return read_files([path]), str(path)

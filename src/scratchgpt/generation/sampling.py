@@ -6,6 +6,7 @@ from, so speculative decoding can apply the same transform to draft and target.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -23,8 +24,8 @@ class SamplingConfig:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise GenerationError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:  # (NaN fails too)
+            raise GenerationError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:
             raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:

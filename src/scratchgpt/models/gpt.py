@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import ConfigError, GenerationError
 from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
 from scratchgpt.models.positions import sinusoidal_positions
+from scratchgpt.validation import check_range
 
 
 def _help(text: str) -> dict[str, str]:
@@ -119,10 +120,10 @@ class GPTConfig:
             raise ConfigError(
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.attn_dropout is not None and not 0.0 <= self.attn_dropout < 1.0:
-            raise ConfigError(f"attn_dropout must be in [0, 1), got {self.attn_dropout}")
+        check_range("dropout", self.dropout, 0, 1, high_open=True)
+        check_range("attn_dropout", self.attn_dropout, 0, 1, high_open=True)
+        # an epsilon <= 0 divides by zero on a constant input: NaN weights after one step
+        check_range("layer_norm_eps", self.layer_norm_eps, 0, 1, low_open=True)
 
     def _check_choices(self) -> None:
         for name, choices in (("pos_encoding", POS_ENCODINGS), ("activation", ACTIVATIONS),
@@ -145,8 +146,7 @@ class GPTConfig:
         if self.unet_skips and self.n_layer < 2:
             raise ConfigError("unet_skips needs n_layer >= 2 (it joins first-half blocks to "
                               "second-half ones)")
-        if not 0.0 <= self.logit_softcap < math.inf:
-            raise ConfigError(f"logit_softcap must be >= 0 (0 = off), got {self.logit_softcap}")
+        check_range("logit_softcap", self.logit_softcap, 0)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import check_range
 
 CELLS = ("rnn", "lstm", "gru")
 # How the recurrence runs: torch's fused modules, or the cells below (see Recurrent).
@@ -210,8 +211,7 @@ class RecurrentConfig:
         for name in ("vocab_size", "n_layer", "hidden", "block_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_range("dropout", self.dropout, 0, 1, high_open=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -411,6 +411,7 @@ class RecurrentClassifierConfig:
         for name in ("vocab_size", "n_classes", "hidden", "embed_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_range("forget_bias", self.forget_bias)
 
 
 class RecurrentClassifier(nn.Module):

@@ -32,6 +32,7 @@ from scratchgpt.errors import ConfigError
 from scratchgpt.models.attention import MultiHeadAttention
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
+from scratchgpt.validation import check_range
 
 ARCHS = ("transformer", "lstm-attention", "lstm")
 
@@ -68,8 +69,7 @@ class Seq2SeqConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.arch == "transformer" and self.d_model % self.n_head:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_range("dropout", self.dropout, 0, 1, high_open=True)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -57,7 +57,12 @@ class CharTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int]) -> str:
         chars = self.chars
-        return "".join(chars[i] for i in ids)
+        try:
+            return "".join([chars[i] for i in ids])
+        except (IndexError, TypeError):
+            bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < len(chars))]
+            raise TokenizerError(
+                f"token ids out of range 0..{len(chars) - 1}: {bad[:10]}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"chars": self.chars}

@@ -27,6 +27,8 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from scratchgpt.errors import ScratchGPTError, Terminated
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -109,33 +111,83 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any],
             args: tuple, results: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    # The parent ignores Ctrl-C while its children run; each child turns it into a stop
-    # request that the training loop honours at the next step, in step with the others.
+    # The parent ignores Ctrl-C while its children run, and relays SIGTERM to them; each
+    # child turns either into a stop request that the training loop honours at the next step,
+    # in step with the others (before the loop, into an exception, as in one process).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    init_from_env(device)
-    with process_group():
-        out = fn(*args)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        init_from_env(device)
+        with process_group():
+            out = fn(*args)
         if rank == 0:
-            results.put(out)  # SimpleQueue: written to the pipe before put returns
+            results.put(("done", out))  # SimpleQueue: written to the pipe before put returns
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent, which raises
+        results.put(("error", _portable(e, rank)))
+        exit_process(1)
     exit_process(0)
+
+
+def _portable(e: BaseException, rank: int) -> BaseException:
+    """An exception the parent can raise as this process's: scratchgpt's one-line errors and
+    interruptions as they are, anything else with its traceback as text."""
+    if isinstance(e, ScratchGPTError | KeyboardInterrupt):
+        return e
+    import traceback
+
+    # (kept short: the pipe to the parent is read only once every process has ended)
+    return RuntimeError(f"training process {rank} failed:\n{traceback.format_exc()[-8000:]}")
 
 
 def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` in ``nproc`` new processes joined in one process group on this
-    machine; return rank 0's result. ``fn`` and ``args`` must be picklable."""
+    machine; return rank 0's result. ``fn`` and ``args`` must be picklable. An error in any
+    process is raised here (a scratchgpt error stays one line); SIGTERM sent to this process
+    alone (``kill PID``) is relayed to the processes, which stop after the step and save."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
-    results = ctx.SimpleQueue()
-    port = _free_port()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    results = mp.get_context("spawn").SimpleQueue()
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    context = None
+
+    def relay(signum: int, frame: Any) -> None:
+        for p in context.processes if context is not None else ():
+            if p.is_alive():
+                os.kill(p.pid, signum)
+
+    previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, relay)
     try:
-        mp.start_processes(_worker, args=(nproc, port, device, fn, args, results),
-                           nprocs=nproc, join=True, start_method="spawn")
+        context = mp.start_processes(_worker, args=(nproc, _free_port(), device, fn, args,
+                                                    results),
+                                     nprocs=nproc, join=False, start_method="spawn")
+        with contextlib.suppress(mp.ProcessExitedException, mp.ProcessRaisedException):
+            while not context.join():
+                pass
     finally:
-        signal.signal(signal.SIGINT, previous)
-    return results.get()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return _outcome(results)
+
+
+def _outcome(results: Any) -> Any:
+    """Rank 0's result, or the most telling error the processes sent."""
+    messages = []
+    while not results.empty():
+        messages.append(results.get())
+    errors = [e for kind, e in messages if kind == "error"]
+    for kind in (ScratchGPTError, KeyboardInterrupt, BaseException):
+        for e in errors:
+            if isinstance(e, kind):
+                raise e
+    done = [out for kind, out in messages if kind == "done"]
+    if not done:
+        raise RuntimeError("a training process ended without a result (killed?)")
+    return done[0]

@@ -15,14 +15,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from scratchgpt import memory
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import resolve_dataset
-from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
 from scratchgpt.models import ModelConfig
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.precision import resolve_device, resolve_dtype
 from scratchgpt.training.settings import Settings, finish_model_config, new_run, resumed_run
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
@@ -72,6 +74,7 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
     data, name = resolve_dataset(dataset or named, log=log)
     config = finish_model_config(kind, values, data.vocab_size)
     data.check_block_size(config.block_size)
+    check_resources(train, config)
     out_dir = Path(out) if out else Path("runs") / name
     return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, config.block_size), settings.sources())
@@ -91,9 +94,20 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     data.check_block_size(config.block_size)
     # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
     recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
+    check_resources(train, config)
     return TrainJob(Path(out), "resume", train, config,
                     partial(lm_task, data.directory, config.block_size, recorded_extra),
                     settings.sources(), checkpoint)
+
+
+def check_resources(train: TrainConfig, config: ModelConfig) -> None:
+    """The device exists, computes the precision asked for, and has the memory the run needs
+    (see :mod:`scratchgpt.memory`): checked before any file is touched."""
+    device = resolve_device(train.device)
+    resolve_dtype(train.dtype, device)
+    estimate = memory.training_estimate(config, train.batch_size, train.optimizer)
+    copies = train.nproc if device.type == "cpu" else 1  # each process holds a copy
+    memory.check_fits(estimate, "training this model", device, copies)
 
 
 def lm_task(dataset: Path, block_size: int,
@@ -103,12 +117,18 @@ def lm_task(dataset: Path, block_size: int,
 
 def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
     """The dataset's tokenizer must be the run's own, entry for entry (the same vocabulary
-    size is not enough: ids would mean other characters)."""
-    saved = checkpoint.tokenizers.get("text")
-    if saved is not None and data.tokenizer().state() != saved:
-        raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                        f"{checkpoint.path.parent}; resume with the run's own dataset "
-                        f"({checkpoint.data.get('dataset', 'see its config.json')})")
+    size is not enough: ids would mean other characters), merges included for BPE (whose
+    saved state names its merges file rather than holding the merges)."""
+    if "text" not in checkpoint.tokenizers:
+        return  # an old checkpoint that kept its tokenizer beside it only
+    theirs = data.tokenizer()
+    if theirs.state() == checkpoint.tokenizers["text"] and \
+            getattr(theirs, "merges", None) == getattr(checkpoint.tokenizer("text"), "merges",
+                                                       None):
+        return
+    raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
+                    f"{checkpoint.path.parent}; resume with the run's own dataset "
+                    f"({checkpoint.data.get('dataset', 'see its config.json')})")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
@@ -117,6 +137,8 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
     run_dir = RunDir(job.out)
     with run_dir.lock():
         run_dir.begin(job.mode)
+        if job.mode == "resume":
+            check_unchanged(job, run_dir)
         try:
             if job.train.nproc > 1:
                 result = distributed.launch(job.train.nproc, job.train.device, run_in_process,
@@ -129,6 +151,14 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
         if job.finish is not None and not result.interrupted:
             job.finish(job.out, result)
         return result
+
+
+def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
+    """The run was planned from ``last.pt`` before its lock was taken; if another process
+    wrote it meanwhile, resuming from the plan would overwrite newer checkpoints."""
+    if job.checkpoint().file_version != run_dir.last_version():
+        raise RunInUseError(f"the run in {job.out} changed while this process was starting "
+                            "(another process wrote it); run the command again")
 
 
 def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
@@ -157,6 +187,7 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out:
         plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None)
     else:
         data.check_block_size(config.block_size)
+        check_resources(cfg, config)
         plan_ = TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config,
                          partial(lm_task, data.directory, config.block_size))
     return run(plan_, progress)

@@ -41,17 +41,23 @@ class MetricsLog:
     """Append-only ``metrics.csv`` (each row flushed at once, so a crash loses nothing).
 
     On resume the rows after the resumed step are dropped, so a resumed run's file matches
-    an uninterrupted one. ``extra_fields``: a task's own columns (e.g. ``val_acc``)."""
+    an uninterrupted one. The kept rows are rewritten atomically (a full disk or a kill at
+    that moment leaves the old file), then new rows are appended. ``extra_fields``: a task's
+    own columns (e.g. ``val_acc``)."""
 
     def __init__(self, path: Path, resume_step: int | None, extra_fields: Sequence[str] = ()):
+        from scratchgpt.checkpoints.io import atomic_write_text
+
         self.fields = [*FIELDS, *extra_fields]
         rows = [r for r in read_rows(path, self.fields) if int(r["step"]) <= resume_step] \
             if resume_step is not None else []
-        self.f = path.open("w", newline="")
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=self.fields)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(path, text.getvalue())
+        self.f = path.open("a", newline="")
         self.w = csv.DictWriter(self.f, fieldnames=self.fields)
-        self.w.writeheader()
-        self.w.writerows(rows)
-        self.f.flush()
 
     def row(self, **values: Any) -> None:
         self.w.writerow({k: ("" if values.get(k) is None else values[k]) for k in self.fields})

@@ -22,12 +22,12 @@ from torch import Tensor, nn
 
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
-from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
-from scratchgpt.training.job import TrainJob
+from scratchgpt.training.job import TrainJob, check_resources
 from scratchgpt.training.settings import Settings, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 
@@ -177,11 +177,13 @@ def translate(
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int = 64, batch_size: int = 256,
     length_penalty: float = 1.0,
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
-    """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each)."""
+    """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
+    An empty source, or one longer than the model reads, is a GenerationError."""
     device = next(model.parameters()).device
     model.eval()
     texts, all_ids, all_attn = [], [], []
     examples = [(src_tok.encode(s) + [EOS_ID], []) for s in sources]
+    check_lengths(model, [len(x) for x, _ in examples], max_len)
     for i in range(0, len(examples), batch_size):
         src, lengths, _, _ = collate(examples[i : i + batch_size])
         src, lengths = src.to(device), lengths.to(device)
@@ -195,6 +197,22 @@ def translate(
     return texts, all_ids, all_attn
 
 
+def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -> None:
+    """Sources (with their end token) and outputs must fit the model: not empty, and within
+    a transformer's position table (``max_positions``)."""
+    if any(n <= 1 for n in source_lengths):
+        raise GenerationError("a source is empty; give text to translate")
+    limit = model.config.max_positions if model.config.arch == "transformer" else None
+    if limit is None:
+        return
+    if max(source_lengths) > limit:
+        raise GenerationError(f"a source has {max(source_lengths) - 1} tokens; this model reads "
+                              f"at most {limit - 1} (its max_positions is {limit})")
+    if max_len > limit:
+        raise GenerationError(f"--max-len {max_len} exceeds the {limit} positions this model "
+                              "can write (its max_positions)")
+
+
 def evaluate(
     model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int | None = None,
@@ -202,6 +220,8 @@ def evaluate(
     """Exact-match accuracy of decoded targets, overall and by source length."""
     if max_len is None:
         max_len = max(len(t) for _, t in pairs) * 2 + 2
+        if model.config.arch == "transformer":
+            max_len = min(max_len, model.config.max_positions)
     preds, _, _ = translate(model, [s for s, _ in pairs], src_tok, tgt_tok, beam, max_len)
     by_length: dict[str, tuple[int, int]] = {}
     correct = 0
@@ -270,13 +290,16 @@ def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
             raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
                                   "not a seq2seq one; resume it with 'scratchgpt train'")
         config, cfg = resumed_run(checkpoint, Settings(flags={**train_flags, **model_flags}))
+        check_resources(cfg, config)
         make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers,
                        label_smoothing)
         return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
     spec = spec or DataSpec()
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
+    cfg = train_config(train_flags)
+    check_resources(cfg, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
-    return TrainJob(Path(out), "overwrite" if overwrite else "new", train_config(train_flags),
-                    config, make, {"arch": arch})
+    return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
+                    {"arch": arch})
 

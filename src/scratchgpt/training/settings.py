@@ -49,6 +49,10 @@ class Settings:
         if unknown:
             raise ConfigError(f"{self.config_file}: unknown settings: "
                               f"{', '.join(sorted(unknown))}")
+        for name in ("model", "dataset"):  # (the rest is checked by the config classes)
+            if name in from_file and not isinstance(from_file[name], str):
+                raise ConfigError(f"{self.config_file}: {name} must be a string, got "
+                                  f"{from_file[name]!r}")
         return {**from_file, **(self.flags or {})}
 
     @property

@@ -5,7 +5,9 @@ or the batch stream one batch ahead of the saved step, and the saved checkpoint 
 resume exactly. So the first signal only sets a flag; the loop finishes its step, saves
 ``last.pt`` and ends (exit code 130 after SIGINT, 143 after SIGTERM, as shells expect). A second
 signal raises ``KeyboardInterrupt`` at once, for a run that must end now (nothing more is saved;
-the previous checkpoints stay good).
+the previous checkpoints stay good). The same signal again within a second is the same request
+delivered twice (a scheduler signalling every process of a job while ``--nproc``'s launcher
+relays it too), not a second one.
 
 In a data-parallel group every process checks the flag of every other through one all-reduce
 per step (:meth:`StopFlag.agree`), so all stop after the same step.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import torch
@@ -23,6 +26,7 @@ import torch
 from scratchgpt.training.distributed import DistInfo
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+REPEAT_WINDOW_S = 1.0
 
 
 class StopFlag:
@@ -33,6 +37,7 @@ class StopFlag:
         self.signum: int | None = None
         self.announce = announce
         self._previous: dict[int, Any] = {}
+        self._at = 0.0  # when the first signal came
 
     def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():
@@ -46,8 +51,10 @@ class StopFlag:
 
     def _request(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
+            if signum == self.signum and time.monotonic() - self._at < REPEAT_WINDOW_S:
+                return  # the same request, delivered twice
             raise KeyboardInterrupt  # the second signal: stop now
-        self.signum = signum
+        self.signum, self._at = signum, time.monotonic()
         if self.announce and self.info.is_main:
             print(f"\n{signal.Signals(signum).name}: stopping after this step and saving "
                   "last.pt (send it again to stop at once)", file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir, run_config
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
@@ -143,8 +143,13 @@ class Trainer:
             torch.set_num_threads(threads)
 
     def _restore(self, ckpt: Checkpoint) -> None:
-        self.model.load_state_dict(ckpt.model)
-        self.opt.load_state_dict(ckpt.optimizer)
+        try:
+            self.model.load_state_dict(ckpt.model)
+            self.opt.load_state_dict(ckpt.optimizer)
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            reason = " ".join(str(e).split())[:200]
+            raise CheckpointError(f"{ckpt.path}: its model or optimizer state does not fit "
+                                  f"the run's settings ({reason})") from None
         self.state = dataclasses.replace(ckpt.state)
         restore_rng(self.state.rng, self.batch_gen, self.info.rank, self.info.world_size,
                     self.device)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The core benchmarks (speed and quality on Tiny Shakespeare, character level), run one after
 # another on an otherwise idle machine. Usage:
-#   benchmarks/issue2_core.sh [NANOGPT_DIR]   # NANOGPT_DIR: a karpathy/nanoGPT checkout whose
+#   benchmarks/core.sh [NANOGPT_DIR]   # NANOGPT_DIR: a karpathy/nanoGPT checkout whose
 #                                              # data/shakespeare_char has been prepared
 # Prints every figure recorded in docs/BENCHMARKS.md; writes runs under runs/bench-*.
 set -euo pipefail

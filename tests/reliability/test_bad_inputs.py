@@ -1,0 +1,289 @@
+"""Every hostile input a user might give gets one line on stderr and exit code 2: no
+traceback, nothing allocated beyond what fits, and the files that were there are untouched.
+
+Each case builds its arguments from a few small artefacts made once (a run, a recurrent run, a
+seq2seq run, a Hugging Face directory, damaged copies of each). The test asserts the exit code,
+that stderr is one line naming the command, and (where given) a word the message must hold so
+that the user knows what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
+from scratchgpt.cli import main
+from tests.corpus import play_text
+from tests.reliability.conftest import TINY, snapshot
+
+S2S_TINY = ["--n-train", "200", "--n-test", "20", "--steps", "2", "--d-model", "16",
+            "--batch-size", "16", "--warmup", "1", "--no-progress", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
+    """The artefacts the cases point at, made once."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    c = {"root": root, "data": tiny_data, "run": root / "run", "lstm": root / "lstm",
+         "s2s": root / "s2s"}
+    assert main(["train", "--dataset", str(tiny_data), "--out", str(c["run"]), "--max-iters",
+                 "2", *TINY]) == 0
+    assert main(["train", "--dataset", str(tiny_data), "--out", str(c["lstm"]), "--model",
+                 "lstm", "--max-iters", "1", *TINY[6:]]) == 0
+    assert main(["seq2seq", "train", "--task", "dates", "--arch", "transformer", "--out",
+                 str(c["s2s"]), *S2S_TINY]) == 0
+    c.update(_damaged_checkpoints(root, c["run"]))
+    c.update(_damaged_datasets(root, tiny_data))
+    c.update(_hf_dirs(root))
+    c.update(_files(root))
+    from scratchgpt.data.prepare import prepare_text
+
+    c["other_data"] = root / "other-data"  # the same size of vocabulary, other characters
+    alphabet = sorted(set(play_text(40_000)))
+    shifted = "".join(chr(ord(ch) + 200) for ch in alphabet)
+    prepare_text((shifted * 400)[:20_000], c["other_data"], "char", source="test")
+    c["foreign"] = _ckpt_copy(c["run"], root / "foreign", lambda ckpt: None)
+    shutil.copy(c["lstm"] / "last.pt", c["foreign"] / "last.pt")
+    c["no_ckpt"] = root / "no-ckpt"  # what a run killed while writing its first checkpoint left
+    c["no_ckpt"].mkdir()
+    for name in ("config.json", "tokenizer.json", "metrics.csv"):
+        shutil.copy(c["run"] / name, c["no_ckpt"] / name)
+    return c
+
+
+def _ckpt_copy(src: Path, dst: Path, change: Callable) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.is_file() and f.name != ".lock":
+            shutil.copy(f, dst / f.name)
+    for name in ("last.pt", "best.pt"):
+        ckpt = load_checkpoint(dst / name)
+        change(ckpt)
+        save_checkpoint(dst / name, ckpt)
+    return dst
+
+
+def _damaged_checkpoints(root: Path, run: Path) -> dict[str, Path]:
+    def nan(ckpt):
+        for v in ckpt.model.values():
+            v.fill_(math.nan)
+
+    def deep(ckpt):
+        object.__setattr__(ckpt, "model_config", dataclasses.replace(
+            ckpt.model_config, n_layer=1_000_000))
+
+    def wide_vocab(ckpt):
+        object.__setattr__(ckpt, "model_config", dataclasses.replace(
+            ckpt.model_config, vocab_size=1_000_000_000))
+
+    def small_tokenizer(ckpt):
+        ckpt.model_config = dataclasses.replace(ckpt.model_config,
+                                                vocab_size=ckpt.model_config.vocab_size + 5)
+        ckpt.model = {k: torch.zeros(ckpt.model_config.vocab_size, v.shape[1])
+                      if v.shape[:1] == (ckpt.model_config.vocab_size - 5,) else v
+                      for k, v in ckpt.model.items()}
+
+    return {"nan_run": _ckpt_copy(run, root / "nan-run", nan),
+            "deep_run": _ckpt_copy(run, root / "deep-run", deep),
+            "vocab_run": _ckpt_copy(run, root / "vocab-run", wide_vocab),
+            "small_tok_run": _ckpt_copy(run, root / "small-tok-run", small_tokenizer)}
+
+
+def _dataset_copy(src: Path, dst: Path, change: Callable[[Path], None]) -> Path:
+    shutil.copytree(src, dst)
+    change(dst)
+    return dst
+
+
+def _damaged_datasets(root: Path, data: Path) -> dict[str, Path]:
+    meta = json.loads((data / "meta.json").read_text())
+    dtype = np.dtype(meta.get("dtype", "uint16"))
+
+    def odd(d: Path):
+        with open(d / "train.bin", "ab") as f:
+            f.write(b"\0")
+
+    def beyond(d: Path):
+        ids = np.fromfile(d / "train.bin", dtype=dtype)
+        ids[5] = meta["vocab_size"] + 3
+        ids.tofile(d / "train.bin")
+
+    def bad_meta(d: Path):
+        (d / "meta.json").write_text("{not json")
+
+    return {"odd_data": _dataset_copy(data, root / "odd-data", odd),
+            "beyond_data": _dataset_copy(data, root / "beyond-data", beyond),
+            "meta_data": _dataset_copy(data, root / "meta-data", bad_meta)}
+
+
+def _hf_dirs(root: Path) -> dict[str, Path]:
+    transformers = pytest.importorskip("transformers")
+    good = root / "hf"
+    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(good)
+    out = {"hf": good}
+    for name, change in {"hf_deep": {"n_layer": 100_000}, "hf_str_vocab": {"vocab_size": "50"},
+                         "hf_list_embd": {"n_embd": [16]}}.items():
+        d = root / name
+        shutil.copytree(good, d)
+        config = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, **change}))
+        out[name] = d
+    d = root / "hf_json_list"
+    shutil.copytree(good, d)
+    (d / "config.json").write_text("[1, 2]")
+    out["hf_json_list"] = d
+    return out
+
+
+def _files(root: Path) -> dict[str, Path]:
+    (root / "one-char.txt").write_text("a")
+    (root / "loop").symlink_to(root / "loop")
+    (root / "a-dir").mkdir()
+    (root / "bad-type.json").write_text(json.dumps({"learning_rate": "fast"}))
+    (root / "plain-file").write_text("x")
+    long = root / "text.txt"
+    long.write_text(play_text(20_000))
+    return {"one_char": root / "one-char.txt", "loop": root / "loop",
+            "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
+            "plain_file": root / "plain-file", "text": long}
+
+
+def _train(c, *extra, out: str = "new") -> list[str]:
+    return ["train", "--dataset", c["data"], "--out", c["root"] / "out" / out,
+            "--max-iters", "1", *TINY, *extra]
+
+
+def _sample(c, *extra, run: str = "run") -> list[str]:
+    return ["sample", "--checkpoint", c[run], "--max-new-tokens", "4", *extra]
+
+
+# (name, arguments from ctx, a word the one-line message must hold)
+CASES: list[tuple[str, Callable[[dict], list], str]] = [
+    # settings that would train to NaN weights
+    ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"), "learning_rate"),
+    ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"), "weight_decay"),
+    ("train --muon-lr-scale inf", lambda c: _train(c, "--muon-lr-scale", "inf"), "muon_lr_scale"),
+    ("train --layer-norm-eps -1", lambda c: _train(c, "--layer-norm-eps", "-1"), "layer_norm_eps"),
+    ("train --layer-norm-eps 0", lambda c: _train(c, "--layer-norm-eps", "0"), "layer_norm_eps"),
+    ("train --dropout 1", lambda c: _train(c, "--dropout", "1"), "dropout"),
+    ("train --dropout nan", lambda c: _train(c, "--dropout", "nan"), "dropout"),
+    ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
+    ("train --resume --overwrite",
+     lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
+    # an --overwrite whose new settings cannot run leaves the old run as it was
+    ("train --overwrite --device cuda (none here)",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--device", "cuda"], "cuda"),
+    ("train --overwrite with data too short for the context",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--block-size", "100000"], "block"),
+    ("train --overwrite with a shape that cannot be built",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
+                "--n-embd", "15"], "n_embd"),
+    # resume with what cannot change
+    ("train --resume --dataset OTHER-VOCABULARY",
+     lambda c: ["train", "--out", c["run"], "--resume", "--dataset", c["other_data"]],
+     "tokenized differently"),
+    ("train --resume --n-embd 64", lambda c: ["train", "--out", c["run"], "--resume",
+                                              "--n-embd", "64"], "--n-embd"),
+    ("train --resume --model lstm", lambda c: ["train", "--out", c["run"], "--resume",
+                                               "--model", "lstm"], "model"),
+    ("train --resume a run whose last.pt is another run's",
+     lambda c: ["train", "--out", c["foreign"], "--resume"], "different runs"),
+    ("train --resume a run killed before its first checkpoint",
+     lambda c: ["train", "--out", c["no_ckpt"], "--resume"], "--overwrite"),
+    ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
+     "learning_rate"),
+    ("train --n-layer 10000 (does not fit)", lambda c: _train(c, "--n-layer", "10000",
+                                                              "--n-embd", "4096"), "GiB"),
+    ("train on a train.bin of odd size", lambda c: ["train", "--dataset", c["odd_data"], "--out",
+                                                    c["root"] / "out" / "odd", *TINY], "train.bin"),
+    ("train on ids beyond the vocabulary",
+     lambda c: ["train", "--dataset", c["beyond_data"], "--out", c["root"] / "out" / "beyond",
+                "--max-iters", "1", *TINY], "vocab"),
+    ("train on a malformed meta.json",
+     lambda c: ["train", "--dataset", c["meta_data"], "--out", c["root"] / "out" / "meta",
+                *TINY], "meta.json"),
+    # sampling
+    ("sample --beam 0", lambda c: _sample(c, "--beam", "0"), "beam"),
+    ("sample --beam 2 --num-samples 5", lambda c: _sample(c, "--beam", "2", "--num-samples", "5"),
+     "num-samples"),
+    ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),
+     "num-samples"),
+    ("sample --stop ''", lambda c: _sample(c, "--stop", ""), "stop"),
+    ("sample --temperature nan", lambda c: _sample(c, "--temperature", "nan"), "temperature"),
+    ("sample --prompt-file DIR", lambda c: _sample(c, "--prompt-file", c["a_dir"]), "directory"),
+    ("sample --prompt-file LOOP", lambda c: _sample(c, "--prompt-file", c["loop"]), "loop"),
+    ("sample --draft RECURRENT", lambda c: _sample(c, "--draft", c["lstm"]), "draft"),
+    ("sample a NaN model", lambda c: _sample(c, run="nan_run"), "NaN"),
+    ("sample a checkpoint of 1e6 layers", lambda c: _sample(c, run="deep_run"), "n_layer"),
+    ("sample a checkpoint of a 1e9 vocabulary", lambda c: _sample(c, run="vocab_run"), "GiB"),
+    ("sample a checkpoint whose tokenizer is too small",
+     lambda c: _sample(c, run="small_tok_run"), "tokenizer"),
+    ("eval --max-tokens 0", lambda c: ["eval", "--checkpoint", c["run"], "--max-tokens", "0"],
+     "max-tokens"),
+    # seq2seq
+    ("seq2seq translate --source ''",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),
+    ("seq2seq translate an over-long source",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "1 " * 2000],
+     "at most"),
+    ("seq2seq train into an existing run",
+     lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
+     "already holds a run"),
+    # Hugging Face imports
+    ("convert --from hf claiming 1e5 layers",
+     lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],
+     "n_layer"),
+    ("convert --from hf with a string vocab_size",
+     lambda c: ["convert", "--from", "hf", c["hf_str_vocab"], "--out", c["root"] / "out" / "h2"],
+     "vocab_size"),
+    ("convert --from hf with a list n_embd",
+     lambda c: ["convert", "--from", "hf", c["hf_list_embd"], "--out", c["root"] / "out" / "h3"],
+     "n_embd"),
+    ("convert --from hf with a JSON list config",
+     lambda c: ["convert", "--from", "hf", c["hf_json_list"], "--out", c["root"] / "out" / "h4"],
+     "config.json"),
+    ("convert --to hf into a run directory",
+     lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out", c["lstm"],
+                "--overwrite"], "run"),
+    # prepare
+    ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
+                                              c["root"] / "out" / "p1"], "single character"),
+    ("prepare a symlink loop", lambda c: ["prepare", "--data", c["loop"], "--out",
+                                          c["root"] / "out" / "p2"], "leads nowhere"),
+    ("prepare --out under a file", lambda c: ["prepare", "--data", c["text"], "--out",
+                                              c["plain_file"] / "sub"], "plain-file"),
+    ("prepare over an existing dataset", lambda c: ["prepare", "--data", c["text"], "--out",
+                                                    c["data"]], "--overwrite"),
+]
+
+
+@pytest.mark.parametrize("name,argv,word", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, figures):
+    if "--device cuda" in name and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    args = [str(a) for a in argv(ctx)]
+    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt")]
+    before = [snapshot(p) for p in watched]
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err
+    figures.exit_codes[name] = code
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("scratchgpt"), err
+    assert "Traceback" not in err
+    assert word.lower() in err.lower(), err
+    assert [snapshot(p) for p in watched] == before  # nothing the user had was touched
