@@ -13,8 +13,8 @@ Reported for both: aggregate tokens/s (completion tokens / wall time), time to f
 completions and chats with sampling, n > 1, stop strings, logprobs; malformed JSON, unknown
 fields, over-long prompts and bodies, clients that hang up mid-stream) from ``--soak-clients``
 clients. It passes with zero 5xx answers, every request answered as it should be, the queue
-and batch empty afterwards, and the server's memory back within 10% of where it was after a
-warm-up. Exit code 1 if not.
+and batch empty afterwards, and the server's memory no more than 10% above where it was after
+a warm-up (a leak grows it; less is memory given back). Exit code 1 if not.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def write_random_run(shape: str, out: Path) -> None:
         raise ConfigError(f"--shape: cpu-small, gpt2 or a preset ({', '.join(PRESETS)}), got "
                           f"{shape!r}")
     out.mkdir(parents=True, exist_ok=True)
+    tok.save(out)  # GPT-2's BPE keeps its merges in a file beside the checkpoint
     save_checkpoint(out / "best.pt", Checkpoint(model_type(cfg), cfg, build_model(cfg).state_dict(),
                                                 {"text": tok.state()}))
 
@@ -255,7 +256,7 @@ def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
     ratio = after / before if before else None
     ok = (report.server_errors == 0 and not report.unexpected and warm.server_errors == 0
           and (health["queue_depth"], health["batch_rows"]) == (0, 0)
-          and (ratio is None or abs(ratio - 1) <= 0.10))
+          and (ratio is None or ratio <= 1.10))  # a leak grows; giving memory back is fine
     return {"requests": report.requests, "seconds": round(report.seconds, 1),
             "clients": args.soak_clients, "server_errors": report.server_errors,
             "unexpected": report.unexpected,
