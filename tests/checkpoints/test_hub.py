@@ -15,6 +15,7 @@ from scratchgpt.checkpoints.hf import save_hf, state_dict_to_hf
 from scratchgpt.cli import main
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import CharTokenizer
+from tests.cli_errors import error_of
 
 pytest.importorskip("huggingface_hub")
 
@@ -65,15 +66,6 @@ def greedy(capsys, checkpoint: str) -> str:
     return out
 
 
-def error_line(capsys, argv: list[str]) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
 def test_convert_from_a_hub_id_uses_the_cached_snapshot(hub, reference, tmp_path, capsys):
     out = tmp_path / "gpt2"
     assert main(["convert", "--from", "hf", "gpt2", "--out", str(out)]) == 0
@@ -98,11 +90,11 @@ def test_owner_and_name_ids_and_pytorch_bin_weights(hub, reference, tmp_path, ca
 
 def test_offline_and_not_cached_is_one_line(hub, tmp_path, capsys):
     out = tmp_path / "medium"
-    line = error_line(capsys, ["convert", "--from", "hf", "gpt2-medium", "--out", str(out)])
+    line = error_of(capsys, ["convert", "--from", "hf", "gpt2-medium", "--out", str(out)])
     assert "cannot download gpt2-medium: offline" in line and "pass a local directory" in line
     assert str(hub) in line
     assert not out.exists()
-    line = error_line(capsys, ["sample", "--checkpoint", "hf:gpt2-xl", "--prompt", "a"])
+    line = error_of(capsys, ["sample", "--checkpoint", "hf:gpt2-xl", "--prompt", "a"])
     assert "cannot download gpt2-xl: offline" in line
 
 
@@ -122,7 +114,7 @@ def test_unreachable_hub_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
-    line = error_line(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")])
+    line = error_of(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")])
     assert "cannot download gpt2: the hub cannot be reached" in line
     patterns = asked[0]["allow_patterns"]
     assert "config.json" in patterns and "model.safetensors" in patterns
@@ -134,7 +126,7 @@ def test_unreachable_hub_is_one_line(monkeypatch, tmp_path, capsys):
     ("hf:", "neither a local directory nor a Hugging Face hub model id"),
 ])
 def test_invalid_ids(hub, tmp_path, capsys, source, message):
-    assert message in error_line(capsys, ["convert", "--from", "hf", source, "--out",
+    assert message in error_of(capsys, ["convert", "--from", "hf", source, "--out",
                                           str(tmp_path / "o")])
 
 
@@ -142,7 +134,7 @@ def test_snapshot_without_weights(hub, tmp_path, capsys):
     snap = snapshot(hub, "someone/config-only")
     snap.mkdir(parents=True)
     (snap / "config.json").write_text("{}")
-    line = error_line(capsys, ["convert", "--from", "hf", "someone/config-only", "--out",
+    line = error_of(capsys, ["convert", "--from", "hf", "someone/config-only", "--out",
                                str(tmp_path / "o")])
     assert "has no config.json with model.safetensors or pytorch_model.bin" in line
 

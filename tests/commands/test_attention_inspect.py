@@ -13,6 +13,7 @@ from scratchgpt.checkpoints import Checkpoint, save_checkpoint
 from scratchgpt.cli import main
 from scratchgpt.models import build_model, model_config
 from scratchgpt.tokenizers import CharTokenizer
+from tests.cli_errors import error_of
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
 PNG = b"\x89PNG"
@@ -50,15 +51,6 @@ def load(run: Path):
 
 def ids(text: str) -> list[int]:
     return CharTokenizer(CHARS).encode(text)
-
-
-def one_line_error(capsys, argv: list[str]) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # ---- attention
@@ -112,7 +104,7 @@ def test_attention_cuts_text_longer_than_the_context(runs, tmp_path, capsys):
     ("abc", "a.unknownformat", [], "unknown figure format"),
 ])
 def test_attention_bad_input(runs, tmp_path, capsys, text, out, extra, message):
-    line = one_line_error(capsys, ["attention", "--checkpoint", str(runs["gpt"]), "--text", text,
+    line = error_of(capsys, ["attention", "--checkpoint", str(runs["gpt"]), "--text", text,
                                    "--out", str(tmp_path / out), *extra])
     assert message in line
     assert not (tmp_path / out).exists()
@@ -125,7 +117,7 @@ def test_attention_unknown_replace(runs, tmp_path, capsys):
 
 
 def test_attention_refuses_a_model_without_attention(runs, tmp_path, capsys):
-    line = one_line_error(capsys, ["attention", "--checkpoint", str(runs["lstm"]), "--text",
+    line = error_of(capsys, ["attention", "--checkpoint", str(runs["lstm"]), "--text",
                                    "abc", "--out", str(tmp_path / "a.png")])
     assert "lstm model" in line and "GPT" in line
     assert not (tmp_path / "a.png").exists()
@@ -197,7 +189,7 @@ def test_inspect_table_and_figure(runs, tmp_path, capsys):
     ("p=1.5", "top_p must be in (0, 1]"), ("T=-1", "temperature must be >= 0"),
 ])
 def test_inspect_bad_settings(runs, capsys, setting, message):
-    line = one_line_error(capsys, ["inspect", "--checkpoint", str(runs["bigram"]), "--prompt",
+    line = error_of(capsys, ["inspect", "--checkpoint", str(runs["bigram"]), "--prompt",
                                    "a", "--setting", setting])
     assert message in line
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from scratchgpt.cli import main
+from tests.cli_errors import error_of
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
@@ -19,15 +20,6 @@ def run_dir(tmp_path_factory, small_dataset) -> Path:
     assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters", "30",
                  "--eval-interval", "15", *TINY]) == 0
     return out
-
-
-def error_of(capsys, argv) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def test_prepare_train_sample_eval(tmp_path, english_text, capsys):

@@ -11,16 +11,8 @@ import sys
 import pytest
 
 from scratchgpt.cli import main
+from tests.cli_errors import error_of
 from tests.requires import optional
-
-
-def error_of(capsys, argv) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def test_help_explains_the_safety_defaults(capsys):

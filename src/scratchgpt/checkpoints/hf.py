@@ -31,7 +31,6 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt import memory
-from scratchgpt.checkpoints.io import save_checkpoint
 from scratchgpt.errors import CheckpointError, ConfigError
 
 CONFIG_FILE = "config.json"
@@ -341,26 +340,14 @@ def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``
     (``best.pt`` with the tokenizer inside, ``tokenizer.json``, ``config.json``)."""
     from scratchgpt.checkpoints.io import Checkpoint
-    from scratchgpt.checkpoints.rundir import RunDir, run_config
+    from scratchgpt.checkpoints.rundir import write_model_run
 
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
                               "model.safetensors or pytorch_model.bin)")
     model, _ = load_hf(source)
     tok = hf_tokenizer(source, required=False)
-    run = RunDir(out)
     checkpoint = Checkpoint("gpt", model.config, model.state_dict(),
                             {"text": tok.state()} if tok is not None else {},
                             {"converted_from": str(source)})
-    with run.lock():
-        run.begin("overwrite" if overwrite else "new")
-        try:
-            run.write_config(run_config(checkpoint))
-            if tok is not None:
-                run.save_tokenizer(tok)
-            save_checkpoint(run.file("best.pt"), checkpoint)
-        except BaseException:
-            run.abort()
-            raise
-        run.commit()
-    return run.path
+    return write_model_run(out, checkpoint, tok, overwrite)

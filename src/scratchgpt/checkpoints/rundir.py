@@ -271,3 +271,24 @@ def run_config(checkpoint: Checkpoint, **extra: Any) -> dict[str, Any]:
     return {"run_id": checkpoint.run_id,
             "model": {"type": checkpoint.model_type, **config_dict(checkpoint.model_config)},
             "train": train, "data": checkpoint.data, **extra}
+
+
+def write_model_run(out: str | Path, checkpoint: Checkpoint, tokenizer: Any = None,
+                    overwrite: bool = False) -> Path:
+    """A run directory that holds ``checkpoint`` as its ``best.pt``, with ``config.json`` and
+    the tokenizer's files: what ``convert --from hf`` and ``finetune --merge`` write. Locked and
+    begun like a training run, so ``overwrite`` replaces an old run only once the new one is
+    whole (a failure puts the old run back)."""
+    run = RunDir(out)
+    with run.lock():
+        run.begin("overwrite" if overwrite else "new")
+        try:
+            run.write_config(run_config(checkpoint))
+            if tokenizer is not None:
+                run.save_tokenizer(tokenizer)
+            save_checkpoint(run.file("best.pt"), checkpoint)
+        except BaseException:
+            run.abort()
+            raise
+        run.commit()
+    return run.path

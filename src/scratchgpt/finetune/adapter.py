@@ -28,7 +28,6 @@ from scratchgpt.checkpoints.io import (
     atomic_write,
     load_checkpoint,
     model_from_checkpoint,
-    save_checkpoint,
 )
 from scratchgpt.errors import CheckpointError
 from scratchgpt.finetune.base import load_base, map_base_state
@@ -123,7 +122,7 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
     """Fold the adapters of ``source`` (a LoRA run, checkpoint or ``adapter.pt``; ``base``
     overrides the base an adapter names) into the weights: a run directory ``out`` holding
     the plain model as ``best.pt``, with the tokenizer."""
-    from scratchgpt.checkpoints.rundir import RunDir, run_config
+    from scratchgpt.checkpoints.rundir import write_model_run
 
     checkpoint = load_adapter(source, base) if base else load_checkpoint(source)
     kind, config = merged_config(checkpoint.model_config)
@@ -132,17 +131,5 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
                         {**checkpoint.data, "merged_from": str(checkpoint.path)},
                         checkpoint.run_id)
     tokenizer = checkpoint.tokenizer("text") if "text" in checkpoint.tokenizers else None
-    run = RunDir(out)
-    with run.lock():
-        run.begin("overwrite" if overwrite else "new")
-        try:
-            run.write_config(run_config(merged))
-            if tokenizer is not None:
-                run.save_tokenizer(tokenizer)
-            save_checkpoint(run.file("best.pt"), merged)
-        except BaseException:
-            run.abort()
-            raise
-        run.commit()
-    return run.path
+    return write_model_run(out, merged, tokenizer, overwrite)
 

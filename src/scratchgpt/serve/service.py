@@ -283,15 +283,21 @@ def _echo_tokens(service: Service, job: Job, scores: PromptScores) -> list[api.T
             in zip(job.prompt, scores.logprobs, scores.top, strict=True)]
 
 
-async def complete(service: Service, req: api.CompletionRequest) -> dict[str, Any]:
-    """The whole ``text_completion`` response."""
-    run, texts = completion_run(service, req)
+async def run_to_end(run: Run) -> None:
+    """Start ``run`` and wait until every choice has ended (a non-streaming response); its
+    rows leave the batch however this ends (a client gone, a server shutting down)."""
     run.start()
     try:
         async for _ in run.updates():
             pass
     finally:
         run.cancel()
+
+
+async def complete(service: Service, req: api.CompletionRequest) -> dict[str, Any]:
+    """The whole ``text_completion`` response."""
+    run, texts = completion_run(service, req)
+    await run_to_end(run)
     choices = []
     for i, row in enumerate(run.choices):
         for c in row:
@@ -365,12 +371,7 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
 async def chat(service: Service, req: api.ChatRequest) -> dict[str, Any]:
     """The whole ``chat.completion`` response."""
     run = chat_run(service, req)
-    run.start()
-    try:
-        async for _ in run.updates():
-            pass
-    finally:
-        run.cancel()
+    await run_to_end(run)
     choices = [api.chat_choice(c.index, c.text, api.chat_logprobs(c.tokens) if c.logprobs
                                else None, c.finish, delta=False) for c in run.choices[0]]
     return api.envelope("chat.completion", run.id, run.created, service.info.id, choices,
