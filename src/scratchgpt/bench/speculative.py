@@ -37,12 +37,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from scratchgpt.commands.argtypes import add_which_flag
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="target model: run directory or .pt")
     p.add_argument("--draft", default=None,
                    help="draft model (same tokenizer), or 'ngram' for prompt lookup")
-    p.add_argument("--which", choices=("best", "last"), default="best")
+    add_which_flag(p)
     p.add_argument("--random-target", default=None, metavar="L,H,D",
                    help="time a random GPT of n_layer,n_head,n_embd instead of --checkpoint "
                         "(GPT-2 124M: 12,12,768)")

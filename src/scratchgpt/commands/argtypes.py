@@ -1,4 +1,5 @@
-"""argparse ``type=`` helpers shared by several commands."""
+"""argparse helpers shared by several commands: ``type=`` functions, and the flags that mean
+the same in every command."""
 
 from __future__ import annotations
 
@@ -13,3 +14,9 @@ def positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return n
+
+
+def add_which_flag(p: argparse.ArgumentParser) -> None:
+    """``--which best|last``: which checkpoint of a run directory a command reads."""
+    p.add_argument("--which", choices=("best", "last"), default="best",
+                   help="checkpoint of a run directory to use (default: best)")

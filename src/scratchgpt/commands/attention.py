@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 
 
@@ -27,8 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a GPT run directory, .pt file, Hugging Face GPT-2 directory, or "
                         "hf:ID for a hub model (hf:gpt2)")
-    p.add_argument("--which", choices=("best", "last"), default="best",
-                   help="checkpoint of a run directory to use (default: best)")
+    add_which_flag(p)
     p.add_argument("--text", required=True,
                    help="the text to read; only the first context-length tokens are plotted "
                         "if it is longer (a notice says so)")

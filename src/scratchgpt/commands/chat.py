@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError, ScratchGPTError
 
 HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends)"
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "no longer fit the context). " + HELP_LINE)
     p.add_argument("--checkpoint", required=True,
                    help="an instruction-tuned run directory, .pt file or adapter.pt")
-    p.add_argument("--which", choices=("best", "last"), default="best")
+    add_which_flag(p)
     p.add_argument("--system", default=None, help="a system message that opens the chat")
     p.add_argument("--max-new-tokens", type=int, default=256,
                    help="longest reply in tokens (default 256)")

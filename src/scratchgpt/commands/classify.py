@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError, DataError
 
 
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("texts", nargs="*", help="texts to classify")
     p.add_argument("--checkpoint", required=True,
                    help="a classification run directory, .pt file or adapter.pt")
-    p.add_argument("--which", choices=("best", "last"), default="best")
+    add_which_flag(p)
     p.add_argument("--file", default=None, help="classify every non-empty line of this file")
     p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
                    help="score the model on a labelled TSV (text<TAB>label) or CSV file")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 
 GGUF_TYPES = ("f32", "f16", "q8_0")  # checkpoints.gguf.GGUF_TYPES, without importing numpy here
@@ -34,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     way.add_argument("--to", dest="target", choices=("hf", "gguf"),
                      help="export to this format: hf (a directory) or gguf (one file)")
     p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
-    p.add_argument("--which", choices=("best", "last"), default="best")
+    add_which_flag(p)
     p.add_argument("--type", dest="gguf_type", choices=GGUF_TYPES, default=None,
                    help="with --to gguf: weight precision, f32 (exact), f16, or q8_0 (int8 "
                         "blocks of 32 with an f16 scale; 8.5 bits per weight) (default f32)")

@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 
+from scratchgpt.commands.argtypes import add_which_flag
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -14,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "dataset the checkpoint was trained on (or --dataset), in fp32 (or the "
                     "inference precision --dtype: what bf16 or int8 weights cost in loss).")
     p.add_argument("--checkpoint", required=True, help="run directory or .pt file")
-    p.add_argument("--which", choices=("best", "last"), default="best")
+    add_which_flag(p)
     p.add_argument("--dataset", default=None, help="prepared dataset (default: the run's)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="evaluate at most this many tokens per split (default: all)")

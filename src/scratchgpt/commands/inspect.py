@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import add_which_flag, positive_int
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 
@@ -33,8 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
                         "for a hub model (hf:gpt2)")
-    p.add_argument("--which", choices=("best", "last"), default="best",
-                   help="checkpoint of a run directory to use (default: best)")
+    add_which_flag(p)
     p.add_argument("--prompt", required=True,
                    help="the text before the predicted token (a GPT reads only its last "
                         "context-length tokens; a notice says so)")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 
@@ -21,8 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
                         "for a hub model (hf:gpt2), downloaded once into the Hugging Face cache")
-    p.add_argument("--which", choices=("best", "last"), default="best",
-                   help="checkpoint of a run directory to use (default: best)")
+    add_which_flag(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default=None,
                      help="text to continue (default: none, unconditional generation)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError
 
 
@@ -26,8 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID")
-    p.add_argument("--which", choices=("best", "last"), default="best",
-                   help="checkpoint of a run directory to use (default: best)")
+    add_which_flag(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; any "
                         "other address needs --api-key)")
