@@ -46,7 +46,13 @@ def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
                  "loss.png", "config.json"):
         assert (out / name).is_file(), name
     rows = list(csv.DictReader((out / "metrics.csv").open()))
-    assert sum(1 for r in rows if r["val_acc"] and r["val_f1"]) >= 2  # each epoch, the end
+    evaluated = [r for r in rows if r["val_acc"] and r["val_f1"]]
+    assert len(evaluated) >= 2  # each epoch, the end
+    for r in evaluated:  # each class's figures at every evaluation, consistent with macro F1
+        f1 = [float(r[f"val_f1:{c}"]) for c in ("neg", "pos")]
+        assert float(r["val_f1"]) == pytest.approx(sum(f1) / 2, abs=1e-4)
+        assert all(r[f"val_{m}:{c}"] for m in ("precision", "recall") for c in ("neg", "pos"))
+    assert "val_f1:pos" in printed  # two classes: their F1 on the progress line too
     report = json.loads((out / "test_metrics.json").read_text())
     assert report["total"] == 48 and set(report["per_class"]) == {"neg", "pos"}
     f1s = [report["per_class"][c]["f1"] for c in ("neg", "pos")]

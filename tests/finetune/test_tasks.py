@@ -73,15 +73,19 @@ def test_each_evaluation_reports_accuracy_and_macro_f1():
     data = ClassifyData(["common", "rare"], {"train": examples, "val": examples, "test": []},
                         {})
     task = ClassifyTask(data, tokenizer=None)
-    assert task.eval_fields == ("val_acc", "val_f1")
+    assert task.eval_fields[:2] == ("val_acc", "val_f1")
     setting = EvalSetting(torch.device("cpu"), "fp32", 5, 0)
     task.estimate(model, "val", 10, setting)
     with torch.no_grad():
         pred = [int(model(torch.tensor([ids])).argmax()) for ids, _ in examples]
     rep = ClassReport.of(data.labels, [y for _, y in examples], pred)
     assert rep.macro_f1 != pytest.approx(rep.accuracy)  # the two figures can be told apart
-    assert task.eval_extras() == pytest.approx({"val_acc": rep.accuracy,
-                                                "val_f1": rep.macro_f1})
+    expected = {"val_acc": rep.accuracy, "val_f1": rep.macro_f1}
+    for c, name in enumerate(data.labels):  # each class's figures, every evaluation
+        expected.update({f"val_precision:{name}": rep.precision(c),
+                         f"val_recall:{name}": rep.recall(c), f"val_f1:{name}": rep.f1(c)})
+    assert set(task.eval_fields) == set(expected)
+    assert task.eval_extras() == pytest.approx(expected)
 
 
 def test_instruction_padding_changes_no_loss():

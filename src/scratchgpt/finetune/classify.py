@@ -4,9 +4,10 @@
 length-batched, right-padded texts (``training/epochs.py``), cross-entropy on the head's
 logits, optionally weighted by class (``balanced``: ``n / (classes * n_c)``, so a rare class
 weighs as much in total as a common one). Each evaluation (one per epoch by default) adds the
-validation accuracy (``val_acc``) and macro-averaged F1 (``val_f1``: the mean of the classes'
-F1, which a model that ignores a rare class cannot hide) to the progress line and
-``metrics.csv``.
+validation accuracy (``val_acc``), the macro-averaged F1 (``val_f1``: the mean of the classes'
+F1, which a model that ignores a rare class cannot hide) and each class's precision, recall and
+F1 (``val_precision:spam``, ...) to ``metrics.csv``; the progress line shows the accuracy, the
+macro F1 and, for up to four classes, each class's F1.
 
 :func:`evaluate` scores a model on a split: accuracy, per-class precision, recall and F1, and
 the confusion matrix (:class:`ClassReport`, printed by :func:`format_report`).
@@ -145,11 +146,16 @@ def class_weights(examples: Sequence[Example], n_classes: int, mode: str) -> Ten
 class ClassifyTask:
     """Classification for the training core (see the module docstring)."""
 
-    eval_fields = ("val_acc", "val_f1")
-
     def __init__(self, data: ClassifyData, tokenizer: Any, class_weighting: str = "none",
                  extra_data: dict[str, Any] | None = None):
         self.examples, self.tokenizer = data, tokenizer
+        # metrics.csv gets every class's figures at each evaluation; the progress line only
+        # the summary (and the classes' F1 while there are few of them).
+        per_class = [f"val_{m}:{name}" for name in data.labels for m in ("precision", "recall",
+                                                                          "f1")]
+        self.eval_fields = ("val_acc", "val_f1", *per_class)
+        self.eval_shown = ("val_acc", "val_f1", *(
+            [f"val_f1:{name}" for name in data.labels] if len(data.labels) <= 4 else []))
         self.train_examples = data.splits["train"]
         self.weight = class_weights(self.train_examples, len(data.labels), class_weighting)
         self.epochs = EpochBatches([len(ids) for ids, _ in self.train_examples])
@@ -181,11 +187,16 @@ class ClassifyTask:
         return loss
 
     def eval_extras(self) -> dict[str, float]:
-        """Accuracy and macro F1 of the latest validation estimate."""
+        """Accuracy, macro F1 and each class's precision, recall and F1 of the latest
+        validation estimate (named as in ``eval_fields``)."""
         rep = self._val_report
         if rep is None:
-            return {"val_acc": float("nan"), "val_f1": float("nan")}
-        return {"val_acc": rep.accuracy, "val_f1": rep.macro_f1}
+            return dict.fromkeys(self.eval_fields, float("nan"))
+        figures = {"val_acc": rep.accuracy, "val_f1": rep.macro_f1}
+        for c, name in enumerate(rep.labels):
+            figures.update({f"val_precision:{name}": rep.precision(c),
+                            f"val_recall:{name}": rep.recall(c), f"val_f1:{name}": rep.f1(c)})
+        return figures
 
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:

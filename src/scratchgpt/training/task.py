@@ -12,7 +12,8 @@ metrics, checkpoints, resume, time budgets and stopping. A *task* owns the rest:
   ``report``: any text worth printing about them (e.g. accuracy by length);
 * ``tokenizers`` and ``data``: what the run directory and checkpoints record;
 * optionally ``eval_fields`` and ``eval_extras()``: figures of its own that each evaluation
-  adds to the progress line and ``metrics.csv`` (e.g. a classifier's ``val_acc``).
+  adds to ``metrics.csv`` and the progress line (e.g. a classifier's ``val_acc``), and
+  ``eval_shown``: the names the progress line shows, when not all of them;
 
 :class:`LanguageModelTask` is next-token prediction on a prepared dataset; seq2seq, the
 experiments and fine-tuning define their own tasks the same way.

@@ -228,8 +228,9 @@ class Trainer:
             extra = self._eval_extras()
             self._row(lr=f"{lr:.3e}", train_loss=f"{tr:.4f}", val_loss=f"{va:.4f}", **extra)
             self._save_evaluated(va)
+            shown = getattr(self.task, "eval_shown", extra.keys())  # the task's summary
             bar.write(f"step {state.step}: train {tr:.4f}, val {va:.4f}"
-                      + "".join(f", {k} {v}" for k, v in extra.items()))
+                      + "".join(f", {k} {extra[k]}" for k in shown))
         bar.update(state.step, self._last_loss, tokens / max(seconds, 1e-9), state.elapsed_s)
 
     def _finish(self, stop: StopFlag, start_tokens: int, start_elapsed: float) -> TrainResult:
