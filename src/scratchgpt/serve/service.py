@@ -14,7 +14,7 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +203,23 @@ class Update:
     finish: str | None
 
 
+def merged(updates: Iterable[Update | tuple[int, PromptScores]]
+           ) -> Iterator[Update | tuple[int, PromptScores]]:
+    """Consecutive updates of a choice as one (text and token entries joined, the last
+    finish); prompt scores keep their place before the updates that follow them."""
+    held: dict[int, Update] = {}
+    for u in updates:
+        if isinstance(u, tuple):
+            yield from held.values()
+            held.clear()
+            yield u
+            continue
+        before = held.get(u.index)
+        held[u.index] = u if before is None else Update(
+            u.index, before.text + u.text, before.tokens + u.tokens, u.finish)
+    yield from held.values()
+
+
 class Run:
     """One request's jobs in the engine, as a stream of :class:`Update` s."""
 
@@ -234,12 +251,19 @@ class Run:
             self._apply(item[0], failed)
 
     async def updates(self) -> AsyncIterator[Update | tuple[int, PromptScores]]:
-        """Updates until every choice has ended; a failed job raises its ApiError."""
+        """Updates until every choice has ended; a failed job raises its ApiError.
+
+        A client that keeps up gets one update per decode step. When the engine's events
+        came faster than they were sent (a busy server), everything waiting is sent at once,
+        one update per choice: fewer, larger chunks cost the server and the client less per
+        token, so a busy server does not fall further behind."""
         while self.open:
-            i, events = self._early.pop(0) if self._early else await self.sub.queue.get()
-            for ev in events:
-                for update in self._apply(i, ev):
-                    yield update
+            waiting = [self._early.pop(0) if self._early else await self.sub.queue.get()]
+            while not self.sub.queue.empty():
+                waiting.append(self.sub.queue.get_nowait())
+            for update in merged(u for i, events in waiting for ev in events
+                                 for u in self._apply(i, ev)):
+                yield update
 
     def _apply(self, i: int, ev: Any) -> list[Update | tuple[int, PromptScores]]:
         if isinstance(ev, Failed):
