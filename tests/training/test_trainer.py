@@ -97,6 +97,19 @@ def test_time_budget_ends_cleanly(small_dataset, tmp_path):
     assert (tmp_path / "r" / "last.pt").is_file() and res.val_loss == res.val_loss  # not NaN
 
 
+def test_a_generous_budget_still_decays_the_rate_by_the_last_update(small_dataset, tmp_path):
+    """With both limits the schedule follows whichever ends first: an hour's budget on a
+    40-update run anneals as the 40 updates alone would (not stopping at a high rate)."""
+    data = TokenDataset(small_dataset)
+    for name, extra in (("steps", {}), ("both", {"time_budget": "1h"})):
+        train(cfg(max_iters=40, eval_interval=1000, log_interval=1, min_lr=0.0, **extra),
+              gpt(data), data, tmp_path / name, progress=False)
+    lrs = {name: [float(r["lr"]) for r in csv.DictReader((tmp_path / name / "metrics.csv").open())
+                  if r["lr"]] for name in ("steps", "both")}
+    assert lrs["both"][-1] < 3e-3 * 0.01  # annealed to (nearly) zero by update 40
+    assert lrs["both"] == pytest.approx(lrs["steps"], rel=0.05, abs=1e-6)
+
+
 def test_refuses_to_overwrite_another_run(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     train(cfg(max_iters=2, eval_interval=1), gpt(data), data, tmp_path / "r", progress=False)

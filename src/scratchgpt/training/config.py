@@ -51,7 +51,8 @@ class TrainConfig:
     max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
     time_budget: str = field(default="", metadata={
         "help": "stop after this much wall time (e.g. 90s, 10m); the LR schedule then decays "
-                "over the budget. Training ends cleanly with a final eval and checkpoint"})
+                "over the budget (or over max_iters if they end first). Training ends cleanly "
+                "with a final eval and checkpoint"})
     learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate"})
     min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})

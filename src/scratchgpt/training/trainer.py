@@ -209,10 +209,12 @@ class Trainer:
                                                              self.state.elapsed_s >= budget)
 
     def _lr(self) -> float:
-        """Warmup, then the schedule (cosine or wsd) over the updates (or over the wall-clock
-        budget)."""
+        """Warmup, then the schedule (cosine or wsd) over the updates or over the wall-clock
+        budget, whichever ends first: the rate reaches its end when training does."""
         cfg, budget = self.cfg, self.cfg.time_budget_s
-        progress = self.state.elapsed_s / budget if budget else self.state.step / cfg.decay_iters
+        progress = self.state.step / cfg.decay_iters
+        if budget:
+            progress = max(progress, self.state.elapsed_s / budget)
         return lr_at(self.state.step, cfg.warmup_iters, cfg.learning_rate, cfg.min_lr, progress,
                      cfg.schedule, cfg.decay_fraction)
 
