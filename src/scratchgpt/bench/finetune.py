@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall-clock budget of each fine-tuning run (default 90s)")
     p.add_argument("--epochs", type=float, default=4.0,
                    help="passes over the fine-tuning data, if the budget allows (default 4)")
+    p.add_argument("--records", type=int, default=24_000,
+                   help="synthetic suite: generated records, 300 of them held out (24000)")
     p.add_argument("--lora-rank", type=int, default=4, help="LoRA rank (default 4)")
     p.add_argument("--last-k", type=int, default=1, help="blocks trained by last-k (1)")
     p.add_argument("--base", default=None,
@@ -207,16 +209,33 @@ def _char_base(args: argparse.Namespace, out: Path) -> Path:
 
 
 def synthetic_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from scratchgpt.errors import ConfigError
     from scratchgpt.finetune.synthetic import synthetic_records
 
+    if not 600 <= args.records <= 30_000:
+        raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = Path(args.base) if args.base else _char_base(args, out)
-    (out / "synthetic.json").write_text(json.dumps(synthetic_records(6000, seed=0)))
-    result, _ = finetune(args, task="instruct", init_from=str(base),
-                         data=str(out / "synthetic.json"), out=str(out / "synthetic-sft"),
-                         held_out=0.05, eval_generate=300,
-                         train_flags={"learning_rate": 1e-3, "batch_size": 32})
+    (out / "synthetic.json").write_text(json.dumps(synthetic_records(args.records, seed=0)))
+    result, train_job = finetune(args, task="instruct", init_from=str(base),
+                                 data=str(out / "synthetic.json"),
+                                 out=str(out / "synthetic-sft"), held_out=300 / args.records,
+                                 eval_generate=300,
+                                 train_flags={"learning_rate": 1e-3, "batch_size": 32})
     print(result.report)
-    return {"suite": "synthetic", "steps": result.step, **result.metrics}
+    by_kind = exact_match_by_kind(train_job.task.final_eval)
+    print("exact match by kind: " + ", ".join(f"{k} {v:.2%}" for k, v in by_kind.items()))
+    return {"suite": "synthetic", "steps": result.step, **result.metrics,
+            "exact_match_by_kind": by_kind}
+
+
+def exact_match_by_kind(ev: Any) -> dict[str, float]:
+    """The held-out exact match of each kind of synthetic instruction."""
+    from scratchgpt.finetune.synthetic import kind_of
+
+    hits: dict[str, list[bool]] = {}
+    for prompt, reply, ref in zip(ev.prompts, ev.replies, ev.references, strict=True):
+        hits.setdefault(kind_of(prompt), []).append(reply.strip() == ref.strip())
+    return {kind: sum(h) / len(h) for kind, h in sorted(hits.items())}
 
 
 def instruction_data_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:

@@ -45,6 +45,19 @@ def date_in_words(rng: random.Random) -> dict[str, str]:
 KINDS = (reverse_word, addition, date_in_words)
 
 
+def kind_of(instruction: str) -> str:
+    """Which kind an instruction (or a prompt starting with one) is.
+
+    >>> kind_of("What is 3 + 4?"), kind_of("Reverse the word.")
+    ('addition', 'reverse_word')
+    """
+    for prefix, kind in (("Reverse the word.", "reverse_word"), ("What is ", "addition"),
+                         ("Write the date in words.", "date_in_words")):
+        if instruction.startswith(prefix):
+            return kind
+    raise ValueError(f"not a synthetic instruction: {instruction[:40]!r}")
+
+
 def synthetic_records(n: int, seed: int = 0) -> list[dict[str, str]]:
     """``n`` distinct records, the three kinds in turn (no record twice; at most 30,000)."""
     if not 0 <= n <= 30_000:
