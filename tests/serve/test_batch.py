@@ -28,10 +28,12 @@ class CountingBatch(ContinuousBatch):
     def __init__(self, model):
         super().__init__(model)
         self.slides = self.old_rows_padded = 0
+        self.slid_jobs: list[int] = []  # how many jobs each slide re-prefilled together
 
     def _slide(self, out):
         slid = super()._slide(out)
         self.slides += len(slid)
+        self.slid_jobs += [len({r.job for r in rows}) for rows, _ in slid]
         return slid
 
     def _join(self, new):
@@ -84,6 +86,17 @@ def test_requests_joining_and_leaving_a_busy_batch_get_what_they_get_alone(name)
         for job in jobs:
             want = alone(model, job.prompt, job.rule, n=job.n)
             assert [got[job][c] for c in range(job.n)] == want
+
+
+def test_requests_that_fill_the_context_together_slide_in_one_call():
+    """Jobs admitted together reach the context together; their windows are prefilled again
+    in one call, and each still gets its tokens alone."""
+    model = MODELS["gpt"]
+    jobs = [Job([1 + i, 2, 3], StopRule(40), n=1 + i % 2) for i in range(3)]
+    got, batch = run(model, {0: jobs})
+    assert batch.slides >= 1 and max(batch.slid_jobs) == 3
+    for job in jobs:
+        assert [got[job][c] for c in range(job.n)] == alone(model, job.prompt, job.rule, n=job.n)
 
 
 def test_seeded_sampling_of_n_choices_equals_generate_batch_and_ignores_neighbours():

@@ -258,8 +258,9 @@ class ContinuousBatch:
 
     def _slide(self, out: Deliveries) -> list[tuple[list[Row], JoinableCache]]:
         """Rows that have filled the context: out of the batch, their newest ``slide_keep``
-        tokens prefilled again (a job's rows together: they are the same length), the next
-        token sampled. Returns them, to rejoin after this step."""
+        tokens prefilled again (all of them in one call: every window is ``slide_keep`` long,
+        and rows that start together reach the end together), the next token sampled.
+        Returns them, to rejoin after this step."""
         if self.context is None or self.cache.pos < self.context:
             return []
         pads = self.cache.pad_counts().tolist()
@@ -268,14 +269,12 @@ class ContinuousBatch:
         self._remove(full)
         if not full:  # every row has padding in front: dropping it makes room
             self._compact()
+        if not rows:
+            return []
         keep = slide_keep(self.context)
-        slid = []
-        for job in dict.fromkeys(r.job for r in rows):
-            group = sorted((r for r in rows if r.job is job), key=lambda r: r.choice)
-            windows = torch.tensor([(job.prompt + r.tokens)[-keep:] for r in group])
-            cache = self.model.new_cache(len(group), keep)
-            slid.append(self._sample_new(group, cache, prefill(self.model, cache, windows), out))
-        return slid
+        windows = torch.tensor([(r.job.prompt + r.tokens)[-keep:] for r in rows])  # (R, keep)
+        cache = self.model.new_cache(len(rows), keep)
+        return [self._sample_new(rows, cache, prefill(self.model, cache, windows), out)]
 
     def _sample(self, rows: list[Row], logits: Tensor, out: Deliveries) -> list[bool]:
         """Sample each row's next token from ``logits`` (len(rows), V) with its job's
