@@ -42,3 +42,12 @@ def test_seeded_and_bounded():
         synthetic_records(30_001)
     with pytest.raises(ValueError, match="not a synthetic instruction"):
         kind_of("Translate this.")
+
+
+def test_the_benchmark_scores_each_kind_apart():
+    from scratchgpt.bench.finetune import exact_match_by_kind
+    from scratchgpt.finetune.instruct import GenerationEval
+
+    ev = GenerationEval(["What is 1 + 2?", "What is 2 + 2?", "Reverse the word.\n\nab"],
+                        ["3", "5", " ba"], ["3", "4", "ba"])
+    assert exact_match_by_kind(ev) == {"addition": 0.5, "reverse_word": 1.0}

@@ -222,7 +222,7 @@ def synthetic_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                                  eval_generate=300,
                                  train_flags={"learning_rate": 1e-3, "batch_size": 32})
     print(result.report)
-    by_kind = exact_match_by_kind(train_job.task.final_eval)
+    by_kind = exact_match_by_kind(train_job.task().final_eval)  # the task this run used
     print("exact match by kind: " + ", ".join(f"{k} {v:.2%}" for k, v in by_kind.items()))
     return {"suite": "synthetic", "steps": result.step, **result.metrics,
             "exact_match_by_kind": by_kind}
