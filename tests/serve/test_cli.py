@@ -97,7 +97,21 @@ def test_bench_serve_measures_both_phases(capsys, plain_run):
     assert result["speedup"] > 0
 
 
+def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_run):
+    import json
+
+    assert main(["bench", "serve", "--checkpoint", str(plain_run), "--clients", "3",
+                 "--requests", "5", "--max-tokens", "7", "--prompt-tokens", "4",
+                 "--engine-only", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["tokens"] == [35, 35] and result["clients"] == 3
+    assert result["engine_speedup"] == pytest.approx(
+        result["engine_concurrent_tokens_per_s"] / result["engine_one_at_a_time_tokens_per_s"],
+        abs=0.01)
+
+
 @pytest.mark.parametrize("argv, says", [
+    (["--engine-only", "--soak"], "--engine-only"),
     (["--clients", "0"], "--clients"),
     (["--soak-clients", "100000"], "--soak-clients"),
     (["--max-tokens", "0"], "--max-tokens"),

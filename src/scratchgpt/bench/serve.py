@@ -9,6 +9,10 @@ prompts (``--prompt-tokens``, ``--max-tokens`` each), sent first one at a time, 
 Reported for both: aggregate tokens/s (completion tokens / wall time), time to first token
 (p50, p99) and inter-token latency (gaps between streamed chunks, p50, p99), and the speedup.
 
+``--engine-only`` runs the same workload through the batching engine in this process (one row
+at a time, then up to ``--clients`` rows), with no HTTP: the gap between its speedup and the
+served one is what streaming over HTTP costs on the same cores.
+
 ``--soak`` runs the robustness soak instead: ``--soak-requests`` mixed requests (good
 completions and chats with sampling, n > 1, stop strings, logprobs; malformed JSON, unknown
 fields, over-long prompts and bodies, clients that hang up mid-stream) from ``--soak-clients``
@@ -57,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None,
                    help="load this running server (http://127.0.0.1:PORT) instead of starting "
                         "one (no memory figures then)")
+    p.add_argument("--engine-only", action="store_true",
+                   help="the same workload through the batching engine in this process, no "
+                        "HTTP: what serving costs on top of the model")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -211,6 +218,48 @@ def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def engine_throughput(checkpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The workload through ``ContinuousBatch`` alone: one request at a time, then up to
+    ``--clients`` rows at once (a finished request's place goes to the next, as the clients
+    do), as the server's engine runs it but with no HTTP, JSON or event loop."""
+    import torch
+
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.models.fast_decode import prepare_for_decode
+    from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Job, TokenOut
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _ = load_model(checkpoint, "best")
+    model = prepare_for_decode(model, args.dtype, pack=False)  # as the server does
+    rng = random.Random(0)
+    prompts = [[rng.randrange(model.config.vocab_size - 1) for _ in range(args.prompt_tokens)]
+               for _ in range(args.requests)]
+
+    def run_with(rows: int) -> tuple[int, float]:
+        """(tokens generated, tokens/s) with up to ``rows`` rows at once."""
+        batch, waiting = ContinuousBatch(model), [Job(p, StopRule(args.max_tokens))
+                                                  for p in prompts]
+        tokens, start = 0, time.perf_counter()
+        with torch.inference_mode():
+            while waiting or batch.rows:
+                out, joining = Deliveries(), waiting[:rows - batch.size]
+                del waiting[:len(joining)]
+                if joining:
+                    batch.admit(joining, out)
+                for _, events in (*out.items(), *batch.step().items()):
+                    tokens += sum(isinstance(e, TokenOut) for e in events)
+        return tokens, tokens / (time.perf_counter() - start)
+
+    run_with(args.clients)  # warm up
+    (n_one, one), (n_many, many) = run_with(1), run_with(args.clients)
+    return {"engine_one_at_a_time_tokens_per_s": round(one, 1),
+            "engine_concurrent_tokens_per_s": round(many, 1),
+            "engine_speedup": round(many / one, 2), "clients": args.clients,
+            "tokens": [n_one, n_many]}
+
+
 def print_throughput(result: dict[str, Any]) -> None:
     print(f"{'':16}{'tokens/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>10}"
           f"{'ITL p99':>10}{'requests':>10}{'tokens':>8}")
@@ -295,6 +344,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
     if args.time_limit <= 0:
         raise ConfigError("--time-limit must be > 0 seconds")
+    if args.engine_only and (args.url or args.soak):
+        raise ConfigError("--engine-only runs no server: it cannot go with --url or --soak")
     if args.url:
         host = re.sub(r"^https?://", "", args.url).rsplit(":", 1)[0]
         if not args.url.startswith("http://") or not is_loopback(host):
@@ -311,8 +362,24 @@ def run(args: argparse.Namespace) -> int:
         if checkpoint is None:
             checkpoint = str(Path(tmp) / "run")
             write_random_run(args.shape, Path(checkpoint))
+        if args.engine_only:
+            return report_engine(args, checkpoint)
         with ServerProcess(checkpoint, args) as server:
             return report(args, server.url, server.rss_bytes)
+
+
+def report_engine(args: argparse.Namespace, checkpoint: str) -> int:
+    what = args.checkpoint or f"{args.shape} shape, random weights"
+    result = {"model": what, "dtype": args.dtype, **engine_throughput(checkpoint, args)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
+          f"prompt + {args.max_tokens} new tokens, greedy, the engine alone (no HTTP)")
+    print(f"1 row at a time: {result['engine_one_at_a_time_tokens_per_s']:.1f} tok/s; up to "
+          f"{args.clients} rows: {result['engine_concurrent_tokens_per_s']:.1f} tok/s; "
+          f"{result['engine_speedup']:.2f}x")
+    return 0
 
 
 def report(args: argparse.Namespace, url: str, rss: Any) -> int:
