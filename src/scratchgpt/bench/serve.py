@@ -189,16 +189,20 @@ def rss_bytes(pid: int) -> int:
 # ---- throughput
 
 
+def random_prompts(vocab_size: int, args: argparse.Namespace) -> list[list[int]]:
+    """``--requests`` prompts of ``--prompt-tokens`` random token ids, the same every run."""
+    rng = random.Random(0)
+    return [[rng.randrange(vocab_size - 1) for _ in range(args.prompt_tokens)]
+            for _ in range(args.requests)]
+
+
 def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The requests: random token-id prompts, greedy, a fixed number of new tokens."""
     import httpx
 
     card = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
-    rng = random.Random(0)
-    vocab = card["vocab_size"]
-    return [{"model": card["id"], "prompt": [rng.randrange(vocab - 1)
-                                             for _ in range(args.prompt_tokens)],
-             "max_tokens": args.max_tokens, "temperature": 0} for _ in range(args.requests)]
+    return [{"model": card["id"], "prompt": prompt, "max_tokens": args.max_tokens,
+             "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
 
 
 def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -224,18 +228,14 @@ def engine_throughput(checkpoint: str, args: argparse.Namespace) -> dict[str, An
     do), as the server's engine runs it but with no HTTP, JSON or event loop."""
     import torch
 
-    from scratchgpt.checkpoints import load_model
     from scratchgpt.generation.stopping import StopRule
-    from scratchgpt.models.fast_decode import prepare_for_decode
     from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Job, TokenOut
+    from scratchgpt.serve.server import ServeConfig, load_service
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, _ = load_model(checkpoint, "best")
-    model = prepare_for_decode(model, args.dtype, pack=False)  # as the server does
-    rng = random.Random(0)
-    prompts = [[rng.randrange(model.config.vocab_size - 1) for _ in range(args.prompt_tokens)]
-               for _ in range(args.requests)]
+    # the model as `scratchgpt serve` loads it (threads, dtype, decode preparation)
+    service = load_service(ServeConfig(checkpoint, dtype=args.dtype, threads=args.threads))
+    model = service.engine.batch.model
+    prompts = random_prompts(model.config.vocab_size, args)
 
     def run_with(rows: int) -> tuple[int, float]:
         """(tokens generated, tokens/s) with up to ``rows`` rows at once."""
