@@ -233,8 +233,8 @@ def exact_match_by_kind(ev: Any) -> dict[str, float]:
     from scratchgpt.finetune.synthetic import kind_of
 
     hits: dict[str, list[bool]] = {}
-    for prompt, reply, ref in zip(ev.prompts, ev.replies, ev.references, strict=True):
-        hits.setdefault(kind_of(prompt), []).append(reply.strip() == ref.strip())
+    for prompt, hit in zip(ev.prompts, ev.hits, strict=True):
+        hits.setdefault(kind_of(prompt), []).append(hit)
     return {kind: sum(h) / len(h) for kind, h in sorted(hits.items())}
 
 

@@ -143,6 +143,9 @@ def class_weights(examples: Sequence[Example], n_classes: int, mode: str) -> Ten
     return len(examples) / (n_classes * counts.clamp_min(1).float())
 
 
+PER_CLASS = ("precision", "recall", "f1")  # ClassReport's figures of one class, by name
+
+
 class ClassifyTask:
     """Classification for the training core (see the module docstring)."""
 
@@ -151,8 +154,7 @@ class ClassifyTask:
         self.examples, self.tokenizer = data, tokenizer
         # metrics.csv gets every class's figures at each evaluation; the progress line only
         # the summary (and the classes' F1 while there are few of them).
-        per_class = [f"val_{m}:{name}" for name in data.labels for m in ("precision", "recall",
-                                                                          "f1")]
+        per_class = [f"val_{m}:{name}" for name in data.labels for m in PER_CLASS]
         self.eval_fields = ("val_acc", "val_f1", *per_class)
         self.eval_shown = ("val_acc", "val_f1", *(
             [f"val_f1:{name}" for name in data.labels] if len(data.labels) <= 4 else []))
@@ -194,8 +196,7 @@ class ClassifyTask:
             return dict.fromkeys(self.eval_fields, float("nan"))
         figures = {"val_acc": rep.accuracy, "val_f1": rep.macro_f1}
         for c, name in enumerate(rep.labels):
-            figures.update({f"val_precision:{name}": rep.precision(c),
-                            f"val_recall:{name}": rep.recall(c), f"val_f1:{name}": rep.f1(c)})
+            figures.update({f"val_{m}:{name}": getattr(rep, m)(c) for m in PER_CLASS})
         return figures
 
     def final_metrics(self, model: nn.Module, iters: int,

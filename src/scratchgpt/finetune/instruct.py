@@ -270,9 +270,14 @@ class GenerationEval:
     references: list[str]
 
     @property
+    def hits(self) -> list[bool]:
+        """Whether each reply matches its reference (surrounding whitespace aside)."""
+        return [r.strip() == ref.strip() for r, ref in zip(self.replies, self.references,
+                                                             strict=True)]
+
+    @property
     def correct(self) -> int:
-        return sum(r.strip() == ref.strip() for r, ref in zip(self.replies, self.references,
-                                                               strict=True))
+        return sum(self.hits)
 
     @property
     def rate(self) -> float:
