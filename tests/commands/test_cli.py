@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,20 @@ def test_numpy_engine_prints_the_torch_greedy_text(run_dir, capsys):
     assert main([*args, "--engine", "numpy"]) == 0
     assert capsys.readouterr().out == torch_text
     assert "--dtype" in error_of(capsys, [*args, "--engine", "numpy", "--dtype", "bf16"])
+
+
+@pytest.mark.skipif(not shutil.which("g++") and not shutil.which("clang++"),
+                    reason="--compile needs a C++ compiler")
+def test_compiled_sample_prints_the_eager_text(run_dir, capsys):
+    args = ["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--seed", "4",
+            "--max-new-tokens", "40"]
+    main(args)
+    eager_text = capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    out = capsys.readouterr()
+    assert out.out == eager_text and "compiling the decode step" in out.err
+    assert "--engine numpy" in error_of(capsys, [*args, "--compile", "--engine", "numpy"])
+    assert "int8" in error_of(capsys, [*args, "--compile", "--dtype", "int8"])
 
 
 def test_no_prompt_is_unconditional_generation(run_dir, capsys):

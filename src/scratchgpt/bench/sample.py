@@ -4,6 +4,9 @@ By default the model is the cpu-small preset's shape with random weights and a 6
 vocabulary (speed does not depend on the weights); ``--checkpoint`` times a trained run instead.
 The model is prepared as ``sample --dtype`` prepares it (``--dtype``: fp32, bf16, int8). The
 figure is generation time inside the process (no interpreter start-up), median of repeats.
+
+``--compile`` times ``sample --compile`` against the eager model in the same run, alternating
+(eager, compiled, eager, ...), and reports the one-time compile separately.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="inference precision, as sample --dtype (default fp32)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time the compiled decode step (sample --compile), alternating "
+                        "with the eager one; fp32 or bf16")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
@@ -31,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from scratchgpt.errors import ConfigError
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models import build_model, config_fields, model_config
@@ -50,21 +57,39 @@ def run(args: argparse.Namespace) -> int:
         model.eval()
         what = f"{args.preset} shape, random weights"
     n_params = model.num_params()
-    prepare_for_decode(model, args.dtype)  # packed or int8 weights are no longer parameters
+    if args.compile and args.dtype == "int8":
+        raise ConfigError("--compile takes --dtype fp32 or bf16, not int8")
+    prepare_for_decode(model, args.dtype, pack=not args.compile)  # int8/packed: no parameters
     torch.set_num_threads(args.threads or decode_threads(model))
+    variants = {"eager": model}
+    t_compile = 0.0
+    if args.compile:
+        from scratchgpt.models.compiled import CompiledGPT
+
+        t = time.perf_counter()
+        variants["compiled"] = CompiledGPT(model)
+        variants["compiled"].warm_up()
+        t_compile = time.perf_counter() - t
     cfg = SamplingConfig(args.temperature, None, args.top_p)
     prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(args.repeats + 1):
-        gen = torch.Generator().manual_seed(i)
-        t = time.perf_counter()
-        out = generate(model, prompt, args.tokens, cfg, gen)
-        if i:  # the first run warms up allocators and kernels
-            times.append(time.perf_counter() - t)
-    assert out.shape[1] == args.prompt_len + args.tokens
-    med = statistics.median(times)
+        for name, m in variants.items():  # alternating, so both see the same machine
+            gen = torch.Generator().manual_seed(i)
+            t = time.perf_counter()
+            out = generate(m, prompt, args.tokens, cfg, gen)
+            if i:  # the first run warms up allocators and kernels
+                times[name].append(time.perf_counter() - t)
+            assert out.shape[1] == args.prompt_len + args.tokens
     print(f"model: {what}, {n_params:,} parameters, {args.dtype}, "
           f"{torch.get_num_threads()} threads")
-    print(f"{args.tokens} tokens: median {med:.3f} s over {args.repeats} runs "
-          f"(min {min(times):.3f}, max {max(times):.3f}) = {args.tokens / med:,.0f} tokens/s")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        label = f"{name}: " if args.compile else ""
+        print(f"{label}{args.tokens} tokens: median {med:.3f} s over {args.repeats} runs "
+              f"(min {min(ts):.3f}, max {max(ts):.3f}) = {args.tokens / med:,.0f} tokens/s")
+    if args.compile:
+        ratio = statistics.median(times["eager"]) / statistics.median(times["compiled"])
+        print(f"compiled: {ratio:.2f}x the eager speed; compiling took {t_compile:.1f} s "
+              "(once per process)")
     return 0

@@ -69,6 +69,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="weights and KV cache precision; bf16 halves the memory traffic; int8 "
                         "stores weights as per-channel int8 (a quarter of fp32's bytes, "
                         "activations and KV cache fp32) (default fp32)")
+    p.add_argument("--compile", action="store_true",
+                   help="run each one-token decode step as one torch.compile'd graph (GPT "
+                        "models, fp32 or bf16; needs a C++ compiler). About 2x faster steps "
+                        "for small models, after a one-time compile of ~10-25 s (a few "
+                        "seconds once PyTorch has cached it): for long generations")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
                    help="torch (default), or numpy: the plain NumPy forward pass of "
                         "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "
@@ -119,6 +124,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--batch-prompts does not combine with --beam or --draft")
     if args.engine == "numpy" and args.dtype != "fp32":
         raise ConfigError("--engine numpy computes in float64; it takes no --dtype")
+    if args.compile and args.engine == "numpy":
+        raise ConfigError("--compile compiles the torch engine; it takes no --engine numpy")
     if args.speculate is not None and args.draft is None:
         raise ConfigError("--speculate needs --draft (a smaller model with the same "
                           "tokenizer, or 'ngram')")
@@ -187,6 +194,12 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
+    if getattr(args, "compile", False):
+        from scratchgpt.models.compiled import compile_for_decode
+
+        # (no oneDNN packing: the compiler lays out the products itself)
+        model = compile_for_decode(prepare_for_decode(model, args.dtype, pack=False))
+        return model, checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)
     return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source), source
 
@@ -243,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine)
     if not args.threads:
         torch.set_num_threads(decode_threads(model))
+    warm_up(model)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
@@ -265,6 +279,17 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
+
+
+def warm_up(model) -> None:
+    """Compile a ``--compile`` model's step now (with the threads it will run on), saying so,
+    rather than pausing at its first token."""
+    from scratchgpt.models.compiled import CompiledGPT
+
+    if isinstance(model, CompiledGPT):
+        print("compiling the decode step (once per process: ~10-25 s, a few once cached)",
+              file=sys.stderr, flush=True)
+        model.warm_up()
 
 
 class Job:
@@ -348,6 +373,7 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     else:
         draft, draft_tok = load_for_decoding(args.draft, args)
         check_pair(job.model, draft, job.tok, draft_tok)
+        warm_up(draft)
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     if not args.no_stream:
         sys.stdout.write(job.text)

@@ -324,14 +324,31 @@ class KVCache:
         self.left_pad(pads)
 
     def _empty(self, batch_size: int, max_len: int | None = None) -> Tensor:
-        """Uninitialized storage like ``k`` for ``batch_size`` rows: slots at and after ``pos``
-        are always written before they are read."""
+        """Zeroed storage like ``k`` for ``batch_size`` rows. Zeros, not uninitialized memory:
+        a compiled step (:meth:`GPT.decode_static`) reads every slot, masked, and a NaN left
+        in an unfilled slot would survive the mask (0 x NaN is NaN)."""
         L, _, H, _, D = self.k.shape
-        return self.k.new_empty((L, batch_size, H, max_len or self.max_len, D))
+        return self.k.new_zeros((L, batch_size, H, max_len or self.max_len, D))
 
     def _filled(self) -> tuple[Tensor, Tensor]:
         """Views of the filled slots of ``k`` and ``v``, (L, B, H, pos, D)."""
         return self.k[:, :, :, : self.pos], self.v[:, :, :, : self.pos]
+
+
+class _SlotWriter:
+    """The cache interface a Block uses, over whole cache buffers: writes a call's keys and
+    values at ``slot`` (a tensor, not a Python int, so a compiled graph does not depend on its
+    value) and returns all ``max_len`` slots; the call's mask hides those not filled."""
+
+    def __init__(self, k: Tensor, v: Tensor, slot: Tensor):
+        self.k, self.v, self.slot = k, v, slot  # (L, B, H, max_len, D), (L, ...), (T,)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v: (B, H, T, D) -> this layer's whole buffers (B, H, max_len, D)."""
+        k_all, v_all = self.k[layer], self.v[layer]
+        k_all.index_copy_(2, self.slot, k)
+        v_all.index_copy_(2, self.slot, v)
+        return k_all, v_all
 
 
 def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
@@ -613,11 +630,38 @@ class GPT(nn.Module):
     def _forward(self, idx: Tensor, cache: KVCache | None,
                  need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         x, all_weights = self._hidden(idx, cache, need_weights)  # (B, T, C)
+        return self._head(x), all_weights
+
+    def _head(self, x: Tensor) -> Tensor:
+        """Final hidden states (B, T, C) -> logits (B, T, vocab_size)."""
         logits = self.lm_head(x)  # (B, T, vocab_size)
         if self.config.logit_softcap:  # smoothly into (-cap, cap)
             cap = self.config.logit_softcap
             logits = cap * torch.tanh(logits / cap)
-        return logits, all_weights
+        return logits
+
+    def decode_static(self, idx: Tensor, slot: Tensor, pos_offset: Tensor, key_mask: Tensor,
+                      k: Tensor, v: Tensor) -> Tensor:
+        """``forward`` on a :class:`KVCache` with every shape fixed by the cache, so that one
+        ``torch.compile``'d graph serves every position (:mod:`.compiled`): the queries attend
+        over the whole cache buffer, masked, and the slots are a tensor, not a Python int.
+
+        idx (B, T) the new tokens; slot (T,) the cache slots they go into (consecutive);
+        pos_offset (B,) each row's padding slots; key_mask (B, max_len) bool, the slots that
+        hold real tokens; k, v (n_layer, B, H, max_len, D) the cache, written at ``slot``.
+        Returns logits (B, T, vocab_size), what ``forward`` returns for the same call (the
+        caller advances the cache's ``pos``)."""
+        pos = (slot[None, :] - pos_offset[:, None]).clamp_min(0)  # (B, T) position ids
+        slots = torch.arange(k.size(3), device=k.device)  # (max_len,)
+        q_slot, k_slot = slot[:, None], slots[None, :]  # (T, 1), (1, max_len)
+        # the mask of KVCache.attn_mask on whole buffers: causal, no padding, and a padding
+        # query sees itself alone (an all-masked row would give NaN): (B, 1, T, max_len)
+        mask = (k_slot <= q_slot) & (key_mask[:, None, None, :] | (k_slot == q_slot))
+        x = self._embed(idx, pos)  # (B, T, C)
+        # need_weights=True takes the written-out attention, which the compiler fuses into
+        # its own loops (the weights are dropped): faster here than the fused SDPA kernel
+        x, _ = self._blocks(x, idx, mask, _SlotWriter(k, v, slot), self._rope(pos), True)
+        return self._head(self.transformer.ln_f(x))  # (B, T, vocab_size)
 
     def _hidden(self, idx: Tensor, cache: KVCache | None,
                 need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:

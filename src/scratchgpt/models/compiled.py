@@ -1,0 +1,130 @@
+"""A GPT whose one-token decode step is one ``torch.compile``'d graph (gpt-fast style).
+
+A small model's decode step is not bound by its weights but by the fixed cost of each of its
+~90 PyTorch kernels and ~45 module calls (``scratchgpt bench decode-step`` takes one apart).
+Compiled, the module calls disappear and the step becomes a few generated C++ loops: at batch
+1 the one-row matrix products are decomposed into multiply-and-sum loops that fuse with the
+bias, the activation and the LayerNorms around them (Inductor's ``decompose_mm_pass``, on CPU
+for one row and sides of at most 2,048). cpu-small's step goes from ~0.9 to ~0.3 ms on one
+thread (docs/BENCHMARKS.md).
+
+A compiled graph is specialized to its input shapes, so the step must not change shape from
+one token to the next. :meth:`GPT.decode_static` attends over the whole cache buffer with a
+mask of the filled slots and takes the slot as a tensor; :class:`CompiledGPT` always allocates
+caches of the full context, so one graph serves every position of every generation with the
+same batch size. Calls of other lengths (prefills, the scoring of speculative drafts) run the
+eager model on the same cache: both paths read and write the same slots.
+
+Compiling costs time once per process and batch size (~10-25 s for the cpu-* presets on two
+cores; PyTorch caches the generated code on disk, which cuts later runs to a few seconds), so
+it pays for long generations, not for one short sample::
+
+    model = CompiledGPT(prepare_for_decode(load_model("runs/shakespeare")[0], pack=False))
+    out = generate(model, prompt, 500, SamplingConfig(temperature=0.8))
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from scratchgpt.errors import ConfigError
+from scratchgpt.models.fast_decode import Int8Linear, PackedLinear
+from scratchgpt.models.gpt import GPT, KVCache
+
+# Inductor's options. cpp_wrapper: the generated C++ is called from a C++ wrapper, not Python
+# (a cpu-small step 0.42 vs 0.51 ms, measured); decompose_mm_pass: one-row products become
+# fused loops (0.33 vs 0.42 ms). Weight prepacking (freezing) and autotuned GEMM templates
+# were measured too and gained nothing at this size.
+_OPTIONS = {"cpp_wrapper": True, "post_grad_fusion_options": {"decompose_mm_pass": {}}}
+
+
+def compile_available() -> str | None:
+    """None when this machine can compile a decode step, else the reason it cannot."""
+    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "--compile needs a C++ compiler (g++ or clang++) on the PATH"
+    return None
+
+
+class CompiledGPT(nn.Module):
+    """``model`` with its one-token steps compiled; everything else is the model's own.
+
+    Implements the :class:`~scratchgpt.models.cache.CachedLM` interface the decode loop
+    drives; the model is its one submodule (so its weights count as this module's) and any
+    other attribute (``config``, ``num_params``, ...) is the model's.
+
+    >>> from scratchgpt.models.gpt import GPTConfig
+    >>> m = CompiledGPT(GPT(GPTConfig(vocab_size=65, n_layer=1, n_head=2, n_embd=16,
+    ...                                block_size=32)).eval())
+    >>> m.new_cache(2, max_len=8).max_len   # always the whole context: one graph for all
+    32
+    """
+
+    def __init__(self, model: Any, lengths: tuple[int, ...] | None = None):
+        if not isinstance(model, GPT):
+            raise ConfigError("--compile applies to GPT models only")
+        if any(isinstance(m, PackedLinear) for m in model.modules()):
+            raise ConfigError("--compile takes a model without oneDNN-packed weights "
+                              "(prepare it with pack=False)")
+        reason = compile_available()
+        if reason:
+            raise ConfigError(reason)
+        super().__init__()
+        self.model = model
+        # the call lengths that run compiled, each its own graph compiled on its first use
+        # (default: one new token). Prefills stay eager: a prompt's length varies, and the
+        # 48-token re-prefill of a sliding cpu-small window, compiled, was no faster (2.1 vs
+        # 2.4 ms: it is bound by its products, not by per-op cost)
+        self.lengths = lengths or (1,)
+        self.step = torch.compile(model.decode_static, fullgraph=True, dynamic=False,
+                                  options=_OPTIONS)
+
+    @torch.inference_mode()  # as the decode loop runs: a graph is compiled per grad mode
+    def warm_up(self, batch_size: int = 1) -> None:
+        """Compile the one-token step for ``batch_size`` rows now, on a scratch cache, rather
+        than at the first token of a generation."""
+        idx = torch.zeros(batch_size, 1, dtype=torch.long, device=self.model.lm_head.weight.device)
+        self(idx, self.new_cache(batch_size))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # parameters, buffers, submodules: self.model
+        except AttributeError:
+            return getattr(self._modules["model"], name)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None) -> KVCache:
+        """A cache of the whole context, whatever ``max_len`` asks: the compiled step is
+        specialized to the cache's shape, so every generation gets the same one. (Nothing
+        changes for the caller: a window slides only once the context is full.)"""
+        return self.model.new_cache(batch_size, None, dtype)
+
+    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled when T is one of
+        ``lengths`` and fits the cache."""
+        B, T = idx.shape
+        if (not isinstance(cache, KVCache) or T not in self.lengths
+                or cache.pos + T > cache.max_len):  # (the eager path raises the errors)
+            return self.model(idx, cache)
+        pos_offset = cache.pos_offset
+        if pos_offset is None:
+            pos_offset = torch.zeros(B, dtype=torch.long, device=idx.device)
+        key_mask = cache.key_mask
+        if key_mask is None:
+            key_mask = torch.ones(B, cache.max_len, dtype=torch.bool, device=idx.device)
+        slot = torch.arange(cache.pos, cache.pos + T, device=idx.device)  # (T,)
+        logits = self.step(idx, slot, pos_offset, key_mask, cache.k, cache.v)  # (B, T, V)
+        cache.pos += T
+        return logits
+
+
+def compile_for_decode(model: Any) -> CompiledGPT:
+    """``model``, prepared for decode without packing (fp32 or bf16), with its one-token step
+    compiled. int8 is refused: its compiled products round differently from the eager kernel,
+    so the two would not give the same tokens."""
+    if any(isinstance(m, Int8Linear) for m in getattr(model, "modules", list)()):
+        raise ConfigError("--compile takes --dtype fp32 or bf16, not int8")
+    return CompiledGPT(model)

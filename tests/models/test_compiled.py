@@ -1,0 +1,87 @@
+"""The compiled decode step computes what the eager model computes: the same logits step by
+step, the same tokens for padded batches and past the context (where the window slides), and
+the same text from ``sample --compile``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchgpt.errors import ConfigError
+from scratchgpt.generation.generate import generate, generate_batch
+from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.models.bigram import BigramConfig, BigramLM
+from scratchgpt.models.compiled import CompiledGPT, compile_available, compile_for_decode
+from scratchgpt.models.fast_decode import quantize_int8
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+pytestmark = pytest.mark.skipif(compile_available() is not None,
+                                reason=str(compile_available()))
+
+GREEDY = SamplingConfig(temperature=0)
+# every option of the speedrun stack at once: each changes what the step computes
+STACK = dict(pos_encoding="rope", qk_norm=True, activation="relu2", value_embeds=1,
+             unet_skips=True, logit_softcap=15.0, tie_weights=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compiler():
+    """Each test compiles its own models: without a reset, graphs of earlier tests' models
+    would fill the compiler's per-function cache and later ones would run eager."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def graphs() -> int:
+    """Graphs the compiler has made in this process."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def tiny(**kw) -> GPT:
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    model = GPT(GPTConfig(**{**cfg, **kw}))
+    with torch.no_grad():  # sharpen the logits so greedy choices are far from ties
+        model.lm_head.weight.mul_(20)
+    return model.eval()
+
+
+@pytest.mark.parametrize("option", [{}, STACK], ids=["gpt2", "speedrun-stack"])
+def test_compiled_steps_give_the_eager_logits(option):
+    model = tiny(**option)
+    compiled = CompiledGPT(model)
+    graphs_before = graphs()
+    tokens = torch.randint(0, 29, (1, 14))
+    with torch.inference_mode():
+        eager_cache, cache = model.new_cache(1), compiled.new_cache(1)
+        model(tokens[:, :4], eager_cache), compiled(tokens[:, :4], cache)  # prefill (eager)
+        for t in range(4, 14):
+            want = model(tokens[:, t:t + 1], eager_cache)
+            got = compiled(tokens[:, t:t + 1], cache)
+            assert torch.allclose(got, want, atol=1e-4), t
+    assert cache.pos == eager_cache.pos == 14
+    assert graphs() == graphs_before + 1  # the steps ran compiled: no fallback to eager
+    assert cache.max_len == 16  # always the whole context: one graph for every generation
+
+
+def test_compiled_padded_batch_and_sliding_window_match_eager():
+    model = tiny(**STACK)
+    compiled = CompiledGPT(model)
+    prompts = [[1, 2, 3], [9], [4, 5, 6, 7, 8]]  # left-padded: masks and position offsets
+    assert generate_batch(compiled, prompts, 8, GREEDY) == generate_batch(model, prompts, 8,
+                                                                          GREEDY)
+    prompt = torch.tensor([[5, 6]])
+    n = 40  # past the context of 16: the window slides (an eager prefill) and goes on
+    assert generate(compiled, prompt, n, GREEDY).tolist() == generate(model, prompt, n,
+                                                                      GREEDY).tolist()
+    sampled = SamplingConfig(temperature=0.9, top_p=0.95)  # the same draws give the same text
+    assert generate(compiled, prompt, n, sampled, torch.Generator().manual_seed(3)).tolist() \
+        == generate(model, prompt, n, sampled, torch.Generator().manual_seed(3)).tolist()
+
+
+def test_compile_refuses_what_it_cannot_run():
+    with pytest.raises(ConfigError, match="GPT"):
+        CompiledGPT(BigramLM(BigramConfig(vocab_size=10)))
+    with pytest.raises(ConfigError, match="int8"):
+        compile_for_decode(quantize_int8(tiny()))
