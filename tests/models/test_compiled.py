@@ -85,3 +85,13 @@ def test_compile_refuses_what_it_cannot_run():
         CompiledGPT(BigramLM(BigramConfig(vocab_size=10)))
     with pytest.raises(ConfigError, match="int8"):
         compile_for_decode(quantize_int8(tiny()))
+
+
+def test_compile_refuses_a_large_model(monkeypatch):
+    import scratchgpt.models.compiled as compiled
+
+    model = tiny()
+    size = sum(p.numel() * 4 for p in model.parameters())
+    monkeypatch.setattr(compiled, "COMPILE_MAX_BYTES", size - 1)
+    with pytest.raises(ConfigError, match="small models"):
+        CompiledGPT(model)

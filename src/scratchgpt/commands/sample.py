@@ -70,10 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "stores weights as per-channel int8 (a quarter of fp32's bytes, "
                         "activations and KV cache fp32) (default fp32)")
     p.add_argument("--compile", action="store_true",
-                   help="run each one-token decode step as one torch.compile'd graph (GPT "
-                        "models, fp32 or bf16; needs a C++ compiler). About 2x faster steps "
-                        "for small models, after a one-time compile of ~10-25 s (a few "
-                        "seconds once PyTorch has cached it): for long generations")
+                   help="run each one-token decode step as one torch.compile'd graph (small "
+                        "GPT models of at most 16 MiB of weights, fp32 or bf16; needs a C++ "
+                        "compiler): ~1.7x faster steps, after a one-time compile of ~10-25 s "
+                        "(a few seconds once PyTorch has cached it); for long generations")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
                    help="torch (default), or numpy: the plain NumPy forward pass of "
                         "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "

@@ -15,6 +15,10 @@ caches of the full context, so one graph serves every position of every generati
 same batch size. Calls of other lengths (prefills, the scoring of speculative drafts) run the
 eager model on the same cache: both paths read and write the same slots.
 
+It is for small models: :data:`COMPILE_MAX_BYTES` of weights at most. A larger model's
+step is bound by its products, which compiling does not speed up, while the whole-buffer
+attention reads every slot of the context at every step.
+
 Compiling costs time once per process and batch size (~10-25 s for the cpu-* presets on two
 cores; PyTorch caches the generated code on disk, which cuts later runs to a few seconds), so
 it pays for long generations, not for one short sample::
@@ -32,7 +36,12 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.models.fast_decode import Int8Linear, PackedLinear
+from scratchgpt.models.fast_decode import (
+    SINGLE_THREAD_MAX_BYTES,
+    Int8Linear,
+    PackedLinear,
+    model_weights,
+)
 from scratchgpt.models.gpt import GPT, KVCache
 
 # Inductor's options. cpp_wrapper: the generated C++ is called from a C++ wrapper, not Python
@@ -40,6 +49,13 @@ from scratchgpt.models.gpt import GPT, KVCache
 # fused loops (0.33 vs 0.42 ms). Weight prepacking (freezing) and autotuned GEMM templates
 # were measured too and gained nothing at this size.
 _OPTIONS = {"cpp_wrapper": True, "post_grad_fusion_options": {"decompose_mm_pass": {}}}
+
+
+# The largest model (bytes of weights) --compile takes. The compiled step pays where per-op
+# cost dominates: cpu-small (3.2 MB) 0.35 vs 0.61 s for 500 tokens, cpu-medium (10.7 MB) a
+# step 0.93 vs 1.63 ms. GPT-2 124M (498 MB, context 1024) went from 24 to 90 ms a step: its
+# products gain nothing, and the whole-buffer attention reads every slot of the context.
+COMPILE_MAX_BYTES = SINGLE_THREAD_MAX_BYTES
 
 
 def compile_available() -> str | None:
@@ -69,6 +85,13 @@ class CompiledGPT(nn.Module):
         if any(isinstance(m, PackedLinear) for m in model.modules()):
             raise ConfigError("--compile takes a model without oneDNN-packed weights "
                               "(prepare it with pack=False)")
+        size = sum(t.numel() * t.element_size() for t in model_weights(model))
+        if size > COMPILE_MAX_BYTES:
+            raise ConfigError(
+                f"--compile is for small models (at most {COMPILE_MAX_BYTES / 2**20:.0f} MiB of "
+                f"weights; this one has {size / 2**20:,.0f} MiB): a larger model's step is "
+                "bound by its products, not by per-op cost, and the compiled step reads the "
+                "whole context's cache (GPT-2 124M decoded 3.8x slower compiled)")
         reason = compile_available()
         if reason:
             raise ConfigError(reason)
