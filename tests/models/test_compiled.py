@@ -11,7 +11,7 @@ from scratchgpt.errors import ConfigError
 from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.models.bigram import BigramConfig, BigramLM
-from scratchgpt.models.compiled import CompiledGPT, compile_available, compile_for_decode
+from scratchgpt.models.compiled import CompiledGPT, compile_available
 from scratchgpt.models.fast_decode import quantize_int8
 from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -83,8 +83,10 @@ def test_compiled_padded_batch_and_sliding_window_match_eager():
 def test_compile_refuses_what_it_cannot_run():
     with pytest.raises(ConfigError, match="GPT"):
         CompiledGPT(BigramLM(BigramConfig(vocab_size=10)))
-    with pytest.raises(ConfigError, match="int8"):
-        compile_for_decode(quantize_int8(tiny()))
+    with pytest.raises(ConfigError, match="fp32"):
+        CompiledGPT(quantize_int8(tiny()))
+    with pytest.raises(ConfigError, match="fp32"):
+        CompiledGPT(tiny().to(torch.bfloat16))
 
 
 def test_compile_refuses_a_large_model(monkeypatch):

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inference precision, as sample --dtype (default fp32)")
     p.add_argument("--compile", action="store_true",
                    help="also time the compiled decode step (sample --compile), alternating "
-                        "with the eager one; fp32 or bf16")
+                        "with the eager one; fp32 only")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
@@ -37,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.errors import ConfigError
     from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models import build_model, config_fields, model_config
@@ -57,8 +56,6 @@ def run(args: argparse.Namespace) -> int:
         model.eval()
         what = f"{args.preset} shape, random weights"
     n_params = model.num_params()
-    if args.compile and args.dtype == "int8":
-        raise ConfigError("--compile takes --dtype fp32 or bf16, not int8")
     prepare_for_decode(model, args.dtype, pack=not args.compile)  # int8/packed: no parameters
     torch.set_num_threads(args.threads or decode_threads(model))
     variants = {"eager": model}

@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "activations and KV cache fp32) (default fp32)")
     p.add_argument("--compile", action="store_true",
                    help="run each one-token decode step as one torch.compile'd graph (small "
-                        "GPT models of at most 16 MiB of weights, fp32 or bf16; needs a C++ "
+                        "GPT models of at most 16 MiB of weights, fp32; needs a C++ "
                         "compiler): ~1.7x faster steps, after a one-time compile of ~10-25 s "
                         "(a few seconds once PyTorch has cached it); for long generations")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
@@ -195,10 +195,10 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
     if getattr(args, "compile", False):
-        from scratchgpt.models.compiled import compile_for_decode
+        from scratchgpt.models.compiled import CompiledGPT
 
         # (no oneDNN packing: the compiler lays out the products itself)
-        model = compile_for_decode(prepare_for_decode(model, args.dtype, pack=False))
+        model = CompiledGPT(prepare_for_decode(model, args.dtype, pack=False))
         return model, checkpoint_tokenizer(source), source
     # cast or quantize, then the fastest weight layout (models/fast_decode.py)
     return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source), source
