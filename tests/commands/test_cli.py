@@ -247,6 +247,7 @@ def test_compiled_sample_prints_the_eager_text(run_dir, capsys):
     assert out.out == eager_text and "compiling the decode step" in out.err
     assert "--engine numpy" in error_of(capsys, [*args, "--compile", "--engine", "numpy"])
     assert "fp32" in error_of(capsys, [*args, "--compile", "--dtype", "int8"])
+    assert "batch 1" in error_of(capsys, [*args, "--compile", "--num-samples", "2"])
 
 
 def test_no_prompt_is_unconditional_generation(run_dir, capsys):

@@ -8,17 +8,14 @@ from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.bigram import BigramConfig, BigramLM
-from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.gpt import GPT
+from tests.tiny_gpt import sharp_gpt
 
 GREEDY = SamplingConfig(temperature=0)
 
 
 def tiny(block_size: int = 48) -> GPT:
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=37, block_size=block_size, n_layer=2, n_head=4, n_embd=32))
-    with torch.no_grad():  # sharpen the logits so greedy choices are far from ties
-        model.lm_head.weight.mul_(20)
-    return model.eval()
+    return sharp_gpt(vocab_size=37, block_size=block_size, n_head=4, n_embd=32)
 
 
 def alone(model, prompt: list[int], n: int) -> list[int]:

@@ -13,20 +13,11 @@ from scratchgpt.generation.numpy_engine import NumpyGPT
 from scratchgpt.generation.prompt import start_of_text
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.speculative import speculative_generate
-from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer
+from tests.tiny_gpt import sharp_gpt as tiny
 
 GREEDY = SamplingConfig(temperature=0)
-
-
-def tiny(**kw) -> GPT:
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=16)
-    model = GPT(GPTConfig(**{**cfg, **kw}))
-    with torch.no_grad():  # sharpen the logits so greedy choices are far from ties
-        model.lm_head.weight.mul_(20)
-    return model.eval()
 
 
 def test_numpy_greedy_equals_torch_greedy_past_the_context():

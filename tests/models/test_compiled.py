@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.generation.decode import prefill_rows
 from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.compiled import CompiledGPT, compile_available
 from scratchgpt.models.fast_decode import quantize_int8
-from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.gpt import GPT
+from tests.tiny_gpt import sharp_gpt
 
 pytestmark = pytest.mark.skipif(compile_available() is not None,
                                 reason=str(compile_available()))
@@ -39,12 +41,7 @@ def graphs() -> int:
 
 
 def tiny(**kw) -> GPT:
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32)
-    model = GPT(GPTConfig(**{**cfg, **kw}))
-    with torch.no_grad():  # sharpen the logits so greedy choices are far from ties
-        model.lm_head.weight.mul_(20)
-    return model.eval()
+    return sharp_gpt(**{"n_embd": 32, **kw})
 
 
 @pytest.mark.parametrize("option", [{}, STACK], ids=["gpt2", "speedrun-stack"])
@@ -65,10 +62,26 @@ def test_compiled_steps_give_the_eager_logits(option):
     assert cache.max_len == 16  # always the whole context: one graph for every generation
 
 
-def test_compiled_padded_batch_and_sliding_window_match_eager():
+def test_static_step_gives_forward_logits_on_a_padded_batch():
+    """decode_static's mask and positions (uncompiled here) are KVCache's: padding hidden,
+    each row's positions from its own first token."""
+    model = tiny(**STACK)
+    rows = [[1, 2, 3], [9], [4, 5, 6, 7, 8]]
+    with torch.inference_mode():
+        a, b = model.new_cache(3), model.new_cache(3)
+        prefill_rows(model, a, rows), prefill_rows(model, b, rows)
+        for token in (7, 11, 2):
+            idx = torch.full((3, 1), token)
+            slot = torch.tensor([b.pos])
+            got = model.decode_static(idx, slot, b.pos_offset, b.key_mask, b.k, b.v)
+            b.pos += 1
+            assert torch.allclose(got, model(idx, a), atol=1e-5)
+
+
+def test_compiled_generation_matches_eager_past_the_context_and_in_batches():
     model = tiny(**STACK)
     compiled = CompiledGPT(model)
-    prompts = [[1, 2, 3], [9], [4, 5, 6, 7, 8]]  # left-padded: masks and position offsets
+    prompts = [[1, 2, 3], [9], [4, 5, 6, 7, 8]]  # batches run eager on the compiled model
     assert generate_batch(compiled, prompts, 8, GREEDY) == generate_batch(model, prompts, 8,
                                                                           GREEDY)
     prompt = torch.tensor([[5, 6]])

@@ -70,10 +70,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "stores weights as per-channel int8 (a quarter of fp32's bytes, "
                         "activations and KV cache fp32) (default fp32)")
     p.add_argument("--compile", action="store_true",
-                   help="run each one-token decode step as one torch.compile'd graph (small "
-                        "GPT models of at most 16 MiB of weights, fp32; needs a C++ "
-                        "compiler): ~1.7x faster steps, after a one-time compile of ~10-25 s "
-                        "(a few seconds once PyTorch has cached it); for long generations")
+                   help="run each one-token decode step as one torch.compile'd graph: one "
+                        "sequence at a time, with or without --draft; small fp32 GPT models "
+                        "(at most 16 MiB of weights); needs a C++ compiler. ~1.7x faster "
+                        "steps after a one-time compile of ~10-25 s (a few seconds once "
+                        "PyTorch has cached it): for long generations")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
                    help="torch (default), or numpy: the plain NumPy forward pass of "
                         "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "
@@ -126,6 +127,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--engine numpy computes in float64; it takes no --dtype")
     if args.compile and args.engine == "numpy":
         raise ConfigError("--compile compiles the torch engine; it takes no --engine numpy")
+    if args.compile and (args.num_samples != 1 or args.batch_prompts or args.beam):
+        raise ConfigError("--compile speeds up one sequence at a time (batch 1); it does not "
+                          "combine with --num-samples, --batch-prompts or --beam")
     if args.speculate is not None and args.draft is None:
         raise ConfigError("--speculate needs --draft (a smaller model with the same "
                           "tokenizer, or 'ngram')")

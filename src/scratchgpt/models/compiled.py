@@ -11,15 +11,16 @@ thread (docs/BENCHMARKS.md).
 A compiled graph is specialized to its input shapes, so the step must not change shape from
 one token to the next. :meth:`GPT.decode_static` attends over the whole cache buffer with a
 mask of the filled slots and takes the slot as a tensor; :class:`CompiledGPT` always allocates
-caches of the full context, so one graph serves every position of every generation with the
-same batch size. Calls of other lengths (prefills, the scoring of speculative drafts) run the
-eager model on the same cache: both paths read and write the same slots.
+caches of the full context, so one graph serves every position of every generation. It
+compiles batch-1 steps, the latency case where per-op cost dominates (one sample, a stream,
+speculative drafts); batches and calls of other lengths (prefills, the scoring of speculative
+drafts) run the eager model on the same cache: both paths read and write the same slots.
 
 It is for small models: :data:`COMPILE_MAX_BYTES` of weights at most. A larger model's
 step is bound by its products, which compiling does not speed up, while the whole-buffer
 attention reads every slot of the context at every step.
 
-Compiling costs time once per process and batch size (~10-25 s for the cpu-* presets on two
+Compiling costs time once per process (~10-25 s for the cpu-* presets on two
 cores; PyTorch caches the generated code on disk, which cuts later runs to a few seconds), so
 it pays for long generations, not for one short sample::
 
@@ -65,6 +66,27 @@ def compile_available() -> str | None:
     return None
 
 
+def compile_refusal(model: Any) -> str | None:
+    """Why ``model`` cannot decode compiled (a one-line reason), or None when it can."""
+    if not isinstance(model, GPT):
+        return "--compile applies to GPT models only"
+    if any(isinstance(m, PackedLinear) for m in model.modules()):
+        return "--compile takes a model without oneDNN-packed weights (pack=False)"
+    if (any(isinstance(m, Int8Linear) for m in model.modules())
+            or model.lm_head.weight.dtype != torch.float32):
+        # compiled, int8 products round differently from the eager kernel (measured: other
+        # tokens), and bf16 attention runs in bf16 where the eager path computes it in fp32:
+        # the compiled step would not give the eager model's tokens
+        return "--compile computes in fp32: it takes --dtype fp32 only"
+    size = sum(t.numel() * t.element_size() for t in model_weights(model))
+    if size > COMPILE_MAX_BYTES:
+        return (f"--compile is for small models (at most {COMPILE_MAX_BYTES / 2**20:.0f} MiB "
+                f"of weights; this one has {size / 2**20:,.0f} MiB): a larger model's step is "
+                "bound by its products, not by per-op cost, and the compiled step reads the "
+                "whole context's cache (GPT-2 124M decoded 3.8x slower compiled)")
+    return compile_available()
+
+
 class CompiledGPT(nn.Module):
     """``model`` with its one-token steps compiled; everything else is the model's own.
 
@@ -80,25 +102,7 @@ class CompiledGPT(nn.Module):
     """
 
     def __init__(self, model: Any, lengths: tuple[int, ...] | None = None):
-        if not isinstance(model, GPT):
-            raise ConfigError("--compile applies to GPT models only")
-        if any(isinstance(m, PackedLinear) for m in model.modules()):
-            raise ConfigError("--compile takes a model without oneDNN-packed weights "
-                              "(prepare it with pack=False)")
-        if (any(isinstance(m, Int8Linear) for m in model.modules())
-                or model.lm_head.weight.dtype != torch.float32):
-            # compiled, int8 products round differently from the eager kernel (measured: other
-            # tokens), and bf16 attention runs in bf16 where the eager path computes it in fp32:
-            # the compiled step would not give the eager model's tokens
-            raise ConfigError("--compile computes in fp32: it takes --dtype fp32 only")
-        size = sum(t.numel() * t.element_size() for t in model_weights(model))
-        if size > COMPILE_MAX_BYTES:
-            raise ConfigError(
-                f"--compile is for small models (at most {COMPILE_MAX_BYTES / 2**20:.0f} MiB of "
-                f"weights; this one has {size / 2**20:,.0f} MiB): a larger model's step is "
-                "bound by its products, not by per-op cost, and the compiled step reads the "
-                "whole context's cache (GPT-2 124M decoded 3.8x slower compiled)")
-        reason = compile_available()
+        reason = compile_refusal(model)
         if reason:
             raise ConfigError(reason)
         super().__init__()
@@ -112,11 +116,11 @@ class CompiledGPT(nn.Module):
                                   options=_OPTIONS)
 
     @torch.inference_mode()  # as the decode loop runs: a graph is compiled per grad mode
-    def warm_up(self, batch_size: int = 1) -> None:
-        """Compile the one-token step for ``batch_size`` rows now, on a scratch cache, rather
-        than at the first token of a generation."""
-        idx = torch.zeros(batch_size, 1, dtype=torch.long, device=self.model.lm_head.weight.device)
-        self(idx, self.new_cache(batch_size))
+    def warm_up(self) -> None:
+        """Compile the one-token step now, on a scratch cache, rather than at the first token
+        of a generation."""
+        idx = torch.zeros(1, 1, dtype=torch.long, device=self.model.lm_head.weight.device)
+        self(idx, self.new_cache(1))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -132,10 +136,14 @@ class CompiledGPT(nn.Module):
         return self.model.new_cache(batch_size, None, dtype)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
-        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled when T is one of
-        ``lengths`` and fits the cache."""
+        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled for one row (batch
+        1) when T is one of ``lengths`` and fits the cache.
+
+        Batches run eager: a graph is specialized to its batch size, and the batch of a
+        generation shrinks as rows finish, so each new size would cost a compile (and the
+        decomposed one-row products that make the step fast apply to one row only)."""
         B, T = idx.shape
-        if (not isinstance(cache, KVCache) or T not in self.lengths
+        if (B != 1 or not isinstance(cache, KVCache) or T not in self.lengths
                 or cache.pos + T > cache.max_len):  # (the eager path raises the errors)
             return self.model(idx, cache)
         pos_offset = cache.pos_offset
