@@ -41,7 +41,7 @@ from scratchgpt.models.fast_decode import (
     SINGLE_THREAD_MAX_BYTES,
     Int8Linear,
     PackedLinear,
-    model_weights,
+    weight_bytes,
 )
 from scratchgpt.models.gpt import GPT, KVCache
 
@@ -78,7 +78,7 @@ def compile_refusal(model: Any) -> str | None:
         # tokens), and bf16 attention runs in bf16 where the eager path computes it in fp32:
         # the compiled step would not give the eager model's tokens
         return "--compile computes in fp32: it takes --dtype fp32 only"
-    size = sum(t.numel() * t.element_size() for t in model_weights(model))
+    size = weight_bytes(model)
     if size > COMPILE_MAX_BYTES:
         return (f"--compile is for small models (at most {COMPILE_MAX_BYTES / 2**20:.0f} MiB "
                 f"of weights; this one has {size / 2**20:,.0f} MiB): a larger model's step is "

@@ -220,6 +220,11 @@ def model_weights(model: nn.Module) -> list[Tensor]:
     return list(seen.values())
 
 
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every tensor ``model`` holds (:func:`model_weights`), each counted once."""
+    return sum(t.numel() * t.element_size() for t in model_weights(model))
+
+
 # Up to this many bytes of weights, a batch-1 decode step decodes fastest on one thread.
 # Measured (thread CPU and wall time, 500 sampled tokens, 2-core machine under load from other
 # jobs): cpu-small (3.2 MB) 0.97 s with 1 thread vs 7.6 s with 2; cpu-medium (10.7 MB) 2.1 vs
@@ -230,10 +235,8 @@ SINGLE_THREAD_MAX_BYTES = 16 * 2**20
 def decode_threads(model: object) -> int:
     """The CPU threads to decode ``model`` with when the user chose none: 1 for a torch model
     of at most :data:`SINGLE_THREAD_MAX_BYTES` of weights, else torch's current setting."""
-    if isinstance(model, nn.Module):
-        size = sum(t.numel() * t.element_size() for t in model_weights(model))
-        if size <= SINGLE_THREAD_MAX_BYTES:
-            return 1
+    if isinstance(model, nn.Module) and weight_bytes(model) <= SINGLE_THREAD_MAX_BYTES:
+        return 1
     return torch.get_num_threads()
 
 
