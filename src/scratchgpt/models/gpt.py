@@ -240,11 +240,8 @@ class KVCache:
             return self._causal_table()[None, None, self.pos:end, :end]  # (1, 1, T, end)
         if T == 1:  # one new token sees every filled slot except padding
             return self.key_mask[:, None, None, :end]  # (B, 1, 1, end)
-        q_slot = torch.arange(self.pos, end, device=self.k.device)[:, None]  # (T, 1)
-        k_slot = torch.arange(end, device=self.k.device)[None, :]  # (1, end)
-        # Nobody attends to padding. A padding query attends to itself alone, so its softmax
-        # row is not empty (an all-masked row gives NaN, which would leak into the cache).
-        return (k_slot <= q_slot) & (self.key_mask[:, None, None, :end] | (k_slot == q_slot))
+        q_slot = torch.arange(self.pos, end, device=self.k.device)  # (T,)
+        return slot_mask(q_slot, end, self.key_mask[:, :end])  # (B, 1, T, end)
 
     def _causal_table(self) -> Tensor:
         if self._causal is None:
@@ -333,6 +330,18 @@ class KVCache:
     def _filled(self) -> tuple[Tensor, Tensor]:
         """Views of the filled slots of ``k`` and ``v``, (L, B, H, pos, D)."""
         return self.k[:, :, :, : self.pos], self.v[:, :, :, : self.pos]
+
+
+def slot_mask(q_slot: Tensor, n_slots: int, key_mask: Tensor) -> Tensor:
+    """Which of the first ``n_slots`` cache slots each query may attend to: q_slot (T,) the
+    queries' slots, key_mask (B, n_slots) bool the slots holding real tokens -> bool
+    (B, 1, T, n_slots), True = may attend.
+
+    Causal, and nobody attends to padding. A padding query attends to itself alone, so its
+    softmax row is not empty (an all-masked row gives NaN, which would leak into the cache)."""
+    q = q_slot[:, None]  # (T, 1)
+    k = torch.arange(n_slots, device=q_slot.device)[None, :]  # (1, n_slots)
+    return (k <= q) & (key_mask[:, None, None, :] | (k == q))
 
 
 class _SlotWriter:
@@ -652,11 +661,7 @@ class GPT(nn.Module):
         Returns logits (B, T, vocab_size), what ``forward`` returns for the same call (the
         caller advances the cache's ``pos``)."""
         pos = (slot[None, :] - pos_offset[:, None]).clamp_min(0)  # (B, T) position ids
-        slots = torch.arange(k.size(3), device=k.device)  # (max_len,)
-        q_slot, k_slot = slot[:, None], slots[None, :]  # (T, 1), (1, max_len)
-        # the mask of KVCache.attn_mask on whole buffers: causal, no padding, and a padding
-        # query sees itself alone (an all-masked row would give NaN): (B, 1, T, max_len)
-        mask = (k_slot <= q_slot) & (key_mask[:, None, None, :] | (k_slot == q_slot))
+        mask = slot_mask(slot, k.size(3), key_mask)  # (B, 1, T, max_len): KVCache's rule
         x = self._embed(idx, pos)  # (B, T, C)
         # need_weights=True takes the written-out attention, which the compiler fuses into
         # its own loops (the weights are dropped): faster here than the fused SDPA kernel
