@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from scratchgpt.cli import main
+from scratchgpt.models.compiled import compile_available
 from tests.cli_errors import error_of
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
@@ -235,8 +235,7 @@ def test_numpy_engine_prints_the_torch_greedy_text(run_dir, capsys):
     assert "--dtype" in error_of(capsys, [*args, "--engine", "numpy", "--dtype", "bf16"])
 
 
-@pytest.mark.skipif(not shutil.which("g++") and not shutil.which("clang++"),
-                    reason="--compile needs a C++ compiler")
+@pytest.mark.skipif(compile_available() is not None, reason=str(compile_available()))
 def test_compiled_sample_prints_the_eager_text(run_dir, capsys):
     args = ["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--seed", "4",
             "--max-new-tokens", "40"]

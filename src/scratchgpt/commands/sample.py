@@ -198,14 +198,15 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
-    if getattr(args, "compile", False):
+    compile_step = getattr(args, "compile", False)
+    # cast or quantize, then the fastest weight layout (models/fast_decode.py); no oneDNN
+    # packing to compile: the compiler lays out the products itself
+    model = prepare_for_decode(model, args.dtype, pack=not compile_step)
+    if compile_step:
         from scratchgpt.models.compiled import CompiledGPT
 
-        # (no oneDNN packing: the compiler lays out the products itself)
-        model = CompiledGPT(prepare_for_decode(model, args.dtype, pack=False))
-        return model, checkpoint_tokenizer(source), source
-    # cast or quantize, then the fastest weight layout (models/fast_decode.py)
-    return prepare_for_decode(model, args.dtype), checkpoint_tokenizer(source), source
+        model = CompiledGPT(model)
+    return model, checkpoint_tokenizer(source), source
 
 
 def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):

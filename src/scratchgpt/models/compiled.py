@@ -101,17 +101,15 @@ class CompiledGPT(nn.Module):
     32
     """
 
-    def __init__(self, model: Any, lengths: tuple[int, ...] | None = None):
+    def __init__(self, model: Any):
         reason = compile_refusal(model)
         if reason:
             raise ConfigError(reason)
         super().__init__()
         self.model = model
-        # the call lengths that run compiled, each its own graph compiled on its first use
-        # (default: one new token). Prefills stay eager: a prompt's length varies, and the
-        # 48-token re-prefill of a sliding cpu-small window, compiled, was no faster (2.1 vs
-        # 2.4 ms: it is bound by its products, not by per-op cost)
-        self.lengths = lengths or (1,)
+        # one new token only. Prefills stay eager: a prompt's length varies, and the 48-token
+        # re-prefill of a sliding cpu-small window, compiled, was no faster (2.1 vs 2.4 ms:
+        # it is bound by its products, not by per-op cost)
         self.step = torch.compile(model.decode_static, fullgraph=True, dynamic=False,
                                   options=_OPTIONS)
 
@@ -136,14 +134,14 @@ class CompiledGPT(nn.Module):
         return self.model.new_cache(batch_size, None, dtype)
 
     def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
-        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled for one row (batch
-        1) when T is one of ``lengths`` and fits the cache.
+        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled for one new token of
+        one row (B = T = 1) that fits the cache.
 
         Batches run eager: a graph is specialized to its batch size, and the batch of a
         generation shrinks as rows finish, so each new size would cost a compile (and the
         decomposed one-row products that make the step fast apply to one row only)."""
         B, T = idx.shape
-        if (B != 1 or not isinstance(cache, KVCache) or T not in self.lengths
+        if (B != 1 or T != 1 or not isinstance(cache, KVCache)
                 or cache.pos + T > cache.max_len):  # (the eager path raises the errors)
             return self.model(idx, cache)
         pos_offset = cache.pos_offset
