@@ -1,6 +1,6 @@
 """The compiled decode step computes what the eager model computes: the same logits step by
-step, the same tokens for padded batches and past the context (where the window slides), and
-the same text from ``sample --compile``."""
+step, the same tokens past the context (where the window slides) and for batches (which run
+eager), and the static step's mask on a padded batch is the KV cache's."""
 
 from __future__ import annotations
 
