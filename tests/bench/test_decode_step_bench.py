@@ -40,7 +40,7 @@ def test_packed_weights_are_counted():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50, block_size=32, n_layer=1, n_head=2, n_embd=32)).eval()
     plain_bytes = _linear_bytes(model)
-    optimize_for_decode(model, pack_min_bytes=0)
+    optimize_for_decode(model, pack=0)
     assert isinstance(model.lm_head, PackedLinear)
     with torch.inference_mode():
         kernels = record(forward_call(model, 4, 1), model_tensors(model))

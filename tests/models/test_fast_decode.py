@@ -34,7 +34,7 @@ def test_fp32_decode_layout_is_the_same_model():
 @pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
 def test_fp32_optimize_packs_linears_and_keeps_results():
     model = tiny()
-    fast = optimize_for_decode(copy.deepcopy(model), pack_min_bytes=0)  # pack them all
+    fast = optimize_for_decode(copy.deepcopy(model), pack=0)  # pack them all
     block = fast.transformer.h[0]
     assert isinstance(block.mlp.c_fc, PackedLinear) and isinstance(fast.lm_head, PackedLinear)
     assert isinstance(block.mlp.c_proj, PackedLinear) and isinstance(block.attn.c_proj,
@@ -49,7 +49,7 @@ def test_fp32_optimize_packs_linears_and_keeps_results():
 @pytest.mark.skipif(not packing_available(), reason="oneDNN bf16 packing unavailable")
 def test_bf16_packed_linears_match_plain_bf16():
     plain = tiny().to(torch.bfloat16)
-    packed = optimize_for_decode(copy.deepcopy(plain), pack_min_bytes=0)
+    packed = optimize_for_decode(copy.deepcopy(plain), pack=0)
     assert isinstance(packed.lm_head, PackedLinear)
     x = torch.randint(0, 97, (2, 30))
     with torch.no_grad():
@@ -64,7 +64,7 @@ def test_only_linears_above_the_threshold_are_packed():
     model = tiny()  # c_fc: 64 x 256 fp32 = 64 KiB, lm_head (tied wte): 97 x 64
     assert not any(isinstance(m, PackedLinear)
                    for m in optimize_for_decode(copy.deepcopy(model)).modules())
-    fast = optimize_for_decode(copy.deepcopy(model), pack_min_bytes=64 * 256 * 4)
+    fast = optimize_for_decode(copy.deepcopy(model), pack=64 * 256 * 4)
     block = fast.transformer.h[0]
     assert isinstance(block.mlp.c_fc, PackedLinear) and isinstance(block.mlp.c_proj,
                                                                      PackedLinear)
@@ -80,7 +80,7 @@ def test_only_linears_above_the_threshold_are_packed():
 def test_small_models_decode_on_one_thread(monkeypatch):
     from scratchgpt.models import fast_decode
 
-    model = optimize_for_decode(tiny(), pack_min_bytes=0)  # packed weights count too
+    model = optimize_for_decode(tiny(), pack=0)  # packed weights count too
     size = sum(t.numel() * t.element_size() for t in fast_decode.model_weights(model))
     plain = tiny()
     assert size >= sum(p.nbytes for p in plain.parameters())  # every weight counted once
@@ -93,3 +93,35 @@ def test_small_models_decode_on_one_thread(monkeypatch):
         assert fast_decode.decode_threads(object()) == 2  # not a torch model
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
+def test_auto_packing_keeps_a_row_weight_for_mid_sized_fp32_linears(monkeypatch):
+    """fp32 Linears between ROWS_MIN_BYTES and PACK_MIN_BYTES answer one row through their
+    plain weight and several rows through the packed one: the same results either way."""
+    from scratchgpt.models import fast_decode
+
+    model = tiny()
+    monkeypatch.setattr(fast_decode, "PACK_MIN_BYTES", 64 * 256 * 4)  # c_fc, mlp.c_proj
+    monkeypatch.setattr(fast_decode, "ROWS_MIN_BYTES", 64 * 192 * 4)  # c_attn
+    fast = optimize_for_decode(copy.deepcopy(model))
+    block = fast.transformer.h[0]
+    assert block.mlp.c_fc.row_weight is None and block.attn.c_attn.row_weight is not None
+    assert not isinstance(block.attn.c_proj, PackedLinear)  # 64 x 64: below both
+    lin, packed = model.transformer.h[0].attn.c_attn, block.attn.c_attn
+    with torch.no_grad():
+        for shape in ((64,), (1, 1, 64), (5, 64), (2, 3, 64)):
+            x = torch.randn(shape)
+            assert torch.allclose(packed(x), lin(x), atol=1e-5), shape
+        x = torch.randint(0, 97, (2, 30))
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
+    g = SamplingConfig(temperature=0)
+    assert torch.equal(generate(fast, x[:, :4], 20, g), generate(model, x[:, :4], 20, g))
+
+
+@pytest.mark.skipif(not packing_available(), reason="oneDNN bf16 packing unavailable")
+def test_auto_packing_packs_every_bf16_linear():
+    fast = optimize_for_decode(tiny().to(torch.bfloat16))
+    linears = [m for m in fast.modules() if isinstance(m, torch.nn.Linear | PackedLinear)]
+    assert linears and all(isinstance(m, PackedLinear) and m.row_weight is None
+                           for m in linears)

@@ -310,7 +310,7 @@ def variant_model(base: Any, variant: str, dtype: str) -> Any:
     if variant == "layout":
         model.decode_layout_()
     elif variant == "packed":
-        optimize_for_decode(model, pack_min_bytes=0)
+        optimize_for_decode(model, pack=0)
     return model
 
 

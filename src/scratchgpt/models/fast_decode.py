@@ -6,16 +6,18 @@ model of a ``--dtype``: ``fp32`` and ``bf16`` (a cast) keep what the model compu
 change how weights are laid out; ``int8`` (:func:`quantize_int8`) trades a little accuracy for
 a quarter of fp32's weight bytes. Two layout preparations, chosen by the model's dtype:
 
-* With oneDNN (bf16 where the CPU supports it, and fp32): every ``nn.Linear`` whose weight
-  holds at least :data:`PACK_MIN_BYTES` becomes a :class:`PackedLinear` holding its weight
-  pre-packed (blocked) for oneDNN's kernels. At batch 1 they stream large weights faster than
-  the generic matmul: bf16 up to ~1.5x; fp32 lm_head 34.5 vs 20.4 GB/s (the best plain
-  layout), and GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all Linears packed vs only the
-  wide ones (docs/BENCHMARKS.md). But a packed product has a fixed cost of ~25 us a call, more
-  than a small weight takes to stream, so small Linears (every one of the cpu-* presets) keep
-  the plain path.
-* the Linears not packed: :meth:`GPT.decode_layout_` stores each weight in the memory order
-  that the one-row matrix product streams fastest (a pure layout change).
+* :meth:`GPT.decode_layout_` stores each Linear weight in the memory order that the one-row
+  matrix product streams fastest (a pure layout change).
+* With oneDNN (bf16 where the CPU supports it, and fp32), Linears become
+  :class:`PackedLinear` modules holding their weight pre-packed (blocked) for oneDNN's kernels,
+  laid out for products of up to :data:`PACK_ROWS` rows: one-token steps and the several-row
+  calls that score speculative drafts. bf16: every Linear (oneDNN's bf16 products beat the
+  generic ones at every size measured). fp32: at one row, packed products stream large
+  weights faster (lm_head 34.5 vs 20.4 GB/s; GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all
+  Linears packed vs only the wide ones, docs/BENCHMARKS.md) but cost ~25 us more a call, so
+  weights under :data:`PACK_MIN_BYTES` keep a plain copy for one-row products and use the
+  packed one for several rows (a 5-row scoring call of a 6L/384d model: 1.05x a one-token step
+  instead of 1.75x); the smallest (under :data:`ROWS_MIN_BYTES`) stay plain.
 
 Threads: a small model's decode step is a hundred or so kernels of a few microseconds each, too
 short to split; a second thread only adds the cost of waking and joining it, and when the
@@ -58,57 +60,96 @@ def packing_available(dtype: torch.dtype = torch.bfloat16) -> bool:
         return False
 
 
-class PackedLinear(nn.Module):
-    """``nn.Linear`` with its weight pre-packed by oneDNN for batch-1 bf16 products."""
+# The rows a packed weight's blocked layout is chosen for (oneDNN picks it by the expected
+# rows of the product). Measured (`bench decode-step --variants packed --tokens 1,5,9`, the
+# 6L/384d Shakespeare target, fp32, 1 thread, Zen 4): packed for 8 rows, a one-row product is
+# as fast as packed for one row (5.3-5.6 ms a step either way), while calls of 5 and 9 rows,
+# a speculative scoring call, cost 4.3-4.6 and 5.0-5.4 ms instead of 7.5 and 8.3.
+PACK_ROWS = 8
 
-    def __init__(self, linear: nn.Linear):
+
+class PackedLinear(nn.Module):
+    """``nn.Linear`` with its weight pre-packed by oneDNN (:data:`PACK_ROWS`).
+
+    ``row_weight=True`` also keeps the plain weight, as it was laid out, for one-row products:
+    for fp32 weights under :data:`PACK_MIN_BYTES` the plain product is the faster at one row,
+    the packed one at several (twice the weight bytes; such weights are at most a few MiB)."""
+
+    def __init__(self, linear: nn.Linear, row_weight: bool = False):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        w = linear.weight.detach().contiguous()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)  # opaque blocked layout
+        w = linear.weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), PACK_ROWS)
+        self.row_weight = w if row_weight else None  # (out, in), its decode layout
         self.bias = None if linear.bias is None else linear.bias.detach()
         self.dtype = w.dtype
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (..., in_features) -> (..., out_features)."""
+        if self.row_weight is not None and x.numel() == self.in_features:  # one row
+            return F.linear(x, self.row_weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-# The smallest weight (bytes) that oneDNN packing pays for at batch 1. Measured per Linear
+# The smallest fp32 weight (bytes) whose packed product pays at one row. Measured per Linear
 # (fp32, batch 1, `bench decode-step --variants layout,packed` and the product alone): a packed
 # product costs ~25 us more per call, so it loses below ~4 MiB (cpu-small's 128x512: 40 vs
 # 16 us; a whole cpu-small decode step 2.45 vs 1.62 ms) and gains above it with 2 threads
 # (768x3072: 153 vs 238 us). With one thread the plain layout was as fast or faster at every
 # size measured, so this is the threshold for the default thread count.
 PACK_MIN_BYTES = 4 * 2**20
+# fp32 weights from this size up to PACK_MIN_BYTES are packed for calls of several rows and
+# keep their plain weight for one row (PackedLinear's row_weight). Below it, a few rows cost
+# about the same either way or less plain: cpu-medium (192 wide; 0.6 MB weights at most) scores
+# 5 tokens in 2.11-2.30 ms plain, 2.39-2.45 ms packed; the 6L/384d model (1.8-2.4 MB) in
+# 4.3-5.0 ms packed, 7.4-7.5 ms plain (1 thread, Zen 4).
+ROWS_MIN_BYTES = 2**20
 
 
-def _pack_large_linears(model: nn.Module, min_bytes: int) -> None:
+def _pack_linears(model: nn.Module, min_bytes: int, row_min_bytes: int | None = None) -> None:
+    """Pack every Linear of ``min_bytes`` or more; those of ``row_min_bytes`` up to
+    ``min_bytes`` are packed with their plain weight kept for one-row products."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear) and child.weight.nbytes >= min_bytes:
+            if not isinstance(child, nn.Linear):
+                continue
+            size = child.weight.nbytes
+            if size >= min_bytes:
                 setattr(parent, name, PackedLinear(child))
+            elif row_min_bytes is not None and size >= row_min_bytes:
+                setattr(parent, name, PackedLinear(child, row_weight=True))
 
 
-def optimize_for_decode(model: nn.Module,
-                        pack_min_bytes: int | None = PACK_MIN_BYTES) -> nn.Module:
+def optimize_for_decode(model: nn.Module, pack: str | int | None = "auto") -> nn.Module:
     """Prepare a GPT (already cast to its inference dtype, on CPU) for fast decoding; returns
-    it. With oneDNN (fp32, or bf16 where supported): every Linear of ``pack_min_bytes`` or more
-    packed (0: all of them; None: none); the other Linears get the decode weight layout. Other
-    models are returned unchanged.
+    it. Every Linear gets the decode weight layout (:meth:`GPT.decode_layout_`); then, with
+    oneDNN (fp32, or bf16 where the CPU has it), ``pack`` says which are packed:
 
-    ``None`` suits a server, whose batch size changes from step to step: oneDNN keeps state for
-    every input shape a packed Linear has seen (about 0.6 MB per shape for a 128 x 512 weight,
-    measured), so memory would grow with each new batch size."""
+    * ``"auto"``, what was measured fastest: bf16, every Linear (a 6L/384d step 2.7 vs 4.5
+      ms, cpu-medium 2.0 vs 2.4 ms, 1 thread, Zen 4); fp32, those of :data:`PACK_MIN_BYTES`
+      or more, and those of :data:`ROWS_MIN_BYTES` or more with their plain weight kept for
+      one row (see :class:`PackedLinear`);
+    * a number: every Linear of that many bytes or more (0: all of them);
+    * ``None``: none. This suits a server, whose batch size changes from step to step: oneDNN
+      keeps state for every input shape a packed Linear has seen (about 0.6 MB per shape for a
+      128 x 512 weight, measured), so memory would grow with each new batch size.
+
+    Other models are returned unchanged."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
         return model
+    model.decode_layout_()
     weight = model.lm_head.weight
-    cpu = weight.device.type == "cpu"
-    if pack_min_bytes is not None and cpu and packing_available(weight.dtype):
-        _pack_large_linears(model, pack_min_bytes)
-    return model.decode_layout_()
+    if pack is None or weight.device.type != "cpu" or not packing_available(weight.dtype):
+        return model
+    if pack != "auto":
+        _pack_linears(model, int(pack))
+    elif weight.dtype == torch.bfloat16:
+        _pack_linears(model, 0)
+    else:
+        _pack_linears(model, PACK_MIN_BYTES, ROWS_MIN_BYTES)
+    return model
 
 
 # ---- int8 weight-only
@@ -248,5 +289,5 @@ def prepare_for_decode(model: nn.Module, dtype: str = "fp32", pack: bool = True)
     it."""
     to_inference_dtype(model, dtype)
     if dtype != "int8":  # int8 Linears already hold the kernel's own layout
-        optimize_for_decode(model, PACK_MIN_BYTES if pack else None)
+        optimize_for_decode(model, "auto" if pack else None)
     return model
