@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scratchgpt.cli import main
+from scratchgpt.models.compiled import compile_available
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
@@ -76,6 +77,7 @@ def test_bench_speculative_json(runs, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [r["k"] for r in report["results"]] == [1, 3]
+    assert report["target_params"] > report["draft_params"] > 0  # as trained, not as packed
     for row in report["results"]:
         assert 0 < row["acceptance_rate"] <= 1 and row["speedup_measured"] > 0
         assert 0 <= row["mean_accepted"] <= row["k"]
@@ -126,3 +128,52 @@ def test_bench_speculative_random_gpt_shapes(capsys):
                  "--k", "3", "--tokens", "10", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "random GPT 2,2,32" in out and "theory" in out
+
+
+@pytest.fixture
+def small_compile_limit(runs, monkeypatch):
+    """A --compile size limit between the draft's weights and the target's (2 layers to 1),
+    as for a large target and its small draft."""
+    import scratchgpt.models.compiled as compiled
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.models.fast_decode import weight_bytes
+
+    sizes = [weight_bytes(load_model(runs[name])[0]) for name in ("draft", "target")]
+    assert sizes[0] < sizes[1]
+    monkeypatch.setattr(compiled, "COMPILE_MAX_BYTES", sizes[0])
+    return sizes[0]
+
+
+@pytest.mark.skipif(compile_available() is not None, reason=str(compile_available()))
+def test_compile_with_a_draft_compiles_the_draft_only(runs, capsys, small_compile_limit):
+    base = ["sample", "--checkpoint", str(runs["target"]), "--prompt", "Th", "--temperature",
+            "0", "--max-new-tokens", "40"]
+    assert main(base) == 0
+    greedy = capsys.readouterr().out
+    assert main([*base, "--draft", str(runs["draft"]), "--compile"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == greedy
+    assert "the target's stay eager" in captured.err and "small models" in captured.err
+    assert main(["bench", "speculative", "--checkpoint", str(runs["target"]), "--draft",
+                 str(runs["draft"]), "--k", "2", "--tokens", "12", "--repeats", "1",
+                 "--compile", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compiled"] == ["draft"] and report["draft_dtype"] == "fp32"
+
+
+def test_compile_needs_one_model_of_the_pair_that_can(runs, capsys, monkeypatch):
+    import scratchgpt.models.compiled as compiled
+
+    monkeypatch.setattr(compiled, "COMPILE_MAX_BYTES", 1)
+    code = main(["sample", "--checkpoint", str(runs["target"]), "--draft", str(runs["draft"]),
+                 "--compile", "--max-new-tokens", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "neither model can decode compiled" in err and "Traceback" not in err
+
+
+def test_draft_dtype_needs_a_draft_model(runs, capsys):
+    for extra in ([], ["--draft", "ngram"]):
+        code = main(["sample", "--checkpoint", str(runs["target"]), "--draft-dtype", "bf16",
+                     "--max-new-tokens", "5", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and "--draft-dtype needs --draft" in err, err

@@ -110,3 +110,16 @@ def test_compile_refuses_a_large_model(monkeypatch):
     monkeypatch.setattr(compiled, "COMPILE_MAX_BYTES", size - 1)
     with pytest.raises(ConfigError, match="small models"):
         CompiledGPT(model)
+
+
+def test_prepare_compiled_compiles_what_it_can_and_else_says_why():
+    from scratchgpt.models.compiled import prepare_compiled
+    from scratchgpt.models.fast_decode import Int8Linear
+
+    assert isinstance(prepare_compiled(tiny()), CompiledGPT)
+    with pytest.raises(ConfigError, match="fp32"):
+        prepare_compiled(tiny(), "int8")
+    eager = prepare_compiled(tiny(), "int8", required=False)  # a large target, say: eager
+    assert isinstance(eager, GPT) and isinstance(eager.lm_head, Int8Linear)
+    bf16 = prepare_compiled(tiny(), "bf16", required=False)
+    assert isinstance(bf16, GPT) and bf16.transformer.wte.weight.dtype == torch.bfloat16

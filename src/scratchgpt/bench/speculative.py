@@ -67,6 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0,
                    help="first seed; every (K, repeat) pair gets its own, shared by both methods")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="the target's precision, prepared as sample prepares it (default fp32)")
+    p.add_argument("--draft-dtype", choices=("fp32", "bf16", "int8"), default=None,
+                   help="the draft model's precision (default: --dtype)")
+    p.add_argument("--compile", action="store_true",
+                   help="as sample --compile: compile the one-token steps of each model that "
+                        "can be (a small fp32 GPT; the target's baseline too, when it can)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice); both methods use the same")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -116,6 +123,39 @@ def _shape(text: str) -> tuple[int, int, int]:
     return n_layer, n_head, n_embd
 
 
+def prepare(model, dtype: str, args: argparse.Namespace):
+    """``model`` as ``sample`` decodes it: ``dtype``, the decode layout, and with
+    ``--compile`` its one-token steps compiled where it can be (warmed up now, so no run
+    pays the compile)."""
+    from scratchgpt.models.compiled import CompiledGPT, prepare_compiled
+    from scratchgpt.models.fast_decode import prepare_for_decode
+
+    if not args.compile:
+        return prepare_for_decode(model, dtype)
+    model = prepare_compiled(model, dtype, required=False)
+    if isinstance(model, CompiledGPT):
+        model.warm_up()
+    return model
+
+
+def prepare_pair(target, draft, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The target in ``--dtype`` and the draft model (if any) in ``--draft-dtype``."""
+    if draft != "ngram":
+        draft = prepare(draft, args.draft_dtype or args.dtype, args)
+    return prepare(target, args.dtype, args), draft
+
+
+def count_params(target, draft) -> dict[str, int]:
+    """Parameters of the pair as trained (a packed or quantized model holds fewer)."""
+    return {"target": target.num_params(), "draft": 0 if draft == "ngram" else draft.num_params()}
+
+
+def _compiled(model) -> bool:
+    from scratchgpt.models.compiled import CompiledGPT
+
+    return isinstance(model, CompiledGPT)
+
+
 @dataclass
 class Setup:
     """The models, the prompt and a description of each, ready to time."""
@@ -124,6 +164,7 @@ class Setup:
     draft: Any  # a model, or "ngram"
     prompt: Any  # (1, T) token ids
     describe: dict[str, str] = field(default_factory=dict)
+    params: dict[str, int] = field(default_factory=dict)  # counted before packing
 
 
 def random_setup(args: argparse.Namespace) -> Setup:
@@ -140,6 +181,8 @@ def random_setup(args: argparse.Namespace) -> Setup:
 
     target = gpt(args.random_target, 0)
     draft = "ngram" if args.draft == "ngram" else gpt(args.random_draft or "2,4,128", 1)
+    params = count_params(target, draft)
+    target, draft = prepare_pair(target, draft, args)
     g = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, args.vocab_size, (args.prompt_len,), generator=g).tolist()
     if args.copy_task:
@@ -147,7 +190,8 @@ def random_setup(args: argparse.Namespace) -> Setup:
     return Setup(target, draft, torch.tensor([ids]),
                  {"target": f"random GPT {args.random_target}",
                   "draft": "ngram" if draft == "ngram" else f"random GPT "
-                                                             f"{args.random_draft or '2,4,128'}"})
+                                                             f"{args.random_draft or '2,4,128'}"},
+                 params)
 
 
 def checkpoint_setup(args: argparse.Namespace) -> Setup:
@@ -169,12 +213,14 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
     if args.draft != "ngram":
         draft, dstate = load_model(args.draft, args.which)
         check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
+    params = count_params(target, draft)
+    target, draft = prepare_pair(target, draft, args)
     text = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
     if args.copy_task:
         text = text + "\n\n" + text[: max(1, len(text) // 3)]
     return Setup(target, draft, torch.tensor([tok.encode(text)]),
                  {"target": str(tstate.path), "draft": "ngram" if draft == "ngram"
-                  else str(dstate.path)})
+                  else str(dstate.path)}, params)
 
 
 class Runner:
@@ -288,8 +334,11 @@ def run(args: argparse.Namespace) -> int:
               "repeats": args.repeats, "prompt_tokens": setup.prompt.size(1),
               "sampling": {"temperature": args.temperature, "top_k": args.top_k,
                            "top_p": args.top_p},
-              **setup.describe, "target_params": setup.target.num_params(),
-              "draft_params": 0 if setup.draft == "ngram" else setup.draft.num_params(),
+              **setup.describe, "target_params": setup.params["target"],
+              "draft_params": setup.params["draft"],
+              "dtype": args.dtype, "draft_dtype": args.draft_dtype or args.dtype,
+              "compiled": [name for name, m in (("target", setup.target),
+                                                ("draft", setup.draft)) if _compiled(m)],
               "results": rows}
     if args.json:
         print(json.dumps(report))
@@ -302,7 +351,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"target {r['target']} ({r['target_params'] / 1e6:.2f}M params), draft {r['draft']} "
           f"({r['draft_params'] / 1e6:.2f}M); prompt {r['prompt_tokens']} tokens, "
           f"{r['tokens']} tokens x {r['repeats']} runs per K and method; sampling "
-          f"{r['sampling']}; {r['threads']} threads")
+          f"{r['sampling']}; {r['threads']} threads; target {r['dtype']}, draft "
+          f"{r['draft_dtype']}; compiled steps: {', '.join(r['compiled']) or 'none'}")
     print(f"{'K':>4s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "
           f"{'decode ms':>9s} {'scr/dec':>7s} {'theory':>6s} {'theory*':>7s} {'measured':>8s} "
           f"{'NLL spec':>13s} {'NLL target':>13s}")

@@ -71,10 +71,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "activations and KV cache fp32) (default fp32)")
     p.add_argument("--compile", action="store_true",
                    help="run each one-token decode step as one torch.compile'd graph: one "
-                        "sequence at a time, with or without --draft; small fp32 GPT models "
-                        "(at most 16 MiB of weights); needs a C++ compiler. ~1.7x faster "
-                        "steps after a one-time compile of ~10-25 s (a few seconds once "
-                        "PyTorch has cached it): for long generations")
+                        "sequence at a time; small fp32 GPT models (at most 16 MiB of "
+                        "weights); needs a C++ compiler. ~1.7x faster steps after a one-time "
+                        "compile of ~10-25 s (a few seconds once PyTorch has cached it): for "
+                        "long generations. With --draft DIR it compiles whichever of the pair "
+                        "can be (a large target stays eager, its small draft compiles)")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
                    help="torch (default), or numpy: the plain NumPy forward pass of "
                         "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "
@@ -85,6 +86,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "tokens copied from an earlier occurrence of the last few tokens; no "
                         "model). The output is distributed exactly as the --checkpoint model's "
                         "own samples")
+    p.add_argument("--draft-dtype", choices=("fp32", "bf16", "int8"), default=None,
+                   help="the draft model's precision (default: --dtype); e.g. a bf16 target "
+                        "with an fp32 draft whose steps --compile compiles")
     p.add_argument("--speculate", default=None, metavar="K|auto",
                    help="draft tokens proposed per round with --draft (default 4); 'auto' "
                         "picks K every round from the running acceptance rate and the measured "
@@ -133,6 +137,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.speculate is not None and args.draft is None:
         raise ConfigError("--speculate needs --draft (a smaller model with the same "
                           "tokenizer, or 'ngram')")
+    if args.draft_dtype is not None and args.draft in (None, "ngram"):
+        raise ConfigError("--draft-dtype needs --draft with a draft model")
     if args.draft is not None and (args.beam or args.num_samples != 1):
         raise ConfigError("--draft samples one sequence; it does not combine with --beam or "
                           "--num-samples")
@@ -178,16 +184,20 @@ NOT_SAMPLED = {"gpt-classifier": "label texts with scratchgpt classify",
                "seq2seq": "decode with scratchgpt seq2seq translate"}
 
 
-def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
+def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch",
+                      dtype: str | None = None, compile_required: bool = True):
     """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
-    return load_source_for_decoding(path, args, engine)[:2]
+    return load_source_for_decoding(path, args, engine, dtype, compile_required)[:2]
 
 
-def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch"):
-    """(model ready to decode, tokenizer, ModelSource) of a checkpoint. A model with NaN or
-    infinite weights is refused."""
+def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch",
+                             dtype: str | None = None, compile_required: bool = True):
+    """(model ready to decode, tokenizer, ModelSource) of a checkpoint, in ``dtype`` (default
+    ``--dtype``). With ``--compile`` a model that cannot decode compiled is refused, or, if
+    not ``compile_required``, decodes eager. A model with NaN or infinite weights is refused."""
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.numpy_engine import NumpyGPT
+    from scratchgpt.models.compiled import prepare_compiled
     from scratchgpt.models.fast_decode import prepare_for_decode
 
     model, source = load_model(path, args.which)
@@ -198,14 +208,12 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
-    compile_step = getattr(args, "compile", False)
-    # cast or quantize, then the fastest weight layout (models/fast_decode.py); no oneDNN
-    # packing to compile: the compiler lays out the products itself
-    model = prepare_for_decode(model, args.dtype, pack=not compile_step)
-    if compile_step:
-        from scratchgpt.models.compiled import CompiledGPT
-
-        model = CompiledGPT(model)
+    # cast or quantize, then the fastest weight layout (models/fast_decode.py)
+    dtype = dtype or args.dtype
+    if getattr(args, "compile", False):
+        model = prepare_compiled(model, dtype, compile_required)
+    else:
+        model = prepare_for_decode(model, dtype)
     return model, checkpoint_tokenizer(source), source
 
 
@@ -258,7 +266,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine)
+    pair = args.draft not in (None, "ngram")  # with a draft model, either may compile
+    model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine,
+                                                  compile_required=not pair)
     if not args.threads:
         torch.set_num_threads(decode_threads(model))
     warm_up(model)
@@ -376,8 +386,10 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     if args.draft == "ngram":
         draft = NgramDrafter()
     else:
-        draft, draft_tok = load_for_decoding(args.draft, args)
+        draft, draft_tok = load_for_decoding(args.draft, args, dtype=args.draft_dtype,
+                                             compile_required=False)
         check_pair(job.model, draft, job.tok, draft_tok)
+        check_compiled_pair(job.model, draft, args)
         warm_up(draft)
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     if not args.no_stream:
@@ -397,6 +409,22 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
           f"{chosen}): {st.rounds} rounds, {st.mean_accepted:.2f} draft tokens accepted per "
           f"round, acceptance rate {st.acceptance_rate:.2f}", file=sys.stderr)
     return 0
+
+
+def check_compiled_pair(target, draft, args: argparse.Namespace) -> None:
+    """``--compile`` with a draft model compiles whichever of the two can be (typically the
+    small draft; a large target's step is bound by its products); one of them must."""
+    from scratchgpt.models.compiled import CompiledGPT, compile_refusal
+
+    if not args.compile:
+        return
+    compiled = [m for m in (target, draft) if isinstance(m, CompiledGPT)]
+    if not compiled:
+        raise ConfigError(f"--compile: neither model can decode compiled "
+                          f"({compile_refusal(draft)})")
+    if not isinstance(target, CompiledGPT):
+        print(f"--compile: the draft's steps are compiled; the target's stay eager "
+              f"({compile_refusal(target)})", file=sys.stderr)
 
 
 class _NullOut:

@@ -41,6 +41,8 @@ from scratchgpt.models.fast_decode import (
     SINGLE_THREAD_MAX_BYTES,
     Int8Linear,
     PackedLinear,
+    optimize_for_decode,
+    prepare_for_decode,
     weight_bytes,
 )
 from scratchgpt.models.gpt import GPT, KVCache
@@ -154,3 +156,19 @@ class CompiledGPT(nn.Module):
         logits = self.step(idx, slot, pos_offset, key_mask, cache.k, cache.v)  # (B, T, V)
         cache.pos += T
         return logits
+
+
+def prepare_compiled(model: Any, dtype: str = "fp32", required: bool = True) -> nn.Module:
+    """``model`` ready to decode with its one-token steps compiled: cast by
+    :func:`~scratchgpt.models.fast_decode.prepare_for_decode` without oneDNN packing (the
+    compiler lays out the products itself), then wrapped in :class:`CompiledGPT`. A model
+    that cannot decode compiled (:func:`compile_refusal`) raises ``ConfigError``, or, when not
+    ``required``, is prepared as usual (packed where that pays) and returned eager: a
+    speculative pair compiles its small draft while a large target stays eager."""
+    prepare_for_decode(model, dtype, pack=False)
+    reason = compile_refusal(model)
+    if reason is None:
+        return CompiledGPT(model)
+    if required:
+        raise ConfigError(reason)
+    return optimize_for_decode(model) if dtype != "int8" else model
