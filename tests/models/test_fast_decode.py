@@ -125,3 +125,22 @@ def test_auto_packing_packs_every_bf16_linear():
     linears = [m for m in fast.modules() if isinstance(m, torch.nn.Linear | PackedLinear)]
     assert linears and all(isinstance(m, PackedLinear) and m.row_weight is None
                            for m in linears)
+
+
+@pytest.mark.skipif(not packing_available(torch.float32), reason="oneDNN unavailable")
+def test_auto_packing_of_a_model_that_decodes_on_several_threads(monkeypatch):
+    """Over SINGLE_THREAD_MAX_BYTES (decoded with several threads), fp32 Linears from
+    ROWS_MIN_BYTES up are packed alone: with two threads the packed one-row product wins."""
+    from scratchgpt.models import fast_decode
+
+    model = tiny()
+    monkeypatch.setattr(fast_decode, "SINGLE_THREAD_MAX_BYTES", 1)
+    monkeypatch.setattr(fast_decode, "ROWS_MIN_BYTES", 64 * 192 * 4)  # c_attn and up
+    fast = optimize_for_decode(copy.deepcopy(model))
+    block = fast.transformer.h[0]
+    for linear in (block.attn.c_attn, block.mlp.c_fc, block.mlp.c_proj):
+        assert isinstance(linear, PackedLinear) and linear.row_weight is None
+    assert not isinstance(block.attn.c_proj, PackedLinear)  # 64 x 64: below
+    x = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        assert torch.allclose(fast(x), model(x), atol=1e-5)

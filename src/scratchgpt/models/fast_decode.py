@@ -126,9 +126,12 @@ def optimize_for_decode(model: nn.Module, pack: str | int | None = "auto") -> nn
     oneDNN (fp32, or bf16 where the CPU has it), ``pack`` says which are packed:
 
     * ``"auto"``, what was measured fastest: bf16, every Linear (a 6L/384d step 2.7 vs 4.5
-      ms, cpu-medium 2.0 vs 2.4 ms, 1 thread, Zen 4); fp32, those of :data:`PACK_MIN_BYTES`
-      or more, and those of :data:`ROWS_MIN_BYTES` or more with their plain weight kept for
-      one row (see :class:`PackedLinear`);
+      ms, cpu-medium 2.0 vs 2.4 ms, 1 thread, Zen 4); fp32, in a model that decodes on
+      several threads (over :data:`SINGLE_THREAD_MAX_BYTES`), every Linear of
+      :data:`ROWS_MIN_BYTES` or more (GPT-2 124M, 2 threads: a step 21.8 vs 23.1 ms, its
+      768x768 products 2.4 ms plain); in a smaller one, those of :data:`PACK_MIN_BYTES` or
+      more, and those of :data:`ROWS_MIN_BYTES` or more with their plain weight kept for one
+      row (see :class:`PackedLinear`);
     * a number: every Linear of that many bytes or more (0: all of them);
     * ``None``: none. This suits a server, whose batch size changes from step to step: oneDNN
       keeps state for every input shape a packed Linear has seen (about 0.6 MB per shape for a
@@ -147,6 +150,8 @@ def optimize_for_decode(model: nn.Module, pack: str | int | None = "auto") -> nn
         _pack_linears(model, int(pack))
     elif weight.dtype == torch.bfloat16:
         _pack_linears(model, 0)
+    elif weight_bytes(model) > SINGLE_THREAD_MAX_BYTES:
+        _pack_linears(model, ROWS_MIN_BYTES)
     else:
         _pack_linears(model, PACK_MIN_BYTES, ROWS_MIN_BYTES)
     return model
