@@ -185,3 +185,31 @@ def test_beam_search_ends_hypotheses_with_the_rule():
     for tokens, _ in hyps:
         assert eos not in tokens[:-1] and (tokens[-1] == eos or len(tokens) == 6)
     assert any(tokens[-1] == eos for tokens, _ in hyps)
+
+
+@pytest.mark.parametrize("kind", ["gpt", "bigram", "lstm", "numpy"])
+def test_prefill_runs_the_head_on_the_last_position_only(kind):
+    """``last_only`` gives the last row of the full logits, and the cache advances as far."""
+    from scratchgpt.generation.decode import prefill
+    from scratchgpt.generation.numpy_engine import NumpyGPT
+    from scratchgpt.models import build_model, model_config
+
+    torch.manual_seed(0)
+    sizes = {"gpt": dict(n_layer=2, n_head=2, n_embd=16, block_size=32),
+             "bigram": {}, "lstm": dict(n_layer=1, hidden=16), "numpy": dict(
+                 n_layer=1, n_head=2, n_embd=16, block_size=32)}[kind]
+    model = build_model(model_config("gpt" if kind == "numpy" else kind, vocab_size=23,
+                                     **sizes)).eval()
+    if kind == "numpy":
+        model = NumpyGPT(model)
+    idx = torch.randint(0, 23, (2, 7))
+    with torch.no_grad():
+        full_cache, last_cache = model.new_cache(2), model.new_cache(2)
+        full = model(idx, cache=full_cache)  # (2, 7, V)
+        last = prefill(model, last_cache, idx)  # (2, V)
+        assert last.shape == (2, 23)
+        assert torch.allclose(last, full[:, -1], atol=1e-6)
+        assert last_cache.pos == full_cache.pos == 7
+        nxt = torch.randint(0, 23, (2, 1))  # the caches hold the same state
+        assert torch.allclose(model(nxt, cache=last_cache), model(nxt, cache=full_cache),
+                              atol=1e-6)

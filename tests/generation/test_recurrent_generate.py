@@ -28,7 +28,8 @@ def test_greedy_with_state_equals_recompute(cell):
     prompt = torch.tensor([[1, 5, 2, 7], [3, 3, 0, 12]])
     fed: list[int] = []
     forward = model.forward
-    model.forward = lambda idx, cache=None: (fed.append(idx.size(1)), forward(idx, cache))[1]
+    model.forward = lambda idx, cache=None, last_only=False: (fed.append(idx.size(1)),
+                                                              forward(idx, cache, last_only))[1]
     out = generate(model, prompt, 20, SamplingConfig(temperature=0.0))
     assert fed == [4] + [1] * 19  # the prompt is read once, then one token per step
     model.forward = forward

@@ -65,8 +65,9 @@ def score(model: CachedLM, cache: DecodeCache, tokens: Tensor) -> Tensor:
 
 
 def prefill(model: CachedLM, cache: DecodeCache, tokens: Tensor) -> Tensor:
-    """Feed ``tokens`` (B, T) after what the cache holds; returns the next-token logits (B, V)."""
-    return score(model, cache, tokens)[:, -1]
+    """Feed ``tokens`` (B, T) after what the cache holds; returns the next-token logits (B, V)
+    (the output head runs on the last position only)."""
+    return model(tokens, cache=cache, last_only=True)[:, -1]
 
 
 def prefill_rows(model: CachedLM, cache: DecodeCache, rows: Sequence[Sequence[int]]) -> Tensor:

@@ -93,8 +93,10 @@ class NumpyGPT:
                                   f"{self.config.block_size}")
         return TokenCache(batch_size, max_len)
 
-    def __call__(self, idx: Tensor, cache: TokenCache | None = None) -> Tensor:
-        """idx (B, T) -> logits (B, T, V) float64; with ``cache``, idx continues its rows."""
+    def __call__(self, idx: Tensor, cache: TokenCache | None = None,
+                 last_only: bool = False) -> Tensor:
+        """idx (B, T) -> logits (B, T, V) float64 ((B, 1, V) with ``last_only``); with
+        ``cache``, idx continues its rows."""
         B, T = idx.shape
         if cache is None:
             cache = self.new_cache(B, T)
@@ -111,4 +113,4 @@ class NumpyGPT:
                 n = min(T, end - first)
                 out[b, T - n:] = logits[-n:]
         cache.pos = end
-        return torch.from_numpy(out)
+        return torch.from_numpy(out[:, -1:] if last_only else out)

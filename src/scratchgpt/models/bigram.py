@@ -82,8 +82,9 @@ class BigramLM(nn.Module):
         (the model itself has no context limit)."""
         return PositionCache(batch_size, max_len)
 
-    def forward(self, idx: Tensor, cache: PositionCache | None = None) -> Tensor:
-        """idx: (B, T) -> logits (B, T, vocab_size)."""
+    def forward(self, idx: Tensor, cache: PositionCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """idx: (B, T) -> logits (B, T, vocab_size); (B, 1, vocab_size) with ``last_only``."""
         if cache is not None:
             cache.pos += idx.shape[1]
-        return self.table(idx)
+        return self.table(idx[:, -1:] if last_only else idx)

@@ -78,8 +78,11 @@ class CachedLM(Protocol):
 
     config: object
 
-    def __call__(self, idx: Tensor, cache: DecodeCache | None = None) -> Tensor:
-        """idx (B, T) token ids -> logits (B, T, vocab_size)."""
+    def __call__(self, idx: Tensor, cache: DecodeCache | None = None,
+                 last_only: bool = False) -> Tensor:
+        """idx (B, T) token ids -> logits (B, T, vocab_size); ``last_only``: the logits of the
+        last position alone, (B, 1, vocab_size) (a prefill needs no more, and the output
+        head of a large vocabulary is a large share of a prompt's cost)."""
         ...
 
     def new_cache(self, batch_size: int, max_len: int | None = None,

@@ -135,7 +135,8 @@ class CompiledGPT(nn.Module):
         changes for the caller: a window slides only once the context is full.)"""
         return self.model.new_cache(batch_size, None, dtype)
 
-    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: KVCache | None = None,
+                last_only: bool = False) -> Tensor:
         """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; compiled for one new token of
         one row (B = T = 1) that fits the cache.
 
@@ -145,7 +146,7 @@ class CompiledGPT(nn.Module):
         B, T = idx.shape
         if (B != 1 or T != 1 or not isinstance(cache, KVCache)
                 or cache.pos + T > cache.max_len):  # (the eager path raises the errors)
-            return self.model(idx, cache)
+            return self.model(idx, cache, last_only)
         pos_offset = cache.pos_offset
         if pos_offset is None:
             pos_offset = torch.zeros(B, dtype=torch.long, device=idx.device)

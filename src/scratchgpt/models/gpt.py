@@ -618,12 +618,15 @@ class GPT(nn.Module):
         """Attention mask (B or 1, 1, T, Tk), True = may attend; None: causal, or none needed."""
         return None if cache is None else cache.attn_mask(T)
 
-    def forward(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
-        """idx: (B, T) token ids -> logits (B, T, vocab_size).
+    def forward(self, idx: Tensor, cache: KVCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """idx: (B, T) token ids -> logits (B, T, vocab_size), or (B, 1, vocab_size) of the
+        last position with ``last_only`` (the head runs on that position alone).
 
         With ``cache``, ``idx`` continues the cached sequence and ``cache.pos`` advances by T.
         """
-        return self._forward(idx, cache)[0]
+        x, _ = self._hidden(idx, cache)  # (B, T, C)
+        return self._head(x[:, -1:] if last_only else x)
 
     def forward_with_attention(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Like ``forward`` but via the plain-math path, also returning each layer's attention

@@ -376,13 +376,14 @@ class RecurrentLM(nn.Module):
         hidden = self.rnn.zero_state(batch_size, dtype=dtype)
         return RecurrentState(*hidden) if isinstance(hidden, tuple) else RecurrentState(hidden)
 
-    def forward(self, idx: Tensor, cache: RecurrentState | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: RecurrentState | None = None,
+                last_only: bool = False) -> Tensor:
         x = self.drop(self.embed(idx))  # [B, T, hidden]
         if cache is None:
             out, _ = self.rnn(x)  # from a zero state
         else:
             out = cache.advance(self.rnn, x)  # from the cached state, which it updates
-        return self.head(self.drop(out))  # [B, T, vocab]
+        return self.head(self.drop(out[:, -1:] if last_only else out))  # [B, T or 1, vocab]
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Number of trainable parameters (``non_embedding`` is accepted for the common
