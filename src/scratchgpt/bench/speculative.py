@@ -8,6 +8,9 @@ The drafter is a small model (``--draft DIR``) or prompt lookup (``--draft ngram
 off where the output repeats the input: ``--copy-task``). Instead of checkpoints,
 ``--random-target L,H,D`` and ``--random-draft L,H,D`` time randomly initialised GPTs of those
 shapes (e.g. GPT-2 124M: 12,12,768 with the default vocabulary 50257 and context 1024).
+Both models are prepared as ``sample`` prepares them: ``--dtype`` (the target) and
+``--draft-dtype``, and with ``--compile`` the one-token steps of whichever can be compiled
+(typically the small draft; the target's baseline too when it can be).
 
 Reported per K:
 
