@@ -16,8 +16,8 @@ a quarter of fp32's weight bytes. Two layout preparations, chosen by the model's
   weights faster (lm_head 34.5 vs 20.4 GB/s; GPT-2 124M decodes at 43.0 vs 38.6 tok/s with all
   Linears packed vs only the wide ones, docs/BENCHMARKS.md) but cost ~25 us more a call, so
   weights under :data:`PACK_MIN_BYTES` keep a plain copy for one-row products and use the
-  packed one for several rows (a 5-row scoring call of a 6L/384d model: 1.05x a one-token step
-  instead of 1.75x); the smallest (under :data:`ROWS_MIN_BYTES`) stay plain.
+  packed one for several rows (a 5-row scoring call of a 6L/384d model: 1.16x a one-token step
+  instead of 1.76x); the smallest (under :data:`ROWS_MIN_BYTES`) stay plain.
 
 Threads: a small model's decode step is a hundred or so kernels of a few microseconds each, too
 short to split; a second thread only adds the cost of waking and joining it, and when the
