@@ -172,4 +172,4 @@ def prepare_compiled(model: Any, dtype: str = "fp32", required: bool = True) -> 
         return CompiledGPT(model)
     if required:
         raise ConfigError(reason)
-    return optimize_for_decode(model) if dtype != "int8" else model
+    return optimize_for_decode(model)  # (int8 Linears are left as they are)

@@ -631,18 +631,13 @@ class GPT(nn.Module):
     def forward_with_attention(self, idx: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Like ``forward`` but via the plain-math path, also returning each layer's attention
         weights, a list of n_layer tensors (B, n_head, T, T)."""
-        logits, weights = self._forward(idx, None, need_weights=True)
-        return logits, weights
+        x, weights = self._hidden(idx, None, need_weights=True)  # (B, T, C)
+        return self._head(x), weights
 
     def features(self, idx: Tensor) -> Tensor:
         """idx: (B, T) -> the final hidden states (B, T, C): after ``ln_f``, before ``lm_head``
         (what a classification head reads)."""
         return self._hidden(idx, None)[0]
-
-    def _forward(self, idx: Tensor, cache: KVCache | None,
-                 need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        x, all_weights = self._hidden(idx, cache, need_weights)  # (B, T, C)
-        return self._head(x), all_weights
 
     def _head(self, x: Tensor) -> Tensor:
         """Final hidden states (B, T, C) -> logits (B, T, vocab_size)."""
