@@ -9,6 +9,7 @@ from scratchgpt.training.optim import (
     hidden_matrices,
     make_optimizer,
     newton_schulz,
+    orthogonalize,
     set_lr,
 )
 
@@ -90,6 +91,25 @@ def test_our_muon_in_bf16_is_torchs_bit_for_bit():
     ref = _muon_steps(torch.optim.Muon, MATRICES)
     ours = _muon_steps(Muon, MATRICES, ns_dtype=torch.bfloat16)
     assert all(torch.equal(a, b) for a, b in zip(ref, ours, strict=True))
+
+
+# A GPT's blocks repeat shapes: these batch by three (two wide, one tall) and by two.
+REPEATED = [torch.randn(32, 96) * 0.02, torch.randn(96, 32) * 0.02, torch.randn(32, 96) * 0.02,
+            torch.randn(40, 40) * 0.02, torch.randn(40, 40) * 0.02, torch.randn(24, 56) * 0.02]
+
+
+def test_our_batched_muon_is_torchs_bit_for_bit_when_shapes_repeat():
+    ref = _muon_steps(torch.optim.Muon, REPEATED)
+    ours = _muon_steps(Muon, REPEATED, ns_dtype=torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(ref, ours, strict=True))
+
+
+def test_orthogonalize_batches_equal_one_matrix_at_a_time():
+    coef = (3.4445, -4.7750, 2.0315)
+    batched = orthogonalize(REPEATED, coef, 5, 1e-7, torch.float32)
+    for g, x in zip(REPEATED, batched, strict=True):
+        assert x.shape == g.shape
+        assert torch.allclose(x, newton_schulz(g, coef, 5, 1e-7, torch.float32), atol=1e-6)
 
 
 def test_our_muon_in_fp32_follows_torchs_up_to_bf16_rounding():
