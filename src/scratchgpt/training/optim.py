@@ -48,25 +48,23 @@ def newton_schulz(g: Tensor, coefficients: tuple[float, float, float], steps: in
     """Muon's orthogonalization: the quintic Newton-Schulz iteration that maps a matrix G (m, n)
     to about U V^T (its SVD's singular values pushed towards 1), computed in ``dtype``.
 
-    ``g`` may be a batch (b, m, n) of matrices of one shape: one batched product per line below
+    ``g`` may be a batch (B, m, n) of matrices of one shape: one batched product per line below
     instead of one per matrix, which is what a small model's many small matrices need. The same
     iteration as ``torch.optim.Muon``'s, which always computes in bfloat16 (and, in bfloat16,
     the same numbers: a batched product rounds as a single one does).
     """
     a, b, c = coefficients
-    x = g.to(dtype)  # (..., m, n)
+    x = g.to(dtype).reshape(-1, *g.shape[-2:])  # (B, m, n); one matrix is a batch of one
     tall = g.size(-2) > g.size(-1)
     if tall:
-        x = x.mT  # (..., n, m): the Gram matrices below are the smaller side's
-    norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True)  # (..., 1, 1)
+        x = x.mT  # (B, n, m): the Gram matrices below are the smaller side's
+    norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True)  # (B, 1, 1)
     x = x / norm.clamp(min=eps)  # spectral norm <= Frobenius norm <= 1
     for _ in range(steps):
-        gram = x @ x.mT  # (..., k, k), k = min(m, n)
-        update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c) if x.dim() == 3 else \
-            torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A^2
-        x = torch.baddbmm(x, update, x, beta=a) if x.dim() == 3 else \
-            torch.addmm(x, update, x, beta=a)  # a X + (b A + c A^2) X
-    return x.mT if tall else x
+        gram = x @ x.mT  # (B, k, k), k = min(m, n)
+        update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A^2
+        x = torch.baddbmm(x, update, x, beta=a)  # a X + (b A + c A^2) X
+    return (x.mT if tall else x).reshape(g.shape)
 
 
 def orthogonalize(updates: list[Tensor], coefficients: tuple[float, float, float], steps: int,
@@ -85,7 +83,7 @@ def orthogonalize(updates: list[Tensor], coefficients: tuple[float, float, float
     for members in groups.values():
         wide = [updates[i].mT if updates[i].size(0) > updates[i].size(1) else updates[i]
                 for i in members]  # each (k, n), k <= n
-        batch = newton_schulz(torch.stack(wide), coefficients, steps, eps, dtype)  # (b, k, n)
+        batch = newton_schulz(torch.stack(wide), coefficients, steps, eps, dtype)  # (B, k, n)
         for i, x in zip(members, batch.unbind(0), strict=True):
             out[i] = x.mT if updates[i].size(0) > updates[i].size(1) else x
     return out
