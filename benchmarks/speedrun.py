@@ -44,9 +44,9 @@ ABLATIONS: dict[str, list[str]] = {
     "logit-softcap": ["--logit-softcap", "30"],
     "untied-head": ["--no-tie-weights"],
 }
-# The stack: at 90 s the cpu-speedrun preset itself; at 10 minutes the same options on the
-# cpu-medium shape (read from the preset, so the two never drift apart).
+# The stack: the base preset's shape with every option, a preset of its own.
 STACK = "stack"
+STACK_PRESET = {"cpu-small": "cpu-speedrun", "cpu-medium": "cpu-medium-speedrun"}
 # nanoGPT's CPU recipe (its README: 4 layers, 4 heads, 128 dims, context 64, batch 12, no
 # dropout, AdamW at 1e-3 with warmup 100 and a cosine to 1e-4, betas 0.9/0.99, weight decay
 # 0.1, grad clip 1, exact GELU) in scratchgpt's trainer, under the same budget.
@@ -61,25 +61,6 @@ DONE = re.compile(r"done: (\d+) steps in ([\d.]+)s \(([\d,]+) tokens/s\); train 
                   r"val loss ([\d.]+) \(full val split, ([\d.]+) bits/char\)")
 
 
-def stack_flags() -> list[str]:
-    """The options cpu-speedrun adds to cpu-small, as flags (applied to cpu-medium at 10 m)."""
-    from scratchgpt.training.config import PRESETS
-
-    small, fast = PRESETS["cpu-small"], PRESETS["cpu-speedrun"]
-    shape = {"n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
-             "eval_interval", "eval_iters", "seq_len_warmup", "batch_size_ramp"}
-    flags: list[str] = []
-    for key, value in fast.items():
-        if key in shape or small.get(key) == value:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + key.replace("_", "-"))
-        else:
-            flags += [flag, str(value)]
-    return flags
-
-
 def run_flags(variant: str, budget: str) -> list[str]:
     """The training flags of ``variant`` at ``budget`` (a duration, or ``N`` updates)."""
     base = BASE.get(budget, "cpu-small")
@@ -87,9 +68,8 @@ def run_flags(variant: str, budget: str) -> list[str]:
         return NANOGPT_FLAGS
     ramp = RAMP.get(budget) or str(int(budget) // 4)  # a pilot of N updates: a quarter
     if variant == STACK:  # the ramps as long as in the ablations
-        stack = ["--preset", "cpu-speedrun"] if base == "cpu-small" else \
-            ["--preset", base, *stack_flags()]
-        return [*stack, "--seq-len-warmup", ramp, "--batch-size-ramp", ramp]
+        return ["--preset", STACK_PRESET[base], "--seq-len-warmup", ramp,
+                "--batch-size-ramp", ramp]
     return ["--preset", base, *(f.format(ramp=ramp) for f in ABLATIONS[variant])]
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The training speedrun's ablation table (docs/BENCHMARKS.md, "Training speedrun"): each option alone
-# against the base preset, then the stack (cpu-speedrun), and nanoGPT's CPU recipe, at 90 s
+# against the base preset, then the stack (cpu-speedrun, cpu-medium-speedrun), and nanoGPT's CPU recipe, at 90 s
 # (base cpu-small) and 10 minutes (base cpu-medium); quality as val nats/token and bits/char.
 # Run on an otherwise idle machine: every run is timed by the wall clock. PYTHON: the
 # interpreter with scratchgpt installed (default python3).

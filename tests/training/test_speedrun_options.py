@@ -205,3 +205,15 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
                                                              base_model.block_size)
     assert stack_model.pos_encoding == "rope" and stack_model.qk_norm
     assert stack_train.schedule == "wsd" and stack_train.seq_len_warmup > 0
+
+
+def test_the_medium_speedrun_preset_is_cpu_medium_with_the_speedrun_options():
+    from scratchgpt.training.config import PRESETS, SPEEDRUN_OPTIONS
+
+    medium, stack = PRESETS["cpu-medium"], PRESETS["cpu-medium-speedrun"]
+    assert {k: v for k, v in stack.items() if k not in SPEEDRUN_OPTIONS} == \
+        {**{k: v for k, v in medium.items() if k not in SPEEDRUN_OPTIONS},
+         "seq_len_warmup": 600, "batch_size_ramp": 600}
+    assert all(stack[k] == v for k, v in SPEEDRUN_OPTIONS.items())
+    small = PRESETS["cpu-speedrun"]  # the small stack has the same options
+    assert all(small[k] == v for k, v in SPEEDRUN_OPTIONS.items())
