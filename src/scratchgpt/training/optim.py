@@ -118,8 +118,10 @@ class Muon(torch.optim.Muon):
         """torch's Muon step for a group's matrices, as one batch per shape."""
         momentum, lr = group["momentum"], group["lr"]
         grads = [p.grad for p in params]
-        bufs = [self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
-                for p in params]
+        for p in params:  # (setdefault would allocate a discarded zero tensor every step)
+            if "momentum_buffer" not in self.state[p]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad)
+        bufs = [self.state[p]["momentum_buffer"] for p in params]
         torch._foreach_lerp_(bufs, grads, 1 - momentum)  # momentum: an average of gradients
         updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
         updates = orthogonalize(updates, group["ns_coefficients"], group["ns_steps"],
