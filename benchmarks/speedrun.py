@@ -32,6 +32,7 @@ RAMP = {"90s": "500", "10m": "600"}
 # Each change alone, as flags on top of the base preset ("{ramp}": the budget's RAMP).
 ABLATIONS: dict[str, list[str]] = {
     "baseline": [],
+    "two-layers": ["--n-layer", "2"],  # depth for updates: the cheapest change at 90 s
     "wsd": ["--schedule", "wsd"],
     "seq-len-warmup": ["--seq-len-warmup", "{ramp}"],
     "batch-size-ramp": ["--batch-size-ramp", "{ramp}"],
@@ -91,6 +92,24 @@ def kjv_dataset(cache: Path) -> str | None:
     print(f"kjv: {len(text):,} characters, sha256 "
           f"{hashlib.sha256(text.encode()).hexdigest()}", file=sys.stderr)
     scratchgpt("prepare", "--data", str(source), "--tokenizer", "char", "--out", str(target))
+    return str(target)
+
+
+def prepared(dataset: str, tokenizer: str) -> str | None:
+    """What ``train --dataset`` is given for ``dataset`` under ``tokenizer``: ``char``, the
+    text as named (character level), or ``bpe:N``, a byte-level BPE of N ids learned on the
+    text's training split, prepared once into ``runs/speedrun/data`` before any run is timed
+    (as nanoGPT's prepare.py is run before its train.py). None: kjv is unavailable."""
+    source = kjv_dataset(OUT / "data") if dataset == "kjv" else dataset
+    if source is None or tokenizer == "char":
+        return source
+    vocab = tokenizer.removeprefix("bpe:")
+    target = OUT / "data" / f"{dataset}-bpe{vocab}"
+    if not (target / "meta.json").is_file():
+        text = ["--data", str(OUT / "data" / "kjv.txt")] if dataset == "kjv" else \
+            ["--dataset", dataset]
+        scratchgpt("prepare", *text, "--tokenizer", "bpe", "--vocab-size", vocab,
+                   "--out", str(target))
     return str(target)
 
 
@@ -168,16 +187,23 @@ def main() -> int:
     p.add_argument("--variants", default="", help="comma list of runs instead of the plan: "
                    + ", ".join([*ABLATIONS, STACK, NANOGPT]))
     p.add_argument("--threads", type=int, default=None, help="torch threads per run")
+    p.add_argument("--tokenizer", default="char",
+                   help="char (default), or bpe:N: every text as a byte-level BPE of N ids "
+                        "learned on its training split; bits/char stay comparable")
     args = p.parse_args()
+    if args.tokenizer != "char" and not re.fullmatch(r"bpe:\d+", args.tokenizer):
+        p.error(f"--tokenizer: char or bpe:N (e.g. bpe:1024), not {args.tokenizer!r}")
     OUT.mkdir(parents=True, exist_ok=True)
     data = {}
     rows = []
     for dataset, budget, variant in plan(args):
         if dataset not in data:
-            data[dataset] = kjv_dataset(OUT / "data") if dataset == "kjv" else dataset
+            data[dataset] = prepared(dataset, args.tokenizer)
         if data[dataset] is None:
             continue
-        row = train_once(dataset, data[dataset], budget, variant, args.threads)
+        label = dataset if args.tokenizer == "char" else \
+            f"{dataset}-{args.tokenizer.replace(':', '')}"
+        row = train_once(label, data[dataset], budget, variant, args.threads)
         print(json.dumps(row), flush=True)
         with (OUT / "results.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")

@@ -4,12 +4,14 @@
 # (base cpu-small) and 10 minutes (base cpu-medium); quality as val nats/token and bits/char.
 # Run on an otherwise idle machine: every run is timed by the wall clock. PYTHON: the
 # interpreter with scratchgpt installed (default python3).
-#   benchmarks/speedrun.sh                      # everything: ~4 h (14 runs per budget on Tiny
+#   benchmarks/speedrun.sh                      # everything: ~4 h (15 runs per budget on Tiny
 #                                               # Shakespeare, 3 each on python-stdlib and kjv)
 #   benchmarks/speedrun.sh --budgets 90s        # the 90 s column only (~40 min)
 #   benchmarks/speedrun.sh --budgets 10m        # the 10 minute column only (~3.5 h)
 #   benchmarks/speedrun.sh --budgets 90s --datasets shakespeare --variants baseline,stack
 #   benchmarks/speedrun.sh --budgets 800 --threads 1   # a step-matched pilot (800 updates)
+#   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768 --variants two-layers
+#                                               # each text as a byte-level BPE of 768 ids
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
 # (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md}.
