@@ -217,3 +217,27 @@ def test_the_medium_speedrun_preset_is_cpu_medium_with_the_speedrun_options():
     assert all(stack[k] == v for k, v in SPEEDRUN_OPTIONS.items())
     small = PRESETS["cpu-speedrun"]  # the small stack has the same options
     assert all(small[k] == v for k, v in SPEEDRUN_OPTIONS.items())
+
+
+def test_the_speedrun_prepares_a_bpe_of_each_text_once(tmp_path, monkeypatch):
+    script = _speedrun_script()
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    calls = []
+
+    def fake_scratchgpt(*args):  # stands for `scratchgpt prepare`: writes the dataset's meta
+        calls.append(args)
+        out = tmp_path / args[args.index("--out") + 1]
+        out.mkdir(parents=True)
+        (out / "meta.json").write_text("{}")
+        return ""
+
+    monkeypatch.setattr(script, "scratchgpt", fake_scratchgpt)
+    assert script.prepared("shakespeare", "char") == "shakespeare"  # named, as it is
+    first = script.prepared("shakespeare", "bpe:768")
+    assert script.prepared("shakespeare", "bpe:768") == first  # prepared once, then reused
+    assert len(calls) == 1
+    args = calls[0]
+    assert args[:3] == ("prepare", "--dataset", "shakespeare")
+    assert args[args.index("--tokenizer") + 1] == "bpe"
+    assert args[args.index("--vocab-size") + 1] == "768"
+    assert first == args[args.index("--out") + 1] and first.endswith("shakespeare-bpe768")
