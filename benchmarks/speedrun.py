@@ -95,6 +95,12 @@ def kjv_dataset(cache: Path) -> str | None:
     return str(target)
 
 
+def text_name(dataset: str, tokenizer: str) -> str:
+    """How runs of ``dataset`` under ``tokenizer`` are named: ``shakespeare`` at character
+    level, ``shakespeare-bpe768`` under ``bpe:768`` (also its prepared directory's name)."""
+    return dataset if tokenizer == "char" else f"{dataset}-{tokenizer.replace(':', '')}"
+
+
 def prepared(dataset: str, tokenizer: str) -> str | None:
     """What ``train --dataset`` is given for ``dataset`` under ``tokenizer``: ``char``, the
     text as named (character level), or ``bpe:N``, a byte-level BPE of N ids learned on the
@@ -104,7 +110,7 @@ def prepared(dataset: str, tokenizer: str) -> str | None:
     if source is None or tokenizer == "char":
         return source
     vocab = tokenizer.removeprefix("bpe:")
-    target = OUT / "data" / f"{dataset}-bpe{vocab}"
+    target = OUT / "data" / text_name(dataset, tokenizer)
     if not (target / "meta.json").is_file():
         text = ["--data", str(OUT / "data" / "kjv.txt")] if dataset == "kjv" else \
             ["--dataset", dataset]
@@ -201,9 +207,8 @@ def main() -> int:
             data[dataset] = prepared(dataset, args.tokenizer)
         if data[dataset] is None:
             continue
-        label = dataset if args.tokenizer == "char" else \
-            f"{dataset}-{args.tokenizer.replace(':', '')}"
-        row = train_once(label, data[dataset], budget, variant, args.threads)
+        row = train_once(text_name(dataset, args.tokenizer), data[dataset], budget, variant,
+                         args.threads)
         print(json.dumps(row), flush=True)
         with (OUT / "results.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
