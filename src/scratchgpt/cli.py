@@ -9,15 +9,13 @@ line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from scratchgpt import __version__
 from scratchgpt.errors import ScratchGPTError, Terminated
+from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -51,54 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` for the duration of the block (where it would
-    otherwise kill the process on the spot: the main thread, default handler)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM are recorded, not raised, for the duration of the block, then raised
-    once it is over. For imports: torch's and numpy's import machinery sometimes swallows a
-    KeyboardInterrupt raised inside it, leaving a half-imported module, and the command would
-    run on as if never interrupted (or fail with a traceback)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise Terminated if pending[0] == signal.SIGTERM else KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the process exit code (0 ok, 2 bad input or a file that cannot be
     written, 130 interrupted, 143 terminated)."""
+    try:
+        return _main(argv)
+    finally:
+        forget_interrupts_caught_in_exec()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command = "scratchgpt"
     try:
-        with _sigterm_stops():
-            with _signals_held():  # the command modules import torch
+        with sigterm_stops():
+            with signals_held():  # the command modules import torch
                 parser = build_parser()
             args = parser.parse_args(argv)
             command = f"scratchgpt {args.command}"

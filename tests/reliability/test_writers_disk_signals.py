@@ -172,6 +172,52 @@ def test_ctrl_c_at_start_up_is_one_line_and_exit_130(tiny_data, tmp_path, delay)
     assert err.strip().splitlines()[-1].startswith(("scratchgpt", "SIGINT", "interrupted")), err
 
 
+def test_ctrl_c_while_the_trainer_is_set_up_is_never_swallowed(tiny_data, tmp_path, monkeypatch):
+    """Setting a run up imports parts of torch lazily, and an import can swallow the
+    KeyboardInterrupt raised inside it (leaving a run that trains on as if never
+    interrupted). Here the set-up receives Ctrl-C inside code that swallows everything: the
+    command still ends interrupted, with exit code 130, before training a step."""
+    from scratchgpt.training import job
+
+    real = job.Trainer
+
+    def set_up_swallowing_ctrl_c(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs here, inside the try
+        except BaseException:  # what a swallowing import does  # noqa: BLE001
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job, "Trainer", set_up_swallowing_ctrl_c)
+    code = main(["train", "--dataset", str(tiny_data), "--out", str(tmp_path / "run"),
+                 "--max-iters", "3", *TINY])
+    assert code == 130
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_ctrl_c_caught_inside_exec_does_not_override_the_exit_code():
+    """CPython marks a KeyboardInterrupt that escapes ``exec`` of a string as unhandled even
+    when it is caught, and at exit kills the process with SIGINT instead of exiting with the
+    command's code; :func:`forget_interrupts_caught_in_exec` clears the mark. The mark is
+    visible as a C variable on CPython 3.11 only (later versions keep it in a struct)."""
+    import ctypes
+
+    from scratchgpt.signals import forget_interrupts_caught_in_exec
+
+    try:
+        mark = ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+    except (ValueError, AttributeError):
+        pytest.skip("this Python does not export the mark")
+    try:
+        exec("raise KeyboardInterrupt")
+    except KeyboardInterrupt:
+        pass
+    assert mark.value == 1
+    forget_interrupts_caught_in_exec()
+    assert mark.value == 0
+
+
 def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_finite_checkpoints(
         run, capsys, figures):
     """A learning rate in range but far too high drives the weights to infinity: the run

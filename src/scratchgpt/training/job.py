@@ -22,6 +22,7 @@ from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
 from scratchgpt.models import ModelConfig
+from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.precision import resolve_device, resolve_dtype
@@ -163,11 +164,12 @@ def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
 
 def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
     """This process's part of ``job`` (the whole of it outside a process group)."""
-    resume = job.checkpoint()
-    init = job.init() if job.init is not None and resume is None else None
-    trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), resume,
-                      init_weights=init, progress=progress, extra_config=job.extra)
-    return trainer.fit()
+    with signals_held():  # setting up imports parts of torch (the optimizers' torch._dynamo)
+        resume = job.checkpoint()
+        init = job.init() if job.init is not None and resume is None else None
+        trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), resume,
+                          init_weights=init, progress=progress, extra_config=job.extra)
+    return trainer.fit()  # from here a signal is a request to stop after a step (StopFlag)
 
 
 def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out: str | Path,
