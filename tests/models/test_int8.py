@@ -14,6 +14,7 @@ from torch import nn
 from scratchgpt.checkpoints import load_model
 from scratchgpt.generation.generate import generate
 from scratchgpt.generation.sampling import SamplingConfig
+from scratchgpt.models import int8_kernel
 from scratchgpt.models.fast_decode import (
     Int8Linear,
     int8_available,
@@ -28,19 +29,70 @@ pytestmark = pytest.mark.skipif(not int8_available(), reason="no aten._weight_in
 GREEDY = SamplingConfig(temperature=0)
 
 
-@pytest.mark.parametrize("k", [64, 36, 65])  # 36, 65: padded to the kernel's multiple of 16
-def test_int8_linear_computes_the_quantized_product(k):
+@pytest.fixture(params=["ours", "torch"])
+def backend(request, monkeypatch):
+    """Each int8 product: scratchgpt's AVX-512 kernel (where this CPU and a C compiler allow)
+    and PyTorch's ``_weight_int8pack_mm``."""
+    if request.param == "torch":
+        monkeypatch.setenv("SCRATCHGPT_INT8_KERNEL", "torch")
+    int8_kernel.load.cache_clear()
+    if request.param == "ours" and int8_kernel.load() is None:
+        pytest.skip("scratchgpt's int8 kernel needs AVX-512 and a C compiler")
+    yield request.param
+    monkeypatch.delenv("SCRATCHGPT_INT8_KERNEL", raising=False)
+    int8_kernel.load.cache_clear()
+
+
+@pytest.mark.parametrize("k", [64, 36, 65])  # 36, 65: padded to the kernels' multiple of 16
+def test_int8_linear_computes_the_quantized_product(k, backend):
     torch.manual_seed(0)
-    linear = nn.Linear(k, 40)
+    linear = nn.Linear(k, 42)  # 42 output rows: blocks of 4 and a tail of 2
     q = Int8Linear(linear)
-    assert q.weight.dtype == torch.int8 and q.dequantized().shape == (40, k)
+    assert q.weight.dtype == torch.int8 and q.dequantized().shape == (42, k)
     x = torch.randn(3, 5, k)
-    # what the kernel is documented to compute: bf16 inputs times q * scale, fp32 sums,
-    # rounded to bf16
-    ref = x.bfloat16().float() @ q.dequantized().T  # (3, 5, 40)
     y = q(x)
-    assert y.shape == (3, 5, 40) and y.dtype == torch.float32
-    assert torch.allclose(y - linear.bias, ref, rtol=2**-8, atol=1e-5)  # bf16: 8-bit mantissa
+    assert y.shape == (3, 5, 42) and y.dtype == torch.float32
+    if backend == "torch":
+        # what its kernel is documented to compute: bf16 inputs times q * scale, fp32 sums,
+        # rounded to bf16
+        ref = x.bfloat16().float() @ q.dequantized().T  # (3, 5, 42)
+        assert torch.allclose(y - linear.bias, ref, rtol=2**-8, atol=1e-5)  # 8-bit mantissa
+    else:  # fp32 inputs and sums: only the order of the sums differs from the reference
+        ref = x.double() @ q.dequantized().double().T + linear.bias.double()
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_gets_the_same_bits_alone_in_a_batch_and_on_any_thread_count():
+    """scratchgpt's kernel sums every output in one order whatever rows share the call, so a
+    batch equals its rows alone, bit for bit (a cached step equals the uncached forward)."""
+    if int8_kernel.load() is None:
+        pytest.skip("scratchgpt's int8 kernel needs AVX-512 and a C compiler")
+    torch.manual_seed(0)
+    q = Int8Linear(nn.Linear(96, 45))
+    x = torch.randn(11, 96)  # 11 rows: blocks of 4 and a tail of 3
+    together = q(x)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([q(x[i:i + 1]) for i in range(11)])
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(together, alone)
+
+
+def test_the_kernel_falls_back_to_torch_when_it_cannot_be_built(monkeypatch):
+    """No C compiler (or one that fails): int8 still works, on PyTorch's kernel."""
+    monkeypatch.setenv("CC", "no-such-compiler")
+    int8_kernel.load.cache_clear()
+    try:
+        assert int8_kernel.load() is None
+        assert int8_kernel.describe().startswith("torch")
+        q = Int8Linear(nn.Linear(32, 8))
+        x = torch.randn(2, 32)
+        ref = x.bfloat16().float() @ q.dequantized().T  # its bf16 product, then the bias
+        assert torch.allclose(q(x) - q.bias, ref, rtol=2**-8, atol=1e-5)
+    finally:
+        int8_kernel.load.cache_clear()
 
 
 def test_quantization_error_is_at_most_half_a_step():
@@ -73,20 +125,32 @@ def test_quantize_replaces_every_linear_and_keeps_the_embedding():
     assert int8_bytes == fp32_bytes // 4  # 32 inputs: a multiple of 16, no padding
 
 
-def test_int8_calls_the_int8_kernel(monkeypatch):
-    """The product runs in the int8-weight kernel, never a dequantized float matmul."""
+def test_int8_calls_an_int8_kernel(monkeypatch, backend):
+    """The product runs in an int8-weight kernel, never a dequantized float matmul: the
+    int8 weight itself is what the kernel receives."""
     calls = []
-    kernel = torch.ops.aten._weight_int8pack_mm
+    if backend == "torch":
+        kernel = torch.ops.aten._weight_int8pack_mm
 
-    class Spy:
-        def __call__(self, a, w, s):
+        def spy(a, w, s):
             calls.append((a.dtype, w.dtype))
             return kernel(a, w, s)
 
+        monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", spy)
+        want = [(torch.bfloat16, torch.int8)]
+    else:
+        kernel = int8_kernel.int8_matmul
+
+        def spy(x, w, scale, bias):
+            calls.append((x.dtype, w.dtype))
+            return kernel(x, w, scale, bias)
+
+        monkeypatch.setattr(int8_kernel, "int8_matmul", spy)
+        want = [(torch.float32, torch.int8)]
+    monkeypatch.setattr(torch.nn.functional, "linear", None)  # no float product anywhere
     q = Int8Linear(nn.Linear(32, 8))
-    monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", Spy())
     q(torch.randn(2, 32))
-    assert calls == [(torch.bfloat16, torch.int8)]
+    assert calls == want
 
 
 # ---- a trained model

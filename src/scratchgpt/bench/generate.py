@@ -233,6 +233,7 @@ def int8_kernel_check(n: int, k: int, reps: int = 20) -> dict:
     import torch
     import torch.nn.functional as F
 
+    from scratchgpt.models import int8_kernel
     from scratchgpt.models.fast_decode import Int8Linear
 
     linear = torch.nn.Linear(k, n, bias=False)
@@ -243,7 +244,8 @@ def int8_kernel_check(n: int, k: int, reps: int = 20) -> dict:
         return min(_timed(fn) for _ in range(r)) * 1e3
 
     with torch.inference_mode():
-        return {"shape": [n, k], "int8_kernel_ms": best(lambda: q(x), reps),
+        return {"shape": [n, k], "kernel": int8_kernel.describe(),
+                "int8_kernel_ms": best(lambda: q(x), reps),
                 "fp32_ms": best(lambda: F.linear(x, w), reps),
                 "dequantize_then_matmul_ms": best(lambda: F.linear(x, q.dequantized()),
                                                   max(2, reps // 10))}
@@ -465,7 +467,8 @@ def _notes(r: dict) -> list[str]:
                      f"{a['greedy_first_divergence']}")
     if "int8_kernel" in r:
         k = r["int8_kernel"]
-        lines.append(f"int8 kernel, one token times a {k['shape'][0]}x{k['shape'][1]} weight: "
+        lines.append(f"int8 kernel ({k['kernel']}), one token times a "
+                     f"{k['shape'][0]}x{k['shape'][1]} weight: "
                      f"{k['int8_kernel_ms']:.2f} ms (fp32 {k['fp32_ms']:.2f} ms, dequantize "
                      f"then matmul {k['dequantize_then_matmul_ms']:.2f} ms)")
     if "cache_vs_recompute" in r:

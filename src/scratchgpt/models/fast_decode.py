@@ -29,12 +29,17 @@ Packed and quantized models are for inference only: their weights cannot be trai
 
 **int8 weight-only decode** (:class:`Int8Linear`): each Linear weight row (one output channel)
 is stored as int8 with one scale, ``w[n, k] ~ scale[n] * q[n, k]``, ``scale[n] = max|w[n]| /
-127`` (symmetric, per channel). The product runs in PyTorch's int8-weight kernel
-(``aten._weight_int8pack_mm``, what gpt-fast uses on CPU): it streams the int8 bytes and
-converts them to float in registers, so no dequantized copy of the weight is ever made. On x86
-its vectorized path takes bf16 activations (its fp32 path is scalar code, ~10x slower), so each
-int8 product reads its input rounded to bf16, accumulates in fp32 and returns bf16; everything
-else (LayerNorm, attention, GELU, the residual stream, the KV cache) stays fp32.
+127`` (symmetric, per channel). No dequantized copy of the weight is ever made: the product
+streams the int8 bytes and converts them to float in registers, in one of two kernels:
+
+* on CPUs with AVX-512, scratchgpt's own (:mod:`scratchgpt.models.int8_kernel`, compiled on
+  first use): fp32 activations and sums, with software prefetch so that a decode step streams
+  its weights near the memory bandwidth (1.9x PyTorch's kernel on GPT-2 124M's decode);
+* elsewhere, PyTorch's int8-weight kernel (``aten._weight_int8pack_mm``, what gpt-fast uses on
+  CPU). On x86 its vectorized path takes bf16 activations (its fp32 path is scalar code, ~10x
+  slower), so each product reads its input rounded to bf16 and returns bf16.
+
+Everything else (LayerNorm, attention, GELU, the residual stream, the KV cache) stays fp32.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.models import int8_kernel
 
 DTYPES = ("fp32", "bf16", "int8")  # the inference precisions of --dtype
 
@@ -165,9 +171,9 @@ def int8_available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm")
 
 
-# The kernel's vectorized loops read 8 (AVX2) or 16 (AVX-512) input features per step with
-# aligned loads, so the inner dimension is padded with zeros to a multiple of this.
-INT8_K_MULTIPLE = 16
+# Both kernels read 16 input features per step (PyTorch's: 8 with AVX2, 16 with AVX-512, with
+# aligned loads), so the inner dimension is padded with zeros to a multiple of this.
+INT8_K_MULTIPLE = int8_kernel.K_MULTIPLE
 
 
 def quantize_rows_int8(w: Tensor) -> tuple[Tensor, Tensor]:
@@ -204,6 +210,7 @@ class Int8Linear(nn.Module):
         self.pad = -self.in_features % INT8_K_MULTIPLE
         self.register_buffer("weight", F.pad(q, (0, self.pad)).contiguous())  # (N, K + pad)
         self.register_buffer("scale", scale)  # (N,) bf16
+        self.register_buffer("scale_f32", scale.float())  # (N,) the same values, for ours
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.register_buffer("bias", bias)  # (N,) fp32 or None
 
@@ -214,6 +221,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (..., in_features) -> (..., out_features), in x's dtype."""
+        if x.device.type == "cpu" and int8_kernel.load() is not None:
+            return self._ours(x)
         lead = x.shape[:-1]
         # a fresh contiguous bf16 copy: the kernel needs 2-D, aligned rows (the copy is one
         # activation row per token, tiny next to the weight it is multiplied with)
@@ -225,6 +234,22 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.reshape(*lead, self.out_features)
+
+    def _ours(self, x: Tensor) -> Tensor:
+        """scratchgpt's AVX-512 kernel (:mod:`~scratchgpt.models.int8_kernel`): fp32 inputs,
+        fp32 sums, bias added in the kernel."""
+        lead = x.shape[:-1]
+        a = x.reshape(-1, self.in_features)  # (M, K)
+        if a.dtype != torch.float32:  # (each op skipped here is a dispatch saved per product)
+            a = a.float()
+        if self.pad:
+            a = F.pad(a, (0, self.pad))  # zeros meet the zero-padded weight
+        elif not a.is_contiguous():
+            a = a.contiguous()
+        y = int8_kernel.int8_matmul(a, self.weight, self.scale_f32, self.bias)  # (M, N) fp32
+        if x.dtype != torch.float32:
+            y = y.to(x.dtype)
+        return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
