@@ -35,6 +35,24 @@ def test_top_p_on_hand_made_distribution():
         [[False, True, False, True]]
 
 
+@pytest.mark.parametrize("scale", [0.3, 3.0, 8.0])  # nuclei of ~40k, ~hundreds, a few tokens
+def test_top_p_keeps_the_set_a_full_sort_keeps(scale):
+    """Ranking only the most likely tokens first (and the whole vocabulary when their mass is
+    short of p) keeps exactly the tokens a sort of the whole vocabulary keeps, row by row,
+    including a batch that mixes a flat row with peaked ones."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50257) * scale
+    logits[1] *= 0.1  # a flat row among them
+    for p in (0.3, 0.9, 0.99):
+        probs = torch.softmax(logits, -1)
+        ranked, order = torch.sort(probs, -1, descending=True)
+        want = torch.zeros_like(probs, dtype=torch.bool).scatter(
+            -1, order, ranked.cumsum(-1) - ranked < p)
+        assert torch.equal(torch.isfinite(top_p_mask(logits, p)), want)
+        for row in range(3):  # and each row alone
+            assert torch.equal(torch.isfinite(top_p_mask(logits[row], p)), want[row])
+
+
 def test_top_p_renormalizes_and_combines_with_temperature():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     p = logits_to_probs(logits, SamplingConfig(temperature=0.5, top_p=0.9))

@@ -44,20 +44,49 @@ def top_k_mask(logits: Tensor, k: int) -> Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+# How many of the most likely tokens top_p_mask ranks, in turn, before it ranks them all.
+# A trained model's nucleus is usually far smaller than its vocabulary. One row of 50,257 on a
+# CPU core: the top 256 take ~0.1 ms, the top 4,096 ~0.5 ms, a sort of all ~4 ms.
+NUCLEUS_CANDIDATES = (256, 4096)
+
+
 def top_p_mask(logits: Tensor, p: float) -> Tensor:
     """Keep the smallest set of most likely tokens whose probability mass reaches ``p``.
 
     A token is dropped when the mass of the tokens ranked strictly above it already reaches
     ``p``; the most likely token is always kept.
+
+    Ranking the whole vocabulary (a sort of 50,257 logits: ~4 ms a token on a CPU) is needed
+    only when the nucleus is that large: on a CPU the top 256, then 4,096
+    (:data:`NUCLEUS_CANDIDATES`) are ranked first (``torch.topk``), and the whole vocabulary
+    only when their mass falls short of ``p``; the kept set is the same either way. (On other
+    devices the whole vocabulary is ranked at once: checking the mass would wait for the
+    device at every token.)
+
+    >>> logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    >>> torch.isfinite(top_p_mask(logits, 0.8)).tolist()
+    [True, True, False, False]
     """
     if p >= 1.0:
         return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits.float(), dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of the tokens ranked above
-    drop_sorted = mass_before >= p
-    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
-    return logits.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(logits.float(), dim=-1)  # (..., V)
+    ranked, order = _ranked_nucleus_candidates(probs, p)  # (..., k), most likely first
+    mass_above = torch.cumsum(ranked, dim=-1) - ranked  # mass of the tokens ranked above each
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, mass_above < p)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor]:
+    """The most likely tokens, ranked (values, indices), enough of them to hold every row's
+    nucleus: the first of :data:`NUCLEUS_CANDIDATES` whose mass reaches ``p`` (on a CPU),
+    else all."""
+    for k in NUCLEUS_CANDIDATES if probs.device.type == "cpu" else ():
+        if k >= probs.size(-1):
+            break
+        top, order = torch.topk(probs, k, dim=-1)
+        if bool((top.sum(-1) >= p).all()):  # every token beyond them is dropped
+            return top, order
+    return torch.sort(probs, dim=-1, descending=True)
 
 
 def logits_to_probs(logits: Tensor, cfg: SamplingConfig) -> Tensor:
