@@ -8,8 +8,9 @@ weights per instruction and keeps four rows' sums in flight, reading ~24 GB/s a 
 
 How: the C file is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
-source, the flags and the compiler, and loaded with :mod:`ctypes`. It is built with OpenMP:
-PyTorch has already loaded its libgomp, so the kernel runs on PyTorch's own threads.
+source, the flags, the compiler and the CPU's features, and loaded with :mod:`ctypes`. It is
+built with OpenMP: PyTorch has already loaded its libgomp, so the kernel runs on PyTorch's own
+threads.
 
 When it is not used: a CPU without AVX-512, no C compiler, a failed build, or
 ``SCRATCHGPT_INT8_KERNEL=torch`` in the environment; :func:`load` then returns None and
@@ -28,6 +29,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -58,12 +60,23 @@ def _supported() -> bool:
         return False
 
 
+def _cpu_features() -> str:
+    """The CPU's instruction-set flags: ``-march=native`` code built for one CPU may not run on
+    another (a home directory shared by machines of different kinds gets one build each)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return platform.processor()
+
+
 def _build(compiler: str) -> Path:
     """The compiled kernel for this source, flags and compiler, built if not cached. The build
     writes a temporary file and renames it, so concurrent processes never load half a file."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              timeout=30).stdout
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode())
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode()
+                         + _cpu_features().encode())
     out = cache_dir() / f"int8_matmul-{key.hexdigest()[:16]}.so"
     if out.exists():
         return out
