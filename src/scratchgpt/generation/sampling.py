@@ -84,7 +84,8 @@ def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor]
         if k >= probs.size(-1):
             break
         top, order = torch.topk(probs, k, dim=-1)
-        if bool((top.sum(-1) >= p).all()):  # every token beyond them is dropped
+        # the mass ranked above the first token left out, summed as top_p_mask will sum it
+        if bool((torch.cumsum(top, dim=-1)[..., -1] >= p).all()):  # so it and all after drop
             return top, order
     return torch.sort(probs, dim=-1, descending=True)
 
