@@ -72,8 +72,9 @@ def top_p_mask(logits: Tensor, p: float) -> Tensor:
     probs = torch.softmax(logits.float(), dim=-1)  # (..., V)
     ranked, order = _ranked_nucleus_candidates(probs, p)  # (..., k), most likely first
     mass_above = torch.cumsum(ranked, dim=-1) - ranked  # mass of the tokens ranked above each
-    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, mass_above < p)
-    return logits.masked_fill(~keep, float("-inf"))
+    # every token not ranked is dropped; the ranked ones by the mass above them
+    drop = torch.ones_like(probs, dtype=torch.bool).scatter(-1, order, mass_above >= p)
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor]:
