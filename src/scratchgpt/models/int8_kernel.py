@@ -1,10 +1,10 @@
 """scratchgpt's own int8-weight matrix product for AVX-512 CPUs, compiled on first use.
 
-Why: PyTorch's CPU int8-weight kernel (``aten._weight_int8pack_mm``) converts each weight to
-float with several instructions per value and so streams the weights at a fraction of memory
-bandwidth (about 4 GB/s on the 50,257 x 768 head of GPT-2, 2 threads, Zen 4), where an int8
-decode step should be bound by reading them. ``int8_matmul.c`` (next to this file) widens 16
-weights per instruction and keeps four rows' sums in flight, reading ~24 GB/s a core.
+Why: a decode step reads every weight once, so it should be bound by memory bandwidth, and
+PyTorch's CPU int8-weight kernel (``aten._weight_int8pack_mm``) keeps too few reads in flight
+to get there: GPT-2 124M decoded at ~85 tokens/s with it on a 2-core Zen 4. ``int8_matmul.c``
+(next to this file) widens 16 weights per instruction, keeps four rows' sums in flight and
+prefetches the blocks ahead: 153-168 tokens/s on the same machine (docs/BENCHMARKS.md).
 
 How: the C file is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
