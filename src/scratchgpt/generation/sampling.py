@@ -70,25 +70,27 @@ def top_p_mask(logits: Tensor, p: float) -> Tensor:
     if p >= 1.0:
         return logits
     probs = torch.softmax(logits.float(), dim=-1)  # (..., V)
-    ranked, order = _ranked_nucleus_candidates(probs, p)  # (..., k), most likely first
-    mass_above = torch.cumsum(ranked, dim=-1) - ranked  # mass of the tokens ranked above each
+    ranked, order, mass_with = _ranked_nucleus_candidates(probs, p)  # (..., k), most likely first
+    mass_above = mass_with - ranked  # mass of the tokens ranked above each
     # every token not ranked is dropped; the ranked ones by the mass above them
     drop = torch.ones_like(probs, dtype=torch.bool).scatter(-1, order, mass_above >= p)
     return logits.masked_fill(drop, float("-inf"))
 
 
-def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor]:
-    """The most likely tokens, ranked (values, indices), enough of them to hold every row's
-    nucleus: the first of :data:`NUCLEUS_CANDIDATES` whose mass reaches ``p`` (on a CPU),
-    else all."""
+def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The most likely tokens, ranked (values, indices, running sum of the values), enough of
+    them to hold every row's nucleus: the first of :data:`NUCLEUS_CANDIDATES` whose mass
+    reaches ``p`` (on a CPU), else all."""
     for k in NUCLEUS_CANDIDATES if probs.device.type == "cpu" else ():
         if k >= probs.size(-1):
             break
         top, order = torch.topk(probs, k, dim=-1)
-        # the mass ranked above the first token left out, summed as top_p_mask will sum it
-        if bool((torch.cumsum(top, dim=-1)[..., -1] >= p).all()):  # so it and all after drop
-            return top, order
-    return torch.sort(probs, dim=-1, descending=True)
+        mass_with = torch.cumsum(top, dim=-1)
+        # the mass ranked above the first token left out reaches p: it and all after drop
+        if bool((mass_with[..., -1] >= p).all()):
+            return top, order, mass_with
+    ranked, order = torch.sort(probs, dim=-1, descending=True)
+    return ranked, order, torch.cumsum(ranked, dim=-1)
 
 
 def logits_to_probs(logits: Tensor, cfg: SamplingConfig) -> Tensor:
