@@ -17,10 +17,12 @@ recorded kernels are replayed in order with the same inputs, each timed. So the 
 
 With one thread the clock is the thread's CPU time, which a machine shared with other jobs
 disturbs least; with more threads it is wall time. ``--variants`` compares weight preparations
-side by side, alternating repeat by repeat: ``prepared`` (what ``sample`` uses:
-``fast_decode.prepare_for_decode``: oneDNN packing for large Linears only), ``plain`` (the
-weights as trained), ``layout`` (``GPT.decode_layout_``), ``packed`` (every Linear packed by
-oneDNN).
+side by side, alternating repeat by repeat: ``prepared`` (the PyTorch step as
+``fast_decode.prepare_for_decode`` prepares it: oneDNN packing for large Linears only),
+``plain`` (the weights as trained), ``layout`` (``GPT.decode_layout_``), ``packed`` (every
+Linear packed by oneDNN), ``native`` (what ``sample`` runs where it can: the whole step in one
+C call, ``models/native.py``; it runs no PyTorch kernels to take apart, so only its time is
+reported).
 
     scratchgpt bench decode-step --preset cpu-medium --tokens 1,5 --threads 1
     scratchgpt bench decode-step --n-layer 12 --n-head 12 --n-embd 768 --variants prepared,packed
@@ -54,7 +56,7 @@ KINDS: dict[str, tuple[str, ...]] = {
                         "unsqueeze", "squeeze", "reshape", "alias", "detach", "lift_fresh",
                         "_reshape_alias"),
 }
-VARIANTS = ("prepared", "plain", "layout", "packed")
+VARIANTS = ("prepared", "plain", "layout", "packed", "native")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -186,6 +188,7 @@ class CallProfile:
     replay_ns: list[int] = field(default_factory=list)
     kernel_ns: list[list[int]] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
+    c_step_bytes: int = 0  # a C step (no PyTorch kernels): the weight bytes it reads
 
     def summary(self, overhead_ns: float) -> dict[str, Any]:
         call = statistics.median(self.call_ns)
@@ -207,7 +210,8 @@ class CallProfile:
         return {"variant": self.variant, "tokens": self.tokens, "call_ms": call / 1e6,
                 "kernels_ms": replayed / 1e6, "python_ms": max(call - replayed, 0.0) / 1e6,
                 "n_kernels": len(self.kernels),
-                "weight_bytes": sum(k.weight_bytes for k in self.kernels),
+                "weight_bytes": sum(k.weight_bytes for k in self.kernels) + self.c_step_bytes,
+                "c_step": bool(self.c_step_bytes),
                 "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["ms"])),
                 "ops_ms": dict(sorted(ops.items(), key=lambda kv: -kv[1]))}
 
@@ -304,8 +308,8 @@ def variant_model(base: Any, variant: str, dtype: str) -> Any:
     )
 
     model = copy.deepcopy(base)
-    if variant == "prepared":
-        return prepare_for_decode(model, dtype)
+    if variant in ("prepared", "native"):
+        return prepare_for_decode(model, dtype, native=variant == "native")
     to_inference_dtype(model, dtype)
     if variant == "layout":
         model.decode_layout_()
@@ -364,7 +368,8 @@ def profile_calls(models: dict[str, Any], token_counts: list[int], args: argpars
         for t in token_counts:
             fn = forward_call(model, args.context, t)
             fn()  # warm-up: first calls allocate and pick kernels
-            prof = CallProfile(v, t, kernels=record(fn, model_tensors(model)))
+            prof = CallProfile(v, t, kernels=record(fn, model_tensors(model)),
+                               c_step_bytes=c_step_bytes(model, t))
             calls[(v, t)], profiles = fn, profiles + [prof]
     repeats = args.repeats or _repeats_for(calls, clock)
     for _ in range(repeats):
@@ -378,6 +383,13 @@ def profile_calls(models: dict[str, Any], token_counts: list[int], args: argpars
             prof.replay_ns.append(total)
             prof.kernel_ns.append(each)
     return profiles
+
+
+def c_step_bytes(model: Any, tokens: int) -> int:
+    """The weight bytes of a one-token call that runs in C (0 for any other call)."""
+    from scratchgpt.models.native import NativeGPT
+
+    return model.step_bytes() if isinstance(model, NativeGPT) and tokens == 1 else 0
 
 
 def _repeats_for(calls: dict, clock: Callable[[], int], budget_s: float = 2.0) -> int:
@@ -401,6 +413,11 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"\n[{c['variant']}] {c['tokens']} new token(s): {c['call_ms']:.3f} ms per "
                      f"call{vs_one}; weights read {c['weight_bytes'] / 1e6:.1f} MB (at the read "
                      f"bandwidth: {ceiling:.3f} ms)")
+        if c.get("c_step"):
+            rate = c["weight_bytes"] / (c["call_ms"] * 1e6)
+            lines.append(f"  one C call (models/native.py): its weights stream at {rate:.1f} "
+                         "GB/s; no PyTorch kernels to take apart")
+            continue
         lines.append(f"  {'kernels, replayed without Python':38s} {c['kernels_ms']:8.3f} ms "
                      f"{c['kernels_ms'] / c['call_ms']:6.1%}  ({c['n_kernels']} kernels)")
         for kind, k in c["kinds"].items():

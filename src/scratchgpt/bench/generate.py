@@ -339,6 +339,7 @@ def measure(model, hf, llm, prompt, args) -> tuple[dict, list[int]]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from scratchgpt.models import native
     from scratchgpt.models.fast_decode import packing_available
     from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -377,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
         report["variants"][name] = v
         bandwidth = max(bandwidth, read_bandwidth())  # best seen: load on a shared box varies
     report["read_bandwidth_gb_s"] = bandwidth / 1e9
+    report["decode_step"] = {name: native.describe(m) for name, m in models.items()}
     add_ceilings(report, bandwidth)
     report["accuracy_vs_fp32"] = accuracy(models, greedy, prompt)
     if "int8" in models:
@@ -432,6 +434,8 @@ def accuracy(models: dict, greedy: dict[str, list[int]], prompt) -> dict:
 def format_report(r: dict) -> str:
     lines = [f"model {r['shape']}, prompt {r['prompt_len']}, {r['new_tokens']} new tokens, "
              f"greedy, batch 1, {r['threads']} threads, weights {r['weights']}",
+             "our decode step: " + ", ".join(f"{name} {how}"
+                                             for name, how in r["decode_step"].items()),
              f"read bandwidth (sum of 512 MiB, best of 5 at start and after each variant): "
              f"{r['read_bandwidth_gb_s']:.1f} GB/s",
              f"{'variant':8s} {'who':18s} {'decode tok/s':>12s} {'best':>7s} "

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models import build_model, config_fields, model_config
     from scratchgpt.models.fast_decode import decode_threads, prepare_for_decode
+    from scratchgpt.models.native import describe
     from scratchgpt.training.config import PRESETS
 
     if args.checkpoint:
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         model.eval()
         what = f"{args.preset} shape, random weights"
     n_params = model.num_params()
-    prepare_for_decode(model, args.dtype, pack=not args.compile)  # int8/packed: no parameters
+    # as sample prepares it; --compile compares the compiled step with the eager one
+    model = prepare_for_decode(model, args.dtype, pack=not args.compile, native=not args.compile)
     torch.set_num_threads(args.threads or decode_threads(model))
     variants = {"eager": model}
     t_compile = 0.0
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 times[name].append(time.perf_counter() - t)
             assert out.shape[1] == args.prompt_len + args.tokens
     print(f"model: {what}, {n_params:,} parameters, {args.dtype}, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads; decode step: {describe(model)}")
     for name, ts in times.items():
         med = statistics.median(ts)
         label = f"{name}: " if args.compile else ""

@@ -24,7 +24,8 @@ Compiling costs time once per process (~10-25 s for the cpu-* presets on two
 cores; PyTorch caches the generated code on disk, which cuts later runs to a few seconds), so
 it pays for long generations, not for one short sample::
 
-    model = CompiledGPT(prepare_for_decode(load_model("runs/shakespeare")[0], pack=False))
+    model = CompiledGPT(prepare_for_decode(load_model("runs/shakespeare")[0], pack=False,
+                                            native=False))
     out = generate(model, prompt, 500, SamplingConfig(temperature=0.8))
 """
 
@@ -166,7 +167,7 @@ def prepare_compiled(model: Any, dtype: str = "fp32", required: bool = True) -> 
     that cannot decode compiled (:func:`compile_refusal`) raises ``ConfigError``, or, when not
     ``required``, is prepared as usual (packed where that pays) and returned eager: a
     speculative pair compiles its small draft while a large target stays eager."""
-    prepare_for_decode(model, dtype, pack=False)
+    prepare_for_decode(model, dtype, pack=False, native=False)
     reason = compile_refusal(model)
     if reason is None:
         return CompiledGPT(model)

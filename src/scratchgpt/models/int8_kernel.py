@@ -6,10 +6,8 @@ to get there: GPT-2 124M decoded at ~85 tokens/s with it on a 2-core Zen 4. ``in
 (next to this file) widens 16 weights per instruction, keeps four rows' sums in flight and
 prefetches the blocks ahead: 153-168 tokens/s on the same machine (docs/BENCHMARKS.md).
 
-How: the C file is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
-into ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
-source, the flags, the compiler and the CPU's features, and loaded with :mod:`ctypes`. It is
-built with OpenMP: PyTorch has already loaded its libgomp, so the kernel runs on PyTorch's own
+How: the C file is compiled once per machine and loaded with :mod:`ctypes`
+(:mod:`~scratchgpt.models.c_kernels` says where it is kept and how); it runs on PyTorch's own
 threads.
 
 When it is not used: a CPU without AVX-512, no C compiler, a failed build, or
@@ -27,77 +25,23 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from scratchgpt.models.c_kernels import load_library
+
 SOURCE = Path(__file__).with_name("int8_matmul.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 K_MULTIPLE = 16  # the kernel reads 16 inputs per step: K is padded to a multiple of this
-
-
-def cache_dir() -> Path:
-    """Where compiled kernels are kept."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "scratchgpt" / "kernels"
-
-
-def _supported() -> bool:
-    """An x86 CPU with AVX-512, and the kernel not switched off."""
-    if os.environ.get("SCRATCHGPT_INT8_KERNEL", "").lower() == "torch":
-        return False
-    try:
-        return torch.backends.cpu.get_cpu_capability() == "AVX512"
-    except AttributeError:
-        return False
-
-
-def _cpu_features() -> str:
-    """The CPU's instruction-set flags: ``-march=native`` code built for one CPU may not run on
-    another (a home directory shared by machines of different kinds gets one build each)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return platform.processor()
-
-
-def _build(compiler: str) -> Path:
-    """The compiled kernel for this source, flags and compiler, built if not cached. The build
-    writes a temporary file and renames it, so concurrent processes never load half a file."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                             timeout=30).stdout
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode()
-                         + _cpu_features().encode())
-    out = cache_dir() / f"int8_matmul-{key.hexdigest()[:16]}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        built = Path(tmp) / out.name
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True,
-                       capture_output=True, timeout=300)
-        os.replace(built, out)
-    return out
 
 
 @functools.cache
 def load() -> Callable[..., None] | None:
     """The kernel's C function, or None where it cannot be used (see the module docstring)."""
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if not _supported() or compiler is None:
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except (OSError, subprocess.SubprocessError):
+    lib = load_library(SOURCE, "SCRATCHGPT_INT8_KERNEL")
+    if lib is None:
         return None
     fn = lib.int8_matmul
     p, i = ctypes.c_void_p, ctypes.c_int

@@ -85,7 +85,8 @@ def load_service(cfg: ServeConfig) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, source = load_model(cfg.checkpoint, cfg.which)
-    model = prepare_for_decode(model, cfg.dtype, pack=False)  # batch sizes vary: no packing
+    # batch sizes vary: no packing, and the eager step for every batch size
+    model = prepare_for_decode(model, cfg.dtype, pack=False, native=False)
     tokenizer = source.tokenizer()
     template = template_for(source.checkpoint)
     context = context_length(model)

@@ -1,0 +1,86 @@
+"""Building scratchgpt's C kernels: compiled on first use, cached, loaded with :mod:`ctypes`.
+
+Two C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
+:mod:`~scratchgpt.models.int8_kernel`) and ``decode_step.c`` (a whole GPT decode step,
+:mod:`~scratchgpt.models.native`). Both are written for x86 CPUs with AVX-512.
+
+Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
+``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
+source, the flags, the compiler and the CPU's features, so a home directory shared by
+machines of different kinds gets one build for each. Built with OpenMP: PyTorch has already
+loaded its libgomp, so the kernels run on PyTorch's own threads.
+
+:func:`load_library` returns None where a kernel cannot be used: a CPU without AVX-512, no C
+compiler, a failed build, or the kernel switched off by its environment variable (the
+modules using it then fall back to PyTorch).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "scratchgpt" / "kernels"
+
+
+def has_avx512() -> bool:
+    """An x86 CPU with AVX-512 (what the kernels are written for)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability() == "AVX512"
+    except AttributeError:
+        return False
+
+
+def _cpu_features() -> str:
+    """The CPU's instruction-set flags: ``-march=native`` code built for one CPU may not run on
+    another."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return platform.processor()
+
+
+def _build(source: Path, compiler: str) -> Path:
+    """The compiled library for this source, flags and compiler, built if not cached. The build
+    writes a temporary file and renames it, so concurrent processes never load half a file."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + version.encode()
+                         + _cpu_features().encode())
+    out = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        built = Path(tmp) / out.name
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(built), "-lm"], check=True,
+                       capture_output=True, timeout=300)
+        os.replace(built, out)
+    return out
+
+
+def load_library(source: Path, switch: str) -> ctypes.CDLL | None:
+    """``source`` compiled and loaded, or None where it cannot be used: no AVX-512, no
+    compiler, a failed build, or ``$switch`` set to ``torch`` (PyTorch's path instead)."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if os.environ.get(switch, "").lower() == "torch" or not has_avx512() or compiler is None:
+        return None
+    try:
+        return ctypes.CDLL(str(_build(source, compiler)))
+    except (OSError, subprocess.SubprocessError):
+        return None

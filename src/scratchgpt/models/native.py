@@ -1,0 +1,244 @@
+"""A GPT whose one-token decode step is one call into C (``decode_step.c``), llama.cpp style.
+
+Why: decoding one token reads every weight once, so a step should take about the weights'
+bytes over the memory bandwidth. PyTorch gets the products there, but a step of GPT-2 124M
+also spends ~3 ms around them (about 150 kernel launches, module calls and allocations; `bench
+decode-step` takes one apart), and a small model's step is nearly all such overhead.
+``decode_step.c`` runs the whole step (embedding, LayerNorms, products, attention over the KV
+cache, the output head) in one OpenMP region, streaming each weight row once with software
+prefetch.
+
+What it computes is the model's own forward, in fp32 arithmetic: weights fp32, bf16 or int8
+(those of :class:`~scratchgpt.models.fast_decode.Int8Linear`, the same quantized values as the
+eager int8 model), activations, norms, attention and sums fp32. fp32 and int8 steps give the
+eager model's logits up to float rounding (tested); a bf16 step is closer to the fp32 model
+than the eager bf16 one, which rounds every activation to bf16.
+
+When it is used: batch-1 steps of one new token on a :class:`~scratchgpt.models.gpt.KVCache`
+(a sample, a stream, a chat, a speculative draft), for GPTs of the options it implements
+(:func:`native_refusal`), on x86 CPUs with AVX-512 and a C compiler
+(:mod:`~scratchgpt.models.c_kernels`). Everything else, prompts (prefill), batches, calls that
+score several tokens, runs the eager model on the same cache: both read and write the same
+slots. ``SCRATCHGPT_DECODE_KERNEL=torch`` switches it off.
+
+Memory: the C step reads the weights in their trained layout (rows of the ``(out, in)``
+matrix), while the eager model (for prompts) keeps the layouts that PyTorch's kernels stream
+fastest (:func:`~scratchgpt.models.fast_decode.optimize_for_decode`), so fp32 and bf16 models
+hold their larger matrices twice. int8 models share theirs.
+
+>>> from scratchgpt.models.gpt import GPT, GPTConfig
+>>> model = GPT(GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16))
+>>> fast = prepare_native(model.eval(), "fp32")
+>>> cache = fast.new_cache(1)
+>>> fast(torch.tensor([[1, 2, 3]]), cache).shape      # a prompt: the eager model
+torch.Size([1, 3, 65])
+>>> fast(torch.tensor([[4]]), cache).shape            # one token: one C call (where built)
+torch.Size([1, 1, 65])
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from scratchgpt.models.c_kernels import load_library
+from scratchgpt.models.fast_decode import Int8Linear, optimize_for_decode, to_inference_dtype
+from scratchgpt.models.gpt import GPT, KVCache
+
+SOURCE = Path(__file__).with_name("decode_step.c")
+SWITCH = "SCRATCHGPT_DECODE_KERNEL"
+_WTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+_ACTS = {"gelu_tanh": 0, "gelu": 1, "relu": 2, "relu2": 3}
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+
+
+def describe(model: Any) -> str:
+    """How ``model`` runs its one-token steps, in words (for benchmark reports)."""
+    if isinstance(model, NativeGPT):
+        return "one C call a token (decode_step.c)"
+    return "PyTorch"
+
+
+class _Linear(ctypes.Structure):
+    _fields_ = [("w", _P), ("scale", _P), ("bias", _P),
+                ("n_out", _I), ("n_in", _I), ("stride", _I)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("ln1_w", _P), ("ln1_b", _P), ("ln2_w", _P), ("ln2_b", _P),
+                ("attn", _Linear), ("proj", _Linear), ("fc", _Linear), ("fc_proj", _Linear)]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("n_layer", _I), ("n_head", _I), ("n_embd", _I), ("vocab", _I),
+                ("wtype", _I), ("act", _I), ("eps", _F), ("softcap", _F),
+                ("wte", _P), ("wte_bf16", _I), ("wpe", _P), ("layers", ctypes.POINTER(_Layer)),
+                ("lnf_w", _P), ("lnf_b", _P), ("head", _Linear)]
+
+
+@functools.cache
+def load() -> Callable[..., None] | None:
+    """The C step, or None where it cannot be used (see the module docstring)."""
+    lib = load_library(SOURCE, SWITCH)
+    if lib is None:
+        return None
+    fn = lib.gpt_decode_step
+    # model, token, position, k cache, v cache, max_len, first slot, slot, work, logits,
+    # threads, cache in bf16
+    fn.argtypes = [ctypes.POINTER(_Model), _I, _I, _P, _P, _I, _I, _I, _P, _P, _I, _I]
+    fn.restype = None
+    return fn
+
+
+def native_refusal(model: Any) -> str | None:
+    """Why ``model`` cannot decode in the C step (a one-line reason), or None when it can."""
+    if not isinstance(model, GPT):
+        return "the C decode step runs GPT models only"
+    cfg = model.config
+    unsupported = (
+        (cfg.pos_encoding == "rope", "--pos-encoding rope"), (cfg.qk_norm, "--qk-norm"),
+        (cfg.value_embeds > 0, "--value-embeds"), (cfg.unet_skips, "--unet-skips"),
+        (not cfg.residual, "--no-residual"), (not cfg.layernorm, "--no-layernorm"),
+        (not cfg.mlp, "--no-mlp"),
+    )
+    flag = next((flag for bad, flag in unsupported if bad), None)
+    if flag:
+        return f"the C decode step does not implement {flag}"
+    if model.lm_head.weight.device.type != "cpu":
+        return "the C decode step runs on the CPU"
+    if load() is None:
+        return ("the C decode step needs an x86 CPU with AVX-512 and a C compiler (cc), and "
+                f"{SWITCH} not set to torch")
+    return None
+
+
+class _Weights:
+    """The C step's view of a model: ctypes structures pointing into tensors it keeps alive."""
+
+    def __init__(self, model: GPT):
+        self.keep: list[Tensor] = []
+        self.step_bytes = 0  # what one step reads: all but the one row of each table
+        cfg, tr = model.config, model.transformer
+        layers = (_Layer * cfg.n_layer)(*[self._layer(block) for block in tr.h])
+        wte = self._tensor(tr.wte.weight.detach(), table=True)
+        wpe = tr.wpe.weight if cfg.pos_encoding == "learned" else model.sinusoid
+        head = model.lm_head
+        self.model = _Model(
+            n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab=cfg.vocab_size,
+            wtype=_WTYPES[head.weight.dtype], act=_ACTS[cfg.activation],
+            eps=cfg.layer_norm_eps, softcap=cfg.logit_softcap,
+            wte=wte, wte_bf16=int(tr.wte.weight.dtype == torch.bfloat16),
+            wpe=self._tensor(wpe.detach().float(), table=True), layers=layers,
+            lnf_w=self._tensor(tr.ln_f.weight.detach().float()), lnf_b=self._bias(tr.ln_f),
+            head=self._linear(head))
+        self.layers = layers
+
+    def _tensor(self, t: Tensor | None, table: bool = False) -> int | None:
+        if t is None:
+            return None
+        t = t.contiguous()
+        self.keep.append(t)
+        self.step_bytes += 0 if table else t.nbytes
+        return t.data_ptr()
+
+    def _bias(self, module: nn.Module) -> int | None:
+        bias = getattr(module, "bias", None)
+        return None if bias is None else self._tensor(bias.detach().float())
+
+    def _linear(self, lin: nn.Module) -> _Linear:
+        if isinstance(lin, Int8Linear):  # (N, K + pad) int8, one fp32 scale per row
+            w, scale = lin.weight, self._tensor(lin.scale_f32)
+        else:
+            w, scale = lin.weight.detach().contiguous(), None  # (N, K), the trained layout
+        return _Linear(w=self._tensor(w), scale=scale, bias=self._bias(lin),
+                       n_out=lin.out_features, n_in=lin.in_features, stride=w.shape[1])
+
+    def _layer(self, block: nn.Module) -> _Layer:
+        def gain(ln: nn.Module) -> int | None:
+            return self._tensor(ln.weight.detach().float())
+
+        return _Layer(ln1_w=gain(block.ln_1), ln1_b=self._bias(block.ln_1),
+                      ln2_w=gain(block.ln_2), ln2_b=self._bias(block.ln_2),
+                      attn=self._linear(block.attn.c_attn), proj=self._linear(block.attn.c_proj),
+                      fc=self._linear(block.mlp.c_fc), fc_proj=self._linear(block.mlp.c_proj))
+
+
+class NativeGPT(nn.Module):
+    """``model`` with its batch-1 one-token steps run by ``decode_step.c``; everything else is
+    the model's own (see the module docstring).
+
+    Implements the :class:`~scratchgpt.models.cache.CachedLM` interface; the model is its one
+    submodule and any other attribute (``config``, ``num_params``, ...) is the model's."""
+
+    def __init__(self, model: GPT, weights: _Weights):
+        super().__init__()
+        self.model = model
+        self._weights = weights
+        self._step = load()
+        self._work: Tensor | None = None  # scratch of the C step, sized by the cache
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # parameters, buffers, submodules: self.model
+        except AttributeError:
+            return getattr(self._modules["model"], name)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None) -> KVCache:
+        return self.model.new_cache(batch_size, max_len, dtype)
+
+    def step_bytes(self) -> int:
+        """Bytes of weights a C step reads (every matrix, scale, bias and norm; one row of
+        each embedding table, not counted)."""
+        return self._weights.step_bytes
+
+    def _native_call(self, idx: Tensor, cache: KVCache | None) -> bool:
+        """Whether this call is one the C step takes."""
+        return (idx.shape == (1, 1) and isinstance(cache, KVCache)
+                and cache.pos < cache.max_len and cache.k.is_contiguous()
+                and cache.v.is_contiguous() and cache.k.dtype in (torch.float32, torch.bfloat16)
+                and not torch.is_grad_enabled())
+
+    def forward(self, idx: Tensor, cache: KVCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; one C call for one new token of
+        one row that fits the cache."""
+        if not self._native_call(idx, cache):
+            return self.model(idx, cache, last_only)
+        cfg = self.model.config
+        token = int(idx[0, 0])
+        if not 0 <= token < cfg.vocab_size:
+            return self.model(idx, cache, last_only)  # (the eager path raises the error)
+        first = 0 if cache.pos_offset is None else int(cache.pos_offset[0])
+        slot = cache.pos
+        H, max_len = cfg.n_head, cache.max_len
+        need = 10 * cfg.n_embd + H * max_len
+        if self._work is None or self._work.numel() < need:
+            self._work = torch.empty(need, dtype=torch.float32)
+        logits = torch.empty(1, 1, cfg.vocab_size, dtype=torch.float32)
+        self._step(ctypes.byref(self._weights.model), token, max(slot - first, 0),
+                   cache.k.data_ptr(), cache.v.data_ptr(), max_len, first, slot,
+                   self._work.data_ptr(), logits.data_ptr(), torch.get_num_threads(),
+                   int(cache.k.dtype == torch.bfloat16))
+        cache.pos += 1
+        return logits
+
+
+def prepare_native(model: nn.Module, dtype: str = "fp32", pack: bool = True) -> nn.Module:
+    """``model`` (fp32, as loaded) in the inference precision ``dtype``, decoding its one-token
+    steps in C (:class:`NativeGPT`) where it can (:func:`native_refusal`), with the eager
+    model prepared for the other calls as
+    :func:`~scratchgpt.models.fast_decode.prepare_for_decode` prepares it (``pack``: oneDNN
+    packing). A model the C step cannot run is returned prepared and eager."""
+    to_inference_dtype(model, dtype)
+    weights = _Weights(model) if native_refusal(model) is None else None
+    if dtype != "int8":  # (after _Weights, which keeps the trained layouts)
+        optimize_for_decode(model, "auto" if pack else None)
+    return model if weights is None else NativeGPT(model, weights)
