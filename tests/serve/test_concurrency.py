@@ -34,7 +34,12 @@ def complete(url: str, prompt: str, max_tokens: int, stream: bool) -> str:
 
 
 def test_greedy_text_alone_equals_text_in_a_busy_batch(server):
+    """Alone, a request decodes in the C step where this machine builds it; in a batch, in
+    PyTorch: the same text either way."""
+    from scratchgpt.models import native
+
     engine = server.service.engine
+    assert isinstance(engine.batch.model, native.NativeGPT) == (native.load() is not None)
     alone = [complete(server.url, p, n, stream=False) for p, n in REQUESTS]
     busy, widest, done = {}, [0], threading.Event()
 

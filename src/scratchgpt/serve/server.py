@@ -77,7 +77,7 @@ def load_service(cfg: ServeConfig) -> Any:
     from scratchgpt.checkpoints import load_model
     from scratchgpt.generation.decode import context_length
     from scratchgpt.models.fast_decode import prepare_for_decode
-    from scratchgpt.models.gpt import GPT
+    from scratchgpt.models.gpt import GPTConfig
     from scratchgpt.serve.engine import Engine
     from scratchgpt.serve.metrics import Metrics
     from scratchgpt.serve.service import ModelInfo, Service
@@ -85,12 +85,13 @@ def load_service(cfg: ServeConfig) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, source = load_model(cfg.checkpoint, cfg.which)
-    # batch sizes vary: no packing, and the eager step for every batch size
-    model = prepare_for_decode(model, cfg.dtype, pack=False, native=False)
+    # batch sizes vary: no oneDNN packing (it keeps state per batch size); a step of one
+    # sequence runs in C where it can (models/native.py), as sample's do
+    model = prepare_for_decode(model, cfg.dtype, pack=False)
     tokenizer = source.tokenizer()
     template = template_for(source.checkpoint)
     context = context_length(model)
-    gpt = model.config if isinstance(model, GPT) else None
+    gpt = model.config if isinstance(model.config, GPTConfig) else None
     info = ModelInfo(cfg.model_name or model_id(cfg.checkpoint), source.model_type,
                      model.config.vocab_size, context, cfg.dtype,
                      gpt and gpt.n_layer, gpt and gpt.n_head,
