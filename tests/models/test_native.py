@@ -32,6 +32,10 @@ OPTIONS = {
     "relu2-untied-softcap": dict(activation="relu2", tie_weights=False, logit_softcap=15.0),
     "relu-sinusoidal": dict(activation="relu", pos_encoding="sinusoidal"),
     "odd-widths": dict(n_embd=40, n_head=2),
+    # every option of the speedrun stack at once (cpu-speedrun's model)
+    "speedrun-stack": dict(pos_encoding="rope", qk_norm=True, activation="relu2",
+                           value_embeds=1, unet_skips=True, logit_softcap=15.0,
+                           tie_weights=False, n_layer=3),
 }
 
 
@@ -84,10 +88,11 @@ def test_a_bf16_step_is_the_fp32_model_within_bf16_rounding():
     assert (got - want).abs().mean() < (eager_got - want).abs().mean()
 
 
+@pytest.mark.parametrize("option", ["gpt2", "speedrun-stack"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
-def test_greedy_tokens_past_the_context_equal_the_eager_ones(dtype):
+def test_greedy_tokens_past_the_context_equal_the_eager_ones(dtype, option):
     """60 tokens with a context of 24: the window slides (an eager re-prefill) again and again."""
-    model = tiny()
+    model = tiny(**OPTIONS[option])
     eager = prepare_for_decode(copy.deepcopy(model), dtype, native=False)
     fast = prepare_for_decode(model, dtype)
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
@@ -134,8 +139,8 @@ def test_speculative_decoding_with_c_steps_keeps_the_targets_tokens():
 
 
 def test_models_it_does_not_implement_stay_eager():
-    model = tiny(pos_encoding="rope")
-    assert native_refusal(model) == "the C decode step does not implement --pos-encoding rope"
+    model = tiny(residual=False)
+    assert native_refusal(model) == "the C decode step does not implement --no-residual"
     assert isinstance(prepare_native(model, "fp32"), GPT)
 
 

@@ -2,10 +2,13 @@
  * Compiled on first use by scratchgpt/models/native.py, which says why it exists and when it
  * is used; the model it computes is scratchgpt.models.gpt.GPT (pre-LayerNorm blocks).
  *
- *   x = wte[token] + wpe[position]                                  (C,)
+ *   x = wte[token] + wpe[position]   (no wpe with rotary positions)  (C,)
  *   for each layer:
+ *       x = x + skip_weight * (output of the mirror layer)          (U-net skips, if any)
  *       qkv = c_attn(ln_1(x))                                       (3C,)
- *       cache[slot] = k, v;  a = softmax(q k^T / sqrt(D)) v         per head, (C,)
+ *       per head: v mixed with the value embedding of the token, q and k RMS-normalized and
+ *       rotated by the position (each if the model has it); cache[slot] = k, v;
+ *       a = softmax(q k^T / sqrt(D)) v                              (D,) a head, (C,) in all
  *       x = x + c_proj(a)
  *       x = x + mlp.c_proj(act(mlp.c_fc(ln_2(x))))                  (4C,) in between
  *   logits = lm_head(ln_f(x))  (soft-capped if asked)               (V,)
@@ -49,6 +52,10 @@ typedef struct {
 typedef struct {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* LayerNorm gains and biases (b may be NULL) */
     Linear attn, proj, fc, fc_proj;
+    const float *q_norm, *k_norm; /* QK-norm gains (D,), or NULL */
+    const void *ve;               /* value-embedding table (vocab, C), or NULL */
+    int ve_bf16;
+    float ve_lambda;              /* v = (1 - ve_lambda) v + ve_lambda ve[token] */
 } Layer;
 
 typedef struct {
@@ -56,10 +63,13 @@ typedef struct {
     float eps, softcap;
     const void *wte; /* (vocab, C) in the weights' dtype (int8 models: fp32) */
     int wte_bf16;
-    const float *wpe;  /* (positions, C) fp32: learned or sinusoidal positions */
+    const float *wpe;  /* (positions, C) fp32: learned or sinusoidal positions, or NULL */
+    const float *rope_cos, *rope_sin; /* (positions, D / 2) rotary angles, or NULL */
     const Layer *layers;
     const float *lnf_w, *lnf_b;
     Linear head;
+    int n_skip;               /* U-net skips: the last n_skip layers add the first n_skip's */
+    const float *skip_weights; /* (n_skip,) */
 } Model;
 
 /* ---- loading 16 values as fp32 (mask: which of the 16 are read; the rest are 0) */
@@ -198,14 +208,52 @@ static void store_row(void *dst, int bf16, long i, const float *src, int n) {
     }
 }
 
+static void rms_norm(float *x, const float *w, float eps, int n) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) x[i] = x[i] * inv * w[i];
+}
+
+static void rotate(float *x, const float *cos, const float *sin, int D) {
+    for (int i = 0; i < D / 2; i++) { /* the pair (x[i], x[i + D/2]) turns by angle i */
+        float a = x[i], b = x[i + D / 2];
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + D / 2] = a * sin[i] + b * cos[i];
+    }
+}
+
+/* This head's q, k, v (D,) each, in qkv, with the layer's options applied, in the model's
+ * order: value embedding, QK-norm, rotation. */
+static void head_options(const Model *M, const Layer *L, float *q, float *k, float *v,
+                         int h, int token, int position) {
+    int C = M->n_embd, D = C / M->n_head;
+    if (L->ve)
+        for (int d = 0; d < D; d++)
+            v[d] = (1 - L->ve_lambda) * v[d]
+                   + L->ve_lambda * to_f32(L->ve, L->ve_bf16, (long)token * C + h * D + d);
+    if (L->q_norm) {
+        rms_norm(q, L->q_norm, M->eps, D);
+        rms_norm(k, L->k_norm, M->eps, D);
+    }
+    if (M->rope_cos) {
+        const float *cos = M->rope_cos + (long)position * (D / 2);
+        const float *sin = M->rope_sin + (long)position * (D / 2);
+        rotate(q, cos, sin, D);
+        rotate(k, cos, sin, D);
+    }
+}
+
 /* One head of one layer: write its key and value at `slot`, attend over slots first..slot.
- * q, k, v: (D,) of this token; kc, vc: the layer's (H, max_len, D) cache; out: (D,);
- * scores: (max_len,) scratch. */
-static void attend_head(const Model *M, int h, const float *qkv, void *kc, void *vc, int bf,
-                        int max_len, int first, int slot, float *scores, float *out) {
+ * qkv: (3C,) of this token (this head's part is changed in place by the layer's options);
+ * kc, vc: the layer's (H, max_len, D) cache; out: (D,); scores: (max_len,) scratch. */
+static void attend_head(const Model *M, const Layer *L, int h, float *qkv, void *kc, void *vc,
+                        int bf, int max_len, int first, int slot, int token, int position,
+                        float *scores, float *out) {
     int C = M->n_embd, D = C / M->n_head;
     long row0 = (long)h * max_len * D; /* element index of this head's slot 0 */
-    const float *q = qkv + h * D;
+    float *q = qkv + h * D;
+    head_options(M, L, q, qkv + C + h * D, qkv + 2 * C + h * D, h, token, position);
     store_row(kc, bf, row0 + (long)slot * D, qkv + C + h * D, D);
     store_row(vc, bf, row0 + (long)slot * D, qkv + 2 * C + h * D, D);
     float scale = 1.0f / sqrtf((float)D), top = -INFINITY, total = 0;
@@ -231,34 +279,47 @@ static void attend_head(const Model *M, int h, const float *qkv, void *kc, void 
 
 /* The step. kc, vc: the cache's keys and values, (n_layer, H, max_len, D) (one sequence),
  * fp32 or (cache_bf16) bf16; first: the first slot holding a real token (left padding before it); slot: where this token
- * goes; position: its position id. work: 10C + H * max_len floats of scratch. logits: (V,). */
+ * goes; position: its position id. work: (10 + n_skip) C + H * max_len floats of scratch.
+ * logits: (V,). */
 void gpt_decode_step(const Model *M, int token, int position, void *kc, void *vc,
                      int max_len, int first, int slot, float *work, float *logits, int threads,
                      int cache_bf16) {
     int C = M->n_embd, H = M->n_head;
     float *x = work, *h = x + C, *qkv = h + C, *att = qkv + 3 * C, *mlp = att + C;
-    float *scores = mlp + 4 * C; /* (H, max_len) */
+    float *scores = mlp + 4 * C;           /* (H, max_len) */
+    float *saved = scores + (long)H * max_len; /* (n_skip, C): outputs of the first layers */
     long layer_elems = (long)H * max_len * (C / H);
     int esize = cache_bf16 ? 2 : 4;
     for (int i = 0; i < C; i++)
-        x[i] = to_f32(M->wte, M->wte_bf16, (long)token * C + i) + M->wpe[(long)position * C + i];
+        x[i] = to_f32(M->wte, M->wte_bf16, (long)token * C + i)
+               + (M->wpe ? M->wpe[(long)position * C + i] : 0.0f);
 #pragma omp parallel num_threads(threads)
     {
         for (int l = 0; l < M->n_layer; l++) {
             const Layer *L = &M->layers[l];
             void *kl = (char *)kc + l * layer_elems * esize, *vl = (char *)vc + l * layer_elems * esize;
+            int mirror = l - (M->n_layer - M->n_skip); /* >= 0: a layer that gets a skip */
 #pragma omp single
-            layer_norm(x, L->ln1_w, L->ln1_b, M->eps, C, h);
+            {
+                if (mirror >= 0) /* the first saved output is the last one added */
+                    for (int i = 0; i < C; i++)
+                        x[i] += M->skip_weights[mirror] * saved[(long)(M->n_skip - 1 - mirror) * C + i];
+                layer_norm(x, L->ln1_w, L->ln1_b, M->eps, C, h);
+            }
             linear(M, &L->attn, h, qkv, OUT_SET, 0);
 #pragma omp for schedule(static)
             for (int hd = 0; hd < H; hd++)
-                attend_head(M, hd, qkv, kl, vl, cache_bf16, max_len, first, slot, scores + (long)hd * max_len,
-                            att + hd * (C / H));
+                attend_head(M, L, hd, qkv, kl, vl, cache_bf16, max_len, first, slot, token,
+                            position, scores + (long)hd * max_len, att + hd * (C / H));
             linear(M, &L->proj, att, x, OUT_ADD, 0);
 #pragma omp single
             layer_norm(x, L->ln2_w, L->ln2_b, M->eps, C, h);
             linear(M, &L->fc, h, mlp, OUT_ACT, 0);
             linear(M, &L->fc_proj, mlp, x, OUT_ADD, 0);
+            if (l < M->n_skip) {
+#pragma omp single
+                for (int i = 0; i < C; i++) saved[(long)l * C + i] = x[i];
+            }
         }
 #pragma omp single
         layer_norm(x, M->lnf_w, M->lnf_b, M->eps, C, h);

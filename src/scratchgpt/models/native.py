@@ -15,8 +15,10 @@ eager model's logits up to float rounding (tested); a bf16 step is closer to the
 than the eager bf16 one, which rounds every activation to bf16.
 
 When it is used: batch-1 steps of one new token on a :class:`~scratchgpt.models.gpt.KVCache`
-(a sample, a stream, a chat, a speculative draft), for GPTs of the options it implements
-(:func:`native_refusal`), on x86 CPUs with AVX-512 and a C compiler
+(a sample, a stream, a chat, a speculative draft, a server's lone request), for GPTs of every
+option but ``--no-residual``, ``--no-layernorm`` and ``--no-mlp`` (:func:`native_refusal`;
+the speedrun's rotary positions, QK-norm, value embeddings, U-net skips and soft-capped logits
+included), on x86 CPUs with AVX-512 and a C compiler
 (:mod:`~scratchgpt.models.c_kernels`). Everything else, prompts (prefill), batches, calls that
 score several tokens, runs the eager model on the same cache: both read and write the same
 slots. ``SCRATCHGPT_DECODE_KERNEL=torch`` switches it off.
@@ -73,14 +75,16 @@ class _Linear(ctypes.Structure):
 
 class _Layer(ctypes.Structure):
     _fields_ = [("ln1_w", _P), ("ln1_b", _P), ("ln2_w", _P), ("ln2_b", _P),
-                ("attn", _Linear), ("proj", _Linear), ("fc", _Linear), ("fc_proj", _Linear)]
+                ("attn", _Linear), ("proj", _Linear), ("fc", _Linear), ("fc_proj", _Linear),
+                ("q_norm", _P), ("k_norm", _P), ("ve", _P), ("ve_bf16", _I), ("ve_lambda", _F)]
 
 
 class _Model(ctypes.Structure):
     _fields_ = [("n_layer", _I), ("n_head", _I), ("n_embd", _I), ("vocab", _I),
                 ("wtype", _I), ("act", _I), ("eps", _F), ("softcap", _F),
-                ("wte", _P), ("wte_bf16", _I), ("wpe", _P), ("layers", ctypes.POINTER(_Layer)),
-                ("lnf_w", _P), ("lnf_b", _P), ("head", _Linear)]
+                ("wte", _P), ("wte_bf16", _I), ("wpe", _P), ("rope_cos", _P), ("rope_sin", _P),
+                ("layers", ctypes.POINTER(_Layer)), ("lnf_w", _P), ("lnf_b", _P),
+                ("head", _Linear), ("n_skip", _I), ("skip_weights", _P)]
 
 
 @functools.cache
@@ -102,12 +106,8 @@ def native_refusal(model: Any) -> str | None:
     if not isinstance(model, GPT):
         return "the C decode step runs GPT models only"
     cfg = model.config
-    unsupported = (
-        (cfg.pos_encoding == "rope", "--pos-encoding rope"), (cfg.qk_norm, "--qk-norm"),
-        (cfg.value_embeds > 0, "--value-embeds"), (cfg.unet_skips, "--unet-skips"),
-        (not cfg.residual, "--no-residual"), (not cfg.layernorm, "--no-layernorm"),
-        (not cfg.mlp, "--no-mlp"),
-    )
+    unsupported = ((not cfg.residual, "--no-residual"), (not cfg.layernorm, "--no-layernorm"),
+                   (not cfg.mlp, "--no-mlp"))
     flag = next((flag for bad, flag in unsupported if bad), None)
     if flag:
         return f"the C decode step does not implement {flag}"
@@ -126,18 +126,28 @@ class _Weights:
         self.keep: list[Tensor] = []
         self.step_bytes = 0  # what one step reads: all but the one row of each table
         cfg, tr = model.config, model.transformer
-        layers = (_Layer * cfg.n_layer)(*[self._layer(block) for block in tr.h])
+        layers = (_Layer * cfg.n_layer)(*[self._layer(model, i) for i in range(cfg.n_layer)])
         wte = self._tensor(tr.wte.weight.detach(), table=True)
-        wpe = tr.wpe.weight if cfg.pos_encoding == "learned" else model.sinusoid
+        wpe = rope = None  # the position table added to x, or the rotation of q and k
+        if cfg.pos_encoding == "learned":
+            wpe = tr.wpe.weight
+        elif cfg.pos_encoding == "sinusoidal":
+            wpe = model.sinusoid
+        else:
+            rope = (model.rope_cos, model.rope_sin)
+        skips = model.skip_weights
         head = model.lm_head
         self.model = _Model(
             n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab=cfg.vocab_size,
             wtype=_WTYPES[head.weight.dtype], act=_ACTS[cfg.activation],
             eps=cfg.layer_norm_eps, softcap=cfg.logit_softcap,
             wte=wte, wte_bf16=int(tr.wte.weight.dtype == torch.bfloat16),
-            wpe=self._tensor(wpe.detach().float(), table=True), layers=layers,
-            lnf_w=self._tensor(tr.ln_f.weight.detach().float()), lnf_b=self._bias(tr.ln_f),
-            head=self._linear(head))
+            wpe=self._float(wpe, table=True),
+            rope_cos=self._float(rope and rope[0], table=True),
+            rope_sin=self._float(rope and rope[1], table=True),
+            layers=layers, lnf_w=self._float(tr.ln_f.weight), lnf_b=self._bias(tr.ln_f),
+            head=self._linear(head), n_skip=0 if skips is None else len(skips),
+            skip_weights=self._float(skips))
         self.layers = layers
 
     def _tensor(self, t: Tensor | None, table: bool = False) -> int | None:
@@ -148,9 +158,12 @@ class _Weights:
         self.step_bytes += 0 if table else t.nbytes
         return t.data_ptr()
 
-    def _bias(self, module: nn.Module) -> int | None:
-        bias = getattr(module, "bias", None)
-        return None if bias is None else self._tensor(bias.detach().float())
+    def _float(self, t: Tensor | None, table: bool = False) -> int | None:
+        """An fp32 copy of a parameter or buffer (or the tensor itself if fp32 already)."""
+        return None if t is None else self._tensor(t.detach().float(), table)
+
+    def _bias(self, module: nn.Module | None) -> int | None:
+        return self._float(getattr(module, "bias", None))
 
     def _linear(self, lin: nn.Module) -> _Linear:
         if isinstance(lin, Int8Linear):  # (N, K + pad) int8, one fp32 scale per row
@@ -160,14 +173,19 @@ class _Weights:
         return _Linear(w=self._tensor(w), scale=scale, bias=self._bias(lin),
                        n_out=lin.out_features, n_in=lin.in_features, stride=w.shape[1])
 
-    def _layer(self, block: nn.Module) -> _Layer:
-        def gain(ln: nn.Module) -> int | None:
-            return self._tensor(ln.weight.detach().float())
-
-        return _Layer(ln1_w=gain(block.ln_1), ln1_b=self._bias(block.ln_1),
-                      ln2_w=gain(block.ln_2), ln2_b=self._bias(block.ln_2),
-                      attn=self._linear(block.attn.c_attn), proj=self._linear(block.attn.c_proj),
-                      fc=self._linear(block.mlp.c_fc), fc_proj=self._linear(block.mlp.c_proj))
+    def _layer(self, model: GPT, i: int) -> _Layer:
+        block, table = model.transformer.h[i], model.ve_table[i]
+        attn = block.attn
+        ve = None if table is None else model.transformer.ve[table].weight.detach()
+        qk = (None, None) if attn.q_norm is None else (attn.q_norm.weight, attn.k_norm.weight)
+        return _Layer(ln1_w=self._float(block.ln_1.weight), ln1_b=self._bias(block.ln_1),
+                      ln2_w=self._float(block.ln_2.weight), ln2_b=self._bias(block.ln_2),
+                      attn=self._linear(attn.c_attn), proj=self._linear(attn.c_proj),
+                      fc=self._linear(block.mlp.c_fc), fc_proj=self._linear(block.mlp.c_proj),
+                      q_norm=self._float(qk[0]), k_norm=self._float(qk[1]),
+                      ve=self._tensor(ve, table=True), ve_bf16=int(ve is not None and
+                                                                    ve.dtype == torch.bfloat16),
+                      ve_lambda=0.0 if attn.ve_lambda is None else float(attn.ve_lambda.detach()))
 
 
 class NativeGPT(nn.Module):
@@ -219,7 +237,8 @@ class NativeGPT(nn.Module):
         first = 0 if cache.pos_offset is None else int(cache.pos_offset[0])
         slot = cache.pos
         H, max_len = cfg.n_head, cache.max_len
-        need = 10 * cfg.n_embd + H * max_len
+        n_skip = self._weights.model.n_skip
+        need = (10 + n_skip) * cfg.n_embd + H * max_len
         if self._work is None or self._work.numel() < need:
             self._work = torch.empty(need, dtype=torch.float32)
         logits = torch.empty(1, 1, cfg.vocab_size, dtype=torch.float32)
