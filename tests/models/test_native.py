@@ -17,6 +17,7 @@ from scratchgpt.generation.speculative import speculative_generate
 from scratchgpt.models import native
 from scratchgpt.models.fast_decode import prepare_for_decode
 from scratchgpt.models.gpt import GPT
+from scratchgpt.models.lora import LoRAConfig, add_lora
 from scratchgpt.models.native import NativeGPT, native_refusal, prepare_native
 from tests.tiny_gpt import sharp_gpt
 
@@ -142,6 +143,9 @@ def test_models_it_does_not_implement_stay_eager():
     model = tiny(residual=False)
     assert native_refusal(model) == "the C decode step does not implement --no-residual"
     assert isinstance(prepare_native(model, "fp32"), GPT)
+    adapted = tiny()
+    add_lora(adapted, LoRAConfig(rank=2))  # its products are not the plain weights' alone
+    assert "LoRALinear" in native_refusal(adapted)
 
 
 def test_switched_off_by_the_environment(monkeypatch):

@@ -111,6 +111,11 @@ def native_refusal(model: Any) -> str | None:
     flag = next((flag for bad, flag in unsupported if bad), None)
     if flag:
         return f"the C decode step does not implement {flag}"
+    linears = [model.lm_head] + [m for block in model.transformer.h for m in (
+        block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj)]
+    odd = next((m for m in linears if type(m) not in (nn.Linear, Int8Linear)), None)
+    if odd is not None:  # e.g. LoRA adapters not merged, or weights packed already
+        return f"the C decode step reads plain or int8 Linears, not {type(odd).__name__}"
     if model.lm_head.weight.device.type != "cpu":
         return "the C decode step runs on the CPU"
     if load() is None:
@@ -219,7 +224,7 @@ class NativeGPT(nn.Module):
 
     def _native_call(self, idx: Tensor, cache: KVCache | None) -> bool:
         """Whether this call is one the C step takes."""
-        return (idx.shape == (1, 1) and isinstance(cache, KVCache)
+        return (idx.shape == (1, 1) and isinstance(cache, KVCache) and not self.model.training
                 and cache.pos < cache.max_len and cache.k.is_contiguous()
                 and cache.v.is_contiguous() and cache.k.dtype in (torch.float32, torch.bfloat16)
                 and not torch.is_grad_enabled())
