@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scratchgpt.generation.decode import prefill_rows
-from scratchgpt.generation.generate import generate
+from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.speculative import speculative_generate
 from scratchgpt.models import native
@@ -114,6 +114,40 @@ def test_a_left_padded_row_decodes_as_if_alone():
             got = fast(torch.tensor([[token]]), padded)
             want = fast(torch.tensor([[token]]), alone)
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+def test_a_batch_decodes_each_row_as_alone_bit_for_bit(dtype):
+    """Rows of different prompt lengths (left padding) in one C step: each row's logits are the
+    very bits of its own step alone, and the eager batch's within float rounding."""
+    model = tiny(**OPTIONS["speedrun-stack"])
+    eager = prepare_for_decode(copy.deepcopy(model), dtype, native=False)
+    fast = prepare_for_decode(model, dtype)
+    rows = [[3, 1, 4, 1, 5, 9], [2, 7], [1, 8, 2, 8]]
+    nexts = torch.tensor([[6], [5], [3]])
+    with torch.inference_mode():
+        batch, eager_batch = fast.new_cache(3), eager.new_cache(3)
+        prefill_rows(fast, batch, rows), prefill_rows(eager, eager_batch, rows)
+        alone = [copy.deepcopy(batch) for _ in rows]  # row i alone, with its padding
+        for i, cache in enumerate(alone):
+            cache.select_rows(torch.tensor([i]))
+        together = [fast(nexts, batch)[:, 0] for _ in range(3)]  # three steps
+        want = [eager(nexts, eager_batch)[:, 0].float() for _ in range(3)]
+        for i, cache in enumerate(alone):
+            for step in range(3):
+                assert torch.equal(fast(nexts[i:i + 1], cache)[0, 0], together[step][i])
+    tolerance = {"fp32": 1e-4, "int8": 1e-4, "bf16": 0.5}[dtype]  # bf16: eager rounds more
+    for got, w in zip(together, want, strict=True):
+        assert torch.allclose(got, w, rtol=1e-4, atol=tolerance)
+
+
+@pytest.mark.parametrize("n_prompts", [3, 6])  # 6: more rows than a C step takes, eager
+def test_batched_generation_gives_each_prompts_own_tokens(n_prompts):
+    fast = prepare_for_decode(tiny(**OPTIONS["speedrun-stack"]), "fp32")
+    prompts = [[3, 1, 4, 1, 5, 9, 2][: 2 + i] for i in range(n_prompts)]
+    together = generate_batch(fast, prompts, 30, GREEDY)
+    alone = [generate_batch(fast, [p], 30, GREEDY)[0] for p in prompts]
+    assert together == alone
 
 
 def test_every_thread_count_gives_the_same_bits():

@@ -1,4 +1,4 @@
-/* One GPT decode step (one new token of one sequence) in one call, for CPUs with AVX-512.
+/* One GPT decode step (one new token of each of B sequences) in one call, for CPUs with AVX-512.
  * Compiled on first use by scratchgpt/models/native.py, which says why it exists and when it
  * is used; the model it computes is scratchgpt.models.gpt.GPT (pre-LayerNorm blocks).
  *
@@ -24,8 +24,7 @@
  * nearest even, as torch's conversion does).
  *
  * Threads: one OpenMP parallel region for the whole step; each product splits its output rows
- * between the threads, attention splits the heads; the small vector work between them (norms,
- * the embedding) runs on one thread. Built against the libgomp PyTorch has loaded, the region
+ * between the threads, attention splits the (sequence, head) pairs, the norms the sequences. Built against the libgomp PyTorch has loaded, the region
  * uses PyTorch's thread pool.
  */
 #include <immintrin.h>
@@ -105,17 +104,23 @@ static inline uint16_t bf16_round(float f) { /* round to nearest even (NaN stays
     return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
 }
 
-/* ---- products: sums[j] = w[row0 + j] . x for ROWS rows (fewer at the end)
+/* ---- products: sums[i][j] = w[row0 + j] . x[i] for ROWS weight rows and up to XROWS rows of
+ * activations (fewer of either at the end)
  *
- * Written once, compiled once per weight type (wtype is a constant at each call of
- * dot_rows_as, so the loads and the prefetch stride are resolved at compile time). */
+ * Written once, compiled once per weight type and block shape (the arguments wtype, esize, nx
+ * and nw are constants where dot_block calls it, so the loads, the prefetch stride and the
+ * loops are resolved at compile time). Each (activation row, weight row) pair has its own
+ * chain of FMAs over k, in the same order whatever the block's shape: a row gets the same
+ * bits in a batch as alone. */
+#define XROWS 4
 
 static inline __attribute__((always_inline)) void
-dot_rows_as(int wtype, int esize, const Linear *L, int row0, int nw, const float *x,
-            float sums[ROWS]) {
+dot_block_as(int wtype, int esize, const Linear *L, int row0, int nw, const float *x, int nx,
+             float sums[XROWS][ROWS]) {
     const char *base = (const char *)L->w + (long)row0 * L->stride * esize;
-    __m512 acc[ROWS];
-    for (int j = 0; j < ROWS; j++) acc[j] = _mm512_setzero_ps();
+    __m512 acc[XROWS][ROWS];
+    for (int i = 0; i < XROWS; i++)
+        for (int j = 0; j < ROWS; j++) acc[i][j] = _mm512_setzero_ps();
     for (int k = 0; k < L->n_in; k += 16) {
         /* a step reads 16 elements of each of the ROWS rows, ROWS * 16 * esize bytes of the
          * block: prefetch as many bytes PREFETCH ahead, so the next rows stream in */
@@ -123,23 +128,29 @@ dot_rows_as(int wtype, int esize, const Linear *L, int row0, int nw, const float
         for (int line = 0; line < ROWS * 16 * esize; line += 64)
             _mm_prefetch(ahead + line, _MM_HINT_T0);
         __mmask16 m = tail(k, L->n_in);
-        __m512 xv = load_f32(x + k, m);
+        __m512 wv[ROWS];
         for (int j = 0; j < nw; j++)
-            acc[j] = _mm512_fmadd_ps(load_w(wtype, L->w, (long)(row0 + j) * L->stride + k, m),
-                                     xv, acc[j]);
+            wv[j] = load_w(wtype, L->w, (long)(row0 + j) * L->stride + k, m);
+        for (int i = 0; i < nx; i++) {
+            __m512 xv = load_f32(x + (long)i * L->n_in + k, m);
+            for (int j = 0; j < nw; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);
+        }
     }
-    for (int j = 0; j < nw; j++) sums[j] = _mm512_reduce_add_ps(acc[j]);
+    for (int i = 0; i < nx; i++)
+        for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-static void dot_rows(int wtype, const Linear *L, int row0, int nw, const float *x,
-                     float sums[ROWS]) {
-    /* (full blocks get their own copy, with the rows loop unrolled) */
-    if (wtype == W_F32 && nw == ROWS) dot_rows_as(W_F32, 4, L, row0, ROWS, x, sums);
-    else if (wtype == W_F32) dot_rows_as(W_F32, 4, L, row0, nw, x, sums);
-    else if (wtype == W_BF16 && nw == ROWS) dot_rows_as(W_BF16, 2, L, row0, ROWS, x, sums);
-    else if (wtype == W_BF16) dot_rows_as(W_BF16, 2, L, row0, nw, x, sums);
-    else if (nw == ROWS) dot_rows_as(W_INT8, 1, L, row0, ROWS, x, sums);
-    else dot_rows_as(W_INT8, 1, L, row0, nw, x, sums);
+/* (one row, and full blocks, get their own unrolled copies) */
+#define DOT_BLOCK_SHAPES(WT, ES)                                                              \
+    if (nx == 1 && nw == ROWS) dot_block_as(WT, ES, L, row0, ROWS, x, 1, sums);               \
+    else if (nx == XROWS && nw == ROWS) dot_block_as(WT, ES, L, row0, ROWS, x, XROWS, sums);  \
+    else dot_block_as(WT, ES, L, row0, nw, x, nx, sums);
+
+static void dot_block(int wtype, const Linear *L, int row0, int nw, const float *x, int nx,
+                      float sums[XROWS][ROWS]) {
+    if (wtype == W_F32) { DOT_BLOCK_SHAPES(W_F32, 4) }
+    else if (wtype == W_BF16) { DOT_BLOCK_SHAPES(W_BF16, 2) }
+    else { DOT_BLOCK_SHAPES(W_INT8, 1) }
 }
 
 static inline float activate(int act, float v) {
@@ -157,24 +168,32 @@ static inline float activate(int act, float v) {
 
 enum { OUT_SET, OUT_ADD, OUT_ACT, OUT_CAP };
 
-/* y = L(x), split over the threads by blocks of ROWS rows; then per output: OUT_SET y = v,
- * OUT_ADD y += v (a residual), OUT_ACT y = act(v), OUT_CAP y = cap * tanh(v / cap). Called by
- * every thread of the region; ends with its barrier. */
-static void linear(const Model *M, const Linear *L, const float *x, float *y, int out,
+/* y = L(x) for B rows (x: (B, n_in), y: (B, n_out)), split over the threads by blocks of ROWS
+ * weight rows; then per output: OUT_SET y = v, OUT_ADD y += v (a residual), OUT_ACT y = act(v),
+ * OUT_CAP y = cap * tanh(v / cap). Each block of weight rows is read once for XROWS rows of x,
+ * from memory for the first XROWS and from cache for the next, and every row is summed as if it
+ * were alone (the same bits). Called by every thread of the region; ends with its barrier. */
+static void linear(const Model *M, const Linear *L, int B, const float *x, float *y, int out,
                    float arg) {
     int blocks = (L->n_out + ROWS - 1) / ROWS;
 #pragma omp for schedule(static)
-    for (int b = 0; b < blocks; b++) {
-        int n = b * ROWS, nw = L->n_out - n < ROWS ? L->n_out - n : ROWS;
-        float sums[ROWS];
-        dot_rows(M->wtype, L, n, nw, x, sums);
-        for (int j = 0; j < nw; j++) {
-            float v = L->scale ? sums[j] * L->scale[n + j] : sums[j];
-            if (L->bias) v += L->bias[n + j];
-            if (out == OUT_SET) y[n + j] = v;
-            else if (out == OUT_ADD) y[n + j] += v;
-            else if (out == OUT_ACT) y[n + j] = activate(M->act, v);
-            else y[n + j] = arg * tanhf(v / arg);
+    for (int blk = 0; blk < blocks; blk++) {
+        int n = blk * ROWS, nw = L->n_out - n < ROWS ? L->n_out - n : ROWS;
+        for (int b = 0; b < B; b += XROWS) {
+            int nx = B - b < XROWS ? B - b : XROWS;
+            float sums[XROWS][ROWS];
+            dot_block(M->wtype, L, n, nw, x + (long)b * L->n_in, nx, sums);
+            for (int i = 0; i < nx; i++) {
+                float *yb = y + (long)(b + i) * L->n_out + n;
+                for (int j = 0; j < nw; j++) {
+                    float v = L->scale ? sums[i][j] * L->scale[n + j] : sums[i][j];
+                    if (L->bias) v += L->bias[n + j];
+                    if (out == OUT_SET) yb[j] = v;
+                    else if (out == OUT_ADD) yb[j] += v;
+                    else if (out == OUT_ACT) yb[j] = activate(M->act, v);
+                    else yb[j] = arg * tanhf(v / arg);
+                }
+            }
         }
     }
 }
@@ -277,52 +296,76 @@ static void attend_head(const Model *M, const Layer *L, int h, float *qkv, void 
     }
 }
 
-/* The step. kc, vc: the cache's keys and values, (n_layer, H, max_len, D) (one sequence),
- * fp32 or (cache_bf16) bf16; first: the first slot holding a real token (left padding before it); slot: where this token
- * goes; position: its position id. work: (10 + n_skip) C + H * max_len floats of scratch.
- * logits: (V,). */
-void gpt_decode_step(const Model *M, int token, int position, void *kc, void *vc,
-                     int max_len, int first, int slot, float *work, float *logits, int threads,
-                     int cache_bf16) {
-    int C = M->n_embd, H = M->n_head;
-    float *x = work, *h = x + C, *qkv = h + C, *att = qkv + 3 * C, *mlp = att + C;
-    float *scores = mlp + 4 * C;           /* (H, max_len) */
-    float *saved = scores + (long)H * max_len; /* (n_skip, C): outputs of the first layers */
-    long layer_elems = (long)H * max_len * (C / H);
-    int esize = cache_bf16 ? 2 : 4;
-    for (int i = 0; i < C; i++)
-        x[i] = to_f32(M->wte, M->wte_bf16, (long)token * C + i)
-               + (M->wpe ? M->wpe[(long)position * C + i] : 0.0f);
+/* What one call decodes: B rows, each one new token, all going into cache slot `slot` (rows
+ * of different lengths are left-padded, so their newest tokens share a slot). */
+typedef struct {
+    int B, slot, max_len, cache_bf16;
+    const int *tokens, *positions, *firsts; /* (B,) ids, position ids, first real slots */
+    void *kc, *vc; /* keys and values (n_layer, B, H, max_len, D), fp32 or bf16 */
+} Step;
+
+/* Row b's x gets the output saved by the mirror layer of `mirror` (U-net skips), then its
+ * LayerNorm goes to h. */
+static void norm_rows(const Model *M, const Step *S, int mirror, float *x, float *h,
+                      const float *saved, const float *w, const float *bias) {
+    int C = M->n_embd;
+#pragma omp for schedule(static)
+    for (int b = 0; b < S->B; b++) {
+        float *xb = x + (long)b * C;
+        if (mirror >= 0) { /* the first saved output is the last one added */
+            const float *s = saved + ((long)b * M->n_skip + M->n_skip - 1 - mirror) * C;
+            for (int i = 0; i < C; i++) xb[i] += M->skip_weights[mirror] * s[i];
+        }
+        layer_norm(xb, w, bias, M->eps, C, h + (long)b * C);
+    }
+}
+
+/* One layer's attention for every row and head: qkv (B, 3C) -> att (B, C). */
+static void attend(const Model *M, const Layer *L, const Step *S, int l, float *qkv,
+                   float *att, float *scores) {
+    int C = M->n_embd, H = M->n_head, D = C / H, esize = S->cache_bf16 ? 2 : 4;
+    long row_elems = (long)H * S->max_len * D; /* one row's cache in one layer */
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < S->B * H; bh++) {
+        int b = bh / H, hd = bh % H;
+        long offset = ((long)l * S->B + b) * row_elems * esize;
+        attend_head(M, L, hd, qkv + (long)b * 3 * C, (char *)S->kc + offset,
+                    (char *)S->vc + offset, S->cache_bf16, S->max_len, S->firsts[b], S->slot,
+                    S->tokens[b], S->positions[b], scores + (long)bh * S->max_len,
+                    att + (long)b * C + hd * D);
+    }
+}
+
+/* The step: logits (B, V) of the next tokens. work: scratch of (10 + n_skip) B C +
+ * B H max_len floats. */
+void gpt_decode_step(const Model *M, const Step *S, float *work, float *logits, int threads) {
+    int C = M->n_embd, B = S->B;
+    float *x = work, *h = x + (long)B * C, *qkv = h + (long)B * C, *att = qkv + 3L * B * C;
+    float *mlp = att + (long)B * C, *scores = mlp + 4L * B * C;  /* scores: (B, H, max_len) */
+    float *saved = scores + (long)B * M->n_head * S->max_len;   /* (B, n_skip, C) */
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < C; i++)
+            x[(long)b * C + i] = to_f32(M->wte, M->wte_bf16, (long)S->tokens[b] * C + i)
+                                 + (M->wpe ? M->wpe[(long)S->positions[b] * C + i] : 0.0f);
 #pragma omp parallel num_threads(threads)
     {
         for (int l = 0; l < M->n_layer; l++) {
             const Layer *L = &M->layers[l];
-            void *kl = (char *)kc + l * layer_elems * esize, *vl = (char *)vc + l * layer_elems * esize;
-            int mirror = l - (M->n_layer - M->n_skip); /* >= 0: a layer that gets a skip */
-#pragma omp single
-            {
-                if (mirror >= 0) /* the first saved output is the last one added */
-                    for (int i = 0; i < C; i++)
-                        x[i] += M->skip_weights[mirror] * saved[(long)(M->n_skip - 1 - mirror) * C + i];
-                layer_norm(x, L->ln1_w, L->ln1_b, M->eps, C, h);
-            }
-            linear(M, &L->attn, h, qkv, OUT_SET, 0);
-#pragma omp for schedule(static)
-            for (int hd = 0; hd < H; hd++)
-                attend_head(M, L, hd, qkv, kl, vl, cache_bf16, max_len, first, slot, token,
-                            position, scores + (long)hd * max_len, att + hd * (C / H));
-            linear(M, &L->proj, att, x, OUT_ADD, 0);
-#pragma omp single
-            layer_norm(x, L->ln2_w, L->ln2_b, M->eps, C, h);
-            linear(M, &L->fc, h, mlp, OUT_ACT, 0);
-            linear(M, &L->fc_proj, mlp, x, OUT_ADD, 0);
+            norm_rows(M, S, l - (M->n_layer - M->n_skip), x, h, saved, L->ln1_w, L->ln1_b);
+            linear(M, &L->attn, B, h, qkv, OUT_SET, 0);
+            attend(M, L, S, l, qkv, att, scores);
+            linear(M, &L->proj, B, att, x, OUT_ADD, 0);
+            norm_rows(M, S, -1, x, h, saved, L->ln2_w, L->ln2_b);
+            linear(M, &L->fc, B, h, mlp, OUT_ACT, 0);
+            linear(M, &L->fc_proj, B, mlp, x, OUT_ADD, 0);
             if (l < M->n_skip) {
-#pragma omp single
-                for (int i = 0; i < C; i++) saved[(long)l * C + i] = x[i];
+#pragma omp for schedule(static)
+                for (int b = 0; b < B; b++)
+                    for (int i = 0; i < C; i++)
+                        saved[((long)b * M->n_skip + l) * C + i] = x[(long)b * C + i];
             }
         }
-#pragma omp single
-        layer_norm(x, M->lnf_w, M->lnf_b, M->eps, C, h);
-        linear(M, &M->head, h, logits, M->softcap > 0 ? OUT_CAP : OUT_SET, M->softcap);
+        norm_rows(M, S, -1, x, h, saved, M->lnf_w, M->lnf_b);
+        linear(M, &M->head, B, h, logits, M->softcap > 0 ? OUT_CAP : OUT_SET, M->softcap);
     }
 }

@@ -14,14 +14,15 @@ eager int8 model), activations, norms, attention and sums fp32. fp32 and int8 st
 eager model's logits up to float rounding (tested); a bf16 step is closer to the fp32 model
 than the eager bf16 one, which rounds every activation to bf16.
 
-When it is used: batch-1 steps of one new token on a :class:`~scratchgpt.models.gpt.KVCache`
-(a sample, a stream, a chat, a speculative draft, a server's lone request), for GPTs of every
-option but ``--no-residual``, ``--no-layernorm`` and ``--no-mlp`` (:func:`native_refusal`;
-the speedrun's rotary positions, QK-norm, value embeddings, U-net skips and soft-capped logits
-included), on x86 CPUs with AVX-512 and a C compiler
-(:mod:`~scratchgpt.models.c_kernels`). Everything else, prompts (prefill), batches, calls that
-score several tokens, runs the eager model on the same cache: both read and write the same
-slots. ``SCRATCHGPT_DECODE_KERNEL=torch`` switches it off.
+When it is used: steps of one new token per row on a :class:`~scratchgpt.models.gpt.KVCache`
+(a sample, a stream, a chat, a speculative draft, and batches of a few rows: prompts, beams,
+a server's running batch; :data:`SMALL_MODEL_ROWS`), for GPTs of every option but
+``--no-residual``, ``--no-layernorm`` and ``--no-mlp`` (:func:`native_refusal`; the speedrun's
+rotary positions, QK-norm, value embeddings, U-net skips and soft-capped logits included), on
+x86 CPUs with AVX-512 and a C compiler (:mod:`~scratchgpt.models.c_kernels`). Everything else
+(prompts, calls that score several tokens, larger batches) runs the eager model on the same
+cache: both read and write the same slots. A row of a batch the C step takes is computed
+exactly as it is alone (the same bits). ``SCRATCHGPT_DECODE_KERNEL=torch`` switches it off.
 
 Memory: the C step reads the weights in their trained layout (rows of the ``(out, in)``
 matrix), while the eager model (for prompts) keeps the layouts that PyTorch's kernels stream
@@ -60,6 +61,15 @@ _ACTS = {"gelu_tanh": 0, "gelu": 1, "relu": 2, "relu2": 3}
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
+# The most rows (sequences) a C step takes; larger batches run the eager model, whose oneDNN
+# products use the CPU's arithmetic better once a step is bound by it rather than by reading the
+# weights or by per-op cost. Measured (ms a step, C against PyTorch, 2 threads, Zen 4): a
+# 6L/384d model (43 MB) 1.0 vs 2.5 at 1 row, 1.9-2.0 vs 3.0-3.2 at 4, 3.9 vs 4.1 at 8, 7.6 vs
+# 5.2 at 16; GPT-2 124M (497 MB) 12.2 vs 19.8 at 1 row, 15.5 vs 23.8 at 2, 19.1 vs 17.8 at 3,
+# 20.6 vs 17.1 at 4.
+SMALL_MODEL_BYTES = 64 * 2**20
+SMALL_MODEL_ROWS, LARGE_MODEL_ROWS = 4, 2
+
 
 def describe(model: Any) -> str:
     """How ``model`` runs its one-token steps, in words (for benchmark reports)."""
@@ -87,6 +97,11 @@ class _Model(ctypes.Structure):
                 ("head", _Linear), ("n_skip", _I), ("skip_weights", _P)]
 
 
+class _Step(ctypes.Structure):
+    _fields_ = [("B", _I), ("slot", _I), ("max_len", _I), ("cache_bf16", _I),
+                ("tokens", _P), ("positions", _P), ("firsts", _P), ("kc", _P), ("vc", _P)]
+
+
 @functools.cache
 def load() -> Callable[..., None] | None:
     """The C step, or None where it cannot be used (see the module docstring)."""
@@ -94,9 +109,8 @@ def load() -> Callable[..., None] | None:
     if lib is None:
         return None
     fn = lib.gpt_decode_step
-    # model, token, position, k cache, v cache, max_len, first slot, slot, work, logits,
-    # threads, cache in bf16
-    fn.argtypes = [ctypes.POINTER(_Model), _I, _I, _P, _P, _I, _I, _I, _P, _P, _I, _I]
+    # model, the call (rows, slot, cache), work, logits, threads
+    fn.argtypes = [ctypes.POINTER(_Model), ctypes.POINTER(_Step), _P, _P, _I]
     fn.restype = None
     return fn
 
@@ -206,6 +220,8 @@ class NativeGPT(nn.Module):
         self._weights = weights
         self._step = load()
         self._work: Tensor | None = None  # scratch of the C step, sized by the cache
+        small = weights.step_bytes <= SMALL_MODEL_BYTES
+        self.max_rows = SMALL_MODEL_ROWS if small else LARGE_MODEL_ROWS
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -223,34 +239,38 @@ class NativeGPT(nn.Module):
         return self._weights.step_bytes
 
     def _native_call(self, idx: Tensor, cache: KVCache | None) -> bool:
-        """Whether this call is one the C step takes."""
-        return (idx.shape == (1, 1) and isinstance(cache, KVCache) and not self.model.training
-                and cache.pos < cache.max_len and cache.k.is_contiguous()
-                and cache.v.is_contiguous() and cache.k.dtype in (torch.float32, torch.bfloat16)
-                and not torch.is_grad_enabled())
+        """Whether this call is one the C step takes: one new token per row."""
+        return (idx.dim() == 2 and idx.shape[1] == 1 and idx.shape[0] <= self.max_rows
+                and isinstance(cache, KVCache)
+                and cache.batch_size == idx.shape[0] and cache.pos < cache.max_len
+                and not self.model.training and not torch.is_grad_enabled()
+                and cache.k.is_contiguous() and cache.v.is_contiguous()
+                and cache.k.dtype in (torch.float32, torch.bfloat16))
 
     def forward(self, idx: Tensor, cache: KVCache | None = None,
                 last_only: bool = False) -> Tensor:
-        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; one C call for one new token of
-        one row that fits the cache."""
+        """idx (B, T) -> logits (B, T, V), as ``GPT.forward``; one C call for one new token
+        per row (T = 1) that fits the cache."""
         if not self._native_call(idx, cache):
             return self.model(idx, cache, last_only)
         cfg = self.model.config
-        token = int(idx[0, 0])
-        if not 0 <= token < cfg.vocab_size:
+        tokens = idx[:, 0].to(torch.int32)  # (B,)
+        if not bool(((tokens >= 0) & (tokens < cfg.vocab_size)).all()):
             return self.model(idx, cache, last_only)  # (the eager path raises the error)
-        first = 0 if cache.pos_offset is None else int(cache.pos_offset[0])
-        slot = cache.pos
-        H, max_len = cfg.n_head, cache.max_len
-        n_skip = self._weights.model.n_skip
-        need = (10 + n_skip) * cfg.n_embd + H * max_len
+        B, slot = idx.shape[0], cache.pos
+        firsts = (torch.zeros(B, dtype=torch.int32) if cache.pos_offset is None
+                  else cache.pos_offset.to(torch.int32))  # (B,) padding slots of each row
+        positions = (slot - firsts).clamp_min(0).to(torch.int32)  # (B,) as KVCache numbers them
+        step = _Step(B=B, slot=slot, max_len=cache.max_len,
+                     cache_bf16=int(cache.k.dtype == torch.bfloat16),
+                     tokens=tokens.data_ptr(), positions=positions.data_ptr(),
+                     firsts=firsts.data_ptr(), kc=cache.k.data_ptr(), vc=cache.v.data_ptr())
+        need = B * ((10 + self._weights.model.n_skip) * cfg.n_embd + cfg.n_head * cache.max_len)
         if self._work is None or self._work.numel() < need:
             self._work = torch.empty(need, dtype=torch.float32)
-        logits = torch.empty(1, 1, cfg.vocab_size, dtype=torch.float32)
-        self._step(ctypes.byref(self._weights.model), token, max(slot - first, 0),
-                   cache.k.data_ptr(), cache.v.data_ptr(), max_len, first, slot,
-                   self._work.data_ptr(), logits.data_ptr(), torch.get_num_threads(),
-                   int(cache.k.dtype == torch.bfloat16))
+        logits = torch.empty(B, 1, cfg.vocab_size, dtype=torch.float32)
+        self._step(ctypes.byref(self._weights.model), ctypes.byref(step), self._work.data_ptr(),
+                   logits.data_ptr(), torch.get_num_threads())
         cache.pos += 1
         return logits
 
