@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.fast_decode import (
     SINGLE_THREAD_MAX_BYTES,
+    DecodeWrapper,
     Int8Linear,
     PackedLinear,
     optimize_for_decode,
@@ -90,7 +91,7 @@ def compile_refusal(model: Any) -> str | None:
     return compile_available()
 
 
-class CompiledGPT(nn.Module):
+class CompiledGPT(DecodeWrapper):
     """``model`` with its one-token steps compiled; everything else is the model's own.
 
     Implements the :class:`~scratchgpt.models.cache.CachedLM` interface the decode loop
@@ -108,8 +109,7 @@ class CompiledGPT(nn.Module):
         reason = compile_refusal(model)
         if reason:
             raise ConfigError(reason)
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         # one new token only. Prefills stay eager: a prompt's length varies, and the 48-token
         # re-prefill of a sliding cpu-small window, compiled, was no faster (2.1 vs 2.4 ms:
         # it is bound by its products, not by per-op cost)
@@ -122,12 +122,6 @@ class CompiledGPT(nn.Module):
         of a generation."""
         idx = torch.zeros(1, 1, dtype=torch.long, device=self.model.lm_head.weight.device)
         self(idx, self.new_cache(1))
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)  # parameters, buffers, submodules: self.model
-        except AttributeError:
-            return getattr(self._modules["model"], name)
 
     def new_cache(self, batch_size: int, max_len: int | None = None,
                   dtype: torch.dtype | None = None) -> KVCache:

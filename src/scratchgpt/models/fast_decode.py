@@ -163,6 +163,27 @@ def optimize_for_decode(model: nn.Module, pack: str | int | None = "auto") -> nn
     return model
 
 
+class DecodeWrapper(nn.Module):
+    """A GPT that runs some of its calls its own way (a compiled or a C decode step) and the
+    rest as the wrapped model does. The model is its one submodule, so its weights count as
+    this module's, and any other attribute (``config``, ``num_params``, ...) is the model's."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)  # parameters, buffers, submodules: self.model
+        except AttributeError:
+            return getattr(self._modules["model"], name)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None):
+        """The wrapped model's cache."""
+        return self.model.new_cache(batch_size, max_len, dtype)
+
+
 # ---- int8 weight-only
 
 

@@ -51,7 +51,12 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.models.c_kernels import load_library
-from scratchgpt.models.fast_decode import Int8Linear, optimize_for_decode, to_inference_dtype
+from scratchgpt.models.fast_decode import (
+    DecodeWrapper,
+    Int8Linear,
+    optimize_for_decode,
+    to_inference_dtype,
+)
 from scratchgpt.models.gpt import GPT, KVCache
 
 SOURCE = Path(__file__).with_name("decode_step.c")
@@ -207,7 +212,7 @@ class _Weights:
                       ve_lambda=0.0 if attn.ve_lambda is None else float(attn.ve_lambda.detach()))
 
 
-class NativeGPT(nn.Module):
+class NativeGPT(DecodeWrapper):
     """``model`` with its batch-1 one-token steps run by ``decode_step.c``; everything else is
     the model's own (see the module docstring).
 
@@ -215,23 +220,12 @@ class NativeGPT(nn.Module):
     submodule and any other attribute (``config``, ``num_params``, ...) is the model's."""
 
     def __init__(self, model: GPT, weights: _Weights):
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self._weights = weights
         self._step = load()
         self._work: Tensor | None = None  # scratch of the C step, sized by the cache
         small = weights.step_bytes <= SMALL_MODEL_BYTES
         self.max_rows = SMALL_MODEL_ROWS if small else LARGE_MODEL_ROWS
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)  # parameters, buffers, submodules: self.model
-        except AttributeError:
-            return getattr(self._modules["model"], name)
-
-    def new_cache(self, batch_size: int, max_len: int | None = None,
-                  dtype: torch.dtype | None = None) -> KVCache:
-        return self.model.new_cache(batch_size, max_len, dtype)
 
     def step_bytes(self) -> int:
         """Bytes of weights a C step reads (every matrix, scale, bias and norm; one row of
