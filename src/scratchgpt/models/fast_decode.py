@@ -333,17 +333,19 @@ def decode_threads(model: object) -> int:
 
 
 def prepare_for_decode(model: nn.Module, dtype: str = "fp32", pack: bool = True,
-                       native: bool = True) -> nn.Module:
+                       native: bool = True, native_rows: int | None = None) -> nn.Module:
     """The inference model of ``--dtype``: :func:`to_inference_dtype`, then (fp32, bf16) the
     fast weight layout of :func:`optimize_for_decode` (``pack=False``: no oneDNN packing, for
     a server; see there); with ``native``, a GPT that the C decode step can run is returned
     wrapped in :class:`~scratchgpt.models.native.NativeGPT`, which runs its one-token steps in
-    one C call. Every command that generates (sample, chat, the benches, a server) prepares
-    its model here. In place; returns it (or its wrapper)."""
+    one C call (``native_rows``: the most rows of a small model's batch it takes; default
+    :data:`~scratchgpt.models.native.SMALL_MODEL_ROWS`). Every command that generates
+    (sample, chat, the benches, a server) prepares its model here. In place; returns it (or
+    its wrapper)."""
     if native:
-        from scratchgpt.models.native import prepare_native
+        from scratchgpt.models.native import SMALL_MODEL_ROWS, prepare_native
 
-        return prepare_native(model, dtype, pack)
+        return prepare_native(model, dtype, pack, native_rows or SMALL_MODEL_ROWS)
     to_inference_dtype(model, dtype)
     if dtype != "int8":  # int8 Linears already hold the kernel's own layout
         optimize_for_decode(model, "auto" if pack else None)

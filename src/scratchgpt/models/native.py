@@ -72,6 +72,11 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # 6L/384d model (43 MB) 1.0 vs 2.5 at 1 row, 1.9-2.0 vs 3.0-3.2 at 4, 3.9 vs 4.1 at 8, 7.6 vs
 # 5.2 at 16; GPT-2 124M (497 MB) 12.2 vs 19.8 at 1 row, 15.5 vs 23.8 at 2, 19.1 vs 17.8 at 3,
 # 20.6 vs 17.1 at 4.
+# A server is another case: while a C step runs, the Python thread that streams tokens to the
+# clients can run too (a C call releases the GIL once, where PyTorch's step takes it back
+# between its ~90 ops), so a server gives a small model's whole batch to the C step
+# (``small_rows``): cpu-small, 16 clients, 3,368-3,747 tokens/s against 2,703-3,152 with
+# batches of 4 in C (docs/BENCHMARKS.md).
 SMALL_MODEL_BYTES = 64 * 2**20
 SMALL_MODEL_ROWS, LARGE_MODEL_ROWS = 4, 2
 
@@ -219,13 +224,13 @@ class NativeGPT(DecodeWrapper):
     Implements the :class:`~scratchgpt.models.cache.CachedLM` interface; the model is its one
     submodule and any other attribute (``config``, ``num_params``, ...) is the model's."""
 
-    def __init__(self, model: GPT, weights: _Weights):
+    def __init__(self, model: GPT, weights: _Weights, small_rows: int = SMALL_MODEL_ROWS):
         super().__init__(model)
         self._weights = weights
         self._step = load()
         self._work: Tensor | None = None  # scratch of the C step, sized by the cache
         small = weights.step_bytes <= SMALL_MODEL_BYTES
-        self.max_rows = SMALL_MODEL_ROWS if small else LARGE_MODEL_ROWS
+        self.max_rows = small_rows if small else LARGE_MODEL_ROWS
 
     def step_bytes(self) -> int:
         """Bytes of weights a C step reads (every matrix, scale, bias and norm; one row of
@@ -269,14 +274,16 @@ class NativeGPT(DecodeWrapper):
         return logits
 
 
-def prepare_native(model: nn.Module, dtype: str = "fp32", pack: bool = True) -> nn.Module:
+def prepare_native(model: nn.Module, dtype: str = "fp32", pack: bool = True,
+                   small_rows: int = SMALL_MODEL_ROWS) -> nn.Module:
     """``model`` (fp32, as loaded) in the inference precision ``dtype``, decoding its one-token
-    steps in C (:class:`NativeGPT`) where it can (:func:`native_refusal`), with the eager
-    model prepared for the other calls as
-    :func:`~scratchgpt.models.fast_decode.prepare_for_decode` prepares it (``pack``: oneDNN
-    packing). A model the C step cannot run is returned prepared and eager."""
+    steps in C (:class:`NativeGPT`; batches of up to ``small_rows`` rows for a model of at most
+    :data:`SMALL_MODEL_BYTES`) where it can (:func:`native_refusal`), with the eager model
+    prepared for the other calls as :func:`~scratchgpt.models.fast_decode.prepare_for_decode`
+    prepares it (``pack``: oneDNN packing). A model the C step cannot run is returned prepared
+    and eager."""
     to_inference_dtype(model, dtype)
     weights = _Weights(model) if native_refusal(model) is None else None
     if dtype != "int8":  # (after _Weights, which keeps the trained layouts)
         optimize_for_decode(model, "auto" if pack else None)
-    return model if weights is None else NativeGPT(model, weights)
+    return model if weights is None else NativeGPT(model, weights, small_rows)

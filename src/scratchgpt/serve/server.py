@@ -85,9 +85,10 @@ def load_service(cfg: ServeConfig) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, source = load_model(cfg.checkpoint, cfg.which)
-    # batch sizes vary: no oneDNN packing (it keeps state per batch size); a step of one
-    # sequence runs in C where it can (models/native.py), as sample's do
-    model = prepare_for_decode(model, cfg.dtype, pack=False)
+    # batch sizes vary: no oneDNN packing (it keeps state per batch size); steps run in C
+    # where they can (models/native.py), a small model's whole batch: the C step leaves the
+    # GIL to the thread that streams the tokens
+    model = prepare_for_decode(model, cfg.dtype, pack=False, native_rows=cfg.max_batch)
     tokenizer = source.tokenizer()
     template = template_for(source.checkpoint)
     context = context_length(model)
