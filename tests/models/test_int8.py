@@ -21,10 +21,12 @@ from scratchgpt.models.fast_decode import (
     prepare_for_decode,
     quantize_int8,
     quantize_rows_int8,
+    torch_int8_available,
 )
 from scratchgpt.models.gpt import GPT, GPTConfig
 
-pytestmark = pytest.mark.skipif(not int8_available(), reason="no aten._weight_int8pack_mm")
+pytestmark = pytest.mark.skipif(not int8_available(), reason="no int8 product here: neither "
+                                "scratchgpt's kernel nor aten._weight_int8pack_mm")
 
 GREEDY = SamplingConfig(temperature=0)
 
@@ -38,6 +40,8 @@ def backend(request, monkeypatch):
     int8_kernel.load.cache_clear()
     if request.param == "ours" and int8_kernel.load() is None:
         pytest.skip("scratchgpt's int8 kernel needs AVX-512 and a C compiler")
+    if request.param == "torch" and not torch_int8_available():
+        pytest.skip("this PyTorch has no aten._weight_int8pack_mm")
     yield request.param
     int8_kernel.load.cache_clear()  # (monkeypatch restores the environment after this)
 
@@ -59,6 +63,20 @@ def test_int8_linear_computes_the_quantized_product(k, backend):
     else:  # fp32 inputs and sums: only the order of the sums differs from the reference
         ref = x.double() @ q.dequantized().double().T + linear.bias.double()
         assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_our_kernel_needs_no_int8_kernel_from_pytorch(monkeypatch):
+    """Where scratchgpt's kernel runs, int8 works with a PyTorch that lacks its own."""
+    if int8_kernel.load() is None:
+        pytest.skip("scratchgpt's int8 kernel needs AVX-512 and a C compiler")
+    from scratchgpt.models import fast_decode
+
+    monkeypatch.setattr(fast_decode, "torch_int8_available", lambda: False)
+    assert fast_decode.int8_available()
+    linear = nn.Linear(32, 8)
+    x = torch.randn(2, 32)
+    q = Int8Linear(linear)
+    assert torch.allclose(q(x), x @ q.dequantized().T + linear.bias, atol=1e-5)
 
 
 def test_a_row_gets_the_same_bits_alone_in_a_batch_and_on_any_thread_count():

@@ -187,9 +187,15 @@ class DecodeWrapper(nn.Module):
 # ---- int8 weight-only
 
 
-def int8_available() -> bool:
+def torch_int8_available() -> bool:
     """True when this PyTorch has the CPU int8-weight matmul kernel."""
     return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+def int8_available() -> bool:
+    """True when an int8-weight product can run here: scratchgpt's own kernel, or PyTorch's
+    CPU int8-weight matmul."""
+    return int8_kernel.load() is not None or torch_int8_available()
 
 
 # Both kernels read 16 input features per step (PyTorch's: 8 with AVX2, 16 with AVX-512, with
@@ -214,7 +220,8 @@ class Int8Linear(nn.Module):
     """``nn.Linear`` with weight-only int8 weights (per output channel, symmetric).
 
     Reads a quarter of fp32's weight bytes per product. ``forward`` accepts any dtype and
-    returns that dtype; the product itself runs on bf16 inputs with fp32 accumulation.
+    returns that dtype; the product sums in fp32, on fp32 inputs in scratchgpt's kernel and on
+    inputs rounded to bf16 in PyTorch's (see the module docstring).
 
     >>> lin = Int8Linear(nn.Linear(64, 32))
     >>> lin.weight.dtype, tuple(lin.weight.shape), lin(torch.randn(2, 5, 64)).shape
@@ -224,8 +231,9 @@ class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         if not int8_available():
-            raise ConfigError("int8 decode needs a PyTorch with aten._weight_int8pack_mm "
-                              "(2.4 or later)")
+            raise ConfigError("int8 decode needs scratchgpt's int8 kernel (AVX-512 and a C "
+                              "compiler) or a PyTorch with aten._weight_int8pack_mm (2.4 or "
+                              "later)")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         q, scale = quantize_rows_int8(linear.weight)
         self.pad = -self.in_features % INT8_K_MULTIPLE
