@@ -68,14 +68,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="weights and KV cache precision; bf16 halves the memory traffic; int8 "
                         "stores weights as per-channel int8 (a quarter of fp32's bytes, "
-                        "activations and KV cache fp32) (default fp32)")
+                        "activations and KV cache fp32) (default fp32). On CPUs with AVX-512 "
+                        "each decode step runs as one C call in any of them "
+                        "(SCRATCHGPT_DECODE_KERNEL=torch: PyTorch's step)")
     p.add_argument("--compile", action="store_true",
-                   help="run each one-token decode step as one torch.compile'd graph: one "
-                        "sequence at a time; small fp32 GPT models (at most 16 MiB of "
-                        "weights); needs a C++ compiler. ~1.7x faster steps after a one-time "
-                        "compile of ~10-25 s (a few seconds once PyTorch has cached it): for "
-                        "long generations. With --draft DIR it compiles whichever of the pair "
-                        "can be (a large target stays eager, its small draft compiles)")
+                   help="run each one-token decode step as one torch.compile'd graph instead "
+                        "of the default step: one sequence at a time; small fp32 GPT models "
+                        "(at most 16 MiB of weights); needs a C++ compiler. For CPUs without "
+                        "AVX-512, where the default step is PyTorch's: ~1.7x faster steps "
+                        "after a one-time compile of ~10-25 s (a few seconds once cached). "
+                        "With AVX-512 the default step (one C call a token) is faster still. "
+                        "With --draft DIR it compiles whichever of the pair can be (a large "
+                        "target stays eager, its small draft compiles)")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch",
                    help="torch (default), or numpy: the plain NumPy forward pass of "
                         "models/gpt_numpy.py, GPT checkpoints only, no KV cache (slow; the "
