@@ -75,7 +75,7 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 # A server is another case: while a C step runs, the Python thread that streams tokens to the
 # clients can run too (a C call releases the GIL once, where PyTorch's step takes it back
 # between its ~90 ops), so a server gives a small model's whole batch to the C step
-# (``small_rows``): cpu-small, 16 clients, 3,368-3,747 tokens/s against 2,703-3,152 with
+# (``small_rows``): cpu-small, 16 clients, 3,854-4,190 tokens/s against 2,703-3,152 with
 # batches of 4 in C (docs/BENCHMARKS.md).
 SMALL_MODEL_BYTES = 64 * 2**20
 SMALL_MODEL_ROWS, LARGE_MODEL_ROWS = 4, 2
@@ -177,7 +177,7 @@ class _Weights:
             layers=layers, lnf_w=self._float(tr.ln_f.weight), lnf_b=self._bias(tr.ln_f),
             head=self._linear(head), n_skip=0 if skips is None else len(skips),
             skip_weights=self._float(skips))
-        self.layers = layers
+        self.layers = layers  # (the structure points into this array: keep it alive)
 
     def _tensor(self, t: Tensor | None, table: bool = False) -> int | None:
         if t is None:
@@ -218,8 +218,8 @@ class _Weights:
 
 
 class NativeGPT(DecodeWrapper):
-    """``model`` with its batch-1 one-token steps run by ``decode_step.c``; everything else is
-    the model's own (see the module docstring).
+    """``model`` with its one-token steps of up to ``max_rows`` rows run by ``decode_step.c``;
+    everything else is the model's own (see the module docstring).
 
     Implements the :class:`~scratchgpt.models.cache.CachedLM` interface; the model is its one
     submodule and any other attribute (``config``, ``num_params``, ...) is the model's."""
