@@ -18,7 +18,7 @@ from scratchgpt.models import native
 from scratchgpt.models.fast_decode import prepare_for_decode
 from scratchgpt.models.gpt import GPT
 from scratchgpt.models.lora import LoRAConfig, add_lora
-from scratchgpt.models.native import NativeGPT, native_refusal, prepare_native
+from scratchgpt.models.native import NativeGPT, native_refusal
 from tests.tiny_gpt import sharp_gpt
 
 pytestmark = pytest.mark.skipif(native.load() is None,
@@ -59,7 +59,7 @@ def stepwise(model, tokens: torch.Tensor, prompt: int = 4) -> tuple[list[torch.T
 def test_c_steps_give_the_eager_logits_and_cache(option, dtype):
     model = tiny(**option)
     eager = prepare_for_decode(copy.deepcopy(model), dtype, native=False)
-    fast = prepare_native(model, dtype)
+    fast = prepare_for_decode(model, dtype)
     assert isinstance(fast, NativeGPT)
     tokens = torch.randint(0, 29, (1, 20))
     want, want_cache = stepwise(eager, tokens)
@@ -78,7 +78,7 @@ def test_a_bf16_step_is_the_fp32_model_within_bf16_rounding():
     model = tiny(n_embd=64, n_head=4)
     reference = copy.deepcopy(model)
     eager = prepare_for_decode(copy.deepcopy(model), "bf16", native=False)
-    fast = prepare_native(model, "bf16")
+    fast = prepare_for_decode(model, "bf16")
     tokens = torch.randint(0, 29, (1, 20))
     with torch.inference_mode():
         want = reference(tokens)[:, 4:]  # (1, 16, V) the fp32 model, uncached
@@ -103,7 +103,7 @@ def test_greedy_tokens_past_the_context_equal_the_eager_ones(dtype, option):
 def test_a_left_padded_row_decodes_as_if_alone():
     """One row with padding in front (a server's or a batch's leftover row): the C step skips
     the padding slots and counts positions from the first real token."""
-    fast = prepare_native(tiny(), "fp32")
+    fast = prepare_for_decode(tiny(), "fp32")
     ids = [7, 3, 9, 4]
     with torch.inference_mode():
         padded, alone = fast.new_cache(1), fast.new_cache(1)
@@ -152,7 +152,7 @@ def test_batched_generation_gives_each_prompts_own_tokens(n_prompts):
 
 def test_every_thread_count_gives_the_same_bits():
     """Each output row is summed by one thread, in one order, whatever the thread count."""
-    fast = prepare_native(tiny(n_embd=64, n_head=4), "fp32")
+    fast = prepare_for_decode(tiny(n_embd=64, n_head=4), "fp32")
     tokens = torch.randint(0, 29, (1, 12))
     threads = torch.get_num_threads()
     try:
@@ -166,8 +166,8 @@ def test_every_thread_count_gives_the_same_bits():
 
 
 def test_speculative_decoding_with_c_steps_keeps_the_targets_tokens():
-    target = prepare_native(tiny(n_layer=3), "fp32")
-    draft = prepare_native(tiny(n_layer=1), "fp32")
+    target = prepare_for_decode(tiny(n_layer=3), "fp32")
+    draft = prepare_for_decode(tiny(n_layer=1), "fp32")
     prompt = torch.tensor([[3, 1, 4]])
     out, _ = speculative_generate(target, draft, prompt, 40, 4, GREEDY)
     assert torch.equal(out, generate(target, prompt, 40, GREEDY))
@@ -176,7 +176,7 @@ def test_speculative_decoding_with_c_steps_keeps_the_targets_tokens():
 def test_models_it_does_not_implement_stay_eager():
     model = tiny(residual=False)
     assert native_refusal(model) == "the C decode step does not implement --no-residual"
-    assert isinstance(prepare_native(model, "fp32"), GPT)
+    assert isinstance(prepare_for_decode(model, "fp32"), GPT)
     adapted = tiny()
     add_lora(adapted, LoRAConfig(rank=2))  # its products are not the plain weights' alone
     assert "LoRALinear" in native_refusal(adapted)
@@ -194,7 +194,7 @@ def test_switched_off_by_the_environment(monkeypatch):
 
 
 def test_bad_token_ids_get_the_eager_error():
-    fast = prepare_native(tiny(), "fp32")
+    fast = prepare_for_decode(tiny(), "fp32")
     with torch.inference_mode():
         cache = fast.new_cache(1)
         fast(torch.tensor([[1, 2]]), cache)

@@ -1,6 +1,6 @@
 /* One GPT decode step (one new token of each of B sequences) in one call, for CPUs with AVX-512.
- * Compiled on first use by scratchgpt/models/native.py, which says why it exists and when it
- * is used; the model it computes is scratchgpt.models.gpt.GPT (pre-LayerNorm blocks).
+ * Compiled on first use (scratchgpt/models/c_kernels.py) and called by
+ * scratchgpt/models/native.py, which says why it exists and when it is used; the model it computes is scratchgpt.models.gpt.GPT (pre-LayerNorm blocks).
  *
  *   x = wte[token] + wpe[position]   (no wpe with rotary positions)  (C,)
  *   for each layer:
@@ -24,8 +24,8 @@
  * nearest even, as torch's conversion does).
  *
  * Threads: one OpenMP parallel region for the whole step; each product splits its output rows
- * between the threads, attention splits the (sequence, head) pairs, the norms the sequences. Built against the libgomp PyTorch has loaded, the region
- * uses PyTorch's thread pool.
+ * between the threads, attention splits the (sequence, head) pairs, the norms the sequences.
+ * Built against the libgomp PyTorch has loaded, the region uses PyTorch's thread pool.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -58,7 +58,7 @@ typedef struct {
 } Layer;
 
 typedef struct {
-    int n_layer, n_head, n_embd, vocab, wtype, act;
+    int n_layer, n_head, n_embd, wtype, act;
     float eps, softcap;
     const void *wte; /* (vocab, C) in the weights' dtype (int8 models: fp32) */
     int wte_bf16;

@@ -350,11 +350,13 @@ def prepare_for_decode(model: nn.Module, dtype: str = "fp32", pack: bool = True,
     :data:`~scratchgpt.models.native.SMALL_MODEL_ROWS`). Every command that generates
     (sample, chat, the benches, a server) prepares its model here. In place; returns it (or
     its wrapper)."""
-    if native:
-        from scratchgpt.models.native import SMALL_MODEL_ROWS, prepare_native
+    from scratchgpt.models import native as c_step
 
-        return prepare_native(model, dtype, pack, native_rows or SMALL_MODEL_ROWS)
     to_inference_dtype(model, dtype)
+    # the C step reads the trained layouts: taken before optimize_for_decode changes them
+    weights = c_step.c_step_weights(model) if native else None
     if dtype != "int8":  # int8 Linears already hold the kernel's own layout
         optimize_for_decode(model, "auto" if pack else None)
-    return model
+    if weights is None:  # (a model the C step cannot run: prepared and eager)
+        return model
+    return c_step.NativeGPT(model, weights, native_rows or c_step.SMALL_MODEL_ROWS)

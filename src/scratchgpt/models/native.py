@@ -31,7 +31,8 @@ hold their larger matrices twice. int8 models share theirs.
 
 >>> from scratchgpt.models.gpt import GPT, GPTConfig
 >>> model = GPT(GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16))
->>> fast = prepare_native(model.eval(), "fp32")
+>>> from scratchgpt.models.fast_decode import prepare_for_decode
+>>> fast = prepare_for_decode(model.eval(), "fp32")
 >>> cache = fast.new_cache(1)
 >>> fast(torch.tensor([[1, 2, 3]]), cache).shape      # a prompt: the eager model
 torch.Size([1, 3, 65])
@@ -51,12 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.models.c_kernels import load_library
-from scratchgpt.models.fast_decode import (
-    DecodeWrapper,
-    Int8Linear,
-    optimize_for_decode,
-    to_inference_dtype,
-)
+from scratchgpt.models.fast_decode import DecodeWrapper, Int8Linear
 from scratchgpt.models.gpt import GPT, KVCache
 
 SOURCE = Path(__file__).with_name("decode_step.c")
@@ -100,8 +96,8 @@ class _Layer(ctypes.Structure):
 
 
 class _Model(ctypes.Structure):
-    _fields_ = [("n_layer", _I), ("n_head", _I), ("n_embd", _I), ("vocab", _I),
-                ("wtype", _I), ("act", _I), ("eps", _F), ("softcap", _F),
+    _fields_ = [("n_layer", _I), ("n_head", _I), ("n_embd", _I), ("wtype", _I), ("act", _I),
+                ("eps", _F), ("softcap", _F),
                 ("wte", _P), ("wte_bf16", _I), ("wpe", _P), ("rope_cos", _P), ("rope_sin", _P),
                 ("layers", ctypes.POINTER(_Layer)), ("lnf_w", _P), ("lnf_b", _P),
                 ("head", _Linear), ("n_skip", _I), ("skip_weights", _P)]
@@ -167,7 +163,7 @@ class _Weights:
         skips = model.skip_weights
         head = model.lm_head
         self.model = _Model(
-            n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab=cfg.vocab_size,
+            n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
             wtype=_WTYPES[head.weight.dtype], act=_ACTS[cfg.activation],
             eps=cfg.layer_norm_eps, softcap=cfg.logit_softcap,
             wte=wte, wte_bf16=int(tr.wte.weight.dtype == torch.bfloat16),
@@ -274,16 +270,9 @@ class NativeGPT(DecodeWrapper):
         return logits
 
 
-def prepare_native(model: nn.Module, dtype: str = "fp32", pack: bool = True,
-                   small_rows: int = SMALL_MODEL_ROWS) -> nn.Module:
-    """``model`` (fp32, as loaded) in the inference precision ``dtype``, decoding its one-token
-    steps in C (:class:`NativeGPT`; batches of up to ``small_rows`` rows for a model of at most
-    :data:`SMALL_MODEL_BYTES`) where it can (:func:`native_refusal`), with the eager model
-    prepared for the other calls as :func:`~scratchgpt.models.fast_decode.prepare_for_decode`
-    prepares it (``pack``: oneDNN packing). A model the C step cannot run is returned prepared
-    and eager."""
-    to_inference_dtype(model, dtype)
-    weights = _Weights(model) if native_refusal(model) is None else None
-    if dtype != "int8":  # (after _Weights, which keeps the trained layouts)
-        optimize_for_decode(model, "auto" if pack else None)
-    return model if weights is None else NativeGPT(model, weights, small_rows)
+def c_step_weights(model: nn.Module) -> _Weights | None:
+    """What the C step reads of ``model`` (already in its inference dtype, with its Linears
+    still in their trained layout), or None when the C step cannot run it
+    (:func:`native_refusal`). :func:`~scratchgpt.models.fast_decode.prepare_for_decode` calls
+    it before it changes the eager model's layouts."""
+    return _Weights(model) if native_refusal(model) is None else None
