@@ -60,8 +60,8 @@ def test_int8_linear_computes_the_quantized_product(k, backend):
         # rounded to bf16
         ref = x.bfloat16().float() @ q.dequantized().T  # (3, 5, 42)
         assert torch.allclose(y - linear.bias, ref, rtol=2**-8, atol=1e-5)  # 8-bit mantissa
-    else:  # fp32 inputs and sums: only the order of the sums differs from the reference
-        ref = x.double() @ q.dequantized().double().T + linear.bias.double()
+    else:  # bf16 inputs, fp32 sums and outputs: only the order of the sums differs
+        ref = x.bfloat16().double() @ q.dequantized().double().T + linear.bias.double()
         assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -76,7 +76,7 @@ def test_our_kernel_needs_no_int8_kernel_from_pytorch(monkeypatch):
     linear = nn.Linear(32, 8)
     x = torch.randn(2, 32)
     q = Int8Linear(linear)
-    assert torch.allclose(q(x), x @ q.dequantized().T + linear.bias, atol=1e-5)
+    assert torch.allclose(q(x), x.bfloat16().float() @ q.dequantized().T + linear.bias, atol=1e-5)
 
 
 def test_a_row_gets_the_same_bits_alone_in_a_batch_and_on_any_thread_count():
@@ -86,7 +86,8 @@ def test_a_row_gets_the_same_bits_alone_in_a_batch_and_on_any_thread_count():
         pytest.skip("scratchgpt's int8 kernel needs AVX-512 and a C compiler")
     torch.manual_seed(0)
     q = Int8Linear(nn.Linear(96, 45))
-    x = torch.randn(11, 96)  # 11 rows: blocks of 4 and a tail of 3
+    x = torch.randn(11, 96)  # 11 rows: blocks of 4 and a tail of 3; from 8 rows on, the
+    # kernel widens each block of weights once instead of at every step (the same sums)
     together = q(x)
     threads = torch.get_num_threads()
     try:

@@ -141,6 +141,24 @@ def test_a_batch_decodes_each_row_as_alone_bit_for_bit(dtype):
         assert torch.allclose(got, w, rtol=1e-4, atol=tolerance)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_a_server_sized_batch_decodes_each_row_as_alone_bit_for_bit(dtype):
+    """Nine rows in one C step (a server gives a small model's whole batch to it): from eight
+    rows on, int8 products widen each block of weights once for all rows instead of at every
+    step, and a row still gets the bits of its step alone."""
+    fast = prepare_for_decode(tiny(n_embd=48, n_head=3), dtype, pack=False, native_rows=9)
+    rows = [[3, 1, 4, 1, 5, 9, 2, 6][: 1 + i % 8] for i in range(9)]
+    nexts = torch.arange(9).view(9, 1) + 1
+    with torch.inference_mode():
+        batch = fast.new_cache(9)
+        prefill_rows(fast, batch, rows)
+        alone = [copy.deepcopy(batch) for _ in rows]
+        together = fast(nexts, batch)[:, 0]  # (9, V) one C step
+        for i, cache in enumerate(alone):
+            cache.select_rows(torch.tensor([i]))
+            assert torch.equal(fast(nexts[i:i + 1], cache)[0, 0], together[i])
+
+
 @pytest.mark.parametrize("n_prompts", [3, 6])  # 6: more rows than a C step takes, eager
 def test_batched_generation_gives_each_prompts_own_tokens(n_prompts):
     fast = prepare_for_decode(tiny(**OPTIONS["speedrun-stack"]), "fp32")
@@ -184,13 +202,13 @@ def test_models_it_does_not_implement_stay_eager():
 
 def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv(native.SWITCH, "torch")
-    native.load.cache_clear()
+    native._library.cache_clear()
     try:
         model = tiny()
         assert "SCRATCHGPT_DECODE_KERNEL" in native_refusal(model)
         assert isinstance(prepare_for_decode(model, "fp32"), GPT)
     finally:
-        native.load.cache_clear()  # (monkeypatch restores the environment after this)
+        native._library.cache_clear()  # (monkeypatch restores the environment after this)
 
 
 def test_bad_token_ids_get_the_eager_error():

@@ -21,6 +21,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -55,12 +56,20 @@ def _cpu_features() -> str:
         return platform.processor()
 
 
+def _source_bytes(source: Path) -> bytes:
+    """The source and the local files it includes (``#include "name"``), which the build's
+    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``)."""
+    text = source.read_bytes()
+    names = re.findall(rb'^#include "([^"]+)"', text, flags=re.MULTILINE)
+    return text + b"".join((source.parent / name.decode()).read_bytes() for name in names)
+
+
 def _build(source: Path, compiler: str) -> Path:
     """The compiled library for this source, flags and compiler, built if not cached. The build
     writes a temporary file and renames it, so concurrent processes never load half a file."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              timeout=30).stdout
-    key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + version.encode()
+    key = hashlib.sha256(_source_bytes(source) + " ".join(FLAGS).encode() + version.encode()
                          + _cpu_features().encode())
     out = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if out.exists():

@@ -19,9 +19,12 @@
  * int8_matmul.c does.
  *
  * Weights: fp32, bf16 or int8 (one fp32 scale per output row; rows zero-padded to a multiple of
- * 16), always multiplied in fp32 registers: bf16 is widened by a shift, int8 by a convert. All
- * activations, norms, attention and sums are fp32. The KV cache is fp32 or bf16 (rounded to
- * nearest even, as torch's conversion does).
+ * 16). fp32 and bf16 weights are multiplied in fp32 registers (bf16 widened by a shift); int8
+ * products are those of int8_matmul.c, included below: the inputs rounded to bf16, the weights
+ * widened to bf16 exactly, AVX512-BF16 dot products summed in fp32, as the eager int8 model
+ * computes them (without AVX512-BF16 this file builds without int8, and native.py refuses int8
+ * models). All activations, norms, attention and sums are fp32. The KV cache is fp32 or bf16
+ * (rounded to nearest even, as torch's conversion does).
  *
  * Threads: one OpenMP parallel region for the whole step; each product splits its output rows
  * between the threads, attention splits the (sequence, head) pairs, the norms the sequences.
@@ -31,9 +34,16 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifndef PREFETCH
 #define PREFETCH 8192
+#endif
+#ifdef __AVX512BF16__
+#include "int8_matmul.c" /* int8 products: the same blocks, the same sums as the eager model's */
+#define HAVE_INT8 1
+#else
+#define HAVE_INT8 0
 #endif
 #define ROWS 4 /* weight rows whose sums are kept in flight together */
 
@@ -171,21 +181,61 @@ static inline float activate(int act, float v) {
 
 enum { OUT_SET, OUT_ADD, OUT_ACT, OUT_CAP };
 
+/* Per-thread scratch of an int8 model's products: its copy of the activation rows in bf16, and
+ * a block of weight rows widened to bf16 (for batches of I8_WIDEN_FROM rows or more). */
+typedef struct {
+    uint16_t *xb, *wb;
+} Scratch;
+
+/* sums of rows [b, b + nx) with weight rows [n, n + nw): in fp32 arithmetic, or for int8
+ * weights int8_matmul.c's bf16 products (after widen_block when the batch is large) */
+static void block_sums(const Model *M, const Linear *L, const Scratch *s, int B, int n, int nw,
+                       const float *x, int b, int nx, float sums[XROWS][ROWS]) {
+#if HAVE_INT8
+    if (M->wtype == W_INT8) {
+        const uint16_t *xb = s->xb + (long)b * L->stride;
+        if (B >= I8_WIDEN_FROM) i8_dot_widened_any(xb, L->stride, nx, s->wb, nw, L->stride, sums);
+        else i8_dot_rows_any(xb, L->stride, nx, (const int8_t *)L->w + (long)n * L->stride,
+                             L->stride, nw, L->stride, sums);
+        return;
+    }
+#endif
+    dot_block(M->wtype, L, n, nw, x + (long)b * L->n_in, nx, sums);
+}
+
+/* An int8 product's inputs, as the eager int8 model gives them to int8_matmul: each row rounded
+ * to bf16 and zero-padded to the weights' padded width. Every thread makes its own copy (a few
+ * KiB), so no thread waits for another. */
+static void round_inputs(const Linear *L, int B, const float *x, const Scratch *s) {
+#if HAVE_INT8
+    for (int b = 0; b < B; b++)
+        i8_round_row(x + (long)b * L->n_in, L->n_in, L->stride, s->xb + (long)b * L->stride);
+#else
+    (void)L, (void)B, (void)x, (void)s;
+#endif
+}
+
 /* y = L(x) for B rows (x: (B, n_in), y: (B, n_out)), split over the threads by blocks of ROWS
  * weight rows; then per output: OUT_SET y = v, OUT_ADD y += v (a residual), OUT_ACT y = act(v),
  * OUT_CAP y = cap * tanh(v / cap). Each block of weight rows is read once for XROWS rows of x,
  * from memory for the first XROWS and from cache for the next, and every row is summed as if it
  * were alone (the same bits). Called by every thread of the region; ends with its barrier. */
 static void linear(const Model *M, const Linear *L, int B, const float *x, float *y, int out,
-                   float arg) {
+                   float arg, const Scratch *s) {
     int blocks = (L->n_out + ROWS - 1) / ROWS;
+    if (M->wtype == W_INT8) round_inputs(L, B, x, s);
 #pragma omp for schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
         int n = blk * ROWS, nw = L->n_out - n < ROWS ? L->n_out - n : ROWS;
+#if HAVE_INT8
+        if (M->wtype == W_INT8 && B >= I8_WIDEN_FROM)
+            i8_widen_rows((const int8_t *)L->w + (long)n * L->stride, L->stride, nw, L->stride,
+                          s->wb);
+#endif
         for (int b = 0; b < B; b += XROWS) {
             int nx = B - b < XROWS ? B - b : XROWS;
             float sums[XROWS][ROWS];
-            dot_block(M->wtype, L, n, nw, x + (long)b * L->n_in, nx, sums);
+            block_sums(M, L, s, B, n, nw, x, b, nx, sums);
             for (int i = 0; i < nx; i++) {
                 float *yb = y + (long)(b + i) * L->n_out + n;
                 for (int j = 0; j < nw; j++) {
@@ -200,6 +250,9 @@ static void linear(const Model *M, const Linear *L, int B, const float *x, float
         }
     }
 }
+
+/* 1 where this build has int8 products (they need AVX512-BF16), else 0 */
+int gpt_decode_int8(void) { return HAVE_INT8; }
 
 /* ---- the small vector work */
 
@@ -339,6 +392,18 @@ static void attend(const Model *M, const Layer *L, const Step *S, int l, float *
     }
 }
 
+/* This thread's scratch for an int8 model's products (NULLs for other weights): inputs of up
+ * to 4C + 16 (padded) per row, and four widened weight rows of as many. */
+static Scratch scratch(const Model *M, int B) {
+    Scratch s = {NULL, NULL};
+    if (M->wtype != W_INT8) return s;
+    long width = 4L * M->n_embd + 32;
+    s.xb = malloc((size_t)B * width * sizeof(uint16_t));
+    s.wb = aligned_alloc(64, (size_t)ROWS * ((width + 31) & ~31L) * sizeof(uint16_t));
+    if (!s.xb || !s.wb) abort();
+    return s;
+}
+
 /* The step: logits (B, V) of the next tokens. work: scratch of (10 + n_skip) B C +
  * B H max_len floats. */
 void gpt_decode_step(const Model *M, const Step *S, float *work, float *logits, int threads) {
@@ -352,15 +417,16 @@ void gpt_decode_step(const Model *M, const Step *S, float *work, float *logits, 
                                  + (M->wpe ? M->wpe[(long)S->positions[b] * C + i] : 0.0f);
 #pragma omp parallel num_threads(threads)
     {
+        Scratch s = scratch(M, B);
         for (int l = 0; l < M->n_layer; l++) {
             const Layer *L = &M->layers[l];
             norm_rows(M, S, l - (M->n_layer - M->n_skip), x, h, saved, L->ln1_w, L->ln1_b);
-            linear(M, &L->attn, B, h, qkv, OUT_SET, 0);
+            linear(M, &L->attn, B, h, qkv, OUT_SET, 0, &s);
             attend(M, L, S, l, qkv, att, scores);
-            linear(M, &L->proj, B, att, x, OUT_ADD, 0);
+            linear(M, &L->proj, B, att, x, OUT_ADD, 0, &s);
             norm_rows(M, S, -1, x, h, saved, L->ln2_w, L->ln2_b);
-            linear(M, &L->fc, B, h, mlp, OUT_ACT, 0);
-            linear(M, &L->fc_proj, B, mlp, x, OUT_ADD, 0);
+            linear(M, &L->fc, B, h, mlp, OUT_ACT, 0, &s);
+            linear(M, &L->fc_proj, B, mlp, x, OUT_ADD, 0, &s);
             if (l < M->n_skip) {
 #pragma omp for schedule(static)
                 for (int b = 0; b < B; b++)
@@ -369,6 +435,7 @@ void gpt_decode_step(const Model *M, const Step *S, float *work, float *logits, 
             }
         }
         norm_rows(M, S, -1, x, h, saved, M->lnf_w, M->lnf_b);
-        linear(M, &M->head, B, h, logits, M->softcap > 0 ? OUT_CAP : OUT_SET, M->softcap);
+        linear(M, &M->head, B, h, logits, M->softcap > 0 ? OUT_CAP : OUT_SET, M->softcap, &s);
+        free(s.xb), free(s.wb);
     }
 }

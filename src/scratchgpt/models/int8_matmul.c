@@ -1,22 +1,33 @@
-/* int8 weight-only matrix product for CPUs with AVX-512 (compiled on first use by
- * scratchgpt/models/int8_kernel.py; see there for why it exists).
+/* int8 weight-only matrix product for CPUs with AVX-512 and its bf16 dot product (AVX512-BF16),
+ * compiled on first use by scratchgpt/models/int8_kernel.py (see there for why it exists).
+ * decode_step.c includes this file: its int8 products are these blocks, summed the same way.
  *
- *   y[m, n] = scale[n] * sum_k x[m, k] * w[n, k]  (+ bias[n])
+ *   y[m, n] = scale[n] * sum_k bf16(x[m, k]) * w[n, k]  (+ bias[n])
  *
- *   x: (M, K) fp32 activations      w: (N, K) int8 weights, K a multiple of 16
- *   scale, bias: (N,) fp32          y: (M, N) fp32
+ *   x: (M, K) fp32 activations, rounded to bf16 (nearest even) before the product
+ *   w: (N, K) int8 weights, K a multiple of 16      scale, bias: (N,) fp32      y: (M, N) fp32
  *
- * Decoding is bound by reading the weights, so each int8 weight is read once, widened to fp32 in
- * registers (16 at a time) and multiplied with up to 4 activation rows while it is there. Four
- * weight rows are worked on together so that their sums are independent chains of FMAs (one
- * chain would wait on the FMA latency). Every output keeps its own 16-lane partial sums over k,
- * reduced at the end, in the same order whatever M is, so a row's result does not depend on
- * which other rows share the call (a batch equals its rows alone).
+ * Arithmetic: an int8 weight is exact in bf16 (8 significant bits), so widening it loses
+ * nothing; the activations are rounded to bf16. vdpbf16ps then multiplies 32 pairs of bf16 and
+ * adds them, two by two, to 16 fp32 sums, twice the multiply-adds of an fp32 FMA per
+ * instruction. That is what makes a prompt (many activation rows) about twice as fast as in fp32
+ * arithmetic; a decode step (one row) is bound by reading the weights either way.
+ *
+ * Blocks: four weight rows are worked on together so that their sums are independent chains
+ * (one chain would wait on the latency), each with up to four activation rows while the widened
+ * weights are in registers. Every output keeps its own 16-lane sums over k, reduced at the end,
+ * in the same order whatever M is, so a row's result does not depend on which other rows share
+ * the call (a batch equals its rows alone, bit for bit).
+ *
+ * Two ways to the same sums: with few activation rows each step widens its 32 weights of each
+ * row in registers (dot_rows); with many, each block of weight rows is widened once into a bf16
+ * buffer that every block of activation rows then reads (dot_widened), so the widening is not
+ * repeated M / 4 times. Both feed the same bf16 values to the same instructions in the same
+ * order: the same bits.
  *
  * Prefetch: widening and multiplying keep the core busy enough that, left to the hardware
- * prefetcher, too few reads are in flight to stream at the memory bandwidth (without the
- * prefetch this kernel decoded GPT-2 124M no faster than PyTorch's). So each step asks for the
- * bytes PREFETCH ahead of the ones it reads, a few blocks early.
+ * prefetcher, too few reads are in flight to stream at the memory bandwidth. So each step asks
+ * for the bytes PREFETCH ahead of the ones it reads, a few blocks early.
  *
  * Threads: the weight rows are split into one contiguous range per OpenMP thread. Built against
  * the libgomp that PyTorch has already loaded, this uses PyTorch's own thread pool.
@@ -24,55 +35,152 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 
-#define ROWS_N 4 /* weight rows per block */
-#define ROWS_M 4 /* activation rows per block */
+#ifndef __AVX512BF16__
+#error "the int8 product needs AVX512-BF16 (vdpbf16ps)"
+#endif
+
+#define I8_ROWS_N 4 /* weight rows per block */
+#define I8_ROWS_M 4 /* activation rows per block */
+#define I8_WIDEN_FROM 8 /* activation rows from which a block of weights is widened once */
 #ifndef PREFETCH
 #define PREFETCH 4096
 #endif
 
-static inline __m512 widen16(const int8_t *p) { /* 16 int8 -> 16 fp32 */
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+typedef float i8_sums[I8_ROWS_M][I8_ROWS_N];
+
+/* Unrolled early: GCC then keeps a block's 16 sums in registers; left to its later unrolling,
+ * the sums array stays in memory and every step stores all 16 (measured: half the speed). */
+#define I8_UNROLL _Pragma("GCC unroll 4")
+
+/* which of the 32 elements from k on exist: all, or the 16 of a row's last half-step */
+static inline __mmask32 i8_mask(int k, int K) { return K - k >= 32 ? 0xFFFFFFFFu : 0xFFFFu; }
+
+/* 32 int8 weights (masked ones 0) -> 32 bf16, exactly */
+static inline __m512i i8_widen32(const int8_t *p, __mmask32 m) {
+    __m256i b = _mm256_maskz_loadu_epi8(m, p);
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
-/* sums[i][j] = x[i] . w[j] for nw (1..4) weight rows and nx (1..4) activation rows */
-static void dot_block(const float *x, int nx, const int8_t *w, int nw, int K,
-                      float sums[ROWS_M][ROWS_N]) {
-    __m512 acc[ROWS_M][ROWS_N];
-    for (int i = 0; i < ROWS_M; i++)
-        for (int j = 0; j < ROWS_N; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 16) {
-        /* the block is ROWS_N * K contiguous bytes, read in K / 16 steps of 16 bytes a row:
-         * one 64-byte line PREFETCH bytes ahead per step keeps the next blocks streaming in */
-        _mm_prefetch((const char *)w + PREFETCH + ROWS_N * k, _MM_HINT_T0);
-        __m512 wv[ROWS_N];
-        for (int j = 0; j < nw; j++) wv[j] = widen16(w + (long)j * K + k);
-        for (int i = 0; i < nx; i++) {
-            __m512 xv = _mm512_loadu_ps(x + (long)i * K + k);
-            for (int j = 0; j < nw; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);
+/* acc += x . w, 32 elements, two by two into 16 lanes */
+static inline __m512 i8_dp(__m512 acc, __m512i x, __m512i w) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+}
+
+/* sums[i][j] = x[i] . w[j] for nx (1..4) bf16 activation rows (xstride elements apart) and nw
+ * (1..4) int8 weight rows (wstride bytes apart), widening the weights in registers */
+static inline __attribute__((always_inline)) void
+i8_dot_rows(const uint16_t *x, long xstride, int nx, const int8_t *w, long wstride, int nw,
+            int K, i8_sums sums) {
+    __m512 acc[I8_ROWS_M][I8_ROWS_N];
+    I8_UNROLL for (int i = 0; i < I8_ROWS_M; i++)
+        I8_UNROLL for (int j = 0; j < I8_ROWS_N; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        /* a step reads 32 bytes of each of the 4 rows: prefetch as many PREFETCH ahead */
+        const char *ahead = (const char *)w + PREFETCH + (long)I8_ROWS_N * k;
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + 64, _MM_HINT_T0);
+        __mmask32 m = i8_mask(k, K);
+        __m512i wv[I8_ROWS_N];
+        I8_UNROLL for (int j = 0; j < nw; j++) wv[j] = i8_widen32(w + j * wstride + k, m);
+        I8_UNROLL for (int i = 0; i < nx; i++) {
+            __m512i xv = _mm512_maskz_loadu_epi16(m, x + i * xstride + k);
+            I8_UNROLL for (int j = 0; j < nw; j++) acc[i][j] = i8_dp(acc[i][j], xv, wv[j]);
         }
     }
-    for (int i = 0; i < nx; i++)
-        for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+    I8_UNROLL for (int i = 0; i < nx; i++)
+        I8_UNROLL for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* The blocks above, specialised for the shapes that matter so the compiler unrolls them:
- * one activation row (a decode step) and full blocks of four. */
-static void dot_block_dispatch(const float *x, int nx, const int8_t *w, int nw, int K,
-                               float sums[ROWS_M][ROWS_N]) {
-    if (nx == 1 && nw == ROWS_N) dot_block(x, 1, w, ROWS_N, K, sums);
-    else if (nx == ROWS_M && nw == ROWS_N) dot_block(x, ROWS_M, w, ROWS_N, K, sums);
-    else dot_block(x, nx, w, nw, K, sums);
+/* Each shape gets its own function, so that the compiler keeps its sums in registers (inlined
+ * side by side into one function, the copies shared one stack frame and spilled every step):
+ * one activation row (a decode step), full blocks, and any other block at the edges. */
+#define I8_SHAPE(name, body, ...) \
+    static __attribute__((noinline)) void name(__VA_ARGS__) { body; }
+I8_SHAPE(i8_rows_1x4, i8_dot_rows(x, xs, 1, w, ws, I8_ROWS_N, K, sums),
+         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
+I8_SHAPE(i8_rows_4x4, i8_dot_rows(x, xs, I8_ROWS_M, w, ws, I8_ROWS_N, K, sums),
+         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
+I8_SHAPE(i8_rows_edge, i8_dot_rows(x, xs, nx, w, ws, nw, K, sums),
+         const uint16_t *x, long xs, int nx, const int8_t *w, long ws, int nw, int K,
+         i8_sums sums)
+
+static void i8_dot_rows_any(const uint16_t *x, long xstride, int nx, const int8_t *w,
+                            long wstride, int nw, int K, i8_sums sums) {
+    if (nx == 1 && nw == I8_ROWS_N) i8_rows_1x4(x, xstride, w, wstride, K, sums);
+    else if (nx == I8_ROWS_M && nw == I8_ROWS_N) i8_rows_4x4(x, xstride, w, wstride, K, sums);
+    else i8_rows_edge(x, xstride, nx, w, wstride, nw, K, sums);
 }
 
-static void rows(const float *x, int M, int K, const int8_t *w, const float *scale,
-                 const float *bias, float *y, int N, int n0, int n1) {
-    float sums[ROWS_M][ROWS_N];
-    for (int n = n0; n < n1; n += ROWS_N) {
-        int nw = n1 - n < ROWS_N ? n1 - n : ROWS_N;
-        for (int m = 0; m < M; m += ROWS_M) {
-            int nx = M - m < ROWS_M ? M - m : ROWS_M;
-            dot_block_dispatch(x + (long)m * K, nx, w + (long)n * K, nw, K, sums);
+/* wb (4, K32) = bf16 of nw int8 rows, zero past K and past row nw (K32: K up to 32) */
+static void i8_widen_rows(const int8_t *w, long wstride, int nw, int K, uint16_t *wb) {
+    int K32 = (K + 31) & ~31;
+    for (int j = 0; j < I8_ROWS_N; j++)
+        for (int k = 0; k < K32; k += 32) {
+            __m512i v = _mm512_setzero_si512();
+            if (j < nw) {
+                _mm_prefetch((const char *)w + j * wstride + k + PREFETCH, _MM_HINT_T0);
+                v = i8_widen32(w + j * wstride + k, i8_mask(k, K));
+            }
+            _mm512_storeu_si512(wb + (long)j * K32 + k, v);
+        }
+}
+
+/* i8_dot_rows with the weights already widened into wb (the same values, the same order) */
+static inline __attribute__((always_inline)) void
+i8_dot_widened(const uint16_t *x, long xstride, int nx, const uint16_t *wb, int nw, int K,
+               i8_sums sums) {
+    int K32 = (K + 31) & ~31;
+    __m512 acc[I8_ROWS_M][I8_ROWS_N];
+    I8_UNROLL for (int i = 0; i < I8_ROWS_M; i++)
+        I8_UNROLL for (int j = 0; j < I8_ROWS_N; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __m512i wv[I8_ROWS_N];
+        I8_UNROLL for (int j = 0; j < nw; j++) wv[j] = _mm512_loadu_si512(wb + (long)j * K32 + k);
+        I8_UNROLL for (int i = 0; i < nx; i++) {
+            __m512i xv = _mm512_maskz_loadu_epi16(i8_mask(k, K), x + i * xstride + k);
+            I8_UNROLL for (int j = 0; j < nw; j++) acc[i][j] = i8_dp(acc[i][j], xv, wv[j]);
+        }
+    }
+    I8_UNROLL for (int i = 0; i < nx; i++)
+        I8_UNROLL for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+I8_SHAPE(i8_widened_4x4, i8_dot_widened(x, xs, I8_ROWS_M, wb, I8_ROWS_N, K, sums),
+         const uint16_t *x, long xs, const uint16_t *wb, int K, i8_sums sums)
+I8_SHAPE(i8_widened_edge, i8_dot_widened(x, xs, nx, wb, nw, K, sums),
+         const uint16_t *x, long xs, int nx, const uint16_t *wb, int nw, int K, i8_sums sums)
+
+static void i8_dot_widened_any(const uint16_t *x, long xstride, int nx, const uint16_t *wb,
+                               int nw, int K, i8_sums sums) {
+    if (nx == I8_ROWS_M && nw == I8_ROWS_N) i8_widened_4x4(x, xstride, wb, K, sums);
+    else i8_widened_edge(x, xstride, nx, wb, nw, K, sums);
+}
+
+/* xb (K,) = x (n,) rounded to bf16 (nearest even), zero from n to K (K: a multiple of 16) */
+static void i8_round_row(const float *x, int n, int K, uint16_t *xb) {
+    for (int k = 0; k < K; k += 16) {
+        __mmask16 m = n - k >= 16 ? 0xFFFF : n > k ? (__mmask16)((1u << (n - k)) - 1) : 0;
+        _mm256_storeu_si256((__m256i *)(xb + k),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + k)));
+    }
+}
+
+/* y rows [n0, n1) of the product; wb: scratch of 4 * (K up to 32) bf16, or NULL for few rows */
+static void i8_rows(const uint16_t *xb, int M, int K, const int8_t *w, const float *scale,
+                    const float *bias, float *y, int N, int n0, int n1, uint16_t *wb) {
+    i8_sums sums;
+    for (int n = n0; n < n1; n += I8_ROWS_N) {
+        int nw = n1 - n < I8_ROWS_N ? n1 - n : I8_ROWS_N;
+        const int8_t *wn = w + (long)n * K;
+        if (wb) i8_widen_rows(wn, K, nw, K, wb);
+        for (int m = 0; m < M; m += I8_ROWS_M) {
+            int nx = M - m < I8_ROWS_M ? M - m : I8_ROWS_M;
+            if (wb) i8_dot_widened_any(xb + (long)m * K, K, nx, wb, nw, K, sums);
+            else i8_dot_rows_any(xb + (long)m * K, K, nx, wn, K, nw, K, sums);
             for (int i = 0; i < nx; i++)
                 for (int j = 0; j < nw; j++) {
                     float v = sums[i][j] * scale[n + j];
@@ -84,18 +192,23 @@ static void rows(const float *x, int M, int K, const int8_t *w, const float *sca
 
 void int8_matmul(const float *x, int M, int K, const int8_t *w, const float *scale,
                  const float *bias, float *y, int N, int threads) {
-    int blocks = (N + ROWS_N - 1) / ROWS_N;
+    int blocks = (N + I8_ROWS_N - 1) / I8_ROWS_N;
+    uint16_t *xb = malloc((size_t)M * K * sizeof(uint16_t));
+    int widen = M >= I8_WIDEN_FROM;
+    if (!xb) abort();
+    for (int m = 0; m < M; m++) i8_round_row(x + (long)m * K, K, K, xb + (long)m * K);
     if (threads > blocks) threads = blocks;
-    if (threads <= 1) {
-        rows(x, M, K, w, scale, bias, y, N, 0, N);
-        return;
-    }
+    if (threads < 1) threads = 1;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
         int per = (blocks + T - 1) / T;
-        int n0 = t * per * ROWS_N, n1 = (t + 1) * per * ROWS_N;
+        int n0 = t * per * I8_ROWS_N, n1 = (t + 1) * per * I8_ROWS_N;
+        uint16_t *wb = widen ? aligned_alloc(64, I8_ROWS_N * (size_t)((K + 31) & ~31) * 2) : NULL;
+        if (widen && !wb) abort();
         if (n1 > N) n1 = N;
-        if (n0 < n1) rows(x, M, K, w, scale, bias, y, N, n0, n1);
+        if (n0 < n1) i8_rows(xb, M, K, w, scale, bias, y, N, n0, n1, wb);
+        free(wb);
     }
+    free(xb);
 }

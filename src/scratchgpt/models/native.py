@@ -8,11 +8,13 @@ decode-step` takes one apart), and a small model's step is nearly all such overh
 cache, the output head) in one OpenMP region, streaming each weight row once with software
 prefetch.
 
-What it computes is the model's own forward, in fp32 arithmetic: weights fp32, bf16 or int8
-(those of :class:`~scratchgpt.models.fast_decode.Int8Linear`, the same quantized values as the
-eager int8 model), activations, norms, attention and sums fp32. fp32 and int8 steps give the
-eager model's logits up to float rounding (tested); a bf16 step is closer to the fp32 model
-than the eager bf16 one, which rounds every activation to bf16.
+What it computes is the model's own forward: weights fp32, bf16 or int8 (those of
+:class:`~scratchgpt.models.fast_decode.Int8Linear`, the same quantized values as the eager int8
+model), activations, norms, attention and sums fp32. fp32 and bf16 weights are multiplied in
+fp32 arithmetic; int8 products are ``int8_matmul.c``'s, which the C file includes: inputs
+rounded to bf16, fp32 sums, as in the eager int8 model. fp32 and int8 steps give the eager
+model's logits up to float rounding (tested); a bf16 step is closer to the fp32 model than the
+eager bf16 one, which rounds every activation to bf16.
 
 When it is used: steps of one new token per row on a :class:`~scratchgpt.models.gpt.KVCache`
 (a sample, a stream, a chat, a speculative draft, and batches of a few rows: prompts, beams,
@@ -109,9 +111,13 @@ class _Step(ctypes.Structure):
 
 
 @functools.cache
+def _library() -> ctypes.CDLL | None:
+    return load_library(SOURCE, SWITCH)
+
+
 def load() -> Callable[..., None] | None:
     """The C step, or None where it cannot be used (see the module docstring)."""
-    lib = load_library(SOURCE, SWITCH)
+    lib = _library()
     if lib is None:
         return None
     fn = lib.gpt_decode_step
@@ -138,9 +144,12 @@ def native_refusal(model: Any) -> str | None:
         return f"the C decode step reads plain or int8 Linears, not {type(odd).__name__}"
     if model.lm_head.weight.device.type != "cpu":
         return "the C decode step runs on the CPU"
-    if load() is None:
+    lib = _library()
+    if lib is None:
         return ("the C decode step needs an x86 CPU with AVX-512 and a C compiler (cc), and "
                 f"{SWITCH} not set to torch")
+    if isinstance(model.lm_head, Int8Linear) and not lib.gpt_decode_int8():
+        return "the C decode step's int8 products need a CPU with AVX512-BF16"
     return None
 
 
