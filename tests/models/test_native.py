@@ -159,7 +159,8 @@ def test_a_server_sized_batch_decodes_each_row_as_alone_bit_for_bit(dtype):
             assert torch.equal(fast(nexts[i:i + 1], cache)[0, 0], together[i])
 
 
-@pytest.mark.parametrize("n_prompts", [3, 6])  # 6: more rows than a C step takes, eager
+# (SMALL_MODEL_ROWS + 1: more rows than a C step takes, so the batch's steps are eager)
+@pytest.mark.parametrize("n_prompts", [3, native.SMALL_MODEL_ROWS + 1])
 def test_batched_generation_gives_each_prompts_own_tokens(n_prompts):
     fast = prepare_for_decode(tiny(**OPTIONS["speedrun-stack"]), "fp32")
     prompts = [[3, 1, 4, 1, 5, 9, 2][: 2 + i] for i in range(n_prompts)]

@@ -66,17 +66,17 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 # The most rows (sequences) a C step takes; larger batches run the eager model, whose oneDNN
 # products use the CPU's arithmetic better once a step is bound by it rather than by reading the
-# weights or by per-op cost. Measured (ms a step, C against PyTorch, 2 threads, Zen 4): a
-# 6L/384d model (43 MB) 1.0 vs 2.5 at 1 row, 1.9-2.0 vs 3.0-3.2 at 4, 3.9 vs 4.1 at 8, 7.6 vs
-# 5.2 at 16; GPT-2 124M (497 MB) 12.2 vs 19.8 at 1 row, 15.5 vs 23.8 at 2, 19.1 vs 17.8 at 3,
-# 20.6 vs 17.1 at 4.
-# A server is another case: while a C step runs, the Python thread that streams tokens to the
-# clients can run too (a C call releases the GIL once, where PyTorch's step takes it back
-# between its ~90 ops), so a server gives a small model's whole batch to the C step
-# (``small_rows``): cpu-small, 16 clients, 3,854-4,190 tokens/s against 2,703-3,152 with
-# batches of 4 in C (docs/BENCHMARKS.md).
+# weights or by per-op cost. Measured (``benchmarks/c_step_rows.py``, ms a step, C against
+# PyTorch, 2 threads, Zen 4): cpu-small 0.12 vs 0.50 at 1 row, 0.61 vs 0.93 at 16, 1.16 vs 1.29
+# at 32; a 6L/384d model (43 MB) 1.2 vs 2.9 at 1 row, 5.0 vs 5.6 at 16, 9.3 vs 8.7 at 32;
+# GPT-2 124M (497 MB) 13.7 vs 19.8 at 1 row, 16.1 vs 19.0 at 3, 21.1 vs 20.4 at 4.
+# A server gives a small model's whole batch to the C step (``small_rows``) even past that:
+# while a C step runs, the Python thread that streams tokens to the clients can run too (a C
+# call releases the GIL once, where PyTorch's step takes it back between its ~90 ops):
+# cpu-small, 16 clients, 3,854-4,190 tokens/s against 2,703-3,152 with batches of 4 in C
+# (docs/BENCHMARKS.md).
 SMALL_MODEL_BYTES = 64 * 2**20
-SMALL_MODEL_ROWS, LARGE_MODEL_ROWS = 4, 2
+SMALL_MODEL_ROWS, LARGE_MODEL_ROWS = 16, 3
 
 
 def describe(model: Any) -> str:
