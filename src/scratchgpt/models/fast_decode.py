@@ -36,9 +36,9 @@ summed in fp32):
 
 * on CPUs with AVX-512 and its bf16 dot product, scratchgpt's own
   (:mod:`scratchgpt.models.int8_kernel`, compiled on first use): fp32 sums and outputs, with
-  software prefetch so that a decode step streams its weights near the memory bandwidth (2.5x
-  PyTorch's kernel on GPT-2 124M's decode), and a prompt gets twice fp32's multiply-adds per
-  instruction (a 64-token prompt 1.5x faster than with fp32 activations);
+  software prefetch so that a decode step streams its weights near the memory bandwidth, and
+  a prompt gets twice fp32's multiply-adds per instruction (GPT-2 124M: 1.7x PyTorch's
+  kernel's decode, 2x its prefill);
 * elsewhere, PyTorch's int8-weight kernel (``aten._weight_int8pack_mm``, what gpt-fast uses on
   CPU). On x86 its vectorized path takes bf16 activations (its fp32 path is scalar code, ~10x
   slower) and returns bf16.
