@@ -66,12 +66,21 @@ def test_greedy_completion_is_the_decode_loops_text(client, server):
                              "total_tokens": n_prompt + 40}
 
 
-def test_streamed_text_joins_to_the_whole_response(client):
+def test_streamed_text_joins_to_the_whole_response(client, server, monkeypatch):
     body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 0}
     whole = client.post("/v1/completions", json=body).json()["choices"][0]
+    # One chunk per decode step while the client keeps up; steps that came while a chunk was
+    # being sent go out together. This model's steps are so fast (a tenth of a millisecond)
+    # that all 30 can come before the first chunk is out, so each is made to last 5 ms here.
+    model = server.service.engine.batch.model
+    step = model.forward
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.005)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", slow_step)
     chunks = stream(client, "/v1/completions", body)
-    # One chunk per decode step while the client keeps up; steps that came while it was
-    # being sent go out together (so the count depends on timing, but it streams).
     assert {c["object"] for c in chunks} == {"text_completion"} and len(chunks) >= 2
     assert "".join(c["choices"][0]["text"] for c in chunks) == whole["text"]
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
