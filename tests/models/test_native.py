@@ -15,7 +15,7 @@ from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.speculative import speculative_generate
 from scratchgpt.models import native
-from scratchgpt.models.fast_decode import prepare_for_decode
+from scratchgpt.models.fast_decode import prepare_for_decode, quantize_int8
 from scratchgpt.models.gpt import GPT
 from scratchgpt.models.lora import LoRAConfig, add_lora
 from scratchgpt.models.native import NativeGPT, native_refusal
@@ -199,6 +199,21 @@ def test_models_it_does_not_implement_stay_eager():
     adapted = tiny()
     add_lora(adapted, LoRAConfig(rank=2))  # its products are not the plain weights' alone
     assert "LoRALinear" in native_refusal(adapted)
+
+
+def test_int8_models_need_the_bf16_dot_product(monkeypatch):
+    """Built for a CPU without AVX512-BF16, the C step has no int8 products: it refuses int8
+    models (they decode in PyTorch) and still takes fp32 ones."""
+    class WithoutInt8:
+        gpt_decode_step = None
+
+        @staticmethod
+        def gpt_decode_int8() -> int:
+            return 0
+
+    monkeypatch.setattr(native, "_library", lambda: WithoutInt8())
+    assert "AVX512-BF16" in native_refusal(quantize_int8(tiny()))
+    assert native_refusal(tiny()) is None
 
 
 def test_switched_off_by_the_environment(monkeypatch):
