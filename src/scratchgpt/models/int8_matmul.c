@@ -115,7 +115,7 @@ static void i8_dot_rows_any(const uint16_t *x, long xstride, int nx, const int8_
     else i8_rows_edge(x, xstride, nx, w, wstride, nw, K, sums);
 }
 
-/* wb (4, K32) = bf16 of nw int8 rows, zero past K and past row nw (K32: K up to 32) */
+/* wb (4, K32) = bf16 of nw int8 rows, zero past K and past row nw (K32: K rounded up to 32) */
 static void i8_widen_rows(const int8_t *w, long wstride, int nw, int K, uint16_t *wb) {
     int K32 = (K + 31) & ~31;
     for (int j = 0; j < I8_ROWS_N; j++)
@@ -169,7 +169,7 @@ static void i8_round_row(const float *x, int n, int K, uint16_t *xb) {
     }
 }
 
-/* y rows [n0, n1) of the product; wb: scratch of 4 * (K up to 32) bf16, or NULL for few rows */
+/* y rows [n0, n1) of the product; wb: scratch of 4 * K32 bf16, or NULL for few rows */
 static void i8_rows(const uint16_t *xb, int M, int K, const int8_t *w, const float *scale,
                     const float *bias, float *y, int N, int n0, int n1, uint16_t *wb) {
     i8_sums sums;
