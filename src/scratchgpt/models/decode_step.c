@@ -187,8 +187,12 @@ typedef struct {
     uint16_t *xb, *wb;
 } Scratch;
 
+#if HAVE_INT8
+_Static_assert(ROWS == I8_ROWS_N && XROWS == I8_ROWS_M, "the int8 blocks are this file's blocks");
+#endif
+
 /* sums of rows [b, b + nx) with weight rows [n, n + nw): in fp32 arithmetic, or for int8
- * weights int8_matmul.c's bf16 products (after widen_block when the batch is large) */
+ * weights int8_matmul.c's bf16 products (on the block linear() widened, for a large batch) */
 static void block_sums(const Model *M, const Linear *L, const Scratch *s, int B, int n, int nw,
                        const float *x, int b, int nx, float sums[XROWS][ROWS]) {
 #if HAVE_INT8
