@@ -205,8 +205,6 @@ def test_int8_models_need_the_bf16_dot_product(monkeypatch):
     """Built for a CPU without AVX512-BF16, the C step has no int8 products: it refuses int8
     models (they decode in PyTorch) and still takes fp32 ones."""
     class WithoutInt8:
-        gpt_decode_step = None
-
         @staticmethod
         def gpt_decode_int8() -> int:
             return 0
