@@ -20,8 +20,8 @@
  * the call (a batch equals its rows alone, bit for bit).
  *
  * Two ways to the same sums: with few activation rows each step widens its 32 weights of each
- * row in registers (dot_rows); with many, each block of weight rows is widened once into a bf16
- * buffer that every block of activation rows then reads (dot_widened), so the widening is not
+ * row in registers; with many, each block of weight rows is widened once into a bf16 buffer that
+ * every block of activation rows then reads (i8_dot's from_buffer), so the widening is not
  * repeated M / 4 times. Both feed the same bf16 values to the same instructions in the same
  * order: the same bits.
  *
@@ -71,21 +71,29 @@ static inline __m512 i8_dp(__m512 acc, __m512i x, __m512i w) {
 }
 
 /* sums[i][j] = x[i] . w[j] for nx (1..4) bf16 activation rows (xstride elements apart) and nw
- * (1..4) int8 weight rows (wstride bytes apart), widening the weights in registers */
+ * (1..4) weight rows: int8 rows wstride bytes apart, widened in registers at every step, or
+ * (from_buffer) the same rows already widened by i8_widen_rows into wb, read from there. The
+ * same bf16 values meet the same instructions in the same order either way. */
 static inline __attribute__((always_inline)) void
-i8_dot_rows(const uint16_t *x, long xstride, int nx, const int8_t *w, long wstride, int nw,
-            int K, i8_sums sums) {
+i8_dot(const uint16_t *x, long xstride, int nx, const int8_t *w, long wstride,
+       const uint16_t *wb, int from_buffer, int nw, int K, i8_sums sums) {
+    int K32 = (K + 31) & ~31;
     __m512 acc[I8_ROWS_M][I8_ROWS_N];
     I8_UNROLL for (int i = 0; i < I8_ROWS_M; i++)
         I8_UNROLL for (int j = 0; j < I8_ROWS_N; j++) acc[i][j] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
-        /* a step reads 32 bytes of each of the 4 rows: prefetch as many PREFETCH ahead */
-        const char *ahead = (const char *)w + PREFETCH + (long)I8_ROWS_N * k;
-        _mm_prefetch(ahead, _MM_HINT_T0);
-        _mm_prefetch(ahead + 64, _MM_HINT_T0);
         __mmask32 m = i8_mask(k, K);
         __m512i wv[I8_ROWS_N];
-        I8_UNROLL for (int j = 0; j < nw; j++) wv[j] = i8_widen32(w + j * wstride + k, m);
+        if (from_buffer) {
+            I8_UNROLL for (int j = 0; j < nw; j++)
+                wv[j] = _mm512_loadu_si512(wb + (long)j * K32 + k);
+        } else {
+            /* a step reads 32 bytes of each of the 4 rows: prefetch as many PREFETCH ahead */
+            const char *ahead = (const char *)w + PREFETCH + (long)I8_ROWS_N * k;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            I8_UNROLL for (int j = 0; j < nw; j++) wv[j] = i8_widen32(w + j * wstride + k, m);
+        }
         I8_UNROLL for (int i = 0; i < nx; i++) {
             __m512i xv = _mm512_maskz_loadu_epi16(m, x + i * xstride + k);
             I8_UNROLL for (int j = 0; j < nw; j++) acc[i][j] = i8_dp(acc[i][j], xv, wv[j]);
@@ -93,26 +101,6 @@ i8_dot_rows(const uint16_t *x, long xstride, int nx, const int8_t *w, long wstri
     }
     I8_UNROLL for (int i = 0; i < nx; i++)
         I8_UNROLL for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-/* Each shape gets its own function, so that the compiler keeps its sums in registers (inlined
- * side by side into one function, the copies shared one stack frame and spilled every step):
- * one activation row (a decode step), full blocks, and any other block at the edges. */
-#define I8_SHAPE(name, body, ...) \
-    static __attribute__((noinline)) void name(__VA_ARGS__) { body; }
-I8_SHAPE(i8_rows_1x4, i8_dot_rows(x, xs, 1, w, ws, I8_ROWS_N, K, sums),
-         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
-I8_SHAPE(i8_rows_4x4, i8_dot_rows(x, xs, I8_ROWS_M, w, ws, I8_ROWS_N, K, sums),
-         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
-I8_SHAPE(i8_rows_edge, i8_dot_rows(x, xs, nx, w, ws, nw, K, sums),
-         const uint16_t *x, long xs, int nx, const int8_t *w, long ws, int nw, int K,
-         i8_sums sums)
-
-static void i8_dot_rows_any(const uint16_t *x, long xstride, int nx, const int8_t *w,
-                            long wstride, int nw, int K, i8_sums sums) {
-    if (nx == 1 && nw == I8_ROWS_N) i8_rows_1x4(x, xstride, w, wstride, K, sums);
-    else if (nx == I8_ROWS_M && nw == I8_ROWS_N) i8_rows_4x4(x, xstride, w, wstride, K, sums);
-    else i8_rows_edge(x, xstride, nx, w, wstride, nw, K, sums);
 }
 
 /* wb (4, K32) = bf16 of nw int8 rows, zero past K and past row nw (K32: K rounded up to 32) */
@@ -129,31 +117,32 @@ static void i8_widen_rows(const int8_t *w, long wstride, int nw, int K, uint16_t
         }
 }
 
-/* i8_dot_rows with the weights already widened into wb (the same values, the same order) */
-static inline __attribute__((always_inline)) void
-i8_dot_widened(const uint16_t *x, long xstride, int nx, const uint16_t *wb, int nw, int K,
-               i8_sums sums) {
-    int K32 = (K + 31) & ~31;
-    __m512 acc[I8_ROWS_M][I8_ROWS_N];
-    I8_UNROLL for (int i = 0; i < I8_ROWS_M; i++)
-        I8_UNROLL for (int j = 0; j < I8_ROWS_N; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 32) {
-        __m512i wv[I8_ROWS_N];
-        I8_UNROLL for (int j = 0; j < nw; j++) wv[j] = _mm512_loadu_si512(wb + (long)j * K32 + k);
-        I8_UNROLL for (int i = 0; i < nx; i++) {
-            __m512i xv = _mm512_maskz_loadu_epi16(i8_mask(k, K), x + i * xstride + k);
-            I8_UNROLL for (int j = 0; j < nw; j++) acc[i][j] = i8_dp(acc[i][j], xv, wv[j]);
-        }
-    }
-    I8_UNROLL for (int i = 0; i < nx; i++)
-        I8_UNROLL for (int j = 0; j < nw; j++) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-I8_SHAPE(i8_widened_4x4, i8_dot_widened(x, xs, I8_ROWS_M, wb, I8_ROWS_N, K, sums),
+/* Each shape gets its own function, so that the compiler keeps its sums in registers (inlined
+ * side by side into one function, the copies shared one stack frame and spilled every step):
+ * one activation row (a decode step), full blocks, and any other block at the edges. */
+#define I8_SHAPE(name, body, ...) \
+    static __attribute__((noinline)) void name(__VA_ARGS__) { body; }
+I8_SHAPE(i8_rows_1x4, i8_dot(x, xs, 1, w, ws, NULL, 0, I8_ROWS_N, K, sums),
+         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
+I8_SHAPE(i8_rows_4x4, i8_dot(x, xs, I8_ROWS_M, w, ws, NULL, 0, I8_ROWS_N, K, sums),
+         const uint16_t *x, long xs, const int8_t *w, long ws, int K, i8_sums sums)
+I8_SHAPE(i8_rows_edge, i8_dot(x, xs, nx, w, ws, NULL, 0, nw, K, sums),
+         const uint16_t *x, long xs, int nx, const int8_t *w, long ws, int nw, int K,
+         i8_sums sums)
+I8_SHAPE(i8_widened_4x4, i8_dot(x, xs, I8_ROWS_M, NULL, 0, wb, 1, I8_ROWS_N, K, sums),
          const uint16_t *x, long xs, const uint16_t *wb, int K, i8_sums sums)
-I8_SHAPE(i8_widened_edge, i8_dot_widened(x, xs, nx, wb, nw, K, sums),
+I8_SHAPE(i8_widened_edge, i8_dot(x, xs, nx, NULL, 0, wb, 1, nw, K, sums),
          const uint16_t *x, long xs, int nx, const uint16_t *wb, int nw, int K, i8_sums sums)
 
+/* sums from int8 rows w (wstride bytes apart), widened in registers */
+static void i8_dot_rows_any(const uint16_t *x, long xstride, int nx, const int8_t *w,
+                            long wstride, int nw, int K, i8_sums sums) {
+    if (nx == 1 && nw == I8_ROWS_N) i8_rows_1x4(x, xstride, w, wstride, K, sums);
+    else if (nx == I8_ROWS_M && nw == I8_ROWS_N) i8_rows_4x4(x, xstride, w, wstride, K, sums);
+    else i8_rows_edge(x, xstride, nx, w, wstride, nw, K, sums);
+}
+
+/* sums from the rows i8_widen_rows put in wb */
 static void i8_dot_widened_any(const uint16_t *x, long xstride, int nx, const uint16_t *wb,
                                int nw, int K, i8_sums sums) {
     if (nx == I8_ROWS_M && nw == I8_ROWS_N) i8_widened_4x4(x, xstride, wb, K, sums);
