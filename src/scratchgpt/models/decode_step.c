@@ -197,10 +197,9 @@ static void block_sums(const Model *M, const Linear *L, const Scratch *s, int B,
                        const float *x, int b, int nx, float sums[XROWS][ROWS]) {
 #if HAVE_INT8
     if (M->wtype == W_INT8) {
-        const uint16_t *xb = s->xb + (long)b * L->stride;
-        if (B >= I8_WIDEN_FROM) i8_dot_widened_any(xb, L->stride, nx, s->wb, nw, L->stride, sums);
-        else i8_dot_rows_any(xb, L->stride, nx, (const int8_t *)L->w + (long)n * L->stride,
-                             L->stride, nw, L->stride, sums);
+        i8_block(s->xb + (long)b * L->stride, L->stride, nx,
+                 (const int8_t *)L->w + (long)n * L->stride, L->stride,
+                 B >= I8_WIDEN_FROM ? s->wb : NULL, nw, L->stride, sums);
         return;
     }
 #endif

@@ -149,6 +149,14 @@ static void i8_dot_widened_any(const uint16_t *x, long xstride, int nx, const ui
     else i8_widened_edge(x, xstride, nx, wb, nw, K, sums);
 }
 
+/* sums for nx rows of x and nw weight rows: from wb where i8_widen_rows filled it (many rows
+ * of x), else from the int8 rows w, widened at every step */
+static void i8_block(const uint16_t *x, long xstride, int nx, const int8_t *w, long wstride,
+                     const uint16_t *wb, int nw, int K, i8_sums sums) {
+    if (wb) i8_dot_widened_any(x, xstride, nx, wb, nw, K, sums);
+    else i8_dot_rows_any(x, xstride, nx, w, wstride, nw, K, sums);
+}
+
 /* xb (K,) = x (n,) rounded to bf16 (nearest even), zero from n to K (K: a multiple of 16) */
 static void i8_round_row(const float *x, int n, int K, uint16_t *xb) {
     for (int k = 0; k < K; k += 16) {
@@ -168,8 +176,7 @@ static void i8_rows(const uint16_t *xb, int M, int K, const int8_t *w, const flo
         if (wb) i8_widen_rows(wn, K, nw, K, wb);
         for (int m = 0; m < M; m += I8_ROWS_M) {
             int nx = M - m < I8_ROWS_M ? M - m : I8_ROWS_M;
-            if (wb) i8_dot_widened_any(xb + (long)m * K, K, nx, wb, nw, K, sums);
-            else i8_dot_rows_any(xb + (long)m * K, K, nx, wn, K, nw, K, sums);
+            i8_block(xb + (long)m * K, K, nx, wn, K, wb, nw, K, sums);
             for (int i = 0; i < nx; i++)
                 for (int j = 0; j < nw; j++) {
                     float v = sums[i][j] * scale[n + j];
