@@ -10,6 +10,8 @@ newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so th
   query x key attention: a GPT head, an encoder-decoder's cross-attention).
 * :func:`attention_figure` lays out many heads: a grid of layers x heads, or one head large.
 * :func:`distribution_figure` shows how sampling settings reshape a next-token distribution.
+* :func:`context_loss_figure` draws a model's loss against the context it had (``scratchgpt
+  eval --plot``).
 * :func:`confusion_figure` draws a classifier's confusion matrix (:func:`plot_confusion` saves
   it, written through a temporary file).
 """
@@ -155,6 +157,29 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
     bottom.set_xticks(xs, [*labels, "other"], fontsize=_tick_size(n + 1))
     for label in bottom.get_xticklabels():
         label.set_rotation(90 if len(label.get_text()) > 1 else 0)
+    fig.tight_layout()
+    return fig
+
+
+def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> Any:
+    """Loss against context length, one line per split: ``curves[split][t]`` is the mean loss
+    of the predictions made with t + 1 tokens of context. The x axis is logarithmic (the first
+    few tokens of context matter most); a dashed line marks each curve's mean, the loss a
+    whole-window evaluation reports."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for split, curve in curves.items():
+        context = range(1, len(curve) + 1)
+        line, = ax.plot(context, curve, lw=1.2, label=split)
+        mean = sum(curve) / len(curve)
+        ax.axhline(mean, ls="--", lw=0.8, color=line.get_color(),
+                   label=f"{split} mean {mean:.4f}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context: tokens the prediction could see")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
     fig.tight_layout()
     return fig
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
 
@@ -23,6 +25,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="evaluate the model as sample --dtype runs it: fp32, bf16 weights and "
                         "activations, or int8 weight-only (default fp32)")
+    p.add_argument("--by-position", action="store_true",
+                   help="also the loss at each position of the window, i.e. by how many tokens "
+                        "of context the model had: where a longer context would still pay, and "
+                        "how much the short contexts at the start of each window cost")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="draw the loss by context length to FILE (.png, .svg, .pdf); implies "
+                        "--by-position")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 
@@ -35,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.job import check_same_tokenizer
-    from scratchgpt.training.task import full_split_loss
+    from scratchgpt.training.task import loss_by_position
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
@@ -54,17 +63,54 @@ def run(args: argparse.Namespace) -> int:
     data.check_block_size(block)
     step = ckpt.state.step if ckpt.state is not None else None
     figures: dict = {"checkpoint": str(source.path), "step": step, "dtype": args.dtype}
+    by_position = args.by_position or args.plot is not None
+    curves = {}
     for split in ("train", "val"):
         with torch.inference_mode():
-            loss = full_split_loss(model, data, split, block, next(model.parameters()).device,
-                                   max_tokens=args.max_tokens)
+            curve = loss_by_position(model, data, split, block, next(model.parameters()).device,
+                                     max_tokens=args.max_tokens)
+        loss = curve.mean().item()
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(math.exp(loss), 4)
+        if by_position:
+            curves[split] = curve.tolist()
+            figures[f"{split}_by_position"] = [round(v, 5) for v in curves[split]]
+    if args.plot is not None:
+        from scratchgpt.viz import context_loss_figure, save_figure
+
+        title = f"{Path(figures['checkpoint']).parent.name}, step {step} ({args.dtype})"
+        print(f"wrote {save_figure(context_loss_figure(curves, title), args.plot)}",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(figures))
-    else:
-        print(f"{figures['checkpoint']} (step {figures['step']}, {args.dtype})")
-        for split in ("train", "val"):
-            print(f"  {split:5s} loss {figures[split + '_loss']:.4f}   "
-                  f"perplexity {figures[split + '_ppl']:.3f}")
+        return 0
+    print(f"{figures['checkpoint']} (step {figures['step']}, {args.dtype})")
+    for split in ("train", "val"):
+        print(f"  {split:5s} loss {figures[split + '_loss']:.4f}   "
+              f"perplexity {figures[split + '_ppl']:.3f}")
+    if by_position:
+        print(position_table(curves))
     return 0
+
+
+def position_table(curves: dict[str, list[float]]) -> str:
+    """The loss by context length in doubling buckets (1, 2, 3-4, 5-8, ...), one column per
+    split: each row is the mean loss of the positions whose context is in that range."""
+    splits = list(curves)
+    lines = ["  context  " + "".join(f"{s:>9s}" for s in splits)]
+    for lo, hi in context_buckets(len(curves[splits[0]])):
+        label = str(lo) if lo == hi else f"{lo}-{hi}"
+        means = [sum(curves[s][lo - 1:hi]) / (hi - lo + 1) for s in splits]
+        lines.append(f"  {label:>7s}  " + "".join(f"{m:9.4f}" for m in means))
+    return "\n".join(lines)
+
+
+def context_buckets(block_size: int) -> list[tuple[int, int]]:
+    """Context lengths 1..block_size in doubling ranges, both ends included:
+    ``context_buckets(10) == [(1, 1), (2, 2), (3, 4), (5, 8), (9, 10)]``."""
+    buckets, lo = [], 1
+    while lo <= block_size:
+        hi = min(block_size, 1 if lo == 1 else 2 * (lo - 1))
+        buckets.append((lo, hi))
+        lo = hi + 1
+    return buckets

@@ -144,20 +144,37 @@ class LanguageModelTask:
 
 
 @torch.no_grad()
+def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_size: int,
+                     device: torch.device, batch_size: int = 64,
+                     max_tokens: int | None = None) -> Tensor:
+    """Exact fp32 loss at each position of the window, averaged over every non-overlapping
+    window of ``split`` (or its first ``max_tokens`` tokens' worth of windows): float64 (T,).
+
+    Position t predicts the window's token t + 1 from the t + 1 tokens before it, so the curve
+    shows what context buys: high at the start of a window, where the model has next to
+    nothing to go on, flat once more context stops helping. Its mean is
+    :func:`full_split_loss`."""
+    sums = torch.zeros(block_size, dtype=torch.float64)
+    windows = 0
+    with _eval_mode(model):
+        for x, y in data.sequential_batches(split, batch_size, block_size):
+            logits = model(x.to(device)).float()  # (B, T, V)
+            losses = F.cross_entropy(logits.transpose(1, 2), y.to(device),
+                                     reduction="none")  # (B, T)
+            sums += losses.double().sum(0).cpu()
+            windows += x.size(0)
+            if max_tokens is not None and windows * block_size >= max_tokens:
+                break
+    return sums / windows
+
+
 def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size: int,
                     device: torch.device, batch_size: int = 64,
                     max_tokens: int | None = None) -> float:
     """Exact fp32 loss over every non-overlapping window of ``split`` (or its first
     ``max_tokens`` tokens' worth of windows): the number reported as *the* val loss."""
-    total, count = 0.0, 0
-    with _eval_mode(model):
-        for x, y in data.sequential_batches(split, batch_size, block_size):
-            logits = model(x.to(device))
-            total += lm_loss(logits, y.to(device)).item() * y.numel()
-            count += y.numel()
-            if max_tokens is not None and count >= max_tokens:
-                break
-    return total / count
+    return loss_by_position(model, data, split, block_size, device, batch_size,
+                            max_tokens).mean().item()
 
 
 class _eval_mode:

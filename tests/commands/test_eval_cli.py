@@ -1,0 +1,60 @@
+"""``scratchgpt eval --by-position`` and ``--plot``: the val loss by context length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scratchgpt.cli import main
+from scratchgpt.commands.eval import context_buckets
+from tests.cli_errors import error_of
+
+BLOCK = 12
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, small_dataset) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters", "60",
+                 "--eval-interval", "30", "--n-layer", "1", "--n-head", "2", "--n-embd", "32",
+                 "--block-size", str(BLOCK), "--batch-size", "8", "--eval-iters", "2",
+                 "--no-progress", "--dtype", "fp32"]) == 0
+    return out
+
+
+def test_buckets_cover_every_context_once():
+    for block in (1, 2, 3, 12, 64, 100, 128):
+        buckets = context_buckets(block)
+        covered = [c for lo, hi in buckets for c in range(lo, hi + 1)]
+        assert covered == list(range(1, block + 1))
+
+
+def test_json_has_a_curve_per_split_whose_mean_is_the_loss(run_dir, capsys):
+    assert main(["eval", "--checkpoint", str(run_dir), "--by-position", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for split in ("train", "val"):
+        curve = figures[f"{split}_by_position"]
+        assert len(curve) == BLOCK
+        assert abs(sum(curve) / BLOCK - figures[f"{split}_loss"]) < 1e-4
+    assert main(["eval", "--checkpoint", str(run_dir), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "val_by_position" not in plain and plain["val_loss"] == figures["val_loss"]
+
+
+def test_table_and_plot(run_dir, tmp_path, capsys):
+    png = tmp_path / "figs" / "context.png"
+    assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(png) in captured.err
+    rows = [line.split() for line in captured.out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "3-4", "5-8", "9-12"]
+    assert all(len(r) == 3 for r in rows)  # context, train, val
+
+
+def test_a_plot_in_an_unknown_format_is_one_line(run_dir, tmp_path, capsys):
+    line = error_of(capsys, ["eval", "--checkpoint", str(run_dir), "--plot",
+                             str(tmp_path / "c.xyz")])
+    assert "xyz" in line

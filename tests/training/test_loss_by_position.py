@@ -1,0 +1,45 @@
+"""The loss at each position of the window: the exact val loss taken apart by context length."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.training.task import full_split_loss, loss_by_position
+
+
+def _model(vocab: int, block: int) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layer=1, n_head=2, n_embd=16))
+
+
+def test_each_position_is_the_loss_of_a_model_that_saw_only_that_much(small_dataset):
+    data = TokenDataset(small_dataset)
+    block = 12
+    model = _model(data.vocab_size, block).eval()
+    curve = loss_by_position(model, data, "val", block, torch.device("cpu"), batch_size=7)
+    batches = list(data.sequential_batches("val", 7, block))
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])  # (N, T)
+    assert curve.shape == (block,) and curve.dtype == torch.float64
+    with torch.no_grad():
+        for t in (0, 1, 5, block - 1):  # only the first t + 1 tokens as input
+            logits = model(x[:, :t + 1])[:, -1].float()
+            want = F.cross_entropy(logits, y[:, t]).item()
+            assert abs(curve[t].item() - want) < 1e-5, t
+
+
+def test_its_mean_is_the_full_split_loss(small_dataset):
+    data = TokenDataset(small_dataset)
+    model = _model(data.vocab_size, 16)
+    curve = loss_by_position(model, data, "val", 16, torch.device("cpu"))
+    total, count = 0.0, 0  # the whole split the plain way: one mean per batch, weighted
+    with torch.no_grad():
+        for x, y in data.sequential_batches("val", 64, 16):
+            logits = model(x)
+            total += F.cross_entropy(logits.flatten(0, 1), y.flatten()).item() * y.numel()
+            count += y.numel()
+    assert abs(curve.mean().item() - total / count) < 1e-6
+    assert full_split_loss(model, data, "val", 16, torch.device("cpu")) == curve.mean().item()
+    assert model.training  # the mode it was in is restored
