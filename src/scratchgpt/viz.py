@@ -161,16 +161,21 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
     return fig
 
 
-def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> Any:
-    """Loss against context length, one line per split: ``curves[split][t]`` is the mean loss
-    of the predictions made with t + 1 tokens of context. The x axis is logarithmic (the first
-    few tokens of context matter most); a dashed line marks each curve's mean, the loss a
-    whole-window evaluation reports."""
+def context_loss_figure(curves: dict[str, Sequence[float]],
+                        buckets: Sequence[tuple[int, int]], title: str = "") -> Any:
+    """Loss against context length, one colour per split: ``curves[split][t]`` is the mean loss
+    of the predictions made with t + 1 tokens of context, drawn thin (each position averages
+    only one prediction per window, so it is noisy), with the mean over each range of context
+    lengths in ``buckets`` (``(first, last)``, both included) drawn over it. The x axis is
+    logarithmic (the first few tokens of context matter most); a dashed line marks each
+    curve's mean, the loss a whole-window evaluation reports."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for split, curve in curves.items():
-        context = range(1, len(curve) + 1)
-        line, = ax.plot(context, curve, lw=1.2, label=split)
+        line, = ax.plot(range(1, len(curve) + 1), curve, lw=0.7, alpha=0.35)
+        centres = [(lo * hi) ** 0.5 for lo, hi in buckets]
+        means = [sum(curve[lo - 1:hi]) / (hi - lo + 1) for lo, hi in buckets]
+        ax.plot(centres, means, "o-", ms=4, color=line.get_color(), label=f"{split}")
         mean = sum(curve) / len(curve)
         ax.axhline(mean, ls="--", lw=0.8, color=line.get_color(),
                    label=f"{split} mean {mean:.4f}")

@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         from scratchgpt.viz import context_loss_figure, save_figure
 
         title = f"{Path(figures['checkpoint']).parent.name}, step {step} ({args.dtype})"
-        print(f"wrote {save_figure(context_loss_figure(curves, title), args.plot)}",
-              file=sys.stderr)
+        figure = context_loss_figure(curves, context_buckets(block), title)
+        print(f"wrote {save_figure(figure, args.plot)}", file=sys.stderr)
     if args.json:
         print(json.dumps(figures))
         return 0
