@@ -21,6 +21,7 @@ experiments and fine-tuning define their own tasks the same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,28 +145,18 @@ class LanguageModelTask:
 
 
 @torch.no_grad()
-def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_size: int,
-                     device: torch.device, batch_size: int = 64,
-                     max_tokens: int | None = None) -> Tensor:
-    """Exact fp32 loss at each position of the window, averaged over every non-overlapping
-    window of ``split`` (or its first ``max_tokens`` tokens' worth of windows): float64 (T,).
-
-    Position t predicts the window's token t + 1 from the t + 1 tokens before it, so the curve
-    shows what context buys: high at the start of a window, where the model has next to
-    nothing to go on, flat once more context stops helping. Its mean is
-    :func:`full_split_loss`."""
-    sums = torch.zeros(block_size, dtype=torch.float64)
-    windows = 0
+def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size: int,
+                   device: torch.device, batch_size: int,
+                   max_tokens: int | None) -> Iterator[tuple[Tensor, Tensor]]:
+    """(logits (B, T, V), targets (B, T)) for every non-overlapping window of ``split`` in
+    order, in eval mode, until ``max_tokens`` targets (whole batches) have been given."""
+    count = 0
     with _eval_mode(model):
         for x, y in data.sequential_batches(split, batch_size, block_size):
-            logits = model(x.to(device)).float()  # (B, T, V)
-            losses = F.cross_entropy(logits.transpose(1, 2), y.to(device),
-                                     reduction="none")  # (B, T)
-            sums += losses.double().sum(0).cpu()
-            windows += x.size(0)
-            if max_tokens is not None and windows * block_size >= max_tokens:
+            yield model(x.to(device)), y.to(device)
+            count += y.numel()
+            if max_tokens is not None and count >= max_tokens:
                 break
-    return sums / windows
 
 
 def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size: int,
@@ -173,8 +164,31 @@ def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size
                     max_tokens: int | None = None) -> float:
     """Exact fp32 loss over every non-overlapping window of ``split`` (or its first
     ``max_tokens`` tokens' worth of windows): the number reported as *the* val loss."""
-    return loss_by_position(model, data, split, block_size, device, batch_size,
-                            max_tokens).mean().item()
+    total, count = 0.0, 0
+    for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
+                                    max_tokens):
+        total += lm_loss(logits, y).item() * y.numel()
+        count += y.numel()
+    return total / count
+
+
+def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_size: int,
+                     device: torch.device, batch_size: int = 64,
+                     max_tokens: int | None = None) -> Tensor:
+    """Exact fp32 loss at each position of the window, averaged over the windows
+    :func:`full_split_loss` evaluates: float64 (T,), whose mean is that loss (up to rounding).
+
+    Position t predicts the window's token t + 1 from the t + 1 tokens before it, so the curve
+    shows what context buys: high at the start of a window, where the model has next to
+    nothing to go on, flat once more context stops helping."""
+    sums = torch.zeros(block_size, dtype=torch.float64)
+    windows = 0
+    for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
+                                    max_tokens):
+        losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, T)
+        sums += losses.double().sum(0).cpu()
+        windows += y.size(0)
+    return sums / windows
 
 
 class _eval_mode:
