@@ -19,7 +19,7 @@ def test_each_position_is_the_loss_of_a_model_that_saw_only_that_much(small_data
     data = TokenDataset(small_dataset)
     block = 12
     model = _model(data.vocab_size, block).eval()
-    curve = loss_by_position(model, data, "val", block, torch.device("cpu"), batch_size=7)
+    _, curve = loss_by_position(model, data, "val", block, torch.device("cpu"), batch_size=7)
     batches = list(data.sequential_batches("val", 7, block))
     x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])  # (N, T)
     assert curve.shape == (block,) and curve.dtype == torch.float64
@@ -33,7 +33,7 @@ def test_each_position_is_the_loss_of_a_model_that_saw_only_that_much(small_data
 def test_its_mean_is_the_full_split_loss(small_dataset):
     data = TokenDataset(small_dataset)
     model = _model(data.vocab_size, 16)
-    curve = loss_by_position(model, data, "val", 16, torch.device("cpu"))
+    loss, curve = loss_by_position(model, data, "val", 16, torch.device("cpu"))
     total, count = 0.0, 0  # the whole split the plain way: one mean per batch, weighted
     with torch.no_grad():
         for x, y in data.sequential_batches("val", 64, 16):
@@ -41,5 +41,5 @@ def test_its_mean_is_the_full_split_loss(small_dataset):
             total += F.cross_entropy(logits.flatten(0, 1), y.flatten()).item() * y.numel()
             count += y.numel()
     assert abs(curve.mean().item() - total / count) < 1e-6
-    assert full_split_loss(model, data, "val", 16, torch.device("cpu")) == total / count
+    assert full_split_loss(model, data, "val", 16, torch.device("cpu")) == total / count == loss
     assert model.training  # the mode it was in is restored

@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     curves = {}
     for split in ("train", "val"):
         with torch.inference_mode():
-            curve = loss_by_position(model, data, split, block, next(model.parameters()).device,
-                                     max_tokens=args.max_tokens)
-        loss = curve.mean().item()
+            loss, curve = loss_by_position(model, data, split, block,
+                                           next(model.parameters()).device,
+                                           max_tokens=args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(math.exp(loss), 4)
         if by_position:

@@ -174,21 +174,23 @@ def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size
 
 def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_size: int,
                      device: torch.device, batch_size: int = 64,
-                     max_tokens: int | None = None) -> Tensor:
-    """Exact fp32 loss at each position of the window, averaged over the windows
-    :func:`full_split_loss` evaluates: float64 (T,), whose mean is that loss (up to rounding).
+                     max_tokens: int | None = None) -> tuple[float, Tensor]:
+    """:func:`full_split_loss` (the same number, bit for bit) and, from the same pass, the
+    loss at each position of the window averaged over those windows: float64 (T,).
 
     Position t predicts the window's token t + 1 from the t + 1 tokens before it, so the curve
     shows what context buys: high at the start of a window, where the model has next to
-    nothing to go on, flat once more context stops helping."""
+    nothing to go on, flat once more context stops helping. Its mean is the loss up to
+    rounding."""
     sums = torch.zeros(block_size, dtype=torch.float64)
-    windows = 0
+    total, windows = 0.0, 0
     for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
                                     max_tokens):
+        total += lm_loss(logits, y).item() * y.numel()  # as full_split_loss sums it
         losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, T)
         sums += losses.double().sum(0).cpu()
         windows += y.size(0)
-    return sums / windows
+    return total / (windows * block_size), sums / windows
 
 
 class _eval_mode:
