@@ -161,21 +161,39 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
     return fig
 
 
-def context_loss_figure(curves: dict[str, Sequence[float]],
-                        buckets: Sequence[tuple[int, int]], title: str = "") -> Any:
+def context_ranges(block_size: int) -> list[tuple[int, int]]:
+    """Context lengths 1..block_size in doubling ranges, both ends included:
+    ``context_ranges(10) == [(1, 1), (2, 2), (3, 4), (5, 8), (9, 10)]``."""
+    ranges, lo = [], 1
+    while lo <= block_size:
+        hi = min(block_size, 1 if lo == 1 else 2 * (lo - 1))
+        ranges.append((lo, hi))
+        lo = hi + 1
+    return ranges
+
+
+def by_context_range(curve: Sequence[float]) -> list[tuple[tuple[int, int], float]]:
+    """``curve[t]`` (the mean loss with t + 1 tokens of context) averaged over each of
+    :func:`context_ranges`: ``[((first, last), mean), ...]``."""
+    return [((lo, hi), sum(curve[lo - 1:hi]) / (hi - lo + 1))
+            for lo, hi in context_ranges(len(curve))]
+
+
+def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> Any:
     """Loss against context length, one colour per split: ``curves[split][t]`` is the mean loss
     of the predictions made with t + 1 tokens of context, drawn thin (each position averages
-    only one prediction per window, so it is noisy), with the mean over each range of context
-    lengths in ``buckets`` (``(first, last)``, both included) drawn over it. The x axis is
-    logarithmic (the first few tokens of context matter most); a dashed line marks each
-    curve's mean, the loss a whole-window evaluation reports."""
+    only one prediction per window, so it is noisy), with its means over
+    :func:`context_ranges` drawn over it. The x axis is logarithmic (the first few tokens of
+    context matter most); a dashed line marks each curve's mean, the loss a whole-window
+    evaluation reports."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for split, curve in curves.items():
         line, = ax.plot(range(1, len(curve) + 1), curve, lw=0.7, alpha=0.35)
-        centres = [(lo * hi) ** 0.5 for lo, hi in buckets]
-        means = [sum(curve[lo - 1:hi]) / (hi - lo + 1) for lo, hi in buckets]
-        ax.plot(centres, means, "o-", ms=4, color=line.get_color(), label=f"{split}")
+        ranges = by_context_range(curve)
+        centres = [(lo * hi) ** 0.5 for (lo, hi), _ in ranges]
+        ax.plot(centres, [m for _, m in ranges], "o-", ms=4, color=line.get_color(),
+                label=split)
         mean = sum(curve) / len(curve)
         ax.axhline(mean, ls="--", lw=0.8, color=line.get_color(),
                    label=f"{split} mean {mean:.4f}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scratchgpt.cli import main
-from scratchgpt.commands.eval import context_buckets
+from scratchgpt.viz import by_context_range, context_ranges
 from tests.cli_errors import error_of
 
 BLOCK = 12
@@ -24,11 +24,14 @@ def run_dir(tmp_path_factory, small_dataset) -> Path:
     return out
 
 
-def test_buckets_cover_every_context_once():
+def test_ranges_cover_every_context_once_and_average_it():
     for block in (1, 2, 3, 12, 64, 100, 128):
-        buckets = context_buckets(block)
-        covered = [c for lo, hi in buckets for c in range(lo, hi + 1)]
+        ranges = context_ranges(block)
+        covered = [c for lo, hi in ranges for c in range(lo, hi + 1)]
         assert covered == list(range(1, block + 1))
+    curve = [float(t) for t in range(10)]  # position t: context t + 1
+    assert by_context_range(curve) == [((1, 1), 0.0), ((2, 2), 1.0), ((3, 4), 2.5),
+                                       ((5, 8), 5.5), ((9, 10), 8.5)]
 
 
 def test_json_has_a_curve_per_split_whose_mean_is_the_loss(run_dir, capsys):
@@ -48,7 +51,7 @@ def test_table_and_plot(run_dir, tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png)]) == 0
     captured = capsys.readouterr()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert str(png) in captured.err
+    assert f"wrote {png}" in captured.out
     rows = [line.split() for line in captured.out.splitlines() if line.strip()[:1].isdigit()]
     assert [r[0] for r in rows] == ["1", "2", "3-4", "5-8", "9-12"]
     assert all(len(r) == 3 for r in rows)  # context, train, val

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
@@ -79,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
         from scratchgpt.viz import context_loss_figure, save_figure
 
         title = f"{Path(figures['checkpoint']).parent.name}, step {step} ({args.dtype})"
-        figure = context_loss_figure(curves, context_buckets(block), title)
-        print(f"wrote {save_figure(figure, args.plot)}", file=sys.stderr)
+        save_figure(context_loss_figure(curves, title), args.plot)
     if args.json:
         print(json.dumps(figures))
         return 0
@@ -90,27 +88,20 @@ def run(args: argparse.Namespace) -> int:
               f"perplexity {figures[split + '_ppl']:.3f}")
     if by_position:
         print(position_table(curves))
+    if args.plot is not None:
+        print(f"wrote {args.plot}")
     return 0
 
 
 def position_table(curves: dict[str, list[float]]) -> str:
-    """The loss by context length in doubling buckets (1, 2, 3-4, 5-8, ...), one column per
+    """The loss by context length in doubling ranges (1, 2, 3-4, 5-8, ...), one column per
     split: each row is the mean loss of the positions whose context is in that range."""
-    splits = list(curves)
-    lines = ["  context  " + "".join(f"{s:>9s}" for s in splits)]
-    for lo, hi in context_buckets(len(curves[splits[0]])):
+    from scratchgpt.viz import by_context_range
+
+    ranges = {split: by_context_range(curve) for split, curve in curves.items()}
+    lines = ["  context  " + "".join(f"{split:>9s}" for split in ranges)]
+    for i, ((lo, hi), _) in enumerate(next(iter(ranges.values()))):
         label = str(lo) if lo == hi else f"{lo}-{hi}"
-        means = [sum(curves[s][lo - 1:hi]) / (hi - lo + 1) for s in splits]
-        lines.append(f"  {label:>7s}  " + "".join(f"{m:9.4f}" for m in means))
+        lines.append(f"  {label:>7s}  " + "".join(f"{r[i][1]:9.4f}" for r in ranges.values()))
     return "\n".join(lines)
 
-
-def context_buckets(block_size: int) -> list[tuple[int, int]]:
-    """Context lengths 1..block_size in doubling ranges, both ends included:
-    ``context_buckets(10) == [(1, 1), (2, 2), (3, 4), (5, 8), (9, 10)]``."""
-    buckets, lo = [], 1
-    while lo <= block_size:
-        hi = min(block_size, 1 if lo == 1 else 2 * (lo - 1))
-        buckets.append((lo, hi))
-        lo = hi + 1
-    return buckets
