@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.job import check_same_tokenizer
-    from scratchgpt.training.task import loss_by_position
+    from scratchgpt.training.task import full_split_loss, loss_by_position
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
@@ -64,16 +64,19 @@ def run(args: argparse.Namespace) -> int:
     figures: dict = {"checkpoint": str(source.path), "step": step, "dtype": args.dtype}
     by_position = args.by_position or args.plot is not None
     curves = {}
+    device = next(model.parameters()).device
     for split in ("train", "val"):
         with torch.inference_mode():
-            loss, curve = loss_by_position(model, data, split, block,
-                                           next(model.parameters()).device,
-                                           max_tokens=args.max_tokens)
+            if by_position:  # the same loss, and the curve from the same pass
+                loss, curve = loss_by_position(model, data, split, block, device,
+                                               max_tokens=args.max_tokens)
+                curves[split] = curve.tolist()
+                figures[f"{split}_by_position"] = [round(v, 5) for v in curves[split]]
+            else:
+                loss = full_split_loss(model, data, split, block, device,
+                                       max_tokens=args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(math.exp(loss), 4)
-        if by_position:
-            curves[split] = curve.tolist()
-            figures[f"{split}_by_position"] = [round(v, 5) for v in curves[split]]
     if args.plot is not None:
         from scratchgpt.viz import context_loss_figure, save_figure
 
