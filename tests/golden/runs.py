@@ -16,6 +16,10 @@ To add the numbers of another kind of machine, from the same code as those recor
 first that the code has not changed the numbers where they were recorded):
 
     python -m tests.golden.runs --add
+
+Where an intended change moves one run's numbers and another kind of machine is not at hand,
+that run's entry is removed from the other kinds' numbers: the test skips it there until they
+are recorded again.
 """
 
 from __future__ import annotations

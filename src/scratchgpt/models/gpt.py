@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError, GenerationError
+from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.validation import check_range
@@ -373,7 +374,7 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     # softmax in at least fp32 (bf16 would lose the small weights)
     weights = torch.softmax(scores, dim=-1,
                             dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
-    return F.dropout(weights, dropout_p) @ v, weights
+    return dropout(weights, dropout_p) @ v, weights
 
 
 class CausalSelfAttention(nn.Module):
@@ -390,7 +391,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.attn_dropout = cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
-        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = Dropout(cfg.dropout)
         self.impl = cfg.attn_impl
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:  # over each head's features, with a learned gain (init 1)
@@ -438,7 +439,11 @@ class CausalSelfAttention(nn.Module):
         # decoded token (T == 1 < Tk) sees every cached key, so it needs no mask at all.
         causal = mask is None and T == k.size(2)
         weights = None
-        if self.impl == "math" or need_weights:
+        # With dropout on its weights, PyTorch's CPU attention kernel runs the written-out form
+        # with a mask drawn element by element: the same form here, with the cheaper mask of
+        # models/dropout.py, takes ~30% less time (docs/BENCHMARKS.md, "Dropout on a CPU")
+        drops_weights = self.training and self.attn_dropout > 0 and x.device.type == "cpu"
+        if self.impl == "math" or need_weights or drops_weights:
             if causal:
                 mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             y, weights = attention_math(q, k, v, mask, self.attn_dropout if self.training else 0.0)
@@ -474,7 +479,7 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.act = make_activation(cfg.activation)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.c_proj(self.act(self.c_fc(x)))
@@ -525,7 +530,7 @@ class GPT(nn.Module):
                          for i in range(cfg.n_layer)]
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            drop=nn.Dropout(cfg.dropout),
+            drop=Dropout(cfg.dropout),
             h=nn.ModuleList([Block(cfg, t is not None) for t in self.ve_table]),
             ln_f=layer_norm(cfg),
         ))

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.validation import check_range
 
@@ -105,7 +106,7 @@ class LoRALinear(nn.Linear):
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, dtype=w.dtype,
                                                device=w.device))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # B = 0: starts as the base
-        self.lora_dropout = nn.Dropout(dropout)
+        self.lora_dropout = Dropout(dropout)
         self.weight.requires_grad_(False)
         if self.bias is not None:
             self.bias.requires_grad_(False)
