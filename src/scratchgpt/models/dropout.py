@@ -6,7 +6,7 @@ the expected output is the input. PyTorch's CPU dropout draws one random number 
 element: 2.4 ms for a 16 x 128 x 192 activation). Here one 64-bit draw from torch's generator
 gives four 16-bit numbers, and an element is dropped when its number is among the lowest
 ``round(p * 65536)`` of the 65,536 values: 4x fewer draws and one comparison
-(docs/BENCHMARKS.md, "Dropout on a CPU").
+(docs/BENCHMARKS.md, "Dropout made cheap on a CPU").
 
 ``p`` is thus taken to the nearest multiple of 1/65536 (0.1 drops with probability
 0.100006), and the scale is the exact ``1 / (1 - p)`` of that probability, so the output's

@@ -60,8 +60,8 @@ class GPTConfig:
         "GPT: width of the embeddings and of the residual stream"))
     dropout: float = field(default=0.0, metadata=_help(
         "dropout probability (GPT: on embeddings, residual branches and attention weights)"))
-    # GPT-2's attn_pdrop. On a CPU it is the expensive kind (the fused attention kernel then
-    # takes a slower path), so attn_dropout=0 keeps most of dropout's effect at ~3% of a step.
+    # GPT-2's attn_pdrop. On a CPU it is the dearer kind (attention then runs its written-out
+    # form, not the fused kernel), so attn_dropout=0 keeps most of dropout's effect for less.
     attn_dropout: float | None = field(default=None, metadata=_help(
         "GPT: dropout on the attention weights alone (unset: --dropout; 0 is far cheaper on "
         "CPUs)"))
@@ -441,7 +441,7 @@ class CausalSelfAttention(nn.Module):
         weights = None
         # With dropout on its weights, PyTorch's CPU attention kernel runs the written-out form
         # with a mask drawn element by element: the same form here, with the cheaper mask of
-        # models/dropout.py, takes ~30% less time (docs/BENCHMARKS.md, "Dropout on a CPU")
+        # models/dropout.py, takes ~20% less time (docs/BENCHMARKS.md, "Dropout made cheap")
         drops_weights = self.training and self.attn_dropout > 0 and x.device.type == "cpu"
         if self.impl == "math" or need_weights or drops_weights:
             if causal:
