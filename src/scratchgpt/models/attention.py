@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from scratchgpt.models.dropout import dropout
 
 
 def causal_mask(t_q: int, t_k: int, device: torch.device | None = None) -> Tensor:
@@ -81,7 +82,7 @@ class MultiHeadAttention(nn.Module):
             masked = masked | key_padding_mask.view(b, 1, 1, t_k)
         scores = scores.masked_fill(masked, float("-inf"))
         probs = scores.softmax(dim=-1)  # [B, H, Tq, Tk]; each row sums to 1 over visible keys
-        dropped = F.dropout(probs, self.dropout, self.training)
+        dropped = dropout(probs, self.dropout, self.training)
 
         out = dropped @ v  # [B, H, Tq, d]
         # [B, H, Tq, d] -> [B, Tq, H, d] -> [B, Tq, E]: concatenate the heads

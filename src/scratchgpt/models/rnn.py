@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.validation import check_range
 
 CELLS = ("rnn", "lstm", "gru")
@@ -170,7 +171,7 @@ class Recurrent(nn.Module):
             final_c.append(c)
             layer_in = torch.stack(outs, dim=1)  # [B, T, H]
             if k < self.num_layers - 1 and self.dropout > 0:
-                layer_in = F.dropout(layer_in, self.dropout, self.training)
+                layer_in = dropout(layer_in, self.dropout, self.training)
         h_n = torch.stack(final_h)  # [L, B, H]
         if self.cell == "lstm":
             return layer_in, (h_n, torch.stack(final_c))
@@ -363,7 +364,7 @@ class RecurrentLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.rnn = Recurrent(config.cell, config.hidden, config.hidden, config.n_layer,
                              config.dropout, fast=config.cells == "torch")
         self.head = nn.Linear(config.hidden, config.vocab_size)

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.attention import MultiHeadAttention
+from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
 from scratchgpt.validation import check_range
@@ -300,7 +301,7 @@ class LSTMSeq2Seq(Seq2Seq):
         self.use_attention = config.arch == "lstm-attention"
         self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=config.pad_id)
         self.tgt_embed = nn.Embedding(config.tgt_vocab, d, padding_idx=config.pad_id)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         # The encoder runs torch's fused LSTM on packed sequences so that padding never enters
         # the recurrence (the cells themselves are written out in scratchgpt.models.rnn).
         self.encoder = nn.LSTM(d, d, config.n_layer, batch_first=True,
@@ -374,7 +375,7 @@ class LSTMSeq2Seq(Seq2Seq):
 
 class FeedForward(nn.Sequential):
     def __init__(self, d: int, d_ff: int, dropout: float):
-        super().__init__(nn.Linear(d, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d))
+        super().__init__(nn.Linear(d, d_ff), nn.GELU(), Dropout(dropout), nn.Linear(d_ff, d))
 
 
 class EncoderLayer(nn.Module):
@@ -385,7 +386,7 @@ class EncoderLayer(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
 
     def forward(self, x: Tensor, pad: Tensor) -> Tensor:
         h = self.ln1(x)
@@ -402,7 +403,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
         self.cross_attn = MultiHeadAttention(c.d_model, c.n_head, c.dropout)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.dropout)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
 
     def forward(
         self, y: Tensor, memory: Tensor, src_pad: Tensor, need_weights: bool = False
@@ -435,7 +436,7 @@ class TransformerSeq2Seq(Seq2Seq):
             table.weight.data[config.pad_id].zero_()
         self.register_buffer("pos", sinusoidal_positions(config.max_positions, d),
                              persistent=False)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.enc_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layer))
         self.dec_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
         self.enc_norm, self.dec_norm = nn.LayerNorm(d), nn.LayerNorm(d)
