@@ -10,7 +10,7 @@
 #   benchmarks/speedrun.sh --budgets 10m        # the 10 minute column only (~3.5 h)
 #   benchmarks/speedrun.sh --budgets 90s --datasets shakespeare --variants baseline,stack
 #   benchmarks/speedrun.sh --budgets 800 --threads 1   # a step-matched pilot (800 updates)
-#   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768 --variants two-layers
+#   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768 --variants two-layers,two-layers-rope
 #                                               # each text as a byte-level BPE of 768 ids
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package

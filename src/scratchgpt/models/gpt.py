@@ -63,8 +63,7 @@ class GPTConfig:
     # GPT-2's attn_pdrop. On a CPU it is the dearer kind (attention then runs its written-out
     # form, not the fused kernel), so attn_dropout=0 keeps most of dropout's effect for less.
     attn_dropout: float | None = field(default=None, metadata=_help(
-        "GPT: dropout on the attention weights alone (unset: --dropout; 0 is far cheaper on "
-        "CPUs)"))
+        "GPT: dropout on the attention weights alone (unset: --dropout; 0 is cheaper on CPUs)"))
     bias: bool = field(default=True, metadata=_help(
         "GPT: biases in Linear layers and LayerNorms, as GPT-2"))
     pos_encoding: str = field(default="learned", metadata=_help(
