@@ -186,7 +186,7 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
 
     script = _speedrun_script()
     parser = build_parser()
-    variants = [*script.ABLATIONS, script.STACK, script.NANOGPT]
+    variants = [*script.ABLATIONS, *script.RECIPES, script.STACK, script.NANOGPT]
     configs = {}
     for variant in variants:
         args = parser.parse_args(["train", *script.run_flags(variant, budget)])
@@ -199,6 +199,9 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
         changed = [k for k, v in model.to_dict().items() if getattr(base_model, k) != v] + \
                   [k for k, v in train_cfg.to_dict().items() if getattr(base_train, k) != v]
         assert len(changed) == (0 if variant == "baseline" else 1), (variant, changed)
+    recipe, _ = configs["two-layers-rope"]  # a recipe: the changes it names, no others
+    assert [k for k, v in recipe.to_dict().items() if getattr(base_model, k) != v] == \
+        ["n_layer", "pos_encoding"]
     stack_model, stack_train = configs[script.STACK]
     # The stack is the base shape with every option of the cpu-speedrun preset.
     assert (stack_model.n_layer, stack_model.block_size) == (base_model.n_layer,
