@@ -36,9 +36,14 @@ from torch import Tensor, nn
 LEVELS = 1 << 16  # each element's random number is one of 65,536 values
 
 
+def dropped_levels(p: float) -> int:
+    """How many of the 65,536 values drop an element: ``p * 65536``, rounded (below 65,536)."""
+    return min(round(p * LEVELS), LEVELS - 1)
+
+
 def quantized_p(p: float) -> float:
     """The probability :func:`drop_mask` really drops with: ``p`` to the nearest 1/65536."""
-    return min(round(p * LEVELS), LEVELS - 1) / LEVELS
+    return dropped_levels(p) / LEVELS
 
 
 def drop_mask(shape: torch.Size | tuple[int, ...], p: float,
@@ -50,7 +55,7 @@ def drop_mask(shape: torch.Size | tuple[int, ...], p: float,
     words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(
         -(1 << 63), None, generator=generator)
     numbers = words.view(torch.int16)[:n].view(shape)
-    return numbers < round(quantized_p(p) * LEVELS) - (LEVELS >> 1)
+    return numbers < dropped_levels(p) - LEVELS // 2  # the lowest dropped_levels(p) values
 
 
 class _Dropout(torch.autograd.Function):
