@@ -101,26 +101,34 @@ def kjv_dataset(cache: Path) -> str | None:
     return str(target)
 
 
+# --tokenizer: char, bpe:N, or bpe:N:dropP[xK] (BPE-dropout P, K copies of the training split)
+TOKENIZER = re.compile(r"char|bpe:(\d+)(?::drop(0?\.\d+)(?:x(\d+))?)?")
+
+
 def text_name(dataset: str, tokenizer: str) -> str:
     """How runs of ``dataset`` under ``tokenizer`` are named: ``shakespeare`` at character
-    level, ``shakespeare-bpe768`` under ``bpe:768`` (also its prepared directory's name)."""
+    level, ``shakespeare-bpe768`` under ``bpe:768``, ``shakespeare-bpe768drop0.1x16`` under
+    ``bpe:768:drop0.1x16`` (also its prepared directory's name)."""
     return dataset if tokenizer == "char" else f"{dataset}-{tokenizer.replace(':', '')}"
 
 
 def prepared(dataset: str, tokenizer: str) -> str | None:
     """What ``train --dataset`` is given for ``dataset`` under ``tokenizer``: ``char``, the
     text as named (character level), or ``bpe:N``, a byte-level BPE of N ids learned on the
-    text's training split, prepared once into ``runs/speedrun/data`` before any run is timed
+    text's training split (with ``:dropP[xK]``, its training split written as K segmentations
+    sampled by BPE-dropout P), prepared once into ``runs/speedrun/data`` before any run is timed
     (as nanoGPT's prepare.py is run before its train.py). None: kjv is unavailable."""
     source = kjv_dataset(OUT / "data") if dataset == "kjv" else dataset
     if source is None or tokenizer == "char":
         return source
-    vocab = tokenizer.removeprefix("bpe:")
+    vocab, dropout, copies = TOKENIZER.fullmatch(tokenizer).groups()  # type: ignore[union-attr]
     target = OUT / "data" / text_name(dataset, tokenizer)
     if not (target / "meta.json").is_file():
         text = ["--data", str(OUT / "data" / "kjv.txt")] if dataset == "kjv" else \
             ["--dataset", dataset]
-        scratchgpt("prepare", *text, "--tokenizer", "bpe", "--vocab-size", vocab,
+        drop = ["--bpe-dropout", dropout] if dropout else []
+        drop += ["--train-copies", copies] if copies else []
+        scratchgpt("prepare", *text, "--tokenizer", "bpe", "--vocab-size", vocab, *drop,
                    "--out", str(target))
     return str(target)
 
@@ -201,10 +209,13 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads per run")
     p.add_argument("--tokenizer", default="char",
                    help="char (default), or bpe:N: every text as a byte-level BPE of N ids "
-                        "learned on its training split; bits/char stay comparable")
+                        "learned on its training split; bits/char stay comparable. "
+                        "bpe:N:dropP[xK]: its training split as K (default 16) segmentations "
+                        "sampled by BPE-dropout P (prepare --bpe-dropout)")
     args = p.parse_args()
-    if args.tokenizer != "char" and not re.fullmatch(r"bpe:\d+", args.tokenizer):
-        p.error(f"--tokenizer: char or bpe:N (e.g. bpe:1024), not {args.tokenizer!r}")
+    if not TOKENIZER.fullmatch(args.tokenizer):
+        p.error(f"--tokenizer: char, bpe:N or bpe:N:dropP[xK] (e.g. bpe:768:drop0.1x16), "
+                f"not {args.tokenizer!r}")
     OUT.mkdir(parents=True, exist_ok=True)
     data = {}
     rows = []

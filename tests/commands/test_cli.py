@@ -257,3 +257,16 @@ def test_no_prompt_is_unconditional_generation(run_dir, capsys):
         assert main([*base, *extra]) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1] == outs[2] and outs[0].startswith("\n") and len(outs[0]) > 10
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tokenizer", "char", "--bpe-dropout", "0.1"], "needs a BPE tokenizer"),
+    (["--tokenizer", "bpe", "--bpe-dropout", "1"], "must be in [0, 1)"),
+    (["--tokenizer", "bpe", "--train-copies", "4"], "with --bpe-dropout only"),
+    (["--tokenizer", "bpe", "--bpe-dropout", "0.1", "--train-copies", "0"], "at least 1"),
+])
+def test_bad_bpe_dropout_flags(tmp_path, capsys, flags, message):
+    (tmp_path / "t.txt").write_text("some text to tokenize. " * 50)
+    assert message in error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), *flags,
+                                        "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()

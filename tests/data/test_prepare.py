@@ -92,3 +92,25 @@ def test_warandpeace_offline_from_data_dir(tmp_path, monkeypatch):
 
 def test_strip_gutenberg_without_markers_is_identity():
     assert sources.strip_gutenberg("just text\n") == "just text"
+
+
+def test_bpe_dropout_copies_hold_the_training_text_and_leave_val_exact(tmp_path, english_text):
+    text = english_text[:40_000]
+    exact = prepare_text(text, tmp_path / "exact", "bpe", vocab_size=300)
+    tok = load_tokenizer(tmp_path / "exact")
+    meta = prepare_text(text, tmp_path / "drop", tok, bpe_dropout=0.2, train_copies=3)
+    data, plain = TokenDataset(tmp_path / "drop"), TokenDataset(tmp_path / "exact")
+    train = data.splits["train"].tolist()
+    assert tok.decode(train) == text[:36_000] * 3  # three spellings of the same text
+    assert meta["train_tokens"] == len(train) > 3 * exact["train_tokens"]  # smaller pieces
+    third = len(train) // 3
+    assert train[:third] != train[third:2 * third]  # each copy sampled anew
+    assert (data.splits["val"] == plain.splits["val"]).all()  # evaluation stays exact
+    assert (meta["bpe_dropout"], meta["train_copies"]) == (0.2, 3)
+    assert data.chars_per_token("train") == pytest.approx(3 * 36_000 / len(train))
+
+
+def test_bpe_dropout_needs_a_bpe_tokenizer(tmp_path, english_text):
+    with pytest.raises(ScratchGPTError, match="BPE tokenizer"):
+        prepare_text(english_text[:5_000], tmp_path / "d", "char", bpe_dropout=0.1)
+    assert not (tmp_path / "d").exists()

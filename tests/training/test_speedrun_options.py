@@ -210,6 +210,24 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
     assert stack_train.schedule == "wsd" and stack_train.seq_len_warmup > 0
 
 
+@pytest.mark.parametrize("tokenizer, dropout, copies", [
+    ("bpe:768", 0.0, 1), ("bpe:768:drop0.1", 0.1, 16), ("bpe:512:drop.25x4", 0.25, 4)])
+def test_the_speedrun_tokenizers_are_valid_prepare_commands(tmp_path, monkeypatch, tokenizer,
+                                                            dropout, copies):
+    from scratchgpt.cli import build_parser
+    from scratchgpt.commands.prepare import train_copies
+
+    script = _speedrun_script()
+    assert script.TOKENIZER.fullmatch(tokenizer)
+    calls = []
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    monkeypatch.setattr(script, "scratchgpt", lambda *a: calls.append(a) or "")
+    target = script.prepared("shakespeare", tokenizer)
+    assert target == str(tmp_path / "data" / script.text_name("shakespeare", tokenizer))
+    args = build_parser().parse_args(list(calls[0]))
+    assert (args.out, args.bpe_dropout, train_copies(args)) == (target, dropout, copies)
+
+
 def test_the_medium_speedrun_preset_is_cpu_medium_with_the_speedrun_options():
     from scratchgpt.training.config import PRESETS, SPEEDRUN_OPTIONS
 

@@ -53,7 +53,8 @@ def read_meta(directory: Path) -> dict:
     checks = {"vocab_size": lambda v: type(v) is int and v >= 1,
               "dtype": lambda v: v in ("uint16", "uint32"),
               "train_tokens": lambda v: type(v) is int and v >= 0,
-              "val_tokens": lambda v: type(v) is int and v >= 0}
+              "val_tokens": lambda v: type(v) is int and v >= 0,
+              "train_copies": lambda v: type(v) is int and v >= 1}
     for key, ok in checks.items():
         if (key in meta or key in ("vocab_size", "dtype")) and not ok(meta.get(key)):
             raise DataError(f"{path}: {key}={meta.get(key)!r} is not valid; prepare the "
@@ -103,10 +104,13 @@ class TokenDataset:
     def chars_per_token(self, split: str) -> float:
         """Characters of text per token in ``split``: what turns a loss per token into one per
         character, comparable across tokenizers. From ``meta.json`` (datasets prepared before
-        it recorded ``{split}_chars``: by decoding the split)."""
+        it recorded ``{split}_chars``: by decoding the split). A training split of several
+        BPE-dropout copies holds its text that many times."""
         chars = self.meta.get(f"{split}_chars")
         if chars is None:
             chars = len(self.tokenizer().decode(self.splits[split].tolist()))
+        elif split == "train":
+            chars *= self.meta.get("train_copies", 1)
         return chars / len(self.splits[split])
 
     def bits_per_char(self, split: str, loss: float) -> float:

@@ -2,7 +2,8 @@
 
 A prepared dataset is a directory::
 
-    train.bin   tokens of the first 90% of the text (uint16, or uint32 for vocabularies > 65535)
+    train.bin   tokens of the first 90% of the text (uint16, or uint32 for vocabularies > 65535);
+                with BPE-dropout, several sampled segmentations of it, one after another
     val.bin     tokens of the last 10%
     meta.json   tokenizer kind, vocab size, dtype, token and character counts, sha256 of the
                 source text
@@ -22,9 +23,10 @@ import glob
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +55,48 @@ def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode(text, unknown="replace")
 
 
+def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
+                           seed: int = 0, progress: bool = False) -> list[int]:
+    """``copies`` segmentations of the training text, each sampled by BPE-dropout
+    (:meth:`~scratchgpt.tokenizers.bpe.BPETokenizer.encode_with_dropout`), one after another.
+    The trainer samples windows anywhere in ``train.bin``, so it sees each word spelt several
+    ways; a window that runs from one copy into the next reads the end of the text, then its
+    start. A literal ``<|endoftext|>`` stays the special id, as in :func:`encode_corpus`."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    if not isinstance(tok, BPETokenizer):
+        raise DataError(f"BPE-dropout needs a BPE tokenizer, not {tok.kind!r}")
+    if not 0.0 < bpe_dropout < 1.0:
+        raise DataError(f"BPE-dropout must be in (0, 1), got {bpe_dropout:g}")
+    if copies < 1:
+        raise DataError(f"the training split needs at least one copy, got {copies}")
+    rng = random.Random(seed)
+    out: list[int] = []
+    for _ in _bar(range(copies), progress, "BPE-dropout copies"):
+        out += tok.encode_with_dropout(text, bpe_dropout, rng, allowed_special="all")
+    return out
+
+
+def _bar(items: range, enabled: bool, desc: str) -> Iterable[int]:
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit="copy", dynamic_ncols=True)
+
+
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",
                  vocab_size: int | None = None, val_fraction: float = 0.1,
                  source: str = "", progress: bool = False,
-                 overwrite: bool = False) -> dict[str, Any]:
+                 overwrite: bool = False, bpe_dropout: float = 0.0,
+                 train_copies: int = 1) -> dict[str, Any]:
     """Tokenize ``text`` and write a prepared dataset into ``out`` (see the module docstring);
-    an existing dataset there is an error unless ``overwrite``. Returns the meta dict."""
+    an existing dataset there is an error unless ``overwrite``. Returns the meta dict.
+
+    ``bpe_dropout`` > 0 writes ``train_copies`` segmentations of the training split sampled by
+    BPE-dropout (:func:`encode_training_copies`); the validation split is always encoded
+    exactly, so its loss is comparable with any other run on the same tokenizer. ``progress``
+    shows a bar over those copies."""
     if len(text.strip()) < 2:
         raise DataError(f"the data ({source or 'text'}) is empty" if not text.strip() else
                         f"the data ({source or 'text'}) is a single character: too little "
@@ -77,7 +115,9 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
             tokenizer, train_text, vocab_size=vocab_size)
         dtype = token_dtype(tok.vocab_size)
-        train_ids = np.asarray(encode_corpus(tok, train_text), dtype=dtype)
+        train_ids = np.asarray(
+            encode_training_copies(tok, train_text, bpe_dropout, train_copies, progress=progress)
+            if bpe_dropout or train_copies != 1 else encode_corpus(tok, train_text), dtype=dtype)
         val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
         meta = {
             "version": META_VERSION,
@@ -93,6 +133,8 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             "val_fraction": val_fraction,
         }
+        if bpe_dropout or train_copies != 1:
+            meta |= {"bpe_dropout": bpe_dropout, "train_copies": train_copies}
         tok.save(tmp)
         _write_file(tmp / "train.bin", train_ids.tobytes())
         _write_file(tmp / "val.bin", val_ids.tobytes())

@@ -31,6 +31,7 @@ Saved form (directory): ``tokenizer.json`` (kind, version, pattern, special toke
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -40,7 +41,11 @@ from typing import Any, Literal
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers import bpe_files
 from scratchgpt.tokenizers.base import Tokenizer
-from scratchgpt.tokenizers.bpe_algorithm import bpe_encode_chunk, learn_merges
+from scratchgpt.tokenizers.bpe_algorithm import (
+    bpe_encode_chunk,
+    learn_merges,
+    merge_with_dropout,
+)
 from scratchgpt.tokenizers.bpe_files import (
     ENDOFTEXT,
     FORMAT_VERSION,
@@ -287,6 +292,33 @@ class BPETokenizer(Tokenizer):
         if self.backend == "tiktoken":
             return self._tiktoken_backend().encode(text, {})
         return self._encode_python(text)
+
+    def encode_with_dropout(self, text: str, dropout: float, rng: random.Random, *,
+                            allowed_special: AllowedSpecial = frozenset(),
+                            disallowed_special: AllowedSpecial = "all") -> list[int]:
+        """Text -> one of its segmentations, sampled by BPE-dropout
+        (:func:`~scratchgpt.tokenizers.bpe_algorithm.merge_with_dropout`): each chunk merges as
+        in :meth:`encode`, except that every merge may be skipped, with probability ``dropout``.
+        A training text encoded several times this way shows the model each word spelt several
+        ways, which regularizes it when it sees the same text many times; evaluation keeps
+        :meth:`encode`. Special tokens follow :meth:`encode`'s policy. Pure Python and no cache:
+        every occurrence of a word is sampled anew.
+
+            >>> tok = BPETokenizer.train("the cat sat on the mat. " * 20, vocab_size=266)
+            >>> [tok.decode([i]) for i in tok.encode("the cat sat")]
+            ['the', ' cat', ' s', 'at']
+            >>> ids = tok.encode_with_dropout("the cat sat", 0.5, random.Random(2))
+            >>> [tok.decode([i]) for i in ids]
+            ['the', ' ', 'c', 'a', 't', ' s', 'at']
+        """
+        allowed = self._special_policy(text, allowed_special, disallowed_special)
+        ranks, split = self._ranks, self._pretokenizer.split
+
+        def ordinary(part: str) -> list[int]:
+            return [i for chunk in split(part)
+                    for i in merge_with_dropout(chunk.encode("utf-8"), ranks, dropout, rng)]
+
+        return encode_with_specials(text, allowed, ordinary)
 
     def _encode_python(self, text: str) -> list[int]:
         # Hot loop: local names avoid attribute lookups; the cache makes BPE run once per

@@ -22,6 +22,7 @@ ranks exactly as in tiktoken, so a vocabulary encodes byte for byte as tiktoken 
 from __future__ import annotations
 
 import heapq
+import random
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -177,6 +178,24 @@ def bpe_encode_chunk(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
     return merge_by_scanning(chunk, ranks)
 
 
+def merge_with_dropout(chunk: bytes, ranks: dict[bytes, int], dropout: float,
+                       rng: random.Random) -> list[int]:
+    """One segmentation of ``chunk`` sampled by BPE-dropout (Provilkov, Emelianenko and Voita,
+    2020): at every step each pair that could merge is skipped with probability ``dropout`` and
+    the lowest-ranked pair kept is merged; the merging stops when every pair is skipped. A word
+    then comes out in smaller pieces now and then, always bytes that join back to ``chunk``.
+
+        >>> ranks = {bytes([b]): b for b in range(256)} | {b"aa": 256, b"ab": 257, b"aab": 258}
+        >>> merge_with_dropout(b"aaab", ranks, 0.0, random.Random(0))  # bpe_encode_chunk's ids
+        [256, 257]
+        >>> merge_with_dropout(b"aaab", ranks, 1.0, random.Random(0))  # every merge skipped
+        [97, 97, 97, 98]
+    """
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"dropout must be in [0, 1], got {dropout}")
+    return merge_with_heap(chunk, ranks, dropout, rng)
+
+
 def merge_by_scanning(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
     """The plain algorithm: find the best adjacent pair, merge it, repeat. Fast for words.
 
@@ -200,13 +219,20 @@ def merge_by_scanning(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
     return [ranks[p] for p in parts]
 
 
-def merge_with_heap(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
-    """Same result as :func:`merge_by_scanning`, for long chunks.
+def merge_with_heap(chunk: bytes, ranks: dict[bytes, int], dropout: float = 0.0,
+                    rng: random.Random | None = None) -> list[int]:
+    """Same result as :func:`merge_by_scanning`, for long chunks; with ``dropout``, one sampled
+    segmentation (:func:`merge_with_dropout`).
 
     Parts form a linked list (``nxt``/``prv``) indexed by their first byte's offset, so heap
     entries ``(rank, left, right, len(right part))`` pop lowest rank first and, among equal
     ranks, leftmost first, which is the scanning rule. An entry is stale, and skipped, once its
-    left part died or its right neighbour changed."""
+    left part died or its right neighbour changed.
+
+    Dropout: a popped pair is skipped with probability ``dropout`` and set aside; the first pair
+    kept is merged, and the pairs set aside go back on the heap for the next step. Rolling the
+    pairs lazily, lowest rank first, picks the same pair as rolling every pair and taking the
+    lowest kept one; the merging stops when every pair left was skipped in one step."""
     n = len(chunk)
     parts: list[bytes | None] = [chunk[i:i + 1] for i in range(n)]
     nxt = list(range(1, n + 1))
@@ -218,11 +244,19 @@ def merge_with_heap(chunk: bytes, ranks: dict[bytes, int]) -> list[int]:
         if r is not None:
             heap.append((r, i, i + 1, 1))
     heapq.heapify(heap)
+    skipped: list[tuple[int, int, int, int]] = []
     while heap:
-        _, i, j, len_j = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        _, i, j, len_j = entry
         left, right = parts[i], parts[j]
         if left is None or nxt[i] != j or right is None or len(right) != len_j:
             continue
+        if dropout and rng.random() < dropout:  # type: ignore[union-attr]
+            skipped.append(entry)
+            continue
+        for e in skipped:  # skipped for this step only
+            heapq.heappush(heap, e)
+        skipped.clear()
         joined = left + right
         parts[i], parts[j] = joined, None
         k = nxt[j]
