@@ -12,6 +12,8 @@
 #   benchmarks/speedrun.sh --budgets 800 --threads 1   # a step-matched pilot (800 updates)
 #   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768 --variants two-layers,two-layers-rope
 #                                               # each text as a byte-level BPE of 768 ids
+#   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768:drop0.1x16 --variants two-layers-rope
+#                                               # its training split as 16 BPE-dropout copies
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
 # (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md}.
