@@ -115,9 +115,10 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
             tokenizer, train_text, vocab_size=vocab_size)
         dtype = token_dtype(tok.vocab_size)
+        sampled = bool(bpe_dropout) or train_copies != 1
         train_ids = np.asarray(
             encode_training_copies(tok, train_text, bpe_dropout, train_copies, progress=progress)
-            if bpe_dropout or train_copies != 1 else encode_corpus(tok, train_text), dtype=dtype)
+            if sampled else encode_corpus(tok, train_text), dtype=dtype)
         val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
         meta = {
             "version": META_VERSION,
@@ -133,7 +134,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             "val_fraction": val_fraction,
         }
-        if bpe_dropout or train_copies != 1:
+        if sampled:
             meta |= {"bpe_dropout": bpe_dropout, "train_copies": train_copies}
         tok.save(tmp)
         _write_file(tmp / "train.bin", train_ids.tobytes())
