@@ -18,6 +18,9 @@ rounds="${2:-5}"
 iters="${3:-600}"
 steps="${4:-200}"
 py="${PYTHON:-python3}"
+# nanoGPT's command runs in its own directory: a relative interpreter path (.venv/bin/python)
+# must be made absolute first (not resolved through links, so a venv's python stays a venv's)
+case "$py" in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac
 md=runs/throughput/table.md
 mkdir -p runs/throughput
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uptime), $(date -Is)"
