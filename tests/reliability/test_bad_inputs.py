@@ -174,6 +174,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"), "learning_rate"),
     ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"), "weight_decay"),
     ("train --muon-lr-scale inf", lambda c: _train(c, "--muon-lr-scale", "inf"), "muon_lr_scale"),
+    ("train --embed-lr-scale inf", lambda c: _train(c, "--embed-lr-scale", "inf"), "embed_lr_scale"),
     ("train --layer-norm-eps -1", lambda c: _train(c, "--layer-norm-eps", "-1"), "layer_norm_eps"),
     ("train --layer-norm-eps 0", lambda c: _train(c, "--layer-norm-eps", "0"), "layer_norm_eps"),
     ("train --dropout 1", lambda c: _train(c, "--dropout", "1"), "dropout"),

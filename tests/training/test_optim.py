@@ -42,6 +42,40 @@ def test_muon_and_adamw_together_own_every_parameter_once(model_type, cfg):
         assert opt.optimizers[1].param_groups[0]["lr"] == 1.0
 
 
+@pytest.mark.parametrize("kind", ["adamw", "muon"])
+def test_embedding_tables_take_their_own_rate(kind):
+    model = build_model(model_config("gpt", **GPT, tie_weights=False, value_embeds=1))
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind, embed_lr_scale=10.0)
+    set_lr(opt, 0.01)
+    rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert sorted(rate) == sorted(id(p) for p in model.parameters())  # each owned once
+    assert len(tables) == 3 and all(rate[t] == pytest.approx(0.1) for t in tables)
+    assert all(r == pytest.approx(0.01) for p, r in rate.items() if p not in tables)
+    # at 1.0 the tables stay in the matrices' group: states saved before the option still load
+    plain = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), kind)
+    assert len(plain.param_groups) == len(opt.param_groups) - 1
+
+
+def test_embedding_rate_moves_the_tables_further():
+    """One AdamW step moves each weight by about its rate: 10x for the tables, the rest alike."""
+    moves = []
+    for scale in (1.0, 10.0):
+        torch.manual_seed(0)
+        model = build_model(model_config("gpt", **GPT))
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt = make_optimizer(model, 1e-3, 0.0, (0.9, 0.99), "adamw", embed_lr_scale=scale)
+        x = torch.randint(0, 65, (2, 16))
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+        opt.step()
+        moves.append({n: (p.detach() - before[n]).abs().max().item()
+                      for n, p in model.named_parameters()})
+    assert moves[1]["transformer.wte.weight"] == pytest.approx(
+        10 * moves[0]["transformer.wte.weight"], rel=1e-3)
+    assert moves[1]["transformer.h.0.attn.c_attn.weight"] == pytest.approx(
+        moves[0]["transformer.h.0.attn.c_attn.weight"], rel=1e-3)
+
+
 def test_muon_step_is_orthogonalized():
     """One Muon step from zero momentum moves a square matrix by ~an orthogonal matrix."""
     lin = torch.nn.Linear(64, 64, bias=False)

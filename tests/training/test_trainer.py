@@ -140,7 +140,8 @@ def test_parse_duration(text, seconds):
                                  dict(muon_lr_scale=0.0), dict(learning_rate=float("inf")),
                                  dict(weight_decay=float("nan")), dict(grad_clip=float("nan")),
                                  dict(muon_lr_scale=float("inf")), dict(batch_size="12"),
-                                 dict(beta2=1.0), dict(max_iters=True)])
+                                 dict(beta2=1.0), dict(max_iters=True),
+                                 dict(embed_lr_scale=0.0)])
 def test_invalid_train_config(bad):
     with pytest.raises(ScratchGPTError):
         TrainConfig(**bad)

@@ -80,6 +80,9 @@ class TrainConfig:
                 "vectors; often reaches a given loss in fewer steps)"})
     muon_lr_scale: float = field(default=1.0, metadata={
         "help": "with --optimizer muon: the Muon groups' rate is learning_rate times this"})
+    embed_lr_scale: float = field(default=1.0, metadata={
+        "help": "the embedding tables' rate (token table, value embeddings, learned "
+                "positions; AdamW) is learning_rate times this"})
     muon_dtype: str = field(default="bf16", metadata={
         "help": "with --optimizer muon: precision of its Newton-Schulz orthogonalization: bf16 "
                 "(torch.optim.Muon's own), fp32, or auto (bf16 where the hardware has it, else "
@@ -117,6 +120,7 @@ class TrainConfig:
         check_range("beta1", self.beta1, 0, 1, high_open=True)
         check_range("beta2", self.beta2, 0, 1, high_open=True)
         check_range("muon_lr_scale", self.muon_lr_scale, 0, low_open=True)
+        check_range("embed_lr_scale", self.embed_lr_scale, 0, low_open=True)
         check_range("decay_fraction", self.decay_fraction, 0, 1, low_open=True)
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
                               ("dtype", DTYPES), ("muon_dtype", DTYPES), ("device", DEVICES)):

@@ -177,8 +177,8 @@ class ChainedOptimizer:
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
                    betas: tuple[float, float], kind: str = "adamw",
-                   muon_lr_scale: float = 1.0,
-                   muon_dtype: str = "bf16") -> torch.optim.Optimizer | ChainedOptimizer:
+                   muon_lr_scale: float = 1.0, muon_dtype: str = "bf16",
+                   embed_lr_scale: float = 1.0) -> torch.optim.Optimizer | ChainedOptimizer:
     """The optimizer for ``model``: weight decay on matrices (>= 2 dims) only.
 
     ``kind="adamw"``: AdamW on everything (biases and LayerNorms undecayed).
@@ -187,6 +187,10 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     step is rescaled to AdamW's update size (``adjust_lr_fn="match_rms_adamw"``), so one
     learning rate and schedule serve both; ``muon_lr_scale`` multiplies the Muon groups' rate;
     ``muon_dtype`` (bf16 or fp32) is the precision of its Newton-Schulz iteration (:class:`Muon`).
+    ``embed_lr_scale`` multiplies the rate of the embedding tables (``nn.Embedding`` weights: the
+    token table, tied to the head where the model ties them, learned positions, value
+    embeddings), which then form a group of their own (at 1.0 they share the matrices' group,
+    so optimizer states saved before the option load as they were).
     Every group carries ``lr_scale``: a schedule sets ``group["lr"] = lr * group["lr_scale"]``.
     """
     if kind not in OPTIMIZERS:
@@ -195,8 +199,12 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     muon_params = hidden_matrices(model) if kind == "muon" else []
     in_muon = {id(p) for p in muon_params}
     rest = [p for p in params if id(p) not in in_muon]
-    groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay,
-               "lr_scale": 1.0},
+    tables = ({id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+              if embed_lr_scale != 1.0 else set())
+    groups = [{"params": [p for p in rest if p.dim() >= 2 and id(p) not in tables],
+               "weight_decay": weight_decay, "lr_scale": 1.0},
+              {"params": [p for p in rest if id(p) in tables], "weight_decay": weight_decay,
+               "lr_scale": embed_lr_scale, "lr": lr * embed_lr_scale},
               {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0,
                "lr_scale": 1.0}]
     adamw = _adamw([g for g in groups if g["params"]], lr, betas)

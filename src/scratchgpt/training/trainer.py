@@ -120,7 +120,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.info.rank)  # but each its own dropout masks
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
                                   (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
-                                  _muon_dtype(cfg.muon_dtype, self.device))
+                                  _muon_dtype(cfg.muon_dtype, self.device), cfg.embed_lr_scale)
         # One batch stream for the whole group: every process draws the same global batch and
         # keeps its own rows, so one saved generator state resumes all of them.
         self.batch_gen = torch.Generator().manual_seed(cfg.seed)
