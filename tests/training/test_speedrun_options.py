@@ -142,17 +142,18 @@ def test_bits_per_char_uses_the_val_text_length(tmp_path, english_text, tokenize
     assert TokenDataset(tmp_path).chars_per_token("val") == pytest.approx(ratio)
 
 
-def test_the_speedrun_preset_builds_and_trains(small_dataset, tmp_path):
+def test_the_speedrun_stack_builds_and_trains(small_dataset, tmp_path):
     from scratchgpt.models import build_model
     from scratchgpt.training.config import PRESETS
     from scratchgpt.training.settings import Settings, finish_model_config, known_settings, new_run
 
-    preset = PRESETS["cpu-speedrun"]
+    preset = PRESETS["cpu-medium-speedrun"]
     assert set(preset) <= known_settings()
-    # The preset's own options, shortened to a test: fewer updates, the ramps scaled with them.
+    # The preset's own options on a test's shape: fewer updates, the ramps scaled with them.
     short = dict(max_iters=60, seq_len_warmup=20, batch_size_ramp=20, warmup_iters=10,
-                 eval_interval=60, eval_iters=2, dtype="fp32")
-    kind, values, train_cfg, _ = new_run(Settings("cpu-speedrun", flags=short))
+                 eval_interval=60, eval_iters=2, dtype="fp32", n_layer=2, n_head=2, n_embd=32,
+                 block_size=32)
+    kind, values, train_cfg, _ = new_run(Settings("cpu-medium-speedrun", flags=short))
     data = TokenDataset(small_dataset)
     config = finish_model_config(kind, values, data.vocab_size)
     model = build_model(config)
@@ -165,6 +166,28 @@ def test_the_speedrun_preset_builds_and_trains(small_dataset, tmp_path):
     res = train(train_cfg, config, data, tmp_path / "run", progress=False)
     assert res.step == 60
     assert res.val_loss < math.log(data.vocab_size) - 1.0  # well below a uniform guess
+
+
+def test_the_90s_speedrun_preset_is_cpu_small_halved_with_rotary_positions_and_a_budget():
+    from scratchgpt.cli import build_parser
+    from scratchgpt.commands.options import given
+    from scratchgpt.training.config import PRESETS
+    from scratchgpt.training.settings import Settings, known_settings, new_run
+
+    small, speedrun = PRESETS["cpu-small"], PRESETS["cpu-speedrun"]
+    changed = {k: v for k, v in speedrun.items() if small.get(k) != v}
+    assert changed == dict(n_layer=2, pos_encoding="rope", time_budget="90s",
+                           max_iters=1_000_000)  # the budget, not the updates, ends it
+    parser = build_parser()
+
+    def budget(*flags):
+        args = parser.parse_args(["train", "--preset", "cpu-speedrun", *flags])
+        settings = Settings(args.preset, None, given(args, known_settings() - {"dataset"}))
+        return new_run(settings)[2].time_budget_s
+
+    assert budget() == 90.0
+    assert budget("--time-budget", "10m") == 600.0
+    assert budget("--time-budget", "") is None  # off: --max-iters alone ends the run
 
 
 def _speedrun_script():
@@ -189,7 +212,8 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
     variants = [*script.ABLATIONS, *script.RECIPES, script.STACK, script.NANOGPT]
     configs = {}
     for variant in variants:
-        args = parser.parse_args(["train", *script.run_flags(variant, budget)])
+        args = parser.parse_args(["train", *script.run_flags(variant, budget),
+                                  *script.limit_flags(budget)])
         settings = Settings(args.preset, None, given(args, known_settings() - {"dataset"}))
         kind, values, train_cfg, _ = new_run(settings)
         configs[variant] = (finish_model_config(kind, values, 65), train_cfg)
@@ -202,12 +226,19 @@ def test_every_row_of_the_speedrun_table_is_a_valid_run(budget):
     recipe, _ = configs["two-layers-rope"]  # a recipe: the changes it names, no others
     assert [k for k, v in recipe.to_dict().items() if getattr(base_model, k) != v] == \
         ["n_layer", "pos_encoding"]
-    stack_model, stack_train = configs[script.STACK]
-    # The stack is the base shape with every option of the cpu-speedrun preset.
-    assert (stack_model.n_layer, stack_model.block_size) == (base_model.n_layer,
+    every_model, every_train = configs["all-options"]
+    # Every option at once: the base shape with each option of SPEEDRUN_OPTIONS.
+    assert (every_model.n_layer, every_model.block_size) == (base_model.n_layer,
                                                              base_model.block_size)
-    assert stack_model.pos_encoding == "rope" and stack_model.qk_norm
-    assert stack_train.schedule == "wsd" and stack_train.seq_len_warmup > 0
+    assert every_model.pos_encoding == "rope" and every_model.qk_norm
+    assert every_train.schedule == "wsd" and every_train.seq_len_warmup > 0
+    stack_model, stack_train = configs[script.STACK]  # the speedrun preset of the budget
+    if budget == "10m":
+        assert (stack_model, stack_train) == (every_model, every_train)
+    else:
+        assert (stack_model.n_layer, stack_model.pos_encoding) == (2, "rope")
+    # every row runs for the budget given, whatever budget its preset names
+    assert stack_train.time_budget == ("" if budget.isdigit() else budget)
 
 
 @pytest.mark.parametrize("tokenizer, dropout, copies", [
@@ -236,8 +267,6 @@ def test_the_medium_speedrun_preset_is_cpu_medium_with_the_speedrun_options():
         {**{k: v for k, v in medium.items() if k not in SPEEDRUN_OPTIONS},
          "seq_len_warmup": 600, "batch_size_ramp": 600}
     assert all(stack[k] == v for k, v in SPEEDRUN_OPTIONS.items())
-    small = PRESETS["cpu-speedrun"]  # the small stack has the same options
-    assert all(small[k] == v for k, v in SPEEDRUN_OPTIONS.items())
 
 
 def test_the_speedrun_prepares_a_bpe_of_each_text_once(tmp_path, monkeypatch):
