@@ -1,5 +1,6 @@
 """The training speedrun's ablation table: each option alone against a baseline preset, then
-the whole stack, at wall-clock budgets, on several texts. Run through benchmarks/speedrun.sh.
+the speedrun preset of the budget (the stack), at wall-clock budgets, on several texts. Run
+through benchmarks/speedrun.sh.
 
 Every run is ``scratchgpt train --time-budget B`` (or ``--max-iters N`` for a step-matched
 pilot) as a user would run it, one after another; quality is the exact full-split validation

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The training speedrun's ablation table (docs/BENCHMARKS.md, "Training speedrun"): each option alone
-# against the base preset, then the stack (cpu-speedrun, cpu-medium-speedrun), and nanoGPT's CPU recipe, at 90 s
-# (base cpu-small) and 10 minutes (base cpu-medium); quality as val nats/token and bits/char.
+# against the base preset, then the stack (the budget's speedrun preset: cpu-speedrun at 90 s,
+# cpu-medium-speedrun at 10 minutes), and nanoGPT's CPU recipe, at 90 s (base cpu-small) and
+# 10 minutes (base cpu-medium); quality as val nats/token and bits/char. --variants all-options
+# runs every option at once on the base preset.
 # Run on an otherwise idle machine: every run is timed by the wall clock. PYTHON: the
 # interpreter with scratchgpt installed (default python3).
 #   benchmarks/speedrun.sh                      # everything: ~4 h (15 runs per budget on Tiny
