@@ -172,13 +172,12 @@ def test_newton_schulz_orthogonalizes_in_either_precision():
 
 def test_muon_dtype_is_a_setting_and_auto_follows_the_hardware():
     from scratchgpt.training.config import TrainConfig
-    from scratchgpt.training.precision import bf16_supported
-    from scratchgpt.training.trainer import _muon_dtype
+    from scratchgpt.training.precision import bf16_supported, resolve_muon_dtype
 
     cpu = torch.device("cpu")
     assert TrainConfig().muon_dtype == "bf16"  # torch's own Muon unless asked
-    assert _muon_dtype("auto", cpu) == ("bf16" if bf16_supported(cpu) else "fp32")
-    assert _muon_dtype("bf16", cpu) == "bf16"  # allowed everywhere (emulated where slow)
+    assert resolve_muon_dtype("auto", cpu) == ("bf16" if bf16_supported(cpu) else "fp32")
+    assert resolve_muon_dtype("bf16", cpu) == "bf16"  # allowed everywhere (emulated where slow)
     with pytest.raises(ScratchGPTError):
         TrainConfig(muon_dtype="fp16")
     model = build_model(model_config("gpt", **GPT))

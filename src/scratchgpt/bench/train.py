@@ -34,9 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of PRECISION[-compile][-muon]: fp32 or bf16, optionally "
                         "torch.compile'd, optionally with --optimizer muon instead of AdamW "
                         "(e.g. bf16,bf16-muon)")
-    p.add_argument("--muon-dtype", default="bf16", choices=("bf16", "fp32"),
+    p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
                    help="precision of Muon's Newton-Schulz iteration in the -muon variants: "
-                        "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16) or fp32")
+                        "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16), fp32, "
+                        "or auto, what the presets train with: bf16 where the hardware has "
+                        "it, else fp32 (default auto)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout (0)")
     p.add_argument("--attn-dropout", type=float, default=None,
                    help="attention dropout alone (default: the same as --dropout)")
@@ -84,6 +86,7 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     from scratchgpt.models.gpt import GPT, GPTConfig
     from scratchgpt.training.config import TrainConfig
     from scratchgpt.training.optim import make_optimizer
+    from scratchgpt.training.precision import resolve_muon_dtype
     from scratchgpt.training.task import LanguageModelTask
     from scratchgpt.training.trainer import train_step
 
@@ -94,16 +97,16 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
                     dropout=args.dropout, attn_dropout=args.attn_dropout,
                     activation=args.activation)
     model = GPT(cfg)
+    device = torch.device("cpu")
     train = TrainConfig(batch_size=args.batch_size, learning_rate=1e-3, weight_decay=0.1,
                         optimizer="muon" if "muon" in options else "adamw", grad_clip=1.0)
     opt = make_optimizer(model, train.learning_rate, train.weight_decay,
                          (train.beta1, train.beta2), train.optimizer,
-                         muon_dtype=args.muon_dtype)
+                         muon_dtype=resolve_muon_dtype(args.muon_dtype, device))
     fwd = torch.compile(model) if "compile" in options else model
     # Batches come from a token array exactly as in training (random windows).
     tokens = np.random.default_rng(0).integers(0, args.vocab_size, 1_000_000).astype(np.uint16)
     gen = torch.Generator().manual_seed(0)
-    device = torch.device("cpu")
 
     def next_batch():
         return random_windows(tokens, args.batch_size, args.block_size, gen)

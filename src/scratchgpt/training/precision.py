@@ -44,6 +44,12 @@ def resolve_dtype(name: str, device: torch.device) -> str:
     return "bf16" if bf16_supported(device) else "fp32"
 
 
+def resolve_muon_dtype(name: str, device: torch.device) -> str:
+    """Muon's Newton-Schulz precision: ``auto`` as the compute precision resolves it; ``bf16``
+    is allowed everywhere (torch's own Muon: emulated, so slow, where unsupported)."""
+    return resolve_dtype("auto", device) if name == "auto" else name
+
+
 def autocast(device: torch.device, dtype: str) -> Any:
     """The context the forward pass and loss run in: bf16 autocast, or nothing (fp32)."""
     if dtype == "bf16":

@@ -33,7 +33,12 @@ from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.curriculum import batch_rows, window_length
 from scratchgpt.training.metrics import MetricsLog, plot_losses
 from scratchgpt.training.optim import lr_at, make_optimizer, set_lr
-from scratchgpt.training.precision import autocast, resolve_device, resolve_dtype
+from scratchgpt.training.precision import (
+    autocast,
+    resolve_device,
+    resolve_dtype,
+    resolve_muon_dtype,
+)
 from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
@@ -120,7 +125,8 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.info.rank)  # but each its own dropout masks
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
                                   (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
-                                  _muon_dtype(cfg.muon_dtype, self.device), cfg.embed_lr_scale)
+                                  resolve_muon_dtype(cfg.muon_dtype, self.device),
+                                  cfg.embed_lr_scale)
         # One batch stream for the whole group: every process draws the same global batch and
         # keeps its own rows, so one saved generator state resumes all of them.
         self.batch_gen = torch.Generator().manual_seed(cfg.seed)
@@ -324,12 +330,6 @@ class Trainer:
             rng["torch_per_rank"] = [cpu for cpu, _ in states]
             rng["cuda_per_rank"] = [cuda for _, cuda in states]
         return rng
-
-
-def _muon_dtype(name: str, device: torch.device) -> str:
-    """Muon's Newton-Schulz precision: ``auto`` as the compute precision resolves it; ``bf16``
-    is allowed everywhere (torch's own Muon: emulated, so slow, where unsupported)."""
-    return resolve_dtype("auto", device) if name == "auto" else name
 
 
 def _check_curriculum(cfg: TrainConfig, task: Task) -> None:
