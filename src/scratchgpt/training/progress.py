@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -16,22 +17,25 @@ class Progress:
             return
         from tqdm.auto import tqdm
 
+        # Redrawn ten times a second on a terminal; into a log file or a pipe, where every
+        # redraw stays as text, every ten seconds.
+        every = 0.1 if sys.stderr.isatty() else 10.0
         if budget_s:
             self.bar = tqdm(total=round(budget_s), initial=min(round(elapsed_s), round(budget_s)),
-                            unit="s", dynamic_ncols=True,
+                            unit="s", dynamic_ncols=True, mininterval=every,
                             bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}s "
                                        "[{remaining} left{postfix}]")
         else:
-            self.bar = tqdm(total=total_steps, initial=step, unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=total_steps, initial=step, unit="step", dynamic_ncols=True,
+                            mininterval=every)
 
     def update(self, step: int, loss: float, tokens_per_s: float, elapsed_s: float) -> None:
         if self.bar is None:
             return
         self.bar.set_postfix(step=step, loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}",
                              refresh=False)
-        if self.budget:
-            self.bar.n = min(elapsed_s, self.budget)
-            self.bar.refresh()
+        if self.budget:  # the bar counts seconds: advanced by those since the last step
+            self.bar.update(min(elapsed_s, self.budget) - self.bar.n)
         else:
             self.bar.update(1)
 
