@@ -202,11 +202,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         # part of the preset: the schedule decays over it, and --time-budget changes it (''
         # turns it off, for runs bounded by --max-iters alone). On a byte-level BPE of 768
         # ids (prepare --tokenizer bpe --vocab-size 768) it reached 1.49 nats per character
-        # on Tiny Shakespeare on a 2-core Zen 4 with cpu-small's rate and decay, and 1.53 with
-        # this rate on a CPU a third as fast (1.56 there with cpu-small's).
-        **{**_CPU_SMALL, "n_layer": 2, "learning_rate": 1e-2, "warmup_iters": 50,
-           "weight_decay": 0.3, "max_iters": 1_000_000},
-        pos_encoding="rope", time_budget="90s",
+        # on Tiny Shakespeare on a 2-core Zen 4 with cpu-small's rate and decay, and 1.52-1.53
+        # as it is now on a CPU a third as fast (1.56 there with cpu-small's).
+        _CPU_SMALL, n_layer=2, learning_rate=1e-2, warmup_iters=50, weight_decay=0.3,
+        max_iters=1_000_000, pos_encoding="rope", time_budget="90s",
     ),
     "cpu-medium-speedrun": dict(
         # cpu-medium with every option of SPEEDRUN_OPTIONS, ramps of 600 updates (about a
@@ -216,7 +215,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # HF and GGUF. Its rate and shape are the best of their neighbours at 10 minutes (rate
         # 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192 all ended higher), and it is no better
         # without QK-norm or without the ramps.
-        **{**_CPU_MEDIUM, **SPEEDRUN_OPTIONS}, seq_len_warmup=600, batch_size_ramp=600,
+        {**_CPU_MEDIUM, **SPEEDRUN_OPTIONS}, seq_len_warmup=600, batch_size_ramp=600,
     ),
     "shakespeare-gpu": dict(
         # nanoGPT's Shakespeare-char model: 6 layers, 6 heads, 384 dims, 256 context.
