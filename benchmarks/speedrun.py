@@ -46,6 +46,7 @@ ABLATIONS: dict[str, list[str]] = {
     "logit-softcap": ["--logit-softcap", "30"],
     "untied-head": ["--no-tie-weights"],
 }
+MUON = ["--optimizer", "muon", "--learning-rate", "4e-3", "--min-lr", "0"]
 # Recipes of more than one change, run only when named in --variants.
 RECIPES: dict[str, list[str]] = {
     # with --tokenizer bpe:768, the lowest 90 s loss measured on Tiny Shakespeare
@@ -56,6 +57,12 @@ RECIPES: dict[str, list[str]] = {
                     "--zero-init-proj", "--value-embeds", "1", "--unet-skips",
                     "--logit-softcap", "30", "--no-tie-weights", "--schedule", "wsd",
                     "--seq-len-warmup", "{ramp}", "--batch-size-ramp", "{ramp}"],
+    # for a base trained with AdamW (shakespeare-gpu): Muon on the hidden matrices, at
+    # cpu-medium's rate annealed to zero; then with every option as well
+    "muon": MUON,
+    "muon-all-options": [*MUON, "--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",
+                         "--zero-init-proj", "--value-embeds", "1", "--unet-skips",
+                         "--logit-softcap", "30", "--no-tie-weights", "--schedule", "wsd"],
 }
 # The stack: the speedrun preset chosen for the budget, as it is.
 STACK = "stack"
@@ -74,13 +81,16 @@ DONE = re.compile(r"done: (\d+) steps in ([\d.]+)s \(([\d,]+) tokens/s\); train 
                   r"val loss ([\d.]+) \(full val split, ([\d.]+) bits/char\)")
 
 
-def run_flags(variant: str, budget: str) -> list[str]:
-    """The training flags of ``variant`` at ``budget`` (a duration, or ``N`` updates)."""
-    base = BASE.get(budget, "cpu-small")
+def run_flags(variant: str, budget: str, base: str | None = None) -> list[str]:
+    """The training flags of ``variant`` at ``budget`` (a duration, or ``N`` updates) on the
+    ``base`` preset (default: the budget's)."""
+    base = base or BASE.get(budget, "cpu-small")
     if variant == NANOGPT:
         return NANOGPT_FLAGS
     ramp = RAMP.get(budget) or str(int(budget) // 4)  # a pilot of N updates: a quarter
     if variant == STACK:
+        if base not in STACK_PRESET:
+            raise SystemExit(f"no speedrun preset stacks on {base}: name variants instead")
         return ["--preset", STACK_PRESET[base]]
     flags = {**ABLATIONS, **RECIPES}[variant]
     return ["--preset", base, *(f.format(ramp=ramp) for f in flags)]
@@ -156,11 +166,11 @@ def limit_flags(budget: str) -> list[str]:
 
 
 def train_once(dataset: str, data_arg: str, budget: str, variant: str,
-               threads: int | None) -> dict:
-    flags = run_flags(variant, budget)
+               args: argparse.Namespace) -> dict:
+    flags = run_flags(variant, budget, args.base) + args.flags.split()
     limit = limit_flags(budget)
     out = OUT / f"{dataset}-{budget}-{variant}"
-    extra = ["--threads", str(threads)] if threads else []
+    extra = ["--threads", str(args.threads)] if args.threads else []
     t0 = time.perf_counter()
     text = scratchgpt("train", "--dataset", data_arg, *flags, *limit, *extra, "--out", str(out),
                       "--overwrite", "--no-progress")
@@ -220,6 +230,12 @@ def main() -> int:
     p.add_argument("--variants", default="", help="comma list of runs instead of the plan: "
                    + ", ".join([*ABLATIONS, *RECIPES, STACK, NANOGPT]))
     p.add_argument("--threads", type=int, default=None, help="torch threads per run")
+    p.add_argument("--base", default=None,
+                   help="the preset the ablations and recipes change (default: the budget's, "
+                        "cpu-small at 90 s and in pilots, cpu-medium at 10 minutes), e.g. "
+                        "shakespeare-gpu")
+    p.add_argument("--flags", default="",
+                   help="training flags added to every run, e.g. '--device cuda --compile'")
     p.add_argument("--tokenizer", default="char",
                    help="char (default), or bpe:N: every text as a byte-level BPE of N ids "
                         "learned on its training split; bits/char stay comparable. "
@@ -238,7 +254,7 @@ def main() -> int:
         if data[dataset] is None:
             continue
         row = train_once(text_name(dataset, args.tokenizer), data[dataset], budget, variant,
-                         args.threads)
+                         args)
         print(json.dumps(row), flush=True)
         with (OUT / "results.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")

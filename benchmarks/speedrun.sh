@@ -16,6 +16,9 @@
 #                                               # each text as a byte-level BPE of 768 ids
 #   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768:drop0.1x16 --variants two-layers-rope
 #                                               # its training split as 16 BPE-dropout copies
+#   benchmarks/speedrun.sh --base shakespeare-gpu --budgets 5000,1500 --datasets shakespeare \
+#       --variants baseline,muon,muon-all-options --flags '--device cuda'
+#                                               # on a GPU: nanoGPT's Shakespeare model, N updates
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
 # (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md}.
@@ -23,4 +26,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uptime), $(date -Is)"
+if command -v nvidia-smi >/dev/null; then echo "== GPU: $(nvidia-smi -L | head -1)"; fi
 exec "${PYTHON:-python3}" benchmarks/speedrun.py "$@"
