@@ -6,7 +6,9 @@ Every run is ``scratchgpt train --time-budget B`` (or ``--max-iters N`` for a st
 pilot) as a user would run it, one after another; quality is the exact full-split validation
 loss in nats per token and in bits per character (comparable across tokenizers), speed the
 trainer's tokens/s. Results are appended to ``runs/speedrun/results.jsonl`` and the tables
-written to ``runs/speedrun/table.md``.
+written to ``runs/speedrun/table.md``. ``--base`` puts another preset under the ablations and
+recipes, and ``--flags`` adds flags to every run: ``--base shakespeare-gpu --flags '--device
+cuda'`` is nanoGPT's Shakespeare model on a GPU.
 """
 
 from __future__ import annotations
