@@ -16,8 +16,8 @@
 #                                               # each text as a byte-level BPE of 768 ids
 #   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768:drop0.1x16 --variants two-layers-rope
 #                                               # its training split as 16 BPE-dropout copies
-#   benchmarks/speedrun.sh --base shakespeare-gpu --budgets 5000,1500 --datasets shakespeare \
-#       --variants baseline,muon,muon-all-options --flags '--device cuda'
+#   benchmarks/speedrun.sh --base shakespeare-gpu --budgets 1200 --datasets shakespeare \
+#       --variants baseline,model-options --flags '--device cuda'
 #                                               # on a GPU: nanoGPT's Shakespeare model, N updates
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
