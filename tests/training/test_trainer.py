@@ -58,6 +58,36 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(small_dataset, tmp
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_best_pt_is_the_model_of_the_lowest_val_loss_once_val_rises(small_dataset, tmp_path,
+                                                                     monkeypatch):
+    """A small text over-fits: val falls, then rises. best.pt must be the model of the lowest
+    evaluation (scripted here: update 20 of 40), last.pt the last one."""
+    from scratchgpt.training.task import LanguageModelTask
+
+    data = TokenDataset(small_dataset)
+    real = LanguageModelTask.estimate
+    # val at updates 20 and 40; the exact final loss (real, so above 0) comes after
+    scripted = iter([0.0, 1e-3])
+
+    def estimate(self, model, split, iters, setting):
+        loss = real(self, model, split, iters, setting)
+        return next(scripted) if split == "val" else loss
+
+    monkeypatch.setattr(LanguageModelTask, "estimate", estimate)
+    schedule = dict(lr_decay_iters=40, eval_interval=20)
+    res = train(cfg(max_iters=40, **schedule), gpt(data), data, tmp_path / "run", progress=False)
+    monkeypatch.undo()
+    best = load_checkpoint(tmp_path / "run" / "best.pt")
+    assert res.step == 40 and res.val_loss > 0 and res.best_val_loss == 0.0
+    assert best.state.step == 20
+    # best.pt's weights are the model after update 20 of the same 40-update schedule.
+    train(cfg(max_iters=20, **schedule), gpt(data), data, tmp_path / "half", progress=False)
+    at_20 = load_checkpoint(tmp_path / "half" / "last.pt").model
+    last = load_checkpoint(tmp_path / "run" / "last.pt").model
+    assert all(torch.equal(best.model[k], at_20[k]) for k in at_20)
+    assert not all(torch.equal(last[k], at_20[k]) for k in at_20)
+
+
 def interrupt_at(monkeypatch, call: int, signum: int) -> None:
     """Send ``signum`` to this process while the training loop draws its ``call``-th batch."""
     real = TokenDataset.get_batch
