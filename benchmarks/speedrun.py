@@ -48,20 +48,19 @@ ABLATIONS: dict[str, list[str]] = {
     "logit-softcap": ["--logit-softcap", "30"],
     "untied-head": ["--no-tie-weights"],
 }
+# Every model option and the wsd schedule: the speedrun's options that are not ramps.
+MODEL_OPTIONS = ["--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",
+                 "--zero-init-proj", "--value-embeds", "1", "--unet-skips",
+                 "--logit-softcap", "30", "--no-tie-weights", "--schedule", "wsd"]
 # Recipes of more than one change, run only when named in --variants.
 RECIPES: dict[str, list[str]] = {
     # with --tokenizer bpe:768, the lowest 90 s loss measured on Tiny Shakespeare
     "two-layers-rope": ["--n-layer", "2", "--pos-encoding", "rope"],
     # every option at once on the base preset's shape: cpu-medium-speedrun at 10 minutes (and
     # what the cpu-speedrun preset was at 90 s until it became the 90 s winner)
-    "all-options": ["--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",
-                    "--zero-init-proj", "--value-embeds", "1", "--unet-skips",
-                    "--logit-softcap", "30", "--no-tie-weights", "--schedule", "wsd",
-                    "--seq-len-warmup", "{ramp}", "--batch-size-ramp", "{ramp}"],
-    # every model option and the wsd schedule, without the ramps (shakespeare-gpu on a GPU)
-    "model-options": ["--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",
-                      "--zero-init-proj", "--value-embeds", "1", "--unet-skips",
-                      "--logit-softcap", "30", "--no-tie-weights", "--schedule", "wsd"],
+    "all-options": [*MODEL_OPTIONS, "--seq-len-warmup", "{ramp}", "--batch-size-ramp", "{ramp}"],
+    # without the ramps (shakespeare-gpu on a GPU)
+    "model-options": MODEL_OPTIONS,
     # nanoGPT's own schedule for its Shakespeare model: AdamW at 1e-3, a cosine to 1e-4 (what
     # shakespeare-gpu trained with before Muon; run it with --budgets 5000)
     "adamw": ["--optimizer", "adamw", "--learning-rate", "1e-3", "--min-lr", "1e-4"],
