@@ -5,8 +5,9 @@ through benchmarks/speedrun.sh.
 Every run is ``scratchgpt train --time-budget B`` (or ``--max-iters N`` for a step-matched
 pilot) as a user would run it, one after another; quality is the exact full-split validation
 loss in nats per token and in bits per character (comparable across tokenizers), speed the
-trainer's tokens/s. Results are appended to ``runs/speedrun/results.jsonl`` and the tables
-written to ``runs/speedrun/table.md``. ``--base`` puts another preset under the ablations and
+trainer's tokens/s. Results are appended to ``runs/speedrun/results.jsonl``, the tables
+written to ``runs/speedrun/table.md`` and a picture of each table's runs (loss against seconds)
+to ``runs/speedrun/<text>-<budget>.png``. ``--base`` puts another preset under the ablations and
 recipes, and ``--flags`` adds flags to every run: ``--base shakespeare-gpu --flags '--device
 cuda'`` is nanoGPT's Shakespeare model on a GPU.
 """
@@ -166,11 +167,15 @@ def limit_flags(budget: str) -> list[str]:
     return ["--time-budget", budget, "--max-iters", "1000000"]
 
 
+def run_dir(dataset: str, budget: str, variant: str) -> Path:
+    return OUT / f"{dataset}-{budget}-{variant}"
+
+
 def train_once(dataset: str, data_arg: str, budget: str, variant: str,
                args: argparse.Namespace) -> dict:
     flags = run_flags(variant, budget, args.base) + args.flags.split()
     limit = limit_flags(budget)
-    out = OUT / f"{dataset}-{budget}-{variant}"
+    out = run_dir(dataset, budget, variant)
     extra = ["--threads", str(args.threads)] if args.threads else []
     t0 = time.perf_counter()
     text = scratchgpt("train", "--dataset", data_arg, *flags, *limit, *extra, "--out", str(out),
@@ -187,13 +192,18 @@ def train_once(dataset: str, data_arg: str, budget: str, variant: str,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
-def table(rows: list[dict]) -> str:
-    """One markdown table per (dataset, budget), in the order the runs were made."""
-    out = []
+def by_text_and_budget(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """The rows of each (dataset, budget), in the order the runs were made."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["budget"]), []).append(r)
-    for (dataset, budget), group in groups.items():
+    return groups
+
+
+def table(rows: list[dict]) -> str:
+    """One markdown table per (dataset, budget), in the order the runs were made."""
+    out = []
+    for (dataset, budget), group in by_text_and_budget(rows).items():
         base = next((r["val_bpc"] for r in group if r["variant"] == "baseline"), None)
         out += [f"\n{dataset}, {budget}:\n",
                 "| run | flags | steps | tokens/s | val nats/token | val bits/char | Δ bits/char |",
@@ -204,6 +214,34 @@ def table(rows: list[dict]) -> str:
                        f"{r['tokens_per_s']:,} | {r['val_loss']:.4f} | {r['val_bpc']:.4f} | "
                        f"{delta} |")
     return "\n".join(out) + "\n"
+
+
+def figures(rows: list[dict]) -> list[Path]:
+    """One picture per (dataset, budget), ``runs/speedrun/<dataset>-<budget>.png``: each run's
+    training loss against its seconds (the logged batch losses, smoothed over 10 logs) and, as
+    a dot at its end, the exact full-split val loss. Both in bits per character: a run's nats
+    per token times its val split's bits/char per nat/token, so that runs with different
+    tokenizers share the axis (the training curve by the val split's characters per token,
+    which the training split's match to within a few percent)."""
+    from scratchgpt.training.metrics import read_rows
+    from scratchgpt.viz import running_mean, save_figure, time_curves_figure
+
+    written = []
+    for (dataset, budget), group in by_text_and_budget(rows).items():
+        curves, finals = {}, {}
+        for r in group:
+            to_bpc = r["val_bpc"] / r["val_loss"]
+            logged = [(float(m["elapsed_s"]), float(m["loss"])) for m in
+                      read_rows(run_dir(dataset, budget, r["variant"]) / "metrics.csv")
+                      if m["loss"]]
+            if logged:
+                seconds, losses = zip(*logged, strict=True)
+                curves[r["variant"]] = (seconds, [to_bpc * x for x in running_mean(losses, 10)])
+            finals[r["variant"]] = (r["train_s"], r["val_bpc"])
+        fig = time_curves_figure(curves, finals, "bits/char (line: training batches, "
+                                 "dot: val, full split)", f"{dataset}, {budget}")
+        written.append(save_figure(fig, OUT / f"{dataset}-{budget}.png"))
+    return written
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -263,6 +301,8 @@ def main() -> int:
     text = table(rows)
     (OUT / "table.md").write_text(text)
     print(text)
+    for path in figures(rows):
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

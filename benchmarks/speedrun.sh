@@ -21,7 +21,8 @@
 #                                               # on a GPU: nanoGPT's Shakespeare model, N updates
 # Tiny Shakespeare is read from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) or the cache;
 # kjv, the King James Bible, is printed by the `bible` program of Debian's bible-kjv package
-# (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md}.
+# (apt-get install bible-kjv), offline. Writes runs/speedrun/{results.jsonl,table.md} and a
+# picture per text and budget, runs/speedrun/TEXT-BUDGET.png (bits/char against seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"

@@ -207,6 +207,45 @@ def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> 
     return fig
 
 
+def running_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and up to ``window - 1`` before it (as many as there are), so
+    a noisy curve keeps its length and its start:
+    ``running_mean([1, 3, 5, 7], 2) == [1.0, 2.0, 4.0, 6.0]``."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def time_curves_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]],
+                       finals: dict[str, tuple[float, float]], ylabel: str,
+                       title: str = "") -> Any:
+    """Several runs' loss against wall-clock seconds, one colour per run, for comparing
+    recipes by what they reach in a given time. ``curves[run]`` is (seconds, losses), drawn as
+    a line; ``finals[run]`` is (seconds, loss), drawn as a dot of the run's colour with the
+    value in the legend (say the exact validation loss at the end). A run may have either."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    for i, run in enumerate(dict.fromkeys([*curves, *finals])):
+        color = f"C{i % 10}"  # matplotlib's colour cycle: the same colour for line and dot
+        if run in curves:
+            ax.plot(*curves[run], lw=1.0, alpha=0.8, color=color,
+                    label=None if run in finals else run)
+        if run in finals:
+            x, y = finals[run]
+            ax.plot([x], [y], "o", ms=6, color=color, label=f"{run}: {y:.4f}")
+    ax.set_xlabel("wall-clock seconds of training")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (its suffix picks the format: .png, .svg, .pdf ...) and close
     it. A missing parent directory is created; an unknown suffix is a :class:`ConfigError`."""

@@ -213,3 +213,25 @@ def test_visible_labels():
     assert token_labels(bytes_only, bytes_only.encode(" hé")) == ["␣", "h", "\\xc3", "\\xa9"]
     merged = BPETokenizer.train("héllo wörld " * 20, 300)
     assert token_labels(merged, merged.encode(" héllo")) == ["␣héllo"]
+
+
+def test_running_mean_keeps_the_length_and_start():
+    from scratchgpt.viz import running_mean
+
+    assert running_mean([1, 3, 5, 7], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert running_mean([2, 4], 10) == [2.0, 3.0]
+    values = [0.5 * i * i for i in range(30)]
+    assert running_mean(values, 1) == values
+    assert running_mean(values, 7)[-1] == pytest.approx(sum(values[-7:]) / 7)
+
+
+def test_time_curves_figure_draws_each_run_in_one_colour():
+    from scratchgpt.viz import time_curves_figure
+
+    fig = time_curves_figure({"a": ([0, 1, 2], [3.0, 2.0, 1.5]), "b": ([0, 2], [4.0, 2.5])},
+                             {"a": (2.0, 1.4), "c": (1.0, 2.0)}, "bits/char")
+    (ax,) = fig.axes
+    line_a, dot_a, line_b, dot_c = ax.lines
+    assert list(line_a.get_ydata()) == [3.0, 2.0, 1.5] and list(dot_a.get_xdata()) == [2.0]
+    assert line_a.get_color() == dot_a.get_color() != line_b.get_color() != dot_c.get_color()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a: 1.4000", "b", "c: 2.0000"]

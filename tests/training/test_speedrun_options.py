@@ -292,3 +292,32 @@ def test_the_speedrun_prepares_a_bpe_of_each_text_once(tmp_path, monkeypatch):
     assert args[args.index("--tokenizer") + 1] == "bpe"
     assert args[args.index("--vocab-size") + 1] == "768"
     assert first == args[args.index("--out") + 1] and first.endswith("shakespeare-bpe768")
+
+
+def test_the_speedrun_picture_puts_every_run_in_bits_per_char(tmp_path, monkeypatch):
+    from scratchgpt import viz
+    from scratchgpt.training.metrics import MetricsLog
+
+    script = _speedrun_script()
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    rows = []
+    for variant, losses, (val, bpc) in (("baseline", [4.0, 3.0, 2.0], (2.0, 1.5)),
+                                        ("stack", [6.0, 5.0], (3.0, 1.2))):
+        script.run_dir("text", "90s", variant).mkdir()
+        log = MetricsLog(script.run_dir("text", "90s", variant) / "metrics.csv", None)
+        for step, loss in enumerate(losses, 1):
+            log.row(step=step, tokens=step * 8, elapsed_s=step * 0.5, loss=loss)
+        log.row(step=len(losses), tokens=0, elapsed_s=len(losses) * 0.5, val_loss=val)
+        log.close()
+        rows.append({"dataset": "text", "budget": "90s", "variant": variant,
+                     "train_s": len(losses) * 0.5, "val_loss": val, "val_bpc": bpc})
+    drawn = []
+    monkeypatch.setattr(viz, "time_curves_figure",
+                        lambda *a, **k: drawn.append(a) or viz.pyplot().figure())
+    assert script.figures(rows) == [tmp_path / "text-90s.png"]
+    assert (tmp_path / "text-90s.png").stat().st_size > 0
+    curves, finals, *_ = drawn[0]
+    # each run's nats/token scaled by its own val bits/char per nat/token, smoothed
+    assert curves["baseline"] == ((0.5, 1.0, 1.5), [3.0, 2.625, 2.25])
+    assert curves["stack"][0] == (0.5, 1.0) and curves["stack"][1] == pytest.approx([2.4, 2.2])
+    assert finals == {"baseline": (1.5, 1.5), "stack": (1.0, 1.2)}
