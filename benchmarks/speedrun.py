@@ -218,7 +218,8 @@ def table(rows: list[dict]) -> str:
 
 def figures(rows: list[dict]) -> list[Path]:
     """One picture per (dataset, budget), ``runs/speedrun/<dataset>-<budget>.png``: each run's
-    training loss against its seconds (the logged batch losses, smoothed over 10 logs) and, as
+    training loss against its seconds (the logged batch losses, smoothed over a fifth of its logs,
+    at most 10) and, as
     a dot at its end, the exact full-split val loss. Both in bits per character: a run's nats
     per token times its val split's bits/char per nat/token, so that runs with different
     tokenizers share the axis (the training curve by the val split's characters per token,
@@ -236,7 +237,9 @@ def figures(rows: list[dict]) -> list[Path]:
                       if m["loss"]]
             if logged:
                 seconds, losses = zip(*logged, strict=True)
-                curves[r["variant"]] = (seconds, [to_bpc * x for x in running_mean(losses, 10)])
+                window = min(10, max(1, len(losses) // 5))  # a short run's few logs stay as is
+                curves[r["variant"]] = (seconds,
+                                        [to_bpc * x for x in running_mean(losses, window)])
             finals[r["variant"]] = (r["train_s"], r["val_bpc"])
         fig = time_curves_figure(curves, finals, "bits/char (line: training batches, "
                                  "dot: val, full split)", f"{dataset}, {budget}")

@@ -301,7 +301,8 @@ def test_the_speedrun_picture_puts_every_run_in_bits_per_char(tmp_path, monkeypa
     script = _speedrun_script()
     monkeypatch.setattr(script, "OUT", tmp_path)
     rows = []
-    for variant, losses, (val, bpc) in (("baseline", [4.0, 3.0, 2.0], (2.0, 1.5)),
+    for variant, losses, (val, bpc) in (("baseline", [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0,
+                                                      -3.0, -4.0], (2.0, 1.5)),
                                         ("stack", [6.0, 5.0], (3.0, 1.2))):
         script.run_dir("text", "90s", variant).mkdir()
         log = MetricsLog(script.run_dir("text", "90s", variant) / "metrics.csv", None)
@@ -318,6 +319,9 @@ def test_the_speedrun_picture_puts_every_run_in_bits_per_char(tmp_path, monkeypa
     assert (tmp_path / "text-90s.png").stat().st_size > 0
     curves, finals, *_ = drawn[0]
     # each run's nats/token scaled by its own val bits/char per nat/token, smoothed
-    assert curves["baseline"] == ((0.5, 1.0, 1.5), [3.0, 2.625, 2.25])
-    assert curves["stack"][0] == (0.5, 1.0) and curves["stack"][1] == pytest.approx([2.4, 2.2])
-    assert finals == {"baseline": (1.5, 1.5), "stack": (1.0, 1.2)}
+    # (smoothed over a fifth of its logs: 2 of the baseline's 10, none of the stack's 2)
+    assert curves["baseline"][0] == tuple(0.5 * i for i in range(1, 11))
+    assert curves["baseline"][1] == pytest.approx([3.75, 3.375, 2.625, 1.875, 1.125, 0.375,
+                                                   -0.375, -1.125, -1.875, -2.625])
+    assert curves["stack"][0] == (0.5, 1.0) and curves["stack"][1] == pytest.approx([2.4, 2.0])
+    assert finals == {"baseline": (5.0, 1.5), "stack": (1.0, 1.2)}
