@@ -218,12 +218,11 @@ def table(rows: list[dict]) -> str:
 
 def figures(rows: list[dict]) -> list[Path]:
     """One picture per (dataset, budget), ``runs/speedrun/<dataset>-<budget>.png``: each run's
-    training loss against its seconds (the logged batch losses, smoothed over a fifth of its logs,
-    at most 10) and, as
-    a dot at its end, the exact full-split val loss. Both in bits per character: a run's nats
-    per token times its val split's bits/char per nat/token, so that runs with different
-    tokenizers share the axis (the training curve by the val split's characters per token,
-    which the training split's match to within a few percent)."""
+    training loss against its seconds (the logged batch losses, smoothed over a fifth of its
+    logs, at most 10) and, as a dot at its end, the exact full-split val loss. Both in bits
+    per character: a run's nats per token times its val split's bits/char per nat/token, so
+    that runs with different tokenizers share the axis (the training curve by the val split's
+    characters per token, which the training split's match to within a few percent)."""
     from scratchgpt.training.metrics import read_rows
     from scratchgpt.viz import running_mean, save_figure, time_curves_figure
 
