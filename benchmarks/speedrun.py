@@ -216,13 +216,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def train_bits_per_nat(run: Path) -> float | None:
+    """Bits per character of the run's training split per nat per token (a BPE packs more
+    characters into a token of the text it was learned on than of the val split), or None
+    where the run's dataset cannot be read back."""
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.errors import ScratchGPTError
+
+    try:
+        dataset = json.loads((run / "config.json").read_text())["data"]["dataset"]
+        return resolve_dataset(dataset, log=None)[0].bits_per_char("train", 1.0)
+    except (OSError, ValueError, KeyError, TypeError, ScratchGPTError):
+        return None
+
+
 def figures(rows: list[dict]) -> list[Path]:
     """One picture per (dataset, budget), ``runs/speedrun/<dataset>-<budget>.png``: each run's
     training loss against its seconds (the logged batch losses, smoothed over a fifth of its
     logs, at most 10) and, as a dot at its end, the exact full-split val loss. Both in bits
-    per character: a run's nats per token times its val split's bits/char per nat/token, so
-    that runs with different tokenizers share the axis (the training curve by the val split's
-    characters per token, which the training split's match to within a few percent)."""
+    per character, each by its own split's characters per token, so that runs with different
+    tokenizers share the axis."""
     from scratchgpt.training.metrics import read_rows
     from scratchgpt.viz import running_mean, save_figure, time_curves_figure
 
@@ -230,7 +243,8 @@ def figures(rows: list[dict]) -> list[Path]:
     for (dataset, budget), group in by_text_and_budget(rows).items():
         curves, finals = {}, {}
         for r in group:
-            to_bpc = r["val_bpc"] / r["val_loss"]
+            to_bpc = train_bits_per_nat(run_dir(dataset, budget, r["variant"])) \
+                or r["val_bpc"] / r["val_loss"]
             logged = [(float(m["elapsed_s"]), float(m["loss"])) for m in
                       read_rows(run_dir(dataset, budget, r["variant"]) / "metrics.csv")
                       if m["loss"]]

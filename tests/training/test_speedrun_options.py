@@ -312,16 +312,22 @@ def test_the_speedrun_picture_puts_every_run_in_bits_per_char(tmp_path, monkeypa
         log.close()
         rows.append({"dataset": "text", "budget": "90s", "variant": variant,
                      "train_s": len(losses) * 0.5, "val_loss": val, "val_bpc": bpc})
+    # the stack's run names its dataset (a BPE's train and val split differ in characters per
+    # token, so its training curve takes its own split's); the baseline's names none: val's
+    prepare_text("abcdefgh " * 400, tmp_path / "chars", "char")
+    (script.run_dir("text", "90s", "stack") / "config.json").write_text(
+        json.dumps({"data": {"dataset": str(tmp_path / "chars")}}))
     drawn = []
     monkeypatch.setattr(viz, "time_curves_figure",
                         lambda *a, **k: drawn.append(a) or viz.pyplot().figure())
     assert script.figures(rows) == [tmp_path / "text-90s.png"]
     assert (tmp_path / "text-90s.png").stat().st_size > 0
     curves, finals, *_ = drawn[0]
-    # each run's nats/token scaled by its own val bits/char per nat/token, smoothed
-    # (smoothed over a fifth of its logs: 2 of the baseline's 10, none of the stack's 2)
+    # the baseline: its val split's 0.75 bits/char per nat/token, smoothed over a fifth of its
+    # logs (2 of 10); the stack: its training split's, its 2 logs as they are
     assert curves["baseline"][0] == tuple(0.5 * i for i in range(1, 11))
     assert curves["baseline"][1] == pytest.approx([3.75, 3.375, 2.625, 1.875, 1.125, 0.375,
                                                    -0.375, -1.125, -1.875, -2.625])
-    assert curves["stack"][0] == (0.5, 1.0) and curves["stack"][1] == pytest.approx([2.4, 2.0])
+    assert curves["stack"][0] == (0.5, 1.0)  # one character per token: nats / ln 2
+    assert curves["stack"][1] == pytest.approx([6.0 / math.log(2), 5.0 / math.log(2)])
     assert finals == {"baseline": (5.0, 1.5), "stack": (1.0, 1.2)}
