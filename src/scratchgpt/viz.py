@@ -1,4 +1,4 @@
-"""Figures for looking inside a model: attention heatmaps and next-token distributions.
+"""Figures for looking inside a model (attention heatmaps, next-token distributions) and at runs.
 
 The functions here take plain numbers and strings (no models, no tokenizers beyond
 :func:`token_labels`), draw with matplotlib's file-only ``Agg`` backend and return the figure;
@@ -14,6 +14,8 @@ newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so th
   eval --plot``).
 * :func:`confusion_figure` draws a classifier's confusion matrix (:func:`plot_confusion` saves
   it, written through a temporary file).
+* :func:`time_curves_figure` draws several runs' loss against wall-clock seconds (the training
+  speedrun's picture), :func:`running_mean` smooths a noisy curve for it.
 """
 
 from __future__ import annotations
