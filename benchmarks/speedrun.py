@@ -243,11 +243,10 @@ def figures(rows: list[dict]) -> list[Path]:
     for (dataset, budget), group in by_text_and_budget(rows).items():
         curves, finals = {}, {}
         for r in group:
-            to_bpc = train_bits_per_nat(run_dir(dataset, budget, r["variant"])) \
-                or r["val_bpc"] / r["val_loss"]
-            logged = [(float(m["elapsed_s"]), float(m["loss"])) for m in
-                      read_rows(run_dir(dataset, budget, r["variant"]) / "metrics.csv")
-                      if m["loss"]]
+            run = run_dir(dataset, budget, r["variant"])
+            to_bpc = train_bits_per_nat(run) or r["val_bpc"] / r["val_loss"]
+            logged = [(float(m["elapsed_s"]), float(m["loss"]))
+                      for m in read_rows(run / "metrics.csv") if m["loss"]]
             if logged:
                 seconds, losses = zip(*logged, strict=True)
                 window = min(10, max(1, len(losses) // 5))  # a short run's few logs stay as is
