@@ -106,6 +106,22 @@ def scratchgpt_process(argv: Sequence[str], **kw: Any) -> subprocess.Popen:
                             start_new_session=True, env=env, **kw)
 
 
+def wait_until_torch_loads(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until ``proc`` has mapped torch's shared libraries: its interpreter has started
+    and ``import torch`` is under way. Before that, Ctrl-C lands in Python's own start-up
+    (loading ``runpy``), which no program's code can catch."""
+
+    def torch_mapped() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended with {proc.returncode} before importing torch")
+        try:
+            return "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
+        except OSError:
+            return False
+
+    wait_for(torch_mapped, timeout, "torch's libraries in the process")
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 60, what: str = "",
              proc: Proc | None = None) -> None:
     """Poll ``condition`` every 5 ms until it holds; fail after ``timeout`` seconds or when

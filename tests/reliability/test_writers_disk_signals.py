@@ -26,6 +26,7 @@ from tests.reliability.procs import (
     start_call,
     start_cli,
     wait_for,
+    wait_until_torch_loads,
 )
 from tests.reliability.test_kill9 import check_run
 
@@ -161,10 +162,16 @@ def test_a_stored_head_that_differs_from_the_tied_embedding_is_kept(tmp_path):
 
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.5, 0.6, 0.8, 1.5])
 def test_ctrl_c_at_start_up_is_one_line_and_exit_130(tiny_data, tmp_path, delay):
-    """Ctrl-C while Python imports torch, while the run is set up, or while it trains."""
+    """Ctrl-C while Python imports torch, while the run is set up, or while it trains.
+
+    ``delay`` counts from the process's start, but never sends the signal before torch's
+    import has begun: on a busy machine 50 ms can end inside the interpreter's own start-up.
+    """
+    start = time.monotonic()
     proc = scratchgpt_process(["train", "--dataset", tiny_data, "--out", tmp_path / "run",
                                "--max-iters", "1000000", *TINY])
-    time.sleep(delay)
+    wait_until_torch_loads(proc)
+    time.sleep(max(0.0, delay - (time.monotonic() - start)))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
