@@ -13,9 +13,10 @@ import torch
 from scratchgpt.checkpoints import Checkpoint, save_checkpoint
 from scratchgpt.checkpoints.hf import save_hf, state_dict_to_hf
 from scratchgpt.cli import main
-from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.gpt import GPT
 from scratchgpt.tokenizers import CharTokenizer
 from tests.cli_errors import error_of
+from tests.tiny_gpt import sharp_gpt
 
 pytest.importorskip("huggingface_hub")
 
@@ -24,11 +25,7 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 
 
 def tiny_gpt() -> GPT:
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=16))
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30)  # confident logits: greedy far from ties
-    return model.eval()
+    return sharp_gpt(scale=30, vocab_size=len(CHARS), block_size=32)
 
 
 def snapshot(cache: Path, repo_id: str) -> Path:

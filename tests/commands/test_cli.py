@@ -10,6 +10,7 @@ import torch
 from scratchgpt.cli import main
 from scratchgpt.models.compiled import compile_available
 from tests.cli_errors import error_of
+from tests.commands.sampling import assert_seeded_and_stops
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
@@ -49,15 +50,7 @@ def test_prepare_folder_of_txt(tmp_path):
 def test_sample_is_reproducible_with_seed_and_respects_stop(run_dir, capsys):
     args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "60", "--seed", "5",
             "--temperature", "1.0", "--top-k", "20", "--top-p", "0.95"]
-    main(args)
-    a = capsys.readouterr().out
-    main(args)
-    assert capsys.readouterr().out == a
-    stop = next(c for c in a[len(a) // 2:] if c.isalpha())  # a letter this sample generates
-    main([*args, "--stop", stop])
-    out = capsys.readouterr().out
-    assert stop not in out[1:] and len(out) < len(a)
-    assert a.startswith(out.rstrip("\n"))  # the same sample, cut before the stop string
+    assert_seeded_and_stops(args, capsys)
 
 
 def test_num_samples_and_beam(run_dir, capsys):

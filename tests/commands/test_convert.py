@@ -14,16 +14,13 @@ from scratchgpt.cli import main
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import CharTokenizer
+from tests.tiny_gpt import sharp_gpt
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
 
 
 def tiny_gpt() -> GPT:
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=16))
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30)  # confident logits: greedy far from ties
-    return model.eval()
+    return sharp_gpt(scale=30, vocab_size=len(CHARS), block_size=32)
 
 
 @pytest.fixture()

@@ -9,6 +9,7 @@ import pytest
 
 from scratchgpt.cli import main
 from scratchgpt.models.compiled import compile_available
+from tests.commands.sampling import assert_seeded_and_stops
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
@@ -46,15 +47,7 @@ def test_greedy_speculative_cli_equals_target_greedy(runs, capsys):
 def test_speculative_cli_seeded_and_stops(runs, capsys):
     args = ["sample", "--checkpoint", str(runs["target"]), "--draft", str(runs["draft"]),
             "--max-new-tokens", "60", "--seed", "4", "--temperature", "0.8"]
-    assert main(args) == 0
-    a = capsys.readouterr().out
-    main(args)
-    assert capsys.readouterr().out == a
-    stop = next(c for c in a[len(a) // 2:] if c.isalpha())  # a letter this sample generates
-    main([*args, "--stop", stop])
-    out = capsys.readouterr().out
-    assert stop not in out[1:] and len(out) < len(a)
-    assert a.startswith(out.rstrip("\n"))  # the same sample, cut before the stop string
+    assert_seeded_and_stops(args, capsys)
 
 
 @pytest.mark.parametrize("flags, needle", [
