@@ -30,11 +30,13 @@ def weights_at_init(run) -> dict[str, torch.Tensor]:
     return build_model(load_checkpoint(run / "last.pt").model_config).state_dict()
 
 
-@pytest.mark.parametrize("optimizer,accum", [("adamw", 1), ("muon", 1), ("adamw", 2)])
+@pytest.mark.parametrize("optimizer,accum,windows", [("adamw", 1, "random"),
+                                                     ("muon", 1, "random"),
+                                                     ("adamw", 2, "epoch")])
 def test_two_processes_equal_one_with_the_whole_batch(small_dataset, tmp_path, optimizer,
-                                                       accum):
+                                                       accum, windows):
     common = ["--dataset", str(small_dataset), "--max-iters", "20", "--optimizer", optimizer,
-              "--dropout", "0", "--grad-accum", str(accum), *ARGS]
+              "--dropout", "0", "--grad-accum", str(accum), "--windows", windows, *ARGS]
     assert main(["train", *common, "--out", str(tmp_path / "one"), "--batch-size", "8"]) == 0
     assert main(["train", *common, "--out", str(tmp_path / "two"), "--batch-size", "4",
                  "--nproc", "2"]) == 0

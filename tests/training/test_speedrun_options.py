@@ -119,6 +119,8 @@ def test_the_ramps_apply_to_language_models_only():
     for option in ("seq_len_warmup", "batch_size_ramp"):
         with pytest.raises(ScratchGPTError, match=option.replace("_", "-")):
             Trainer(cfg(**{option: 10}), config, PairsTask(), progress=False)
+    with pytest.raises(ScratchGPTError, match="--windows"):
+        Trainer(cfg(windows="epoch"), config, PairsTask(), progress=False)
 
 
 @pytest.mark.parametrize("tokenizer", ["char", "bpe"])

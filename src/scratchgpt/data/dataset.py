@@ -27,9 +27,14 @@ def random_windows(data: np.ndarray, batch_size: int, block_size: int,
     """
     rank, world = shard
     ix = torch.randint(len(data) - block_size, (batch_size * world,), generator=generator)
-    ix = ix[rank * batch_size:(rank + 1) * batch_size].numpy()
+    return windows_at(data, ix[rank * batch_size:(rank + 1) * batch_size].numpy(), block_size)
+
+
+def windows_at(data: np.ndarray, starts: np.ndarray, block_size: int) -> tuple[Tensor, Tensor]:
+    """The windows of ``data`` starting at ``starts`` (B,): inputs x (B, T), next-token targets
+    y (B, T), int64."""
     window = np.arange(block_size + 1)
-    chunk = torch.from_numpy(data[ix[:, None] + window].astype(np.int64))  # (B, T + 1)
+    chunk = torch.from_numpy(data[starts[:, None] + window].astype(np.int64))  # (B, T + 1)
     return chunk[:, :-1], chunk[:, 1:]
 
 

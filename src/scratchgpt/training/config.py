@@ -36,6 +36,7 @@ def parse_duration(text: str | float | int | None) -> float | None:
 
 OPTIMIZERS = ("adamw", "muon")  # see training/optim.py: make_optimizer
 SCHEDULES = ("cosine", "wsd")  # see training/optim.py: lr_at
+WINDOWS = ("random", "epoch")  # see training/task.py: LanguageModelTask
 DTYPES = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -73,6 +74,11 @@ class TrainConfig:
         "help": "language models: start with fewer rows; the batch grows linearly from a "
                 "quarter of --batch-size to all of it over this many updates (0 = the whole "
                 "batch from the start)"})
+    windows: str = field(default="random", metadata={
+        "help": "language models: how training windows are drawn: random (each start drawn "
+                "independently, as nanoGPT does) or epoch (every window of a random phase "
+                "once per epoch, in random order: no text skipped or repeated within a pass; "
+                "lower loss when a run sees the data only a few times)"})
     weight_decay: float = field(default=0.1, metadata={
         "help": "decoupled weight decay, on matrices only"})
     optimizer: str = field(default="adamw", metadata={
@@ -123,7 +129,8 @@ class TrainConfig:
         check_range("embed_lr_scale", self.embed_lr_scale, 0, low_open=True)
         check_range("decay_fraction", self.decay_fraction, 0, 1, low_open=True)
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
-                              ("dtype", DTYPES), ("muon_dtype", DTYPES), ("device", DEVICES)):
+                              ("windows", WINDOWS), ("dtype", DTYPES), ("muon_dtype", DTYPES),
+                              ("device", DEVICES)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
                                   f"got {getattr(self, name)!r}")

@@ -78,7 +78,8 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
     check_resources(train, config)
     out_dir = Path(out) if out else Path("runs") / name
     return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
-                    partial(lm_task, data.directory, config.block_size), settings.sources())
+                    partial(lm_task, data.directory, config.block_size, windows=train.windows),
+                    settings.sources())
 
 
 def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
@@ -97,7 +98,8 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
     check_resources(train, config)
     return TrainJob(Path(out), "resume", train, config,
-                    partial(lm_task, data.directory, config.block_size, recorded_extra),
+                    partial(lm_task, data.directory, config.block_size, recorded_extra,
+                            train.windows),
                     settings.sources(), checkpoint)
 
 
@@ -111,9 +113,9 @@ def check_resources(train: TrainConfig, config: ModelConfig) -> None:
     memory.check_fits(estimate, "training this model", device, copies)
 
 
-def lm_task(dataset: Path, block_size: int,
-            extra_data: dict[str, Any] | None = None) -> LanguageModelTask:
-    return LanguageModelTask(TokenDataset(dataset), block_size, extra_data)
+def lm_task(dataset: Path, block_size: int, extra_data: dict[str, Any] | None = None,
+            windows: str = "random") -> LanguageModelTask:
+    return LanguageModelTask(TokenDataset(dataset), block_size, extra_data, windows)
 
 
 def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
@@ -191,5 +193,6 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out:
         data.check_block_size(config.block_size)
         check_resources(cfg, config)
         plan_ = TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config,
-                         partial(lm_task, data.directory, config.block_size))
+                         partial(lm_task, data.directory, config.block_size,
+                                 windows=cfg.windows))
     return run(plan_, progress)

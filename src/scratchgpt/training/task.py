@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.dataset import TokenDataset, windows_at
+from scratchgpt.training.epochs import EpochWindows
 from scratchgpt.training.precision import autocast
 
 Batch = tuple[Tensor, ...]
@@ -84,20 +85,27 @@ def next_token_loss(model: nn.Module, batch: Batch) -> Tensor:
 
 
 class LanguageModelTask:
-    """Next-token prediction on random windows of a prepared dataset's token files."""
+    """Next-token prediction on windows of a prepared dataset's token files: drawn at random
+    (``windows="random"``) or epoch by epoch (``"epoch"``: see :class:`EpochWindows`)."""
 
     def __init__(self, dataset: TokenDataset, block_size: int,
-                 extra_data: dict[str, Any] | None = None):
+                 extra_data: dict[str, Any] | None = None, windows: str = "random"):
         self.dataset = dataset
         self.block_size = block_size
         self.extra_data = extra_data or {}  # recorded beside the dataset (e.g. a base model)
+        self.epochs = None
+        if windows == "epoch":
+            self.epochs = EpochWindows(len(dataset.splits["train"]), block_size)
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
                     shard: tuple[int, int] = (0, 1), seq_len: int | None = None) -> Batch:
-        """Random windows of ``seq_len`` tokens (default: the whole context, ``block_size``;
-        shorter under a sequence-length warmup)."""
-        return self.dataset.get_batch("train", batch_size, seq_len or self.block_size,
-                                      generator, shard)
+        """The next training windows, of ``seq_len`` tokens (default: the whole context,
+        ``block_size``; shorter under a sequence-length warmup)."""
+        seq_len = seq_len or self.block_size
+        if self.epochs is None:
+            return self.dataset.get_batch("train", batch_size, seq_len, generator, shard)
+        starts = self.epochs.next(batch_size, generator, shard)
+        return windows_at(self.dataset.splits["train"], starts, seq_len)
 
     @staticmethod
     def loss(model: nn.Module, batch: Batch) -> Tensor:
@@ -138,10 +146,12 @@ class LanguageModelTask:
         return {"dataset": str(self.dataset.directory), **self.extra_data}
 
     def state_dict(self) -> dict[str, Any]:
-        return {}  # every batch is drawn from the saved generator: nothing else to keep
+        # random windows are drawn from the saved generator alone; an epoch also has an order
+        return {} if self.epochs is None else {"epoch_windows": self.epochs.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        if self.epochs is not None and "epoch_windows" in state:
+            self.epochs.load_state_dict(state["epoch_windows"])
 
 
 @torch.no_grad()

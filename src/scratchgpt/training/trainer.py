@@ -333,12 +333,18 @@ class Trainer:
 
 
 def _check_curriculum(cfg: TrainConfig, task: Task) -> None:
-    """The sequence-length warmup and batch-size ramp shape windows of tokens: only a language
-    model's task has them (a seq2seq batch is whole sentence pairs)."""
+    """The sequence-length warmup, batch-size ramp and epoch windows shape windows of tokens:
+    only a language model's task has them (a seq2seq batch is whole sentence pairs, drawn
+    epoch by epoch already)."""
+    if isinstance(task, LanguageModelTask):
+        return
     for name in ("seq_len_warmup", "batch_size_ramp"):
-        if getattr(cfg, name) and not isinstance(task, LanguageModelTask):
+        if getattr(cfg, name):
             raise ConfigError(f"--{name.replace('_', '-')} applies to language models only "
                               "(batches of token windows); leave it at 0 here")
+    if cfg.windows != "random":
+        raise ConfigError("--windows applies to language models only (batches of token "
+                          "windows); this task goes through its examples epoch by epoch")
 
 
 def _finite(value: float, step: int, what: str) -> float:
