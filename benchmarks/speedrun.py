@@ -48,6 +48,9 @@ ABLATIONS: dict[str, list[str]] = {
     "unet-skips": ["--unet-skips"],
     "logit-softcap": ["--logit-softcap", "30"],
     "untied-head": ["--no-tie-weights"],
+    # not a model option: the speedrun reads its data once through, nanoGPT draws windows at
+    # random; every window once per epoch is the speedrun's order on a small text
+    "epoch-windows": ["--windows", "epoch"],
 }
 # Every model option and the wsd schedule: the speedrun's options that are not ramps.
 MODEL_OPTIONS = ["--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",

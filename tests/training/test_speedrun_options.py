@@ -171,6 +171,7 @@ def test_the_speedrun_stack_builds_and_trains(small_dataset, tmp_path):
 
 
 def test_the_90s_speedrun_preset_is_cpu_small_halved_with_rope_a_higher_rate_and_a_budget():
+    """(and its windows drawn epoch by epoch)"""
     from scratchgpt.cli import build_parser
     from scratchgpt.commands.options import given
     from scratchgpt.training.config import PRESETS
@@ -179,7 +180,7 @@ def test_the_90s_speedrun_preset_is_cpu_small_halved_with_rope_a_higher_rate_and
     small, speedrun = PRESETS["cpu-small"], PRESETS["cpu-speedrun"]
     changed = {k: v for k, v in speedrun.items() if small.get(k) != v}
     assert changed == dict(n_layer=2, pos_encoding="rope", learning_rate=1e-2, warmup_iters=50,
-                           weight_decay=0.3, time_budget="90s",
+                           weight_decay=0.3, time_budget="90s", windows="epoch",
                            max_iters=1_000_000)  # the budget, not the updates, ends it
     parser = build_parser()
 
