@@ -74,12 +74,18 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
     kind, values, train, named = new_run(settings)
     data, name = resolve_dataset(dataset or named, log=log)
     config = finish_model_config(kind, values, data.vocab_size)
+    out_dir = Path(out) if out else Path("runs") / name
+    return _new_lm_job(data, train, config, out_dir, overwrite, settings.sources())
+
+
+def _new_lm_job(data: TokenDataset, train: TrainConfig, config: ModelConfig, out: Path,
+                overwrite: bool, extra: dict[str, Any] | None = None) -> TrainJob:
+    """A new language-model run on ``data``, checked: the command's and the Python API's."""
     data.check_block_size(config.block_size)
     check_resources(train, config)
-    out_dir = Path(out) if out else Path("runs") / name
-    return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
+    return TrainJob(out, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, config.block_size, windows=train.windows),
-                    settings.sources())
+                    extra or {})
 
 
 def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
@@ -190,9 +196,5 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out:
         flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
         plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None)
     else:
-        data.check_block_size(config.block_size)
-        check_resources(cfg, config)
-        plan_ = TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config,
-                         partial(lm_task, data.directory, config.block_size,
-                                 windows=cfg.windows))
+        plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite)
     return run(plan_, progress)
