@@ -93,16 +93,28 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     assert "/40)" in out  # every line of the file was scored
 
 
-def test_missing_checkpoint_and_bad_flags(cli_main, tmp_path, capsys):
+def test_missing_checkpoint(cli_main, tmp_path, capsys):
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(tmp_path),
                      "--source", "x"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
-    assert cli_main(["seq2seq", "train", "--out", str(tmp_path / "o"),
-                     "--time-budget", "ten minutes"]) == 2
-    assert "cannot read duration" in capsys.readouterr().err
-    assert cli_main(["seq2seq", "train", "--out", str(tmp_path), "--arch", "transformer",
-                     "--d-model", "10", "--heads", "3", *TINY]) == 2
-    assert "not divisible" in capsys.readouterr().err
+
+
+def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, capsys,
+                                                        monkeypatch):
+    from scratchgpt.training.seq2seq import Seq2SeqTask
+
+    def never(*args, **kwargs):
+        raise AssertionError("the pairs were made before the flags were checked")
+
+    monkeypatch.setattr(Seq2SeqTask, "from_spec", never)
+    for flags, reason in ((["--time-budget", "ten minutes"], "cannot read duration"),
+                          (["--learning-rate", "-1"], "learning_rate"),
+                          (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
+                           "not divisible")):
+        assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
 
 
 def test_memory_quick_writes_csv_and_png(cli_main, tmp_path):

@@ -24,7 +24,7 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
-from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, Seq2SeqTokenizer
+from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.job import TrainJob, check_resources
@@ -295,9 +295,12 @@ def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
                        label_smoothing)
         return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
     spec = spec or DataSpec()
+    # Bad flags fail at once, not after the pairs are made and encoded (seconds for dates):
+    # the model's flags are checked on stand-in vocabularies, then on the real ones.
+    cfg = train_config(train_flags)
+    default_config(arch, UNK_ID + 1, UNK_ID + 1, **model_flags)  # the special ids alone
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
-    cfg = train_config(train_flags)
     check_resources(cfg, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
