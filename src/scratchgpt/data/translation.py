@@ -87,30 +87,43 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _formats(d: dt.date) -> list[str]:
-    """Every way this task writes ``d``. Numeric forms are day-first (03/04 is 3 April)."""
-    day, mon, yr = d.day, MONTHS[d.month - 1], d.year
-    short, yy, wd = mon[:3], f"{yr % 100:02d}", WEEKDAYS[d.weekday()]
-    return [
-        f"{day} {mon} {yr}",
-        f"{day} {short} {yr}",
-        f"{day} {short} {yy}",
-        f"{mon} {day}, {yr}",
-        f"{mon.capitalize()} {day}, {yr}",
-        f"{short} {day} {yr}",
-        f"the {_ordinal(day)} of {mon} {yr}",
-        f"{_ordinal(day)} {mon} {yr}",
-        f"{mon} {_ordinal(day)}, {yr}",
-        f"{day:02d}/{d.month:02d}/{yr}",
-        f"{day}/{d.month}/{yy}",
-        f"{day:02d}.{d.month:02d}.{yr}",
-        f"{day:02d}-{short}-{yr}",
-        f"{yr}/{d.month:02d}/{day:02d}",
-        f"{wd}, {day} {mon} {yr}",
-        f"{wd.capitalize()}, {mon.capitalize()} {day}, {yr}",
-        f"{wd[:3]} {day} {short} {yr}",
-        f"{day} {mon.upper()} {yr}",
-    ]
+# Every way this task writes a date, as templates of the fields of _fields. Numeric forms are
+# day-first (03/04 is 3 April).
+FORMATS = (
+    "{day} {mon} {yr}",
+    "{day} {short} {yr}",
+    "{day} {short} {yy}",
+    "{mon} {day}, {yr}",
+    "{Mon} {day}, {yr}",
+    "{short} {day} {yr}",
+    "the {nth} of {mon} {yr}",
+    "{nth} {mon} {yr}",
+    "{mon} {nth}, {yr}",
+    "{day:02d}/{m:02d}/{yr}",
+    "{day}/{m}/{yy}",
+    "{day:02d}.{m:02d}.{yr}",
+    "{day:02d}-{short}-{yr}",
+    "{yr}/{m:02d}/{day:02d}",
+    "{wd}, {day} {mon} {yr}",
+    "{Wd}, {Mon} {day}, {yr}",
+    "{wd3} {day} {short} {yr}",
+    "{day} {MON} {yr}",
+)
+
+
+def _fields(d: dt.date) -> dict[str, object]:
+    """The parts of ``d`` that FORMATS write: ``{"day": 3, "mon": "march", "nth": "3rd",
+    "yy": "99", ...}``."""
+    mon, wd = MONTHS[d.month - 1], WEEKDAYS[d.weekday()]
+    return dict(day=d.day, m=d.month, yr=d.year, yy=f"{d.year % 100:02d}", mon=mon,
+                Mon=mon.capitalize(), MON=mon.upper(), short=mon[:3], nth=_ordinal(d.day),
+                wd=wd, Wd=wd.capitalize(), wd3=wd[:3])
+
+
+def written(d: dt.date, template: str) -> str:
+    """``d`` written as ``template`` (one of FORMATS): ``written(date(1999, 3, 3),
+    "the {nth} of {mon} {yr}") == "the 3rd of march 1999"``."""
+    return template.format(**_fields(d))
 
 
 def is_held_out_date(d: dt.date) -> bool:
@@ -133,7 +146,7 @@ def dates_pairs(n: int, seed: int, held_out: bool) -> list[Pair]:
     out = []
     for _ in range(n):
         d = _random_date(rng, held_out)
-        out.append((rng.choice(_formats(d)), d.isoformat()))
+        out.append((written(d, rng.choice(FORMATS)), d.isoformat()))
     return out
 
 
