@@ -219,11 +219,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-medium-speedrun": dict(
         # cpu-medium with every option of SPEEDRUN_OPTIONS, ramps of 600 updates (about a
         # quarter of what ten minutes on two cores give): the lowest 10-minute loss measured
-        # (docs/BENCHMARKS.md: 1.466 against cpu-medium's 1.482 on Tiny Shakespeare, ahead on
-        # two other texts too). cpu-medium itself stays GPT-2's architecture, so it exports to
-        # HF and GGUF. Its rate and shape are the best of their neighbours at 10 minutes (rate
-        # 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192 all ended higher), and it is no better
-        # without QK-norm or without the ramps.
+        # on characters (docs/BENCHMARKS.md: 1.466 against cpu-medium's 1.482 on Tiny
+        # Shakespeare, ahead on two other texts too; on a CPU a third as fast, cpu-speedrun
+        # with 4 layers on BPE-dropout copies did better, 1.444-1.447). cpu-medium itself stays
+        # GPT-2's architecture, so it exports to HF and GGUF. Its rate and shape are the best
+        # of their neighbours at 10 minutes (rate 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192
+        # all ended higher), and it is no better without QK-norm or without the ramps.
         {**_CPU_MEDIUM, **SPEEDRUN_OPTIONS}, seq_len_warmup=600, batch_size_ramp=600,
     ),
     "shakespeare-gpu": dict(
