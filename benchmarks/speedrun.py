@@ -60,6 +60,8 @@ MODEL_OPTIONS = ["--pos-encoding", "rope", "--qk-norm", "--activation", "relu2",
 RECIPES: dict[str, list[str]] = {
     # with --tokenizer bpe:768, the lowest 90 s loss measured on Tiny Shakespeare
     "two-layers-rope": ["--n-layer", "2", "--pos-encoding", "rope"],
+    # with --base cpu-speedrun --tokenizer bpe:768, the 10-minute recipe for a slow CPU
+    "four-layers": ["--n-layer", "4"],
     # every option at once on the base preset's shape: cpu-medium-speedrun at 10 minutes (and
     # what the cpu-speedrun preset was at 90 s until it became the 90 s winner)
     "all-options": [*MODEL_OPTIONS, "--seq-len-warmup", "{ramp}", "--batch-size-ramp", "{ramp}"],

@@ -16,6 +16,8 @@
 #                                               # each text as a byte-level BPE of 768 ids
 #   benchmarks/speedrun.sh --budgets 90s --tokenizer bpe:768:drop0.1x16 --variants two-layers-rope
 #                                               # its training split as 16 BPE-dropout copies
+#   benchmarks/speedrun.sh --budgets 10m --base cpu-speedrun --tokenizer bpe:768 --variants four-layers
+#                                               # the 10-minute recipe for a slow CPU, each text
 #   benchmarks/speedrun.sh --base shakespeare-gpu --budgets 1200 --datasets shakespeare \
 #       --variants baseline,model-options --flags '--device cuda'
 #                                               # on a GPU: nanoGPT's Shakespeare model, N updates

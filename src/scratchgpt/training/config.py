@@ -221,7 +221,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # quarter of what ten minutes on two cores give): the lowest 10-minute loss measured
         # on characters (docs/BENCHMARKS.md: 1.466 against cpu-medium's 1.482 on Tiny
         # Shakespeare, ahead on two other texts too; on a CPU a third as fast, cpu-speedrun
-        # with 4 layers on a 768-id BPE did better, 1.420-1.423). cpu-medium itself stays
+        # with 4 layers on a 768-id BPE did better, 1.419-1.423). cpu-medium itself stays
         # GPT-2's architecture, so it exports to HF and GGUF. Its rate and shape are the best
         # of their neighbours at 10 minutes (rate 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192
         # all ended higher), and it is no better without QK-norm or without the ramps.
