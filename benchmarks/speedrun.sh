@@ -18,6 +18,8 @@
 #                                               # its training split as 16 BPE-dropout copies
 #   benchmarks/speedrun.sh --budgets 10m --base cpu-speedrun --tokenizer bpe:768 --variants four-layers
 #                                               # the 10-minute recipe for a slow CPU, each text
+#   benchmarks/speedrun.sh --budgets 10m --base cpu-speedrun --tokenizer bpe:768 --variants six-by-192
+#                                               # the same for a CPU with bf16 products
 #   benchmarks/speedrun.sh --base shakespeare-gpu --budgets 1200 --datasets shakespeare \
 #       --variants baseline,model-options --flags '--device cuda'
 #                                               # on a GPU: nanoGPT's Shakespeare model, N updates
