@@ -208,9 +208,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         # than 1.5e-2, and then 0.3 lower than 0.1 (by 0.06 nats/token at 2,500). The budget is
         # part of the preset: the schedule decays over it, and --time-budget changes it (''
         # turns it off, for runs bounded by --max-iters alone). On a byte-level BPE of 768
-        # ids (prepare --tokenizer bpe --vocab-size 768) it reached 1.49 nats per character
-        # on Tiny Shakespeare on a 2-core Zen 4 with cpu-small's rate and decay, and 1.52-1.53
-        # on a CPU a third as fast (1.56 there with cpu-small's). Windows epoch by epoch: a
+        # ids (prepare --tokenizer bpe --vocab-size 768) it reaches 1.446-1.450 nats per
+        # character on Tiny Shakespeare on a 2-core Zen 4 (1.49 with cpu-small's rate and
+        # decay), and 1.51-1.54 on a CPU a third as fast (1.56 there with cpu-small's). A
+        # third layer or 192 dims were level on the Zen 4. Windows epoch by epoch: a
         # 90 s run reads a small text only a few times, and random windows would skip a third
         # of it in a pass (0.038 nats/token lower over four seeds at 850 updates).
         _CPU_SMALL, n_layer=2, learning_rate=1e-2, warmup_iters=50, weight_decay=0.3,
