@@ -21,7 +21,8 @@ import torch
 
 from scratchgpt.models import build_model, config_fields, model_config
 from scratchgpt.training.config import PRESETS
-from scratchgpt.training.optim import Muon, hidden_matrices
+from scratchgpt.training.muon import Muon
+from scratchgpt.training.optim import hidden_matrices
 
 
 def matrices(preset: str, n_layer: int | None) -> list[torch.nn.Parameter]:
@@ -39,7 +40,7 @@ def matrices(preset: str, n_layer: int | None) -> list[torch.nn.Parameter]:
     return params
 
 
-def time_steps(opt: torch.optim.Optimizer, steps: int) -> float:
+def time_steps(opt: torch.optim.Optimizer | Muon, steps: int) -> float:
     t = time.perf_counter()
     for _ in range(steps):
         opt.step()

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 _CONTEXT: Any = None
-# torch._dynamo: every torch optimizer imports it when first built (~2 s on a slow CPU, in
-# each forked process otherwise); matplotlib.pyplot: the loss plot a finished run draws
-PRELOAD = ["torch", "torch._dynamo", "matplotlib.pyplot", "tqdm", "scratchgpt.cli",
+# matplotlib.pyplot: the loss plot a finished run draws
+PRELOAD = ["torch", "matplotlib.pyplot", "tqdm", "scratchgpt.cli",
            "scratchgpt.commands.train", "scratchgpt.training.job", "scratchgpt.training.trainer",
            "scratchgpt.memory", "tests.reliability.procs"]
 

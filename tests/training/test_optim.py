@@ -3,15 +3,8 @@ import torch
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models import build_model, model_config
-from scratchgpt.training.optim import (
-    ChainedOptimizer,
-    Muon,
-    hidden_matrices,
-    make_optimizer,
-    newton_schulz,
-    orthogonalize,
-    set_lr,
-)
+from scratchgpt.training.muon import Muon, newton_schulz, orthogonalize
+from scratchgpt.training.optim import ChainedOptimizer, hidden_matrices, make_optimizer, set_lr
 
 GPT = dict(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16)
 

@@ -105,8 +105,8 @@ def exit_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-# What every training process imports: torch, the optimizers' torch._dynamo (imported by the
-# first torch.optim optimizer built, ~1 s) and the training job.
+# What every training process imports: torch, torch._dynamo (DDP imports it when it wraps the
+# model, 1-2 s) and the training job.
 _PRELOAD = ("torch", "torch._dynamo", "scratchgpt.training.job")
 
 

@@ -172,7 +172,7 @@ def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
 
 def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
     """This process's part of ``job`` (the whole of it outside a process group)."""
-    with signals_held():  # setting up imports parts of torch (the optimizers' torch._dynamo)
+    with signals_held():  # setting up may import parts of torch (DDP imports torch._dynamo)
         resume = job.checkpoint()
         init = job.init() if job.init is not None and resume is None else None
         trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), resume,
