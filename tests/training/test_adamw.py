@@ -102,6 +102,12 @@ def test_loaded_state_is_a_copy_and_other_groups_are_refused():
         AdamW(params, lr=1e-2).load_state_dict(saved)  # one group, not two
 
 
+def test_printing_an_optimizer_shows_its_groups():
+    text = repr(AdamW(_groups(_params()), lr=1e-2))
+    assert text.startswith("AdamW(") and "45 weights in 2 tensors" in text
+    assert "weight_decay=0.1" in text and "lr=0.03" in text  # each group its own settings
+
+
 def test_a_parameter_in_two_groups_is_refused():
     p = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match="more than one"):

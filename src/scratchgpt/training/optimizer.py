@@ -60,6 +60,14 @@ class Optimizer:
     def step(self) -> None:
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        """One line per group: its size and settings (what ``print(opt)`` shows)."""
+        lines = [f"  group {i}: {sum(p.numel() for p in g['params']):,} weights in "
+                 f"{len(g['params'])} tensors, "
+                 + ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
+                 for i, g in enumerate(self.param_groups)]
+        return "\n".join([f"{type(self).__name__}(", *lines, ")"])
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients (``None``: their memory is freed until the next backward)."""
         for group in self.param_groups:
