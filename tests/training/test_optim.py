@@ -72,7 +72,7 @@ def test_embedding_rate_moves_the_tables_further():
 def test_muon_step_is_orthogonalized():
     """One Muon step from zero momentum moves a square matrix by ~an orthogonal matrix."""
     lin = torch.nn.Linear(64, 64, bias=False)
-    opt = torch.optim.Muon([lin.weight], lr=1.0, weight_decay=0.0, nesterov=False, momentum=0.0)
+    opt = Muon([lin.weight], lr=1.0, weight_decay=0.0, nesterov=False, momentum=0.0)
     before = lin.weight.detach().clone()
     lin.weight.grad = torch.randn(64, 64)
     opt.step()
