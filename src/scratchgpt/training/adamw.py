@@ -31,6 +31,10 @@ from torch import Tensor
 
 from scratchgpt.training.optimizer import Optimizer
 
+# (device type, dtype) pairs this PyTorch has no fused AdamW kernel for: the lines of the
+# module docstring run there instead
+_NO_FUSED_KERNEL: set[tuple[str, torch.dtype]] = set()
+
 
 class AdamW(Optimizer):
     """AdamW over ``params`` (tensors or groups), with ``torch.optim.AdamW``'s defaults and
@@ -45,7 +49,7 @@ class AdamW(Optimizer):
     @torch.no_grad()
     def step(self) -> None:
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = self.with_grad(group)
             # the fused kernel takes one device and dtype per call
             by_kind: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
             for p in params:
@@ -59,13 +63,18 @@ class AdamW(Optimizer):
         m, v, steps = ([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
-        try:
-            torch._fused_adamw_(params, grads, m, v, [], steps, amsgrad=False, lr=group["lr"],
-                                beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                                eps=group["eps"], maximize=False)
-        except (RuntimeError, NotImplementedError):  # no fused kernel here: the lines above
-            _written_out(params, grads, m, v, steps, group["lr"], beta1, beta2,
-                         group["weight_decay"], group["eps"])
+        kind = (params[0].device.type, params[0].dtype)
+        if kind not in _NO_FUSED_KERNEL:
+            try:
+                torch._fused_adamw_(params, grads, m, v, [], steps, amsgrad=False,
+                                    lr=group["lr"], beta1=beta1, beta2=beta2,
+                                    weight_decay=group["weight_decay"], eps=group["eps"],
+                                    maximize=False)
+                return
+            except (RuntimeError, NotImplementedError):
+                _NO_FUSED_KERNEL.add(kind)  # asked once: every later step goes straight on
+        _written_out(params, grads, m, v, steps, group["lr"], beta1, beta2,
+                     group["weight_decay"], group["eps"])
 
     def _state(self, p: Tensor) -> dict[str, Tensor]:
         state = self.state.get(p)

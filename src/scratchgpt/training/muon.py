@@ -109,7 +109,7 @@ class Muon(Optimizer):
     @torch.no_grad()
     def step(self) -> None:
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = self.with_grad(group)
             if params:
                 self._update(params, group)
 

@@ -60,6 +60,12 @@ class Optimizer:
     def step(self) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def with_grad(group: dict[str, Any]) -> list[Tensor]:
+        """The group's parameters that have a gradient this step (the others are not updated,
+        as in ``torch.optim``: a frozen or unused weight keeps its value and state)."""
+        return [p for p in group["params"] if p.grad is not None]
+
     def __repr__(self) -> str:
         """One line per group: its size and settings (what ``print(opt)`` shows)."""
         lines = [f"  group {i}: {sum(p.numel() for p in g['params']):,} weights in "
