@@ -9,9 +9,11 @@ line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from scratchgpt import __version__
 from scratchgpt.errors import ScratchGPTError, Terminated
@@ -36,8 +38,61 @@ COMMAND_MODULES = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse as the command line wants it (every subcommand's parser is one: argparse
+    builds subparsers of the parent's class):
+
+    - no abbreviated flags: ``--lr 1`` must not quietly mean ``--lr-decay-iters 1`` because no
+      other flag happens to start with ``--lr``; an unknown flag is named with the flags it
+      may have meant instead;
+    - an error is one line, naming the subcommand, not the whole usage before it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            chosen = _chosen_parser(self, parsed)
+            chosen.error(f"unrecognized arguments: {' '.join(unknown)}"
+                         + _did_you_mean(chosen, unknown))
+        return parsed
+
+
+def _chosen_parser(parser: argparse.ArgumentParser,
+                   parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost subcommand's parser the arguments chose (``scratchgpt bench train``'s)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(parsed, action.dest, None)
+            if name in action.choices:
+                return _chosen_parser(action.choices[name], parsed)
+    return parser
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """'; did you mean --x?' for the first unknown flag that starts, or nearly reads, as
+    some of the parser's flags ('' when none does)."""
+    flags = [f for a in parser._actions for f in a.option_strings if f.startswith("--")]
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--"):
+            continue
+        close = ([f for f in flags if f.startswith(name)]
+                 or difflib.get_close_matches(name, flags, n=3, cutoff=0.75))
+        if close:
+            return f"; did you mean {' or '.join(close[:3])}?"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="scratchgpt",
         description="Build language models from scratch: prepare text, train, sample, evaluate.",
         epilog="Run 'scratchgpt COMMAND --help' for the options of a command.",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scratchgpt.cli import main
+from scratchgpt.cli import build_parser, main
 from scratchgpt.models.compiled import compile_available
 from tests.cli_errors import error_of
 from tests.commands.sampling import assert_seeded_and_stops
@@ -193,6 +193,29 @@ def test_bigram_model_trains(small_dataset, tmp_path):
     assert main(["train", "--dataset", str(small_dataset), "--model", "bigram", "--out",
                  str(tmp_path / "r"), "--max-iters", "20", "--eval-interval", "10",
                  "--block-size", "8", "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("argv,hint", [
+    # no prefix of a flag stands for it: --lr-decay is not --lr-decay-iters ...
+    (["train", "--lr-decay", "3"], "did you mean --lr-decay-iters?"),
+    # ... and a nanoGPT spelling is pointed at ours, in the subcommand that was asked for
+    (["bench", "train", "--max_iters", "3"], None),
+    (["train", "--max_iters", "3"], "did you mean --max-iters?"),
+])
+def test_unknown_flag_is_one_line_naming_what_was_meant(capsys, argv, hint):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"scratchgpt {' '.join(argv[:-2])}: error: unrecognized")
+    assert hint is None or hint in lines[0]
+
+
+def test_lr_is_the_learning_rate_not_an_abbreviation():
+    """--lr names --learning-rate itself (with abbreviations allowed it used to be taken as
+    the only flag starting with it, --lr-decay-iters)."""
+    args = build_parser().parse_args(["train", "--dataset", "d", "--out", "o", "--lr", "0.03"])
+    assert args.learning_rate == 0.03 and args.lr_decay_iters is None
 
 
 def test_help_lists_commands(capsys):

@@ -14,25 +14,26 @@ _TYPES = {int: int, float: float, str: str}
 def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
                         skip: set[str] = frozenset(), seen: set[str] | None = None) -> None:
     """Add ``--field-name`` for each field of ``cls`` (except ``init=False`` ones, which the
-    class fixes itself). Defaults are None (meaning "not given"), so the caller can layer
-    defaults < preset < config file < flags."""
+    class fixes itself), and the other names in the field's ``aliases`` metadata. Defaults are
+    None (meaning "not given"), so the caller can layer defaults < preset < config file <
+    flags."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init or f.name in skip or (seen is not None and f.name in seen):
             continue
         if seen is not None:
             seen.add(f.name)
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
         typ = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f.metadata.get("help", "")
         help_text = f"{help_text} (default: {default})" if help_text else f"default: {default}"
         if typ is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=None, help=help_text)
         else:
             base = typing.get_args(typ)[0] if typing.get_args(typ) else typ
-            parser.add_argument(flag, dest=f.name, type=_TYPES.get(base, str), default=None,
+            parser.add_argument(*flags, dest=f.name, type=_TYPES.get(base, str), default=None,
                                 metavar=f.name.upper(), help=help_text)
 
 

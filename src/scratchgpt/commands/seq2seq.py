@@ -23,7 +23,8 @@ from scratchgpt.training.config import TrainConfig, train_fields
 # the data (vocabularies and the tokenizers' special ids).
 NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id"}
 # (old spelling, setting, type): accepted for one more release, hidden from --help
-OLD_SPELLINGS = (("--lr", "learning_rate", float), ("--steps", "max_iters", int),
+# (--lr is no longer among them: it is --learning-rate's short name everywhere)
+OLD_SPELLINGS = (("--steps", "max_iters", int),
                  ("--warmup", "warmup_iters", int), ("--layers", "n_layer", int),
                  ("--heads", "n_head", int))
 

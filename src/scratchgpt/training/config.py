@@ -54,7 +54,8 @@ class TrainConfig:
         "help": "stop after this much wall time (e.g. 90s, 10m); the LR schedule then decays "
                 "over the budget (or over max_iters if they end first). Training ends cleanly "
                 "with a final eval and checkpoint ('' = no budget, where a preset sets one)"})
-    learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate",
+                                                          "aliases": ["--lr"]})
     min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
     lr_decay_iters: int = field(default=0, metadata={
