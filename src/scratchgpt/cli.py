@@ -119,6 +119,9 @@ def _main(argv: Sequence[str] | None) -> int:
         with sigterm_stops():
             with signals_held():  # the command modules import torch
                 parser = build_parser()
+            if not (sys.argv[1:] if argv is None else argv):  # a bare `scratchgpt`: the map
+                parser.print_help(sys.stderr)
+                return 2
             args = parser.parse_args(argv)
             command = f"scratchgpt {args.command}"
             return int(args.func(args) or 0)

@@ -218,6 +218,12 @@ def test_lr_is_the_learning_rate_not_an_abbreviation():
     assert args.learning_rate == 0.03 and args.lr_decay_iters is None
 
 
+def test_bare_command_shows_the_commands(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert all(cmd in err for cmd in ("prepare", "train", "sample", "bench"))
+
+
 def test_help_lists_commands(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
