@@ -5,6 +5,7 @@ character vocabulary of Tiny Shakespeare (65). Each variant (precision, compile)
 full training step as ``scratchgpt train``: batch sampling, forward, loss, backward, clipping,
 fused AdamW. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its shakespeare_char
 data prepared) to run its train.py beside ours in the same invocation and print the ratio.
+``--breakdown`` then shows where each variant's step spends its time, by kind of operator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention dropout alone (default: the same as --dropout)")
     p.add_argument("--nanogpt", default=None, help="nanoGPT checkout to run side by side")
     p.add_argument("--nanogpt-iters", type=int, default=300)
+    p.add_argument("--breakdown", action="store_true",
+                   help="then profile each variant's step and show where its time goes: "
+                        "products, attention, casts, activation, ... (torch.profiler)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -78,7 +86,9 @@ def parse_variant(variant: str) -> tuple[str, set[str]]:
     return dtype, set(options)
 
 
-def time_variant(args: argparse.Namespace, variant: str) -> dict:
+def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], Any], Any]:
+    """The full training step of ``variant`` as ``scratchgpt train`` runs it (batch sampling,
+    forward, loss, backward, clipping, the update), ready to call: (step, model)."""
     import numpy as np
     import torch
 
@@ -111,22 +121,34 @@ def time_variant(args: argparse.Namespace, variant: str) -> dict:
     def next_batch():
         return random_windows(tokens, args.batch_size, args.block_size, gen)
 
+    def step():
+        return train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device,
+                          dtype)
+
+    return step, model
+
+
+def time_variant(args: argparse.Namespace, variant: str) -> dict:
+    step, model = variant_step(args, variant)
     times = []
     t_compile = time.perf_counter()
     for i in range(args.warmup + args.steps):
         t = time.perf_counter()
-        # the same step as `scratchgpt train`: batch, forward, loss, backward, clip, update
-        train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device, dtype)
+        step()
         if i == 0:
             first_step = time.perf_counter() - t_compile
         if i >= args.warmup:
             times.append(time.perf_counter() - t)
     tok = args.batch_size * args.block_size
     med = statistics.median(times)
+    cfg = model.config
     fpt = flops_per_token(sum(p.numel() for p in model.parameters()), cfg.n_layer, cfg.n_embd,
                           cfg.block_size)
-    return {"variant": variant, "ms_per_step": med * 1e3, "tokens_per_s": tok / med,
-            "tflops": tok / med * fpt / 1e12, "first_step_s": first_step}
+    result = {"variant": variant, "ms_per_step": med * 1e3, "tokens_per_s": tok / med,
+              "tflops": tok / med * fpt / 1e12, "first_step_s": first_step}
+    if args.breakdown:  # the same step, now profiled: where its time goes
+        result["breakdown_ms"] = step_breakdown(step, max(args.steps // 10, 5))
+    return result
 
 
 def run_nanogpt(path: str, iters: int) -> dict:
@@ -179,4 +201,7 @@ def run(args: argparse.Namespace) -> int:
         ratio = f"{r['tokens_per_s'] / ref:6.2f}x" if ref else ""
         print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
               f"{frac} {ratio:>7s}")
+    for r in results:
+        if "breakdown_ms" in r:
+            print("\n".join(format_breakdown(r["variant"], r["breakdown_ms"])))
     return 0
