@@ -129,7 +129,7 @@ def test_attention_dropout_in_training_matches_the_written_out_form():
     state = torch.get_rng_state()
     y, _ = attn(x)
     torch.set_rng_state(state)
-    q, k, v = attn._qkv(x, None, None)
+    q, k, v = attn._qkv(attn.c_attn(x), None, None)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(4)
     scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
     w = dropout(torch.softmax(scores, -1), 0.5)

@@ -4,7 +4,7 @@ Runs a step function a few times under ``torch.profiler`` and sums each PyTorch 
 *self* time (the time in that operator, not in the operators it calls) into kinds:
 
 - products: matrix multiplications (``mm``, ``addmm``, ``bmm``, ...), the work FLOP/s counts;
-- attention: the fused attention kernel (forward and backward);
+- attention: the fused attention kernel, PyTorch's or scratchgpt's (forward and backward);
 - casts: precision changes and copies (``_to_copy``, ``copy_``): autocast's price;
 - activation, normalization, loss: the elementwise layers between the products;
 - clip + optimizer: the gradient norm and the update;
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 # (kind, names): an operator is of the first kind with its exact name (``aten::...``) or with
 # one of the other words in its name
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("attention", ("scaled_dot_product", "flash_attention")),
+    ("attention", ("scaled_dot_product", "flash_attention", "_Attention")),
     ("autograd", ("autograd::", "Backward")),
     ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                   "aten::linear", "aten::_addmm_activation")),

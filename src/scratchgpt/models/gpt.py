@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError, GenerationError
+from scratchgpt.models import attention_kernel
 from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
 from scratchgpt.models.positions import sinusoidal_positions
@@ -399,13 +400,14 @@ class CausalSelfAttention(nn.Module):
         # weight of the value embedding in the values: v = (1 - a) v + a ve
         self.ve_lambda = nn.Parameter(torch.tensor(0.5)) if uses_ve else None
 
-    def _qkv(self, x: Tensor, rope: tuple[Tensor, Tensor] | None,
+    def _qkv(self, qkv: Tensor, rope: tuple[Tensor, Tensor] | None,
              ve: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, T, C) -> q, k, v: 3 x (B, H, T, D), with this layer's options applied."""
-        B, T, C = x.shape
+        """qkv: the projection (B, T, 3C) -> q, k, v: 3 x (B, H, T, D), with this layer's
+        options applied."""
+        B, T, _ = qkv.shape
         # one view and one permute give all three (B, H, T, D) views: fewer ops than splitting
         # first, the same strides (a decode step is short enough that op count matters)
-        qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+        qkv = qkv.view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, D)
         if ve is not None:
             ve = ve.to(v.dtype).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
@@ -431,7 +433,16 @@ class CausalSelfAttention(nn.Module):
         the tokens (B, T, C).
         """
         B, T, C = x.shape
-        q, k, v = self._qkv(x, rope, ve)  # 3 x (B, H, T, D)
+        qkv = self.c_attn(x)  # (B, T, 3C)
+        # scratchgpt's own CPU kernel (models/attention_kernel.py) for plain causal attention
+        kernel = (cache is None and mask is None and not need_weights and self._kernel_fits()
+                  and attention_kernel.usable(qkv, self.head_dim))
+        if kernel and rope is None and ve is None and self.q_norm is None:
+            # no option changes q, k or v: the kernel reads them from the projection itself
+            return self._project(attention_kernel.attention_qkv(qkv, self.n_head)), None
+        q, k, v = self._qkv(qkv, rope, ve)  # 3 x (B, H, T, D)
+        if kernel:
+            return self._project(attention_kernel.attention(q, k, v)), None  # (B, T, C)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H, pos + T, D): the cached past and these
         # mask None: plain causal when queries and keys are the same positions; a single
@@ -449,8 +460,17 @@ class CausalSelfAttention(nn.Module):
         else:
             y = self._sdpa(q, k, v, mask, causal)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
+        return self._project(y), weights
+
+    def _kernel_fits(self) -> bool:
+        """The fused kernel is asked for and no dropout hides attention weights (the CPU
+        kernel has none)."""
+        return self.impl == "sdpa" and not (self.training and self.attn_dropout > 0)
+
+    def _project(self, y: Tensor) -> Tensor:
+        """The heads side by side (B, T, C) -> the output projection (B, T, C)."""
         y = self.c_proj(y)
-        return (self.resid_dropout(y) if self.training else y), weights
+        return self.resid_dropout(y) if self.training else y
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
               causal: bool) -> Tensor:

@@ -1,0 +1,178 @@
+"""scratchgpt's own causal attention for training on AVX-512 CPUs, compiled on first use.
+
+Why: at the small shapes a CPU trains (contexts of 64-256, heads of 32-64 features) PyTorch's
+CPU attention spends more time around its arithmetic than in it. Its flash kernel takes
+~1.07 ms a layer (forward and backward) at nanoGPT's CPU recipe shape on a 2-core Zen 4, about
+40 GFLOP/s; in bf16 it is ~2.5x slower still, so a bf16 model casts q, k and v to fp32 for it
+and back; and the heads must be transposed out of the QKV projection and back into the output
+projection's layout, forward and backward. ``causal_attention.c`` (next to this file) reads q, k
+and v straight from the projection's output in its own dtype, writes the output in the layout
+the next projection reads, and writes the three gradients straight into one gradient of the
+projection's output (docs/BENCHMARKS.md has the step times with and without it).
+
+How: the C file is compiled once per machine and loaded with :mod:`ctypes`
+(:mod:`~scratchgpt.models.c_kernels` says where it is kept and how); it runs on PyTorch's own
+threads. :func:`attention_qkv` is an autograd function of the projection's output.
+
+When it is used: on a CPU with AVX-512 and a C compiler, for plain causal attention over fp32 or
+bf16 tensors whose heads have at most :data:`MAX_HEAD_DIM` features and whose context is at most
+:data:`MAX_T` (its work space is per head, in each thread's cache), with no attention dropout,
+no mask and no KV cache, outside ``torch.compile`` (which fuses attention its own way).
+``SCRATCHGPT_ATTENTION_KERNEL=torch`` switches it off (PyTorch's
+``scaled_dot_product_attention`` then runs, as it does wherever the kernel cannot be used).
+:func:`describe` says which one a process uses.
+
+>>> from scratchgpt.models.attention_kernel import describe
+>>> describe() in ("scratchgpt AVX-512 causal attention", "torch scaled_dot_product_attention")
+True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from scratchgpt.models.c_kernels import load_library
+
+SOURCE = Path(__file__).with_name("causal_attention.c")
+MAX_T = 1024
+MAX_HEAD_DIM = 256
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@functools.cache
+def load() -> Any:
+    """The compiled library, or None where it cannot be used (see the module docstring)."""
+    lib = load_library(SOURCE, "SCRATCHGPT_ATTENTION_KERNEL")
+    if lib is None:
+        return None
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.attention_forward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, i]
+    lib.attention_backward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, i]
+    lib.attention_forward.restype = lib.attention_backward.restype = i
+    return lib
+
+
+def describe() -> str:
+    """Which causal attention this process trains with, in words (for benchmark reports)."""
+    if load() is not None:
+        return "scratchgpt AVX-512 causal attention"
+    return "torch scaled_dot_product_attention"
+
+
+def usable(x: Tensor, head_dim: int) -> bool:
+    """Whether the kernel can compute causal attention over ``x`` (B, T, 3C), the fused
+    projection's output, with heads of ``head_dim`` features."""
+    return (x.device.type == "cpu" and x.dtype in _DTYPES and x.size(1) <= MAX_T
+            and head_dim <= MAX_HEAD_DIM and not torch.compiler.is_compiling()
+            and load() is not None)
+
+
+def _strides(t: Tensor) -> list[int]:
+    """(sequence, head, time) strides of a (B, H, T, D) view, in elements."""
+    return [t.stride(0), t.stride(1), t.stride(2)]
+
+
+def _longs(values: list[int]) -> ctypes.Array:
+    return (ctypes.c_long * len(values))(*values)
+
+
+def _bf16(t: Tensor) -> bool:
+    return t.dtype == torch.bfloat16
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """q, k, v (B, H, T, D) views -> y (B, T, H, D) and lse (B, H, T), the log of each
+    softmax's denominator (what the backward needs to recompute the weights)."""
+    B, H, T, D = q.shape
+    y = q.new_empty(B, T, H, D)
+    lse = torch.empty(B, H, T, dtype=torch.float32)
+    failed = load().attention_forward(
+        _bf16(q), B, H, T, D, q.data_ptr(), _longs(_strides(q)), k.data_ptr(),
+        _longs(_strides(k)), v.data_ptr(), _longs(_strides(v)), y.data_ptr(),
+        _longs(_strides(y.transpose(1, 2))), lse.data_ptr(), torch.get_num_threads())
+    if failed:
+        raise MemoryError("causal attention kernel: no memory for its work space")
+    return y, lse
+
+
+def _backward(saved: tuple[Tensor, ...], dy: Tensor, grads: tuple[Tensor, Tensor, Tensor]) -> None:
+    """Writes dq, dk, dv into ``grads`` (three (B, H, T, D) views) from dy (B, T, H, D) and the
+    forward's q, k, v, y, lse (``saved``)."""
+    q, k, v, y, lse = saved
+    B, H, T, D = q.shape
+    views = (q, k, v, y.transpose(1, 2), dy.transpose(1, 2), *grads)
+    failed = load().attention_backward(
+        _bf16(q), B, H, T, D, *(t.data_ptr() for t in views[:5]), lse.data_ptr(),
+        *(t.data_ptr() for t in grads), _longs(sum((_strides(t) for t in views), [])),
+        torch.get_num_threads())
+    if failed:
+        raise MemoryError("causal attention kernel: no memory for its work space")
+
+
+def _heads(qkv: Tensor, n_head: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(B, T, 3C) -> q, k, v: 3 x (B, H, T, D) views, no copies."""
+    B, T, C3 = qkv.shape
+    return qkv.view(B, T, 3, n_head, C3 // (3 * n_head)).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+class _AttentionQKV(torch.autograd.Function):
+    """qkv (B, T, 3C) -> y (B, T, C): the heads read from the projection's output, and their
+    gradients written into one gradient of it."""
+
+    @staticmethod
+    def forward(ctx: Any, qkv: Tensor, n_head: int) -> Tensor:
+        qkv = qkv.contiguous()
+        q, k, v = _heads(qkv, n_head)  # 3 x (B, H, T, D)
+        y, lse = _forward(q, k, v)  # (B, T, H, D), (B, H, T)
+        ctx.n_head = n_head
+        ctx.save_for_backward(qkv, y, lse)
+        return y.flatten(2)
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None]:
+        qkv, y, lse = ctx.saved_tensors
+        dqkv = torch.empty_like(qkv)
+        _backward((*_heads(qkv, ctx.n_head), y, lse), dy.contiguous().view_as(y),
+                  _heads(dqkv, ctx.n_head))
+        return dqkv, None
+
+
+class _Attention(torch.autograd.Function):
+    """q, k, v (B, H, T, D) -> y (B, T, C)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        y, lse = _forward(q, k, v)
+        ctx.save_for_backward(q, k, v, y, lse)
+        return y.flatten(2)
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v, y, lse = ctx.saved_tensors
+        grads = tuple(torch.empty_like(t) for t in (q, k, v))
+        _backward((q, k, v, y, lse), dy.contiguous().view_as(y), grads)
+        return grads
+
+
+def attention_qkv(qkv: Tensor, n_head: int) -> Tensor:
+    """Causal multi-head attention straight from the fused projection's output.
+
+    qkv: (B, T, 3C), fp32 or bf16, queries then keys then values, each C = n_head x D features
+    (head-major, as ``CausalSelfAttention.c_attn`` lays them out). Returns (B, T, C) in qkv's
+    dtype: each head's ``softmax(q k^T / sqrt(D), causal) v``, heads side by side. Needs
+    :func:`usable`."""
+    return _AttentionQKV.apply(qkv, n_head)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention of each head: q, k, v (B, H, T, D), one dtype, fp32 or bf16 -> (B, T,
+    H x D), each head's ``softmax(q k^T / sqrt(D), causal) v``, heads side by side. For q, k, v
+    an option has changed (rotary positions, QK-norm, value embeddings); needs :func:`usable`."""
+    return _Attention.apply(q, k, v)

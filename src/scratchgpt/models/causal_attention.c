@@ -1,0 +1,305 @@
+/* Causal self-attention for training, forward and backward, for CPUs with AVX-512.
+ * Compiled on first use (scratchgpt/models/c_kernels.py) and called by
+ * scratchgpt/models/attention_kernel.py, which says why it exists and when it is used.
+ *
+ * Per (sequence b, head h), with queries, keys and values Q, K, V of shape (T, D) and
+ * s = 1 / sqrt(D):
+ *
+ *   forward:   S = s Q K^T   (T, T), S[i, j] = -inf for j > i (a query sees only the past)
+ *              P = softmax(S) row by row;  O = P V   (T, D);  lse[i] = log sum_j exp(S[i, j])
+ *   backward:  from dO (T, D), recomputing P = exp(S - lse) rather than keeping it:
+ *              dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dO * O))
+ *              dQ = s dS K;  dK = s dS^T Q
+ *
+ * Inputs and outputs are fp32 or bf16 (all of one call in one dtype), each addressed by its own
+ * strides (sequence, head, time; the D features of a row contiguous), so the kernel reads the
+ * queries, keys and values straight out of the fused QKV projection (B, T, 3, H, D), writes the
+ * output as (B, T, H, D) = (B, T, C) for the output projection, and the backward writes dQ, dK
+ * and dV straight into one gradient of that projection: no transposes, no copies. Everything in
+ * between is fp32: each (b, h) pair's rows are widened into thread-local fp32 buffers padded to
+ * a multiple of 16 features (keys and values also transposed, so each score row is a run of
+ * 16-wide multiply-adds over keys, with no horizontal sums). bf16 results are rounded to nearest
+ * even, as torch's conversion does.
+ *
+ * Threads: the (b, h) pairs are split between PyTorch's OpenMP threads (built against the
+ * libgomp PyTorch has loaded).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd16.h" /* 16-wide loads, stores and exp */
+
+/* strides, in elements, of one tensor: from one sequence, one head, one time step to the next */
+typedef struct {
+    long b, h, t;
+} Strides;
+
+/* n values (fp32 or bf16) at p, widened to fp32 and times mul into dst[0 .. n), 0 after them
+ * up to n16 */
+static void widen_row(float *dst, const void *p, int bf16, int n, int n16, float mul) {
+    __m512 vm = _mm512_set1_ps(mul);
+    for (int k = 0; k < n16; k += 16)
+        _mm512_storeu_ps(dst + k, _mm512_mul_ps(load16(p, bf16, k, k < n ? tail16(k, n) : 0), vm));
+}
+
+/* src[0 .. n) times mul, stored at p as fp32 or bf16 */
+static void store_row(void *p, int bf16, const float *src, float mul, int n) {
+    __m512 vm = _mm512_set1_ps(mul);
+    for (int k = 0; k < n; k += 16) store16(p, bf16, k, tail16(k, n), _mm512_mul_ps(_mm512_loadu_ps(src + k), vm));
+}
+
+static inline const void *row(const void *base, int bf16, const Strides *s, int b, int h, int t) {
+    long i = b * s->b + h * s->h + t * s->t;
+    return bf16 ? (const void *)((const uint16_t *)base + i) : (const void *)((const float *)base + i);
+}
+
+/* One thread's fp32 work space for one (b, h) pair: Tp rows of Dp features (T and D rounded up
+ * to 16; the padding stays zero), keys and values also transposed (Dp rows of Tp keys), and R
+ * rows of scores. */
+#define R 8 /* query rows computed together: each key or value loaded serves R rows */
+typedef struct {
+    int T, D, Dp, Tp;
+    float *q, *k, *v, *o, *dO, *dq, *dk, *dv, *kt, *vt, *s, *ds;
+} Work;
+
+static int work_alloc(Work *w, int T, int D) {
+    w->T = T, w->D = D, w->Dp = (D + 15) / 16 * 16, w->Tp = (T + 15) / 16 * 16;
+    long rows = (long)w->Tp * w->Dp, n = 10 * rows + 2 * R * w->Tp;
+    /* q k v o dO dq dk dv, kt vt (transposed: as many floats), s ds (R score rows each) */
+    float *mem = aligned_alloc(64, sizeof(float) * n);
+    if (!mem) return 0;
+    memset(mem, 0, sizeof(float) * n);
+    float **slots[] = {&w->q, &w->k, &w->v, &w->o, &w->dO, &w->dq, &w->dk, &w->dv, &w->kt, &w->vt};
+    for (int i = 0; i < 10; i++) *slots[i] = mem + i * rows;
+    w->s = mem + 10 * rows, w->ds = w->s + R * w->Tp;
+    return 1;
+}
+
+/* the T rows of one (b, h) pair, times mul, into dst (Tp, Dp); transposed into dst_t (Dp, Tp)
+ * when given (16 rows at a time, one gather per feature) */
+static void load_rows(const Work *w, float *dst, float *dst_t, const void *base, int bf16,
+                      const Strides *st, int b, int h, float mul) {
+    for (int t = 0; t < w->T; t++)
+        widen_row(dst + (long)t * w->Dp, row(base, bf16, st, b, h, t), bf16, w->D, w->Dp, mul);
+    if (!dst_t) return;
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32(w->Dp));
+    for (int t = 0; t < w->T; t += 16)
+        for (int d = 0; d < w->D; d++)
+            _mm512_storeu_ps(dst_t + (long)d * w->Tp + t,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), tail16(t, w->T), idx,
+                                                      dst + (long)t * w->Dp + d, 4));
+}
+
+/* s[r][j] = a[r] . bt[:, j] for R rows of a (stride Dp) and keys j0 <= j < j0 + 16 * NB */
+#define SCORES(NB)                                                                          \
+    static void scores##NB(const Work *w, const float *a, const float *bt, float *s, int j0) { \
+        __m512 acc[R][NB];                                                                  \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int u = 0; u < NB; u++) acc[r][u] = _mm512_setzero_ps();                   \
+        for (int d = 0; d < w->D; d++) {                                                    \
+            const float *b = bt + (long)d * w->Tp + j0;                                     \
+            __m512 bu[NB];                                                                  \
+            for (int u = 0; u < NB; u++) bu[u] = _mm512_loadu_ps(b + 16 * u);              \
+            for (int r = 0; r < R; r++) {                                                   \
+                __m512 ar = _mm512_set1_ps(a[(long)r * w->Dp + d]);                         \
+                for (int u = 0; u < NB; u++) acc[r][u] = _mm512_fmadd_ps(ar, bu[u], acc[r][u]); \
+            }                                                                               \
+        }                                                                                   \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int u = 0; u < NB; u++) _mm512_storeu_ps(s + (long)r * w->Tp + j0 + 16 * u, acc[r][u]); \
+    }
+SCORES(1)
+SCORES(2)
+
+/* s[r][j] = a[r] . bt[:, j] for R rows of a (stride Dp) and keys j < n (a multiple of 16);
+ * s rows have stride Tp */
+static void scores(const Work *w, const float *a, const float *bt, float *s, int n) {
+    int j = 0;
+    for (; j + 32 <= n; j += 32) scores2(w, a, bt, s, j);
+    if (j < n) scores1(w, a, bt, s, j);
+}
+
+/* out[r] = sum_{j < n} p[r][j] rows[j] for R rows (p: stride Tp; rows, out: stride Dp) */
+static void weighted_rows(const Work *w, const float *p, const float *rows, float *out, int n) {
+    for (int d = 0; d < w->Dp; d += 32) {
+        int two = d + 16 < w->Dp;
+        __m512 acc[R][2];
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const float *x = rows + (long)j * w->Dp + d;
+            __m512 x0 = _mm512_loadu_ps(x), x1 = two ? _mm512_loadu_ps(x + 16) : _mm512_setzero_ps();
+            for (int r = 0; r < R; r++) {
+                __m512 pr = _mm512_set1_ps(p[(long)r * w->Tp + j]);
+                acc[r][0] = _mm512_fmadd_ps(pr, x0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(pr, x1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            _mm512_storeu_ps(out + (long)r * w->Dp + d, acc[r][0]);
+            if (two) _mm512_storeu_ps(out + (long)r * w->Dp + d + 16, acc[r][1]);
+        }
+    }
+}
+
+/* rows[j] += sum_r p[r][j] x[r] for j < n (p: stride Tp; x, rows: stride Dp) */
+static void add_outer(const Work *w, const float *p, const float *x, float *rows, int n) {
+    for (int d = 0; d < w->Dp; d += 16) {
+        __m512 xr[R];
+        for (int r = 0; r < R; r++) xr[r] = _mm512_loadu_ps(x + (long)r * w->Dp + d);
+        for (int j = 0; j < n; j++) {
+            float *y = rows + (long)j * w->Dp + d;
+            __m512 a = _mm512_mul_ps(_mm512_set1_ps(p[j]), xr[0]);
+            __m512 b = _mm512_mul_ps(_mm512_set1_ps(p[w->Tp + j]), xr[1]);
+            for (int r = 2; r < R; r += 2) {
+                a = _mm512_fmadd_ps(_mm512_set1_ps(p[(long)r * w->Tp + j]), xr[r], a);
+                b = _mm512_fmadd_ps(_mm512_set1_ps(p[(long)(r + 1) * w->Tp + j]), xr[r + 1], b);
+            }
+            _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_add_ps(a, b)));
+        }
+    }
+}
+
+/* which of the 16 keys j .. j + 15 query row i sees: j <= i, and none for rows past T */
+static inline __mmask16 visible(int j, int i, int T) { return i < T ? tail16(j, i + 1) : 0; }
+
+/* query row i's scores s[0 .. n) to p = exp(s - top) on its visible keys, 0 elsewhere; returns
+ * the sum (and *top, the largest score) */
+static float softmax_row(float *s, int i, int T, int n, float *top) {
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16)
+        vmax = _mm512_mask_max_ps(vmax, visible(j, i, T), vmax, _mm512_loadu_ps(s + j));
+    float m = _mm512_reduce_max_ps(vmax);
+    __m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __m512 p = _mm512_maskz_mov_ps(visible(j, i, T), exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
+        _mm512_storeu_ps(s + j, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    *top = m;
+    return _mm512_reduce_add_ps(sum);
+}
+
+/* keys that R query rows from i0 may see, rounded up to 16 */
+static inline int keys_for(const Work *w, int i0) {
+    int n = (i0 + R + 15) / 16 * 16;
+    return n < w->Tp ? n : w->Tp;
+}
+
+static void forward_pair(Work *w, int bf16, int b, int h, const void *q, const Strides *qs,
+                         const void *k, const Strides *ks, const void *v, const Strides *vs,
+                         void *out, const Strides *os, float *lse) {
+    load_rows(w, w->q, NULL, q, bf16, qs, b, h, 1.0f / sqrtf((float)w->D)); /* q scaled */
+    load_rows(w, w->k, w->kt, k, bf16, ks, b, h, 1.0f);
+    load_rows(w, w->v, NULL, v, bf16, vs, b, h, 1.0f);
+    for (int i0 = 0; i0 < w->T; i0 += R) {
+        int n = keys_for(w, i0);
+        float total[R], top;
+        scores(w, w->q + (long)i0 * w->Dp, w->kt, w->s, n);
+        for (int r = 0; r < R; r++) {
+            total[r] = softmax_row(w->s + (long)r * w->Tp, i0 + r, w->T, n, &top);
+            if (i0 + r < w->T) lse[i0 + r] = top + logf(total[r]);
+        }
+        weighted_rows(w, w->s, w->v, w->o, n);
+        for (int r = 0; r < R && i0 + r < w->T; r++)
+            store_row((void *)row(out, bf16, os, b, h, i0 + r), bf16, w->o + (long)r * w->Dp, 1.0f / total[r], w->D);
+    }
+}
+
+/* out = softmax(s Q K^T, causal) V for every (b, h); lse (B, H, T) fp32 is kept for the
+ * backward. Returns 0, or 1 if a thread could not allocate its work space. */
+int attention_forward(int bf16, int B, int H, int T, int D, const void *q, const long *qs,
+                      const void *k, const long *ks, const void *v, const long *vs, void *out,
+                      const long *os, float *lse, int threads) {
+    Strides sq = {qs[0], qs[1], qs[2]}, sk = {ks[0], ks[1], ks[2]}, sv = {vs[0], vs[1], vs[2]};
+    Strides so = {os[0], os[1], os[2]};
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        Work w;
+        if (!work_alloc(&w, T, D)) {
+            failed = 1;
+        } else {
+#pragma omp for schedule(static)
+            for (int bh = 0; bh < B * H; bh++)
+                forward_pair(&w, bf16, bh / H, bh % H, q, &sq, k, &sk, v, &sv, out, &so,
+                             lse + (long)bh * T);
+            free(w.q);
+        }
+    }
+    return failed;
+}
+
+/* R query rows' P (into s, over dP) and dS (into ds) from their scores s and dP = dO V^T in ds */
+static void probabilities(Work *w, int i0, int n, const float *lse) {
+    for (int r = 0; r < R; r++) {
+        int i = i0 + r;
+        float *s = w->s + (long)r * w->Tp, *ds = w->ds + (long)r * w->Tp;
+        __m512 dot = _mm512_setzero_ps(); /* delta_i = dO_i . O_i */
+        for (int d = 0; d < w->Dp; d += 16)
+            dot = _mm512_fmadd_ps(_mm512_loadu_ps(w->dO + (long)i * w->Dp + d), _mm512_loadu_ps(w->o + (long)i * w->Dp + d), dot);
+        __m512 delta = _mm512_set1_ps(_mm512_reduce_add_ps(dot));
+        __m512 l = _mm512_set1_ps(i < w->T ? lse[i] : 0.0f);
+        for (int j = 0; j < n; j += 16) {
+            __m512 p = _mm512_maskz_mov_ps(visible(j, i, w->T), exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), l)));
+            _mm512_storeu_ps(s + j, p);
+            _mm512_storeu_ps(ds + j, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(ds + j), delta)));
+        }
+    }
+}
+
+static void backward_pair(Work *w, int bf16, int b, int h, const void *const *t, const Strides *st,
+                          const float *lse, void *const *g, const Strides *gs) {
+    /* t: q, k, v, out, dout; g: dq, dk, dv (with their strides) */
+    float scale = 1.0f / sqrtf((float)w->D);
+    load_rows(w, w->q, NULL, t[0], bf16, &st[0], b, h, scale); /* q scaled, as in the forward */
+    load_rows(w, w->k, w->kt, t[1], bf16, &st[1], b, h, 1.0f);
+    load_rows(w, w->v, w->vt, t[2], bf16, &st[2], b, h, 1.0f);
+    load_rows(w, w->o, NULL, t[3], bf16, &st[3], b, h, 1.0f);
+    load_rows(w, w->dO, NULL, t[4], bf16, &st[4], b, h, 1.0f);
+    memset(w->dk, 0, sizeof(float) * w->T * w->Dp);
+    memset(w->dv, 0, sizeof(float) * w->T * w->Dp);
+    for (int i0 = 0; i0 < w->T; i0 += R) {
+        int n = keys_for(w, i0);
+        scores(w, w->q + (long)i0 * w->Dp, w->kt, w->s, n);   /* S = s Q K^T */
+        scores(w, w->dO + (long)i0 * w->Dp, w->vt, w->ds, n); /* dP = dO V^T */
+        probabilities(w, i0, n, lse);
+        add_outer(w, w->s, w->dO + (long)i0 * w->Dp, w->dv, n);  /* dV[j] += P[i, j] dO_i */
+        add_outer(w, w->ds, w->q + (long)i0 * w->Dp, w->dk, n);  /* dK[j] += dS[i, j] s Q_i */
+        weighted_rows(w, w->ds, w->k, w->dq + (long)i0 * w->Dp, n); /* dQ_i = sum_j dS[i, j] K_j */
+    }
+    float *res[] = {w->dq, w->dk, w->dv}, mul[] = {scale, 1.0f, 1.0f};
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < w->T; i++)
+            store_row((void *)row(g[r], bf16, &gs[r], b, h, i), bf16, res[r] + (long)i * w->Dp, mul[r], w->D);
+}
+
+/* dq, dk, dv from dout (and q, k, v, out, lse of the forward), for every (b, h). strides: 3 per
+ * tensor, in the order q k v out dout dq dk dv. Returns 0, or 1 if a thread could not allocate
+ * its work space. */
+int attention_backward(int bf16, int B, int H, int T, int D, const void *q, const void *k,
+                       const void *v, const void *out, const void *dout, const float *lse,
+                       void *dq, void *dk, void *dv, const long *strides, int threads) {
+    Strides st[8];
+    for (int i = 0; i < 8; i++) st[i] = (Strides){strides[3 * i], strides[3 * i + 1], strides[3 * i + 2]};
+    const void *t[5] = {q, k, v, out, dout};
+    void *g[3] = {dq, dk, dv};
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        Work w;
+        if (!work_alloc(&w, T, D)) {
+            failed = 1;
+        } else {
+#pragma omp for schedule(static)
+            for (int bh = 0; bh < B * H; bh++)
+                backward_pair(&w, bf16, bh / H, bh % H, t, st, lse + (long)bh * T, g, st + 5);
+            free(w.q);
+        }
+    }
+    return failed;
+}
