@@ -1,8 +1,9 @@
 """Building scratchgpt's C kernels: compiled on first use, cached, loaded with :mod:`ctypes`.
 
-Two C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
-:mod:`~scratchgpt.models.int8_kernel`) and ``decode_step.c`` (a whole GPT decode step,
-:mod:`~scratchgpt.models.native`). Both are written for x86 CPUs with AVX-512.
+Three C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
+:mod:`~scratchgpt.models.int8_kernel`), ``decode_step.c`` (a whole GPT decode step,
+:mod:`~scratchgpt.models.native`) and ``causal_attention.c`` (causal attention for training,
+:mod:`~scratchgpt.models.attention_kernel`). All are written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
 ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
@@ -58,7 +59,8 @@ def _cpu_features() -> str:
 
 def _source_bytes(source: Path) -> bytes:
     """The source and the local files it includes (``#include "name"``), which the build's
-    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``)."""
+    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``, and
+    ``causal_attention.c`` includes ``simd16.h``)."""
     text = source.read_bytes()
     names = re.findall(rb'^#include "([^"]+)"', text, flags=re.MULTILINE)
     return text + b"".join((source.parent / name.decode()).read_bytes() for name in names)
