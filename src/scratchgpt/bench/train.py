@@ -183,15 +183,18 @@ def run(args: argparse.Namespace) -> int:
     for variant in args.variants.split(","):
         results.append(time_variant(args, variant.strip()))
     ref = results[0]["tokens_per_s"] if args.nanogpt else None
+    from scratchgpt.models import attention_kernel
+
     report = {"threads": torch.get_num_threads(), "matmul_peak_tflops":
-              {k: round(v / 1e12, 3) for k, v in peaks.items()}, "results": results}
+              {k: round(v / 1e12, 3) for k, v in peaks.items()},
+              "attention": attention_kernel.describe(), "results": results}
     if args.json:
         print(json.dumps(report))
         return 0
     print(f"matmul peak (2048^3, {report['threads']} threads): "
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
     print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
-          f"batch {args.batch_size}")
+          f"batch {args.batch_size}; attention: {report['attention']}")
     print(f"{'variant':22s} {'ms/step':>8s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'of peak':>8s}"
           f" {'vs ref':>7s}")
     for r in results:
