@@ -190,12 +190,22 @@ static inline int keys_for(const Work *w, int i0) {
     return n < w->Tp ? n : w->Tp;
 }
 
-static void forward_pair(Work *w, int bf16, int b, int h, const void *q, const Strides *qs,
-                         const void *k, const Strides *ks, const void *v, const Strides *vs,
-                         void *out, const Strides *os, float *lse) {
-    load_rows(w, w->q, NULL, q, bf16, qs, b, h, 1.0f / sqrtf((float)w->D)); /* q scaled */
-    load_rows(w, w->k, w->kt, k, bf16, ks, b, h, 1.0f);
-    load_rows(w, w->v, NULL, v, bf16, vs, b, h, 1.0f);
+/* One call's tensors: its inputs (forward: q, k, v; backward: q, k, v, out, dout) and outputs
+ * (forward: out; backward: dq, dk, dv), each with its strides, and lse (B, H, T): the forward
+ * writes it, the backward reads it. */
+typedef struct {
+    int bf16, B, H, T, D;
+    const void *in[5];
+    void *out[3];
+    Strides in_st[5], out_st[3];
+    float *lse;
+} Call;
+
+static void forward_pair(Work *w, const Call *c, int b, int h) {
+    float *lse = c->lse + ((long)b * c->H + h) * c->T;
+    load_rows(w, w->q, NULL, c->in[0], c->bf16, &c->in_st[0], b, h, 1.0f / sqrtf((float)w->D)); /* q scaled */
+    load_rows(w, w->k, w->kt, c->in[1], c->bf16, &c->in_st[1], b, h, 1.0f);
+    load_rows(w, w->v, NULL, c->in[2], c->bf16, &c->in_st[2], b, h, 1.0f);
     for (int i0 = 0; i0 < w->T; i0 += R) {
         int n = keys_for(w, i0);
         float total[R], top;
@@ -206,32 +216,40 @@ static void forward_pair(Work *w, int bf16, int b, int h, const void *q, const S
         }
         weighted_rows(w, w->s, w->v, w->o, n);
         for (int r = 0; r < R && i0 + r < w->T; r++)
-            store_row((void *)row(out, bf16, os, b, h, i0 + r), bf16, w->o + (long)r * w->Dp, 1.0f / total[r], w->D);
+            store_row((void *)row(c->out[0], c->bf16, &c->out_st[0], b, h, i0 + r), c->bf16,
+                      w->o + (long)r * w->Dp, 1.0f / total[r], w->D);
     }
 }
+
+/* pair(w, c, b, h) for every (b, h), split between the threads, each with its own work space.
+ * Returns 0, or 1 if a thread could not allocate its work space. */
+static int for_each_pair(const Call *c, void (*pair)(Work *, const Call *, int, int), int threads) {
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        Work w;
+        if (!work_alloc(&w, c->T, c->D)) {
+            failed = 1;
+        } else {
+#pragma omp for schedule(static)
+            for (int bh = 0; bh < c->B * c->H; bh++) pair(&w, c, bh / c->H, bh % c->H);
+            free(w.q);
+        }
+    }
+    return failed;
+}
+
+static Strides strides3(const long *s) { return (Strides){s[0], s[1], s[2]}; }
 
 /* out = softmax(s Q K^T, causal) V for every (b, h); lse (B, H, T) fp32 is kept for the
  * backward. Returns 0, or 1 if a thread could not allocate its work space. */
 int attention_forward(int bf16, int B, int H, int T, int D, const void *q, const long *qs,
                       const void *k, const long *ks, const void *v, const long *vs, void *out,
                       const long *os, float *lse, int threads) {
-    Strides sq = {qs[0], qs[1], qs[2]}, sk = {ks[0], ks[1], ks[2]}, sv = {vs[0], vs[1], vs[2]};
-    Strides so = {os[0], os[1], os[2]};
-    int failed = 0;
-#pragma omp parallel num_threads(threads) reduction(| : failed)
-    {
-        Work w;
-        if (!work_alloc(&w, T, D)) {
-            failed = 1;
-        } else {
-#pragma omp for schedule(static)
-            for (int bh = 0; bh < B * H; bh++)
-                forward_pair(&w, bf16, bh / H, bh % H, q, &sq, k, &sk, v, &sv, out, &so,
-                             lse + (long)bh * T);
-            free(w.q);
-        }
-    }
-    return failed;
+    Call c = {.bf16 = bf16, .B = B, .H = H, .T = T, .D = D, .in = {q, k, v}, .out = {out},
+              .in_st = {strides3(qs), strides3(ks), strides3(vs)}, .out_st = {strides3(os)},
+              .lse = lse};
+    return for_each_pair(&c, forward_pair, threads);
 }
 
 /* R query rows' P (into s, over dP) and dS (into ds) from their scores s and dP = dO V^T in ds */
@@ -252,15 +270,12 @@ static void probabilities(Work *w, int i0, int n, const float *lse) {
     }
 }
 
-static void backward_pair(Work *w, int bf16, int b, int h, const void *const *t, const Strides *st,
-                          const float *lse, void *const *g, const Strides *gs) {
-    /* t: q, k, v, out, dout; g: dq, dk, dv (with their strides) */
+static void backward_pair(Work *w, const Call *c, int b, int h) {
+    const float *lse = c->lse + ((long)b * c->H + h) * c->T;
     float scale = 1.0f / sqrtf((float)w->D);
-    load_rows(w, w->q, NULL, t[0], bf16, &st[0], b, h, scale); /* q scaled, as in the forward */
-    load_rows(w, w->k, w->kt, t[1], bf16, &st[1], b, h, 1.0f);
-    load_rows(w, w->v, w->vt, t[2], bf16, &st[2], b, h, 1.0f);
-    load_rows(w, w->o, NULL, t[3], bf16, &st[3], b, h, 1.0f);
-    load_rows(w, w->dO, NULL, t[4], bf16, &st[4], b, h, 1.0f);
+    float *rows[] = {w->q, w->k, w->v, w->o, w->dO}, *transposed[] = {NULL, w->kt, w->vt, NULL, NULL};
+    for (int i = 0; i < 5; i++) /* q scaled, as in the forward */
+        load_rows(w, rows[i], transposed[i], c->in[i], c->bf16, &c->in_st[i], b, h, i == 0 ? scale : 1.0f);
     memset(w->dk, 0, sizeof(float) * w->T * w->Dp);
     memset(w->dv, 0, sizeof(float) * w->T * w->Dp);
     for (int i0 = 0; i0 < w->T; i0 += R) {
@@ -275,7 +290,8 @@ static void backward_pair(Work *w, int bf16, int b, int h, const void *const *t,
     float *res[] = {w->dq, w->dk, w->dv}, mul[] = {scale, 1.0f, 1.0f};
     for (int r = 0; r < 3; r++)
         for (int i = 0; i < w->T; i++)
-            store_row((void *)row(g[r], bf16, &gs[r], b, h, i), bf16, res[r] + (long)i * w->Dp, mul[r], w->D);
+            store_row((void *)row(c->out[r], c->bf16, &c->out_st[r], b, h, i), c->bf16,
+                      res[r] + (long)i * w->Dp, mul[r], w->D);
 }
 
 /* dq, dk, dv from dout (and q, k, v, out, lse of the forward), for every (b, h). strides: 3 per
@@ -284,22 +300,9 @@ static void backward_pair(Work *w, int bf16, int b, int h, const void *const *t,
 int attention_backward(int bf16, int B, int H, int T, int D, const void *q, const void *k,
                        const void *v, const void *out, const void *dout, const float *lse,
                        void *dq, void *dk, void *dv, const long *strides, int threads) {
-    Strides st[8];
-    for (int i = 0; i < 8; i++) st[i] = (Strides){strides[3 * i], strides[3 * i + 1], strides[3 * i + 2]};
-    const void *t[5] = {q, k, v, out, dout};
-    void *g[3] = {dq, dk, dv};
-    int failed = 0;
-#pragma omp parallel num_threads(threads) reduction(| : failed)
-    {
-        Work w;
-        if (!work_alloc(&w, T, D)) {
-            failed = 1;
-        } else {
-#pragma omp for schedule(static)
-            for (int bh = 0; bh < B * H; bh++)
-                backward_pair(&w, bf16, bh / H, bh % H, t, st, lse + (long)bh * T, g, st + 5);
-            free(w.q);
-        }
-    }
-    return failed;
+    Call c = {.bf16 = bf16, .B = B, .H = H, .T = T, .D = D, .in = {q, k, v, out, dout},
+              .out = {dq, dk, dv}, .lse = (float *)lse};
+    for (int i = 0; i < 5; i++) c.in_st[i] = strides3(strides + 3 * i);
+    for (int i = 0; i < 3; i++) c.out_st[i] = strides3(strides + 15 + 3 * i);
+    return for_each_pair(&c, backward_pair, threads);
 }
