@@ -167,3 +167,19 @@ def test_a_tiny_bf16_training_run_through_the_kernel_lowers_the_loss(monkeypatch
     for _ in range(80):
         last = step()
     assert called and last < first / 4
+
+
+def test_without_a_compiler_the_gpt_runs_on_torchs_attention(monkeypatch):
+    """No C compiler (or one that fails): the GPT still trains, on PyTorch's attention, to the
+    same numbers."""
+    model = option_model("gpt2").train()
+    idx = torch.randint(0, model.config.vocab_size, (2, 20))
+    with_kernel = model(idx)
+    monkeypatch.setenv("CC", "no-such-compiler")
+    attention_kernel.load.cache_clear()
+    try:
+        assert attention_kernel.load() is None
+        assert attention_kernel.describe().startswith("torch")
+        torch.testing.assert_close(model(idx), with_kernel, atol=1e-5, rtol=1e-5)
+    finally:
+        attention_kernel.load.cache_clear()
