@@ -59,8 +59,8 @@ def _cpu_features() -> str:
 
 def _source_bytes(source: Path) -> bytes:
     """The source and the local files it includes (``#include "name"``), which the build's
-    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``, and
-    ``causal_attention.c`` includes ``simd16.h``)."""
+    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``, and it and
+    ``causal_attention.c`` include ``simd16.h``)."""
     text = source.read_bytes()
     names = re.findall(rb'^#include "([^"]+)"', text, flags=re.MULTILINE)
     return text + b"".join((source.parent / name.decode()).read_bytes() for name in names)

@@ -36,6 +36,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "simd16.h" /* 16-wide masked loads and stores of fp32 or bf16 */
+
 #ifndef PREFETCH
 #define PREFETCH 8192
 #endif
@@ -83,35 +85,19 @@ typedef struct {
 
 /* ---- loading 16 values as fp32 (mask: which of the 16 are read; the rest are 0) */
 
-static inline __m512 load_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-
-static inline __m512 load_bf16(const uint16_t *p, __mmask16 m) {
-    __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 static inline __m512 load_i8(const int8_t *p, __mmask16 m) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
 }
 
 static inline __m512 load_w(int wtype, const void *w, long i, __mmask16 m) {
-    if (wtype == W_F32) return load_f32((const float *)w + i, m);
-    if (wtype == W_BF16) return load_bf16((const uint16_t *)w + i, m);
+    if (wtype != W_INT8) return load16(w, wtype == W_BF16, i, m);
     return load_i8((const int8_t *)w + i, m);
 }
-
-static inline __mmask16 tail(int k, int n) { return n - k >= 16 ? 0xFFFF : (__mmask16)((1u << (n - k)) - 1); }
 
 static inline float to_f32(const void *p, int bf16, long i) {
     if (!bf16) return ((const float *)p)[i];
     union { uint32_t u; float f; } v = {.u = (uint32_t)((const uint16_t *)p)[i] << 16};
     return v.f;
-}
-
-static inline uint16_t bf16_round(float f) { /* round to nearest even (NaN stays NaN) */
-    union { float f; uint32_t u; } v = {.f = f};
-    if ((v.u & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((v.u >> 16) | 0x40);
-    return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
 }
 
 /* ---- products: sums[i][j] = w[row0 + j] . x[i] for ROWS weight rows and up to XROWS rows of
@@ -140,12 +126,12 @@ dot_block_as(int wtype, int esize, const Linear *L, int row0, int nw, const floa
         const char *ahead = base + PREFETCH + (long)ROWS * k * esize;
         for (int line = 0; line < ROWS * 16 * esize; line += 64)
             _mm_prefetch(ahead + line, _MM_HINT_T0);
-        __mmask16 m = tail(k, L->n_in);
+        __mmask16 m = tail16(k, L->n_in);
         __m512 wv[ROWS];
         UNROLL for (int j = 0; j < nw; j++)
             wv[j] = load_w(wtype, L->w, (long)(row0 + j) * L->stride + k, m);
         UNROLL for (int i = 0; i < nx; i++) {
-            __m512 xv = load_f32(x + (long)i * L->n_in + k, m);
+            __m512 xv = load16(x, 0, (long)i * L->n_in + k, m);
             UNROLL for (int j = 0; j < nw; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], xv, acc[i][j]);
         }
     }
@@ -272,17 +258,16 @@ static void layer_norm(const float *x, const float *w, const float *b, float eps
 static float dot_f32(const float *a, const void *b, int b_bf16, int n) {
     __m512 acc = _mm512_setzero_ps();
     for (int k = 0; k < n; k += 16) {
-        __mmask16 m = tail(k, n);
-        __m512 bv = b_bf16 ? load_bf16((const uint16_t *)b + k, m) : load_f32((const float *)b + k, m);
-        acc = _mm512_fmadd_ps(load_f32(a + k, m), bv, acc);
+        __mmask16 m = tail16(k, n);
+        acc = _mm512_fmadd_ps(load16(a, 0, k, m), load16(b, b_bf16, k, m), acc);
     }
     return _mm512_reduce_add_ps(acc);
 }
 
 static void store_row(void *dst, int bf16, long i, const float *src, int n) {
-    for (int d = 0; d < n; d++) {
-        if (bf16) ((uint16_t *)dst)[i + d] = bf16_round(src[d]);
-        else ((float *)dst)[i + d] = src[d];
+    for (int d = 0; d < n; d += 16) {
+        __mmask16 m = tail16(d, n);
+        store16(dst, bf16, i + d, m, _mm512_maskz_loadu_ps(m, src + d));
     }
 }
 
@@ -346,10 +331,9 @@ static void attend_head(const Model *M, const Layer *L, int h, float *qkv, void 
     for (int t = first; t <= slot; t++) {
         float p = scores[t] / total;
         for (int d = 0; d < D; d += 16) {
-            __mmask16 m = tail(d, D);
-            const char *vt = (const char *)vc + (row0 + (long)t * D + d) * esize;
-            __m512 vv = bf ? load_bf16((const uint16_t *)vt, m) : load_f32((const float *)vt, m);
-            __m512 o = _mm512_fmadd_ps(_mm512_set1_ps(p), vv, load_f32(out + d, m));
+            __mmask16 m = tail16(d, D);
+            __m512 vv = load16(vc, bf, row0 + (long)t * D + d, m);
+            __m512 o = _mm512_fmadd_ps(_mm512_set1_ps(p), vv, load16(out, 0, d, m));
             _mm512_mask_storeu_ps(out + d, m, o);
         }
     }
