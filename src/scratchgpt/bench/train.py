@@ -174,6 +174,8 @@ def run_nanogpt(path: str, iters: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from scratchgpt.models import attention_kernel
+
     dtypes = {parse_variant(v)[0] for v in args.variants.split(",")}  # a typo fails now
     # Only the precisions being timed: a bf16 matmul is emulated (slow) on CPUs without bf16.
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16") if d in dtypes}
@@ -183,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
     for variant in args.variants.split(","):
         results.append(time_variant(args, variant.strip()))
     ref = results[0]["tokens_per_s"] if args.nanogpt else None
-    from scratchgpt.models import attention_kernel
-
     report = {"threads": torch.get_num_threads(), "matmul_peak_tflops":
               {k: round(v / 1e12, 3) for k, v in peaks.items()},
               "attention": attention_kernel.describe(), "results": results}

@@ -86,6 +86,12 @@ def _bf16(t: Tensor) -> bool:
     return t.dtype == torch.bfloat16
 
 
+def _check(failed: int) -> None:
+    """A kernel call's status: 1 when a thread could not allocate its work space."""
+    if failed:
+        raise MemoryError("causal attention kernel: no memory for its work space")
+
+
 def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """q, k, v (B, H, T, D) views -> y (B, T, H, D) and lse (B, H, T), the log of each
     softmax's denominator (what the backward needs to recompute the weights)."""
@@ -96,8 +102,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         _bf16(q), B, H, T, D, q.data_ptr(), _longs(_strides(q)), k.data_ptr(),
         _longs(_strides(k)), v.data_ptr(), _longs(_strides(v)), y.data_ptr(),
         _longs(_strides(y.transpose(1, 2))), lse.data_ptr(), torch.get_num_threads())
-    if failed:
-        raise MemoryError("causal attention kernel: no memory for its work space")
+    _check(failed)
     return y, lse
 
 
@@ -111,8 +116,7 @@ def _backward(saved: tuple[Tensor, ...], dy: Tensor, grads: tuple[Tensor, Tensor
         _bf16(q), B, H, T, D, *(t.data_ptr() for t in views[:5]), lse.data_ptr(),
         *(t.data_ptr() for t in grads), _longs(sum((_strides(t) for t in views), [])),
         torch.get_num_threads())
-    if failed:
-        raise MemoryError("causal attention kernel: no memory for its work space")
+    _check(failed)
 
 
 def _heads(qkv: Tensor, n_head: int) -> tuple[Tensor, Tensor, Tensor]:
