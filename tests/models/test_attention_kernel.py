@@ -113,8 +113,8 @@ def test_gpt_trains_the_same_with_and_without_the_kernel(option, dtype, monkeypa
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
     called = []
-    real = attention_kernel._forward
-    monkeypatch.setattr(attention_kernel, "_forward", lambda *a: called.append(1) or real(*a))
+    real = attention_kernel._run_forward
+    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
     loss, grads = loss_and_grads()
     assert len(called) == model.config.n_layer  # every layer ran the kernel
     _without_kernel(monkeypatch)
@@ -131,7 +131,7 @@ def test_gpt_leaves_the_kernel_where_it_does_not_apply(monkeypatch):
     def refuse(*a):
         raise AssertionError("the kernel ran")
 
-    monkeypatch.setattr(attention_kernel, "_forward", refuse)
+    monkeypatch.setattr(attention_kernel, "_run_forward", refuse)
     idx = torch.randint(0, 37, (2, 10))
     dropped = GPT(GPTConfig(vocab_size=37, block_size=24, n_layer=1, n_head=2, n_embd=16,
                             dropout=0.1)).train()
@@ -145,8 +145,8 @@ def test_gpt_leaves_the_kernel_where_it_does_not_apply(monkeypatch):
 def test_a_tiny_bf16_training_run_through_the_kernel_lowers_the_loss(monkeypatch):
     """Autocast bf16, AdamW: a GPT learns a repeating sequence through the kernel alone."""
     called = []
-    real = attention_kernel._forward
-    monkeypatch.setattr(attention_kernel, "_forward", lambda *a: called.append(1) or real(*a))
+    real = attention_kernel._run_forward
+    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)

@@ -92,17 +92,33 @@ def _check(failed: int) -> None:
         raise MemoryError("causal attention kernel: no memory for its work space")
 
 
+Shape = tuple[int, int, int, int]  # B, H, T, D
+
+
+def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
+                 strides: tuple[ctypes.Array, ...]) -> None:
+    """The C forward over (B, H, T, D) = ``shape``: ``ptrs`` are q, k, v, y and lse; ``strides``
+    those of q, k, v and y (sequence, head, time). The one place the forward is called."""
+    q, k, v, y, lse = ptrs
+    sq, sk, sv, sy = strides
+    _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse,
+                                    torch.get_num_threads()))
+
+
+def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctypes.Array) -> None:
+    """The C backward: ``ptrs`` are q, k, v, y, dy, lse, then dq, dk, dv (written);
+    ``strides`` 3 per tensor in that order, lse left out."""
+    _check(load().attention_backward(bf16, *shape, *ptrs, strides, torch.get_num_threads()))
+
+
 def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """q, k, v (B, H, T, D) views -> y (B, T, H, D) and lse (B, H, T), the log of each
     softmax's denominator (what the backward needs to recompute the weights)."""
     B, H, T, D = q.shape
     y = q.new_empty(B, T, H, D)
     lse = torch.empty(B, H, T, dtype=torch.float32)
-    failed = load().attention_forward(
-        _bf16(q), B, H, T, D, q.data_ptr(), _longs(_strides(q)), k.data_ptr(),
-        _longs(_strides(k)), v.data_ptr(), _longs(_strides(v)), y.data_ptr(),
-        _longs(_strides(y.transpose(1, 2))), lse.data_ptr(), torch.get_num_threads())
-    _check(failed)
+    _run_forward(_bf16(q), (B, H, T, D), tuple(t.data_ptr() for t in (q, k, v, y, lse)),
+                 tuple(_longs(_strides(t)) for t in (q, k, v, y.transpose(1, 2))))
     return y, lse
 
 
@@ -110,19 +126,19 @@ def _backward(saved: tuple[Tensor, ...], dy: Tensor, grads: tuple[Tensor, Tensor
     """Writes dq, dk, dv into ``grads`` (three (B, H, T, D) views) from dy (B, T, H, D) and the
     forward's q, k, v, y, lse (``saved``)."""
     q, k, v, y, lse = saved
-    B, H, T, D = q.shape
     views = (q, k, v, y.transpose(1, 2), dy.transpose(1, 2), *grads)
-    failed = load().attention_backward(
-        _bf16(q), B, H, T, D, *(t.data_ptr() for t in views[:5]), lse.data_ptr(),
-        *(t.data_ptr() for t in grads), _longs(sum((_strides(t) for t in views), [])),
-        torch.get_num_threads())
-    _check(failed)
+    ptrs = [t.data_ptr() for t in views]
+    _run_backward(_bf16(q), tuple(q.shape), (*ptrs[:5], lse.data_ptr(), *ptrs[5:]),
+                  _longs(sum((_strides(t) for t in views), [])))
 
 
-def _heads(qkv: Tensor, n_head: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(B, T, 3C) -> q, k, v: 3 x (B, H, T, D) views, no copies."""
-    B, T, C3 = qkv.shape
-    return qkv.view(B, T, 3, n_head, C3 // (3 * n_head)).permute(2, 0, 3, 1, 4).unbind(0)
+@functools.lru_cache(maxsize=64)
+def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...], ctypes.Array]:
+    """The strides of q, k and v inside a contiguous (B, T, 3, H, D) projection and of y (B, T,
+    H, D): the forward's four and the backward's eight. Computed once per shape: at the small
+    shapes the kernel is for, building them from tensor views cost a fifth of its time."""
+    qkv, y = [T * 3 * H * D, D, 3 * H * D], [T * H * D, D, H * D]
+    return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
 
 class _AttentionQKV(torch.autograd.Function):
@@ -132,18 +148,28 @@ class _AttentionQKV(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, qkv: Tensor, n_head: int) -> Tensor:
         qkv = qkv.contiguous()
-        q, k, v = _heads(qkv, n_head)  # 3 x (B, H, T, D)
-        y, lse = _forward(q, k, v)  # (B, T, H, D), (B, H, T)
-        ctx.n_head = n_head
+        B, T, C3 = qkv.shape
+        shape = (B, n_head, T, C3 // (3 * n_head))
+        y = qkv.new_empty(B, T, C3 // 3)
+        lse = torch.empty(B, n_head, T, dtype=torch.float32)
+        base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
+        _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
+                                         lse.data_ptr()), _qkv_layout(B, T, *shape[1::2])[0])
+        ctx.shape = shape
         ctx.save_for_backward(qkv, y, lse)
-        return y.flatten(2)
+        return y
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None]:
         qkv, y, lse = ctx.saved_tensors
+        dy = dy.to(qkv.dtype).contiguous()
         dqkv = torch.empty_like(qkv)
-        _backward((*_heads(qkv, ctx.n_head), y, lse), dy.contiguous().view_as(y),
-                  _heads(dqkv, ctx.n_head))
+        B, H, T, D = ctx.shape
+        base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), H * D * qkv.element_size()
+        _run_backward(_bf16(qkv), ctx.shape,
+                      (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
+                       lse.data_ptr(), grad, grad + step, grad + 2 * step),
+                      _qkv_layout(B, T, H, D)[1])
         return dqkv, None
 
 
