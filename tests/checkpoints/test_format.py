@@ -156,3 +156,33 @@ def test_resume_trusts_best_pt_when_last_pt_lags_behind(tmp_path):
     save_checkpoint(run.file("best.pt"), ckpt(1.5, 1.5, run_id="another"))
     with pytest.raises(CheckpointError, match="different runs"):
         run.load_last()
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_copy_is_the_same_checkpoint_and_keeps_it_when_the_file_moves_on(tmp_path, links,
+                                                                          monkeypatch):
+    """best.pt and last.pt saved together hold the same bytes (a hard link where the file
+    system has them, else a second write); the next save of last.pt alone leaves best.pt as
+    it was."""
+    if not links:
+        def no_links(*_):
+            raise OSError("no hard links here")
+        monkeypatch.setattr("scratchgpt.checkpoints.io.os.link", no_links)
+    config = model_config("bigram", vocab_size=3)
+    model = build_model(config)
+
+    def ckpt(step: int) -> Checkpoint:
+        return Checkpoint("bigram", config, model.state_dict(), run_id="r",
+                          state=TrainState(step=step))
+
+    best, last = tmp_path / "best.pt", tmp_path / "last.pt"
+    save_checkpoint(last, ckpt(1), copies=[best])
+    assert best.read_bytes() == last.read_bytes()
+    assert (best.stat().st_ino == last.stat().st_ino) == links
+    kept = best.read_bytes()
+    with torch.no_grad():
+        model.table.weight.add_(1.0)
+    save_checkpoint(last, ckpt(2))
+    assert best.read_bytes() == kept and load_checkpoint(best).state.step == 1
+    assert load_checkpoint(last).state.step == 2
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind

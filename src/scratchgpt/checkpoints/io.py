@@ -260,14 +260,35 @@ def _from_version_1(d: dict[str, Any]) -> dict[str, Any]:
             "data": {"dataset": d["dataset"]} if d.get("dataset") else {}}
 
 
+def atomic_link(source: Path, path: Path) -> bool:
+    """Make ``path`` another name of the finished file ``source`` (a hard link, renamed into
+    place and made durable like :func:`atomic_write`): the same bytes at the cost of a rename,
+    where writing them again costs a second flush to disk. False where the file system has no
+    hard links (or ``source`` is on another one); ``path`` is then untouched."""
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
 def save_checkpoint(path: str | Path, checkpoint: Checkpoint,
                     copies: Iterable[str | Path] = ()) -> None:
     """Atomically save ``checkpoint`` to ``path`` and to each of ``copies`` (serialized once,
-    written in the order given)."""
+    in the order given: the first file written, the others hard links to it where the file
+    system has them; every later save replaces a name with a new file, so the names never
+    share a change)."""
     buf = io.BytesIO()
     torch.save(checkpoint.to_dict(), buf)
-    for target in (*copies, path):
-        atomic_write(Path(target), lambda f: f.write(buf.getbuffer()))
+    first, *others = [Path(t) for t in (*copies, path)]
+    atomic_write(first, lambda f: f.write(buf.getbuffer()))
+    for target in others:
+        if not atomic_link(first, target):
+            atomic_write(target, lambda f: f.write(buf.getbuffer()))
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
