@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training throughput against nanoGPT at its CPU recipe's shape (4 layers, 4 heads, 128 dims,
-# context 64, batch 12, no dropout, exact GELU, AdamW), measured as whole processes: the same
-# iterations, both evaluating every 250 with 20 batches per split (nanoGPT's README recipe),
-# run alternately (benchmarks/alternate.py). Then the steps alone, side by side in one
+# context 64, batch 12, no dropout, no biases, exact GELU, AdamW), measured as whole processes:
+# the same iterations, both evaluating every 250 with 20 batches per split (nanoGPT's README
+# recipe), run alternately (benchmarks/alternate.py). Then the steps alone, side by side in one
 # invocation (scratchgpt bench train). Run on an otherwise idle machine.
 #   benchmarks/nanogpt_throughput.sh NANOGPT_DIR [ROUNDS=5] [ITERS=600] [STEPS=200]
 # (~12 min with the defaults on a 2-core CPU). Writes runs/throughput/table.md for
@@ -39,7 +39,9 @@ trap 'rm -rf "$tmp"' EXIT
   --out "$tmp/warm" --no-progress > /dev/null
 
 shape_nano="--block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --dropout=0.0"
-shape_ours="--n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --dropout 0"
+# nanoGPT's train.py sets bias = False: the same model on our side is --no-bias (GPT-2's biases,
+# our default, cost a copy of each bias into every product's output on a CPU).
+shape_ours="--n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --dropout 0 --no-bias"
 nano_cmd="$py train.py config/train_shakespeare_char.py --device=cpu --compile=False \
 --eval_iters=20 --log_interval=1 $shape_nano --max_iters=$iters --lr_decay_iters=$iters \
 --out_dir=$tmp/nanogpt"

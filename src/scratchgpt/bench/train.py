@@ -1,7 +1,8 @@
 """Training throughput (tokens/s) and achieved FLOP/s against this machine's matmul peak.
 
 Default shape = the nanoGPT CPU recipe: 4 layers, 4 heads, 128 dims, context 64, batch 12,
-character vocabulary of Tiny Shakespeare (65). Each variant (precision, compile) runs the same
+character vocabulary of Tiny Shakespeare (65), no biases (its ``train.py`` sets ``bias = False``;
+``--bias`` adds GPT-2's). Each variant (precision, compile) runs the same
 full training step as ``scratchgpt train``: batch sampling, forward, loss, backward, clipping,
 fused AdamW. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its shakespeare_char
 data prepared) to run its train.py beside ours in the same invocation and print the ratio.
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16), fp32, "
                         "or auto, what the presets train with: bf16 where the hardware has "
                         "it, else fp32 (default auto)")
+    p.add_argument("--bias", action=argparse.BooleanOptionalAction, default=False,
+                   help="biases in the Linear layers and LayerNorms, as GPT-2 and scratchgpt "
+                        "train's default; off by default, as in nanoGPT's recipe")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout (0)")
     p.add_argument("--attn-dropout", type=float, default=None,
                    help="attention dropout alone (default: the same as --dropout)")
@@ -105,7 +109,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                     dropout=args.dropout, attn_dropout=args.attn_dropout,
-                    activation=args.activation)
+                    activation=args.activation, bias=args.bias)
     model = GPT(cfg)
     device = torch.device("cpu")
     train = TrainConfig(batch_size=args.batch_size, learning_rate=1e-3, weight_decay=0.1,
@@ -194,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"matmul peak (2048^3, {report['threads']} threads): "
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
     print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
-          f"batch {args.batch_size}; attention: {report['attention']}")
+          f"batch {args.batch_size}, {'with' if args.bias else 'no'} biases; attention: "
+          f"{report['attention']}")
     print(f"{'variant':22s} {'ms/step':>8s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'of peak':>8s}"
           f" {'vs ref':>7s}")
     for r in results:
