@@ -136,7 +136,8 @@ def _backward(saved: tuple[Tensor, ...], dy: Tensor, grads: tuple[Tensor, Tensor
 def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...], ctypes.Array]:
     """The strides of q, k and v inside a contiguous (B, T, 3, H, D) projection and of y (B, T,
     H, D): the forward's four and the backward's eight. Computed once per shape: at the small
-    shapes the kernel is for, building them from tensor views cost a fifth of its time."""
+    shapes the kernel is for, building them from tensor views on every call cost about a
+    tenth of the call."""
     qkv, y = [T * 3 * H * D, D, 3 * H * D], [T * H * D, D, H * D]
     return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
@@ -154,7 +155,7 @@ class _AttentionQKV(torch.autograd.Function):
         lse = torch.empty(B, n_head, T, dtype=torch.float32)
         base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
         _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
-                                         lse.data_ptr()), _qkv_layout(B, T, *shape[1::2])[0])
+                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0])
         ctx.shape = shape
         ctx.save_for_backward(qkv, y, lse)
         return y
