@@ -225,12 +225,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         # Shakespeare, ahead on two other texts too). cpu-speedrun on a 768-id BPE does better:
         # with 4 layers 1.419-1.423 on a CPU a third as fast, and on the Zen 4 that measured
         # this preset (bf16, three times the updates) with 6 layers x 192 and weight decay 0.6
-        # 1.391-1.398 (1.398 and 1.405 after attention moved to C, whose extra updates fit the
-        # text more closely, and 1.394 at weight decay 0.8: docs/BENCHMARKS.md). cpu-medium
-        # itself stays GPT-2's architecture, so it exports to HF and GGUF. Its rate and shape
-        # are the best of their neighbours at 10 minutes (rate 2.5e-3 or 6e-3, 4 layers x 256
-        # or 8 x 192 all ended higher), and it is no better without QK-norm or without the
-        # ramps.
+        # 1.391-1.398; since attention moved to C its extra updates fit the text more closely
+        # (1.398 and 1.405 at 0.6), and weight decay 0.8 ended at 1.391-1.397 in four runs
+        # (docs/BENCHMARKS.md). cpu-medium itself stays GPT-2's architecture, so it exports
+        # to HF and GGUF. Its rate and shape are the best of their neighbours at 10 minutes
+        # (rate 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192 all ended higher), and it is no
+        # better without QK-norm or without the ramps.
         {**_CPU_MEDIUM, **SPEEDRUN_OPTIONS}, seq_len_warmup=600, batch_size_ramp=600,
     ),
     "shakespeare-gpu": dict(
