@@ -46,12 +46,6 @@ static void widen_row(float *dst, const void *p, int bf16, int n, int n16, float
         _mm512_storeu_ps(dst + k, _mm512_mul_ps(load16(p, bf16, k, k < n ? tail16(k, n) : 0), vm));
 }
 
-/* src[0 .. n) times mul, stored at p as fp32 or bf16 */
-static void store_row(void *p, int bf16, const float *src, float mul, int n) {
-    __m512 vm = _mm512_set1_ps(mul);
-    for (int k = 0; k < n; k += 16) store16(p, bf16, k, tail16(k, n), _mm512_mul_ps(_mm512_loadu_ps(src + k), vm));
-}
-
 static inline const void *row(const void *base, int bf16, const Strides *s, int b, int h, int t) {
     long i = b * s->b + h * s->h + t * s->t;
     return bf16 ? (const void *)((const uint16_t *)base + i) : (const void *)((const float *)base + i);
@@ -216,7 +210,7 @@ static void forward_pair(Work *w, const Call *c, int b, int h) {
         }
         weighted_rows(w, w->s, w->v, w->o, n);
         for (int r = 0; r < R && i0 + r < w->T; r++)
-            store_row((void *)row(c->out[0], c->bf16, &c->out_st[0], b, h, i0 + r), c->bf16,
+            store_row((void *)row(c->out[0], c->bf16, &c->out_st[0], b, h, i0 + r), c->bf16, 0,
                       w->o + (long)r * w->Dp, 1.0f / total[r], w->D);
     }
 }
@@ -290,7 +284,7 @@ static void backward_pair(Work *w, const Call *c, int b, int h) {
     float *res[] = {w->dq, w->dk, w->dv}, mul[] = {scale, 1.0f, 1.0f};
     for (int r = 0; r < 3; r++)
         for (int i = 0; i < w->T; i++)
-            store_row((void *)row(c->out[r], c->bf16, &c->out_st[r], b, h, i), c->bf16,
+            store_row((void *)row(c->out[r], c->bf16, &c->out_st[r], b, h, i), c->bf16, 0,
                       res[r] + (long)i * w->Dp, mul[r], w->D);
 }
 

@@ -264,13 +264,6 @@ static float dot_f32(const float *a, const void *b, int b_bf16, int n) {
     return _mm512_reduce_add_ps(acc);
 }
 
-static void store_row(void *dst, int bf16, long i, const float *src, int n) {
-    for (int d = 0; d < n; d += 16) {
-        __mmask16 m = tail16(d, n);
-        store16(dst, bf16, i + d, m, _mm512_maskz_loadu_ps(m, src + d));
-    }
-}
-
 static void rms_norm(float *x, const float *w, float eps, int n) {
     float ss = 0;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
@@ -317,8 +310,8 @@ static void attend_head(const Model *M, const Layer *L, int h, float *qkv, void 
     long row0 = (long)h * max_len * D; /* element index of this head's slot 0 */
     float *q = qkv + h * D;
     head_options(M, L, q, qkv + C + h * D, qkv + 2 * C + h * D, h, token, position);
-    store_row(kc, bf, row0 + (long)slot * D, qkv + C + h * D, D);
-    store_row(vc, bf, row0 + (long)slot * D, qkv + 2 * C + h * D, D);
+    store_row(kc, bf, row0 + (long)slot * D, qkv + C + h * D, 1.0f, D);
+    store_row(vc, bf, row0 + (long)slot * D, qkv + 2 * C + h * D, 1.0f, D);
     float scale = 1.0f / sqrtf((float)D), top = -INFINITY, total = 0;
     int esize = bf ? 2 : 4;
     for (int t = first; t <= slot; t++) {

@@ -1,6 +1,6 @@
 /* Sixteen fp32 lanes at a time (one AVX-512 register): masked loads and stores of fp32 or bf16
- * data, bf16 rounding and exp. Included by causal_attention.c and decode_step.c (c_kernels.py's
- * build key covers included files). */
+ * data (and a whole row's store), bf16 rounding and exp. Included by causal_attention.c and
+ * decode_step.c (c_kernels.py's build key covers included files). */
 #ifndef SCRATCHGPT_SIMD16_H
 #define SCRATCHGPT_SIMD16_H
 #include <immintrin.h>
@@ -34,6 +34,15 @@ static inline void store16(void *p, int bf16, long k, __mmask16 m, __m512 x) {
         _mm256_mask_storeu_epi16((uint16_t *)p + k, m, round_bf16(x));
     else
         _mm512_mask_storeu_ps((float *)p + k, m, x);
+}
+
+/* src[0 .. n) times mul, stored at p + i as fp32 or bf16 */
+static inline void store_row(void *p, int bf16, long i, const float *src, float mul, int n) {
+    __m512 vm = _mm512_set1_ps(mul);
+    for (int k = 0; k < n; k += 16) {
+        __mmask16 m = tail16(k, n);
+        store16(p, bf16, i + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + k), vm));
+    }
 }
 
 /* exp(x), to ~2 ulp: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its Taylor series to r^7 / 7!,
