@@ -163,7 +163,7 @@ class _AttentionQKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None]:
         qkv, y, lse = ctx.saved_tensors
-        dy = dy.to(qkv.dtype).contiguous()
+        dy = dy.contiguous()
         dqkv = torch.empty_like(qkv)
         B, H, T, D = ctx.shape
         base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), H * D * qkv.element_size()
