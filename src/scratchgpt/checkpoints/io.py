@@ -284,11 +284,14 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint,
     share a change)."""
     buf = io.BytesIO()
     torch.save(checkpoint.to_dict(), buf)
+    def write(f: IO[bytes]) -> None:
+        f.write(buf.getbuffer())
+
     first, *others = [Path(t) for t in (*copies, path)]
-    atomic_write(first, lambda f: f.write(buf.getbuffer()))
+    atomic_write(first, write)
     for target in others:
         if not atomic_link(first, target):
-            atomic_write(target, lambda f: f.write(buf.getbuffer()))
+            atomic_write(target, write)
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
