@@ -96,6 +96,14 @@ def _without_kernel(monkeypatch) -> None:
     monkeypatch.setattr(attention_kernel, "usable", lambda *a: False)
 
 
+def _count_kernel_calls(monkeypatch) -> list[int]:
+    """A list that gains an entry each time the kernel's forward runs."""
+    called: list[int] = []
+    real = attention_kernel._run_forward
+    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
+    return called
+
+
 @pytest.mark.parametrize("option", ["gpt2", "rope", "qk_norm", "value_embeds"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpt_trains_the_same_with_and_without_the_kernel(option, dtype, monkeypatch):
@@ -112,9 +120,7 @@ def test_gpt_trains_the_same_with_and_without_the_kernel(option, dtype, monkeypa
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    called = []
-    real = attention_kernel._run_forward
-    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
+    called = _count_kernel_calls(monkeypatch)
     loss, grads = loss_and_grads()
     assert len(called) == model.config.n_layer  # every layer ran the kernel
     _without_kernel(monkeypatch)
@@ -144,9 +150,7 @@ def test_gpt_leaves_the_kernel_where_it_does_not_apply(monkeypatch):
 
 def test_a_tiny_bf16_training_run_through_the_kernel_lowers_the_loss(monkeypatch):
     """Autocast bf16, AdamW: a GPT learns a repeating sequence through the kernel alone."""
-    called = []
-    real = attention_kernel._run_forward
-    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
+    called = _count_kernel_calls(monkeypatch)
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
