@@ -43,3 +43,13 @@ def test_its_mean_is_the_full_split_loss(small_dataset):
     assert abs(curve.mean().item() - total / count) < 1e-6
     assert full_split_loss(model, data, "val", 16, torch.device("cpu")) == total / count == loss
     assert model.training  # the mode it was in is restored
+
+
+def test_the_loss_does_not_depend_on_how_the_windows_are_batched(small_dataset):
+    data = TokenDataset(small_dataset)
+    model = _model(data.vocab_size, 8)
+    cpu = torch.device("cpu")
+    n = (len(data.splits["val"]) - 1) // 8
+    assert n > 64  # so that the default batch (64 windows) is not the whole split
+    losses = [full_split_loss(model, data, "val", 8, cpu, batch_size=b) for b in (1, 3, 64, n)]
+    assert max(losses) - min(losses) < 1e-6, losses

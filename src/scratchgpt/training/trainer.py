@@ -29,6 +29,7 @@ from scratchgpt.checkpoints.rundir import RunDir, run_config
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.training import distributed
+from scratchgpt.training.allocator import keep_freed_memory
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.curriculum import batch_rows, window_length
 from scratchgpt.training.metrics import MetricsLog, plot_losses
@@ -117,6 +118,7 @@ class Trainer:
             self.device = torch.device("cuda", self.info.local_rank)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self._set_threads()
+        keep_freed_memory()  # every step reuses the last one's memory (training/allocator.py)
         torch.manual_seed(cfg.seed)  # the same initial weights in every process
         self.model = build_model(config).to(self.device)
         if init_weights is not None:
