@@ -98,6 +98,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
 
     from scratchgpt.data.dataset import random_windows
     from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.config import TrainConfig
     from scratchgpt.training.optim import make_optimizer
     from scratchgpt.training.precision import resolve_muon_dtype
@@ -105,6 +106,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     from scratchgpt.training.trainer import train_step
 
     dtype, options = parse_variant(variant)
+    keep_freed_memory()  # as the Trainer does
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
