@@ -42,11 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
+    from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.job import check_same_tokenizer
     from scratchgpt.training.task import full_split_loss, loss_by_position
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
     model, source = load_model(args.checkpoint, args.which)
     to_inference_dtype(model, args.dtype)
     ckpt = source.checkpoint

@@ -13,7 +13,8 @@ with the most faults were the slowest, by seconds (docs/BENCHMARKS.md).
 What: :func:`keep_freed_memory` fixes both thresholds once, for the whole process: blocks up to
 32 MiB (glibc's largest allowed threshold) come from the heap, and the heap is not trimmed
 until 1 GiB of it is free. A process then holds on to its peak working set until it ends,
-which is what a training process reuses every step anyway; blocks above 32 MiB (a large
+which is what a training process reuses every step anyway (and ``scratchgpt eval`` every
+batch); blocks above 32 MiB (a large
 vocabulary's logits) are still mapped and returned as before.
 
 It does nothing where the C library is not glibc (macOS, musl), when ``MALLOC_MMAP_THRESHOLD_``
