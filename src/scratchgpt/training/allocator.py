@@ -14,8 +14,8 @@ What: :func:`keep_freed_memory` fixes both thresholds once, for the whole proces
 32 MiB (glibc's largest allowed threshold) come from the heap, and the heap is not trimmed
 until 1 GiB of it is free. A process then holds on to its peak working set until it ends,
 which is what a training process reuses every step anyway (and ``scratchgpt eval`` every
-batch); blocks above 32 MiB (a large
-vocabulary's logits) are still mapped and returned as before.
+batch); blocks above 32 MiB (a large vocabulary's logits) are still mapped and returned as
+before.
 
 It does nothing where the C library is not glibc (macOS, musl), when ``MALLOC_MMAP_THRESHOLD_``
 or ``MALLOC_TRIM_THRESHOLD_`` is set (the user's own tuning wins), or with
