@@ -20,9 +20,6 @@ before.
 It does nothing where the C library is not glibc (macOS, musl), when ``MALLOC_MMAP_THRESHOLD_``
 or ``MALLOC_TRIM_THRESHOLD_`` is set (the user's own tuning wins), or with
 ``SCRATCHGPT_MALLOC=default``.
-
->>> keep_freed_memory() in (True, False)
-True
 """
 
 from __future__ import annotations
