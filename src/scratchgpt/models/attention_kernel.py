@@ -73,12 +73,15 @@ def usable(x: Tensor, head_dim: int) -> bool:
             and load() is not None)
 
 
-def _strides(t: Tensor) -> list[int]:
+def _strides(t: Tensor) -> tuple[int, ...]:
     """(sequence, head, time) strides of a (B, H, T, D) view, in elements."""
-    return [t.stride(0), t.stride(1), t.stride(2)]
+    return t.stride()[:3]
 
 
-def _longs(values: list[int]) -> ctypes.Array:
+@functools.lru_cache(maxsize=256)
+def _longs(values: tuple[int, ...]) -> ctypes.Array:
+    """``values`` as a C array of longs, made once per distinct tuple: the kernel only reads it,
+    and a training run meets a handful of layouts, call after call."""
     return (ctypes.c_long * len(values))(*values)
 
 
@@ -129,7 +132,7 @@ def _backward(saved: tuple[Tensor, ...], dy: Tensor, grads: tuple[Tensor, Tensor
     views = (q, k, v, y.transpose(1, 2), dy.transpose(1, 2), *grads)
     ptrs = [t.data_ptr() for t in views]
     _run_backward(_bf16(q), tuple(q.shape), (*ptrs[:5], lse.data_ptr(), *ptrs[5:]),
-                  _longs(sum((_strides(t) for t in views), [])))
+                  _longs(sum((_strides(t) for t in views), ())))
 
 
 @functools.lru_cache(maxsize=64)
@@ -138,7 +141,7 @@ def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...
     H, D): the forward's four and the backward's eight. Computed once per shape: at the small
     shapes the kernel is for, building them from tensor views on every call cost about a
     tenth of the call."""
-    qkv, y = [T * 3 * H * D, D, 3 * H * D], [T * H * D, D, H * D]
+    qkv, y = (T * 3 * H * D, D, 3 * H * D), (T * H * D, D, H * D)
     return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
 
