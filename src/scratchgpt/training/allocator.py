@@ -39,7 +39,7 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 def keep_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds as the module docstring says, once per process.
     True when they were set."""
-    if os.environ.get("SCRATCHGPT_MALLOC", "") == "default":
+    if os.environ.get("SCRATCHGPT_MALLOC", "").lower() == "default":
         return False
     if any(name in os.environ for name in USER_SETTINGS):
         return False
