@@ -418,7 +418,8 @@ class CausalSelfAttention(nn.Module):
             w = self.q_norm.weight.dtype
             q, k = self.q_norm(q.to(w)).to(v.dtype), self.k_norm(k.to(w)).to(v.dtype)
         if rope is not None:
-            q, k = apply_rope(q, *rope).to(v.dtype), apply_rope(k, *rope).to(v.dtype)
+            # queries and keys rotated together: one op per step of the rotation, not two
+            q, k = apply_rope(torch.stack((q, k)), *rope).to(v.dtype).unbind(0)  # 2 x (B, H, T, D)
         return q, k, v
 
     def forward(self, x: Tensor, mask: Tensor | None = None, cache: KVCache | None = None,
