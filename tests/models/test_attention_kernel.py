@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from scratchgpt.models import attention_kernel
 from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.layers import apply_rope, rope_tables
 from tests.models.test_gpt import option_model
 
 pytestmark = pytest.mark.skipif(attention_kernel.load() is None,
@@ -60,6 +61,51 @@ def test_bf16_is_fp32_arithmetic_rounded_once(shape):
     torch.testing.assert_close(y.float(), y_ref, atol=1e-3, rtol=2**-8)
     scale = g_ref.abs().max()
     assert (g.float() - g_ref).abs().max() < 2**-6 * scale
+
+
+ROPE_SHAPES = [(3, 64, 4, 32), (2, 37, 3, 24), (2, 1, 2, 16), (1, 130, 2, 64), (2, 19, 1, 40)]
+
+
+@pytest.mark.parametrize("shape", ROPE_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_positions_from_the_projection_equal_torch(shape, dtype):
+    """Queries and keys turned inside the kernel (half widths 16, 12, 8, 32 and 20: whole and
+    partial 16-wide steps) equal layers.apply_rope then PyTorch's attention, in fp32; in bf16,
+    the fp32 result of the same bf16 inputs to bf16's precision. Gradients reach the projection
+    through the rotation."""
+    B, T, H, D = shape
+    torch.manual_seed(4)
+    cos, sin = rope_tables(2 * T, D)
+    cos, sin = cos[T:], sin[T:]  # positions T .. 2T - 1: angles other than the first rows'
+    qkv, dy = torch.randn(B, T, 3 * H * D).to(dtype), torch.randn(B, T, H * D).to(dtype)
+    ours = qkv.clone().requires_grad_()
+    y = attention_kernel.attention_qkv(ours, H, (cos, sin))
+    y.backward(dy)
+    theirs = qkv.float().requires_grad_()
+    q, k, v = theirs.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    y_ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+    y_ref.backward(dy.float())
+    assert y.dtype == ours.grad.dtype == dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(y, y_ref, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-5, rtol=1e-5)
+    else:
+        torch.testing.assert_close(y.float(), y_ref, atol=1e-3, rtol=2**-8)
+        assert (ours.grad.float() - theirs.grad).abs().max() < 2**-6 * theirs.grad.abs().max()
+
+
+def test_a_rotary_gpt_reads_its_heads_from_the_projection(monkeypatch):
+    """With RoPE alone among the options, training runs the projection's kernel, which turns q
+    and k itself, not the path for q, k, v changed beforehand."""
+    def refuse(*a):
+        raise AssertionError("the separate q, k, v path ran")
+
+    monkeypatch.setattr(attention_kernel, "attention", refuse)
+    called = _count_kernel_calls(monkeypatch)
+    model = option_model("rope").train()
+    model(torch.randint(0, model.config.vocab_size, (2, 12))).sum().backward()
+    assert len(called) == model.config.n_layer
 
 
 def test_separate_q_k_v_equal_torch_and_reach_their_own_inputs():

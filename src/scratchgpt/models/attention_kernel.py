@@ -52,8 +52,8 @@ def load() -> Any:
     if lib is None:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int
-    lib.attention_forward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, i]
-    lib.attention_backward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, i]
+    lib.attention_forward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, p, i]
+    lib.attention_backward.argtypes = [i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, p, p, i]
     lib.attention_forward.restype = lib.attention_backward.restype = i
     return lib
 
@@ -96,22 +96,26 @@ def _check(failed: int) -> None:
 
 
 Shape = tuple[int, int, int, int]  # B, H, T, D
+Rope = tuple[int, int] | tuple[None, None]  # the addresses of the cos and sin tables, or none
 
 
 def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
-                 strides: tuple[ctypes.Array, ...]) -> None:
+                 strides: tuple[ctypes.Array, ...], rope: Rope = (None, None)) -> None:
     """The C forward over (B, H, T, D) = ``shape``: ``ptrs`` are q, k, v, y and lse; ``strides``
-    those of q, k, v and y (sequence, head, time). The one place the forward is called."""
+    those of q, k, v and y (sequence, head, time); ``rope`` the rotary tables' addresses. The one
+    place the forward is called."""
     q, k, v, y, lse = ptrs
     sq, sk, sv, sy = strides
-    _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse,
+    _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
                                     torch.get_num_threads()))
 
 
-def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctypes.Array) -> None:
+def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctypes.Array,
+                  rope: Rope = (None, None)) -> None:
     """The C backward: ``ptrs`` are q, k, v, y, dy, lse, then dq, dk, dv (written);
     ``strides`` 3 per tensor in that order, lse left out."""
-    _check(load().attention_backward(bf16, *shape, *ptrs, strides, torch.get_num_threads()))
+    _check(load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
+                                     torch.get_num_threads()))
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -145,27 +149,37 @@ def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...
     return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
 
+def _rope_tables(rope: tuple[Tensor, Tensor] | None, T: int) -> tuple[Tensor, ...]:
+    """The rotary tables as the kernel reads them, (T, D/2) fp32 contiguous; () without."""
+    if rope is None:
+        return ()
+    return tuple(t[:T].float().contiguous() for t in rope)
+
+
 class _AttentionQKV(torch.autograd.Function):
-    """qkv (B, T, 3C) -> y (B, T, C): the heads read from the projection's output, and their
-    gradients written into one gradient of it."""
+    """qkv (B, T, 3C) -> y (B, T, C): the heads read from the projection's output (queries and
+    keys turned by rotary positions when ``rope`` is given), and their gradients written into
+    one gradient of it."""
 
     @staticmethod
-    def forward(ctx: Any, qkv: Tensor, n_head: int) -> Tensor:
+    def forward(ctx: Any, qkv: Tensor, n_head: int, rope: tuple[Tensor, Tensor] | None) -> Tensor:
         qkv = qkv.contiguous()
         B, T, C3 = qkv.shape
         shape = (B, n_head, T, C3 // (3 * n_head))
         y = qkv.new_empty(B, T, C3 // 3)
         lse = torch.empty(B, n_head, T, dtype=torch.float32)
+        tables = _rope_tables(rope, T)
         base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
         _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
-                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0])
+                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
+                     _addresses(tables))
         ctx.shape = shape
-        ctx.save_for_backward(qkv, y, lse)
+        ctx.save_for_backward(qkv, y, lse, *tables)
         return y
 
     @staticmethod
-    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None]:
-        qkv, y, lse = ctx.saved_tensors
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None, None]:
+        qkv, y, lse, *tables = ctx.saved_tensors
         dy = dy.contiguous()
         dqkv = torch.empty_like(qkv)
         B, H, T, D = ctx.shape
@@ -173,8 +187,13 @@ class _AttentionQKV(torch.autograd.Function):
         _run_backward(_bf16(qkv), ctx.shape,
                       (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
                        lse.data_ptr(), grad, grad + step, grad + 2 * step),
-                      _qkv_layout(B, T, H, D)[1])
-        return dqkv, None
+                      _qkv_layout(B, T, H, D)[1], _addresses(tables))
+        return dqkv, None, None
+
+
+def _addresses(tables: tuple[Tensor, ...]) -> Rope:
+    """The cos and sin tables' addresses for the C calls, or (None, None) without them."""
+    return (tables[0].data_ptr(), tables[1].data_ptr()) if tables else (None, None)
 
 
 class _Attention(torch.autograd.Function):
@@ -195,14 +214,17 @@ class _Attention(torch.autograd.Function):
         return grads
 
 
-def attention_qkv(qkv: Tensor, n_head: int) -> Tensor:
+def attention_qkv(qkv: Tensor, n_head: int, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Causal multi-head attention straight from the fused projection's output.
 
     qkv: (B, T, 3C), fp32 or bf16, queries then keys then values, each C = n_head x D features
     (head-major, as ``CausalSelfAttention.c_attn`` lays them out). Returns (B, T, C) in qkv's
-    dtype: each head's ``softmax(q k^T / sqrt(D), causal) v``, heads side by side. Needs
+    dtype: each head's ``softmax(q k^T / sqrt(D), causal) v``, heads side by side. ``rope``:
+    cos and sin of each of the T positions' angles, (T, D/2) each (rows of
+    ``layers.rope_tables``): queries and keys are turned by them first, in fp32, as
+    ``layers.apply_rope`` turns them. Needs
     :func:`usable`."""
-    return _AttentionQKV.apply(qkv, n_head)
+    return _AttentionQKV.apply(qkv, n_head, rope)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -21,6 +21,12 @@
  * 16-wide multiply-adds over keys, with no horizontal sums). bf16 results are rounded to nearest
  * even, as torch's conversion does.
  *
+ * Rotary positions (RoPE), when the call passes their tables: each query and key row, once
+ * widened to fp32, has its pairs (x[i], x[i + D/2]) turned by position t's angles,
+ * x[i] cos - x[i + D/2] sin and x[i] sin + x[i + D/2] cos, cos and sin read from (T, D/2) fp32
+ * tables; the backward turns dQ and dK back by the same angles (the transpose of the rotation)
+ * before storing them. So a rotary model, too, reads its heads straight from the projection.
+ *
  * Threads: the (b, h) pairs are split between PyTorch's OpenMP threads (built against the
  * libgomp PyTorch has loaded).
  */
@@ -73,20 +79,44 @@ static int work_alloc(Work *w, int T, int D) {
     return 1;
 }
 
-/* the T rows of one (b, h) pair, times mul, into dst (Tp, Dp); transposed into dst_t (Dp, Tp)
- * when given (16 rows at a time, one gather per feature) */
-static void load_rows(const Work *w, float *dst, float *dst_t, const void *base, int bf16,
-                      const Strides *st, int b, int h, float mul) {
-    for (int t = 0; t < w->T; t++)
-        widen_row(dst + (long)t * w->Dp, row(base, bf16, st, b, h, t), bf16, w->D, w->Dp, mul);
-    if (!dst_t) return;
+/* Each of the T rows of x (stride Dp) turned by its position's angles: forward (sign 1) or
+ * back (sign -1, the transpose). cos, sin: (T, D/2) fp32. */
+static void rotate_rows(const Work *w, float *x, const float *cos, const float *sin, float sign) {
+    const int half = w->D / 2;
+    const __m512 sg = _mm512_set1_ps(sign);
+    for (int t = 0; t < w->T; t++) {
+        float *x1 = x + (long)t * w->Dp, *x2 = x1 + half;
+        for (int i = 0; i < half; i += 16) {
+            __mmask16 m = tail16(i, half);
+            __m512 a = _mm512_maskz_loadu_ps(m, x1 + i), b = _mm512_maskz_loadu_ps(m, x2 + i);
+            __m512 c = _mm512_maskz_loadu_ps(m, cos + (long)t * half + i);
+            __m512 sn = _mm512_mul_ps(sg, _mm512_maskz_loadu_ps(m, sin + (long)t * half + i));
+            _mm512_mask_storeu_ps(x1 + i, m, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, sn)));
+            _mm512_mask_storeu_ps(x2 + i, m, _mm512_fmadd_ps(a, sn, _mm512_mul_ps(b, c)));
+        }
+    }
+}
+
+/* the T rows of src (stride Dp) transposed into dst_t (Dp, Tp): 16 rows at a time, one gather
+ * per feature */
+static void transpose_rows(const Work *w, const float *src, float *dst_t) {
     __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                      _mm512_set1_epi32(w->Dp));
     for (int t = 0; t < w->T; t += 16)
         for (int d = 0; d < w->D; d++)
             _mm512_storeu_ps(dst_t + (long)d * w->Tp + t,
                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), tail16(t, w->T), idx,
-                                                      dst + (long)t * w->Dp + d, 4));
+                                                      src + (long)t * w->Dp + d, 4));
+}
+
+/* the T rows of one (b, h) pair, times mul, into dst (Tp, Dp); turned by the rotary tables
+ * when given; then transposed into dst_t (Dp, Tp) when given */
+static void load_rows(const Work *w, float *dst, float *dst_t, const void *base, int bf16,
+                      const Strides *st, int b, int h, float mul, const float *const *rope) {
+    for (int t = 0; t < w->T; t++)
+        widen_row(dst + (long)t * w->Dp, row(base, bf16, st, b, h, t), bf16, w->D, w->Dp, mul);
+    if (rope) rotate_rows(w, dst, rope[0], rope[1], 1.0f);
+    if (dst_t) transpose_rows(w, dst, dst_t);
 }
 
 /* s[r][j] = a[r] . bt[:, j] for R rows of a (stride Dp) and keys j0 <= j < j0 + 16 * NB */
@@ -193,13 +223,15 @@ typedef struct {
     void *out[3];
     Strides in_st[5], out_st[3];
     float *lse;
+    const float *rope[2]; /* cos, sin (T, D/2) of rotary positions, or NULL */
 } Call;
 
 static void forward_pair(Work *w, const Call *c, int b, int h) {
     float *lse = c->lse + ((long)b * c->H + h) * c->T;
-    load_rows(w, w->q, NULL, c->in[0], c->bf16, &c->in_st[0], b, h, 1.0f / sqrtf((float)w->D)); /* q scaled */
-    load_rows(w, w->k, w->kt, c->in[1], c->bf16, &c->in_st[1], b, h, 1.0f);
-    load_rows(w, w->v, NULL, c->in[2], c->bf16, &c->in_st[2], b, h, 1.0f);
+    const float *const *rope = c->rope[0] ? c->rope : NULL;
+    load_rows(w, w->q, NULL, c->in[0], c->bf16, &c->in_st[0], b, h, 1.0f / sqrtf((float)w->D), rope); /* q scaled */
+    load_rows(w, w->k, w->kt, c->in[1], c->bf16, &c->in_st[1], b, h, 1.0f, rope);
+    load_rows(w, w->v, NULL, c->in[2], c->bf16, &c->in_st[2], b, h, 1.0f, NULL);
     for (int i0 = 0; i0 < w->T; i0 += R) {
         int n = keys_for(w, i0);
         float total[R], top;
@@ -239,10 +271,11 @@ static Strides strides3(const long *s) { return (Strides){s[0], s[1], s[2]}; }
  * backward. Returns 0, or 1 if a thread could not allocate its work space. */
 int attention_forward(int bf16, int B, int H, int T, int D, const void *q, const long *qs,
                       const void *k, const long *ks, const void *v, const long *vs, void *out,
-                      const long *os, float *lse, int threads) {
+                      const long *os, float *lse, const float *cos, const float *sin,
+                      int threads) {
     Call c = {.bf16 = bf16, .B = B, .H = H, .T = T, .D = D, .in = {q, k, v}, .out = {out},
               .in_st = {strides3(qs), strides3(ks), strides3(vs)}, .out_st = {strides3(os)},
-              .lse = lse};
+              .lse = lse, .rope = {cos, sin}};
     return for_each_pair(&c, forward_pair, threads);
 }
 
@@ -267,9 +300,11 @@ static void probabilities(Work *w, int i0, int n, const float *lse) {
 static void backward_pair(Work *w, const Call *c, int b, int h) {
     const float *lse = c->lse + ((long)b * c->H + h) * c->T;
     float scale = 1.0f / sqrtf((float)w->D);
+    const float *const *rope = c->rope[0] ? c->rope : NULL;
     float *rows[] = {w->q, w->k, w->v, w->o, w->dO}, *transposed[] = {NULL, w->kt, w->vt, NULL, NULL};
-    for (int i = 0; i < 5; i++) /* q scaled, as in the forward */
-        load_rows(w, rows[i], transposed[i], c->in[i], c->bf16, &c->in_st[i], b, h, i == 0 ? scale : 1.0f);
+    for (int i = 0; i < 5; i++) /* q scaled and q, k turned, as in the forward */
+        load_rows(w, rows[i], transposed[i], c->in[i], c->bf16, &c->in_st[i], b, h,
+                  i == 0 ? scale : 1.0f, i < 2 ? rope : NULL);
     memset(w->dk, 0, sizeof(float) * w->T * w->Dp);
     memset(w->dv, 0, sizeof(float) * w->T * w->Dp);
     for (int i0 = 0; i0 < w->T; i0 += R) {
@@ -280,6 +315,10 @@ static void backward_pair(Work *w, const Call *c, int b, int h) {
         add_outer(w, w->s, w->dO + (long)i0 * w->Dp, w->dv, n);  /* dV[j] += P[i, j] dO_i */
         add_outer(w, w->ds, w->q + (long)i0 * w->Dp, w->dk, n);  /* dK[j] += dS[i, j] s Q_i */
         weighted_rows(w, w->ds, w->k, w->dq + (long)i0 * w->Dp, n); /* dQ_i = sum_j dS[i, j] K_j */
+    }
+    if (rope) { /* the gradients of the turned q and k, turned back */
+        rotate_rows(w, w->dq, rope[0], rope[1], -1.0f);
+        rotate_rows(w, w->dk, rope[0], rope[1], -1.0f);
     }
     float *res[] = {w->dq, w->dk, w->dv}, mul[] = {scale, 1.0f, 1.0f};
     for (int r = 0; r < 3; r++)
@@ -293,9 +332,10 @@ static void backward_pair(Work *w, const Call *c, int b, int h) {
  * its work space. */
 int attention_backward(int bf16, int B, int H, int T, int D, const void *q, const void *k,
                        const void *v, const void *out, const void *dout, const float *lse,
-                       void *dq, void *dk, void *dv, const long *strides, int threads) {
+                       void *dq, void *dk, void *dv, const long *strides, const float *cos,
+                       const float *sin, int threads) {
     Call c = {.bf16 = bf16, .B = B, .H = H, .T = T, .D = D, .in = {q, k, v, out, dout},
-              .out = {dq, dk, dv}, .lse = (float *)lse};
+              .out = {dq, dk, dv}, .lse = (float *)lse, .rope = {cos, sin}};
     for (int i = 0; i < 5; i++) c.in_st[i] = strides3(strides + 3 * i);
     for (int i = 0; i < 3; i++) c.out_st[i] = strides3(strides + 15 + 3 * i);
     return for_each_pair(&c, backward_pair, threads);

@@ -438,9 +438,10 @@ class CausalSelfAttention(nn.Module):
         # scratchgpt's own CPU kernel (models/attention_kernel.py) for plain causal attention
         kernel = (cache is None and mask is None and not need_weights and self._kernel_fits()
                   and attention_kernel.usable(qkv, self.head_dim))
-        if kernel and rope is None and ve is None and self.q_norm is None:
-            # no option changes q, k or v: the kernel reads them from the projection itself
-            return self._project(attention_kernel.attention_qkv(qkv, self.n_head)), None
+        if kernel and ve is None and self.q_norm is None and (rope is None or rope[0].dim() == 2):
+            # the kernel reads q, k and v from the projection itself (and turns q and k by
+            # rotary positions: one table for every row, (T, D/2))
+            return self._project(attention_kernel.attention_qkv(qkv, self.n_head, rope)), None
         q, k, v = self._qkv(qkv, rope, ve)  # 3 x (B, H, T, D)
         if kernel:
             return self._project(attention_kernel.attention(q, k, v)), None  # (B, T, C)
