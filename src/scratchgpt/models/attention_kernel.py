@@ -8,7 +8,10 @@ and back; and the heads must be transposed out of the QKV projection and back in
 projection's layout, forward and backward. ``causal_attention.c`` (next to this file) reads q, k
 and v straight from the projection's output in its own dtype, writes the output in the layout
 the next projection reads, and writes the three gradients straight into one gradient of the
-projection's output (docs/BENCHMARKS.md has the step times with and without it).
+projection's output (docs/BENCHMARKS.md has the step times with and without it). A rotary
+model's queries and keys are turned inside it, in fp32, rather than by several small
+operations outside (:func:`attention_qkv`'s ``rope``); :func:`attention` takes q, k, v that
+other options (QK-norm, value embeddings) have changed first.
 
 How: the C file is compiled once per machine and loaded with :mod:`ctypes`
 (:mod:`~scratchgpt.models.c_kernels` says where it is kept and how); it runs on PyTorch's own
