@@ -95,6 +95,13 @@ def test_rotary_positions_from_the_projection_equal_torch(shape, dtype):
         assert (ours.grad.float() - theirs.grad).abs().max() < 2**-6 * theirs.grad.abs().max()
 
 
+def test_rotary_tables_of_another_shape_are_refused():
+    qkv = torch.randn(2, 10, 3 * 2 * 16)
+    cos, sin = rope_tables(12, 16)  # 12 positions for 10 tokens
+    with pytest.raises(ValueError, match="rotary tables"):
+        attention_kernel.attention_qkv(qkv, 2, (cos, sin))
+
+
 def test_a_rotary_gpt_reads_its_heads_from_the_projection(monkeypatch):
     """With RoPE alone among the options, training runs the projection's kernel, which turns q
     and k itself, not the path for q, k, v changed beforehand."""

@@ -152,11 +152,16 @@ def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...
     return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
 
-def _rope_tables(rope: tuple[Tensor, Tensor] | None, T: int) -> tuple[Tensor, ...]:
-    """The rotary tables as the kernel reads them, (T, D/2) fp32 contiguous; () without."""
+def _rope_tables(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple[Tensor, ...]:
+    """The rotary tables as the kernel reads them, (T, D/2) fp32 contiguous; () without. Any
+    other shape is refused here: the C code would read past them."""
     if rope is None:
         return ()
-    return tuple(t[:T].float().contiguous() for t in rope)
+    tables = tuple(t.float().contiguous() for t in rope)
+    if any(t.shape != (T, D // 2) for t in tables):
+        raise ValueError(f"rotary tables must be ({T}, {D // 2}) for {T} positions of heads of "
+                         f"{D}, got {[tuple(t.shape) for t in tables]}")
+    return tables
 
 
 class _AttentionQKV(torch.autograd.Function):
@@ -171,7 +176,7 @@ class _AttentionQKV(torch.autograd.Function):
         shape = (B, n_head, T, C3 // (3 * n_head))
         y = qkv.new_empty(B, T, C3 // 3)
         lse = torch.empty(B, n_head, T, dtype=torch.float32)
-        tables = _rope_tables(rope, T)
+        tables = _rope_tables(rope, T, shape[3])
         base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
         _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
                                          lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
