@@ -11,7 +11,7 @@ import pytest
 from scratchgpt.training import allocator
 
 STEPS = 20
-# A few steps of a small GPT in bf16, then the page faults of STEPS more: a fresh process, so
+# Ten steps of a small GPT in bf16, then the page faults of STEPS more: a fresh process, so
 # that its malloc starts from glibc's defaults (or from ours, set before the first step).
 CHILD = f"""
 import resource, torch
@@ -28,7 +28,7 @@ def step():
     torch.nn.functional.cross_entropy(logits, x.flatten()).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-for _ in range(3):
+for _ in range(10):
     step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range({STEPS}):
@@ -47,11 +47,12 @@ def _faults(malloc: str) -> tuple[bool, int]:
 
 @pytest.mark.skipif(not allocator._glibc(), reason="glibc's malloc only")
 def test_training_steps_fault_in_no_fresh_pages():
+    """With memory kept, the steps after the first ten fault in a few pages at most (1 to 26
+    in all where this was written). glibc's defaults vary from one process to the next (2 to
+    7,900 faults in the same 20 steps there), so the test asserts our bound, not a comparison."""
     kept, faults = _faults("")
-    default_kept, default_faults = _faults("default")
-    assert kept and not default_kept
-    assert faults < 20 * STEPS, faults  # a page or two a step at most, after the first steps
-    assert faults * 4 < default_faults, (faults, default_faults)
+    assert kept
+    assert faults < 5 * STEPS, faults
 
 
 @pytest.mark.parametrize("name,value", [("SCRATCHGPT_MALLOC", "default"),
