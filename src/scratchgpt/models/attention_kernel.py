@@ -230,8 +230,7 @@ def attention_qkv(qkv: Tensor, n_head: int, rope: tuple[Tensor, Tensor] | None =
     dtype: each head's ``softmax(q k^T / sqrt(D), causal) v``, heads side by side. ``rope``:
     cos and sin of each of the T positions' angles, (T, D/2) each (rows of
     ``layers.rope_tables``): queries and keys are turned by them first, in fp32, as
-    ``layers.apply_rope`` turns them. Needs
-    :func:`usable`."""
+    ``layers.apply_rope`` turns them. Needs :func:`usable`."""
     return _AttentionQKV.apply(qkv, n_head, rope)
 
 
