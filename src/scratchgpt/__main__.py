@@ -1,9 +1,9 @@
 import sys
 
 try:
-    from scratchgpt.cli import main
+    from scratchgpt.cli import run
 except KeyboardInterrupt:  # Ctrl-C while Python starts: nothing has begun
     print("scratchgpt: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
 
-raise SystemExit(main())
+raise SystemExit(run())

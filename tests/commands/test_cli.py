@@ -292,3 +292,48 @@ def test_bad_bpe_dropout_flags(tmp_path, capsys, flags, message):
     assert message in error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), *flags,
                                         "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d").exists()
+
+
+def _entry(code: str, *argv: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter (the process entry must not freeze this one)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         timeout=120, check=False)
+    return out.stdout.split()
+
+
+def test_the_process_entry_returns_mains_code_and_leaves_shutdown_no_garbage_to_search():
+    code = ("import gc, sys; from scratchgpt.cli import run; sys.argv[0] = 'scratchgpt'\n"
+            "c = run(); print(c, gc.get_freeze_count() > 0, gc.isenabled())")
+    # a bad flag: exit 2 through argparse, after the command modules (torch) were imported
+    caught = "c = 0\ntry: run()\nexcept SystemExit as e: c = e.code"
+    assert _entry(code.replace("c = run()", caught), "train", "--no-such-flag") == [
+        "2", "True", "True"]
+    # a command that returns its code: main's, with every object frozen out of the search
+    assert _entry(code, "train", "--dataset", "no/such/dir") == ["2", "True", "True"]
+
+
+def test_main_leaves_the_collector_as_it_found_it():
+    import gc
+
+    was = gc.isenabled()
+    try:
+        gc.disable()
+        assert main(["train", "--dataset", "no/such/dir"]) == 2
+        assert not gc.isenabled()  # a program that turned it off keeps it off
+        gc.enable()
+        assert main(["train", "--dataset", "no/such/dir"]) == 2
+        assert gc.isenabled() and gc.get_freeze_count() == 0  # main itself freezes nothing
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_the_script_and_python_m_enter_through_run():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["scratchgpt"] == "scratchgpt.cli:run"
+    assert "SystemExit(run())" in (root / "src" / "scratchgpt" / "__main__.py").read_text()
