@@ -176,3 +176,31 @@ def test_muon_dtype_is_a_setting_and_auto_follows_the_hardware():
     model = build_model(model_config("gpt", **GPT))
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon", muon_dtype="fp32")
     assert opt.optimizers[1].ns_dtype == torch.float32
+
+
+@pytest.mark.parametrize("norm", [0.01, 0.9999995, 1.0, 1.0000005, 30.0])  # around max_norm 1
+def test_clip_grad_norm_equals_torchs_bit_for_bit(norm):
+    import doctest
+
+    from scratchgpt.training import optim
+    from scratchgpt.training.optim import clip_grad_norm
+
+    torch.manual_seed(0)
+    model = build_model(model_config("gpt", **GPT))
+    model(torch.randint(0, 65, (2, 16))).float().square().mean().backward()
+    params = list(model.parameters())
+    base = torch.nn.utils.get_total_norm([p.grad for p in params])
+    with torch.no_grad():
+        for p in params:
+            p.grad *= norm / base
+    theirs = [p.grad.clone() for p in params]
+    ours = [p.grad for p in params]
+    for p, g in zip(params, theirs, strict=True):
+        p.grad = g
+    want = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    for p, g in zip(params, ours, strict=True):
+        p.grad = g
+    got = clip_grad_norm(params, 1.0)
+    assert torch.equal(got, want) and abs(float(got) - norm) < 1e-5
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert doctest.testmod(optim).failed == 0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.training.adamw import AdamW
@@ -108,6 +109,31 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
                 ns_dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[muon_dtype],
                 lr=lr * muon_lr_scale, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
     return ChainedOptimizer(adamw, muon)
+
+
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_``, the same gradients bit for bit, without its pass over
+    every gradient when they need no clipping. Returns the total norm before clipping.
+
+    PyTorch multiplies every gradient by min(max_norm / (norm + 1e-6), 1) unconditionally, so as
+    not to wait for an accelerator to report the norm. On a CPU the norm is already known, and a
+    factor of 1 leaves the gradients as they are: that multiply is skipped.
+
+    >>> p = torch.nn.Parameter(torch.ones(4))
+    >>> p.grad = torch.full((4,), 0.25)  # norm 0.5: left as it is
+    >>> float(clip_grad_norm([p], 1.0)), p.grad.tolist()
+    (0.5, [0.25, 0.25, 0.25, 0.25])
+    >>> p.grad = torch.full((4,), 1.0)  # norm 2: scaled to norm 1 (less 1e-6, as PyTorch)
+    >>> float(clip_grad_norm([p], 1.0)), [round(g, 4) for g in p.grad.tolist()]
+    (2.0, [0.5, 0.5, 0.5, 0.5])
+    """
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return torch.tensor(0.0)
+    total = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if total.device.type != "cpu" or float(max_norm / (total + 1e-6)) < 1.0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
 
 
 def set_lr(opt: Optimizer | ChainedOptimizer, lr: float) -> None:

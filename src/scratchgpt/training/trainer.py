@@ -33,7 +33,7 @@ from scratchgpt.training.allocator import keep_freed_memory
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.curriculum import batch_rows, window_length
 from scratchgpt.training.metrics import MetricsLog, plot_losses
-from scratchgpt.training.optim import lr_at, make_optimizer, set_lr
+from scratchgpt.training.optim import clip_grad_norm, lr_at, make_optimizer, set_lr
 from scratchgpt.training.precision import (
     autocast,
     resolve_device,
@@ -84,7 +84,7 @@ def train_step(model: nn.Module, forward: nn.Module, opt: Any, loss_fn: LossFn,
             (loss / cfg.grad_accum).backward()
     if cfg.grad_clip > 0:
         # An unusual batch cannot throw the weights far: the update's norm is bounded.
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        clip_grad_norm(model.parameters(), cfg.grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)  # frees the gradients' memory until the next backward
     return loss.detach()
