@@ -117,7 +117,8 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
 
     PyTorch multiplies every gradient by min(max_norm / (norm + 1e-6), 1) unconditionally, so as
     not to wait for an accelerator to report the norm. On a CPU the norm is already known, and a
-    factor of 1 leaves the gradients as they are: that multiply is skipped.
+    factor of 1 leaves the gradients as they are: that multiply is skipped. (Elsewhere this is
+    PyTorch's function.)
 
     >>> p = torch.nn.Parameter(torch.ones(4))
     >>> p.grad = torch.full((4,), 0.25)  # norm 0.5: left as it is
@@ -130,9 +131,14 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     params = [p for p in params if p.grad is not None]
     if not params:
         return torch.tensor(0.0)
-    total = torch.nn.utils.get_total_norm([p.grad for p in params])
-    if total.device.type != "cpu" or float(max_norm / (total + 1e-6)) < 1.0:
+    grads = [p.grad for p in params]
+    total = torch.nn.utils.get_total_norm(grads)
+    if total.device.type != "cpu":  # PyTorch's way: no waiting for the accelerator's norm
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+    factor = max_norm / (total + 1e-6)  # PyTorch's factor, computed as PyTorch does
+    if not factor >= 1.0:  # (a NaN norm too); at 1 or more, PyTorch clamps it to 1: no change
+        torch._foreach_mul_(grads, factor)
     return total
 
 
