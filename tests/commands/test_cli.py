@@ -315,6 +315,16 @@ def test_the_process_entry_returns_mains_code_and_leaves_shutdown_no_garbage_to_
     assert _entry(code, "train", "--dataset", "no/such/dir") == ["2", "True", "True"]
 
 
+def test_the_process_entry_runs_its_command_with_start_up_frozen_and_the_collector_on():
+    # the command sees the modules start-up imported (torch's hundreds of thousands of
+    # objects) frozen out of its collections, and collections still on for what it makes
+    code = ("import gc, sys\nfrom scratchgpt.commands import train\n"
+            "train.run = lambda args: print(gc.get_freeze_count() > 100_000, gc.isenabled())"
+            " or 3\nfrom scratchgpt.cli import run; sys.argv[0] = 'scratchgpt'\n"
+            "print(run())")
+    assert _entry(code, "train") == ["True", "True", "3"]
+
+
 def test_main_leaves_the_collector_as_it_found_it():
     import gc
 
