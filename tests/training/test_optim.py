@@ -1,3 +1,4 @@
+import doctest
 import math
 
 import pytest
@@ -5,8 +6,15 @@ import torch
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models import build_model, model_config
+from scratchgpt.training import optim
 from scratchgpt.training.muon import Muon, newton_schulz, orthogonalize
-from scratchgpt.training.optim import ChainedOptimizer, hidden_matrices, make_optimizer, set_lr
+from scratchgpt.training.optim import (
+    ChainedOptimizer,
+    clip_grad_norm,
+    hidden_matrices,
+    make_optimizer,
+    set_lr,
+)
 
 GPT = dict(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16)
 
@@ -182,11 +190,6 @@ def test_muon_dtype_is_a_setting_and_auto_follows_the_hardware():
 
 @pytest.mark.parametrize("norm", [0.01, 0.9999995, 1.0, 1.0000005, 30.0, math.inf, math.nan])
 def test_clip_grad_norm_equals_torchs_bit_for_bit(norm):  # (max_norm 1)
-    import doctest
-
-    from scratchgpt.training import optim
-    from scratchgpt.training.optim import clip_grad_norm
-
     torch.manual_seed(0)
     model = build_model(model_config("gpt", **GPT))
     model(torch.randint(0, 65, (2, 16))).float().square().mean().backward()
@@ -213,4 +216,8 @@ def test_clip_grad_norm_equals_torchs_bit_for_bit(norm):  # (max_norm 1)
     if math.isfinite(norm):
         assert abs(float(got) - norm) < 1e-5
     assert all(same(a, b) for a, b in zip(ours, theirs, strict=True))
-    assert doctest.testmod(optim).failed == 0
+
+
+def test_the_docstring_examples_run_and_show_what_they_return():
+    result = doctest.testmod(optim)
+    assert result.attempted > 0 and result.failed == 0
