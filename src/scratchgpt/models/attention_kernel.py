@@ -152,7 +152,7 @@ def _qkv_layout(B: int, T: int, H: int, D: int) -> tuple[tuple[ctypes.Array, ...
     return (_longs(qkv),) * 3 + (_longs(y),), _longs(qkv * 3 + y * 2 + qkv * 3)
 
 
-def _rope_tables(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple[Tensor, ...]:
+def rope_tables_for(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple[Tensor, ...]:
     """The rotary tables as the kernel reads them, (T, D/2) fp32 contiguous; () without. Any
     other shape is refused here: the C code would read past them."""
     if rope is None:
@@ -164,6 +164,37 @@ def _rope_tables(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple[Te
     return tables
 
 
+def qkv_forward(qkv: Tensor, n_head: int,
+                tables: tuple[Tensor, ...] = ()) -> tuple[Tensor, Tensor]:
+    """The kernel's forward straight from the fused projection: qkv (B, T, 3C) contiguous ->
+    y (B, T, C) in qkv's dtype and lse (B, H, T) fp32, what :func:`qkv_backward` needs besides.
+    ``tables``: the rotary tables from :func:`rope_tables_for`, or () without."""
+    B, T, C3 = qkv.shape
+    shape = (B, n_head, T, C3 // (3 * n_head))
+    y = qkv.new_empty(B, T, C3 // 3)
+    lse = torch.empty(B, n_head, T, dtype=torch.float32)
+    base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
+    _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
+                                     lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
+                 _addresses(tables))
+    return y, lse
+
+
+def qkv_backward(qkv: Tensor, y: Tensor, lse: Tensor, dy: Tensor, n_head: int,
+                 tables: tuple[Tensor, ...] = ()) -> Tensor:
+    """The gradient of :func:`qkv_forward`'s qkv (B, T, 3C) from dy (B, T, C), contiguous, and
+    what the forward gave and took."""
+    B, T, C3 = qkv.shape
+    D = C3 // (3 * n_head)
+    dqkv = torch.empty_like(qkv)
+    base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), n_head * D * qkv.element_size()
+    _run_backward(_bf16(qkv), (B, n_head, T, D),
+                  (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
+                   lse.data_ptr(), grad, grad + step, grad + 2 * step),
+                  _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
+    return dqkv
+
+
 class _AttentionQKV(torch.autograd.Function):
     """qkv (B, T, 3C) -> y (B, T, C): the heads read from the projection's output (queries and
     keys turned by rotary positions when ``rope`` is given), and their gradients written into
@@ -172,31 +203,16 @@ class _AttentionQKV(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, qkv: Tensor, n_head: int, rope: tuple[Tensor, Tensor] | None) -> Tensor:
         qkv = qkv.contiguous()
-        B, T, C3 = qkv.shape
-        shape = (B, n_head, T, C3 // (3 * n_head))
-        y = qkv.new_empty(B, T, C3 // 3)
-        lse = torch.empty(B, n_head, T, dtype=torch.float32)
-        tables = _rope_tables(rope, T, shape[3])
-        base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
-        _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
-                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
-                     _addresses(tables))
-        ctx.shape = shape
+        tables = rope_tables_for(rope, qkv.size(1), qkv.size(2) // (3 * n_head))
+        y, lse = qkv_forward(qkv, n_head, tables)
+        ctx.n_head = n_head
         ctx.save_for_backward(qkv, y, lse, *tables)
         return y
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None, None]:
         qkv, y, lse, *tables = ctx.saved_tensors
-        dy = dy.contiguous()
-        dqkv = torch.empty_like(qkv)
-        B, H, T, D = ctx.shape
-        base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), H * D * qkv.element_size()
-        _run_backward(_bf16(qkv), ctx.shape,
-                      (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
-                       lse.data_ptr(), grad, grad + step, grad + 2 * step),
-                      _qkv_layout(B, T, H, D)[1], _addresses(tables))
-        return dqkv, None, None
+        return qkv_backward(qkv, y, lse, dy.contiguous(), ctx.n_head, tuple(tables)), None, None
 
 
 def _addresses(tables: tuple[Tensor, ...]) -> Rope:
