@@ -1,0 +1,159 @@
+"""A transformer block's training forward and backward, written out as one autograd function.
+
+Why: at the small shapes a CPU trains, a step spends nearly as much time around PyTorch's
+operators as in them. Under bf16 autocast each of a block's ~15 operations passes through
+autocast's dispatch and records an autograd node, and the backward runs one node per
+operation, casts included. :class:`_Block` runs the same operations on the same dtypes in the
+same order as the block's modules do under autocast, with neither autocast nor autograd
+looking on, and its backward is the chain rule written out below: the loss and every gradient
+are those of the modules' path, bit for bit (tests compare the two). docs/BENCHMARKS.md has
+the step times with and without it.
+
+When it is used: a :class:`~scratchgpt.models.gpt.Block` in training (gradients on) under CPU
+bf16 autocast, on fp32 activations, where scratchgpt's attention kernel
+(:mod:`~scratchgpt.models.attention_kernel`) can run, for a plain block: LayerNorms with gains,
+``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh),
+residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
+the attention kernel. Anything else runs the modules, as do evaluation and generation.
+``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
+
+The forward, for x (B, T, C) fp32 seen as N = B T rows, each product on bf16 copies of its
+weights (what autocast makes):
+
+    h1 = LN1(x)                      (N, C)  fp32
+    qkv = bf16(h1) Wqkv^T + bqkv     (N, 3C) bf16
+    y = attention(qkv)               (N, C)  bf16, the kernel's, with lse (B, H, T) kept
+    x1 = x + (y Wo^T + bo)           (N, C)  fp32
+    h2 = LN2(x1)                     (N, C)  fp32
+    f = bf16(h2) Wfc^T + bfc         (N, 4C) bf16
+    g = GELU(f)                      (N, 4C) bf16
+    out = x1 + (g Wp^T + bp)         (N, C)  fp32
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from scratchgpt.models import attention_kernel
+
+SWITCH = "SCRATCHGPT_FUSED_BLOCK"
+BF16 = torch.bfloat16
+_aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What the function needs besides tensors with gradients."""
+
+    n_head: int
+    eps: tuple[float, float]  # the two LayerNorms'
+    approximate: str  # GELU's: "none" or "tanh"
+    tables: tuple[Tensor, ...]  # rotary cos and sin (T, D/2) fp32, or ()
+
+
+def _plain(block: Any) -> bool:
+    """A block of the one kind :class:`_Block` computes (see the module docstring)."""
+    attn, mlp = block.attn, block.mlp
+    return (block.residual and mlp is not None
+            and all(type(n) is nn.LayerNorm and n.weight is not None
+                    for n in (block.ln_1, block.ln_2))
+            and all(type(p) is nn.Linear for p in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
+            and type(mlp.act) is nn.GELU and attn.q_norm is None and attn.ve_lambda is None
+            and attn.impl == "sdpa" and attn.attn_dropout == 0 and attn.resid_dropout.p == 0
+            and mlp.dropout.p == 0)
+
+
+def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> bool:
+    """Whether ``block`` can run on ``x`` (B, T, C) as one function: training under CPU bf16
+    autocast, a plain block, the attention kernel usable, rotary tables of one row per
+    position (or none)."""
+    return (torch.is_grad_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
+            and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == BF16
+            and (rope is None or rope[0].dim() == 2)
+            and os.environ.get(SWITCH, "").lower() != "torch" and _plain(block)
+            and attention_kernel.usable(x, block.attn.head_dim))
+
+
+def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """``block(x)`` (B, T, C) -> (B, T, C) through :class:`_Block`; needs :func:`usable`."""
+    attn, mlp = block.attn, block.mlp
+    tables = attention_kernel.rope_tables_for(rope, x.size(1), attn.head_dim)
+    spec = _Spec(attn.n_head, (block.ln_1.eps, block.ln_2.eps), mlp.act.approximate, tables)
+    params = [t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc, mlp.c_proj)
+              for t in (m.weight, m.bias)]
+    return _Block.apply(x, spec, *params)
+
+
+def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x (N, in) w (out, in)^T (+ b): the product ``nn.Linear`` runs on (N, in) rows."""
+    return torch.mm(x, w.t()) if b is None else torch.addmm(b, x, w.t())
+
+
+def _linear_backward(dy: Tensor, x: Tensor, w: Tensor,
+                     b: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Gradients of :func:`_linear` from dy (N, out): of x (N, in), w (out, in) and b (out)."""
+    return dy.mm(w), dy.t().mm(x), None if b is None else dy.sum(0)
+
+
+class _Block(torch.autograd.Function):
+    """x (B, T, C) fp32 -> the block's output (B, T, C) fp32; gradients of x and of the twelve
+    parameters (gain and shift of LN1, weight and bias of each projection, then of LN2, ...;
+    None where a layer has no bias)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
+        B, T, C = x.shape
+        ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
+        # the products' operands in bf16, as autocast casts them
+        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = (
+            None if t is None else t.to(BF16)
+            for t in (qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b))
+        x = x.reshape(B * T, C)  # (N, C)
+        h1, mean1, rstd1 = _aten.native_layer_norm(x, (C,), ln1_w, ln1_b, spec.eps[0])
+        h1 = h1.to(BF16)
+        qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
+        y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
+        y = y.view(B * T, C)
+        x1 = _linear(y, o_w, o_b).float().add_(x)  # the residual stream stays fp32
+        h2, mean2, rstd2 = _aten.native_layer_norm(x1, (C,), ln2_w, ln2_b, spec.eps[1])
+        h2 = h2.to(BF16)
+        f = _linear(h2, fc_w, fc_b)  # (N, 4C)
+        g = _aten.gelu(f, approximate=spec.approximate)
+        out = _linear(g, p_w, p_b).float().add_(x1)
+        ctx.spec = spec
+        ctx.save_for_backward(x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, g,
+                              ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
+                              p_w, p_b)
+        return out.view(B, T, C)
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
+        (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, g, ln1_w, ln1_b, qkv_w,
+         qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b) = ctx.saved_tensors
+        spec = ctx.spec
+        B, T, C = d_out.shape
+        d_out = d_out.reshape(B * T, C)  # (N, C) fp32: the stream's gradient
+        # MLP branch: out = x1 + g Wp^T + bp, g = GELU(f), f = h2 Wfc^T + bfc
+        dg, dp_w, dp_b = _linear_backward(d_out.to(BF16), g, p_w, p_b)
+        df = _aten.gelu_backward(dg, f, approximate=spec.approximate)
+        dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b)
+        dx1, dln2_w, dln2_b = _aten.native_layer_norm_backward(
+            dh2.float(), x1, (C,), mean2, rstd2, ln2_w, ln2_b, (True, True, ln2_b is not None))
+        dx1 += d_out  # x1 reaches the output through the residual too
+        # attention branch: x1 = x + y Wo^T + bo, y = attention(h1 Wqkv^T + bqkv)
+        dy, do_w, do_b = _linear_backward(dx1.to(BF16), y, o_w, o_b)
+        dqkv = attention_kernel.qkv_backward(qkv.view(B, T, 3 * C), y.view(B, T, C), lse,
+                                             dy.view(B, T, C), spec.n_head, spec.tables)
+        dh1, dqkv_w, dqkv_b = _linear_backward(dqkv.view(B * T, 3 * C), h1, qkv_w, qkv_b)
+        dx, dln1_w, dln1_b = _aten.native_layer_norm_backward(
+            dh1.float(), x, (C,), mean1, rstd1, ln1_w, ln1_b, (True, True, ln1_b is not None))
+        dx += dx1
+        # bf16 gradients of fp32 weights: autograd casts them to the parameters' dtype
+        return (dx.view(B, T, C), None, dln1_w, dln1_b, dqkv_w, dqkv_b, do_w, do_b,
+                dln2_w, dln2_b, dfc_w, dfc_b, dp_w, dp_b)

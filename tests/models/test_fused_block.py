@@ -1,0 +1,132 @@
+"""A block's training forward and backward as one function (models/fused_block.py): the loss,
+every gradient and whole optimizer updates equal the modules' path under bf16 autocast bit for
+bit, and the GPT uses it exactly where it may."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scratchgpt.data.dataset import random_windows
+from scratchgpt.models import attention_kernel, fused_block
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.lora import LoRAConfig, add_lora
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.optim import make_optimizer
+from scratchgpt.training.task import LanguageModelTask
+from scratchgpt.training.trainer import train_step
+from tests.models.test_gpt import option_model
+
+pytestmark = pytest.mark.skipif(attention_kernel.load() is None,
+                                reason="the fused block runs the attention kernel: AVX-512, cc")
+
+# every kind of block the function computes: with and without biases, both GELUs, rotary
+FUSABLE = [dict(), dict(bias=False), dict(activation="gelu"),
+           dict(activation="gelu", bias=False, tie_weights=False), dict(pos_encoding="rope"),
+           dict(pos_encoding="rope", activation="gelu", bias=False)]
+
+
+def _switch(monkeypatch, on: bool) -> None:
+    monkeypatch.setenv(fused_block.SWITCH, "" if on else "torch")
+
+
+def _count(monkeypatch) -> list[int]:
+    """Appends to the returned list at each fused block's forward."""
+    calls: list[int] = []
+    real = fused_block._Block.forward
+    monkeypatch.setattr(fused_block._Block, "forward",
+                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    return calls
+
+
+def _loss_and_grads(model: GPT, idx: torch.Tensor) -> tuple[torch.Tensor, list]:
+    model.zero_grad()
+    with torch.autocast("cpu", torch.bfloat16):
+        logits = model(idx[:, :-1])
+    loss = F.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
+    loss.backward()
+    return loss.detach(), [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("kw", FUSABLE, ids=lambda kw: "-".join(map(str, kw.values())) or "gpt2")
+def test_loss_and_gradients_equal_the_modules_bit_for_bit(kw, monkeypatch):
+    model = option_model("gpt2", **kw).train()
+    idx = torch.randint(0, model.config.vocab_size, (3, 25))
+    calls = _count(monkeypatch)
+    loss, grads = _loss_and_grads(model, idx)
+    assert len(calls) == model.config.n_layer  # every block ran as one function
+    _switch(monkeypatch, False)
+    loss_ref, grads_ref = _loss_and_grads(model, idx)
+    assert len(calls) == model.config.n_layer  # and then none did
+    assert torch.equal(loss, loss_ref)
+    for (name, _), g, g_ref in zip(model.named_parameters(), grads, grads_ref, strict=True):
+        assert g is not None and torch.equal(g, g_ref), name
+
+
+def _trained(bias: bool) -> list[torch.Tensor]:
+    """The parameters after five AdamW updates of the recipe's step (bf16, clipping), on the
+    same batches from the same start."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32,
+                          activation="gelu", bias=bias))
+    cfg = TrainConfig(batch_size=4, grad_clip=1.0)
+    opt = make_optimizer(model, 3e-3, 0.1, (0.9, 0.99), "adamw")
+    tokens = np.random.default_rng(0).integers(0, 29, 2_000).astype(np.uint16)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        train_step(model, model, opt, LanguageModelTask.loss, cfg,
+                   lambda: random_windows(tokens, 4, 16, gen), torch.device("cpu"), "bf16")
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_training_steps_end_at_the_same_weights(bias, monkeypatch):
+    calls = _count(monkeypatch)
+    fused = _trained(bias)
+    assert len(calls) == 2 * 5
+    _switch(monkeypatch, False)
+    for p, p_ref in zip(fused, _trained(bias), strict=True):
+        assert torch.equal(p, p_ref)
+
+
+def test_a_tiny_training_run_through_it_lowers_the_loss(monkeypatch):
+    calls = _count(monkeypatch)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.arange(200) * 7 % 11  # period 11: predictable from the previous token
+    losses = []
+    for _ in range(60):
+        starts = torch.randint(0, len(data) - 17, (8,))
+        loss, _ = _loss_and_grads(model, torch.stack([data[s:s + 17] for s in starts]))
+        opt.step()
+        losses.append(loss.item())
+    assert calls and losses[-1] < losses[0] / 4
+
+
+@pytest.mark.parametrize("option", ["qk_norm", "value_embeds", "relu2", "no_layernorm",
+                                    "no_residual", "no_mlp"])
+def test_other_blocks_run_their_modules(option, monkeypatch):
+    """Options the function does not compute leave those blocks to their modules (the model's
+    own tests cover that path): with value embeddings, only the blocks that read none fuse."""
+    calls = _count(monkeypatch)
+    model = option_model(option).train()
+    _loss_and_grads(model, torch.randint(0, model.config.vocab_size, (2, 12)))
+    assert len(calls) == (model.ve_table.count(None) if option == "value_embeds" else 0)
+
+
+def test_dropout_fp32_evaluation_and_lora_run_the_modules(monkeypatch):
+    calls = _count(monkeypatch)
+    idx = torch.randint(0, 37, (2, 12))
+    _loss_and_grads(option_model("gpt2", dropout=0.1).train(), idx)  # dropout in training
+    model = option_model("gpt2").train()
+    model(idx).sum().backward()  # fp32 training: no autocast
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        model(idx)  # evaluation
+    add_lora(model, LoRAConfig(rank=2))
+    _loss_and_grads(model, idx)  # LoRA's projections are not nn.Linear
+    assert not calls
+    _loss_and_grads(option_model("gpt2").train(), idx)  # and the plain model does use it
+    assert calls
