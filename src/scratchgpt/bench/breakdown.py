@@ -8,8 +8,10 @@ Runs a step function a few times under ``torch.profiler`` and sums each PyTorch 
 - casts: precision changes and copies (``_to_copy``, ``copy_``): autocast's price;
 - activation, normalization, loss: the elementwise layers between the products;
 - clip + optimizer: the gradient norm and the update;
-- autograd: the backward engine's own bookkeeping (``...Backward0`` nodes);
-- other ops: every remaining operator (views, adds, embeddings, allocations);
+- autograd: the backward engine's own bookkeeping (``...Backward0`` nodes; a block that trains
+  as one function, ``_BlockBackward``, counts its backward's Python here);
+- other ops: every remaining operator (views, adds, embeddings, allocations; the Python of a
+  fused block's forward, ``_Block``);
 - outside ops: the wall time in no operator at all, Python's share (the loop, the modules'
   ``forward`` calls).
 
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterator
 # (kind, names): an operator is of the first kind with its exact name (``aten::...``) or with
 # one of the other words in its name
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("attention", ("scaled_dot_product", "flash_attention", "_Attention")),
+    ("attention", ("scaled_dot_product", "flash_attention", "_Attention", "attention_kernel")),
     ("autograd", ("autograd::", "Backward")),
     ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                   "aten::linear", "aten::_addmm_activation")),

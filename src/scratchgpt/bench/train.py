@@ -2,10 +2,13 @@
 
 Default shape = the nanoGPT CPU recipe: 4 layers, 4 heads, 128 dims, context 64, batch 12,
 character vocabulary of Tiny Shakespeare (65), no biases (its ``train.py`` sets ``bias = False``;
-``--bias`` adds GPT-2's). Each variant (precision, compile) runs the same
-full training step as ``scratchgpt train``: batch sampling, forward, loss, backward, clipping,
-fused AdamW. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its shakespeare_char
-data prepared) to run its train.py beside ours in the same invocation and print the ratio.
+``--bias`` adds GPT-2's). Each variant (precision, compile, optimizer, fused blocks or
+modules) runs the same full training step as ``scratchgpt train``: batch sampling, forward,
+loss, backward, clipping, fused AdamW. The variants take turns, ``--steps / --rounds`` steps
+at a time, so that a machine slowing down for a while slows them all alike; each is timed by
+the median of its steps. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its
+shakespeare_char data prepared) to run its train.py beside ours in the same invocation and
+print the ratio.
 ``--breakdown`` then shows where each variant's step spends its time, by kind of operator.
 """
 
@@ -36,10 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="turns each variant takes at its timed steps (5; at most --steps)")
     p.add_argument("--variants", default="fp32,bf16",
-                   help="comma list of PRECISION[-compile][-muon]: fp32 or bf16, optionally "
-                        "torch.compile'd, optionally with --optimizer muon instead of AdamW "
-                        "(e.g. bf16,bf16-muon)")
+                   help="comma list of PRECISION[-compile][-muon][-modules]: fp32 or bf16, "
+                        "optionally torch.compile'd, optionally with --optimizer muon instead "
+                        "of AdamW, optionally with every block running its modules (bf16 "
+                        "trains a plain block as one function, models/fused_block.py) "
+                        "(e.g. bf16,bf16-muon,bf16-modules)")
     p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
                    help="precision of Muon's Newton-Schulz iteration in the -muon variants: "
                         "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16), fp32, "
@@ -84,9 +91,9 @@ def parse_variant(variant: str) -> tuple[str, set[str]]:
     from scratchgpt.errors import ConfigError
 
     dtype, *options = variant.strip().split("-")
-    if dtype not in ("fp32", "bf16") or not set(options) <= {"compile", "muon"}:
-        raise ConfigError(f"unknown variant {variant!r}: PRECISION[-compile][-muon], "
-                        "PRECISION fp32 or bf16")
+    if dtype not in ("fp32", "bf16") or not set(options) <= {"compile", "muon", "modules"}:
+        raise ConfigError(f"unknown variant {variant!r}: PRECISION[-compile][-muon][-modules], "
+                          "PRECISION fp32 or bf16")
     return dtype, set(options)
 
 
@@ -131,27 +138,63 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
         return train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device,
                           dtype)
 
-    return step, model
+    return (_with_modules(step) if "modules" in options else step), model
 
 
-def time_variant(args: argparse.Namespace, variant: str) -> dict:
-    step, model = variant_step(args, variant)
-    times = []
-    t_compile = time.perf_counter()
-    for i in range(args.warmup + args.steps):
+def _with_modules(step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` with every block running its modules: the fused block's switch set to torch
+    for the step's duration, and put back after it."""
+    import os
+
+    from scratchgpt.models.fused_block import SWITCH
+
+    def modules_step() -> Any:
+        saved = os.environ.get(SWITCH)
+        os.environ[SWITCH] = "torch"
+        try:
+            return step()
+        finally:
+            if saved is None:
+                del os.environ[SWITCH]
+            else:
+                os.environ[SWITCH] = saved
+
+    return modules_step
+
+
+def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
+    """Each variant's result: its steps warmed up (a compiled one compiled) one variant after
+    another, then timed taking turns, ``args.rounds`` turns of ``args.steps / args.rounds``
+    steps each."""
+    built = [variant_step(args, v) for v in variants]
+    first_steps = []
+    for step, _ in built:
         t = time.perf_counter()
-        step()
-        if i == 0:
-            first_step = time.perf_counter() - t_compile
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t)
+        step()  # the first step (a compiled variant's compile) is reported apart
+        first_steps.append(time.perf_counter() - t)
+        for _ in range(args.warmup - 1):
+            step()
+    times: list[list[float]] = [[] for _ in variants]
+    rounds = min(args.rounds, args.steps)  # a step at least per turn
+    for r in range(rounds):
+        for (step, _), own in zip(built, times, strict=True):
+            for _ in range(args.steps // rounds + (r < args.steps % rounds)):
+                t = time.perf_counter()
+                step()
+                own.append(time.perf_counter() - t)
+    return [_result(args, v, model, statistics.median(own), first, step)
+            for v, (step, model), own, first in zip(variants, built, times, first_steps,
+                                                    strict=True)]
+
+
+def _result(args: argparse.Namespace, variant: str, model: Any, median_s: float,
+            first_step_s: float, step: Callable[[], Any]) -> dict:
     tok = args.batch_size * args.block_size
-    med = statistics.median(times)
     cfg = model.config
     fpt = flops_per_token(sum(p.numel() for p in model.parameters()), cfg.n_layer, cfg.n_embd,
                           cfg.block_size)
-    result = {"variant": variant, "ms_per_step": med * 1e3, "tokens_per_s": tok / med,
-              "tflops": tok / med * fpt / 1e12, "first_step_s": first_step}
+    result = {"variant": variant, "ms_per_step": median_s * 1e3, "tokens_per_s": tok / median_s,
+              "tflops": tok / median_s * fpt / 1e12, "first_step_s": first_step_s}
     if args.breakdown:  # the same step, now profiled: where its time goes
         result["breakdown_ms"] = step_breakdown(step, max(args.steps // 10, 5))
     return result
@@ -181,15 +224,18 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.models import attention_kernel
+    from scratchgpt.validation import check_range
 
     dtypes = {parse_variant(v)[0] for v in args.variants.split(",")}  # a typo fails now
+    check_range("--steps", args.steps, 1)
+    check_range("--rounds", args.rounds, 1)
+    check_range("--warmup", args.warmup, 0)
     # Only the precisions being timed: a bf16 matmul is emulated (slow) on CPUs without bf16.
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16") if d in dtypes}
     results = []
     if args.nanogpt:
         results.append(run_nanogpt(args.nanogpt, args.nanogpt_iters))
-    for variant in args.variants.split(","):
-        results.append(time_variant(args, variant.strip()))
+    results += time_variants(args, [v.strip() for v in args.variants.split(",")])
     ref = results[0]["tokens_per_s"] if args.nanogpt else None
     report = {"threads": torch.get_num_threads(), "matmul_peak_tflops":
               {k: round(v / 1e12, 3) for k, v in peaks.items()},

@@ -32,6 +32,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from pathlib import Path
@@ -164,6 +165,15 @@ def rope_tables_for(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple
     return tables
 
 
+def _profiled(name: str) -> Any:
+    """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
+    bench train --breakdown``, see the C calls as attention wherever they are made from), and
+    nothing otherwise."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(name)
+    return contextlib.nullcontext()
+
+
 def qkv_forward(qkv: Tensor, n_head: int,
                 tables: tuple[Tensor, ...] = ()) -> tuple[Tensor, Tensor]:
     """The kernel's forward straight from the fused projection: qkv (B, T, 3C) contiguous ->
@@ -174,9 +184,10 @@ def qkv_forward(qkv: Tensor, n_head: int,
     y = qkv.new_empty(B, T, C3 // 3)
     lse = torch.empty(B, n_head, T, dtype=torch.float32)
     base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
-    _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
-                                     lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
-                 _addresses(tables))
+    with _profiled("attention_kernel.forward"):
+        _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
+                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
+                     _addresses(tables))
     return y, lse
 
 
@@ -188,10 +199,11 @@ def qkv_backward(qkv: Tensor, y: Tensor, lse: Tensor, dy: Tensor, n_head: int,
     D = C3 // (3 * n_head)
     dqkv = torch.empty_like(qkv)
     base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), n_head * D * qkv.element_size()
-    _run_backward(_bf16(qkv), (B, n_head, T, D),
-                  (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
-                   lse.data_ptr(), grad, grad + step, grad + 2 * step),
-                  _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
+    with _profiled("attention_kernel.backward"):
+        _run_backward(_bf16(qkv), (B, n_head, T, D),
+                      (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
+                       lse.data_ptr(), grad, grad + step, grad + 2 * step),
+                      _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
     return dqkv
 
 
