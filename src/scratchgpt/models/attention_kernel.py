@@ -15,7 +15,9 @@ other options (QK-norm, value embeddings) have changed first.
 
 How: the C file is compiled once per machine and loaded with :mod:`ctypes`
 (:mod:`~scratchgpt.models.c_kernels` says where it is kept and how); it runs on PyTorch's own
-threads. :func:`attention_qkv` is an autograd function of the projection's output.
+threads. :func:`attention_qkv` is an autograd function of the projection's output;
+:func:`qkv_forward` and :func:`qkv_backward` are its two directions as plain calls, for code
+that writes its own backward (:mod:`~scratchgpt.models.fused_block`).
 
 When it is used: on a CPU with AVX-512 and a C compiler, for plain causal attention over fp32 or
 bf16 tensors whose heads have at most :data:`MAX_HEAD_DIM` features and whose context is at most
