@@ -14,7 +14,8 @@ bf16 autocast, on fp32 activations, where scratchgpt's attention kernel
 (:mod:`~scratchgpt.models.attention_kernel`) can run, for a plain block: LayerNorms with gains,
 ``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh),
 residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
-the attention kernel. Anything else runs the modules, as do evaluation and generation.
+the attention kernel. Anything else runs the modules, as do evaluation, generation and
+``torch.compile``.
 ``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
 
 The forward, for x (B, T, C) fp32 seen as N = B T rows, each product on bf16 copies of its
@@ -72,7 +73,8 @@ def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> 
     """Whether ``block`` can run on ``x`` (B, T, C) as one function: training under CPU bf16
     autocast, a plain block, the attention kernel usable, rotary tables of one row per
     position (or none)."""
-    return (torch.is_grad_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
+    return (not torch.compiler.is_compiling()  # the compiler fuses the modules its own way
+            and torch.is_grad_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
             and torch.is_autocast_enabled("cpu")
             and torch.get_autocast_dtype("cpu") == BF16
             and (rope is None or rope[0].dim() == 2)
