@@ -22,10 +22,12 @@ from tests.models.test_gpt import option_model
 pytestmark = pytest.mark.skipif(attention_kernel.load() is None,
                                 reason="the fused block runs the attention kernel: AVX-512, cc")
 
-# every kind of block the function computes: with and without biases, both GELUs, rotary
+# every kind of block the function computes: with and without biases, both GELUs, ReLU and
+# ReLU², rotary positions
 FUSABLE = [dict(), dict(bias=False), dict(activation="gelu"),
            dict(activation="gelu", bias=False, tie_weights=False), dict(pos_encoding="rope"),
-           dict(pos_encoding="rope", activation="gelu", bias=False)]
+           dict(pos_encoding="rope", activation="gelu", bias=False), dict(activation="relu"),
+           dict(activation="relu2"), dict(activation="relu2", bias=False, pos_encoding="rope")]
 
 
 def _switch(monkeypatch, on: bool) -> None:
@@ -106,8 +108,8 @@ def test_a_tiny_training_run_through_it_lowers_the_loss(monkeypatch):
     assert calls and losses[-1] < losses[0] / 4
 
 
-@pytest.mark.parametrize("option", ["qk_norm", "value_embeds", "relu2", "no_layernorm",
-                                    "no_residual", "no_mlp"])
+@pytest.mark.parametrize("option", ["qk_norm", "value_embeds", "no_layernorm", "no_residual",
+                                    "no_mlp"])
 def test_other_blocks_run_their_modules(option, monkeypatch):
     """Options the function does not compute leave those blocks to their modules (the model's
     own tests cover that path): with value embeddings, only the blocks that read none fuse."""

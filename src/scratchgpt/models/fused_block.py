@@ -12,7 +12,8 @@ the step times with and without it.
 When it is used: a :class:`~scratchgpt.models.gpt.Block` in training (gradients on) under CPU
 bf16 autocast, on fp32 activations, where scratchgpt's attention kernel
 (:mod:`~scratchgpt.models.attention_kernel`) can run, for a plain block: LayerNorms with gains,
-``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh),
+``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh), ReLU or
+ReLU²,
 residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
 the attention kernel. Anything else runs the modules, as do evaluation, generation and
 ``torch.compile``.
@@ -27,7 +28,7 @@ weights (what autocast makes):
     x1 = x + (y Wo^T + bo)           (N, C)  fp32
     h2 = LN2(x1)                     (N, C)  fp32
     f = bf16(h2) Wfc^T + bfc         (N, 4C) bf16
-    g = GELU(f)                      (N, 4C) bf16
+    g = act(f)                       (N, 4C) bf16, GELU, ReLU or ReLU² (relu(f) squared)
     out = x1 + (g Wp^T + bp)         (N, C)  fp32
 """
 
@@ -41,10 +42,12 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.models import attention_kernel
+from scratchgpt.models.layers import ReLUSquared
 
 SWITCH = "SCRATCHGPT_FUSED_BLOCK"
 BF16 = torch.bfloat16
 _aten = torch.ops.aten
+_ACTIVATIONS = (nn.GELU, nn.ReLU, ReLUSquared)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class _Spec:
 
     n_head: int
     eps: tuple[float, float]  # the two LayerNorms'
-    approximate: str  # GELU's: "none" or "tanh"
+    activation: str  # "none" or "tanh" (GELU's approximation), "relu" or "relu2"
     tables: tuple[Tensor, ...]  # rotary cos and sin (T, D/2) fp32, or ()
 
 
@@ -64,7 +67,7 @@ def _plain(block: Any) -> bool:
             and all(type(n) is nn.LayerNorm and n.weight is not None
                     for n in (block.ln_1, block.ln_2))
             and all(type(p) is nn.Linear for p in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
-            and type(mlp.act) is nn.GELU and attn.q_norm is None and attn.ve_lambda is None
+            and type(mlp.act) in _ACTIVATIONS and attn.q_norm is None and attn.ve_lambda is None
             and attn.impl == "sdpa" and attn.attn_dropout == 0 and attn.resid_dropout.p == 0
             and mlp.dropout.p == 0)
 
@@ -86,10 +89,38 @@ def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = No
     """``block(x)`` (B, T, C) -> (B, T, C) through :class:`_Block`; needs :func:`usable`."""
     attn, mlp = block.attn, block.mlp
     tables = attention_kernel.rope_tables_for(rope, x.size(1), attn.head_dim)
-    spec = _Spec(attn.n_head, (block.ln_1.eps, block.ln_2.eps), mlp.act.approximate, tables)
+    spec = _Spec(attn.n_head, (block.ln_1.eps, block.ln_2.eps), _activation(mlp.act), tables)
     params = [t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc, mlp.c_proj)
               for t in (m.weight, m.bias)]
     return _Block.apply(x, spec, *params)
+
+
+def _activation(act: nn.Module) -> str:
+    """What :func:`_activate` calls ``act``: GELU's approximation ("none" or "tanh"), "relu"
+    or "relu2"."""
+    if isinstance(act, nn.GELU):
+        return act.approximate
+    return "relu" if isinstance(act, nn.ReLU) else "relu2"
+
+
+def _activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
+    """(relu(f) where the backward needs it, else None; act(f)), by the module's own calls."""
+    if name == "relu":
+        g = _aten.relu(f)
+        return g, g
+    if name == "relu2":
+        r = _aten.relu(f)
+        return r, _aten.pow(r, 2)  # what Tensor.square() calls
+    return None, _aten.gelu(f, approximate=name)
+
+
+def _activation_backward(dg: Tensor, f: Tensor, r: Tensor | None, name: str) -> Tensor:
+    """The gradient of :func:`_activate`'s g with respect to f, as autograd computes it."""
+    if name == "relu2":  # square's backward (dg times 2r), then relu's
+        dg = dg * (r * 2)
+    if r is not None:
+        return _aten.threshold_backward(dg, r, 0)
+    return _aten.gelu_backward(dg, f, approximate=name)
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -126,24 +157,24 @@ class _Block(torch.autograd.Function):
         h2, mean2, rstd2 = _aten.native_layer_norm(x1, (C,), ln2_w, ln2_b, spec.eps[1])
         h2 = h2.to(BF16)
         f = _linear(h2, fc_w, fc_b)  # (N, 4C)
-        g = _aten.gelu(f, approximate=spec.approximate)
+        r, g = _activate(f, spec.activation)
         out = _linear(g, p_w, p_b).float().add_(x1)
         ctx.spec = spec
-        ctx.save_for_backward(x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, g,
+        ctx.save_for_backward(x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g,
                               ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
                               p_w, p_b)
         return out.view(B, T, C)
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
-        (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, g, ln1_w, ln1_b, qkv_w,
+        (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g, ln1_w, ln1_b, qkv_w,
          qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b) = ctx.saved_tensors
         spec = ctx.spec
         B, T, C = d_out.shape
         d_out = d_out.reshape(B * T, C)  # (N, C) fp32: the stream's gradient
-        # MLP branch: out = x1 + g Wp^T + bp, g = GELU(f), f = h2 Wfc^T + bfc
+        # MLP branch: out = x1 + g Wp^T + bp, g = act(f), f = h2 Wfc^T + bfc
         dg, dp_w, dp_b = _linear_backward(d_out.to(BF16), g, p_w, p_b)
-        df = _aten.gelu_backward(dg, f, approximate=spec.approximate)
+        df = _activation_backward(dg, f, r, spec.activation)
         dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b)
         dx1, dln2_w, dln2_b = _aten.native_layer_norm_backward(
             dh2.float(), x1, (C,), mean2, rstd2, ln2_w, ln2_b, (True, True, ln2_b is not None))
