@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=12)
     p.add_argument("--vocab-size", type=int, default=65)
-    p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh"),
+    p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh", "relu", "relu2"),
                    help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
