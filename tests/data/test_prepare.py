@@ -114,3 +114,34 @@ def test_bpe_dropout_needs_a_bpe_tokenizer(tmp_path, english_text):
     with pytest.raises(ScratchGPTError, match="BPE tokenizer"):
         prepare_text(english_text[:5_000], tmp_path / "d", "char", bpe_dropout=0.1)
     assert not (tmp_path / "d").exists()
+
+
+def test_an_overwrite_swaps_the_datasets_in_one_step_where_the_system_can(tmp_path,
+                                                                           monkeypatch):
+    """On Linux the new dataset takes the old one's place in one atomic exchange: the old one
+    is never moved aside first (which would leave a moment with no dataset), and nothing of
+    it stays behind."""
+    import os
+
+    from scratchgpt.checkpoints.io import exchange
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    if not exchange(a, b):
+        pytest.skip("no atomic exchange of paths on this system")
+    assert (b / "x").read_text() == "a" and not (a / "x").exists()
+    out = tmp_path / "data"
+    prepare_text("first text " * 40, out, "char")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        assert os.fspath(src) != os.fspath(out), "the old dataset was moved aside"
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    prepare_text("second, other text " * 40, out, "char", overwrite=True)
+    assert "second" in TokenDataset(out).tokenizer().decode(
+        TokenDataset(out).splits["train"][:40].tolist())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "data"]

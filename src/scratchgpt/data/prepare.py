@@ -10,9 +10,10 @@ A prepared dataset is a directory::
     tokenizer.json (+ any tokenizer files)
 
 A dataset is written whole or not at all: into a temporary directory beside ``out``
-(``.<name>.<pid>.<random>.tmp``), which is renamed into place once every file is on disk. A
-full disk or a kill mid-way leaves the previous dataset (or nothing), never a mix of old and
-new files; the temporaries of a process that no longer runs are removed by the next prepare.
+(``.<name>.<pid>.<random>.tmp``), which is renamed into place once every file is on disk (on
+Linux, swapped with an old dataset in one step). A full disk or a kill mid-way leaves the
+previous dataset (or nothing), never a mix of old and new files; the temporaries of a process
+that no longer runs are removed by the next prepare.
 An existing dataset is replaced only when asked (``overwrite``).
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from scratchgpt.checkpoints.io import TEMP_SUFFIX, fsync_dir
+from scratchgpt.checkpoints.io import TEMP_SUFFIX, exchange, fsync_dir
 from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 
@@ -197,11 +198,17 @@ def _staging(out: Path) -> Iterator[Path]:
 
 
 def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished dataset ``tmp`` to ``out``; an old dataset there is moved aside
+    """Rename the finished dataset ``tmp`` to ``out``. An old dataset there is swapped with the
+    new one in one atomic step where the system can (``tmp`` then holds the old one, which the
+    staging removes), so a reader never finds ``out`` missing; elsewhere it is moved aside
     first and deleted once the new one is in place (put back if the rename fails)."""
     fsync_dir(tmp)
+    replacing = overwrite and is_dataset(out)
+    if replacing and exchange(tmp, out):
+        fsync_dir(out.parent)
+        return
     old = None
-    if overwrite and is_dataset(out):
+    if replacing:
         old = out.parent / f".{out.name}.{os.getpid()}.old{TEMP_SUFFIX}"
         os.replace(out, old)
     try:
