@@ -105,6 +105,15 @@ Shape = tuple[int, int, int, int]  # B, H, T, D
 Rope = tuple[int, int] | tuple[None, None]  # the addresses of the cos and sin tables, or none
 
 
+def _profiled(name: str) -> Any:
+    """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
+    bench train --breakdown``, see the C calls as attention wherever they are made from), and
+    nothing otherwise."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(name)
+    return contextlib.nullcontext()
+
+
 def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
                  strides: tuple[ctypes.Array, ...], rope: Rope = (None, None)) -> None:
     """The C forward over (B, H, T, D) = ``shape``: ``ptrs`` are q, k, v, y and lse; ``strides``
@@ -112,16 +121,18 @@ def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
     place the forward is called."""
     q, k, v, y, lse = ptrs
     sq, sk, sv, sy = strides
-    _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
-                                    torch.get_num_threads()))
+    with _profiled("attention_kernel.forward"):
+        _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
+                                        torch.get_num_threads()))
 
 
 def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctypes.Array,
                   rope: Rope = (None, None)) -> None:
     """The C backward: ``ptrs`` are q, k, v, y, dy, lse, then dq, dk, dv (written);
     ``strides`` 3 per tensor in that order, lse left out."""
-    _check(load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
-                                     torch.get_num_threads()))
+    with _profiled("attention_kernel.backward"):
+        _check(load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
+                                         torch.get_num_threads()))
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -167,15 +178,6 @@ def rope_tables_for(rope: tuple[Tensor, Tensor] | None, T: int, D: int) -> tuple
     return tables
 
 
-def _profiled(name: str) -> Any:
-    """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
-    bench train --breakdown``, see the C calls as attention wherever they are made from), and
-    nothing otherwise."""
-    if torch.autograd._profiler_enabled():
-        return torch.profiler.record_function(name)
-    return contextlib.nullcontext()
-
-
 def qkv_forward(qkv: Tensor, n_head: int,
                 tables: tuple[Tensor, ...] = ()) -> tuple[Tensor, Tensor]:
     """The kernel's forward straight from the fused projection: qkv (B, T, 3C) contiguous ->
@@ -186,10 +188,9 @@ def qkv_forward(qkv: Tensor, n_head: int,
     y = qkv.new_empty(B, T, C3 // 3)
     lse = torch.empty(B, n_head, T, dtype=torch.float32)
     base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
-    with _profiled("attention_kernel.forward"):
-        _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
-                                         lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
-                     _addresses(tables))
+    _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
+                                     lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
+                 _addresses(tables))
     return y, lse
 
 
@@ -201,11 +202,10 @@ def qkv_backward(qkv: Tensor, y: Tensor, lse: Tensor, dy: Tensor, n_head: int,
     D = C3 // (3 * n_head)
     dqkv = torch.empty_like(qkv)
     base, grad, step = qkv.data_ptr(), dqkv.data_ptr(), n_head * D * qkv.element_size()
-    with _profiled("attention_kernel.backward"):
-        _run_backward(_bf16(qkv), (B, n_head, T, D),
-                      (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
-                       lse.data_ptr(), grad, grad + step, grad + 2 * step),
-                      _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
+    _run_backward(_bf16(qkv), (B, n_head, T, D),
+                  (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
+                   lse.data_ptr(), grad, grad + step, grad + 2 * step),
+                  _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
     return dqkv
 
 
