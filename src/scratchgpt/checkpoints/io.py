@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import io
 import os
 import pickle
@@ -88,20 +87,12 @@ def exchange(a: Path, b: Path) -> bool:
     with ``RENAME_EXCHANGE``), so that at no moment does either name stand empty. False, with
     nothing changed, where the system cannot: another OS, an older kernel or C library, a file
     system without it."""
-    rename = getattr(_libc(), "renameat2", None)
-    if rename is None:
+    try:
+        rename = ctypes.CDLL(None).renameat2
+    except (OSError, AttributeError):
         return False
     at_cwd, rename_exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE from <fcntl.h>, <stdio.h>
     return rename(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), rename_exchange) == 0
-
-
-@functools.cache
-def _libc() -> Any:
-    """The C library this process runs on (None where it cannot be loaded)."""
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
