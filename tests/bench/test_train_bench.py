@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scratchgpt.bench.breakdown import ORDER, kind_of
-from scratchgpt.bench.train import add_arguments, variant_step
+from scratchgpt.bench.train import add_arguments, serial_parts, variant_step
 from scratchgpt.cli import main
 from scratchgpt.models import attention_kernel, fused_block
 
@@ -86,3 +86,70 @@ def test_breakdown_docstring_example_runs():
 
     result = doctest.testmod(breakdown)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_one_thread_variant_runs_on_one_thread_and_puts_the_count_back(monkeypatch):
+    """-1thread trains on one thread, and the process's thread count is as it was after each
+    step; the losses are those of the same step on every thread, up to the order of sums."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(SHAPE)
+    before = torch.get_num_threads()
+    seen = []
+    real = torch.nn.functional.cross_entropy
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy",
+                        lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    one, _ = variant_step(args, "fp32-1thread")
+    one_losses = [one() for _ in range(3)]
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before
+    every, _ = variant_step(args, "fp32")
+    # the same arithmetic; a library may split a sum differently between threads
+    assert torch.allclose(torch.stack([every() for _ in range(3)]), torch.stack(one_losses),
+                          rtol=1e-5, atol=0)
+
+
+def test_serial_parts_follow_amdahls_law():
+    """S + P / N is the time on N threads and S + P the time on one; variants without their
+    one-thread twin, or on a one-thread machine, get none."""
+    results = [{"variant": "bf16", "ms_per_step": 20.0},
+               {"variant": "bf16-1thread", "ms_per_step": 32.0},
+               {"variant": "fp32-muon", "ms_per_step": 50.0},
+               {"variant": "fp32-1thread-muon", "ms_per_step": 90.0},
+               {"variant": "bf16-modules", "ms_per_step": 21.0}]
+    for threads in (2, 4):
+        parts = serial_parts(results, threads)
+        assert set(parts) == {"bf16", "fp32-muon"}
+        for name, one in (("bf16", 32.0), ("fp32-muon", 90.0)):
+            every = next(r["ms_per_step"] for r in results if r["variant"] == name)
+            s = parts[name]["serial_ms"]
+            p = one - s
+            assert s + p / threads == pytest.approx(every) and parts[name]["of_step"] * every \
+                == pytest.approx(s)
+    assert serial_parts(results, 1) == {}
+    assert all("by_kind_ms" not in part for part in serial_parts(results, 2).values())
+    # with breakdowns on both sides, the serial part of each kind too
+    results[0]["breakdown_ms"] = {"products": 12.0, "outside ops": 3.0, "total": 15.0}
+    results[1]["breakdown_ms"] = {"products": 22.0, "outside ops": 3.0, "total": 25.0}
+    kinds = serial_parts(results, 2)["bf16"]["by_kind_ms"]
+    assert set(kinds) == set(results[0]["breakdown_ms"])
+    for kind, s in kinds.items():
+        one, every = results[1]["breakdown_ms"][kind], results[0]["breakdown_ms"][kind]
+        assert s + (one - s) / 2 == pytest.approx(every)
+    assert kinds["outside ops"] == pytest.approx(3.0)  # no faster on two threads: all serial
+
+
+def test_bench_train_reports_the_serial_part_beside_a_one_thread_variant(capsys):
+    assert main(["bench", "train", *SHAPE, "--variants", "fp32,fp32-1thread"]) == 0
+    out = capsys.readouterr().out
+    if torch.get_num_threads() > 1:
+        assert "fp32: " in out and "Amdahl's law from 1 and" in out
+    else:
+        assert "Amdahl" not in out
+
+
+def test_train_bench_docstring_example_runs():
+    import doctest
+
+    from scratchgpt.bench import train
+
+    assert doctest.testmod(train, raise_on_error=True).attempted > 0

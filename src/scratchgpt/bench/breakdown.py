@@ -95,10 +95,11 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def format_breakdown(name: str, parts: dict[str, float]) -> list[str]:
-    """Table lines: each kind's ms per profiled step and share, largest first."""
+def format_breakdown(name: str, parts: dict[str, float], what: str = "time") -> list[str]:
+    """Table lines: each kind's ms per profiled step and share, largest first; ``what`` the
+    step's time, or a part of it (each kind's share is then of that part)."""
     total = parts["total"]
-    lines = [f"where a {name} step's time goes (profiled: {total:.2f} ms/step with the "
+    lines = [f"where a {name} step's {what} goes (profiled: {total:.2f} ms/step with the "
              "profiler's own cost)"]
     for kind in sorted(ORDER, key=lambda k: -parts[k]):
         lines.append(f"  {kind:18s} {parts[kind]:7.2f} ms {parts[kind] / total:6.1%}")

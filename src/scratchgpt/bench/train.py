@@ -10,6 +10,15 @@ the median of its steps. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT 
 shakespeare_char data prepared) to run its train.py beside ours in the same invocation and
 print the ratio.
 ``--breakdown`` then shows where each variant's step spends its time, by kind of operator.
+
+A ``-1thread`` variant runs the same step on one thread. Beside its variant on all of them it
+gives the step's serial part (Amdahl's law): with N threads a step takes T_N = S + P / N, on
+one T_1 = S + P, so S = (N T_N - T_1) / (N - 1), the time the step runs on one core while the
+others wait (Python, dispatch, operators too small to split, each call's own set-up). With
+``--breakdown`` the same is worked out for each kind of operator.
+
+>>> serial_part(t_n=20.0, t_1=32.0, n=2)  # ms: 8 on one core, 24 split over the two
+8.0
 """
 
 from __future__ import annotations
@@ -42,11 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5,
                    help="turns each variant takes at its timed steps (5; at most --steps)")
     p.add_argument("--variants", default="fp32,bf16",
-                   help="comma list of PRECISION[-compile][-muon][-modules]: fp32 or bf16, "
-                        "optionally torch.compile'd, optionally with --optimizer muon instead "
-                        "of AdamW, optionally with every block running its modules (bf16 "
-                        "trains a plain block as one function, models/fused_block.py) "
-                        "(e.g. bf16,bf16-muon,bf16-modules)")
+                   help="comma list of PRECISION[-compile][-muon][-modules][-1thread]: fp32 "
+                        "or bf16, optionally torch.compile'd, optionally with --optimizer muon "
+                        "instead of AdamW, optionally with every block running its modules "
+                        "(bf16 trains a plain block as one function, models/fused_block.py), "
+                        "optionally on one thread (beside the same variant on all threads it "
+                        "gives the step's serial part) (e.g. bf16,bf16-muon,bf16-1thread)")
     p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
                    help="precision of Muon's Newton-Schulz iteration in the -muon variants: "
                         "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16), fp32, "
@@ -86,15 +96,24 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> flo
     return 6 * n_params + 12 * n_layer * n_embd * block
 
 
+OPTIONS = ("compile", "muon", "modules", "1thread")
+
+
 def parse_variant(variant: str) -> tuple[str, set[str]]:
     """'bf16-compile-muon' -> ('bf16', {'compile', 'muon'})."""
     from scratchgpt.errors import ConfigError
 
     dtype, *options = variant.strip().split("-")
-    if dtype not in ("fp32", "bf16") or not set(options) <= {"compile", "muon", "modules"}:
-        raise ConfigError(f"unknown variant {variant!r}: PRECISION[-compile][-muon][-modules], "
-                          "PRECISION fp32 or bf16")
+    if dtype not in ("fp32", "bf16") or not set(options) <= set(OPTIONS):
+        raise ConfigError(f"unknown variant {variant!r}: PRECISION"
+                          + "".join(f"[-{o}]" for o in OPTIONS) + ", PRECISION fp32 or bf16")
     return dtype, set(options)
+
+
+def serial_part(t_n: float, t_1: float, n: int) -> float:
+    """The serial part S of a step that takes ``t_n`` on ``n`` threads and ``t_1`` on one,
+    by Amdahl's law (module docstring); in the unit of the times."""
+    return (n * t_n - t_1) / (n - 1)
 
 
 def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], Any], Any]:
@@ -138,7 +157,9 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
         return train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device,
                           dtype)
 
-    return (_with_modules(step) if "modules" in options else step), model
+    if "modules" in options:
+        step = _with_modules(step)
+    return (_on_one_thread(step) if "1thread" in options else step), model
 
 
 def _with_modules(step: Callable[[], Any]) -> Callable[[], Any]:
@@ -160,6 +181,42 @@ def _with_modules(step: Callable[[], Any]) -> Callable[[], Any]:
                 os.environ[SWITCH] = saved
 
     return modules_step
+
+
+def _on_one_thread(step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` on one thread, the thread count put back after it."""
+    import torch
+
+    def one_thread_step() -> Any:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return step()
+        finally:
+            torch.set_num_threads(threads)
+
+    return one_thread_step
+
+
+def serial_parts(results: list[dict], threads: int) -> dict[str, dict[str, float]]:
+    """For each of our variants timed both on ``threads`` threads and with ``-1thread``
+    (``results`` from :func:`time_variants`): its step's serial part in ms and as a share of
+    its step, by the variant's name."""
+    timed = {}
+    for r in results:
+        dtype, options = parse_variant(r["variant"])
+        timed[dtype, frozenset(options)] = r
+    parts = {}
+    for (dtype, options), one in timed.items():
+        base = timed.get((dtype, options - {"1thread"}))
+        if "1thread" in options and base is not None and threads > 1:
+            s = serial_part(base["ms_per_step"], one["ms_per_step"], threads)
+            parts[base["variant"]] = {"serial_ms": s, "of_step": s / base["ms_per_step"]}
+            if "breakdown_ms" in base and "breakdown_ms" in one:  # where it is, by kind
+                parts[base["variant"]]["by_kind_ms"] = {
+                    k: serial_part(base["breakdown_ms"][k], one["breakdown_ms"][k], threads)
+                    for k in base["breakdown_ms"]}
+    return parts
 
 
 def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
@@ -235,15 +292,25 @@ def run(args: argparse.Namespace) -> int:
     results = []
     if args.nanogpt:
         results.append(run_nanogpt(args.nanogpt, args.nanogpt_iters))
-    results += time_variants(args, [v.strip() for v in args.variants.split(",")])
-    ref = results[0]["tokens_per_s"] if args.nanogpt else None
-    report = {"threads": torch.get_num_threads(), "matmul_peak_tflops":
+    ours = time_variants(args, [v.strip() for v in args.variants.split(",")])
+    results += ours
+    threads = torch.get_num_threads()
+    report = {"threads": threads, "matmul_peak_tflops":
               {k: round(v / 1e12, 3) for k, v in peaks.items()},
-              "attention": attention_kernel.describe(), "results": results}
+              "attention": attention_kernel.describe(), "results": results,
+              "serial": serial_parts(ours, threads)}
     if args.json:
         print(json.dumps(report))
-        return 0
-    print(f"matmul peak (2048^3, {report['threads']} threads): "
+    else:
+        _print_report(args, report, peaks)
+    return 0
+
+
+def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float]) -> None:
+    """The report as a table, then the serial parts and the breakdowns there are."""
+    results, threads = report["results"], report["threads"]
+    ref = results[0]["tokens_per_s"] if args.nanogpt else None
+    print(f"matmul peak (2048^3, {threads} threads): "
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
     print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
           f"batch {args.batch_size}, {'with' if args.bias else 'no'} biases; attention: "
@@ -252,12 +319,19 @@ def run(args: argparse.Namespace) -> int:
           f" {'vs ref':>7s}")
     for r in results:
         peak = peaks.get("bf16" if r["variant"].startswith("bf16") else "fp32")
+        if peak and "1thread" in r["variant"].split("-"):
+            peak /= threads  # one thread's share of the peak measured on all of them
         frac = f"{r['tflops'] * 1e12 / peak:8.1%}" if r["tflops"] and peak else f"{'':8s}"
         tfl = f"{r['tflops']:8.3f}" if r["tflops"] else f"{'':8s}"
         ratio = f"{r['tokens_per_s'] / ref:6.2f}x" if ref else ""
         print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
               f"{frac} {ratio:>7s}")
+    for variant, part in report["serial"].items():
+        print(f"{variant}: {part['serial_ms']:.2f} ms of its step on one core while the other "
+              f"threads wait ({part['of_step']:.0%}; Amdahl's law from 1 and {threads} threads)")
     for r in results:
         if "breakdown_ms" in r:
             print("\n".join(format_breakdown(r["variant"], r["breakdown_ms"])))
-    return 0
+    for variant, part in report["serial"].items():
+        if "by_kind_ms" in part:
+            print("\n".join(format_breakdown(variant, part["by_kind_ms"], "serial part")))
