@@ -71,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nanogpt", default=None, help="nanoGPT checkout to run side by side")
     p.add_argument("--nanogpt-iters", type=int, default=300)
     p.add_argument("--breakdown", action="store_true",
-                   help="then profile each variant's step and show where its time goes: "
-                        "products, attention, casts, activation, ... (torch.profiler)")
+                   help="then profile each variant's step, the variants again taking "
+                        "turns, and show where its time goes: products, attention, casts, "
+                        "activation, ... (torch.profiler; each kind's median over the turns)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -239,21 +240,41 @@ def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
                 t = time.perf_counter()
                 step()
                 own.append(time.perf_counter() - t)
-    return [_result(args, v, model, statistics.median(own), first, step)
-            for v, (step, model), own, first in zip(variants, built, times, first_steps,
+    results = [_result(args, v, model, statistics.median(own), first)
+               for v, (_, model), own, first in zip(variants, built, times, first_steps,
                                                     strict=True)]
+    if args.breakdown:  # the same steps, now profiled: where each one's time goes
+        for result, parts in zip(results, _breakdowns([s for s, _ in built], args.steps, rounds),
+                                 strict=True):
+            result["breakdown_ms"] = parts
+    return results
+
+
+def _breakdowns(steps: list[Callable[[], Any]], timed: int, rounds: int) -> list[dict]:
+    """Each step's :func:`step_breakdown`, profiled taking turns as the timing does (a tenth
+    of its steps, at least 5, over ``rounds`` turns): each kind's median over the turns, and
+    their sum as the total."""
+    per_turn = max(timed // 10 // rounds, 1)
+    turns = max(rounds, -(-5 // per_turn))
+    seen: list[list[dict[str, float]]] = [[] for _ in steps]
+    for _ in range(turns):
+        for step, own in zip(steps, seen, strict=True):
+            own.append(step_breakdown(step, per_turn))
+    medians = []
+    for own in seen:
+        parts = {k: statistics.median(p[k] for p in own) for k in own[0] if k != "total"}
+        medians.append({**parts, "total": sum(parts.values())})
+    return medians
 
 
 def _result(args: argparse.Namespace, variant: str, model: Any, median_s: float,
-            first_step_s: float, step: Callable[[], Any]) -> dict:
+            first_step_s: float) -> dict:
     tok = args.batch_size * args.block_size
     cfg = model.config
     fpt = flops_per_token(sum(p.numel() for p in model.parameters()), cfg.n_layer, cfg.n_embd,
                           cfg.block_size)
     result = {"variant": variant, "ms_per_step": median_s * 1e3, "tokens_per_s": tok / median_s,
               "tflops": tok / median_s * fpt / 1e12, "first_step_s": first_step_s}
-    if args.breakdown:  # the same step, now profiled: where its time goes
-        result["breakdown_ms"] = step_breakdown(step, max(args.steps // 10, 5))
     return result
 
 
