@@ -123,6 +123,27 @@ def test_truncated_checkpoint(run_dir, tmp_path, capsys):
                                                        str(tmp_path / "t.pt")])
 
 
+@pytest.mark.parametrize("content", [b"hello\n", b"a", bytes(range(256))])
+def test_a_file_that_torch_save_did_not_write(tmp_path, capsys, content):
+    """Any bytes under a .pt name: one line, the file named, not the unpickler's traceback."""
+    (tmp_path / "t.pt").write_bytes(content)
+    msg = error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "t.pt")])
+    assert "t.pt is not a readable checkpoint" in msg
+
+
+def test_a_corrupt_checkpoints_reason_is_cut_at_a_sentence():
+    """torch's reason for an archive it cannot read runs on for several sentences; the line
+    keeps the first, whole."""
+    from scratchgpt.checkpoints.io import _load_failure
+
+    text = ("PytorchStreamReader failed reading file data/0: invalid header or archive is "
+            "corrupted. This is an internal miniz error. If you are seeing this error, there "
+            "is a high likelihood that your checkpoint file is corrupted.")
+    reason = _load_failure(RuntimeError(text))
+    assert reason.endswith("invalid header or archive is corrupted.")
+    assert "miniz" not in reason
+
+
 def test_foreign_checkpoint(tmp_path, capsys):
     torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "f.pt")
     assert "not a scratchgpt checkpoint" in error_of(capsys, ["sample", "--checkpoint",

@@ -16,11 +16,9 @@ import ctypes
 import errno
 import io
 import os
-import pickle
 import re
 import shutil
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,12 +323,7 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
 def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
     """Load and validate a checkpoint; every failure is a one-line :class:`CheckpointError`."""
     file = resolve_checkpoint(path, which)
-    try:
-        data = torch.load(file, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError,
-            ValueError) as e:
-        raise CheckpointError(f"{file} is not a readable checkpoint: {_load_failure(e)}"
-                              ) from None
+    data = read_torch_file(file, "checkpoint")
     if isinstance(data, dict) and data.get("format") == ADAPTER_FORMAT:
         from scratchgpt.finetune.adapter import checkpoint_from_adapter
 
@@ -338,6 +331,18 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not a scratchgpt checkpoint")
     return Checkpoint.from_dict(data, str(file))
+
+
+def read_torch_file(file: str | Path, what: str) -> Any:
+    """``torch.load`` of ``file``, plain tensors and data only; a file it cannot read is a
+    one-line :class:`CheckpointError` saying it is not a readable ``what``."""
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the weights-only unpickler raises whatever the
+        # bytes of a file that is not a checkpoint provoke (KeyError, IndexError, ...)
+        raise CheckpointError(f"{file} is not a readable {what}: {_load_failure(e)}") from None
 
 
 def _load_failure(e: BaseException) -> str:
@@ -352,8 +357,21 @@ def _load_failure(e: BaseException) -> str:
         what = found.group(1) if found else "Python objects"
         return (f"it holds Python objects, not plain tensors and data ({what}); scratchgpt does "
                 "not run code from a checkpoint")
-    reason = text[:160] if text else type(e).__name__
-    return f"truncated or corrupt? {reason}"
+    if isinstance(e, (KeyError, IndexError)) or not text:  # pickle's opcodes met other bytes
+        return f"not a file torch.save wrote ({type(e).__name__})"
+    return f"truncated or corrupt? {_first_sentence(text)}"
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    """The first sentence of ``text``, cut at a word (with "...") past ``limit`` characters.
+
+    >>> _first_sentence("The archive ends early. This is an internal error.")
+    'The archive ends early.'
+    """
+    end = text.find(". ")
+    if end >= 0:
+        text = text[:end + 1]
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 @dataclass

@@ -28,6 +28,7 @@ from scratchgpt.checkpoints.io import (
     atomic_write,
     load_checkpoint,
     model_from_checkpoint,
+    read_torch_file,
 )
 from scratchgpt.errors import CheckpointError
 from scratchgpt.finetune.base import load_base, map_base_state
@@ -99,10 +100,7 @@ def checkpoint_from_adapter(d: dict[str, Any], where: str,
 
 def load_adapter(path: str | Path, base_source: str | None = None) -> Checkpoint:
     """Read ``path`` (an ``adapter.pt``) and build the checkpoint it stands for."""
-    try:
-        d = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a readable adapter ({type(e).__name__})") from None
+    d = read_torch_file(path, "adapter")
     if not isinstance(d, dict) or d.get("format") != ADAPTER_FORMAT:
         raise CheckpointError(f"{path} is not a scratchgpt adapter (adapter.pt)")
     return checkpoint_from_adapter(d, str(path), base_source)
