@@ -58,6 +58,9 @@ def check_values(cls: type, values: dict[str, Any]) -> None:
             raise ConfigError(f"{name} must be {names}, got {value!r}")
 
 
+SEED_MAX = 2**64 - 1  # the largest seed torch's generators take
+
+
 def check_range(name: str, value: float, low: float = -math.inf, high: float = math.inf,
                 low_open: bool = False, high_open: bool = False) -> None:
     """``value`` is finite and within [low, high] (``*_open``: the bound itself excluded).

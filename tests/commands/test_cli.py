@@ -178,6 +178,20 @@ def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])
 
 
+@pytest.mark.parametrize("argv", [
+    ["sample", "--seed", str(2**64)], ["sample", "--seed", "-1"], ["chat", "--seed", "x"],
+    ["sample", "--threads", "-1"], ["attention", "--text", "hi", "--threads", "-2"],
+    ["serve", "--threads", "-1"], ["train", "--seed", str(2**64)],
+])
+def test_seeds_and_thread_counts_out_of_range(run_dir, tmp_path, capsys, argv):
+    """A seed a generator cannot take, or fewer than 0 threads: one line naming the flag,
+    before any model is loaded or trained."""
+    where = ["--checkpoint", str(run_dir)] if argv[0] != "train" else \
+        ["--dataset", "shakespeare", "--out", str(tmp_path / "r"), "--no-progress"]
+    flag = argv[-2]
+    assert flag.lstrip("-") in error_of(capsys, [*argv, *where])
+
+
 def test_flag_that_does_not_apply_to_model(small_dataset, tmp_path, capsys):
     msg = error_of(capsys, ["train", "--dataset", str(small_dataset), "--model", "bigram",
                             "--n-head", "4", "--out", str(tmp_path / "r")])

@@ -194,6 +194,8 @@ def test_a_model_without_a_chat_template_refuses_chat(plain_run):
     ({"prompt": "a", "max_tokens": 5000}, 400, "max_tokens"),
     ({"prompt": "a", "n": 17}, 400, "n"),
     ({"prompt": "a", "n": True}, 400, "n"),
+    ({"prompt": "a", "seed": 2**64}, 400, "seed"),  # more than a generator takes
+    ({"prompt": "a", "seed": -1, "stream": True}, 400, "seed"),
     ({"prompt": "a", "logprobs": 21}, 400, "logprobs"),
     ({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "stream_options"),

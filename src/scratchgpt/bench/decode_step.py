@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scratchgpt.commands.argtypes import positive_int
+
 # Kernels by kind (the aten / extension op names a GPT's forward and the sampler run).
 KINDS: dict[str, tuple[str, ...]] = {
     "matmul": ("addmm", "mm", "bmm", "mv", "addmv", "matmul", "linear", "_linear_pointwise",
@@ -80,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=int, default=64, help="tokens already in the cache (64)")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed calls per variant (default: about 2 s of calls)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads (default 1: thread CPU time is the clock)")
     p.add_argument("--ops", type=int, default=0,
                    help="also list the N costliest kernels of each call by op name (0 = none)")

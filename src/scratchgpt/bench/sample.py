@@ -15,6 +15,8 @@ import argparse
 import statistics
 import time
 
+from scratchgpt.commands.argtypes import thread_count
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="run directory or .pt file (optional)")
@@ -29,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="also time the compiled decode step (sample --compile), alternating "
                         "with the eager one; fp32 only")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=thread_count, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
 

@@ -13,7 +13,7 @@ import json
 import platform
 import time
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
 from scratchgpt.data.translation import TASKS
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="training time per model, e.g. 10m, 90s (default: 10m)")
     p.add_argument("--archs", nargs="+", choices=ARCH_ORDER, default=list(ARCH_ORDER),
                    help="which models to run (default: all three)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine 2 OpenMP "
                         "threads spin-wait and ran 6x slower in our measurements; 0 = torch's "
                         "default)")
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "characters, where the plain LSTM's bottleneck shows)")
     p.add_argument("--n-train", type=positive_int, default=200_000, help="training pairs")
     p.add_argument("--n-test", type=positive_int, default=2_000, help="held-out pairs")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--learning-rate", "--lr", type=float, default=2e-3)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")

@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, seed_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="first seed; every (K, repeat) pair gets its own, shared by both methods")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="the target's precision, prepared as sample prepares it (default fp32)")

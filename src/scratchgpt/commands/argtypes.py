@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from scratchgpt.validation import SEED_MAX
+
 
 def positive_int(text: str) -> int:
     try:
@@ -13,6 +15,32 @@ def positive_int(text: str) -> int:
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def thread_count(text: str) -> int:
+    """``--threads``: 0 (torch's default, one per core) or more.
+
+    >>> thread_count("0"), thread_count("3")
+    (0, 3)
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (one per core) or more threads, got {text!r}")
+    return n
+
+
+def seed_int(text: str) -> int:
+    """``--seed``: an integer torch's generators take, 0 to 2^64 - 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2^64 - 1, got {text!r}")
     return n
 
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, thread_count
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 
 
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="only this layer (0 = first; negative counts from the last)")
     p.add_argument("--head", type=int, default=None,
                    help="only this head (0 = first; negative counts from the last)")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=thread_count, default=0,
                    help="CPU threads for torch (0 = torch's default)")
     p.set_defaults(func=run)
 

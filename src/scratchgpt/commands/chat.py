@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, seed_int
 from scratchgpt.errors import ConfigError, ScratchGPTError
 
 HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends)"
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="softmax temperature; 0 = greedy (default 0.7)")
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
-    p.add_argument("--seed", type=int, default=None, help="seed for reproducible replies")
+    p.add_argument("--seed", type=seed_int, default=None, help="seed for reproducible replies")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="inference precision (see sample --dtype)")
     p.add_argument("--stats", action="store_true",

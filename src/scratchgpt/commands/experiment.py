@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
 from scratchgpt.errors import ConfigError
 
 
@@ -59,8 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="test sequences per length")
     m.add_argument("--quick", action="store_true",
                    help="a few seconds: 20 steps, 100 test sequences (for smoke tests)")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    m.add_argument("--seed", type=seed_int, default=0)
+    m.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
     m.set_defaults(func=run_memory)
 
     c = kinds.add_parser(
@@ -74,8 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--hidden", type=positive_int, default=32)
     c.add_argument("--prompt", default="3 4 5", help="numbers to continue (default '3 4 5')")
     c.add_argument("--generate", type=positive_int, default=10, help="numbers to generate")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    c.add_argument("--seed", type=seed_int, default=0)
+    c.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
     c.set_defaults(func=run_count)
 
 
@@ -141,9 +141,9 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                    help="steps between val-loss estimates (the curves of the plot)")
     g.add_argument("--eval-iters", type=positive_int, default=20,
                    help="batches per val-loss estimate")
-    g.add_argument("--seed", type=int, default=1337)
+    g.add_argument("--seed", type=seed_int, default=1337)
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    g.add_argument("--threads", type=int, default=0,
+    g.add_argument("--threads", type=thread_count, default=0,
                    help="torch CPU threads (default 0: torch's own choice; 1 is often faster "
                         "for the small stages and on a busy machine)")
     g.add_argument("--overwrite", action="store_true",

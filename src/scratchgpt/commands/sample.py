@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, seed_int, thread_count
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 
@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="independent samples, generated together as one batch (1)")
     p.add_argument("--num-samples-limit", type=int, default=1000,
                    help="refuse --num-samples above this (default 1000)")
-    p.add_argument("--seed", type=int, default=None, help="seed for reproducible samples")
+    p.add_argument("--seed", type=seed_int, default=None, help="seed for reproducible samples")
     p.add_argument("--stop", action="append", default=[],
                    help="stop when this string is generated (repeatable); it is not printed")
     p.add_argument("--chat", action="store_true",
@@ -56,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unknown", choices=("error", "replace"), default="error",
                    help="prompt characters missing from the vocabulary: error or replace")
     p.add_argument("--no-stream", action="store_true", help="print only when finished")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=thread_count, default=0,
                    help="CPU threads for torch (0 = automatic: 1 for a small model, whose "
                         "decode steps are too short to share out, else torch's default, one "
                         "per core)")

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import positive_int, thread_count
 from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
@@ -118,7 +118,7 @@ def _add_checkpoint(p: argparse.ArgumentParser) -> None:
 
 
 def _add_threads(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=thread_count, default=0,
                    help="torch CPU threads (default 0 = torch's choice; 1 is often faster on a "
                         "busy machine)")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, thread_count
 from scratchgpt.errors import ConfigError
 
 
@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the model's id in the API (default: the run directory's name)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="weights precision for decoding (see 'sample --help'; default fp32)")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=thread_count, default=0,
                    help="CPU threads for torch (0 = torch's default)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sequences decoded together (a request with n choices takes n; "
@@ -75,8 +75,6 @@ def config_from_args(args: argparse.Namespace):
         raise ConfigError("--max-prompt-tokens must be >= 1")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
-    if args.threads < 0:
-        raise ConfigError("--threads must be >= 0 (0 = torch's default)")
     if args.timeout < 0:
         raise ConfigError("--timeout must be >= 0 (0 = no limit)")
     limits = Limits(max_body_bytes=args.max_body_bytes,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scratchgpt.chat import ROLES
+from scratchgpt.validation import SEED_MAX
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
                404: "invalid_request_error", 405: "invalid_request_error",
@@ -226,7 +227,7 @@ Check = Callable[[str, Any], Any]
 COMMON: dict[str, Check] = {
     "model": _string, "max_tokens": _int(1), "temperature": _number(0.0, 2.0),
     "top_p": _number(0.0, 1.0, open_low=True), "top_k": _int(0), "stop": _stop,
-    "seed": _int(), "n": _int(1), "stream": _bool, "stream_options": _stream_options,
+    "seed": _int(0, SEED_MAX), "n": _int(1), "stream": _bool, "stream_options": _stream_options,
     "user": _string, "presence_penalty": _zero_only, "frequency_penalty": _zero_only,
     "logit_bias": _empty_only,
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.validation import check_range, check_types
+from scratchgpt.validation import SEED_MAX, check_range, check_types
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -118,8 +118,9 @@ class TrainConfig:
                      "log_interval", "nproc"):
             check_range(name, getattr(self, name), 1)
         for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp",
-                     "threads", "seed"):
+                     "threads"):
             check_range(name, getattr(self, name), 0)
+        check_range("seed", self.seed, 0, SEED_MAX)
         check_range("learning_rate", self.learning_rate, 0, low_open=True)
         check_range("min_lr", self.min_lr, 0, self.learning_rate)
         check_range("weight_decay", self.weight_decay, 0)
