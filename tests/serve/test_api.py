@@ -214,6 +214,13 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     assert error["param"] == param and error["message"] and error["type"]
 
 
+def test_a_prompt_outside_the_vocabulary_is_refused_in_the_apis_words(client):
+    """The characters are named; no command-line flag an API client cannot pass."""
+    error = client.post("/v1/completions", json={"prompt": "a\u00e9"}).json()["error"]
+    assert "not in the vocabulary: '\u00e9'" in error["message"]
+    assert "--" not in error["message"]
+
+
 @pytest.mark.parametrize("path,body,status", [
     ("/v1/completions", b'{"prompt": "a",', 400),
     ("/v1/completions", b"[1, 2]", 400),

@@ -4,7 +4,9 @@ the same in every command."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from scratchgpt.errors import TokenizerError
 from scratchgpt.validation import SEED_MAX
 
 
@@ -42,6 +44,23 @@ def seed_int(text: str) -> int:
     if not 0 <= n <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2^64 - 1, got {text!r}")
     return n
+
+
+def add_unknown_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """``--unknown error|replace``: what to do with characters of ``what`` (the prompt, the
+    text) that a character vocabulary lacks; :func:`encode` applies it."""
+    p.add_argument("--unknown", choices=("error", "replace"), default="error",
+                   help=f"{what} characters missing from the vocabulary: error (default) or "
+                        "replace them with a stand-in token")
+
+
+def encode(tok: Any, text: str, unknown: str) -> list[int]:
+    """``tok.encode(text)`` as ``--unknown`` says; a refusal names the flag that would have
+    let it through."""
+    try:
+        return tok.encode(text, unknown=unknown)
+    except TokenizerError as e:
+        raise TokenizerError(f"{e} (use --unknown replace to substitute them)") from None
 
 
 def add_which_flag(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag, thread_count
+from scratchgpt.commands.argtypes import add_unknown_flag, add_which_flag, encode, thread_count
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 
 
@@ -32,9 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", required=True,
                    help="the text to read; only the first context-length tokens are plotted "
                         "if it is longer (a notice says so)")
-    p.add_argument("--unknown", choices=("error", "replace"), default="error",
-                   help="text characters missing from the vocabulary: error (default) or "
-                        "replace them with a stand-in token")
+    add_unknown_flag(p, "text")
     p.add_argument("--out", required=True, metavar="FILE.png",
                    help="figure to write (.png, .svg, .pdf ...)")
     p.add_argument("--layer", type=int, default=None,
@@ -73,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     layers = pick(args.layer, cfg.n_layer, "--layer")
     heads = pick(args.head, cfg.n_head, "--head")
     tok = checkpoint_tokenizer(source)
-    ids = tok.encode(args.text, unknown=args.unknown)
+    ids = encode(tok, args.text, args.unknown)
     if not ids:
         raise GenerationError("the text is empty after tokenization")
     if len(ids) > cfg.block_size:

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_which_flag, positive_int
+from scratchgpt.commands.argtypes import add_unknown_flag, add_which_flag, encode, positive_int
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 
@@ -37,9 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", required=True,
                    help="the text before the predicted token (a GPT reads only its last "
                         "context-length tokens; a notice says so)")
-    p.add_argument("--unknown", choices=("error", "replace"), default="error",
-                   help="prompt characters missing from the vocabulary: error (default) or "
-                        "replace them with a stand-in token")
+    add_unknown_flag(p, "prompt")
     p.add_argument("--top", type=positive_int, default=10, metavar="N",
                    help="how many of the most likely tokens to list (default 10)")
     p.add_argument("--setting", action="append", default=None, metavar="SPEC",
@@ -109,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
     model, source = load_model(args.checkpoint, args.which)
     tok = checkpoint_tokenizer(source)
-    ids = tok.encode(args.prompt, unknown=args.unknown)
+    ids = encode(tok, args.prompt, args.unknown)
     logits, used = next_token_logits(model, ids)
     if used < len(ids):
         print(f"note: the prompt has {len(ids)} tokens, the model's context {used}: it reads "

@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag, seed_int, thread_count
+from scratchgpt.commands.argtypes import (
+    add_unknown_flag,
+    add_which_flag,
+    encode,
+    seed_int,
+    thread_count,
+)
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 
@@ -53,8 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "written with the model's chat template and generation stops at the "
                         "end of the reply")
     p.add_argument("--system", default=None, help="with --chat: a system message first")
-    p.add_argument("--unknown", choices=("error", "replace"), default="error",
-                   help="prompt characters missing from the vocabulary: error or replace")
+    add_unknown_flag(p, "prompt")
     p.add_argument("--no-stream", action="store_true", help="print only when finished")
     p.add_argument("--threads", type=thread_count, default=0,
                    help="CPU threads for torch (0 = automatic: 1 for a small model, whose "
@@ -286,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
     if args.chat:
         text, ids, rule = chat_prompt(args, source, tok, text, rule)
     else:
-        ids = tok.encode(text, unknown=args.unknown) if text else []
+        ids = encode(tok, text, args.unknown) if text else []
     if not ids:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
@@ -374,7 +379,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     if not prompts:
         raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
     rows = [text for text in prompts for _ in range(args.num_samples)]
-    ids = [tok.encode(text, unknown=args.unknown) or start_of_text(tok)[0] for text in rows]
+    ids = [encode(tok, text, args.unknown) or start_of_text(tok)[0] for text in rows]
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])

@@ -51,9 +51,7 @@ class CharTokenizer(Tokenizer):
         shown = ", ".join(repr(c) for c in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise TokenizerError(
-            f"text has {len(missing)} character(s) not in the vocabulary: {shown}{more} "
-            "(use --unknown replace to substitute them)"
-        )
+            f"text has {len(missing)} character(s) not in the vocabulary: {shown}{more}")
 
     def decode(self, ids: Sequence[int]) -> str:
         chars = self.chars
