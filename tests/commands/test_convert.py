@@ -56,6 +56,24 @@ def test_export_import_and_sample_from_hf_dir(run_dir, tmp_path, capsys):
     assert (back / "tokenizer.json").is_file()
 
 
+def test_an_export_is_replaced_with_overwrite_and_a_run_never_is(run_dir, tmp_path, capsys):
+    """An earlier export's config.json does not make it a run: --overwrite writes the export
+    again. A run directory keeps refusing, --overwrite or not, and keeps its files."""
+    hf = tmp_path / "hf"
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    first = (hf / "model.safetensors").stat().st_mtime_ns
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf),
+                 "--overwrite"])
+    assert (hf / "model.safetensors").stat().st_mtime_ns != first
+    before = {f.name: f.read_bytes() for f in run_dir.iterdir() if f.is_file()}
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(run_dir),
+                 "--overwrite"]) == 2
+    assert "scratchgpt run" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in run_dir.iterdir() if f.is_file()} == before
+
+
 def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
     save_hf(tiny_gpt(), tmp_path / "hf")
     assert main(["sample", "--checkpoint", str(tmp_path / "hf"), "--prompt", "a"]) == 2

@@ -46,10 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    from scratchgpt.checkpoints.rundir import RUN_FILES, RunDir
+    from scratchgpt.checkpoints.rundir import RUN_FILES
 
-    if RunDir(out).is_scratchgpt_run() or (out.name in RUN_FILES and
-                                           RunDir(out.parent).is_scratchgpt_run()):
+    if _holds_run(out) or (out.name in RUN_FILES and _holds_run(out.parent)):
         raise CheckpointError(f"{out} holds (or is part of) a scratchgpt run; write the "
                               "export somewhere else (nothing was written)")
     if overwrite or not out.exists():
@@ -58,6 +57,18 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise CheckpointError(f"{out} exists (pass --overwrite to replace it)")
     if any(out.iterdir()):
         raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
+
+
+def _holds_run(path: Path) -> bool:
+    """A scratchgpt run is there, not an earlier Hugging Face export (whose config.json
+    would otherwise pass for a run's): an export is weights and a config, no checkpoint and
+    no metrics."""
+    from scratchgpt.checkpoints.hf import is_hf_dir
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    export = is_hf_dir(path) and not any((path / f).exists()
+                                         for f in ("last.pt", "best.pt", "metrics.csv"))
+    return RunDir(path).is_scratchgpt_run() and not export
 
 
 def run(args: argparse.Namespace) -> int:
