@@ -260,6 +260,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to hf into a run directory",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out", c["lstm"],
                 "--overwrite"], "run"),
+    # a prepared dataset is never a run's directory, whatever the flags say
+    ("train --out a prepared dataset --overwrite",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["data"], "--overwrite", *TINY],
+     "prepared dataset"),
+    ("train --out a prepared dataset --resume",
+     lambda c: ["train", "--out", c["data"], "--resume", *TINY], "prepared dataset"),
     # prepare
     ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
                                               c["root"] / "out" / "p1"], "single character"),

@@ -116,6 +116,7 @@ class RunDir:
         must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`). Until
         its first checkpoint a new run can be undone: :meth:`abort` removes what it wrote
         and brings back a run it replaced."""
+        self._refuse_a_dataset()
         self._recover_interrupted_overwrite()
         if self.path.is_dir():
             remove_stale_temporaries(self.path)
@@ -128,6 +129,15 @@ class RunDir:
             self._move_aside()
         self._uncommitted = True
 
+    def _refuse_a_dataset(self) -> None:
+        """A prepared dataset's directory never takes a run, --overwrite or not: the run's
+        tokenizer.json would replace the dataset's, leaving its token files unreadable."""
+        from scratchgpt.data.prepare import is_dataset
+
+        if is_dataset(self.path):
+            raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
+                                  "meta.json), not a run; give the run its own --out")
+
     def _occupied(self) -> str:
         """Why a new run may not start here, and what to do instead."""
         if self.has_checkpoint():
@@ -137,6 +147,7 @@ class RunDir:
                 "to resume); pass --overwrite to start it again")
 
     def _check_resumable(self) -> None:
+        self._refuse_a_dataset()
         if self.file("last.pt").is_file():
             return
         if self.file("best.pt").is_file():
