@@ -145,3 +145,35 @@ def test_an_overwrite_swaps_the_datasets_in_one_step_where_the_system_can(tmp_pa
     assert "second" in TokenDataset(out).tokenizer().decode(
         TokenDataset(out).splits["train"][:40].tolist())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "data"]
+
+
+def test_an_overwrite_never_takes_the_users_own_files_with_the_old_dataset(tmp_path):
+    """--overwrite replaces the whole directory: files prepare did not write there stop it,
+    named, and everything stays as it was; a dataset of its own files alone is replaced."""
+    out = tmp_path / "data"
+    prepare_text("first text " * 40, out, "char")
+    (out / "NOTES.md").write_text("mine")
+    (out / "extra").mkdir()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(ScratchGPTError, match=r"NOTES\.md, extra") as refused:
+        prepare_text("second text " * 40, out, "char", overwrite=True)
+    assert "nothing was written" in str(refused.value)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert (out / "extra").is_dir()
+    (out / "NOTES.md").unlink()
+    (out / "extra").rmdir()
+    prepare_text("second, other text " * 40, out, "char", overwrite=True)
+    assert "second" in TokenDataset(out).tokenizer().decode(
+        TokenDataset(out).splits["train"][:40].tolist())
+
+
+def test_a_dataset_directory_is_made_as_mkdir_makes_one(tmp_path):
+    """Readable by others as the umask allows (0755 under the usual 022), not private."""
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        prepare_text("some text " * 40, tmp_path / "data", "char")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o755

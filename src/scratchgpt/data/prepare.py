@@ -36,6 +36,8 @@ import numpy as np
 from scratchgpt.checkpoints.io import TEMP_SUFFIX, exchange, fsync_dir
 from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
+from scratchgpt.tokenizers.base import TOKENIZER_FILE
+from scratchgpt.tokenizers.bpe_files import MERGES_FILE
 
 META_FILE = "meta.json"
 META_VERSION = 1
@@ -146,6 +148,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
 
 
 DATASET_FILES = ("train.bin", "val.bin", META_FILE)
+OWN_FILES = (*DATASET_FILES, TOKENIZER_FILE, MERGES_FILE)  # all that prepare writes
 
 
 def is_dataset(path: Path) -> bool:
@@ -164,6 +167,13 @@ def check_destination(out: Path, overwrite: bool) -> None:
         if not overwrite:
             raise DataError(f"{out} already holds a prepared dataset; pass --overwrite to "
                             "replace it")
+        others = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES)
+        if others:  # the whole directory is replaced: they would go with the old dataset
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more"
+                                             if len(others) > 5 else "")
+            raise DataError(f"{out} also holds files prepare did not write ({shown}); "
+                            "--overwrite replaces the whole directory, so move them out "
+                            "first (nothing was written)")
         return
     if any(out.iterdir()):
         raise DataError(f"{out} is not empty and holds no prepared dataset; choose another "
@@ -188,6 +198,9 @@ def _staging(out: Path) -> Iterator[Path]:
         _remove_stale_staging(out)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.",
                                     suffix=TEMP_SUFFIX))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # a directory as mkdir makes it, not mkdtemp's private 0700
         yield tmp
     except OSError as e:
         raise StorageError(f"cannot write the dataset {out}: {e.strerror or e} (nothing was "
