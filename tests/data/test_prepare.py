@@ -177,3 +177,22 @@ def test_a_dataset_directory_is_made_as_mkdir_makes_one(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o755
+
+
+def test_validation_characters_the_vocabulary_lacks_are_counted_and_reported(tmp_path, capsys):
+    """The vocabulary is learned from the training split; validation characters outside it
+    are substituted as they are encoded, and the dataset and the command say how many."""
+    from scratchgpt.cli import main
+
+    text = "abcab " * 30 + "xyz xy"
+    train_text = text[:int(len(text) * 0.9)]
+    lacking = sum(c not in set(train_text) for c in text[len(train_text):])
+    assert lacking > 0
+    meta = prepare_text(text, tmp_path / "d", "char")
+    assert meta["val_unknown_chars"] == lacking and "train_unknown_chars" not in meta
+    assert TokenDataset(tmp_path / "d").splits["val"].size == len(text) - len(train_text)
+    (tmp_path / "t.txt").write_text(text)
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--out", str(tmp_path / "e")]) == 0
+    assert f"note: {lacking} val character(s) are not in" in capsys.readouterr().out
+    clean = prepare_text("abcab " * 40, tmp_path / "c", "char")
+    assert not any(k.endswith("_unknown_chars") for k in clean)

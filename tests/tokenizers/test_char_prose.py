@@ -40,3 +40,23 @@ def test_unknown_policy():
     with pytest.raises(ScratchGPTError, match="not in the vocabulary"):
         tok.encode("the dog")
     assert tok.decode(tok.encode("the dog", unknown="replace")) == "the    "  # d, o, g: space
+
+
+def test_char_docstring_examples_run():
+    import doctest
+
+    from scratchgpt.tokenizers import char
+
+    assert doctest.testmod(char, raise_on_error=True).attempted > 0
+
+
+def test_unknown_count_is_what_replace_substitutes():
+    """The prose tokenizer counts after normalizing, as it encodes: curly quotes are spelled
+    the plain way, not missing."""
+    from scratchgpt.tokenizers.char import ProseCharTokenizer
+
+    tok = ProseCharTokenizer.train("it's a test, isn't it?")
+    text = "\u2019tis a test \u2014 zebra!"
+    replaced = tok.encode(text, unknown="replace")
+    assert tok.unknown_count(text) == sum(c not in tok.stoi for c in normalize_prose(text)) > 0
+    assert len(replaced) == len(normalize_prose(text))

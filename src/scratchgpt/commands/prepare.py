@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
+    for split in ("train", "val"):
+        if meta.get(f"{split}_unknown_chars"):
+            print(f"note: {meta[f'{split}_unknown_chars']:,} {split} character(s) are not in "
+                  "the tokenizer's vocabulary (learned from the training split) and were "
+                  "written as a stand-in character")
     return 0
 
 

@@ -137,6 +137,9 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             "val_fraction": val_fraction,
         }
+        replaced = {f"{name}_unknown_chars": tok.unknown_count(part)
+                    for name, part in (("train", train_text), ("val", val_text))}
+        meta.update({k: n for k, n in replaced.items() if n})  # substituted as encoded
         if sampled:
             meta |= {"bpe_dropout": bpe_dropout, "train_copies": train_copies}
         tok.save(tmp)

@@ -45,6 +45,12 @@ class Tokenizer(ABC):
     def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> Tokenizer:
         """Rebuild from ``to_dict`` output; ``directory`` is where extra files live, if any."""
 
+    def unknown_count(self, text: str) -> int:
+        """How many characters of ``text`` the vocabulary lacks: those ``encode(text,
+        unknown="replace")`` substitutes. None here: a byte-level vocabulary spells any
+        text."""
+        return 0
+
     @property
     def eot_id(self) -> int | None:
         """The end-of-text token id, if the tokenizer has one."""

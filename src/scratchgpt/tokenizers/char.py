@@ -32,6 +32,15 @@ class CharTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return len(self.chars)
 
+    def unknown_count(self, text: str) -> int:
+        """How many characters of ``text`` are not in the vocabulary.
+
+        >>> CharTokenizer.train("abc").unknown_count("abcd, ab")  # "d", "," and " "
+        3
+        """
+        stoi = self.stoi
+        return sum(c not in stoi for c in text)
+
     def _replacement(self) -> int:
         for c in ("?", " ", "_"):
             if c in self.stoi:
@@ -109,3 +118,7 @@ class ProseCharTokenizer(CharTokenizer):
 
     def encode(self, text: str, unknown: str = "error") -> list[int]:
         return super().encode(normalize_prose(text), unknown)
+
+    def unknown_count(self, text: str) -> int:
+        """How many characters of ``text``, once normalized, are not in the vocabulary."""
+        return super().unknown_count(normalize_prose(text))
