@@ -382,3 +382,28 @@ def test_the_script_and_python_m_enter_through_run():
     scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["scratchgpt"] == "scratchgpt.cli:run"
     assert "SystemExit(run())" in (root / "src" / "scratchgpt" / "__main__.py").read_text()
+
+
+def test_resuming_a_finished_run_says_so_and_how_to_extend_it(small_dataset, tmp_path, capsys):
+    out = tmp_path / "r"
+    shape = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+             "--batch-size", "2", "--eval-iters", "1", "--no-progress"]
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters",
+                 "3", *shape]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert "already at step 3 of --max-iters 3" in said and "larger --max-iters" in said
+    assert main(["train", "--out", str(out), "--resume", "--max-iters", "4",
+                 "--no-progress"]) == 0
+    assert "already at step" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [[], ["--resume"], ["--overwrite"]])
+def test_out_naming_a_file_says_it_is_a_file(small_dataset, tmp_path, capsys, extra):
+    (tmp_path / "afile").write_text("mine")
+    dataset = [] if extra == ["--resume"] else ["--dataset", str(small_dataset)]
+    msg = error_of(capsys, ["train", *dataset, "--out", str(tmp_path / "afile"),
+                            "--no-progress", *extra])
+    assert "is a file" in msg
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -85,6 +85,9 @@ class RunDir:
             self.release()
 
     def acquire(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise CheckpointError(f"{self.path} is a file, not a run directory; give the run "
+                                  "a directory of its own (--out)")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -148,6 +151,8 @@ class RunDir:
 
     def _check_resumable(self) -> None:
         self._refuse_a_dataset()
+        if self.path.exists() and not self.path.is_dir():
+            raise CheckpointError(f"cannot resume: {self.path} is a file, not a run directory")
         if self.file("last.pt").is_file():
             return
         if self.file("best.pt").is_file():

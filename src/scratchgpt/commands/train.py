@@ -19,10 +19,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "< --config file < flags. Writes last.pt/best.pt, config.json, metrics.csv "
                     "and loss.png into --out. Ctrl-C (or SIGTERM) saves last.pt after the "
                     "current step; --resume continues exactly.")
+    from scratchgpt.data.sources import DATASETS, DEFAULT_CORPUS
+
     p.add_argument("--dataset", default=None,
-                   help="a prepared dataset directory, or a named dataset (shakespeare, "
-                        "warandpeace, python-stdlib) prepared on the fly; default: "
-                        "python-stdlib (offline)")
+                   help="a prepared dataset directory, or a named dataset, prepared on first "
+                        f"use ({', '.join([*DATASETS, DEFAULT_CORPUS])}"
+                        f"); default: {DEFAULT_CORPUS} (offline)")
     p.add_argument("--model", default=None, choices=sorted(LM_TYPES),
                    help="model type (default: gpt)")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -36,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a run already in --out (the old run is kept until the new one "
                         "has written its first checkpoint)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar and no line per evaluation: only the summary at the "
+                        "end (metrics.csv in the run has every evaluation)")
     p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
                    help="continued pretraining: start from this GPT (a run directory, .pt "
                         "file, Hugging Face GPT-2 directory or hf:ID) instead of random "
@@ -61,7 +65,24 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
+    _note_if_finished(plan)
     return report(job.run(plan, progress), plan.out)
+
+
+def _note_if_finished(plan: Any) -> None:
+    """A resumed run that already reached its --max-iters (or time budget) trains no more:
+    say so, and how to extend it, before its summary repeats the last one."""
+    checkpoint = plan.checkpoint() if plan.mode == "resume" else None
+    state = checkpoint.state if checkpoint is not None else None
+    if state is None:
+        return
+    budget = plan.train.time_budget_s
+    if state.step >= plan.train.max_iters:
+        print(f"note: {plan.out} is already at step {state.step} of --max-iters "
+              f"{plan.train.max_iters}; pass a larger --max-iters to train it further")
+    elif budget and state.elapsed_s >= budget:
+        print(f"note: {plan.out} has already used its --time-budget of {budget:g} s; pass a "
+              "longer --time-budget to train it further")
 
 
 def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
