@@ -416,7 +416,8 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
               if picked is not None else f"K={policy.k}")
     print(f"--- speculative ({args.draft if args.draft == 'ngram' else 'draft model'}, "
           f"{chosen}): {st.rounds} rounds, {st.mean_accepted:.2f} draft tokens accepted per "
-          f"round, acceptance rate {st.acceptance_rate:.2f}", file=sys.stderr)
+          f"round, acceptance rate {st.acceptance_rate:.2f} (tokens decoded per position the "
+          "model scored, its bonus tokens counted)", file=sys.stderr)
     return 0
 
 
