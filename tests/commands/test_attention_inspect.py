@@ -143,6 +143,14 @@ def test_inspect_lists_the_models_own_probabilities(runs, capsys, model_type):
     assert rep["model_type"] == model_type and rep["kept"]["model"] == len(CHARS)
 
 
+def test_the_same_setting_twice_is_one_column(runs, capsys):
+    """T=0 is greedy and k=0 leaves T=1: each distribution once, in the order first given."""
+    rep = inspect_json(capsys, runs["gpt"], "a b", "--setting", "T=0", "--setting", "k=3",
+                       "--setting", "greedy", "--setting", "k=0", "--setting", "T=1")
+    assert rep["settings"] == ["model", "greedy", "top-k=3", "T=1"]
+    assert all(set(r["probs"]) == set(rep["settings"]) for r in rep["top"])
+
+
 def test_inspect_settings_reshape_as_sampling_does(runs, capsys):
     rep = inspect_json(capsys, runs["gpt"], "a b", "--top", str(len(CHARS)), "--setting", "k=3",
                        "--setting", "greedy", "--setting", "T=0.5", "--setting", "p=0.5")

@@ -102,9 +102,15 @@ def draw(rep: dict[str, Any], out: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
-    from scratchgpt.generation.next_token import next_token_logits, parse_setting
+    from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
+    # one column each: T=0 and greedy are one setting, as are k=0 and T=1, and their names,
+    # the table's columns and the report's keys, would collide
+    firsts: dict[str, Any] = {}
+    for cfg in settings:
+        firsts.setdefault(setting_label(cfg), cfg)
+    settings = list(firsts.values())
     model, source = load_model(args.checkpoint, args.which)
     tok = checkpoint_tokenizer(source)
     ids = encode(tok, args.prompt, args.unknown)
