@@ -407,3 +407,18 @@ def test_out_naming_a_file_says_it_is_a_file(small_dataset, tmp_path, capsys, ex
                             "--no-progress", *extra])
     assert "is a file" in msg
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_refused_run_leaves_nothing_in_a_dataset_directory(tmp_path, capsys):
+    """Not even its lock file: that would be a file prepare did not write, and stop the next
+    prepare --overwrite of the dataset."""
+    from scratchgpt.data.prepare import prepare_text
+
+    data = tmp_path / "data"
+    prepare_text("some text to train on. " * 40, data, "char")
+    before = sorted(p.name for p in data.iterdir())
+    assert "prepared dataset" in error_of(capsys, ["train", "--dataset", str(data), "--out",
+                                                   str(data), "--overwrite", "--no-progress",
+                                                   "--block-size", "8"])
+    assert sorted(p.name for p in data.iterdir()) == before
+    prepare_text("other text to train on. " * 40, data, "char", overwrite=True)

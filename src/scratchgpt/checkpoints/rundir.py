@@ -85,9 +85,7 @@ class RunDir:
             self.release()
 
     def acquire(self) -> None:
-        if self.path.exists() and not self.path.is_dir():
-            raise CheckpointError(f"{self.path} is a file, not a run directory; give the run "
-                                  "a directory of its own (--out)")
+        self._refuse_what_is_not_a_run()  # before the lock file is the first thing written
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -119,7 +117,6 @@ class RunDir:
         must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`). Until
         its first checkpoint a new run can be undone: :meth:`abort` removes what it wrote
         and brings back a run it replaced."""
-        self._refuse_a_dataset()
         self._recover_interrupted_overwrite()
         if self.path.is_dir():
             remove_stale_temporaries(self.path)
@@ -132,11 +129,15 @@ class RunDir:
             self._move_aside()
         self._uncommitted = True
 
-    def _refuse_a_dataset(self) -> None:
-        """A prepared dataset's directory never takes a run, --overwrite or not: the run's
-        tokenizer.json would replace the dataset's, leaving its token files unreadable."""
+    def _refuse_what_is_not_a_run(self) -> None:
+        """A file is no run directory, and a prepared dataset's directory never takes a run,
+        --overwrite or not: the run's tokenizer.json would replace the dataset's, leaving its
+        token files unreadable."""
         from scratchgpt.data.prepare import is_dataset
 
+        if self.path.exists() and not self.path.is_dir():
+            raise CheckpointError(f"{self.path} is a file, not a run directory; give the run "
+                                  "a directory of its own (--out)")
         if is_dataset(self.path):
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
                                   "meta.json), not a run; give the run its own --out")
@@ -150,9 +151,7 @@ class RunDir:
                 "to resume); pass --overwrite to start it again")
 
     def _check_resumable(self) -> None:
-        self._refuse_a_dataset()
-        if self.path.exists() and not self.path.is_dir():
-            raise CheckpointError(f"cannot resume: {self.path} is a file, not a run directory")
+        self._refuse_what_is_not_a_run()  # (a resume is planned before the lock is taken)
         if self.file("last.pt").is_file():
             return
         if self.file("best.pt").is_file():
