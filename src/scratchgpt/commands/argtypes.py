@@ -10,14 +10,20 @@ from scratchgpt.errors import TokenizerError
 from scratchgpt.validation import SEED_MAX
 
 
-def positive_int(text: str) -> int:
+def _int_within(text: str, low: int, high: int | None, expected: str) -> int:
+    """``text`` as an integer in [low, high] (no upper bound when ``high`` is None), else
+    argparse's one-line refusal: "expected ``expected``, got ..."."""
     try:
         n = int(text)
     except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        n = None
+    if n is None or n < low or (high is not None and n > high):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return n
+
+
+def positive_int(text: str) -> int:
+    return _int_within(text, 1, None, "a positive integer")
 
 
 def thread_count(text: str) -> int:
@@ -26,24 +32,12 @@ def thread_count(text: str) -> int:
     >>> thread_count("0"), thread_count("3")
     (0, 3)
     """
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 (one per core) or more threads, got {text!r}")
-    return n
+    return _int_within(text, 0, None, "0 (one per core) or more threads")
 
 
 def seed_int(text: str) -> int:
     """``--seed``: an integer torch's generators take, 0 to 2^64 - 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2^64 - 1, got {text!r}")
-    return n
+    return _int_within(text, 0, SEED_MAX, "a seed from 0 to 2^64 - 1")
 
 
 def add_unknown_flag(p: argparse.ArgumentParser, what: str) -> None:
