@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import gc
 import importlib
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
@@ -47,12 +48,18 @@ class Parser(argparse.ArgumentParser):
     - no abbreviated flags: ``--lr 1`` must not quietly mean ``--lr-decay-iters 1`` because no
       other flag happens to start with ``--lr``; an unknown flag is named with the flags it
       may have meant instead;
-    - an error is one line, naming the subcommand, not the whole usage before it.
+    - an error is one line, naming the subcommand, not the whole usage before it;
+    - a value that starts with a minus and a digit (``--time-budget -5s``, ``--lr -1e-3``) is a
+      value, which then meets its flag's own check: argparse takes only plain negative numbers
+      (``-5``, ``-0.5``) for values and answered the rest with "expected one argument".
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # argparse's private pattern for "a negative number, not a flag" (no flag of ours
+        # starts with a minus and a digit, so widening it takes no flag away).
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")

@@ -246,6 +246,17 @@ def test_unknown_flag_is_one_line_naming_what_was_meant(capsys, argv, hint):
     assert hint is None or hint in lines[0]
 
 
+@pytest.mark.parametrize("argv,reason", [
+    (["train", "--time-budget", "-5s"], "duration '-5s'"),
+    (["train", "--learning-rate", "-1e-3"], "learning_rate must be in (0, inf)"),
+])
+def test_a_negative_value_meets_its_flags_check(capsys, argv, reason):
+    """A value that starts with a minus and a digit is the flag's value, refused by the
+    flag's own check, not argparse's "expected one argument"."""
+    line = error_of(capsys, argv)
+    assert reason in line and "expected one argument" not in line, line
+
+
 def test_lr_is_the_learning_rate_not_an_abbreviation():
     """--lr names --learning-rate itself (with abbreviations allowed it used to be taken as
     the only flag starting with it, --lr-decay-iters)."""
