@@ -29,14 +29,15 @@ def plain_run(tmp_path_factory, chat_model) -> Path:
     return save_run(*chat_model, tmp_path_factory.mktemp("runs") / "plain", chat=False)
 
 
-def start_server(run: Path, api_key: str | None = None, **config):
-    """A BackgroundServer (a context manager) for ``run``."""
+def start_server(run: Path, api_key: str | None = None, grace_s: float = 5.0, **config):
+    """A BackgroundServer (a context manager) for ``run``; stopping, it lets running requests
+    finish for ``grace_s`` seconds."""
     for name in ("starlette", "uvicorn", "httpx"):
         optional(name)
     from scratchgpt.serve.server import BackgroundServer, ServeConfig, load_service
 
     return BackgroundServer(load_service(ServeConfig(str(run), api_key=api_key, **config)),
-                            api_key=api_key)
+                            api_key=api_key, grace_s=grace_s)
 
 
 @pytest.fixture(scope="module")

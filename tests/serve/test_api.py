@@ -303,6 +303,24 @@ def test_a_client_that_hangs_up_mid_stream_frees_its_rows_at_once(client, server
     assert client.get("/health").json()["batch_rows"] == 0
 
 
+def test_a_stopping_server_ends_a_long_stream_with_an_error_and_done(chat_run):
+    """A generation still running when the server stops (Ctrl-C) gets the grace period, then
+    ends as a request to a stopping server does: its error event, then ``[DONE]``, not a
+    stream cut short."""
+    import httpx
+
+    server = start_server(chat_run, grace_s=0.3, limits=Limits(max_tokens=10**6))
+    with server, httpx.stream("POST", server.url + "/v1/completions", timeout=60, json={
+            "prompt": "a", "max_tokens": 10**6, "stream": True}) as r:
+        lines = r.iter_lines()
+        assert '"text_completion"' in next(line for line in lines if line.startswith("data:"))
+        server.server.should_exit = True  # what uvicorn's Ctrl-C handler does
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    assert json.loads(rest[-2][len("data: "):])["error"]["message"] == (
+        "the server is shutting down")
+
+
 def test_api_key_guards_everything_but_the_page_and_health(chat_run):
     import httpx
 

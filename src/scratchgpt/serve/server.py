@@ -124,16 +124,39 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+GRACE_S = 5.0  # how long a stopping server lets running requests finish
+
+
 def _uvicorn_server(service: Any, api_key: str | None, access_log: bool,
-                    log_level: str = "info") -> Any:
+                    log_level: str = "info", grace_s: float = GRACE_S) -> Any:
+    import asyncio
+
     import uvicorn
 
     from scratchgpt.serve.app import create_app
 
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        """uvicorn's server, stopping (Ctrl-C, SIGTERM) as a client would want: requests still
+        generating get ``grace_s`` seconds to finish; then the engine stops, and each ends as
+        a request to a stopping server does (a 503; a stream, its error event and
+        ``[DONE]``). uvicorn alone would cancel them mid-stream after its own timeout, the
+        client's stream cut short and a traceback in the log."""
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            async def end_generation() -> None:
+                await asyncio.sleep(grace_s)
+                await asyncio.to_thread(service.engine.stop)
+
+            ending = asyncio.ensure_future(end_generation())
+            try:
+                await super().shutdown(sockets)
+            finally:
+                ending.cancel()
+
     config = uvicorn.Config(create_app(service, api_key), log_level=log_level,
-                            access_log=access_log, timeout_graceful_shutdown=5,
+                            access_log=access_log, timeout_graceful_shutdown=grace_s + 5,
                             limit_concurrency=None, backlog=2048)
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 def run_server(cfg: ServeConfig, announce: Any = print) -> None:
@@ -153,11 +176,13 @@ class BackgroundServer:
     """A server on 127.0.0.1 (a free port) in a background thread, for tests and benchmarks:
     ``with BackgroundServer(service) as s: ... s.url``."""
 
-    def __init__(self, service: Any, api_key: str | None = None, host: str = "127.0.0.1"):
+    def __init__(self, service: Any, api_key: str | None = None, host: str = "127.0.0.1",
+                 grace_s: float = GRACE_S):
         self.service = service
         self.sock = bind(host, 0)
         self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = _uvicorn_server(service, api_key, access_log=False, log_level="warning")
+        self.server = _uvicorn_server(service, api_key, access_log=False, log_level="warning",
+                                      grace_s=grace_s)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="scratchgpt-server", daemon=True)
 
