@@ -83,6 +83,32 @@ def test_damaged_settings_are_one_line_errors(tmp_path, damage, message):
         load_checkpoint(tmp_path / "d.pt")
 
 
+def test_a_byte_changed_on_disk_is_refused_not_loaded(tmp_path):
+    """Every part of the file is checked against the CRC-32 written with it: one flipped byte
+    in the weights makes the file unreadable rather than a model with other weights."""
+    config = model_config("gpt", vocab_size=5, n_layer=1, n_head=2, n_embd=8, block_size=4)
+    save_checkpoint(tmp_path / "c.pt", Checkpoint("gpt", config, build_model(config).state_dict()))
+    data = bytearray((tmp_path / "c.pt").read_bytes())
+    biggest = max(torch.load(tmp_path / "c.pt", weights_only=True)["model"].values(),
+                  key=lambda t: t.numel())
+    at = bytes(data).find(biggest.numpy().tobytes())  # the tensor's bytes, stored as they are
+    assert at > 0
+    data[at + 5] ^= 0x40
+    (tmp_path / "c.pt").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="damaged .*archive/data/"):
+        load_checkpoint(tmp_path / "c.pt")
+
+
+def test_a_file_saved_without_checksums_still_loads(tmp_path):
+    from torch.utils.serialization import config as serialization
+
+    config = model_config("bigram", vocab_size=3)
+    with serialization.patch({"save.compute_crc32": False}):  # torch writes each CRC as 0
+        save_checkpoint(tmp_path / "c.pt", Checkpoint("bigram", config,
+                                                      build_model(config).state_dict()))
+    assert load_checkpoint(tmp_path / "c.pt").model_type == "bigram"
+
+
 def test_second_writer_is_refused_with_the_holder(tmp_path):
     first = RunDir(tmp_path / "run")
     with first.lock():

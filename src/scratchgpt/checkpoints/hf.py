@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt import memory
+from scratchgpt.checkpoints.io import read_torch_file
 from scratchgpt.errors import CheckpointError, ConfigError
 
 CONFIG_FILE = "config.json"
@@ -231,12 +232,12 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
         path = directory / name
         if not path.is_file():
             continue
+        if not name.endswith(".safetensors"):
+            return read_torch_file(path, "weights file"), path
         try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
+            from safetensors.torch import load_file
 
-                return load_file(str(path)), path
-            return torch.load(path, map_location="cpu", weights_only=True), path
+            return load_file(str(path)), path
         except ImportError:
             raise CheckpointError("reading model.safetensors needs the safetensors package "
                             "(pip install safetensors)") from None

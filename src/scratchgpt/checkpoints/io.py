@@ -7,7 +7,9 @@ It is the one source of truth of a run; ``config.json`` beside it is a copy for 
 
 Every write goes to a temporary file in the same directory, is flushed to disk, and is then
 renamed over the old file, so a crash or Ctrl-C at any moment leaves the previous good file
-intact.
+intact. Reading checks each part of the file against the CRC-32 that ``torch.save`` wrote
+with it, so a file damaged later (a disk, a copy) is refused rather than loaded as other
+weights.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,6 +339,10 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
 def read_torch_file(file: str | Path, what: str) -> Any:
     """``torch.load`` of ``file``, plain tensors and data only; a file it cannot read is a
     one-line :class:`CheckpointError` saying it is not a readable ``what``."""
+    damaged = _damaged_part(file)
+    if damaged:
+        raise CheckpointError(f"{file} is not a readable {what}: it is damaged ({damaged} does "
+                              "not match the checksum saved with it)")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except MemoryError:
@@ -343,6 +350,27 @@ def read_torch_file(file: str | Path, what: str) -> Any:
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler raises whatever the
         # bytes of a file that is not a checkpoint provoke (KeyError, IndexError, ...)
         raise CheckpointError(f"{file} is not a readable {what}: {_load_failure(e)}") from None
+
+
+def _damaged_part(file: str | Path) -> str | None:
+    """The first part of ``torch.save``'s zip archive whose bytes no longer match their CRC-32
+    (None when all do, or when ``file`` is no zip archive: ``torch.load`` then says what it
+    is). A part whose CRC is 0 is skipped: torch writes 0 when told not to compute them
+    (``torch.utils.serialization.config.save.compute_crc32``)."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            for part in archive.infolist():
+                if part.CRC == 0:
+                    continue
+                try:
+                    with archive.open(part) as f:  # compares the CRC-32 once read to the end
+                        while f.read(1 << 22):
+                            pass
+                except (zipfile.BadZipFile, EOFError):
+                    return part.filename
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    return None
 
 
 def _load_failure(e: BaseException) -> str:
