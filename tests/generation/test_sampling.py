@@ -70,6 +70,27 @@ def test_greedy_is_argmax():
     assert torch.equal(probs.argmax(-1), token) and torch.all(probs.sum(-1) == 1)
 
 
+@pytest.mark.parametrize("settings", [dict(temperature=1e-300), dict(temperature=1e-40),
+                                      dict(temperature=1e-20), dict(top_p=1e-300),
+                                      dict(top_p=1e-40)])
+def test_the_smallest_settings_sample_the_most_likely_token(settings):
+    """A temperature or top-p as small as a float allows is the limit it tends to: the most
+    likely tokens (ties shared) by temperature, the first of them by top-p. Scaled naively,
+    1e-300 overflowed float32 (or rounded to 0 in it) and gave NaN, which drew a token one
+    past the vocabulary."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 50) * 5
+    logits[0, 7] = logits[0, 9] = logits[0].max() + 1  # a tie for the first place
+    probs = logits_to_probs(logits, SamplingConfig(**settings))
+    assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(4))
+    best = logits.max(-1, keepdim=True).values
+    assert torch.all(probs[logits < best] == 0)
+    if "temperature" in settings:  # the tie shared, the other rows one-hot
+        assert probs[0, 7] == probs[0, 9] == 0.5
+    token, _ = sample(logits, SamplingConfig(**settings), torch.Generator().manual_seed(0))
+    assert torch.all(logits.gather(-1, token[:, None]) == best)
+
+
 @pytest.mark.parametrize("bad", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
                                  dict(top_k=-1)])
 def test_invalid_sampling_settings(bad):

@@ -66,6 +66,15 @@ def test_greedy_completion_is_the_decode_loops_text(client, server):
                              "total_tokens": n_prompt + 40}
 
 
+@pytest.mark.parametrize("setting", [{"temperature": 1e-300}, {"top_p": 1e-300}])
+def test_the_smallest_temperature_and_top_p_are_greedy(client, server, setting):
+    """Allowed values as small as a float allows decode the most likely token (the model's
+    logits have no ties here); they crashed the engine's step, and every row with it."""
+    r = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 12, **setting})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == reference(server.service, PROMPT, 12)
+
+
 def test_streamed_text_joins_to_the_whole_response(client, server, monkeypatch):
     body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 0}
     whole = client.post("/v1/completions", json=body).json()["choices"][0]

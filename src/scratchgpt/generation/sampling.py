@@ -71,9 +71,12 @@ def top_p_mask(logits: Tensor, p: float) -> Tensor:
         return logits
     probs = torch.softmax(logits.float(), dim=-1)  # (..., V)
     ranked, order, mass_with = _ranked_nucleus_candidates(probs, p)  # (..., k), most likely first
-    mass_above = mass_with - ranked  # mass of the tokens ranked above each
-    # every token not ranked is dropped; the ranked ones by the mass above them
-    drop = torch.ones_like(probs, dtype=torch.bool).scatter(-1, order, mass_above >= p)
+    mass_above = mass_with - ranked  # mass of the tokens ranked above each (0 for the first)
+    # every token not ranked is dropped; the ranked ones by the mass above them. A p below
+    # float32's smallest normal number would round to 0 in the comparison and drop the first
+    # token too: any such p keeps the first alone, as the smallest normal number does.
+    at_least = max(p, torch.finfo(probs.dtype).tiny)
+    drop = torch.ones_like(probs, dtype=torch.bool).scatter(-1, order, mass_above >= at_least)
     return logits.masked_fill(drop, float("-inf"))
 
 
@@ -93,12 +96,24 @@ def _ranked_nucleus_candidates(probs: Tensor, p: float) -> tuple[Tensor, Tensor,
     return ranked, order, torch.cumsum(ranked, dim=-1)
 
 
+# Below this temperature logits are scaled in float64 (see logits_to_probs): |logit| / T stays
+# inside float32 for any logit under ~3e8 above it.
+TINY_TEMPERATURE = 1e-30
+
+
 def logits_to_probs(logits: Tensor, cfg: SamplingConfig) -> Tensor:
     """The sampling distribution (..., V) in float32. Greedy gives a one-hot of the argmax."""
     logits = logits.float()
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
-    logits = logits / cfg.temperature
+    if cfg.temperature < TINY_TEMPERATURE:
+        # logits / T would overflow float32 (inf - inf is NaN in the softmax), or T itself
+        # round to 0 in it: shifted by their maximum in float64 first, they become 0 for the
+        # most likely tokens and -inf for the rest, the same distribution, T's limit
+        logits = logits.double()
+        logits = ((logits - logits.amax(-1, keepdim=True)) / cfg.temperature).float()
+    else:
+        logits = logits / cfg.temperature
     if cfg.top_k:
         logits = top_k_mask(logits, cfg.top_k)
     if cfg.top_p is not None:
