@@ -217,7 +217,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from scratchgpt.viz import pyplot
+    from scratchgpt.viz import pyplot, save_figure
 
     plt = pyplot()
 
@@ -257,10 +257,7 @@ def run_attention(args: argparse.Namespace) -> int:
     title = f"{model.config.arch}: {args.source!r} -> {texts[0]!r}"
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    out = save_figure(fig, args.out, dpi=120)
     ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
     print(json.dumps({"translation": texts[0], "out": str(out), "finished": ended}))
     return 0
