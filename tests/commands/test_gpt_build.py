@@ -158,6 +158,26 @@ def test_existing_stage_runs_are_kept_unless_overwrite(small_dataset, tmp_path, 
     assert not (tmp_path / "2-one-head").exists()  # only the stages asked for
 
 
+def test_a_run_of_some_stages_adds_to_the_report(small_dataset, tmp_path, capsys):
+    """Stages trained one run at a time make one report: a later run keeps the earlier
+    stages' rows (and their own train commands), and one stage trained again replaces only
+    its row."""
+    args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+            "--out", str(tmp_path), "--no-progress", "--stages"]
+    assert main([*args, "1"]) == 0
+    first = (tmp_path / "gpt_build.csv").read_text().splitlines()[1]
+    assert main([*args, "2"]) == 0
+    assert main([*args, "2", "--overwrite", "--seed", "3"]) == 0
+    assert "keeps 1-bigram" in capsys.readouterr().out
+    with open(tmp_path / "gpt_build.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [r["stage"] for r in table] == ["1-bigram", "2-one-head"]
+    assert (tmp_path / "gpt_build.csv").read_text().splitlines()[1] == first
+    md = (tmp_path / "gpt_build.md").read_text()
+    commands = [line for line in md.splitlines() if line.startswith("scratchgpt train ")]
+    assert len(commands) == 2 and "1-bigram" in commands[0] and "--seed 3" in commands[1]
+
+
 def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
     setup = gpt_build.quick_setup(max_iters=7)
     assert setup.train_config().max_iters == 7 and not setup.train_config().time_budget

@@ -113,7 +113,8 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                         "cache, else downloaded)")
     g.add_argument("--stages", nargs="+", metavar="STAGE",
                    help="train only these stages (numbers or names, e.g. 1 2 or one-head); "
-                        "default: all eight")
+                        "default: all eight. The report in --out keeps the rows of stages "
+                        "trained there before")
     g.add_argument("--time-budget", metavar="DURATION",
                    help="wall time per stage, e.g. 60s or 2m (default 60s unless --max-iters "
                         "is given)")
@@ -167,6 +168,11 @@ def run_gpt_build(args: argparse.Namespace) -> int:
                             log=lambda line: print(line, flush=True), dataset_name=args.dataset)
     done = [r for r in results if not r.interrupted]
     if done:
+        earlier = gpt_build.earlier_results(setup, out_dir, {r.stage.name for r in results})
+        if earlier:
+            print(f"the report keeps {', '.join(r.stage.name for r in earlier)} from earlier "
+                  f"runs in {out_dir} (each with its own train command)")
+        done = sorted([*earlier, *done], key=lambda r: r.stage.number)
         paths = gpt_build.write_tables(done, out_dir)
         png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget))
         print(gpt_build.markdown(done), end="")

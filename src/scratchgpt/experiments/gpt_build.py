@@ -29,8 +29,9 @@ lecture's, and each stage's val-loss curve).
 from __future__ import annotations
 
 import csv
+import json
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -297,6 +298,43 @@ def markdown(results: Sequence[StageResult], commands: bool = False) -> str:
         lines += ["", "Each stage is this `scratchgpt train` command (same numbers):", "",
                   "```", *(r.command for r in results), "```"]
     return "\n".join(lines) + "\n"
+
+
+def earlier_results(setup: BuildSetup, out: Path,
+                    replaced: Collection[str]) -> list[StageResult]:
+    """The stages of the report already in ``out`` (``gpt_build.csv``) whose runs are still
+    there, less those named in ``replaced`` (trained again now): a run of some stages adds
+    to the report instead of dropping the others. Rows that cannot be read are left out."""
+    known = {stage.name: stage for stage in stages(setup)}
+    kept = []
+    for row in _report_rows(out / "gpt_build.csv"):
+        stage, run_dir = known.get(row.get("stage") or ""), out / (row.get("run") or "")
+        if stage is None or stage.name in replaced or not RunDir(run_dir).holds_run():
+            continue
+        try:
+            kept.append(StageResult(
+                stage, int(row["params"]), int(row["steps"]), int(row["tokens"]),
+                float(row["seconds"]), float(row["train_loss"]), float(row["val_loss"]),
+                run_dir, _stage_command(run_dir)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return kept
+
+
+def _report_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="", errors="replace") as f:
+        return list(csv.DictReader(f))
+
+
+def _stage_command(run_dir: Path) -> str:
+    """The ``scratchgpt train`` command a stage's run records in its ``config.json``."""
+    try:
+        return str(json.loads((run_dir / "config.json").read_text())["experiment"]
+                   ["train_command"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def write_tables(results: Sequence[StageResult], out: Path) -> tuple[Path, Path]:
