@@ -11,6 +11,8 @@ and :func:`stream_chat` the server-sent events, one chunk per choice per engine 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import dataclasses
 import math
 import time
 import uuid
@@ -115,15 +117,38 @@ class Service:
 
     def token_info(self, token: int, logprob: float | None,
                    top: TopLogprobs | None) -> api.TokenInfo:
+        """A token as the API shows it. Its text is its own decoding until
+        :func:`spelled` splits the text it belongs to among its tokens; an alternative
+        whose bytes are part of a character is spelled ``bytes:\\xe2\\x80`` (OpenAI's
+        way), so that two of them are not both "\ufffd"."""
         text, raw = self._piece(token)
-        alts = None if top is None else [(*self._piece(t), lp) for t, lp in top]
+        alts = None if top is None else [(*self._piece(t, spell_bytes=True), lp)
+                                         for t, lp in top]
         return api.TokenInfo(text, raw, logprob, alts)
 
-    def _piece(self, token: int) -> tuple[str, list[int]]:
+    def _piece(self, token: int, spell_bytes: bool = False) -> tuple[str, list[int]]:
         text = self.tokenizer.decode([token])
         raw = (self.tokenizer.token_bytes(token) if hasattr(self.tokenizer, "token_bytes")
                else text.encode())
+        if spell_bytes and "\ufffd" in text and "\ufffd".encode() not in raw:
+            text = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
         return text, list(raw)
+
+
+def spelled(tokens: Sequence[api.TokenInfo], text: str) -> list[api.TokenInfo]:
+    """``tokens`` with texts that split ``text`` (what they decode to together) among them, so
+    that they join to it and each token's offset in it is right: each token its own
+    characters, a character whose UTF-8 bytes span tokens given to the token that completes
+    it (those before it show ""). The last token takes whatever is left (a text cut before a
+    stop string ends inside it). Bytes stay each token's own."""
+    utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    out, at = [], 0
+    for k, t in enumerate(tokens):
+        end = (len(text) if k == len(tokens) - 1
+               else min(len(text), at + len(utf8.decode(bytes(t.bytes)))))
+        out.append(dataclasses.replace(t, text=text[at:end]))
+        at = end
+    return out
 
 
 class Submission:
@@ -185,7 +210,8 @@ class Choice:
         return self._release(before[0] + piece, before[1] + n)
 
     def _release(self, piece: str, n: int) -> tuple[str, list[api.TokenInfo]]:
-        released = self.pending[:n] if self.logprobs else []
+        # a piece ends where a token and a character do: its tokens spell it alone
+        released = spelled(self.pending[:n], piece) if self.logprobs else []
         self.pending = self.pending[n:]
         self.text += piece
         self.tokens += released
@@ -302,9 +328,12 @@ def completion_run(service: Service, req: api.CompletionRequest) -> tuple[Run, l
     return Run(service, jobs, sum(len(p) for p in ids)), texts
 
 
-def _echo_tokens(service: Service, job: Job, scores: PromptScores) -> list[api.TokenInfo]:
-    return [service.token_info(t, lp, top) for t, lp, top
-            in zip(job.prompt, scores.logprobs, scores.top, strict=True)]
+def _echo_tokens(service: Service, job: Job, scores: PromptScores,
+                 text: str) -> list[api.TokenInfo]:
+    """The prompt's tokens, spelling its echoed ``text`` (an empty prompt's stand-in for the
+    start of a text shows "")."""
+    return spelled([service.token_info(t, lp, top) for t, lp, top
+                    in zip(job.prompt, scores.logprobs, scores.top, strict=True)], text)
 
 
 async def run_to_end(run: Run) -> None:
@@ -328,7 +357,8 @@ async def complete(service: Service, req: api.CompletionRequest) -> dict[str, An
             echo = texts[i] if req.echo else ""
             tokens = c.tokens
             if req.echo and i in run.prompt_scores:
-                tokens = _echo_tokens(service, run.jobs[i], run.prompt_scores[i]) + tokens
+                tokens = _echo_tokens(service, run.jobs[i], run.prompt_scores[i],
+                                      texts[i]) + tokens
             lp = api.completion_logprobs(tokens, 0) if c.logprobs else None
             choices.append(api.completion_choice(c.index, echo + c.text, lp, c.finish))
     return api.envelope("text_completion", run.id, run.created, service.info.id, choices,
@@ -352,7 +382,7 @@ async def stream_completion(service: Service, run: Run, texts: list[str], echo: 
     async for u in run.updates():
         if isinstance(u, tuple):
             i, scores = u
-            tokens = _echo_tokens(service, run.jobs[i], scores)
+            tokens = _echo_tokens(service, run.jobs[i], scores, texts[i])
             for c in run.choices[i]:
                 yield chunk(c.index, texts[i], api.completion_logprobs(tokens, 0), None)
             continue
