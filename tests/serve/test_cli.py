@@ -97,6 +97,22 @@ def test_bench_serve_measures_both_phases(capsys, plain_run):
     assert result["speedup"] > 0
 
 
+def test_bench_serve_url_names_the_model_the_server_serves(capsys, plain_run):
+    """With --url the report names the running server's model and dtype, not the random
+    model --shape would have started."""
+    import json
+
+    from tests.serve.conftest import start_server
+
+    with start_server(plain_run) as server:
+        assert main(["bench", "serve", "--url", server.url, "--clients", "2", "--requests",
+                     "2", "--max-tokens", "4", "--prompt-tokens", "3", "--json",
+                     "--no-sequential"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["model"].startswith("plain ") and "random" not in result["model"]
+    assert result["dtype"] == "fp32"
+
+
 def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_run):
     import json
 

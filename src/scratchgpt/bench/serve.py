@@ -196,11 +196,16 @@ def random_prompts(vocab_size: int, args: argparse.Namespace) -> list[list[int]]
             for _ in range(args.requests)]
 
 
-def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The requests: random token-id prompts, greedy, a fixed number of new tokens."""
+def model_card(url: str) -> dict[str, Any]:
+    """The served model's entry in the server's ``/v1/models``."""
     import httpx
 
-    card = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
+    return httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
+
+
+def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The requests: random token-id prompts, greedy, a fixed number of new tokens."""
+    card = model_card(url)
     return [{"model": card["id"], "prompt": prompt, "max_tokens": args.max_tokens,
              "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
 
@@ -283,7 +288,7 @@ def soak_setup(url: str) -> Any:
 
     from scratchgpt.serve.loadtest import SoakSetup
 
-    card = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]
+    card = model_card(url)
     limits = httpx.get(url + "/api/limits", timeout=10).json()
     words = ["the", "king", "to", "a", "and", "of", "love", "night"]
     return SoakSetup(words, limits["max_prompt_tokens"], limits["max_body_bytes"],
@@ -382,9 +387,16 @@ def report_engine(args: argparse.Namespace, checkpoint: str) -> int:
     return 0
 
 
+def served_model(url: str) -> tuple[str, str]:
+    """(what, dtype) of the model a running server serves, for the report."""
+    card = model_card(url)
+    return f"{card['id']} (served at {url})", str(card.get("dtype", "?"))
+
+
 def report(args: argparse.Namespace, url: str, rss: Any) -> int:
-    what = args.checkpoint or f"{args.shape} shape, random weights"
-    result: dict[str, Any] = {"model": what, "dtype": args.dtype}
+    what, dtype = (served_model(url) if args.url else
+                   (args.checkpoint or f"{args.shape} shape, random weights", args.dtype))
+    result: dict[str, Any] = {"model": what, "dtype": dtype}
     if args.soak:
         result["soak"] = run_soak(url, args, rss)
     else:
@@ -392,10 +404,10 @@ def report(args: argparse.Namespace, url: str, rss: Any) -> int:
     if args.json:
         print(json.dumps(result))
     elif args.soak:
-        print(f"model: {what}, {args.dtype}")
+        print(f"model: {what}, {dtype}")
         print_soak(result["soak"])
     else:
-        print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
+        print(f"model: {what}, {dtype}; {args.requests} requests of {args.prompt_tokens} "
               f"prompt + {args.max_tokens} new tokens, greedy, streamed")
         print_throughput(result)
     return 0 if not args.soak or result["soak"]["passed"] else 1
