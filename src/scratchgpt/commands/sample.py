@@ -16,6 +16,8 @@ from scratchgpt.commands.argtypes import (
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 
+TEMPERATURE = 0.8  # when --temperature is not given (beam search takes none)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -36,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate (500)")
     p.add_argument("--max-new-tokens-limit", type=int, default=100_000,
                    help="refuse --max-new-tokens above this (default 100000)")
-    p.add_argument("--temperature", type=float, default=0.8,
-                   help="softmax temperature; 0 = greedy (default 0.8)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help=f"softmax temperature; 0 = greedy (default {TEMPERATURE})")
     p.add_argument("--top-k", type=int, default=None,
                    help="keep the k most likely tokens (0, or not given: all of them)")
     p.add_argument("--top-p", type=float, default=None,
@@ -165,11 +167,19 @@ def _check_counts(args: argparse.Namespace) -> None:
     if args.num_samples > args.num_samples_limit:
         raise ConfigError(f"--num-samples {args.num_samples} exceeds the allowed "
                           f"{args.num_samples_limit} (raise --num-samples-limit)")
-    if args.beam is not None and args.beam < 1:
+    if args.beam is not None:
+        _check_beam(args)
+
+
+def _check_beam(args: argparse.Namespace) -> None:
+    if args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam} (leave it out to sample)")
-    if args.beam is not None and args.num_samples > args.beam:
+    if args.num_samples > args.beam:
         raise ConfigError(f"--num-samples {args.num_samples} exceeds --beam {args.beam}: beam "
                           "search keeps that many hypotheses (raise --beam)")
+    if args.temperature is not None or args.top_k or args.top_p is not None:
+        raise ConfigError("--beam searches for the likeliest text and draws nothing: "
+                          "--temperature, --top-k and --top-p do not apply to it")
 
 
 def speculate_k(args: argparse.Namespace):
@@ -272,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models.fast_decode import decode_threads
 
     check_args(args)
-    cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)  # validates
+    cfg = SamplingConfig(TEMPERATURE if args.temperature is None else args.temperature,
+                         args.top_k, args.top_p)  # validates
     if args.threads:
         torch.set_num_threads(args.threads)
     pair = args.draft not in (None, "ngram")  # with a draft model, either may compile
