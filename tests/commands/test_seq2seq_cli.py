@@ -129,6 +129,13 @@ def test_memory_quick_writes_csv_and_png(cli_main, tmp_path):
     assert [int(r[0]) for r in rows[1:]] == list(range(4, 9))
     assert all(0.0 <= float(x) <= 1.0 for r in rows[1:] for x in r[1:])
     assert (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    before = (tmp_path / "memory.csv").read_bytes()
+    assert cli_main(["experiment", "memory", "--quick", "--out", str(tmp_path),
+                     "--cells", "rnn"]) == 2  # results there already: kept
+    assert (tmp_path / "memory.csv").read_bytes() == before
+    assert cli_main(["experiment", "memory", "--quick", "--out", str(tmp_path),
+                     "--cells", "rnn", "--max-len", "5", "--overwrite"]) == 0
+    assert next(csv.reader((tmp_path / "memory.csv").open())) == ["length", "rnn"]
 
 
 def test_count_learns_to_count(cli_main, tmp_path, capsys):
@@ -138,6 +145,14 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert res["next_number_accuracy"] > 0.9
     assert res["generated"][:4] == [9, 0, 1, 2]
     assert cli_main(["experiment", "count", "--out", str(tmp_path), "--prompt", "a b"]) == 2
+    capsys.readouterr()
+    for flags, says in ((["--modulus", "1"], "--modulus must be at least 2"),
+                        (["--steps", "3"], "--overwrite"),
+                        (["--out", str(tmp_path / "count.json"), "--steps", "3"], "is a file")):
+        assert cli_main(["experiment", "count", "--out", str(tmp_path), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert json.loads((tmp_path / "count.json").read_text()) == res  # kept each time
 
 
 def test_resumed_run_equals_an_uninterrupted_one(tmp_path):

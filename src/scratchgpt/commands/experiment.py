@@ -20,6 +20,9 @@ from typing import Any
 from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
 from scratchgpt.errors import ConfigError
 
+MEMORY_FILES = ("memory.csv", "memory.png")
+COUNT_FILE = "count.json"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment",
@@ -61,6 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a few seconds: 20 steps, 100 test sequences (for smoke tests)")
     m.add_argument("--seed", type=seed_int, default=0)
     m.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
+    m.add_argument("--overwrite", action="store_true",
+                   help=f"replace the results already in --out ({', '.join(MEMORY_FILES)})")
     m.set_defaults(func=run_memory)
 
     c = kinds.add_parser(
@@ -76,6 +81,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--generate", type=positive_int, default=10, help="numbers to generate")
     c.add_argument("--seed", type=seed_int, default=0)
     c.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
+    c.add_argument("--overwrite", action="store_true",
+                   help=f"replace the result already in --out ({COUNT_FILE})")
     c.set_defaults(func=run_count)
 
 
@@ -217,10 +224,10 @@ def run_memory(args: argparse.Namespace) -> int:
                                args.learning_rate, args.forget_bias, n_eval, args.seed,
                                args.impl)
     lengths = list(range(args.min_len, args.max_len + 1))
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _results_dir(args.out, MEMORY_FILES, args.overwrite)
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,
                           log=lambda line: print(line, flush=True))
+    out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "memory.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", *args.cells])
@@ -237,25 +244,41 @@ def run_count(args: argparse.Namespace) -> int:
     from scratchgpt.experiments.count import continue_counting, train_counter
 
     n = args.modulus
+    if n < 2:
+        raise ConfigError(f"--modulus must be at least 2 (numbers 0..N-1 to count), got {n}")
     try:
         prompt = [int(tok) for tok in args.prompt.split()]
     except ValueError:
         raise ConfigError(f"--prompt must be numbers separated by spaces, got {args.prompt!r}"
                           ) from None
     if not prompt or any(not 0 <= k < n for k in prompt):
-        raise ConfigError(f"--prompt needs numbers in [0, {n - 1}]")
+        raise ConfigError(f"--prompt needs numbers in [0, {n - 1}] (--modulus {n}), got "
+                          f"{args.prompt!r}")
+    out_dir = _results_dir(args.out, (COUNT_FILE,), args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model, metrics, first = train_counter(args.cell, n, args.hidden, args.steps, args.seed)
     generated = continue_counting(model, prompt, args.generate)
-    out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"cell": args.cell, "modulus": n, "steps": args.steps,
               "final_loss": metrics["val_loss"],
               "next_number_accuracy": metrics["next_number_accuracy"], "prompt": prompt,
               "generated": generated}
-    (out_dir / "count.json").write_text(json.dumps(result, indent=1))
+    (out_dir / COUNT_FILE).write_text(json.dumps(result, indent=1))
     print(f"loss {first:.3f} -> {metrics['val_loss']:.3f}; next-number accuracy "
           f"{metrics['next_number_accuracy']:.2%}")
     print(f"{' '.join(map(str, prompt))} -> {' '.join(map(str, generated))}")
     return 0
+
+
+def _results_dir(out: str, files: tuple[str, ...], overwrite: bool) -> Path:
+    """``--out`` for an experiment's result files, checked before anything runs: not a file,
+    and not holding results already unless ``overwrite``."""
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a directory for the results")
+    there = [name for name in files if (out_dir / name).exists()]
+    if there and not overwrite:
+        raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
+                          "replace them")
+    return out_dir
