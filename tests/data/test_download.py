@@ -256,3 +256,14 @@ def test_a_local_copy_under_another_name(server, cache, monkeypatch, tmp_path):
     monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
     assert sources.fetch_named("zipped") == tmp_path / "zipped.tsv"
     assert server.requests == []
+
+
+@pytest.mark.parametrize("argv", [["prepare", "--dataset", "nosuch", "--out", "o"],
+                                  ["train", "--dataset", "nosuch", "--out", "o"]])
+def test_an_unknown_dataset_lists_every_name_that_works(capsys, argv):
+    """The offline default is a named dataset too, and is listed with the others."""
+    from tests.cli_errors import error_of
+
+    line = error_of(capsys, argv)
+    assert all(name in line for name in sources.DATASET_NAMES), line
+    assert "python-stdlib" in line

@@ -19,11 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "< --config file < flags. Writes last.pt/best.pt, config.json, metrics.csv "
                     "and loss.png into --out. Ctrl-C (or SIGTERM) saves last.pt after the "
                     "current step; --resume continues exactly.")
-    from scratchgpt.data.sources import DATASETS, DEFAULT_CORPUS
+    from scratchgpt.data.sources import DATASET_NAMES, DEFAULT_CORPUS
 
     p.add_argument("--dataset", default=None,
                    help="a prepared dataset directory, or a named dataset, prepared on first "
-                        f"use ({', '.join([*DATASETS, DEFAULT_CORPUS])}"
+                        f"use ({', '.join(DATASET_NAMES)}"
                         f"); default: {DEFAULT_CORPUS} (offline)")
     p.add_argument("--model", default=None, choices=sorted(LM_TYPES),
                    help="model type (default: gpt)")

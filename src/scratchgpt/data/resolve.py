@@ -40,9 +40,9 @@ def resolve_dataset(name_or_path: str | None,
     path = Path(name)
     if path.is_dir():
         return TokenDataset(path), path.name
-    if name not in sources.DATASETS and name != sources.DEFAULT_CORPUS:
+    if name not in sources.DATASET_NAMES:
         raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
-                        f"dataset ({', '.join([*sources.DATASETS, sources.DEFAULT_CORPUS])})")
+                        f"dataset ({', '.join(sources.DATASET_NAMES)})")
     kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
     target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
     if not (target / META_FILE).is_file():

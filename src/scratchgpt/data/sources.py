@@ -87,6 +87,8 @@ DATASETS: dict[str, NamedDataset] = {
 }
 
 DEFAULT_CORPUS = "python-stdlib"
+# every name --dataset takes: the downloadable ones, and the offline default
+DATASET_NAMES = (*DATASETS, DEFAULT_CORPUS)
 
 
 def cache_dir() -> Path:
@@ -188,7 +190,7 @@ def download_member(url: str, member: str, dest: Path, timeout: float = 30.0) ->
 def fetch_named(name: str) -> Path:
     """Path of the verified raw file of named dataset ``name`` (downloading it if needed)."""
     if name not in DATASETS:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}")
     ds = DATASETS[name]
     data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
     for local in (ds.filename, *ds.local_names):
