@@ -62,6 +62,14 @@ def test_data_shorter_than_context_is_an_error(tmp_path):
         TokenDataset(tmp_path).check_block_size(64)
 
 
+@pytest.mark.parametrize("fraction,empty", [(0.9999999, "training"), (1e-17, "validation")])
+def test_a_fraction_that_empties_a_split_names_that_split(tmp_path, english_text, fraction,
+                                                          empty):
+    with pytest.raises(ScratchGPTError, match=f"leaves the {empty} split empty"):
+        prepare_text(english_text[:1000], tmp_path / "d", "char", val_fraction=fraction)
+    assert not (tmp_path / "d").exists()
+
+
 def test_unpinned_dataset_is_used_and_its_checksum_printed(tmp_path, monkeypatch, capsys):
     ds = sources.DATASETS["warandpeace"]
     assert ds.sha256 is None and ds.url.endswith("/2600/pg2600.txt")  # no invented hash

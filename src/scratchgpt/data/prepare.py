@@ -111,8 +111,10 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     split = int(len(text) * (1.0 - val_fraction))
     train_text, val_text = text[:split], text[split:]
     if not train_text or not val_text:
-        raise DataError(f"the data ({source or 'text'}) has {len(text)} characters: too few "
-                        f"to hold out {val_fraction:g} of it for validation")
+        empty = "training" if not train_text else "validation"
+        raise DataError(f"the data ({source or 'text'}) has {len(text)} characters: a "
+                        f"validation fraction of {val_fraction:g} leaves the {empty} split "
+                        "empty")
     with _staging(out) as tmp:  # fail early (a read-only --out) before tokenizing
         # The tokenizer is learned on the training split only, so validation stays unseen.
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
