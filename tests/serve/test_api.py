@@ -266,6 +266,21 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     assert error["param"] == param and error["message"] and error["type"]
 
 
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 80}]},
+     "messages"),  # over the context once in the template
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\u4e2d"}]},
+     "messages"),
+    ("/api/attention", {"tokens": [10**6]}, "tokens"),
+    ("/api/attention", {"text": "\u4e2d"}, "text"),
+    ("/api/attention", {"text": "a", "layer": 9}, "layer"),
+    ("/api/attention", {"text": "a", "head": -1}, "head"),
+])
+def test_errors_name_the_field_at_fault(client, path, body, param):
+    error = client.post(path, json=body).json()["error"]
+    assert error["param"] == param, error
+
+
 def test_a_prompt_outside_the_vocabulary_is_refused_in_the_apis_words(client):
     """The characters are named; no command-line flag an API client cannot pass."""
     error = client.post("/v1/completions", json={"prompt": "a\u00e9"}).json()["error"]

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.serve import protocol as api
 from scratchgpt.serve import service as svc
-from scratchgpt.serve.attention import attention_map
+from scratchgpt.serve.attention import attention_map, out_of_range
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml"}
@@ -251,7 +251,11 @@ class Handlers:
         if info.n_layer is None:
             raise api.ApiError(400, f"a {info.model_type} model has no attention to show")
         f = api.check_fields(body, api.ATTENTION_FIELDS)
-        ids, _ = service.tokens(f["tokens"][0] if f["tokens"] else (f["text"] or ""))
+        wrong = out_of_range(f["layer"], f["head"], info.n_layer, info.n_head or 0)
+        if wrong is not None:
+            raise api.ApiError(400, wrong[1], param=wrong[0])
+        ids, _ = service.tokens(f["tokens"][0] if f["tokens"] else (f["text"] or ""),
+                                param="tokens" if f["tokens"] else "text")
         if not ids:
             raise api.ApiError(400, "give a non-empty 'text' or 'tokens'")
         shown = ids[: service.attention_tokens]

@@ -73,32 +73,33 @@ class Service:
             raise api.ApiError(404, f"The model '{name}' does not exist; this server has "
                                     f"'{self.info.id}'", param="model", code="model_not_found")
 
-    def encode(self, prompt: str | list[int]) -> tuple[list[int], str]:
+    def encode(self, prompt: str | list[int], param: str = "prompt") -> tuple[list[int], str]:
         """A prompt's token ids and text; an empty prompt starts unconditionally; too long
-        a prompt is a 413."""
-        ids, text = self.tokens(prompt)
+        a prompt is a 413. ``param``: the request's field it came from, for errors."""
+        ids, text = self.tokens(prompt, param)
         if not ids:
             ids = start_of_text(self.tokenizer)[0]
         if len(ids) > self.limits.max_prompt_tokens:
             raise api.ApiError(413, f"the prompt has {len(ids)} tokens; this server takes at "
-                                    f"most {self.limits.max_prompt_tokens}", param="prompt",
+                                    f"most {self.limits.max_prompt_tokens}", param=param,
                                code="context_length_exceeded")
         return ids, text
 
-    def tokens(self, prompt: str | list[int]) -> tuple[list[int], str]:
-        """Token ids (checked against the vocabulary) and text of a prompt given as either."""
+    def tokens(self, prompt: str | list[int], param: str = "prompt") -> tuple[list[int], str]:
+        """Token ids (checked against the vocabulary) and text of a prompt given as either
+        (``param``: the request's field it came from, for errors)."""
         if isinstance(prompt, list):
             bad = [t for t in prompt if not 0 <= t < self.info.vocab_size]
             if bad:
                 raise api.ApiError(400, f"token id {bad[0]} is outside the vocabulary "
-                                        f"(0..{self.info.vocab_size - 1})", param="prompt")
+                                        f"(0..{self.info.vocab_size - 1})", param=param)
             ids, text = prompt, self.tokenizer.decode(prompt)
         else:
             try:
                 ids, text = self.tokenizer.encode(prompt), prompt
             except ScratchGPTError as e:
-                raise api.ApiError(400, f"the prompt cannot be encoded: {e}",
-                                   param="prompt") from None
+                raise api.ApiError(400, f"the {param} cannot be encoded: {e}",
+                                   param=param) from None
         return ids, text
 
     def job(self, ids: list[int], gen: api.Generation, stops: Sequence[str],
@@ -415,7 +416,7 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
         text = service.template.render(req.messages)
     except ScratchGPTError as e:
         raise api.ApiError(400, str(e), param="messages") from None
-    ids, _ = service.encode(text)
+    ids, _ = service.encode(text, param="messages")
     job = service.job(ids, req.gen, (service.template.stop, *req.gen.stop))
     run = Run(service, [job], len(ids))
     run.id = f"chatcmpl-{uuid.uuid4().hex}"
