@@ -95,9 +95,15 @@ def target_nll(model, prompt, tokens: list[int]) -> float:
     return -logp.gather(1, seq[0, -n:, None]).mean().item()
 
 
-def _mean_se(xs: list[float]) -> tuple[float, float]:
-    se = statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else float("nan")
+def _mean_se(xs: list[float]) -> tuple[float, float | None]:
+    """The mean and its standard error (None from one run: no spread to measure)."""
+    se = statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else None
     return statistics.fmean(xs), se
+
+
+def _pm(mean: float, se: float | None) -> str:
+    """'2.415+-0.012', or the mean alone (as wide) when there is no standard error."""
+    return f"{mean:6.3f}" + (f"+-{se:5.3f}" if se is not None else " " * 7)
 
 
 def parse_ks(text: str) -> list[int | str]:
@@ -365,7 +371,7 @@ def print_report(r: dict[str, Any]) -> None:
               f"{row['t_draft_ms']:8.3f} {row['t_target_score_ms']:8.3f} "
               f"{row['t_target_decode_ms']:9.3f} {row['score_over_decode']:6.2f}x "
               f"{row['speedup_theory_paper']:5.2f}x {row['speedup_theory_measured_costs']:6.2f}x "
-              f"{row['speedup_measured']:7.2f}x {ns:6.3f}+-{ns_se:5.3f} {nb:6.3f}+-{nb_se:5.3f}")
+              f"{row['speedup_measured']:7.2f}x {_pm(ns, ns_se)} {_pm(nb, nb_se)}")
         if "k_picked" in row:
             p = row["k_picked"]
             print(f"     auto picked K: mean {p['mean']:.2f}, most often {p['most_common']} "
