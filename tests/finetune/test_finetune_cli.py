@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scratchgpt.checkpoints import load_checkpoint
-from tests.finetune.conftest import run_cli
+from tests.finetune.conftest import labelled_lines, run_cli
 
 SMALL = ["--batch-size", "8", "--no-progress"]
 
@@ -99,6 +99,15 @@ def _bad_files(d):
                                              {"instruction": "c"}]))
     (d / "role.jsonl").write_text(json.dumps({"messages": [
         {"role": "user", "content": "x"}, {"role": "robot", "content": "y"}]}) + "\n")
+    # four of each label: test takes 1 (20%) of each, val 0 (10% of 4 rounds to 0)
+    (d / "eight.tsv").write_text("".join(f"{w} day\t{label}\n" for label, words in
+                                         (("pos", "good fine calm nice"),
+                                          ("neg", "bad sad ugly rainy"))
+                                         for w in words.split()))
+    flipped = [line.split("\t") for line in labelled_lines(40)]
+    (d / "flipped.tsv").write_text("".join(f"{label}\t{i} {text}\n"
+                                           for i, (text, label) in enumerate(flipped)))
+    (d / "adir").mkdir()
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -111,6 +120,9 @@ def _bad_files(d):
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
     (["--task", "instruct", "--data", "{d}/role.jsonl"], "unknown role 'robot'"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--train", "head"], "--train head"),
+    (["--task", "classify", "--data", "{d}/eight.tsv"], "the val split would be empty"),
+    (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
+    (["--task", "classify", "--data", "{d}/adir"], "is a directory"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)

@@ -98,6 +98,10 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
         raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
                         f"recorded {spec.sha256[:12]}…)")
     labels = sorted({label for _, label in pairs})
+    if len(labels) > max(2, len(pairs) // 2):
+        raise DataError(f"{where}: {len(labels):,} labels among {len(pairs):,} texts, nearly "
+                        "one a text: are its lines label<TAB>text? A TSV's lines are read as "
+                        "text<TAB>label, the label last")
     if spec.labels and labels != spec.labels:
         raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")
     max_length = min(spec.max_length or block_size, block_size)
@@ -106,11 +110,25 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
     parts = stratified_split([label for _, label in pairs], spec.fractions, spec.split_seed)
     splits = {name: [(ids[i], index[pairs[i][1]]) for i in part]
               for name, part in zip(SPLITS, parts, strict=True)}
+    _check_no_split_is_empty(splits, spec.fractions, where)
     record = {**asdict(spec), "sha256": sha, "labels": labels, "max_length": max_length,
               "source": where, "split_sizes": {k: len(v) for k, v in splits.items()},
               "split_digest": split_digest(parts)}
     _notify(log, truncated, replaced, len(pairs), max_length)
     return ClassifyData(labels, splits, record, truncated, replaced)
+
+
+def _check_no_split_is_empty(splits: dict[str, list[Example]], fractions: list[float],
+                             where: str) -> None:
+    """Every split holds a text: an empty validation split would score as a loss of 0 (and
+    choose best.pt by it), an empty test split leave nothing to report."""
+    empty = [name for name in SPLITS if not splits[name]]
+    if empty:
+        sizes = " / ".join(f"{name} {len(splits[name])}" for name in SPLITS)
+        shares = "/".join(f"{f:.0%}" for f in fractions)
+        raise DataError(f"{where}: too few texts to split ({sizes}): the {' and '.join(empty)} "
+                        f"split would be empty; each split takes its share ({shares}) of every "
+                        "label's texts, so give more of them")
 
 
 def _notify(log: Log, truncated: int, replaced: int, n: int, max_length: int) -> None:
