@@ -74,6 +74,24 @@ def test_an_export_is_replaced_with_overwrite_and_a_run_never_is(run_dir, tmp_pa
     assert {f.name: f.read_bytes() for f in run_dir.iterdir() if f.is_file()} == before
 
 
+def test_writing_over_a_run_suggests_only_the_flags_the_command_has(run_dir, tmp_path,
+                                                                   capsys):
+    """convert --from hf and finetune --merge cannot resume a run: refusing to write over one,
+    they point to --overwrite alone."""
+    from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, build_gpt_lora
+
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    cfg = GPTLoRAConfig(tiny_gpt().config, LoRAConfig(rank=2))
+    save_checkpoint(tmp_path / "lora.pt", Checkpoint("gpt-lora", cfg,
+                                                     build_gpt_lora(cfg).state_dict()))
+    for argv in (["convert", "--from", "hf", str(hf), "--out", str(run_dir)],
+                 ["finetune", "--merge", str(tmp_path / "lora.pt"), "--out", str(run_dir)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "already holds a run; pass --overwrite to replace it" in err, err
+        assert "--resume" not in err, err
+
+
 def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
     save_hf(tiny_gpt(), tmp_path / "hf")
     assert main(["sample", "--checkpoint", str(tmp_path / "hf"), "--prompt", "a"]) == 2

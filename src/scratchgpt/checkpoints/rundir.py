@@ -110,13 +110,14 @@ class RunDir:
 
     # ---- starting a run
 
-    def begin(self, mode: str) -> None:
+    def begin(self, mode: str, can_resume: bool = True) -> None:
         """Check and prepare the directory for a run; call it holding the lock.
 
         ``mode``: ``"new"`` (refuse a directory that holds a run), ``"resume"`` (``last.pt``
         must exist), ``"overwrite"`` (move an existing run aside, see :meth:`commit`). Until
         its first checkpoint a new run can be undone: :meth:`abort` removes what it wrote
-        and brings back a run it replaced."""
+        and brings back a run it replaced. ``can_resume``: whether the command has a
+        ``--resume`` for the refusal of a new run to suggest (it always has ``--overwrite``)."""
         self._recover_interrupted_overwrite()
         if self.path.is_dir():
             remove_stale_temporaries(self.path)
@@ -125,7 +126,7 @@ class RunDir:
             return
         if self.holds_run():
             if mode != "overwrite":
-                raise CheckpointError(self._occupied())
+                raise CheckpointError(self._occupied(can_resume))
             self._move_aside()
         self._uncommitted = True
 
@@ -142,8 +143,12 @@ class RunDir:
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
                                   "meta.json), not a run; give the run its own --out")
 
-    def _occupied(self) -> str:
-        """Why a new run may not start here, and what to do instead."""
+    def _occupied(self, can_resume: bool) -> str:
+        """Why a new run may not start here, and what to do instead (the flags the command
+        has: ``--resume`` only where ``can_resume``)."""
+        if not can_resume:
+            what = "a run" if self.has_checkpoint() else "the files of a run"
+            return f"{self.path} already holds {what}; pass --overwrite to replace it"
         if self.has_checkpoint():
             return (f"{self.path} already holds a run; pass --resume to continue it or "
                     "--overwrite to replace it")
@@ -293,10 +298,11 @@ def write_model_run(out: str | Path, checkpoint: Checkpoint, tokenizer: Any = No
     """A run directory that holds ``checkpoint`` as its ``best.pt``, with ``config.json`` and
     the tokenizer's files: what ``convert --from hf`` and ``finetune --merge`` write. Locked and
     begun like a training run, so ``overwrite`` replaces an old run only once the new one is
-    whole (a failure puts the old run back)."""
+    whole (a failure puts the old run back). Neither command resumes a run, so a refusal
+    suggests --overwrite alone."""
     run = RunDir(out)
     with run.lock():
-        run.begin("overwrite" if overwrite else "new")
+        run.begin("overwrite" if overwrite else "new", can_resume=False)
         try:
             run.write_config(run_config(checkpoint))
             if tokenizer is not None:
