@@ -18,8 +18,9 @@ A prompt for generation ends right after ``<|assistant|>\\n``; generation stops 
 their end marker: :meth:`ChatTemplate.segments` says which pieces of the text are targets.
 
 A model fine-tuned with a template records its name in its checkpoint
-(``checkpoint.data["chat_template"]``); :func:`template_for` finds it again, and a model without
-one cannot chat.
+(``checkpoint.data["chat_template"]``, and a Hugging Face export in its config.json, see
+:mod:`scratchgpt.checkpoints.hf`); :func:`template_for` finds it again, and a model without one
+cannot chat.
 
 >>> t = TEMPLATES[DEFAULT_TEMPLATE]
 >>> t.render([{"role": "user", "content": "Hi"}])
@@ -115,14 +116,25 @@ TEMPLATES: dict[str, ChatTemplate] = {
 }
 
 
-def template_for(checkpoint: Any) -> ChatTemplate | None:
-    """The chat template a checkpoint was fine-tuned with, or None (a model that cannot chat).
+def template_for(source: Any) -> ChatTemplate | None:
+    """The chat template a model was fine-tuned with, or None (a model that cannot chat).
 
-    ``checkpoint`` is a :class:`~scratchgpt.checkpoints.io.Checkpoint` (or None, e.g. for a
-    Hugging Face directory)."""
-    name = None if checkpoint is None else checkpoint.data.get("chat_template")
+    ``source`` is the :class:`~scratchgpt.checkpoints.io.ModelSource` that ``load_model``
+    returns: a checkpoint or a Hugging Face directory (or None)."""
+    name = _template_name(source)
     if name is None:
         return None
     if name not in TEMPLATES:
-        raise DataError(f"{checkpoint.path}: unknown chat template {name!r}")
+        raise DataError(f"{source.path}: unknown chat template {name!r}")
     return TEMPLATES[name]
+
+
+def _template_name(source: Any) -> str | None:
+    """The template's name in the checkpoint's data or the Hugging Face directory's config."""
+    if source is None:
+        return None
+    if source.checkpoint is not None:
+        return source.checkpoint.data.get("chat_template")
+    from scratchgpt.checkpoints.hf import hf_chat_template
+
+    return hf_chat_template(source.hf_dir)

@@ -183,3 +183,63 @@ def test_gpt2_bpe_tokenizer_is_exported_in_hf_format(tmp_path):
         f.unlink()
     (out / "scratchgpt-tokenizer").rmdir()
     assert hf_tokenizer(out).encode(text) == tok.encode(text)  # read back from vocab/merges
+
+
+def _chat_run(tmp_path: Path, chat: bool) -> Path:
+    """A tiny GPT run whose char tokenizer knows the chat markers; ``chat``: its checkpoint
+    names the chat template, as an instruct fine-tune's does."""
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.tokenizers import CharTokenizer
+
+    tok = CharTokenizer.train(TEMPLATES[DEFAULT_TEMPLATE].render(
+        [{"role": "system", "content": "hi"}, {"role": "assistant", "content": "hi"}]))
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=1,
+                          n_embd=8))
+    run = tmp_path / ("chat" if chat else "plain")
+    tok.save(run)
+    save_checkpoint(run / "best.pt", Checkpoint(
+        "gpt", model.config, model.state_dict(), {"text": tok.state()},
+        {"chat_template": DEFAULT_TEMPLATE} if chat else {}))
+    return run
+
+
+def test_the_chat_template_survives_export_and_import(tmp_path, capsys, monkeypatch):
+    """convert --to hf records the template in config.json (transformers still loads it);
+    the HF directory chats, and convert --from hf gives it back to the checkpoint. A plain
+    model's export names none."""
+    import io
+
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES, template_for
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.cli import main
+
+    hf, back, plain = tmp_path / "hf", tmp_path / "back", tmp_path / "plain-hf"
+    assert main(["convert", "--to", "hf", "--checkpoint", str(_chat_run(tmp_path, True)),
+                 "--out", str(hf)]) == 0
+    assert json.loads((hf / "config.json").read_text())["scratchgpt_chat_template"] == \
+        DEFAULT_TEMPLATE
+    transformers.GPT2LMHeadModel.from_pretrained(hf)
+    assert template_for(load_model(hf)[1]) is TEMPLATES[DEFAULT_TEMPLATE]
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    assert main(["chat", "--checkpoint", str(hf), "--max-new-tokens", "2"]) == 0, \
+        capsys.readouterr().err
+    assert main(["convert", "--from", "hf", str(hf), "--out", str(back)]) == 0
+    assert load_checkpoint(back).data["chat_template"] == DEFAULT_TEMPLATE
+    assert main(["convert", "--to", "hf", "--checkpoint", str(_chat_run(tmp_path, False)),
+                 "--out", str(plain)]) == 0
+    assert "scratchgpt_chat_template" not in json.loads((plain / "config.json").read_text())
+    assert template_for(load_model(plain)[1]) is None
+
+
+def test_an_unknown_chat_template_in_config_json_is_named(tmp_path, capsys):
+    from scratchgpt.cli import main
+
+    out = save_hf(GPT(GPTConfig(vocab_size=VOCAB, block_size=16, n_layer=1, n_head=1,
+                                n_embd=8)), tmp_path / "hf")
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, "scratchgpt_chat_template": ["x"]}))
+    assert main(["convert", "--from", "hf", str(out), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "scratchgpt_chat_template=['x'] is not a chat template" in err and \
+        len(err.splitlines()) == 1, err

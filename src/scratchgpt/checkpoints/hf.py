@@ -18,6 +18,13 @@ scaling variants, cross-attention, a different MLP width) is refused with a :cla
 naming the key, rather than loaded into a model that would silently compute something else. The
 other way, a GPT with an option GPT-2 lacks (RoPE, QK-norm, ReLU, no LayerNorm, ...) is refused
 for export with a :class:`ConfigError` naming the flag (``gpt2_incompatibility`` in models/gpt.py).
+
+An instruction-tuned model keeps its chat template through the round trip: the export writes
+the template's name (see :data:`scratchgpt.chat.TEMPLATES`) as ``"scratchgpt_chat_template"``
+in ``config.json``, a key ``transformers`` keeps as an unused config attribute, and reading the
+directory (:func:`hf_chat_template`: ``chat``, ``sample``, ``serve``, ``convert --from hf``)
+finds it again. A plain model's export has no such key, nor has a directory from elsewhere:
+neither can chat.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ OUR_TOKENIZER_DIR = "scratchgpt-tokenizer"  # our own tokenizer, kept beside the
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
 IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
+CHAT_TEMPLATE_KEY = "scratchgpt_chat_template"  # in config.json: the name of the chat template
 
 
 def is_hf_dir(path: str | Path) -> bool:
@@ -254,11 +262,7 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     directory = Path(directory)
-    cfg_path = directory / CONFIG_FILE
-    try:
-        hf = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
+    hf, cfg_path = _read_config(directory)
     cfg = config_from_hf(hf, str(cfg_path))
     weights, path = read_hf_weights(directory)
     cfg = untie_if_head_differs(weights, cfg)
@@ -272,14 +276,40 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
     return model, path
 
 
-def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> Path:
+def _read_config(directory: Path) -> tuple[Any, Path]:
+    """(the parsed ``config.json`` of ``directory``, its path)."""
+    cfg_path = directory / CONFIG_FILE
+    try:
+        return json.loads(cfg_path.read_text(encoding="utf-8")), cfg_path
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
+
+
+def hf_chat_template(directory: str | Path) -> str | None:
+    """The name of the chat template a Hugging Face directory's model was instruction-tuned
+    with (written by :func:`save_hf`), or None: the model cannot chat. A name scratchgpt does
+    not know is a CheckpointError naming the key."""
+    from scratchgpt.chat import TEMPLATES
+
+    hf, cfg_path = _read_config(Path(directory))
+    name = hf.get(CHAT_TEMPLATE_KEY) if isinstance(hf, dict) else None
+    if name is not None and (not isinstance(name, str) or name not in TEMPLATES):
+        raise CheckpointError(f"{cfg_path}: {CHAT_TEMPLATE_KEY}={name!r} is not a chat "
+                              f"template scratchgpt knows ({', '.join(TEMPLATES)})")
+    return name
+
+
+def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
+            chat_template: str | None = None) -> Path:
     """Write ``model`` (our GPT) as a Hugging Face GPT-2 directory that
     ``transformers.GPT2LMHeadModel.from_pretrained`` loads. Returns the directory.
 
     With a ``tokenizer``, it is saved in ``scratchgpt-tokenizer/`` (read back by
     :func:`hf_tokenizer`), and a GPT-2 style BPE tokenizer is also written in Hugging Face's
     format (``vocab.json``, ``merges.txt``; see
-    :func:`scratchgpt.tokenizers.bpe_files.write_hf_tokenizer`)."""
+    :func:`scratchgpt.tokenizers.bpe_files.write_hf_tokenizer`). ``chat_template``, the name
+    of an instruction-tuned model's template, goes into ``config.json`` (read back by
+    :func:`hf_chat_template`)."""
     from safetensors.torch import save_file
 
     from scratchgpt.models.gpt import GPT
@@ -290,6 +320,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None) -> P
     cfg = model.config.to_dict()
     eos = getattr(tokenizer, "eot_id", None)
     hf_cfg = config_to_hf(cfg, eos)
+    if chat_template is not None:
+        hf_cfg[CHAT_TEMPLATE_KEY] = chat_template
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
@@ -339,7 +371,8 @@ def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
 
 def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``
-    (``best.pt`` with the tokenizer inside, ``tokenizer.json``, ``config.json``)."""
+    (``best.pt`` with the tokenizer inside, ``tokenizer.json``, ``config.json``), with the
+    chat template the directory names, if any."""
     from scratchgpt.checkpoints.io import Checkpoint
     from scratchgpt.checkpoints.rundir import write_model_run
 
@@ -348,7 +381,9 @@ def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
                               "model.safetensors or pytorch_model.bin)")
     model, _ = load_hf(source)
     tok = hf_tokenizer(source, required=False)
+    template = hf_chat_template(source)
+    data = {"converted_from": str(source),
+            **({"chat_template": template} if template is not None else {})}
     checkpoint = Checkpoint("gpt", model.config, model.state_dict(),
-                            {"text": tok.state()} if tok is not None else {},
-                            {"converted_from": str(source)})
+                            {"text": tok.state()} if tok is not None else {}, data)
     return write_model_run(out, checkpoint, tok, overwrite)

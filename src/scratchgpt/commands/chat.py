@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
     model, source = load_model(args.checkpoint, args.which)
-    template = template_for(source.checkpoint)
+    template = template_for(source)
     if template is None:
         raise ConfigError(f"{args.checkpoint} was not instruction-tuned (its checkpoint names "
                           "no chat template); make a chat model with scratchgpt finetune "

@@ -92,9 +92,11 @@ def run(args: argparse.Namespace) -> int:
         tok = None  # a model without a tokenizer still exports to hf; say so below
     if args.target == "gguf":
         return export_gguf(model, tok, out, args.gguf_type or "f32")
+    from scratchgpt.chat import template_for
     from scratchgpt.checkpoints.hf import save_hf
 
-    save_hf(model, out, tok)
+    template = template_for(source)  # an instruction-tuned model's template goes along
+    save_hf(model, out, tok, template and template.name)
     note = "" if tok is not None else " (no tokenizer found: weights and config only)"
     print(f"wrote {out}{note}")
     return 0

@@ -243,7 +243,7 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     from scratchgpt.chat import template_for
     from scratchgpt.finetune.instruct import encode_conversation
 
-    template = template_for(source.checkpoint)
+    template = template_for(source)
     if template is None:
         raise ConfigError(f"--chat: {args.checkpoint} was not instruction-tuned (its "
                           "checkpoint names no chat template)")

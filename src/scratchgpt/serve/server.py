@@ -90,7 +90,7 @@ def load_service(cfg: ServeConfig) -> Any:
     # GIL to the thread that streams the tokens
     model = prepare_for_decode(model, cfg.dtype, pack=False, native_rows=cfg.max_batch)
     tokenizer = source.tokenizer()
-    template = template_for(source.checkpoint)
+    template = template_for(source)
     context = context_length(model)
     gpt = model.config if isinstance(model.config, GPTConfig) else None
     info = ModelInfo(cfg.model_name or model_id(cfg.checkpoint), source.model_type,
