@@ -37,7 +37,10 @@ def addition_records(n: int, seed: int = 0) -> list[dict[str, str]]:
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as stop:  # argparse's own refusals: a flag's type or choices
+        code = stop.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -108,6 +108,7 @@ def _bad_files(d):
     (d / "flipped.tsv").write_text("".join(f"{label}\t{i} {text}\n"
                                            for i, (text, label) in enumerate(flipped)))
     (d / "adir").mkdir()
+    (d / "corpus.txt").write_text("First Citizen:\nBefore we proceed any further.\n")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -123,6 +124,18 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/eight.tsv"], "the val split would be empty"),
     (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
     (["--task", "classify", "--data", "{d}/adir"], "is a directory"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--nproc", "0"], "nproc"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--grad-accum", "0"], "grad_accum"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--split-seed", "1" + "0" * 20],
+     "--split-seed"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--train", "head", "--last-k", "1"],
+     "--last-k chooses the blocks --train last-k trains"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--held-out", "0.2"],
+     "--held-out is for --task instruct"),
+    (["--task", "instruct", "--data", "{f}/inst.json", "--class-weights", "balanced"],
+     "--class-weights is for --task classify"),
+    (["--task", "classify", "--init-from", "{d}/corpus.txt", "--data", "{f}/labels.tsv"],
+     "not a file torch.save wrote"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)
@@ -165,6 +178,50 @@ def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys
                            capsys)[1])
     probs = [json.loads(a)[0]["probabilities"]["pos"] for a in answers]
     assert probs[0] == probs[1] and abs(probs[2] - probs[0]) < 1e-5
+
+
+def test_a_run_never_replaces_the_model_it_starts_from(ft_dir, tmp_path, capsys):
+    """--out naming the --init-from run (or the folder of its .pt) is refused before anything
+    moves: with --overwrite the old run, the base itself, would have gone."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(ft_dir / "base", base)
+    before = (base / "best.pt").read_bytes()
+    for init_from in (base, base / "best.pt"):
+        for command in (["finetune", "--task", "classify", "--data", ft_dir / "labels.tsv"],
+                        ["train", "--dataset", ft_dir / "data", "--max-iters", "1"]):
+            code, _, err = run_cli([*command, "--init-from", init_from, "--out", base,
+                                    "--overwrite", *SMALL], capsys)
+            assert "replace the model it starts from" in one_line_error(code, err)
+    assert (base / "best.pt").read_bytes() == before
+
+
+def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
+        ft_dir, tmp_path, capsys, monkeypatch):
+    """A run records its data and base by absolute paths: it resumes, and its adapter finds
+    its base, from another directory. Flags that shaped the run are refused on --resume
+    rather than ignored."""
+    import shutil
+
+    monkeypatch.chdir(ft_dir)
+    shutil.copy(ft_dir / "labels.tsv", tmp_path / "l.tsv")
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base", "--data",
+                    "l.tsv", "--lora", "--out", "run", "--max-iters", "2", *SMALL],
+                   capsys)[0] == 0
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for flags in (["--epochs", "1"], ["--lora"], ["--train", "head"], ["--split-seed", "3"]):
+        code, _, err = run_cli(["finetune", "--out", "../run", "--resume", *flags, *SMALL],
+                               capsys)
+        assert f"drop {flags[0]}" in one_line_error(code, err)
+    code, _, err = run_cli(["finetune", "--out", "../run", "--resume", "--max-iters", "3",
+                            *SMALL], capsys)
+    assert code == 0, err
+    code, printed, err = run_cli(["classify", "--checkpoint", "../run/adapter.pt", "love"],
+                                 capsys)
+    assert code == 0 and printed.split()[0] in ("pos", "neg"), err
 
 
 def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):

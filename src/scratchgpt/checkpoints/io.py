@@ -339,6 +339,9 @@ def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
 def read_torch_file(file: str | Path, what: str) -> Any:
     """``torch.load`` of ``file``, plain tensors and data only; a file it cannot read is a
     one-line :class:`CheckpointError` saying it is not a readable ``what``."""
+    if not _could_be_torch_save(file):
+        raise CheckpointError(f"{file} is not a readable {what}: not a file torch.save wrote "
+                              "(a zip archive, or a pickle from an older torch)")
     damaged = _damaged_part(file)
     if damaged:
         raise CheckpointError(f"{file} is not a readable {what}: it is damaged ({damaged} does "
@@ -350,6 +353,19 @@ def read_torch_file(file: str | Path, what: str) -> Any:
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler raises whatever the
         # bytes of a file that is not a checkpoint provoke (KeyError, IndexError, ...)
         raise CheckpointError(f"{file} is not a readable {what}: {_load_failure(e)}") from None
+
+
+def _could_be_torch_save(file: str | Path) -> bool:
+    """Whether ``file`` begins as torch.save's files do: a zip archive ("PK"), or a pickle
+    (protocol 2 and later begin with 0x80) from before torch wrote archives. True when it
+    cannot be read (torch.load then says why); a text file is False, where the unpickler
+    had called it a file of Python objects."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return True
+    return head.startswith((b"PK", b"\x80"))
 
 
 def _damaged_part(file: str | Path) -> str | None:

@@ -26,6 +26,10 @@ def positive_int(text: str) -> int:
     return _int_within(text, 1, None, "a positive integer")
 
 
+def non_negative_int(text: str) -> int:
+    return _int_within(text, 0, None, "0 or a positive integer")
+
+
 def thread_count(text: str) -> int:
     """``--threads``: 0 (torch's default, one per core) or more.
 

@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from scratchgpt.commands.argtypes import non_negative_int, positive_int, seed_int
 from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
+
+# What a run is made of, besides its base and data: flags that default to None so that a
+# resume can tell the ones given (it refuses them) from the defaults filled in here.
+RUN_SHAPING = {"policy": ("--train", "all"), "last_k": ("--last-k", 2),
+               "epochs": ("--epochs", 3.0), "class_weights": ("--class-weights", "none"),
+               "max_length": ("--max-length", 0), "split_seed": ("--split-seed", 0),
+               "held_out": ("--held-out", 0.1), "eval_generate": ("--eval-generate", 0),
+               "dropout": ("--dropout", None)}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,25 +62,26 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     what = p.add_argument_group("what trains")
     what.add_argument("--train", dest="policy", choices=("all", "head", "last-k"),
-                      default="all",
+                      default=None,
                       help="classify: all weights (default), the new head alone, or the last "
                            "--last-k blocks with the final LayerNorm and the head")
-    what.add_argument("--last-k", type=int, default=2,
+    what.add_argument("--last-k", type=positive_int, default=None,
                       help="blocks that train with --train last-k (default 2)")
     add_lora_flags(p)
     data = p.add_argument_group("data")
-    data.add_argument("--epochs", type=float, default=3.0,
+    data.add_argument("--epochs", type=float, default=None,
                       help="passes over the training split (default 3; --max-iters overrides)")
-    data.add_argument("--class-weights", choices=("none", "balanced"), default="none",
+    data.add_argument("--class-weights", choices=("none", "balanced"), default=None,
                       help="classify: weight the loss of each class by n / (classes * n_c), "
                            "for imbalanced labels (default none)")
-    data.add_argument("--max-length", type=int, default=0,
+    data.add_argument("--max-length", type=non_negative_int, default=None,
                       help="tokens per example (default 0: the model's context); longer ones "
                            "are truncated, with a warning and a count")
-    data.add_argument("--split-seed", type=int, default=0, help="seed of the data split (0)")
-    data.add_argument("--held-out", type=float, default=0.1,
+    data.add_argument("--split-seed", type=seed_int, default=None,
+                      help="seed of the data split (0)")
+    data.add_argument("--held-out", type=float, default=None,
                       help="instruct: fraction of conversations held out (default 0.1)")
-    data.add_argument("--eval-generate", type=int, default=0, metavar="N",
+    data.add_argument("--eval-generate", type=non_negative_int, default=None, metavar="N",
                       help="instruct: answer N held-out prompts greedily before and after "
                            "training and report the exact match (default 0: off)")
     data.add_argument("--dropout", type=float, default=None,
@@ -91,11 +101,14 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.training import job
 
     progress = not args.no_progress
+    lora = lora_from_args(args)
+    shaping = {dest: default if getattr(args, dest) is None else getattr(args, dest)
+               for dest, (_, default) in RUN_SHAPING.items()}
+    flags = [flag for dest, (flag, _) in RUN_SHAPING.items() if getattr(args, dest) is not None]
     req = FinetuneRequest(
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
-        args.overwrite, given(args, train_fields()), args.policy, args.last_k,
-        lora_from_args(args), args.epochs, args.class_weights, args.max_length,
-        args.split_seed, args.held_out, args.eval_generate, args.dropout)
+        args.overwrite, given(args, train_fields()), lora=lora,
+        given_flags=tuple(flags + (["--lora"] if lora is not None else [])), **shaping)
     train_job = plan(req, log=print)
     before = starting_figures(train_job, log=print)
     result = job.run(train_job, progress)

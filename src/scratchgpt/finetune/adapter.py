@@ -122,6 +122,8 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
     the plain model as ``best.pt``, with the tokenizer."""
     from scratchgpt.checkpoints.rundir import write_model_run
 
+    if base and Path(source).is_dir():  # a LoRA run: its adapter.pt goes onto ``base``
+        source = str(Path(source) / ADAPTER_FILE)
     checkpoint = load_adapter(source, base) if base else load_checkpoint(source)
     kind, config = merged_config(checkpoint.model_config)
     model = model_from_checkpoint(checkpoint)  # built, loaded, adapters merged

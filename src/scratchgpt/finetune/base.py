@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,8 +50,11 @@ class Base:
     identity: str
 
     def record(self) -> dict[str, str]:
-        """What a run's checkpoints keep about their base (``data["base"]``)."""
-        return {"source": self.source, "identity": self.identity}
+        """What a run's checkpoints keep about their base (``data["base"]``): a local base
+        by its absolute path, so that its adapter finds it from any directory."""
+        local = Path(self.source)
+        return {"source": str(local.resolve()) if local.exists() else self.source,
+                "identity": self.identity}
 
 
 def load_base(source: str) -> Base:

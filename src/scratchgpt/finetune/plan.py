@@ -71,6 +71,9 @@ class FinetuneRequest:
     held_out: float = 0.1
     eval_generate: int = 0
     dropout: float | None = None
+    # the flags above given on the command line (a resume refuses them; a task those of the
+    # other task), as the user wrote them: "--train", "--lora", ...
+    given_flags: tuple[str, ...] = ()
 
 
 # ---- the task of a run, made in each process that trains
@@ -121,6 +124,7 @@ def train_config(kind: str, policy: str, n_train: int, n_val: int, flags: dict[s
     if not 0 < epochs < math.inf:
         raise ConfigError(f"--epochs must be > 0, got {epochs}")
     values = {**TRAIN_DEFAULTS[kind], "learning_rate": LEARNING_RATES[policy], **flags}
+    TrainConfig(**values)  # the flags checked (a batch size of 0 ...) before they divide
     batch = values["batch_size"]
     global_batch = batch * values.get("nproc", 1) * values.get("grad_accum", 1)
     per_epoch = steps_per_epoch(n_train, global_batch)
@@ -162,6 +166,10 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if req.policy != "all" and req.lora is not None:
         raise ConfigError(f"--train {req.policy} and --lora are two ways of choosing what "
                           "trains; give one")
+    _check_flags_fit_the_task(req)
+    out = Path(req.out) if req.out else None
+    if out is not None:
+        check_out_is_not_the_base(out, req.init_from)
     base = load_base(req.init_from)
     gpt = _gpt_config(base, req.dropout)
     extra = {"base": base.record()}
@@ -177,7 +185,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if log is not None:
         log(describe_parameters(init.model()))
     name = req.dataset or Path(req.data or "data").stem
-    out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
+    out = out or Path("runs") / f"{req.task}-{name}"
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
                           task)
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
@@ -186,9 +194,38 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
                     init=init, finish=partial(finish_run, verbose=log is not None))
 
 
+OTHER_TASKS_FLAGS = {"classify": ("--held-out", "--eval-generate"),
+                     "instruct": ("--class-weights", "--last-k")}
+
+
+def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
+    """Flags of the other task, or of another way of training, are refused rather than
+    ignored."""
+    other = [f for f in req.given_flags if f in OTHER_TASKS_FLAGS[req.task]]
+    if other:
+        task = "instruct" if req.task == "classify" else "classify"
+        raise ConfigError(f"{' and '.join(other)} {'is' if len(other) == 1 else 'are'} for "
+                          f"--task {task}; drop {'it' if len(other) == 1 else 'them'}")
+    if "--last-k" in req.given_flags and req.policy != "last-k":
+        raise ConfigError(f"--last-k chooses the blocks --train last-k trains; with "
+                          f"--train {req.policy} it has no use")
+
+
+def check_out_is_not_the_base(out: Path, init_from: str) -> None:
+    """A run never writes over the run it starts from: its --overwrite would delete its own
+    base (and an adapter would then name a base that is gone)."""
+    source = Path(init_from)
+    if not source.exists():
+        return  # hf:ID, or a path load_base will refuse
+    home = source if source.is_dir() else source.parent
+    if out.resolve() == home.resolve():
+        raise ConfigError(f"--out {out} holds --init-from {init_from}: the new run would "
+                          "replace the model it starts from; give another --out")
+
+
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
               log: Log) -> tuple[classify.ClassifyTask, ModelConfig]:
-    spec = classify.ClassifySpec(req.data, req.dataset, split_seed=req.split_seed,
+    spec = classify.ClassifySpec(_absolute(req.data), req.dataset, split_seed=req.split_seed,
                                  class_weights=req.class_weights, max_length=req.max_length)
     data = classify.load_data(spec, base.tokenizer, gpt.block_size, log)
     task = classify.ClassifyTask(data, base.tokenizer, spec.class_weights, extra)
@@ -207,7 +244,7 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
     if req.policy != "all":
         raise ConfigError(f"--train {req.policy} is for --task classify; instruction tuning "
                           "trains all weights, or adapters with --lora")
-    spec = instruct.InstructSpec(req.data, req.dataset, split_seed=req.split_seed,
+    spec = instruct.InstructSpec(_absolute(req.data), req.dataset, split_seed=req.split_seed,
                                  held_out=req.held_out, max_length=req.max_length,
                                  eval_generate=req.eval_generate)
     data = instruct.load_data(spec, base.tokenizer, gpt.block_size, log)
@@ -219,15 +256,21 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
     return instruct.InstructTask(data, base.tokenizer, extra), config
 
 
+def _absolute(data: str | None) -> str | None:
+    """``--data`` as the run records it: absolute, so that --resume finds it from any
+    directory."""
+    return str(Path(data).resolve()) if data else None
+
+
 def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     if not req.out:
         raise ConfigError("--resume needs --out, the run directory to continue")
     given = [flag for flag, value in (("--task", req.task), ("--init-from", req.init_from),
                                       ("--data", req.data), ("--dataset", req.dataset))
-             if value]
+             if value] + list(req.given_flags)
     if given:
-        raise ConfigError(f"a resumed run keeps its task, base and data; drop "
-                          f"{' '.join(given)}")
+        raise ConfigError(f"a resumed run keeps its task, base, data and what trains; drop "
+                          f"{' '.join(given)} (--max-iters extends it)")
     checkpoint = RunDir(req.out).load_last()
     kind = checkpoint.data.get("task")
     if kind not in TASKS:
@@ -322,6 +365,8 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
         flags = " ".join("--" + k.replace("_", "-") for k in fixed) or \
             ("--preset" if settings.preset else "--model")
         raise ConfigError(f"the model comes from --init-from {init_from}; drop {flags}")
+    if out:
+        check_out_is_not_the_base(Path(out), init_from)
     base = load_base(init_from)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
     check_same_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")

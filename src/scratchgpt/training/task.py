@@ -143,7 +143,8 @@ class LanguageModelTask:
         return {"text": self.dataset.tokenizer()}
 
     def data(self) -> dict[str, Any]:
-        return {"dataset": str(self.dataset.directory), **self.extra_data}
+        # absolute, so that --resume finds the run's data from any directory
+        return {"dataset": str(self.dataset.directory.resolve()), **self.extra_data}
 
     def state_dict(self) -> dict[str, Any]:
         # random windows are drawn from the saved generator alone; an epoch also has an order
