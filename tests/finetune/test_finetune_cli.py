@@ -174,6 +174,12 @@ def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys
     code, _, err = run_cli(["finetune", "--merge", adapter, "--out", tmp_path / "m"], capsys)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "m").model_config.lora is None
+    # the run's directory stands for its adapter.pt when the base is given
+    code, _, err = run_cli(["finetune", "--merge", tmp_path / "a", "--init-from", base,
+                            "--out", tmp_path / "m2"], capsys)
+    assert code == 0, err
+    m, m2 = _weights(tmp_path / "m"), _weights(tmp_path / "m2")
+    assert m.keys() == m2.keys() and all(torch.equal(m[k], m2[k]) for k in m)
     answers.append(run_cli(["classify", "--checkpoint", tmp_path / "m", text, "--json"],
                            capsys)[1])
     probs = [json.loads(a)[0]["probabilities"]["pos"] for a in answers]
