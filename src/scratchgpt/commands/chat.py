@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     model, source = load_model(args.checkpoint, args.which)
     template = template_for(source)
     if template is None:
-        raise ConfigError(f"{args.checkpoint} was not instruction-tuned (its checkpoint names "
-                          "no chat template); make a chat model with scratchgpt finetune "
+        raise ConfigError(f"{args.checkpoint} was not instruction-tuned (it names no chat "
+                          "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     session = ChatSession(prepare_for_decode(model, args.dtype), source.tokenizer(), template,

@@ -245,8 +245,8 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
 
     template = template_for(source)
     if template is None:
-        raise ConfigError(f"--chat: {args.checkpoint} was not instruction-tuned (its "
-                          "checkpoint names no chat template)")
+        raise ConfigError(f"--chat: {args.checkpoint} was not instruction-tuned (it names "
+                          "no chat template)")
     if not text:
         raise ConfigError("--chat needs a prompt (the user's message)")
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
