@@ -20,6 +20,7 @@ newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -269,6 +270,27 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
+def check_figure_path(path: str | Path) -> Path:
+    """``path`` if a figure can be written there: a :class:`ConfigError` naming it when it is
+    a directory or its suffix is no image format (for a command to check before its work)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"cannot write {path}: it is a directory; give a file name such as "
+                          f"{path / 'confusion.png'}")
+    folder = next(p for p in path.absolute().parents if p.exists())
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {path}: {folder} is a file, not a directory")
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in formats:
+        what = f"{path.suffix!r} is not an image format" if fmt else "it has no suffix"
+        raise ConfigError(f"cannot write {path}: {what}; a figure's file name ends in one of "
+                          + ", ".join(f".{f}" for f in formats))
+    return path
+
+
 def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
                      title: str = "") -> Any:
     """A confusion matrix: true class down, predicted class across, each cell its count,
@@ -295,9 +317,16 @@ def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
 def plot_confusion(confusion: Sequence[Sequence[int]], labels: Sequence[str],
                    path: str | Path, title: str = "") -> Path:
     """:func:`confusion_figure` written to ``path`` via a temporary file, so a reader never
-    sees half a picture."""
-    path = Path(path)
-    tmp = save_figure(confusion_figure(confusion, labels, title),
-                      path.with_name(f".{path.stem}.tmp{path.suffix}"))
-    tmp.replace(path)
+    sees half a picture; an error names ``path``, not the temporary file."""
+    path = check_figure_path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        save_figure(confusion_figure(confusion, labels, title), tmp).replace(path)
+    except OSError as e:  # the rename
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+    except ConfigError as e:  # save_figure's, which names the temporary file
+        raise ConfigError(str(e).replace(str(tmp), str(path))) from None
+    finally:
+        with contextlib.suppress(OSError):  # gone once renamed; a failed write's leftover
+            tmp.unlink(missing_ok=True)
     return path

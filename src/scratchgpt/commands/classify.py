@@ -18,8 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Print the most likely label of each text and its probability. Texts come "
                     "as arguments, or one per line of --file; --eval FILE scores the model on "
                     "a labelled TSV/CSV (text<TAB>label) instead: accuracy, per-class "
-                    "precision/recall/F1 and the confusion matrix. Texts longer than the "
-                    "model's context are truncated to their first tokens (with a warning).")
+                    "precision/recall/F1 and the confusion matrix. Texts are cut to the length the "
+                    "run trained with (its --max-length, else the model's context), as in "
+                    "the run's own test report; a warning counts the texts cut.")
     p.add_argument("texts", nargs="*", help="texts to classify")
     p.add_argument("--checkpoint", required=True,
                    help="a classification run directory, .pt file or adapter.pt")
@@ -28,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
                    help="score the model on a labelled TSV (text<TAB>label) or CSV file")
     p.add_argument("--confusion", default=None, metavar="PNG",
-                   help="with --eval: also draw the confusion matrix into this file")
+                   help="with --eval: also draw the confusion matrix into this file (.png, "
+                        ".svg, .pdf ...)")
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.set_defaults(func=run)
 
@@ -41,15 +43,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
         raise ConfigError("--confusion goes with --eval")
+    if args.confusion:
+        from scratchgpt.viz import check_figure_path
+
+        check_figure_path(args.confusion)  # before the model is loaded and run
     model, source = load_model(args.checkpoint, args.which)
     if not isinstance(model, GPTClassifier):
         raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "
                           "classifier (make one with scratchgpt finetune --task classify)")
-    labels = source.checkpoint.data["classify"]["labels"]
+    record = source.checkpoint.data["classify"]
+    labels = record["labels"]
     if args.eval:
-        return evaluate_file(model, source.tokenizer(), labels, args)
+        return evaluate_file(model, source.tokenizer(), record, args)
     texts = args.texts or read_lines(args.file)
-    probs = probabilities(model, source.tokenizer(), texts)
+    probs = probabilities(model, source.tokenizer(), texts, record)
     rows = [{"text": t, "label": labels[int(p.argmax())], "probability": float(p.max()),
              "probabilities": dict(zip(labels, map(float, p), strict=True))}
             for t, p in zip(texts, probs, strict=True)]
@@ -76,15 +83,18 @@ def read_lines(path: str) -> list[str]:
     return lines
 
 
-def probabilities(model, tokenizer, texts: list[str]):
-    """(N, classes) probabilities; warns about truncated texts and replaced characters."""
-    from scratchgpt.finetune.classify import encode_texts, predict
+def probabilities(model, tokenizer, texts: list[str], record: dict):
+    """(N, classes) probabilities of texts cut as the run (``record``: its
+    ``data["classify"]``) cut its own; warns about truncated texts and replaced characters."""
+    from scratchgpt.finetune.classify import encode_texts, predict, text_length
 
     block_size = model.config.gpt.block_size
-    ids, truncated, replaced = encode_texts(tokenizer, texts, block_size)
+    limit = text_length(record.get("max_length", 0), block_size)
+    ids, truncated, replaced = encode_texts(tokenizer, texts, limit)
     if truncated:
-        print(f"warning: {truncated} of {len(texts)} texts are longer than the context "
-              f"({block_size} tokens); each is truncated to its first {block_size} tokens",
+        what = "the context" if limit == block_size else "the run's --max-length"
+        print(f"warning: {truncated} of {len(texts)} texts are longer than {what} "
+              f"({limit} tokens); each is truncated to its first {limit} tokens",
               file=sys.stderr)
     if replaced:
         print(f"warning: {replaced} of {len(texts)} texts have characters the tokenizer "
@@ -92,19 +102,20 @@ def probabilities(model, tokenizer, texts: list[str]):
     return predict(model, ids)
 
 
-def evaluate_file(model, tokenizer, labels: list[str], args: argparse.Namespace) -> int:
+def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> int:
     """``--eval``: the model's report on a labelled file; a label it does not know is an
     error."""
     from scratchgpt.finetune.classify import ClassReport, format_report
     from scratchgpt.finetune.data import read_labelled
 
+    labels = record["labels"]
     pairs, where, _ = read_labelled(args.eval, None, min_labels=1)
     unknown = sorted({label for _, label in pairs} - set(labels))
     if unknown:
         raise DataError(f"{where}: label {unknown[0]!r} is not one the model knows "
                         f"({', '.join(labels)})"
                         + (f"; {len(unknown) - 1} more unknown" if len(unknown) > 1 else ""))
-    probs = probabilities(model, tokenizer, [t for t, _ in pairs])
+    probs = probabilities(model, tokenizer, [t for t, _ in pairs], record)
     index = {label: i for i, label in enumerate(labels)}
     rep = ClassReport.of(labels, [index[label] for _, label in pairs],
                          probs.argmax(-1).tolist())

@@ -89,6 +89,13 @@ def encode_texts(tokenizer: Any, texts: Sequence[str],
     return out, truncated, replaced
 
 
+def text_length(max_length: int, block_size: int) -> int:
+    """Tokens a text keeps: ``max_length`` (0: the model's context), never more than the
+    context. Training, the run's test report and ``scratchgpt classify`` all cut texts to it
+    (the run records it as ``data["classify"]["max_length"]``)."""
+    return min(max_length or block_size, block_size)
+
+
 def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = None
               ) -> ClassifyData:
     """Read, check, split (seeded, stratified) and encode ``spec``'s data. A resumed run's
@@ -104,7 +111,7 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
                         "text<TAB>label, the label last")
     if spec.labels and labels != spec.labels:
         raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")
-    max_length = min(spec.max_length or block_size, block_size)
+    max_length = text_length(spec.max_length, block_size)
     ids, truncated, replaced = encode_texts(tokenizer, [t for t, _ in pairs], max_length)
     index = {label: i for i, label in enumerate(labels)}
     parts = stratified_split([label for _, label in pairs], spec.fractions, spec.split_seed)

@@ -1,0 +1,121 @@
+"""scratchgpt classify on a run trained with --max-length: texts are cut as the run cut its
+own, so --eval on the run's test split reproduces the run's test report; --confusion's file
+is checked before the evaluation. A tiny base and data made by the tests
+(tests/finetune/conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+
+import pytest
+
+from scratchgpt.checkpoints import load_checkpoint
+from scratchgpt.cli import main
+from scratchgpt.finetune.data import read_labelled, split_digest, stratified_split
+from tests.finetune.conftest import NEGATIVE, POSITIVE, run_cli
+
+MAX_LENGTH = 8  # tokens, i.e. characters (the base is char-level): a word or two of a text
+
+
+def misleading_lines(n: int, seed: int = 1) -> list[str]:
+    """``text<TAB>label`` lines that open with two words of their class and go on with four
+    of the other: a model that reads past the first few tokens reads them otherwise."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        label = rng.choice(["pos", "neg"])
+        own, other = (POSITIVE, NEGATIVE) if label == "pos" else (NEGATIVE, POSITIVE)
+        words = [rng.choice(own) for _ in range(2)] + [rng.choice(other) for _ in range(4)]
+        lines.append(" ".join(words) + "\t" + label)
+    return lines
+
+
+@pytest.fixture(scope="module")
+def short_run(ft_dir, tmp_path_factory):
+    """(run, its data file): a classifier fine-tuned on each text's first MAX_LENGTH tokens."""
+    d = tmp_path_factory.mktemp("short")
+    data = d / "misleading.tsv"
+    data.write_text("\n".join(misleading_lines(160)) + "\n")
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = main(["finetune", "--task", "classify", "--init-from", str(ft_dir / "base"),
+                     "--data", str(data), "--max-length", str(MAX_LENGTH), "--max-iters",
+                     "30", "--learning-rate", "3e-3", "--out", str(d / "run"),
+                     "--batch-size", "8", "--no-progress"])
+    assert code == 0, printed.getvalue()
+    return d / "run", data
+
+
+def test_eval_on_the_runs_test_split_reproduces_its_report(short_run, tmp_path, capsys):
+    run, data = short_run
+    record = load_checkpoint(run).data["classify"]
+    assert record["max_length"] == MAX_LENGTH
+    pairs, _, _ = read_labelled(str(data), None)
+    parts = stratified_split([label for _, label in pairs], record["fractions"],
+                             record["split_seed"])
+    assert split_digest(parts) == record["split_digest"]  # the run's own test split
+    test = tmp_path / "test.tsv"
+    test.write_text("".join(f"{pairs[i][0]}\t{pairs[i][1]}\n" for i in parts[2]))
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", test, "--json"],
+                                 capsys)
+    assert code == 0, err
+    saved = json.loads((run / "test_metrics.json").read_text())
+    assert json.loads(printed) == {k: v for k, v in saved.items()
+                                   if k not in ("split", "checkpoint")}
+    assert f"{len(parts[2])} of {len(parts[2])} texts are longer than the run's " \
+           f"--max-length ({MAX_LENGTH} tokens)" in err
+
+
+def test_texts_are_cut_to_the_runs_max_length(short_run, tmp_path, capsys):
+    """A text and its first MAX_LENGTH characters get the same probabilities, from the
+    command line and from --file."""
+    run, _ = short_run
+    long = "love good hate awful sad storm"
+    texts = tmp_path / "texts.txt"
+    texts.write_text(f"{long}\n{long[:MAX_LENGTH]}\n")
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", texts, "--json"],
+                                 capsys)
+    assert code == 0 and "1 of 2 texts are longer than the run's --max-length" in err
+    rows = json.loads(printed)
+    assert rows[0]["probabilities"] == rows[1]["probabilities"]
+    code, printed, _ = run_cli(["classify", "--checkpoint", run, long, "--json"], capsys)
+    assert code == 0 and json.loads(printed)[0]["probabilities"] == rows[1]["probabilities"]
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("out.txt", "'.txt' is not an image format"),
+    ("out", "it has no suffix"),
+    ("adir", "it is a directory"),
+])
+def test_a_bad_confusion_file_is_refused_before_the_evaluation(short_run, tmp_path, capsys,
+                                                               name, needle):
+    run, data = short_run
+    (tmp_path / "adir").mkdir()
+    path = tmp_path / name
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"cannot write {path}: {needle}" in err and ".png" in err, err
+    assert ".tmp" not in err and printed == ""  # nothing evaluated
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
+
+
+def test_a_confusion_file_in_a_file_is_refused_and_a_new_folder_made(short_run, tmp_path,
+                                                                    capsys):
+    run, _ = short_run
+    data = tmp_path / "short.tsv"
+    data.write_text("love\tpos\nsad\tneg\n")  # no text to cut: stderr holds the error alone
+    (tmp_path / "afile").write_text("")
+    path = tmp_path / "afile" / "c.png"
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and printed == "", err
+    assert f"cannot write {path}: {tmp_path / 'afile'} is a file, not a directory" in err
+    path = tmp_path / "fig" / "c.svg"
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path], capsys)
+    assert code == 0 and "accuracy" in printed, err
+    assert path.read_text().lstrip().startswith("<?xml")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["c.svg"]  # no temporary file left
