@@ -61,3 +61,21 @@ def test_a_plot_in_an_unknown_format_is_one_line(run_dir, tmp_path, capsys):
     line = error_of(capsys, ["eval", "--checkpoint", str(run_dir), "--plot",
                              str(tmp_path / "c.xyz")])
     assert "xyz" in line
+
+
+def test_a_checkpoint_without_training_state_names_no_step(run_dir, tmp_path, capsys):
+    """A merged or converted run (written as finetune --merge writes one) holds no step."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.checkpoints.io import Checkpoint
+    from scratchgpt.checkpoints.rundir import write_model_run
+
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt.state is not None
+    merged = write_model_run(tmp_path / "merged", Checkpoint(
+        ckpt.model_type, ckpt.model_config, ckpt.model, ckpt.tokenizers, ckpt.data,
+        ckpt.run_id))
+    assert main(["eval", "--checkpoint", str(merged), "--max-tokens", "200"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head == f"{merged / 'best.pt'} (fp32)", head  # was '(step None, fp32)'
+    assert main(["eval", "--checkpoint", str(run_dir), "--max-tokens", "200"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(" (step 60, fp32)")

@@ -82,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from scratchgpt.viz import context_loss_figure, save_figure
 
-        title = f"{Path(figures['checkpoint']).parent.name}, step {step} ({args.dtype})"
+        title = f"{Path(figures['checkpoint']).parent.name} ({when(step, args.dtype)})"
         save_figure(context_loss_figure(curves, title), args.plot)
     if args.json:
         print(json.dumps(figures))
         return 0
-    print(f"{figures['checkpoint']} (step {figures['step']}, {args.dtype})")
+    print(f"{figures['checkpoint']} ({when(step, args.dtype)})")
     for split in ("train", "val"):
         print(f"  {split:5s} loss {figures[split + '_loss']:.4f}   "
               f"perplexity {figures[split + '_ppl']:.3f}")
@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0
+
+
+def when(step: int | None, dtype: str) -> str:
+    """``step 600, fp32``, or the dtype alone for a checkpoint without training state (an
+    adapter, a merged or converted model): it has no step to name."""
+    return dtype if step is None else f"step {step}, {dtype}"
 
 
 def position_table(curves: dict[str, list[float]]) -> str:
