@@ -2,9 +2,10 @@
 
 The functions here take plain numbers and strings (no models, no tokenizers beyond
 :func:`token_labels`), draw with matplotlib's file-only ``Agg`` backend and return the figure;
-:func:`save_figure` writes it. Token labels are made readable first: a space shows as ``␣``, a
-newline as ``↵``, a tab as ``⇥``, other control characters as escapes, so that ``" the"`` and
-``"the"`` look different on an axis.
+:func:`save_figure` writes it (:func:`check_figure_path`, which it applies, lets a command
+refuse a path it cannot write to before its work). Token labels are made readable first: a
+space shows as ``␣``, a newline as ``↵``, a tab as ``⇥``, other control characters as escapes,
+so that ``" the"`` and ``"the"`` look different on an axis.
 
 * :func:`heatmap` draws one weight matrix on an axis, labels on both axes (usable for any
   query x key attention: a GPT head, an encoder-decoder's cross-attention).
@@ -253,12 +254,8 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (its suffix picks the format: .png, .svg, .pdf ...) and close
     it. A missing parent directory is created; an unknown suffix is a :class:`ConfigError`."""
     plt = pyplot()
-    path = Path(path)
-    fmt = path.suffix.lstrip(".").lower()
     try:
-        if fmt not in fig.canvas.get_supported_filetypes():
-            raise ConfigError(f"cannot write {path}: unknown figure format {fmt!r} (use one of "
-                              f"{', '.join(sorted(fig.canvas.get_supported_filetypes()))})")
+        path = check_figure_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():  # a glyph missing from the font draws as a box: fine
             warnings.filterwarnings("ignore", message="Glyph .* missing from font")
@@ -277,8 +274,8 @@ def check_figure_path(path: str | Path) -> Path:
 
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"cannot write {path}: it is a directory; give a file name such as "
-                          f"{path / 'confusion.png'}")
+        raise ConfigError(f"cannot write {path}: it is a directory; give a file name in it, "
+                          f"such as {path / 'figure.png'}")
     folder = next(p for p in path.absolute().parents if p.exists())
     if not folder.is_dir():
         raise ConfigError(f"cannot write {path}: {folder} is a file, not a directory")

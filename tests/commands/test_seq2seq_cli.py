@@ -71,7 +71,7 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys):
 
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(tmp_path / "heat.xyz")]) == 2
-    assert "unknown figure format 'xyz'" in capsys.readouterr().err
+    assert "'.xyz' is not an image format" in capsys.readouterr().err
 
 
 def test_tsv_error_is_one_line_with_file_and_line(cli_main, tmp_path, capsys):

@@ -59,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.models.gpt import GPT
-    from scratchgpt.viz import attention_figure, save_figure, token_labels
+    from scratchgpt.viz import attention_figure, check_figure_path, save_figure, token_labels
 
+    check_figure_path(args.out)  # a figure it cannot write is refused before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     model, source = load_model(args.checkpoint, args.which)

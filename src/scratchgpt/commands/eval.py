@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.plot is not None:
+        from scratchgpt.viz import check_figure_path
+
+        check_figure_path(args.plot)  # a figure it cannot write is refused before any work
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
     model, source = load_model(args.checkpoint, args.which)
     to_inference_dtype(model, args.dtype)

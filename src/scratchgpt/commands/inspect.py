@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
+    if args.out:
+        from scratchgpt.viz import check_figure_path
+
+        check_figure_path(args.out)  # a figure it cannot write is refused before any work
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
     # one column each: T=0 and greedy are one setting, as are k=0 and T=1, and their names,
     # the table's columns and the report's keys, would collide

@@ -217,8 +217,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from scratchgpt.viz import pyplot, save_figure
+    from scratchgpt.viz import check_figure_path, pyplot, save_figure
 
+    check_figure_path(args.out)  # a figure it cannot write is refused before any work
     plt = pyplot()
 
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
