@@ -154,6 +154,22 @@ def test_an_overwrite_killed_before_its_first_checkpoint_is_undone_at_the_next_s
     assert run.file("config.json").read_text() == "old"
 
 
+def test_a_resume_after_an_overwrite_killed_before_its_first_checkpoint_resumes_the_old_run(
+        tmp_path):
+    """--resume is planned before the lock is taken: it too brings the run an interrupted
+    --overwrite moved aside back (it said the run had never written a checkpoint, and
+    advised an --overwrite that would have replaced it)."""
+    run = RunDir(tmp_path / "run")
+    write_run(run, "old")
+    with run.lock():
+        run.begin("overwrite")  # ... and the process dies here
+    with pytest.raises(CheckpointError, match=r"\.replaced/"):
+        load_checkpoint(run.path)  # a reader says where the run is
+    assert RunDir(tmp_path / "run").load_last().model_type == "bigram"
+    assert run.file("config.json").read_text() == "old"
+    assert not run.file(".replaced").exists()
+
+
 def test_stale_temporaries_are_removed_when_a_run_starts(tmp_path):
     run = RunDir(tmp_path / "run")
     write_run(run, "x")

@@ -157,6 +157,11 @@ class RunDir:
 
     def _check_resumable(self) -> None:
         self._refuse_what_is_not_a_run()  # (a resume is planned before the lock is taken)
+        if self.file(REPLACED_DIR).is_dir() and self._lock_fd is None:
+            # an --overwrite killed before its first checkpoint left the old run aside: it
+            # comes back (under the lock: an overwrite still running is refused) and resumes
+            with self.lock():
+                self._recover_interrupted_overwrite()
         if self.file("last.pt").is_file():
             return
         if self.file("best.pt").is_file():
