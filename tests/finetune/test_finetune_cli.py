@@ -462,3 +462,17 @@ def test_lora_runs_resume_exactly(kind, ft_dir, tmp_path, capsys):
         code, printed, err = run_cli(["eval", "--checkpoint", tmp_path / "b", "--max-tokens",
                                       "256"], capsys)
         assert code == 0 and "val" in printed, err
+
+
+@pytest.mark.parametrize("policy", ["all", "head"])
+def test_a_one_layer_base_fine_tunes_without_last_k(ft_dir, tmp_path, capsys, policy):
+    """--last-k's default (2 blocks) applies to --train last-k alone; it refused a 1-layer
+    base whatever trained."""
+    assert run_cli(["train", "--dataset", ft_dir / "data", "--n-layer", "1", "--n-head", "2",
+                    "--n-embd", "16", "--block-size", "64", "--max-iters", "1",
+                    "--eval-interval", "1", "--eval-iters", "1", "--out", tmp_path / "base",
+                    "--no-progress"], capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", tmp_path / "base",
+                            "--data", ft_dir / "labels.tsv", "--train", policy, "--max-iters",
+                            "1", "--out", tmp_path / "run", *SMALL], capsys)
+    assert code == 0, err

@@ -230,7 +230,10 @@ def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
     data = classify.load_data(spec, base.tokenizer, gpt.block_size, log)
     task = classify.ClassifyTask(data, base.tokenizer, spec.class_weights, extra)
     policy = "lora" if req.lora is not None else req.policy
-    config = GPTClassifierConfig(gpt, len(data.labels), policy, req.last_k, req.lora)
+    # --last-k counts blocks only for --train last-k (its default, 2, would not fit a 1-layer
+    # base that trains otherwise)
+    last_k = req.last_k if policy == "last-k" else 1
+    config = GPTClassifierConfig(gpt, len(data.labels), policy, last_k, req.lora)
     if log is not None:
         sizes = data.record["split_sizes"]
         log(f"{data.record['source']}: {sum(sizes.values()):,} texts, labels "
