@@ -19,6 +19,7 @@ RUN_SHAPING = {"policy": ("--train", "all"), "last_k": ("--last-k", 2),
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from scratchgpt.finetune.plan import shown_defaults
     from scratchgpt.training.config import TrainConfig
 
     p = sub.add_parser(
@@ -88,7 +89,7 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
                       help="dropout while fine-tuning (default: the base's)")
     hp = p.add_argument_group("training hyperparameters (defaults depend on the task and on "
                               "what trains)")
-    add_dataclass_flags(hp, TrainConfig)
+    add_dataclass_flags(hp, TrainConfig, shown=shown_defaults())
     p.set_defaults(func=run)
 
 

@@ -49,6 +49,20 @@ LEARNING_RATES = {"all": 2e-4, "last-k": 5e-4, "head": 2e-3, "lora": 2e-3}
 DEFAULT_EPOCHS = 3.0
 
 
+def shown_defaults() -> dict[str, str]:
+    """The training defaults of fine-tuning as ``finetune --help`` states them (see
+    :func:`train_config`), where they differ from pretraining's."""
+    rates = ", ".join(f"{rate:g} ({policy})" for policy, rate in LEARNING_RATES.items())
+    shared = {k: v for k, v in TRAIN_DEFAULTS["classify"].items()
+              if TRAIN_DEFAULTS["instruct"].get(k) == v}
+    return {**{k: f"{v}" for k, v in shared.items()},
+            "batch_size": " (instruct), ".join(str(TRAIN_DEFAULTS[t]["batch_size"])
+                                               for t in ("instruct", "classify")) + " (classify)",
+            "learning_rate": rates, "max_iters": "--epochs passes over the training split",
+            "eval_interval": "one epoch", "eval_iters": "the whole validation split",
+            "warmup_iters": "max-iters / 20, at most 100", "min_lr": "learning-rate / 10"}
+
+
 @dataclass
 class FinetuneRequest:
     """What ``scratchgpt finetune`` was asked (see its --help)."""
