@@ -433,3 +433,13 @@ def test_a_refused_run_leaves_nothing_in_a_dataset_directory(tmp_path, capsys):
                                                    "--block-size", "8"])
     assert sorted(p.name for p in data.iterdir()) == before
     prepare_text("other text to train on. " * 40, data, "char", overwrite=True)
+
+
+def test_no_help_shows_a_doctest(capsys):
+    """Each bench's --help is its module's docstring, less the examples that test it."""
+    from scratchgpt.commands.bench import BENCHMARKS
+
+    for name in BENCHMARKS:
+        with pytest.raises(SystemExit):
+            main(["bench", name, "--help"])
+        assert ">>>" not in capsys.readouterr().out, name

@@ -30,6 +30,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for name in BENCHMARKS:
         mod = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
         bp = names.add_parser(name, help=mod.__doc__.strip().splitlines()[0],
-                              description=mod.__doc__)
+                              description=help_text(mod.__doc__))
         mod.add_arguments(bp)
         bp.set_defaults(func=mod.run)
+
+
+def help_text(doc: str) -> str:
+    """A module's docstring as ``--help`` shows it: without its doctest paragraphs.
+
+    >>> help_text("Times a step.\\n\\n>>> 1 + 1\\n2\\n")
+    'Times a step.'
+    """
+    return "\n\n".join(p for p in doc.strip().split("\n\n") if ">>>" not in p)
