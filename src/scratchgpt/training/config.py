@@ -229,8 +229,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 1.391-1.398; since attention moved to C its extra updates fit the text more closely
         # (1.398 and 1.405 at 0.6), and weight decay 0.8 ended at 1.391-1.397 in four runs
         # (docs/BENCHMARKS.md). cpu-medium itself stays GPT-2's architecture, so it exports
-        # to HF (GGUF only with --activation gelu_tanh: llama.cpp's gpt2 has no exact GELU). Its rate and shape are the best of their neighbours at 10 minutes
-        # (rate 2.5e-3 or 6e-3, 4 layers x 256 or 8 x 192 all ended higher), and it is no
+        # to HF (GGUF only with --activation gelu_tanh: llama.cpp's gpt2 has no exact GELU).
+        # Its rate and shape are the best of their neighbours at 10 minutes (rate 2.5e-3 or
+        # 6e-3, 4 layers x 256 or 8 x 192 all ended higher), and it is no
         # better without QK-norm or without the ramps.
         {**_CPU_MEDIUM, **SPEEDRUN_OPTIONS}, seq_len_warmup=600, batch_size_ramp=600,
     ),
