@@ -67,13 +67,34 @@ class Estimate:
         return sum(self.parts.values())
 
     def describe(self) -> str:
-        """``3.2 GiB (weights 1.0, gradients 1.0, ...)``: the total and each part, in GiB."""
-        parts = ", ".join(f"{name.replace('_', ' ')} {_gib(b)}" for name, b in self.parts.items())
-        return f"{_gib(self.total)} GiB ({parts})"
+        """``3.2 GiB (weights 1.0, gradients 1.0, ...)``: the total and each part, in the
+        unit that shows the total best (GiB, MiB or KiB)."""
+        unit = _unit(self.total)
+        parts = ", ".join(f"{name.replace('_', ' ')} {_in(b, unit)}"
+                          for name, b in self.parts.items())
+        return f"{_in(self.total, unit)} {unit} ({parts})"
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f}"
+_SHOWN_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}  # the units sizes are shown in
+
+
+def _unit(n: float) -> str:
+    """The largest unit in which ``n`` bytes is at least 1 (KiB below that).
+
+    >>> _unit(3 * 2**30), _unit(200 * 2**20), _unit(10)
+    ('GiB', 'MiB', 'KiB')
+    """
+    return next((u for u, size in _SHOWN_UNITS.items() if n >= size), "KiB")
+
+
+def _in(n: float, unit: str) -> str:
+    return f"{n / _SHOWN_UNITS[unit]:,.1f}"
+
+
+def _size(n: float) -> str:
+    """``n`` bytes in its own unit: ``'1.5 GiB'``, ``'10.0 KiB'``."""
+    unit = _unit(n)
+    return f"{_in(n, unit)} {unit}"
 
 
 # ---- parameters
@@ -239,5 +260,5 @@ def check_fits(estimate: Estimate, what: str, device: str | torch.device = "cpu"
     if need > free:
         times = f"{copies} processes x " if copies > 1 else ""
         raise error(f"{what} needs about {times}{estimate.describe()}, more than the "
-                    f"{_gib(free)} GiB of memory available")
+                    f"{_size(free)} of memory available")
 
