@@ -119,6 +119,33 @@ def test_a_stop_signal_finishes_the_step_saves_and_resumes_exactly(small_dataset
     assert done.val_loss == full.val_loss  # the stop landed between steps: nothing lost
 
 
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_signal_during_the_final_evaluation_saves_and_resumes_into_it(
+        small_dataset, tmp_path, monkeypatch, signum, code):
+    """The steps are done, the whole-split evaluation is running: a signal stops it at once
+    and saves last.pt (the run had been lost: nothing was saved), and --resume then runs
+    the final evaluation and ends where an uninterrupted run ends."""
+    import time
+
+    from scratchgpt.training.task import LanguageModelTask
+
+    data = TokenDataset(small_dataset)
+    full = train(cfg(), gpt(data), data, tmp_path / "full", progress=False)
+
+    def interrupted(self, *args, **kw):
+        os.kill(os.getpid(), signum)
+        time.sleep(30)  # a long evaluation, cut short by the signal
+        raise AssertionError("the signal did not stop the evaluation")
+
+    monkeypatch.setattr(LanguageModelTask, "final_metrics", interrupted)
+    res = train(cfg(), gpt(data), data, tmp_path / "run", progress=False)
+    assert res.interrupted and res.step == 40 and res.exit_code == code
+    assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 40
+    monkeypatch.undo()
+    done = train(cfg(), None, data, tmp_path / "run", resume=True, progress=False)
+    assert done.step == 40 and not done.interrupted and done.val_loss == full.val_loss
+
+
 def test_time_budget_ends_cleanly(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     res = train(cfg(max_iters=100_000, time_budget="2s"), gpt(data), data, tmp_path / "r",

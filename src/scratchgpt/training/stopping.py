@@ -38,6 +38,8 @@ class StopFlag:
         self.announce = announce
         self._previous: dict[int, Any] = {}
         self._at = 0.0  # when the first signal came
+        self.stop_at_once = False  # set while no step is left to finish: the first signal
+        # then interrupts the work (KeyboardInterrupt) after recording the request
 
     def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():
@@ -55,6 +57,8 @@ class StopFlag:
                 return  # the same request, delivered twice
             raise KeyboardInterrupt  # the second signal: stop now
         self.signum, self._at = signum, time.monotonic()
+        if self.stop_at_once:
+            raise KeyboardInterrupt  # the caller saves last.pt
         if self.announce and self.info.is_main:
             print(f"\n{signal.Signals(signum).name}: stopping after this step and saving "
                   "last.pt (send it again to stop at once)", file=sys.stderr, flush=True)

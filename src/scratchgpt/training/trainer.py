@@ -196,7 +196,8 @@ class Trainer:
                               state.elapsed_s - start_elapsed)
             finally:
                 bar.close()
-        return self._finish(stop, start_tokens, start_elapsed)
+            # still under the stop flag: a signal during the final evaluation saves last.pt
+            return self._finish(stop, start_tokens, start_elapsed)
 
     def _next_batch(self) -> tuple[Tensor, ...]:
         """This process's rows of the next global batch; counts the group's tokens. Under a
@@ -248,19 +249,35 @@ class Trainer:
         seconds = state.elapsed_s - start_elapsed
         tokens_per_s = (state.tokens - start_tokens) / seconds if seconds > 0 else 0.0
         metrics: dict[str, float] = {}
-        if stop.requested:
+        if not stop.requested:
+            metrics = self._final_evaluation(stop)
+        if stop.requested:  # before the final evaluation, or during it
             self._save(None)  # atomic: the previous files stay good until renamed
-        else:
-            metrics = self.task.final_metrics(self.model, self.cfg.eval_iters, self.setting)
-            self._row(train_loss=f"{metrics.get('train_loss', math.nan):.4f}",
-                      val_loss=f"{metrics['val_loss']:.4f}", **self._eval_extras())
-            self._save_evaluated(metrics["val_loss"])
+            metrics = {}
         self._close_files()
         return TrainResult(state.step, metrics.get("train_loss", math.nan),
                            metrics.get("val_loss", math.nan), state.best_val_loss,
                            state.elapsed_s, tokens_per_s, stop.requested,
                            self.run.path if self.run else None, metrics, stop.exit_code,
                            "" if stop.requested else self.task.report())
+
+    def _final_evaluation(self, stop: StopFlag) -> dict[str, float]:
+        """The task's final figures, logged and saved with the evaluated model; {} when a
+        signal stops the evaluation (it can take a while: every window of the split), which
+        then ends at once rather than after it, the run resuming into it."""
+        stop.stop_at_once = True
+        try:
+            metrics = self.task.final_metrics(self.model, self.cfg.eval_iters, self.setting)
+        except KeyboardInterrupt:
+            if not stop.requested:
+                raise
+            return {}
+        finally:
+            stop.stop_at_once = False
+        self._row(train_loss=f"{metrics.get('train_loss', math.nan):.4f}",
+                  val_loss=f"{metrics['val_loss']:.4f}", **self._eval_extras())
+        self._save_evaluated(metrics["val_loss"])
+        return metrics
 
     # ---- files
 
