@@ -201,13 +201,21 @@ def test_model_vocab_larger_than_tokenizer_is_padded(tmp_path, bpe):
 
 
 @pytest.mark.parametrize("change,needle", [
-    (dict(bias=False), "bias=False"),
-    (dict(pos_encoding="sinusoidal"), "pos_encoding='sinusoidal'"),
+    (dict(bias=False), "--no-bias"),
+    (dict(pos_encoding="sinusoidal"), "--pos-encoding sinusoidal"),
     (dict(activation="gelu"), "tanh-approximated GELU"),
+    # written as a plain GPT-2 (their tensors dropped, or a KeyError) before they were refused
+    (dict(qk_norm=True), "--qk-norm"),
+    (dict(value_embeds=1), "--value-embeds"),
+    (dict(unet_skips=True, n_layer=2), "--unet-skips"),
+    (dict(logit_softcap=5.0), "--logit-softcap"),
+    (dict(residual=False), "--no-residual"),
+    (dict(mlp=False), "--no-mlp"),
+    (dict(layernorm=False), "--no-layernorm"),
 ])
 def test_what_llama_cpp_cannot_compute_is_refused(tmp_path, bpe, change, needle):
-    model = GPT(GPTConfig(vocab_size=bpe.vocab_size, block_size=16, n_layer=1, n_head=2,
-                          n_embd=32, **change))
+    model = GPT(GPTConfig(**{**dict(vocab_size=bpe.vocab_size, block_size=16, n_layer=1,
+                                    n_head=2, n_embd=32), **change}))
     with pytest.raises(CheckpointError, match=needle):
         save_gguf(model, tmp_path / "m.gguf", bpe)
     assert not any(tmp_path.iterdir())  # nothing half-written

@@ -85,13 +85,15 @@ def _gguf() -> Any:
 # ---- what llama.cpp's gpt2 can express
 
 def check_exportable(cfg: dict[str, Any]) -> None:
-    """Raise :class:`CheckpointError` naming the setting llama.cpp's gpt2 cannot compute."""
-    if not cfg.get("bias", True):
-        raise CheckpointError("bias=False models cannot be exported to GGUF: llama.cpp's gpt2 "
-                              "architecture requires every bias")
-    if cfg.get("pos_encoding", "learned") != "learned":
-        raise CheckpointError(f"pos_encoding={cfg['pos_encoding']!r} cannot be exported to GGUF: "
-                              "llama.cpp's gpt2 reads a learned position table")
+    """Raise :class:`CheckpointError` naming the setting llama.cpp's gpt2 cannot compute:
+    anything GPT-2 cannot express (:func:`~scratchgpt.models.gpt.gpt2_incompatibility`, as the
+    Hugging Face export refuses), and the exact GELU, which GPT-2's config can name but
+    llama.cpp's gpt2 does not compute."""
+    from scratchgpt.models.gpt import gpt2_incompatibility
+
+    why = gpt2_incompatibility(cfg)
+    if why is not None:
+        raise CheckpointError(f"cannot be exported to GGUF (llama.cpp's gpt2): {why}")
     if cfg.get("activation", "gelu_tanh") != "gelu_tanh":
         raise CheckpointError(f"activation={cfg['activation']!r} cannot be exported to GGUF: "
                               "llama.cpp's gpt2 computes GPT-2's tanh-approximated GELU")
