@@ -146,3 +146,15 @@ def test_cells_setting_picks_the_path_and_keeps_the_weights(cell):
     ga = torch.autograd.grad(a.square().sum(), fused.rnn.core.weight_ih_l0)[0]
     gb = torch.autograd.grad(b.square().sum(), scratch.rnn.core.weight_ih_l0)[0]
     _close(gb, ga)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_a_recurrent_config_pickles(cell):
+    """--nproc hands a run's config to its processes pickled: the class a cell's config is
+    made of must be found by its name (it raised PicklingError for every recurrent model)."""
+    import pickle
+
+    from scratchgpt.models import model_config
+
+    config = model_config(cell, vocab_size=5, hidden=8, n_layer=1)
+    assert pickle.loads(pickle.dumps(config)) == config

@@ -226,11 +226,16 @@ def cell_config(cell: str) -> type[RecurrentConfig]:
     """
     if cell not in CELLS:
         raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
-    cls = make_dataclass(f"{cell.upper()}Config",
-                         [("cell", str, field(default=cell, init=False))],
+    name = f"{cell.upper()}Config"
+    if name in globals():  # one class per cell, so that configs compare equal
+        return globals()[name]
+    cls = make_dataclass(name, [("cell", str, field(default=cell, init=False))],
                          bases=(RecurrentConfig,))
     cls.__module__ = __name__
     cls.__doc__ = f"A {cell.upper()} language model's shape (see RecurrentConfig)."
+    # a module attribute under its own name: pickle finds classes that way, and --nproc
+    # sends a run's config to its processes pickled
+    globals()[name] = cls
     return cls
 
 
