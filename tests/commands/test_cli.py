@@ -443,3 +443,18 @@ def test_no_help_shows_a_doctest(capsys):
         with pytest.raises(SystemExit):
             main(["bench", name, "--help"])
         assert ">>>" not in capsys.readouterr().out, name
+
+
+def test_a_resume_refuses_another_seed_and_names_the_preset_it_came_from(small_dataset,
+                                                                         tmp_path, capsys):
+    """A new --seed would change only which batches the evaluations draw (the batches and
+    dropout continue from the saved generators): refused. A preset's model settings are
+    named as the preset's, not as flags the user never typed."""
+    out = str(tmp_path / "r")
+    base = ["--dataset", str(small_dataset), "--out", out, "--eval-interval", "10", *TINY]
+    assert main(["train", *base, "--max-iters", "10"]) == 0
+    line = error_of(capsys, ["train", "--out", out, "--resume", "--seed", "7"])
+    assert "--seed 1337" in line and "drop --seed" in line
+    line = error_of(capsys, ["train", "--out", out, "--resume", "--preset", "cpu-small",
+                             "--max-iters", "20"])
+    assert "drop --preset" in line and "--n-embd " not in line.split("drop")[1]

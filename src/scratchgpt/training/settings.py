@@ -85,6 +85,16 @@ def finish_model_config(kind: str, values: dict[str, Any], vocab_size: int) -> M
     return model_config(kind, **{**values, "vocab_size": vocab_size})
 
 
+def _sources(settings: Settings, names: list[str]) -> str:
+    """Where the settings ``names`` came from, as what to drop: their flags (or the config
+    file's keys), or ``--preset`` when the preset set them."""
+    explicit = settings.explicit
+    flags = ["--" + k.replace("_", "-") for k in names if k in explicit]
+    if settings.preset and any(k not in explicit for k in names):
+        flags.append("--preset")
+    return " ".join(flags)
+
+
 def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig, TrainConfig]:
     """The model and training config to resume with: the checkpoint's, with the changeable
     settings given now applied (see the module docstring)."""
@@ -93,14 +103,16 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
                           "be resumed (start a new run from it instead)")
     given = settings.given
     saved_model = config_dict(checkpoint.model_config)
+    # the seed too: the batches and dropout continue from the saved generators, and a new
+    # seed would change only which batches the evaluations draw (and so which step is best)
     fixed = {"model": checkpoint.model_type, "optimizer": checkpoint.train_config.optimizer,
+             "seed": checkpoint.train_config.seed,
              **{k: v for k, v in saved_model.items() if k not in CHANGEABLE_MODEL_FIELDS}}
     changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
     if changed:
         was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
-        raise ConfigError(f"a resumed run keeps its model and optimizer: this run has {was} "
-                          f"(drop {' '.join('--' + k.replace('_', '-') for k in changed)}, or "
-                          "start a new run)")
+        raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
+                          f"{was} (drop {_sources(settings, changed)}, or start a new run)")
     model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
