@@ -117,6 +117,10 @@ def test_a_stop_signal_finishes_the_step_saves_and_resumes_exactly(small_dataset
     done = train(cfg(), None, data, tmp_path / "run", resume=True, progress=False)
     assert done.step == 40 and not done.interrupted
     assert done.val_loss == full.val_loss  # the stop landed between steps: nothing lost
+    # and the record is the same: the stopped step's row was logged before the save
+    rows = [(tmp_path / name / "metrics.csv").read_text().splitlines() for name in ("full", "run")]
+    assert [r.split(",")[:2] + r.split(",")[3:] for r in rows[0]] == \
+        [r.split(",")[:2] + r.split(",")[3:] for r in rows[1]]
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

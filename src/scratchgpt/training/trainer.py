@@ -190,10 +190,12 @@ class Trainer:
                     state.step += 1
                     state.elapsed_s, stopped = stop.agree(
                         start_elapsed + time.perf_counter() - t0, self.device)
-                    if stopped:
-                        break
+                    # the step is logged (and evaluated, at an evaluation step) as in a run
+                    # that goes on, so a resumed run's metrics and best.pt are the same
                     self._log(loss, lr, bar, state.tokens - start_tokens,
                               state.elapsed_s - start_elapsed)
+                    if stopped:
+                        break
             finally:
                 bar.close()
             # still under the stop flag: a signal during the final evaluation saves last.pt
