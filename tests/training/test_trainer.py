@@ -206,3 +206,21 @@ def test_parse_duration(text, seconds):
 def test_invalid_train_config(bad):
     with pytest.raises(ScratchGPTError):
         TrainConfig(**bad)
+
+
+def test_resuming_a_finished_run_reports_it_without_evaluating_or_logging_again(
+        small_dataset, tmp_path):
+    """Its final evaluation is in last.pt: the figures come back, metrics.csv gains no
+    second final row, and the checkpoints stay as they were."""
+    data = TokenDataset(small_dataset)
+    first = train(cfg(max_iters=20), gpt(data), data, tmp_path / "run", progress=False)
+    record = (tmp_path / "run" / "metrics.csv").read_text()
+    best = (tmp_path / "run" / "best.pt").read_bytes()
+    again = train(cfg(max_iters=20), None, data, tmp_path / "run", resume=True, progress=False)
+    assert (again.step, again.val_loss, again.train_loss) == (20, first.val_loss,
+                                                              first.train_loss)
+    assert (tmp_path / "run" / "metrics.csv").read_text() == record
+    assert (tmp_path / "run" / "best.pt").read_bytes() == best
+    longer = train(cfg(max_iters=25), None, data, tmp_path / "run", resume=True,
+                   progress=False)  # extended: trained, then evaluated anew
+    assert longer.step == 25 and longer.val_loss != first.val_loss

@@ -19,7 +19,9 @@ class TrainState:
     a data-parallel group), ``torch``/``cuda`` (each process's dropout, one entry per rank).
     ``task`` holds whatever the task needs to continue its batches exactly (e.g. an epoch's
     order). ``val_loss`` is the evaluation this checkpoint was saved after (None: saved without
-    one, e.g. on Ctrl-C).
+    one, e.g. on Ctrl-C). ``final``: the figures of the final evaluation, once the run has
+    made it at this step (a resumed run with nothing left to train reports them again rather
+    than evaluating and logging twice); empty until then.
     """
 
     step: int = 0
@@ -29,6 +31,7 @@ class TrainState:
     val_loss: float | None = None
     rng: dict[str, Any] = field(default_factory=dict)
     task: dict[str, Any] = field(default_factory=dict)
+    final: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -188,6 +188,7 @@ class Trainer:
                     loss = train_step(self.model, self.forward, self.opt, self.task.loss, cfg,
                                       self._next_batch, self.device, self.dtype)
                     state.step += 1
+                    state.final = {}  # a step past the final evaluation: it is due again
                     state.elapsed_s, stopped = stop.agree(
                         start_elapsed + time.perf_counter() - t0, self.device)
                     # the step is logged (and evaluated, at an evaluation step) as in a run
@@ -251,8 +252,8 @@ class Trainer:
         seconds = state.elapsed_s - start_elapsed
         tokens_per_s = (state.tokens - start_tokens) / seconds if seconds > 0 else 0.0
         metrics: dict[str, float] = {}
-        if not stop.requested:
-            metrics = self._final_evaluation(stop)
+        if not stop.requested:  # (a run resumed with nothing left to train: made already)
+            metrics = dict(state.final) or self._final_evaluation(stop)
         if stop.requested:  # before the final evaluation, or during it
             self._save(None)  # atomic: the previous files stay good until renamed
             metrics = {}
@@ -278,6 +279,7 @@ class Trainer:
             stop.stop_at_once = False
         self._row(train_loss=f"{metrics.get('train_loss', math.nan):.4f}",
                   val_loss=f"{metrics['val_loss']:.4f}", **self._eval_extras())
+        self.state.final = {k: float(v) for k, v in metrics.items()}
         self._save_evaluated(metrics["val_loss"])
         return metrics
 
