@@ -334,3 +334,20 @@ def test_the_speedrun_picture_puts_every_run_in_bits_per_char(tmp_path, monkeypa
     assert curves["stack"][0] == (0.5, 1.0)  # one character per token: nats / ln 2
     assert curves["stack"][1] == pytest.approx([6.0 / math.log(2), 5.0 / math.log(2)])
     assert finals == {"baseline": (5.0, 1.5), "stack": (1.0, 1.2)}
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--decay-fraction", "0.2"], "--decay-fraction applies with --schedule wsd"),
+    (["--muon-lr-scale", "3"], "--muon-lr-scale applies with --optimizer muon"),
+    (["--muon-dtype", "fp32", "--optimizer", "adamw"], "--muon-dtype applies with --optimizer"),
+])
+def test_a_setting_for_a_choice_the_run_did_not_make_is_refused(small_dataset, tmp_path,
+                                                                 capsys, flags, says):
+    """They ran as if not given (the cosine schedule has no decay fraction; AdamW no Muon
+    scale)."""
+    from tests.cli_errors import error_of
+
+    line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
+                             str(tmp_path / "r"), "--max-iters", "1", *flags])
+    assert says in line
+    assert not (tmp_path / "r").exists()

@@ -78,7 +78,23 @@ def new_run(settings: Settings) -> tuple[str, dict[str, Any], TrainConfig, str |
                           + ", ".join("--" + k.replace("_", "-") for k in wrong))
     model_values = {k: v for k, v in given.items() if k in fields and k != "vocab_size"}
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    check_flags_apply(settings.explicit, train)
     return kind, model_values, train, given.get("dataset")
+
+
+# training settings that only one choice of another uses: (the setting, what it needs)
+DEPENDENT_SETTINGS = (("decay_fraction", "schedule", "wsd"),
+                      ("muon_lr_scale", "optimizer", "muon"),
+                      ("muon_dtype", "optimizer", "muon"))
+
+
+def check_flags_apply(explicit: dict[str, Any], train: TrainConfig) -> None:
+    """A setting given for a choice the run did not make is refused, not ignored
+    (``--decay-fraction`` under the cosine schedule, ``--muon-lr-scale`` with AdamW)."""
+    for name, on, needs in DEPENDENT_SETTINGS:
+        if name in explicit and getattr(train, on) != needs:
+            raise ConfigError(f"--{name.replace('_', '-')} applies with --{on} {needs}; this "
+                              f"run has --{on} {getattr(train, on)}")
 
 
 def finish_model_config(kind: str, values: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -117,4 +133,6 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
     config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
-    return config, replace(checkpoint.train_config, **train_changes)
+    train = replace(checkpoint.train_config, **train_changes)
+    check_flags_apply(given, train)
+    return config, train
