@@ -134,5 +134,5 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
     config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
     train = replace(checkpoint.train_config, **train_changes)
-    check_flags_apply(given, train)
+    check_flags_apply(settings.explicit, train)
     return config, train
