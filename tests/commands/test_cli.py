@@ -458,3 +458,12 @@ def test_a_resume_refuses_another_seed_and_names_the_preset_it_came_from(small_d
     line = error_of(capsys, ["train", "--out", out, "--resume", "--preset", "cpu-small",
                              "--max-iters", "20"])
     assert "drop --preset" in line and "--n-embd " not in line.split("drop")[1]
+
+
+def test_a_time_budget_in_a_config_file_may_be_a_number_of_seconds(small_dataset, tmp_path):
+    from scratchgpt.checkpoints import load_checkpoint
+
+    (tmp_path / "c.toml").write_text("time_budget = 30\nmax_iters = 3\n")
+    assert main(["train", "--dataset", str(small_dataset), "--config", str(tmp_path / "c.toml"),
+                 "--out", str(tmp_path / "r"), *TINY]) == 0
+    assert load_checkpoint(tmp_path / "r" / "last.pt").train_config.time_budget == "30s"

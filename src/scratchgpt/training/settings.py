@@ -53,6 +53,9 @@ class Settings:
             if name in from_file and not isinstance(from_file[name], str):
                 raise ConfigError(f"{self.config_file}: {name} must be a string, got "
                                   f"{from_file[name]!r}")
+        budget = from_file.get("time_budget")
+        if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+            from_file["time_budget"] = f"{budget}s"  # a number in a file: seconds
         return {**from_file, **(self.flags or {})}
 
     @property
