@@ -138,8 +138,10 @@ def report(result: Any, out: Path) -> int:
         return result.exit_code
     bpc = result.metrics.get("val_bpc")
     per_char = f", {bpc:.4f} bits/char" if bpc is not None else ""
-    print(f"done: {result.step} steps in {result.elapsed_s:.1f}s "
-          f"({result.tokens_per_s:,.0f} tokens/s); train loss {result.train_loss:.4f}, "
+    # tokens/s of this process's steps (none when a resumed run had nothing left to train)
+    speed = f" ({result.tokens_per_s:,.0f} tokens/s)" if result.tokens_per_s > 0 else ""
+    print(f"done: {result.step} steps in {result.elapsed_s:.1f}s{speed}; train loss "
+          f"{result.train_loss:.4f}, "
           f"val loss {result.val_loss:.4f} (full val split{per_char}); "
           f"best {result.best_val_loss:.4f}")
     print(f"checkpoints, metrics.csv and loss.png in {out}")
