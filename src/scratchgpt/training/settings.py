@@ -93,9 +93,13 @@ DEPENDENT_SETTINGS = (("decay_fraction", "schedule", "wsd"),
 
 def check_flags_apply(explicit: dict[str, Any], train: TrainConfig) -> None:
     """A setting given for a choice the run did not make is refused, not ignored
-    (``--decay-fraction`` under the cosine schedule, ``--muon-lr-scale`` with AdamW)."""
+    (``--decay-fraction`` under the cosine schedule, ``--muon-lr-scale`` with AdamW). One at
+    its default changes nothing either way (a whole config handed over, as the library's
+    ``train`` does, names every setting)."""
+    defaults = TrainConfig()
     for name, on, needs in DEPENDENT_SETTINGS:
-        if name in explicit and getattr(train, on) != needs:
+        if explicit.get(name, getattr(defaults, name)) != getattr(defaults, name) \
+                and getattr(train, on) != needs:
             raise ConfigError(f"--{name.replace('_', '-')} applies with --{on} {needs}; this "
                               f"run has --{on} {getattr(train, on)}")
 
