@@ -9,13 +9,13 @@ from typing import Any
 from scratchgpt.commands.argtypes import non_negative_int, positive_int, seed_int
 from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
 
-# What a run is made of, besides its base and data: flags that default to None so that a
-# resume can tell the ones given (it refuses them) from the defaults filled in here.
-RUN_SHAPING = {"policy": ("--train", "all"), "last_k": ("--last-k", 2),
-               "epochs": ("--epochs", 3.0), "class_weights": ("--class-weights", "none"),
-               "max_length": ("--max-length", 0), "split_seed": ("--split-seed", 0),
-               "held_out": ("--held-out", 0.1), "eval_generate": ("--eval-generate", 0),
-               "dropout": ("--dropout", None)}
+# What a run is made of, besides its base and data (FinetuneRequest's field -> its flag): the
+# flags default to None, so that a resume can tell the ones given (it refuses them); those not
+# given take FinetuneRequest's defaults.
+RUN_SHAPING = {"policy": "--train", "last_k": "--last-k", "epochs": "--epochs",
+               "class_weights": "--class-weights", "max_length": "--max-length",
+               "split_seed": "--split-seed", "held_out": "--held-out",
+               "eval_generate": "--eval-generate", "dropout": "--dropout"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
     progress = not args.no_progress
     lora = lora_from_args(args)
-    shaping = {dest: default if getattr(args, dest) is None else getattr(args, dest)
-               for dest, (_, default) in RUN_SHAPING.items()}
-    flags = [flag for dest, (flag, _) in RUN_SHAPING.items() if getattr(args, dest) is not None]
+    shaping = {dest: getattr(args, dest) for dest in RUN_SHAPING
+               if getattr(args, dest) is not None}
+    flags = [RUN_SHAPING[dest] for dest in shaping]
     req = FinetuneRequest(
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
         args.overwrite, given(args, train_fields()), lora=lora,

@@ -76,7 +76,7 @@ class FinetuneRequest:
     overwrite: bool = False
     train_flags: dict[str, Any] = field(default_factory=dict)
     policy: str = "all"  # classify: all, head or last-k (LoRA: lora)
-    last_k: int = 1
+    last_k: int = 2  # with policy "last-k"
     lora: LoRAConfig | None = None
     epochs: float = DEFAULT_EPOCHS
     class_weights: str = "none"
