@@ -317,9 +317,11 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
         for name in order:
             if (path / name).is_file():
                 return path / name
-        aside = (" (an --overwrite stopped before its first checkpoint left the old run in "
-                 ".replaced/: 'scratchgpt train --out DIR --resume' brings it back)"
-                 if (path / ".replaced").is_dir() else "")
+        from scratchgpt.checkpoints.rundir import REPLACED_DIR  # (rundir imports this module)
+
+        aside = (f" (an --overwrite stopped before its first checkpoint left the old run in "
+                 f"{REPLACED_DIR}/: 'scratchgpt train --out DIR --resume' brings it back)"
+                 if (path / REPLACED_DIR).is_dir() else "")
         raise CheckpointError(f"no checkpoint (best.pt or last.pt) in {path}{aside}")
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
