@@ -20,7 +20,8 @@ from typing import Any
 from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
 from scratchgpt.errors import ConfigError
 
-MEMORY_FILES = ("memory.csv", "memory.png")
+MEMORY_CSV, MEMORY_PNG = "memory.csv", "memory.png"
+MEMORY_FILES = (MEMORY_CSV, MEMORY_PNG)
 COUNT_FILE = "count.json"
 
 
@@ -228,13 +229,13 @@ def run_memory(args: argparse.Namespace) -> int:
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,
                           log=lambda line: print(line, flush=True))
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "memory.csv", "w", newline="") as f:
+    with open(out_dir / MEMORY_CSV, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", *args.cells])
         for i, t in enumerate(lengths):
             w.writerow([t, *(f"{accuracy[c][i]:.4f}" for c in args.cells)])
-    memory.plot(out_dir / "memory.png", lengths, accuracy, args.symbols)
-    print(f"wrote {out_dir / 'memory.csv'} and {out_dir / 'memory.png'}")
+    memory.plot(out_dir / MEMORY_PNG, lengths, accuracy, args.symbols)
+    print(f"wrote {out_dir / MEMORY_CSV} and {out_dir / MEMORY_PNG}")
     return 0
 
 
