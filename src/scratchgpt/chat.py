@@ -80,6 +80,38 @@ class ChatTemplate:
         from the user) it ends where the assistant's reply begins."""
         return "".join(text for text, _ in self.segments(messages, add_generation_prompt))
 
+    @property
+    def jinja(self) -> str:
+        """The template in Jinja, the language of Hugging Face's ``apply_chat_template`` and of
+        llama.cpp's chat templates: exported models carry it (``tokenizer_config.json``, the
+        GGUF key ``tokenizer.chat_template``) so that other tools prompt them as :meth:`render`
+        does, text for text (tested against transformers and llama-cpp-python). It refuses what
+        :func:`check_messages` refuses, through the ``raise_exception`` both tools provide.
+
+        >>> print(TEMPLATES[DEFAULT_TEMPLATE].jinja.splitlines()[2])
+        {%- if message['role'] == 'system' -%}{{- '<|system|>\\n' + message['content'] + '\\n' -}}
+        """
+        lines = ["{%- for message in messages -%}",
+                 "{%- if message['role'] == 'system' and not loop.first -%}"
+                 "{{- raise_exception('a system message can only come first') -}}{%- endif -%}"]
+        for i, (role, marker) in enumerate(self.markers):
+            ending = self.end + "\n" if role == "assistant" else "\n"
+            lines.append(f"{{%- {'el' if i else ''}if message['role'] == '{role}' -%}}"
+                         f"{{{{- {_jinja_string(marker + chr(10))} + message['content'] + "
+                         f"{_jinja_string(ending)} -}}}}")
+        lines += ["{%- else -%}{{- raise_exception('unknown role: ' + message['role']) -}}",
+                  "{%- endif -%}", "{%- endfor -%}",
+                  "{%- if add_generation_prompt -%}"
+                  f"{{{{- {_jinja_string(self.marker('assistant') + chr(10))} -}}}}"
+                  "{%- endif -%}"]
+        return "\n".join(lines)
+
+
+def _jinja_string(text: str) -> str:
+    """``text`` as a Jinja string literal (single-quoted, Python's escapes)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    return f"'{escaped}'"
+
 
 def _merge(pieces: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
     """Join neighbouring pieces with the same target flag."""

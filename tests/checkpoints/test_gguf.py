@@ -259,3 +259,42 @@ def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
     assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
                      str(tmp_path / "c.gguf")]) == 0
     assert "--ignore-eos" in capsys.readouterr().out
+
+
+def test_llama_cpp_prompts_an_exported_chat_model_as_we_do(tmp_path, capsys, cli_main):
+    """A chat model's GGUF holds its template in Jinja: llama-cpp-python picks it as the
+    model's chat format, renders each conversation as our template does, and tokenizes that
+    prompt as we do. A plain model's file has no template."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    conversations = [[{"role": "user", "content": "Hi"}],
+                     [{"role": "system", "content": "Be 'terse'.\n"},
+                      {"role": "user", "content": "17 + 25?"},
+                      {"role": "assistant", "content": "42"}, {"role": "user", "content": "Hi"}]]
+    tok = CharTokenizer.train("".join(template.render(c) for c in conversations))
+    model = random_gpt(tok.vocab_size, n_embd=32)
+    for chat in (True, False):
+        run = tmp_path / f"run-{chat}"
+        tok.save(run)
+        save_checkpoint(run / "best.pt", Checkpoint(
+            "gpt", model.config, model.state_dict(), {"text": tok.state()},
+            {"chat_template": DEFAULT_TEMPLATE} if chat else {}))
+        assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                         str(run / "m.gguf")]) == 0
+        assert ("'<|end|>' as a stop string" in capsys.readouterr().out) == chat
+        llm = load_llama(run / "m.gguf", vocab_only=True)
+        try:
+            assert ("tokenizer.chat_template" in llm.metadata) == chat
+            if not chat:
+                continue
+            assert llm.chat_format == "chat_template.default"
+            theirs = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], "", "")
+            for conversation in conversations:
+                prompt = theirs(messages=conversation).prompt
+                assert prompt == template.render(conversation)
+                assert llm.tokenize(prompt.encode(), add_bos=False) == tok.encode(prompt)
+        finally:
+            llm.close()

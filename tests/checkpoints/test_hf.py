@@ -243,3 +243,40 @@ def test_an_unknown_chat_template_in_config_json_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "scratchgpt_chat_template=['x'] is not a chat template" in err and \
         len(err.splitlines()) == 1, err
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "Be terse, don't 'quote'.\n"},
+     {"role": "user", "content": "What is 17 + 25?\nSay it."},
+     {"role": "assistant", "content": "42"}, {"role": "user", "content": "And\\n 6 x 7?"}],
+]
+
+
+def test_transformers_prompts_an_exported_chat_model_as_we_do(tmp_path):
+    """A BPE chat model's export carries the template in Jinja: transformers'
+    apply_chat_template writes (and tokenizes) each conversation exactly as our template
+    renders it; refuses what ours refuses; a plain model's tokenizer has no template."""
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    tok = BPETokenizer.train("".join(template.render(c) for c in CONVERSATIONS) * 20, 300,
+                             backend="python")
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=1,
+                          n_embd=8))
+    theirs = transformers.AutoTokenizer.from_pretrained(
+        save_hf(model, tmp_path / "chat", tok, DEFAULT_TEMPLATE))
+    for conversation in CONVERSATIONS:
+        for prompt in (True, False):
+            ours = template.render(conversation, add_generation_prompt=prompt)
+            assert theirs.apply_chat_template(conversation, tokenize=False,
+                                              add_generation_prompt=prompt) == ours
+            ids = theirs.apply_chat_template(conversation, add_generation_prompt=prompt,
+                                             return_dict=False)
+            assert list(ids) == tok.encode(ours)
+    with pytest.raises(Exception, match="a system message can only come first"):
+        theirs.apply_chat_template(CONVERSATIONS[0] + [{"role": "system", "content": "x"}],
+                                   tokenize=False)
+    plain = transformers.AutoTokenizer.from_pretrained(save_hf(model, tmp_path / "plain", tok))
+    assert plain.chat_template is None

@@ -50,6 +50,12 @@ GELU is GPT-2's tanh approximation).
 * ``char-prose`` is refused: it rewrites text (quotes, dashes, line breaks) before encoding,
   which llama.cpp's tokenizer cannot do.
 
+**Chat**: an instruction-tuned model's template is written as ``tokenizer.chat_template``, in
+Jinja (:attr:`scratchgpt.chat.ChatTemplate.jinja`), which llama.cpp's chat tools and
+llama-cpp-python's ``create_chat_completion`` render prompts with. Its end-of-turn marker is
+text, not a token llama.cpp knows to stop at: pass it as a stop string (``stop=["<|end|>"]``,
+``--reverse-prompt``).
+
 Tested against llama.cpp itself (``tests/checkpoints/test_gguf.py``): logits of the same tokens
 and the tokenization of a test text.
 """
@@ -67,6 +73,8 @@ from scratchgpt.errors import CheckpointError
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+
+    from scratchgpt.chat import ChatTemplate
 
 GGUF_TYPES = ("f32", "f16", "q8_0")
 Q8_0_BLOCK = 32  # weights per q8_0 block: a row's length must be a multiple of it
@@ -245,7 +253,7 @@ FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}
 
 
 def _write_metadata(w: Any, cfg: dict[str, Any], vocab: GGUFVocab, qtype: str,
-                    name: str) -> None:
+                    name: str, chat_template: ChatTemplate | None) -> None:
     gguf = _gguf()
     w.add_name(name)
     w.add_context_length(cfg["block_size"])
@@ -269,13 +277,17 @@ def _write_metadata(w: Any, cfg: dict[str, Any], vocab: GGUFVocab, qtype: str,
         w.add_bos_token_id(vocab.eos_id)
         w.add_eos_token_id(vocab.eos_id)
     w.add_add_bos_token(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template.jinja)
 
 
 def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "f32",
-              name: str = "scratchgpt") -> GGUFExport:
+              name: str = "scratchgpt", chat_template: ChatTemplate | None = None
+              ) -> GGUFExport:
     """Write ``model`` (our GPT) and ``tokenizer`` as a GGUF file that llama.cpp loads as its
-    ``gpt2`` architecture; ``qtype`` is one of :data:`GGUF_TYPES`. The file is written to a
-    temporary name and renamed, so a failure leaves no partial file at ``path``."""
+    ``gpt2`` architecture; ``qtype`` is one of :data:`GGUF_TYPES`; an instruction-tuned
+    model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
+    written to a temporary name and renamed, so a failure leaves no partial file at ``path``."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
@@ -294,7 +306,7 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     tmp = path.with_name(f".{path.name}.tmp")
     w = _gguf().GGUFWriter(tmp, "gpt2")
     try:
-        _write_metadata(w, cfg, vocab, qtype, name)
+        _write_metadata(w, cfg, vocab, qtype, name, chat_template)
         state, notes = model.state_dict(), list(vocab.notes)
         names = list(gguf_tensor_names(cfg))
         for ours, theirs in names:

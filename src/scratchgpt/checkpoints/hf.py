@@ -24,7 +24,10 @@ the template's name (see :data:`scratchgpt.chat.TEMPLATES`) as ``"scratchgpt_cha
 in ``config.json``, a key ``transformers`` keeps as an unused config attribute, and reading the
 directory (:func:`hf_chat_template`: ``chat``, ``sample``, ``serve``, ``convert --from hf``)
 finds it again. A plain model's export has no such key, nor has a directory from elsewhere:
-neither can chat.
+neither can chat. Where the export writes Hugging Face tokenizer files (byte-level BPE), their
+``tokenizer_config.json`` also holds the template in Jinja
+(:attr:`scratchgpt.chat.ChatTemplate.jinja`), so that ``transformers``'
+``tokenizer.apply_chat_template`` writes the prompts the model was tuned on.
 """
 
 from __future__ import annotations
@@ -309,9 +312,11 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     format (``vocab.json``, ``merges.txt``; see
     :func:`scratchgpt.tokenizers.bpe_files.write_hf_tokenizer`). ``chat_template``, the name
     of an instruction-tuned model's template, goes into ``config.json`` (read back by
-    :func:`hf_chat_template`)."""
+    :func:`hf_chat_template`), and the template itself, in Jinja, into the Hugging Face
+    tokenizer's ``tokenizer_config.json``, where ``apply_chat_template`` finds it."""
     from safetensors.torch import save_file
 
+    from scratchgpt.chat import TEMPLATES
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
@@ -335,7 +340,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         if getattr(tokenizer, "kind", None) == "bpe":
             from scratchgpt.tokenizers.bpe_files import write_hf_tokenizer
 
-            write_hf_tokenizer(tokenizer, directory, cfg["block_size"])
+            write_hf_tokenizer(tokenizer, directory, cfg["block_size"],
+                               TEMPLATES[chat_template].jinja if chat_template else None)
     return directory
 
 

@@ -90,12 +90,13 @@ def run(args: argparse.Namespace) -> int:
         tok = checkpoint_tokenizer(source)
     except ScratchGPTError:
         tok = None  # a model without a tokenizer still exports to hf; say so below
-    if args.target == "gguf":
-        return export_gguf(model, tok, out, args.gguf_type or "f32")
     from scratchgpt.chat import template_for
-    from scratchgpt.checkpoints.hf import save_hf
 
     template = template_for(source)  # an instruction-tuned model's template goes along
+    if args.target == "gguf":
+        return export_gguf(model, tok, out, args.gguf_type or "f32", template)
+    from scratchgpt.checkpoints.hf import save_hf
+
     save_hf(model, out, tok, template and template.name)
     note = "" if tok is not None else " (no tokenizer found: weights and config only)"
     print(f"wrote {out}{note}")
@@ -115,13 +116,17 @@ def import_from(source: list[str], out: Path, overwrite: bool) -> int:
     return 0
 
 
-def export_gguf(model, tok, out: Path, qtype: str) -> int:
+def export_gguf(model, tok, out: Path, qtype: str, template=None) -> int:
     """``--to gguf``: write the file and say what it holds (and any caveat)."""
     from scratchgpt.checkpoints.gguf import save_gguf
 
-    done = save_gguf(model, out, tok, qtype)
+    done = save_gguf(model, out, tok, qtype, chat_template=template)
     size = done.path.stat().st_size / 2**20
-    print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB)")
+    chat = f", chat template {template.name}" if template is not None else ""
+    print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB{chat})")
+    if template is not None:
+        print(f"note: llama.cpp stops at end of text, not at this template's end of turn: "
+              f"pass {template.stop!r} as a stop string")
     for note in done.notes:
         print(f"note: {note}")
     return 0

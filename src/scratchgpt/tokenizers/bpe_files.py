@@ -167,12 +167,14 @@ def read_hf_tokenizer_json(path: Path) -> Vocabulary:
     return _from_text_vocab(vocab, merges, {t["content"] for t in added}, source=str(path))
 
 
-def write_hf_tokenizer(tok: BPETokenizer, directory: Path, model_max_length: int) -> None:
+def write_hf_tokenizer(tok: BPETokenizer, directory: Path, model_max_length: int,
+                       chat_template: str | None = None) -> None:
     """Write ``tok`` as GPT-2's Hugging Face tokenizer files into ``directory``.
 
     ``vocab.json`` maps each token's text (its bytes in GPT-2's alphabet) to its id,
     ``merges.txt`` lists the merges in rank order, ``tokenizer_config.json`` names
-    ``GPT2Tokenizer`` with the first special token as its end of text."""
+    ``GPT2Tokenizer`` with the first special token as its end of text, and holds
+    ``chat_template`` (Jinja, for ``apply_chat_template``) when one is given."""
     alphabet = bytes_to_unicode()
 
     def text(i: int) -> str:
@@ -190,6 +192,7 @@ def write_hf_tokenizer(tok: BPETokenizer, directory: Path, model_max_length: int
     (directory / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "GPT2Tokenizer", "model_max_length": model_max_length,
         "bos_token": eot, "eos_token": eot, "unk_token": eot, "add_prefix_space": False,
+        **({"chat_template": chat_template} if chat_template is not None else {}),
     }, indent=2) + "\n")
 
 
