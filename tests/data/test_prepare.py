@@ -204,3 +204,14 @@ def test_validation_characters_the_vocabulary_lacks_are_counted_and_reported(tmp
     assert f"note: {lacking} val character(s) are not in" in capsys.readouterr().out
     clean = prepare_text("abcab " * 40, tmp_path / "c", "char")
     assert not any(k.endswith("_unknown_chars") for k in clean)
+
+
+def test_a_split_the_tokenizer_folds_away_is_refused_not_written(tmp_path):
+    """char-prose drops newlines: a validation split of only newlines has characters but no
+    tokens, and a dataset with an empty split is one that no training run can open."""
+    text = "hello world, this is some prose text here" + "\n" * 5
+    with pytest.raises(ScratchGPTError, match="validation split .* encodes to no tokens"):
+        prepare_text(text, tmp_path / "d", "char-prose")
+    assert not (tmp_path / "d").exists()
+    prepare_text(text, tmp_path / "d", "char-prose", val_fraction=0.3)
+    assert TokenDataset(tmp_path / "d").splits["val"].size > 0

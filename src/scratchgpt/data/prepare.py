@@ -125,6 +125,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             encode_training_copies(tok, train_text, bpe_dropout, train_copies, progress=progress)
             if sampled else encode_corpus(tok, train_text), dtype=dtype)
         val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
+        _check_encoded(tok, {"training": train_ids, "validation": val_ids}, source)
         meta = {
             "version": META_VERSION,
             "tokenizer": tok.kind,
@@ -150,6 +151,17 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         _write_file(tmp / META_FILE, json.dumps(meta, indent=1).encode())
         _move_into_place(tmp, out, overwrite)
     return meta
+
+
+def _check_encoded(tok: Tokenizer, splits: dict[str, np.ndarray], source: str) -> None:
+    """Each split holds a token: a tokenizer that folds text away (``char-prose`` drops
+    newlines and symbols) can leave a split with characters but nothing to train or evaluate
+    on, which no training run could open."""
+    for name, ids in splits.items():
+        if not ids.size:
+            raise DataError(f"the {name} split of the data ({source or 'text'}) encodes to no "
+                            f"tokens: the {tok.kind} tokenizer folds all of it away; use more "
+                            "data or another validation fraction (nothing was written)")
 
 
 DATASET_FILES = ("train.bin", "val.bin", META_FILE)
