@@ -215,3 +215,19 @@ def test_a_split_the_tokenizer_folds_away_is_refused_not_written(tmp_path):
     assert not (tmp_path / "d").exists()
     prepare_text(text, tmp_path / "d", "char-prose", val_fraction=0.3)
     assert TokenDataset(tmp_path / "d").splits["val"].size > 0
+
+
+def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
+    """Preparing "d" clears the temporaries its own killed runs left, not those of a dataset
+    named "d.999999999" (whose name reads, cut at the wrong dot, as a process that is gone):
+    another prepare may be writing one, or have moved its old dataset aside."""
+    import os
+
+    other = f".d.999999999.{os.getpid()}"
+    staging, moved_aside = tmp_path / f"{other}.abcdefgh.tmp", tmp_path / f"{other}.old.tmp"
+    for d in (staging, moved_aside):
+        d.mkdir()
+        (d / "meta.json").write_text("{}")
+    prepare_text("some text to train on. " * 40, tmp_path / "d", "char")
+    assert (staging / "meta.json").is_file() and (moved_aside / "meta.json").is_file()
+    assert TokenDataset(tmp_path / "d").meta["chars"] == 23 * 40

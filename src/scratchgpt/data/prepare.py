@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -256,9 +257,12 @@ def _remove_stale_staging(out: Path) -> None:
     """Temporaries of earlier prepares of ``out`` whose process no longer runs: a dataset
     moved aside by a process killed before it renamed the new one in comes back; the rest
     goes."""
+    # ".NAME.PID.RANDOM.tmp" or ".NAME.PID.old.tmp"; the temporaries of a dataset named
+    # "NAME.5" have a dot more, and are not ours
+    ours = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[^.]+{re.escape(TEMP_SUFFIX)}")
     for tmp in out.parent.glob(f".{glob.escape(out.name)}.*{TEMP_SUFFIX}"):
-        pid = tmp.name[len(out.name) + 2:].split(".", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        match = ours.fullmatch(tmp.name)
+        if match is None or _alive(int(match[1])):
             continue
         if tmp.name.endswith(f".old{TEMP_SUFFIX}") and not out.exists():
             os.replace(tmp, out)
