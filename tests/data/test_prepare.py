@@ -231,3 +231,25 @@ def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
     prepare_text("some text to train on. " * 40, tmp_path / "d", "char")
     assert (staging / "meta.json").is_file() and (moved_aside / "meta.json").is_file()
     assert TokenDataset(tmp_path / "d").meta["chars"] == 23 * 40
+
+
+
+
+@pytest.mark.parametrize("spelling", [".", "absolute"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_out_naming_the_current_directory_is_refused_in_one_line(tmp_path, monkeypatch,
+                                                                 spelling, existing):
+    """prepare replaces --out whole (renames a new directory into its place): the directory
+    the user is in would be swapped away under them. It failed with "Device or resource busy"
+    for "." and left the shell in a deleted directory for the absolute path."""
+    text = "some text to train on. " * 40
+    if existing:
+        prepare_text(text, tmp_path / "d", "char")
+    else:
+        (tmp_path / "d").mkdir()
+    monkeypatch.chdir(tmp_path / "d")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    out = "." if spelling == "." else str(tmp_path / "d")
+    with pytest.raises(ScratchGPTError, match="is the current directory.*--out d "):
+        prepare_text(text + "more", out, "char", overwrite=True)
+    assert (tmp_path / "d").samefile(".") and sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -181,6 +181,10 @@ def check_destination(out: Path, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise DataError(f"--out {out} is a file, not a directory")
+    if out.resolve() == Path.cwd().resolve():
+        raise DataError(f"--out {out} is the current directory, which prepare would replace "
+                        "whole and leave you in a deleted directory; run it from the parent "
+                        f"directory with --out {out.resolve().name} (nothing was written)")
     if is_dataset(out):
         if not overwrite:
             raise DataError(f"{out} already holds a prepared dataset; pass --overwrite to "
