@@ -467,3 +467,24 @@ def test_a_time_budget_in_a_config_file_may_be_a_number_of_seconds(small_dataset
     assert main(["train", "--dataset", str(small_dataset), "--config", str(tmp_path / "c.toml"),
                  "--out", str(tmp_path / "r"), *TINY]) == 0
     assert load_checkpoint(tmp_path / "r" / "last.pt").train_config.time_budget == "30s"
+
+
+def test_a_prompt_reads_end_of_text_as_the_training_text_did(tmp_path, english_text, capsys):
+    """prepare encodes a literal <|endoftext|> in the text as the special token; a prompt
+    quoting such text is read the same way, not refused with advice for Python callers."""
+    from scratchgpt.commands.argtypes import encode
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.data.prepare import prepare_text
+
+    doc = english_text[:2_000]
+    prepare_text(f"{doc}<|endoftext|>" * 5, tmp_path / "d", "bpe", vocab_size=300)
+    data = TokenDataset(tmp_path / "d")
+    tok = data.tokenizer()
+    val_text = (f"{doc}<|endoftext|>" * 5)[data.meta["train_chars"]:]
+    assert encode(tok, val_text, "error") == data.splits["val"].tolist()
+    assert tok.eot_id in encode(tok, val_text, "error")
+    assert main(["train", "--dataset", str(tmp_path / "d"), "--out", str(tmp_path / "r"),
+                 "--max-iters", "1", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(tmp_path / "r"), "--prompt",
+                 "the end.<|endoftext|>", "--max-new-tokens", "3", "--seed", "0"]) == 0

@@ -53,10 +53,13 @@ def add_unknown_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def encode(tok: Any, text: str, unknown: str) -> list[int]:
-    """``tok.encode(text)`` as ``--unknown`` says; a refusal names the flag that would have
-    let it through."""
+    """``tok.encode(text)`` as ``--unknown`` says, reading special-token text such as
+    ``<|endoftext|>`` as prepare read it in the training text (its special id); a refusal
+    names the flag that would have let it through."""
+    from scratchgpt.data.prepare import encode_corpus
+
     try:
-        return tok.encode(text, unknown=unknown)
+        return encode_corpus(tok, text, unknown)
     except TokenizerError as e:
         raise TokenizerError(f"{e} (use --unknown replace to substitute them)") from None
 

@@ -49,14 +49,16 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
 
-def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
+def encode_corpus(tok: Tokenizer, text: str, unknown: str = "replace") -> list[int]:
     """Encode training text. A literal ``<|endoftext|>`` in a corpus is a document separator
-    (as in GPT-2's training data), so byte-level BPE maps it to its special id."""
+    (as in GPT-2's training data), so byte-level BPE maps it to its special id. Characters a
+    char vocabulary lacks follow ``unknown`` (see :meth:`Tokenizer.encode`). A prompt is read
+    the same way, so that a model sees it as it saw its training text."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
     if isinstance(tok, BPETokenizer):
-        return tok.encode(text, allowed_special="all")
-    return tok.encode(text, unknown="replace")
+        return tok.encode(text, unknown, allowed_special="all")
+    return tok.encode(text, unknown=unknown)
 
 
 def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
