@@ -81,3 +81,22 @@ def test_load_tokenizer_errors(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps({"kind": "word"}), encoding="utf-8")
     with pytest.raises(ScratchGPTError, match="unknown tokenizer kind"):
         load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("state", [
+    {"kind": "char"},
+    {"kind": "char", "chars": None},
+    {"kind": "char", "chars": [1, 2]},
+    {"kind": "char-prose", "chars": ["ab", "c"]},
+    {"kind": "bpe", "version": 1, "special_tokens": [1]},
+    {"kind": "bpe", "version": 1, "pattern": "(("},
+    {"kind": "bpe", "version": 1, "byte_ids": 5},
+    {"kind": "bpe", "version": 1, "byte_ids": ["x"] * 256},
+])
+def test_a_damaged_tokenizer_file_is_a_tokenizer_error(tmp_path, state):
+    """A tokenizer.json edited or damaged by hand is bad input: a TokenizerError, which the
+    command line reports in one line, not a KeyError or TypeError from inside from_dict."""
+    BPETokenizer.train(TEXT, 300).save(tmp_path)  # a valid merges.txt beside it
+    (tmp_path / "tokenizer.json").write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(ScratchGPTError, match="not a valid|single characters"):
+        load_tokenizer(tmp_path)
