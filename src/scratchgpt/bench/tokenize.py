@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.commands.argtypes import bpe_vocab_size, positive_int
 from scratchgpt.errors import ConfigError, DataError
 
 CORPUS = "tinyshakespeare.txt"
@@ -25,11 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``scratchgpt bench tokenize``."""
     parser.add_argument("--data", type=Path, default=None,
                         help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
-    parser.add_argument("--repeat", type=int, default=5,
+    parser.add_argument("--repeat", type=positive_int, default=5,
                         help="timed runs per encoder; the fastest counts (default 5)")
-    parser.add_argument("--vocab-size", type=int, default=4096,
+    parser.add_argument("--vocab-size", type=bpe_vocab_size, default=4096,
                         help="vocabulary size for the training benchmark (default 4096)")
-    parser.add_argument("--train-repeat", type=int, default=1,
+    parser.add_argument("--train-repeat", type=positive_int, default=1,
                         help="timed training runs; the fastest counts (default 1)")
 
 

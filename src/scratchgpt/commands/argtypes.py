@@ -30,6 +30,16 @@ def non_negative_int(text: str) -> int:
     return _int_within(text, 0, None, "0 or a positive integer")
 
 
+def bpe_vocab_size(text: str) -> int:
+    """``--vocab-size`` of a byte-level BPE: more than its 256 byte tokens, checked before any
+    text is read or encoded.
+
+    >>> bpe_vocab_size("257")
+    257
+    """
+    return _int_within(text, 257, None, "a vocabulary size above 256 (the byte tokens)")
+
+
 def thread_count(text: str) -> int:
     """``--threads``: 0 (torch's default, one per core) or more.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import bpe_vocab_size
 from scratchgpt.errors import ConfigError
 
 # BPE-dropout copies of the training split: enough spellings of each word that a 10-minute run
@@ -34,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="use the tokenizer of this model (a run directory, .pt file, Hugging "
                         "Face directory or hf:ID) instead of learning one: the text is then "
                         "ready for 'train --init-from' that model")
-    p.add_argument("--vocab-size", type=int, default=None,
+    p.add_argument("--vocab-size", type=bpe_vocab_size, default=None,
                    help="vocabulary size for --tokenizer bpe (default 4096)")
     p.add_argument("--bpe-dropout", type=float, default=0.0, metavar="P",
                    help="BPE tokenizers: write the training split as --train-copies "
