@@ -253,3 +253,19 @@ def test_out_naming_the_current_directory_is_refused_in_one_line(tmp_path, monke
     with pytest.raises(ScratchGPTError, match="is the current directory.*--out d "):
         prepare_text(text + "more", out, "char", overwrite=True)
     assert (tmp_path / "d").samefile(".") and sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_an_out_that_is_a_symbolic_link_writes_where_it_leads(tmp_path):
+    """data/current -> v3: the checks read v3 through the link, so the dataset is written
+    there and the link kept; the link itself was swapped for the new directory and left
+    behind as a temporary that nothing could remove."""
+    text = "some text to train on. " * 40
+    prepare_text(text, tmp_path / "v3", "char")
+    (tmp_path / "current").symlink_to("v3")
+    prepare_text(text + "more", tmp_path / "current", "char", overwrite=True)
+    assert (tmp_path / "current").is_symlink() and (tmp_path / "current").readlink().name == "v3"
+    assert TokenDataset(tmp_path / "v3").meta["chars"] == len(text) + 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "v3"]
+    (tmp_path / "next").symlink_to("v4")  # a link to a dataset not written yet
+    prepare_text(text, tmp_path / "next", "char")
+    assert (tmp_path / "next").is_symlink() and TokenDataset(tmp_path / "v4").meta["chars"]

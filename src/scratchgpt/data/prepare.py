@@ -109,8 +109,10 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
                         "to split into training and validation text")
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    out = Path(out)
-    check_destination(out, overwrite)
+    check_destination(Path(out), overwrite)
+    # A symbolic link is followed, as the checks follow it: the dataset it leads to is written
+    # (swapping the link itself away would leave it, unremovable, among the temporaries).
+    out = Path(os.path.realpath(out))
     split = int(len(text) * (1.0 - val_fraction))
     train_text, val_text = text[:split], text[split:]
     if not train_text or not val_text:
