@@ -70,4 +70,4 @@ class Tokenizer(ABC):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / TOKENIZER_FILE).write_text(
-            json.dumps(self.state(), ensure_ascii=False, indent=1))
+            json.dumps(self.state(), ensure_ascii=False, indent=1), encoding="utf-8")
