@@ -131,9 +131,11 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
         return  # an old checkpoint that kept its tokenizer beside it only
     if data.tokenizer().same_as(checkpoint.tokenizer("text")):
         return
+    run = checkpoint.path.parent
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                    f"{checkpoint.path.parent}; resume with the run's own dataset "
-                    f"({checkpoint.data.get('dataset', 'see its config.json')})")
+                    f"{run}; use the run's own dataset "
+                    f"({checkpoint.data.get('dataset', 'see its config.json')}) or prepare "
+                    f"the text with its tokenizer (scratchgpt prepare --tokenizer-from {run})")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
