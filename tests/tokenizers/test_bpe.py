@@ -422,3 +422,7 @@ def test_gpt2_from_a_hugging_face_directory_is_the_same_tokenizer(gpt2_files, gp
     assert not trained.same_as(gpt2_python) and not gpt2_python.same_as(trained)
     with pytest.raises(DataError, match="prepare the text with the base's tokenizer"):
         check_same_tokenizer(Base("hf/x", None, {}, hf, ""), trained, "dataset d")
+    mine, other = (BPETokenizer.train(t * 20, 260) for t in ("the cat sat. ", "a dog ran. "))
+    assert mine.vocab_size == other.vocab_size
+    with pytest.raises(DataError, match="uses a different one of the same size"):
+        check_same_tokenizer(Base("b", None, {}, mine, ""), other, "dataset d")

@@ -73,6 +73,8 @@ def check_same_tokenizer(base: Base, tokenizer: Any, what: str) -> None:
     """``what`` (a dataset) was tokenized by the base's own tokenizer, entry for entry."""
     if not tokenizer.same_as(base.tokenizer):
         mine, theirs = _describe(tokenizer), _describe(base.tokenizer)
+        if mine == theirs:  # as large, with other entries
+            theirs = "a different one of the same size"
         raise DataError(f"{what} is tokenized with {mine}, but --init-from {base.source} uses "
                         f"{theirs}; prepare the text with the base's tokenizer (scratchgpt "
                         f"prepare --tokenizer-from {base.source} ...)")
