@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "Face directory or hf:ID) instead of learning one: the text is then "
                         "ready for 'train --init-from' that model")
     p.add_argument("--vocab-size", type=bpe_vocab_size, default=None,
-                   help="vocabulary size for --tokenizer bpe (default 4096)")
+                   help="vocabulary size for --tokenizer bpe (default 4096); a small text "
+                        "may run out of pairs to merge first, and then gets fewer ids")
     p.add_argument("--bpe-dropout", type=float, default=0.0, metavar="P",
                    help="BPE tokenizers: write the training split as --train-copies "
                         "segmentations sampled by BPE-dropout, each merge skipped with "
