@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ConfigError(f"--val-fraction must be between 0 and 1, got {args.val_fraction:g}")
     copies = train_copies(args)
     check_destination(Path(args.out), args.overwrite)  # before reading or downloading
     tokenizer = args.tokenizer
