@@ -340,12 +340,16 @@ def test_bad_bpe_dropout_flags(tmp_path, capsys, flags, message):
     assert not (tmp_path / "d").exists()
 
 
-def test_a_bad_vocab_size_or_val_fraction_is_refused_before_a_download(tmp_path, capsys):
-    """--vocab-size and --val-fraction are checked with the flags, not after the text was
-    fetched and read: the refusal names the flag even where the dataset could not be had."""
+def test_a_bad_tokenizer_flag_is_refused_before_a_download(tmp_path, capsys):
+    """--tokenizer, --vocab-size and --val-fraction are checked with the flags, not after the
+    text was fetched and read: the refusal names the flag even where the dataset could not be
+    had."""
     assert "above 256" in error_of(capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer",
                                             "bpe", "--vocab-size", "256", "--out",
                                             str(tmp_path / "d")])
+    assert "--tokenizer bpe2: choose one of" in error_of(
+        capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer", "bpe2", "--out",
+                 str(tmp_path / "d")])
     for fraction in ("1", "0", "nan"):
         assert "--val-fraction must be between 0 and 1" in error_of(
             capsys, ["prepare", "--dataset", "warandpeace", "--val-fraction", fraction, "--out",
