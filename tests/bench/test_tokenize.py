@@ -34,3 +34,13 @@ def test_tokenize_bench_needs_data(monkeypatch, tmp_path):
         tokenize.run(_args())
     with pytest.raises(ScratchGPTError, match="does not exist"):
         tokenize.run(_args(data=tmp_path / "missing.txt"))
+
+
+@pytest.mark.parametrize("content,message", [(b"", "is empty"), (b"caf\xe9", "not valid UTF-8")])
+def test_tokenize_bench_refuses_text_it_cannot_encode_in_one_line(tmp_path, capsys, content,
+                                                                   message):
+    from tests.cli_errors import error_of
+
+    (tmp_path / "t.txt").write_bytes(content)
+    assert message in error_of(capsys, ["bench", "tokenize", "--data", str(tmp_path / "t.txt"),
+                                        "--repeat", "1"])

@@ -340,6 +340,24 @@ def test_bad_bpe_dropout_flags(tmp_path, capsys, flags, message):
     assert not (tmp_path / "d").exists()
 
 
+def test_a_bad_tokenizer_flag_is_refused_before_a_download(tmp_path, capsys):
+    """--tokenizer, --vocab-size and --val-fraction are checked with the flags, not after the
+    text was fetched and read: the refusal names the flag even where the dataset could not be
+    had."""
+    assert "above 256" in error_of(capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer",
+                                            "bpe", "--vocab-size", "256", "--out",
+                                            str(tmp_path / "d")])
+    assert "--tokenizer bpe2: choose one of" in error_of(
+        capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer", "bpe2", "--out",
+                 str(tmp_path / "d")])
+    for fraction in ("1", "0", "nan"):
+        assert "--val-fraction must be between 0 and 1" in error_of(
+            capsys, ["prepare", "--dataset", "warandpeace", "--val-fraction", fraction, "--out",
+                     str(tmp_path / "d")])
+    for flags in (["--vocab-size", "100"], ["--repeat", "0"], ["--train-repeat", "0"]):
+        error_of(capsys, ["bench", "tokenize", "--data", str(tmp_path / "none.txt"), *flags])
+
+
 def _entry(code: str, *argv: str) -> list[str]:
     """Run ``code`` in a fresh interpreter (the process entry must not freeze this one)."""
     import subprocess
@@ -467,3 +485,24 @@ def test_a_time_budget_in_a_config_file_may_be_a_number_of_seconds(small_dataset
     assert main(["train", "--dataset", str(small_dataset), "--config", str(tmp_path / "c.toml"),
                  "--out", str(tmp_path / "r"), *TINY]) == 0
     assert load_checkpoint(tmp_path / "r" / "last.pt").train_config.time_budget == "30s"
+
+
+def test_a_prompt_reads_end_of_text_as_the_training_text_did(tmp_path, english_text, capsys):
+    """prepare encodes a literal <|endoftext|> in the text as the special token; a prompt
+    quoting such text is read the same way, not refused with advice for Python callers."""
+    from scratchgpt.commands.argtypes import encode
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.data.prepare import prepare_text
+
+    doc = english_text[:2_000]
+    prepare_text(f"{doc}<|endoftext|>" * 5, tmp_path / "d", "bpe", vocab_size=300)
+    data = TokenDataset(tmp_path / "d")
+    tok = data.tokenizer()
+    val_text = (f"{doc}<|endoftext|>" * 5)[data.meta["train_chars"]:]
+    assert encode(tok, val_text, "error") == data.splits["val"].tolist()
+    assert tok.eot_id in encode(tok, val_text, "error")
+    assert main(["train", "--dataset", str(tmp_path / "d"), "--out", str(tmp_path / "r"),
+                 "--max-iters", "1", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(tmp_path / "r"), "--prompt",
+                 "the end.<|endoftext|>", "--max-new-tokens", "3", "--seed", "0"]) == 0

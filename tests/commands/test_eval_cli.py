@@ -79,3 +79,15 @@ def test_a_checkpoint_without_training_state_names_no_step(run_dir, tmp_path, ca
     assert head == f"{merged / 'best.pt'} (fp32)", head  # was '(step None, fp32)'
     assert main(["eval", "--checkpoint", str(run_dir), "--max-tokens", "200"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(" (step 60, fp32)")
+
+
+def test_a_dataset_of_another_tokenizer_is_refused_with_what_to_do(run_dir, tmp_path, capsys):
+    """eval, like resume, needs the run's tokenizer; the refusal said "resume with the run's
+    own dataset", which an eval cannot do, and not how to prepare other text for the run."""
+    from scratchgpt.data.prepare import prepare_text
+
+    prepare_text("text of another vocabulary, 0123456789 " * 30, tmp_path / "other", "char")
+    msg = error_of(capsys, ["eval", "--checkpoint", str(run_dir), "--dataset",
+                            str(tmp_path / "other")])
+    assert "tokenized differently" in msg and "resume" not in msg
+    assert f"--tokenizer-from {run_dir}" in msg

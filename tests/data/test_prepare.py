@@ -204,3 +204,68 @@ def test_validation_characters_the_vocabulary_lacks_are_counted_and_reported(tmp
     assert f"note: {lacking} val character(s) are not in" in capsys.readouterr().out
     clean = prepare_text("abcab " * 40, tmp_path / "c", "char")
     assert not any(k.endswith("_unknown_chars") for k in clean)
+
+
+def test_a_split_the_tokenizer_folds_away_is_refused_not_written(tmp_path):
+    """char-prose drops newlines: a validation split of only newlines has characters but no
+    tokens, and a dataset with an empty split is one that no training run can open."""
+    text = "hello world, this is some prose text here" + "\n" * 5
+    with pytest.raises(ScratchGPTError, match="validation split .* encodes to no tokens"):
+        prepare_text(text, tmp_path / "d", "char-prose")
+    assert not (tmp_path / "d").exists()
+    prepare_text(text, tmp_path / "d", "char-prose", val_fraction=0.3)
+    assert TokenDataset(tmp_path / "d").splits["val"].size > 0
+
+
+def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
+    """Preparing "d" clears the temporaries its own killed runs left, not those of a dataset
+    named "d.999999999" (whose name reads, cut at the wrong dot, as a process that is gone):
+    another prepare may be writing one, or have moved its old dataset aside."""
+    import os
+
+    other = f".d.999999999.{os.getpid()}"
+    staging, moved_aside = tmp_path / f"{other}.abcdefgh.tmp", tmp_path / f"{other}.old.tmp"
+    for d in (staging, moved_aside):
+        d.mkdir()
+        (d / "meta.json").write_text("{}")
+    prepare_text("some text to train on. " * 40, tmp_path / "d", "char")
+    assert (staging / "meta.json").is_file() and (moved_aside / "meta.json").is_file()
+    assert TokenDataset(tmp_path / "d").meta["chars"] == 23 * 40
+
+
+
+
+@pytest.mark.parametrize("spelling", [".", "absolute"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_out_naming_the_current_directory_is_refused_in_one_line(tmp_path, monkeypatch,
+                                                                 spelling, existing):
+    """prepare replaces --out whole (renames a new directory into its place): the directory
+    the user is in would be swapped away under them. It failed with "Device or resource busy"
+    for "." and left the shell in a deleted directory for the absolute path."""
+    text = "some text to train on. " * 40
+    if existing:
+        prepare_text(text, tmp_path / "d", "char")
+    else:
+        (tmp_path / "d").mkdir()
+    monkeypatch.chdir(tmp_path / "d")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    out = "." if spelling == "." else str(tmp_path / "d")
+    with pytest.raises(ScratchGPTError, match="is the current directory.*--out d "):
+        prepare_text(text + "more", out, "char", overwrite=True)
+    assert (tmp_path / "d").samefile(".") and sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_an_out_that_is_a_symbolic_link_writes_where_it_leads(tmp_path):
+    """data/current -> v3: the checks read v3 through the link, so the dataset is written
+    there and the link kept; the link itself was swapped for the new directory and left
+    behind as a temporary that nothing could remove."""
+    text = "some text to train on. " * 40
+    prepare_text(text, tmp_path / "v3", "char")
+    (tmp_path / "current").symlink_to("v3")
+    prepare_text(text + "more", tmp_path / "current", "char", overwrite=True)
+    assert (tmp_path / "current").is_symlink() and (tmp_path / "current").readlink().name == "v3"
+    assert TokenDataset(tmp_path / "v3").meta["chars"] == len(text) + 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "v3"]
+    (tmp_path / "next").symlink_to("v4")  # a link to a dataset not written yet
+    prepare_text(text, tmp_path / "next", "char")
+    assert (tmp_path / "next").is_symlink() and TokenDataset(tmp_path / "v4").meta["chars"]

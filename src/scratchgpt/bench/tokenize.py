@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import ConfigError
+from scratchgpt.commands.argtypes import bpe_vocab_size, positive_int
+from scratchgpt.errors import ConfigError, DataError
 
 CORPUS = "tinyshakespeare.txt"
 
@@ -25,15 +26,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``scratchgpt bench tokenize``."""
     parser.add_argument("--data", type=Path, default=None,
                         help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
-    parser.add_argument("--repeat", type=int, default=5,
+    parser.add_argument("--repeat", type=positive_int, default=5,
                         help="timed runs per encoder; the fastest counts (default 5)")
-    parser.add_argument("--vocab-size", type=int, default=4096,
+    parser.add_argument("--vocab-size", type=bpe_vocab_size, default=4096,
                         help="vocabulary size for the training benchmark (default 4096)")
-    parser.add_argument("--train-repeat", type=int, default=1,
+    parser.add_argument("--train-repeat", type=positive_int, default=1,
                         help="timed training runs; the fastest counts (default 1)")
 
 
-def _data_path(arg: Path | None) -> Path:
+def _read_data(arg: Path | None) -> tuple[Path, str]:
+    """The file to encode and its text (one-line errors: missing, not UTF-8, empty)."""
+    from scratchgpt.data.sources import read_text_source
+
     if arg is not None:
         path = arg
     elif os.environ.get("SCRATCHGPT_DATA_DIR"):
@@ -41,9 +45,10 @@ def _data_path(arg: Path | None) -> Path:
     else:
         raise ConfigError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
                         f"directory holding {CORPUS}")
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist")
-    return path
+    text, _ = read_text_source(path)
+    if not text:
+        raise DataError(f"{path} is empty: there is no text to encode")
+    return path, text
 
 
 def _best_of(repeat: int, fn: Callable[[], Any], before: Callable[[], None] | None = None
@@ -94,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the timing table; exit code 1 if any encoder disagrees with the others."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
-    path = _data_path(args.data)
-    text = path.read_text(encoding="utf-8")
+    path, text = _read_data(args.data)
     mb = len(text.encode("utf-8")) / 1e6
     python = BPETokenizer.gpt2(backend="python")
     auto = BPETokenizer.gpt2(backend="auto")

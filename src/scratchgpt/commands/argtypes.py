@@ -30,6 +30,16 @@ def non_negative_int(text: str) -> int:
     return _int_within(text, 0, None, "0 or a positive integer")
 
 
+def bpe_vocab_size(text: str) -> int:
+    """``--vocab-size`` of a byte-level BPE: more than its 256 byte tokens, checked before any
+    text is read or encoded.
+
+    >>> bpe_vocab_size("257")
+    257
+    """
+    return _int_within(text, 257, None, "a vocabulary size above 256 (the byte tokens)")
+
+
 def thread_count(text: str) -> int:
     """``--threads``: 0 (torch's default, one per core) or more.
 
@@ -53,10 +63,13 @@ def add_unknown_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def encode(tok: Any, text: str, unknown: str) -> list[int]:
-    """``tok.encode(text)`` as ``--unknown`` says; a refusal names the flag that would have
-    let it through."""
+    """``tok.encode(text)`` as ``--unknown`` says, reading special-token text such as
+    ``<|endoftext|>`` as prepare read it in the training text (its special id); a refusal
+    names the flag that would have let it through."""
+    from scratchgpt.data.prepare import encode_corpus
+
     try:
-        return tok.encode(text, unknown=unknown)
+        return encode_corpus(tok, text, unknown)
     except TokenizerError as e:
         raise TokenizerError(f"{e} (use --unknown replace to substitute them)") from None
 

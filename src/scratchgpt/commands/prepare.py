@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchgpt.commands.argtypes import bpe_vocab_size
 from scratchgpt.errors import ConfigError
 
 # BPE-dropout copies of the training split: enough spellings of each word that a 10-minute run
@@ -34,8 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="use the tokenizer of this model (a run directory, .pt file, Hugging "
                         "Face directory or hf:ID) instead of learning one: the text is then "
                         "ready for 'train --init-from' that model")
-    p.add_argument("--vocab-size", type=int, default=None,
-                   help="vocabulary size for --tokenizer bpe (default 4096)")
+    p.add_argument("--vocab-size", type=bpe_vocab_size, default=None,
+                   help="vocabulary size for --tokenizer bpe (default 4096); a small text "
+                        "may run out of pairs to merge first, and then gets fewer ids")
     p.add_argument("--bpe-dropout", type=float, default=0.0, metavar="P",
                    help="BPE tokenizers: write the training split as --train-copies "
                         "segmentations sampled by BPE-dropout, each merge skipped with "
@@ -58,9 +60,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.prepare import check_destination, prepare_text
     from scratchgpt.data.resolve import load_source
+    from scratchgpt.tokenizers import BUILD_KINDS
 
+    if args.tokenizer not in BUILD_KINDS:
+        raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}")
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ConfigError(f"--val-fraction must be between 0 and 1, got {args.val_fraction:g}")
     copies = train_copies(args)
     check_destination(Path(args.out), args.overwrite)  # before reading or downloading
     tokenizer = args.tokenizer

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -48,14 +49,16 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
 
-def encode_corpus(tok: Tokenizer, text: str) -> list[int]:
+def encode_corpus(tok: Tokenizer, text: str, unknown: str = "replace") -> list[int]:
     """Encode training text. A literal ``<|endoftext|>`` in a corpus is a document separator
-    (as in GPT-2's training data), so byte-level BPE maps it to its special id."""
+    (as in GPT-2's training data), so byte-level BPE maps it to its special id. Characters a
+    char vocabulary lacks follow ``unknown`` (see :meth:`Tokenizer.encode`). A prompt is read
+    the same way, so that a model sees it as it saw its training text."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
     if isinstance(tok, BPETokenizer):
-        return tok.encode(text, allowed_special="all")
-    return tok.encode(text, unknown="replace")
+        return tok.encode(text, unknown, allowed_special="all")
+    return tok.encode(text, unknown=unknown)
 
 
 def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
@@ -106,8 +109,10 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
                         "to split into training and validation text")
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    out = Path(out)
-    check_destination(out, overwrite)
+    check_destination(Path(out), overwrite)
+    # A symbolic link is followed, as the checks follow it: the dataset it leads to is written
+    # (swapping the link itself away would leave it, unremovable, among the temporaries).
+    out = Path(os.path.realpath(out))
     split = int(len(text) * (1.0 - val_fraction))
     train_text, val_text = text[:split], text[split:]
     if not train_text or not val_text:
@@ -125,6 +130,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             encode_training_copies(tok, train_text, bpe_dropout, train_copies, progress=progress)
             if sampled else encode_corpus(tok, train_text), dtype=dtype)
         val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
+        _check_encoded(tok, {"training": train_ids, "validation": val_ids}, source)
         meta = {
             "version": META_VERSION,
             "tokenizer": tok.kind,
@@ -152,6 +158,17 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     return meta
 
 
+def _check_encoded(tok: Tokenizer, splits: dict[str, np.ndarray], source: str) -> None:
+    """Each split holds a token: a tokenizer that folds text away (``char-prose`` drops
+    newlines and symbols) can leave a split with characters but nothing to train or evaluate
+    on, which no training run could open."""
+    for name, ids in splits.items():
+        if not ids.size:
+            raise DataError(f"the {name} split of the data ({source or 'text'}) encodes to no "
+                            f"tokens: the {tok.kind} tokenizer folds all of it away; use more "
+                            "data or another validation fraction (nothing was written)")
+
+
 DATASET_FILES = ("train.bin", "val.bin", META_FILE)
 OWN_FILES = (*DATASET_FILES, TOKENIZER_FILE, MERGES_FILE)  # all that prepare writes
 
@@ -168,6 +185,10 @@ def check_destination(out: Path, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise DataError(f"--out {out} is a file, not a directory")
+    if out.resolve() == Path.cwd().resolve():
+        raise DataError(f"--out {out} is the current directory, which prepare would replace "
+                        "whole and leave you in a deleted directory; run it from the parent "
+                        f"directory with --out {out.resolve().name} (nothing was written)")
     if is_dataset(out):
         if not overwrite:
             raise DataError(f"{out} already holds a prepared dataset; pass --overwrite to "
@@ -244,9 +265,12 @@ def _remove_stale_staging(out: Path) -> None:
     """Temporaries of earlier prepares of ``out`` whose process no longer runs: a dataset
     moved aside by a process killed before it renamed the new one in comes back; the rest
     goes."""
+    # ".NAME.PID.RANDOM.tmp" or ".NAME.PID.old.tmp"; the temporaries of a dataset named
+    # "NAME.5" have a dot more, and are not ours
+    ours = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[^.]+{re.escape(TEMP_SUFFIX)}")
     for tmp in out.parent.glob(f".{glob.escape(out.name)}.*{TEMP_SUFFIX}"):
-        pid = tmp.name[len(out.name) + 2:].split(".", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        match = ours.fullmatch(tmp.name)
+        if match is None or _alive(int(match[1])):
             continue
         if tmp.name.endswith(f".old{TEMP_SUFFIX}") and not out.exists():
             os.replace(tmp, out)

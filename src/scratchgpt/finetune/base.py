@@ -69,17 +69,12 @@ def load_base(source: str) -> Base:
     return Base(source, model.config, state, where.tokenizer(), weights_identity(state))
 
 
-def same_tokenizer(a: Any, b: Any) -> bool:
-    """True when two tokenizers map every text to the same ids: the same saved state and, for
-    BPE, the same merges (kept in a file of their own, not in the state)."""
-    return (a.state() == b.state() and a.vocab_size == b.vocab_size
-            and getattr(a, "merges", None) == getattr(b, "merges", None))
-
-
 def check_same_tokenizer(base: Base, tokenizer: Any, what: str) -> None:
     """``what`` (a dataset) was tokenized by the base's own tokenizer, entry for entry."""
-    if not same_tokenizer(tokenizer, base.tokenizer):
+    if not tokenizer.same_as(base.tokenizer):
         mine, theirs = _describe(tokenizer), _describe(base.tokenizer)
+        if mine == theirs:  # as large, with other entries
+            theirs = "a different one of the same size"
         raise DataError(f"{what} is tokenized with {mine}, but --init-from {base.source} uses "
                         f"{theirs}; prepare the text with the base's tokenizer (scratchgpt "
                         f"prepare --tokenizer-from {base.source} ...)")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import regex
+
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -94,7 +96,12 @@ def tokenizer_from_dict(state: dict, directory: Path | None = None, where: str =
     kind = state.pop("kind", None)
     if kind not in TOKENIZERS:
         raise TokenizerError(f"{where or 'tokenizer'}: unknown tokenizer kind {kind!r}")
-    return TOKENIZERS[kind].from_dict(state, directory)
+    try:
+        return TOKENIZERS[kind].from_dict(state, directory)
+    except (KeyError, TypeError, ValueError, regex.error) as e:  # a damaged or edited file
+        reason = f"no {e.args[0]!r} entry" if isinstance(e, KeyError) else str(e)
+        raise TokenizerError(f"{where or 'tokenizer'}: not a valid {kind} tokenizer "
+                             f"({reason})") from None
 
 
 __all__ = [

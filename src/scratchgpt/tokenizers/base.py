@@ -45,6 +45,11 @@ class Tokenizer(ABC):
     def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> Tokenizer:
         """Rebuild from ``to_dict`` output; ``directory`` is where extra files live, if any."""
 
+    def same_as(self, other: Tokenizer) -> bool:
+        """True when ``other`` maps every text to the same ids as this tokenizer, and back:
+        the same kind and vocabulary, whatever each is called."""
+        return self.state() == other.state()
+
     def unknown_count(self, text: str) -> int:
         """How many characters of ``text`` the vocabulary lacks: those ``encode(text,
         unknown="replace")`` substitutes. None here: a byte-level vocabulary spells any
@@ -65,4 +70,4 @@ class Tokenizer(ABC):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / TOKENIZER_FILE).write_text(
-            json.dumps(self.state(), ensure_ascii=False, indent=1))
+            json.dumps(self.state(), ensure_ascii=False, indent=1), encoding="utf-8")

@@ -233,6 +233,14 @@ class BPETokenizer(Tokenizer):
 
     # ---- queries
 
+    def same_as(self, other: Tokenizer) -> bool:
+        """The same merges, byte ids, pattern and special tokens: the ids of every text. The
+        name is a label (GPT-2's vocabulary read from a Hugging Face directory is named after
+        the directory), and the backend gives the same ids."""
+        return (isinstance(other, BPETokenizer) and self.merges == other.merges
+                and self.byte_ids == other.byte_ids and self.pattern == other.pattern
+                and self.special_tokens == other.special_tokens)
+
     @property
     def vocab_size(self) -> int:
         return len(self._decoder)

@@ -34,6 +34,10 @@ Pair = tuple[int, int]
 # after every merge (n^2): a 100 kB run of letters with no spaces must not take minutes.
 LONG_CHUNK = 256
 NO_RANK = sys.maxsize  # rank of a pair that is not a token: never the best
+# Above this many tokens a training chunk keeps its pairs by position (:class:`LinkedChunk`), so
+# a merge costs its occurrences rather than a rewrite of the whole chunk: a megabyte of letters
+# without a space is one chunk, which took half an hour to learn 4096 ids from.
+LONG_TRAINING_CHUNK = 1024
 
 
 # --------------------------------------------------------------------------- training
@@ -66,14 +70,79 @@ def merge(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     return out
 
 
+class LinkedChunk:
+    """A long training chunk as a linked list of tokens, with the positions of each adjacent
+    pair, so that merging a pair visits only its occurrences.
+
+    ``merge`` replaces the occurrences of a pair left to right, non-overlapping, exactly as
+    :func:`merge` does, and returns how many occurrences each pair gained or lost:
+
+    >>> chunk = LinkedChunk([1, 1, 1, 1, 2])
+    >>> {p: d for p, d in chunk.merge((1, 1), 7).items() if d}, chunk.tokens()
+    ({(1, 1): -3, (7, 7): 1, (1, 2): -1, (7, 2): 1}, [7, 7, 2])
+    """
+
+    def __init__(self, ids: Sequence[int]):
+        n = len(ids)
+        self.ids = list(ids)  # a token, or -1 where a merge took it into its left neighbour
+        self.nxt = list(range(1, n + 1))
+        self.prv = list(range(-1, n - 1))
+        self.at: dict[Pair, set[int]] = defaultdict(set)  # pair -> positions of its left token
+        for i, pair in enumerate(pairwise(ids)):
+            self.at[pair].add(i)
+
+    def tokens(self) -> list[int]:
+        """The chunk's tokens now, in order."""
+        return [t for t in self.ids if t >= 0]
+
+    def merge(self, pair: Pair, new_id: int) -> dict[Pair, int]:
+        """Replace every non-overlapping occurrence of ``pair`` (left to right) by ``new_id``;
+        returns the change in each touched pair's occurrences."""
+        delta: dict[Pair, int] = defaultdict(int)
+        n = len(self.ids)
+        for i in sorted(self.at.pop(pair, ())):
+            j = self.nxt[i]  # (an occurrence whose left token an earlier one took is skipped)
+            if self.ids[i] == pair[0] and j < n and self.ids[j] == pair[1]:
+                self._merge_at(i, j, new_id, delta)
+        return delta
+
+    def _merge_at(self, i: int, j: int, new_id: int, delta: dict[Pair, int]) -> None:
+        ids, n = self.ids, len(self.ids)
+        h, k = self.prv[i], self.nxt[j]
+        delta[(ids[i], ids[j])] -= 1
+        if h >= 0:
+            self._move(h, (ids[h], ids[i]), (ids[h], new_id), delta)
+        if k < n:
+            self._forget(j, (ids[j], ids[k]), delta)
+            self._move(i, None, (new_id, ids[k]), delta)
+        ids[i], ids[j] = new_id, -1
+        self.nxt[i] = k
+        if k < n:
+            self.prv[k] = i
+
+    def _forget(self, pos: int, pair: Pair, delta: dict[Pair, int]) -> None:
+        where = self.at.get(pair)
+        if where is not None:
+            where.discard(pos)
+        delta[pair] -= 1
+
+    def _move(self, pos: int, old: Pair | None, new: Pair, delta: dict[Pair, int]) -> None:
+        """The pair at ``pos`` becomes ``new`` (it was ``old``, if given)."""
+        if old is not None:
+            self._forget(pos, old, delta)
+        self.at[new].add(pos)
+        delta[new] += 1
+
+
 class PairCounts:
     """Pair counts over a set of chunks, kept exact while merges rewrite the chunks.
 
     ``counts[pair]`` sums the frequencies of the chunks holding ``pair`` (once per occurrence);
-    ``where[pair]`` lists those chunks, so a merge visits only them. The most frequent pair comes
-    from a heap of ``(-count, pair)`` entries: an entry whose count went out of date is skipped
-    when popped (a fresh one was pushed when the count changed), and equal counts pop the
-    smallest pair first, so training is deterministic.
+    ``where[pair]`` lists those chunks, so a merge visits only them (and in a chunk of more than
+    :data:`LONG_TRAINING_CHUNK` tokens, a :class:`LinkedChunk`, only the pair's occurrences).
+    The most frequent pair comes from a heap of ``(-count, pair)`` entries: an entry whose count
+    went out of date is skipped when popped (a fresh one was pushed when the count changed), and
+    equal counts pop the smallest pair first, so training is deterministic.
     """
 
     def __init__(self, chunks: list[list[int]], freqs: list[int]):
@@ -81,6 +150,8 @@ class PairCounts:
         self.freqs = freqs
         self.counts: dict[Pair, int] = defaultdict(int)
         self.where: dict[Pair, set[int]] = defaultdict(set)
+        self.linked = {i: LinkedChunk(ids) for i, ids in enumerate(chunks)
+                       if len(ids) > LONG_TRAINING_CHUNK}
         for i, (ids, f) in enumerate(zip(chunks, freqs, strict=True)):
             for pair in pairwise(ids):
                 self.counts[pair] += f
@@ -101,6 +172,9 @@ class PairCounts:
         """Replace ``pair`` by ``new_id`` in every chunk that holds it, updating the counts."""
         changed: set[Pair] = set()
         for i in self.where.pop(pair):
+            if i in self.linked:
+                self._merge_linked(i, pair, new_id, changed)
+                continue
             old = self.chunks[i]
             new = merge(old, pair, new_id)
             if len(new) == len(old):
@@ -120,6 +194,20 @@ class PairCounts:
                 heapq.heappush(self.heap, (-c, p))
             else:
                 del self.counts[p]
+
+    def _merge_linked(self, i: int, pair: Pair, new_id: int, changed: set[Pair]) -> None:
+        f = self.freqs[i]
+        for p, d in self.linked[i].merge(pair, new_id).items():
+            self.counts[p] += d * f
+            changed.add(p)
+            if d > 0:
+                self.where[p].add(i)
+
+    def tokens(self) -> list[list[int]]:
+        """Every chunk's tokens now (long chunks are kept as linked lists while merging)."""
+        for i, linked in self.linked.items():
+            self.chunks[i] = linked.tokens()
+        return self.chunks
 
 
 def learn_merges(chunks: list[list[int]], freqs: list[int], num_merges: int,
@@ -159,6 +247,7 @@ def learn_merges(chunks: list[list[int]], freqs: list[int], num_merges: int,
             if progress is not None:
                 progress(len(merges), pair, count)
         pairs.merge(pair, new_id)
+    pairs.tokens()  # the chunks as merged, in place
     return merges
 
 

@@ -185,7 +185,7 @@ def write_hf_tokenizer(tok: BPETokenizer, directory: Path, model_max_length: int
     vocab = {text(i): i for i in range(tok.vocab_size) if i not in special_ids}
     vocab.update(specials)
     merges = [f"{text(a)} {text(b)}" for a, b in tok.merges]
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (directory / "merges.txt").write_text(HF_MERGES_HEADER + "\n" + "\n".join(merges) + "\n",
                                           encoding="utf-8")
     eot = next(iter(specials), None)

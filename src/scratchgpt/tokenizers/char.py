@@ -20,6 +20,8 @@ class CharTokenizer(Tokenizer):
             raise TokenizerError("character vocabulary has duplicate entries")
         if not chars:
             raise TokenizerError("character vocabulary is empty")
+        if not all(isinstance(c, str) and len(c) == 1 for c in chars):
+            raise TokenizerError("character vocabulary entries must be single characters")
         self.chars = list(chars)
         self.stoi = {c: i for i, c in enumerate(self.chars)}
 

@@ -126,18 +126,16 @@ def lm_task(dataset: Path, block_size: int, extra_data: dict[str, Any] | None = 
 
 def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
     """The dataset's tokenizer must be the run's own, entry for entry (the same vocabulary
-    size is not enough: ids would mean other characters), merges included for BPE (whose
-    saved state names its merges file rather than holding the merges)."""
+    size is not enough: ids would mean other characters): :meth:`Tokenizer.same_as`."""
     if "text" not in checkpoint.tokenizers:
         return  # an old checkpoint that kept its tokenizer beside it only
-    theirs = data.tokenizer()
-    if theirs.state() == checkpoint.tokenizers["text"] and \
-            getattr(theirs, "merges", None) == getattr(checkpoint.tokenizer("text"), "merges",
-                                                       None):
+    if data.tokenizer().same_as(checkpoint.tokenizer("text")):
         return
+    run = checkpoint.path.parent
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                    f"{checkpoint.path.parent}; resume with the run's own dataset "
-                    f"({checkpoint.data.get('dataset', 'see its config.json')})")
+                    f"{run}; use the run's own dataset "
+                    f"({checkpoint.data.get('dataset', 'see its config.json')}) or prepare "
+                    f"the text with its tokenizer (scratchgpt prepare --tokenizer-from {run})")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
