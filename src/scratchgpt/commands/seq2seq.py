@@ -208,7 +208,8 @@ def run_eval(args: argparse.Namespace) -> int:
                                   "trained on; pass --data FILE.tsv")
         _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
-    ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len)
+    ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
+                  length_penalty=args.length_penalty)
     print(format_eval(ev))
     errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
     for s, t, p in errors[: args.show_errors]:
