@@ -83,6 +83,12 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
                      "--source", "x", "--out", str(png), "--head", "9"]) == 2
     assert "--head must be in" in capsys.readouterr().err
 
+    for action in (["translate", "--source", "x"], ["eval"]):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint), "--beam", "2",
+                      "--length-penalty", "nan"])
+        assert stop.value.code == 2 and "finite" in capsys.readouterr().err
+
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(tmp_path / "heat.xyz")]) == 2
     assert "'.xyz' is not an image format" in capsys.readouterr().err

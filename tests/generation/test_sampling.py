@@ -136,6 +136,12 @@ def test_beam_search_fills_the_whole_context():
         beam_search(model, prompt, 1, n + 1)
 
 
+@pytest.mark.parametrize("penalty", [math.nan, math.inf])
+def test_beam_search_refuses_a_length_penalty_that_ranks_nothing(penalty):
+    with pytest.raises(ScratchGPTError, match="finite"):
+        beam_search(_model(), torch.tensor([[4, 5]]), 2, 5, length_penalty=penalty)
+
+
 def test_beam_search_finds_at_least_greedy_likelihood():
     model = _model()
     prompt = torch.tensor([[4, 5]])

@@ -99,6 +99,14 @@ def test_eval_decodes_with_the_length_penalty_it_is_given():
     assert by_penalty[0.0] != by_penalty[1.0]
 
 
+def test_translate_refuses_a_length_penalty_that_ranks_nothing():
+    from scratchgpt.training.seq2seq import translate
+
+    tok = Seq2SeqTokenizer(list("abcdefghi"))
+    with pytest.raises(ScratchGPTError, match="finite"):
+        translate(_model("lstm"), ["abc"], tok, tok, 2, 5, length_penalty=float("nan"))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_padding_does_not_change_real_positions(arch):
     m = _model(arch)

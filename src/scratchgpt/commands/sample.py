@@ -10,6 +10,7 @@ from scratchgpt.commands.argtypes import (
     add_unknown_flag,
     add_which_flag,
     encode,
+    finite_float,
     seed_int,
     thread_count,
 )
@@ -47,8 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=int, default=None,
                    help="beam search with N >= 1 beams (deterministic; prints the best "
                         "--num-samples hypotheses, at most N)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
-                   help="beam score = logprob / length**penalty (default 1.0)")
+    p.add_argument("--length-penalty", type=finite_float, default=None,
+                   help="with --beam: beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
                    help="independent samples, generated together as one batch (1)")
     p.add_argument("--num-samples-limit", type=int, default=1000,
@@ -169,6 +170,8 @@ def _check_counts(args: argparse.Namespace) -> None:
                           f"{args.num_samples_limit} (raise --num-samples-limit)")
     if args.beam is not None:
         _check_beam(args)
+    elif args.length_penalty is not None:
+        raise ConfigError("--length-penalty scores beam search's hypotheses; it goes with --beam")
 
 
 def _check_beam(args: argparse.Namespace) -> None:
@@ -382,7 +385,8 @@ def run_samples(job: Job, n: int) -> int:
 def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
-    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, args.length_penalty)
+    penalty = 1.0 if args.length_penalty is None else args.length_penalty
+    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)
     for new_ids, score in hyps[: args.num_samples]:
         print(job.text + job.rule.text(new_ids))
         print(f"--- beam score {score:.4f}", file=sys.stderr)

@@ -11,6 +11,8 @@ beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -89,6 +91,8 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     stop = StopRule.of(stop)
     if beam < 1:
         raise GenerationError(f"beam must be >= 1, got {beam}")
+    if not math.isfinite(length_penalty):
+        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
     if prompt.size(0) != 1:
         raise GenerationError("beam search takes a single prompt")
     n = stop.max_new_tokens

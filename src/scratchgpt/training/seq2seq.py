@@ -10,6 +10,7 @@ source length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -179,6 +180,8 @@ def translate(
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
     An empty source, or one longer than the model reads, is a GenerationError."""
+    if not math.isfinite(length_penalty):
+        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
     device = next(model.parameters()).device
     model.eval()
     texts, all_ids, all_attn = [], [], []
