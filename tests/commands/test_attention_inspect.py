@@ -21,6 +21,7 @@ SHAPES = {
     "gpt": dict(block_size=16, n_layer=2, n_head=3, n_embd=12),
     "bigram": dict(block_size=16),
     "lstm": dict(n_layer=1, hidden=8, block_size=16),
+    "rnn-classifier": dict(n_classes=2, hidden=8, embed_dim=4),  # no next-token prediction
 }
 
 
@@ -132,7 +133,7 @@ def inspect_json(capsys, run: Path, prompt: str, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("model_type", list(SHAPES))
+@pytest.mark.parametrize("model_type", ["gpt", "bigram", "lstm"])
 def test_inspect_lists_the_models_own_probabilities(runs, capsys, model_type):
     rep = inspect_json(capsys, runs[model_type], "the ca", "--top", "5")
     probs = torch.softmax(load(runs[model_type])(torch.tensor([ids("the ca")]))[0, -1], -1)
@@ -190,6 +191,14 @@ def test_inspect_table_and_figure(runs, tmp_path, capsys):
     assert "top-k=10" in text and "(all others)" in text and "entropy" in text
     assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 4
     assert out.read_bytes().startswith(PNG)
+
+
+def test_inspect_refuses_a_model_that_predicts_no_next_token(runs, tmp_path, capsys):
+    out = tmp_path / "d.png"
+    line = error_of(capsys, ["inspect", "--checkpoint", str(runs["rnn-classifier"]),
+                             "--prompt", "ab", "--out", str(out)])
+    assert "rnn-classifier model" in line and "language model" in line
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("setting, message", [

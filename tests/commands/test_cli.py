@@ -173,6 +173,9 @@ def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle)
     (["--temperature", "-1"], "temperature"),
     (["--max-new-tokens", "200", "--max-new-tokens-limit", "100"], "exceeds the allowed"),
     (["--max-new-tokens", "0"], "max-new-tokens"),
+    (["--beam", "2", "--length-penalty", "nan"], "finite"),
+    (["--beam", "2", "--length-penalty", "inf"], "finite"),
+    (["--length-penalty", "2"], "goes with --beam"),  # no beams to score: it would do nothing
 ])
 def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])

@@ -46,6 +46,30 @@ def test_json_has_a_curve_per_split_whose_mean_is_the_loss(run_dir, capsys):
     assert "val_by_position" not in plain and plain["val_loss"] == figures["val_loss"]
 
 
+def test_max_tokens_is_the_loss_of_the_first_windows_that_fit(run_dir, capsys):
+    """--max-tokens N scores the first N // BLOCK windows of each split, no more (at least
+    one); the same loss as computed here window by window."""
+    import torch
+    import torch.nn.functional as F
+
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.data.resolve import resolve_dataset
+
+    model, source = load_model(run_dir)
+    data, _ = resolve_dataset(source.checkpoint.data["dataset"])
+    for max_tokens, windows in ((3 * BLOCK + 5, 3), (BLOCK - 1, 1)):
+        assert main(["eval", "--checkpoint", str(run_dir), "--json",
+                     "--max-tokens", str(max_tokens)]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        for split in ("train", "val"):
+            tokens = torch.from_numpy(data.splits[split][: windows * BLOCK + 1].astype("int64"))
+            x = torch.stack([tokens[i * BLOCK: (i + 1) * BLOCK] for i in range(windows)])
+            y = torch.stack([tokens[i * BLOCK + 1: (i + 1) * BLOCK + 1] for i in range(windows)])
+            with torch.no_grad():
+                loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+            assert abs(figures[f"{split}_loss"] - loss) < 1e-4
+
+
 def test_table_and_plot(run_dir, tmp_path, capsys):
     png = tmp_path / "figs" / "context.png"
     assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png)]) == 0

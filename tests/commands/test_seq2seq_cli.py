@@ -47,7 +47,9 @@ def test_a_run_is_refused_then_resumed_and_extended(checkpoint, tmp_path, capsys
     assert load_checkpoint(out / "last.pt").state.step == 20
 
 
-def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys):
+def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, monkeypatch):
+    from scratchgpt.training import seq2seq as seq2seq_training
+
     capsys.readouterr()
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
                      "--source", "3 march 1999", "--source", "12/10/2001", "--beam", "2"]) == 0
@@ -57,6 +59,18 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys):
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "20"]) == 0
     out = capsys.readouterr().out
     assert "exact match" in out and "/20)" in out and "source chars" in out
+    penalties = []
+    real = seq2seq_training.translate
+
+    def spy(*args, length_penalty=1.0, **kwargs):
+        penalties.append(length_penalty)
+        return real(*args, length_penalty=length_penalty, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "4",
+                     "--beam", "2", "--length-penalty", "0.5"]) == 0
+    assert penalties == [0.5]  # eval decodes as translate does with the same flags
+    capsys.readouterr()
 
     png = tmp_path / "heat.png"
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
@@ -68,6 +82,12 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys):
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(png), "--head", "9"]) == 2
     assert "--head must be in" in capsys.readouterr().err
+
+    for action in (["translate", "--source", "x"], ["eval"]):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint), "--beam", "2",
+                      "--length-penalty", "nan"])
+        assert stop.value.code == 2 and "finite" in capsys.readouterr().err
 
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(tmp_path / "heat.xyz")]) == 2

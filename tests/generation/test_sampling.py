@@ -122,6 +122,26 @@ def test_beam_one_equals_greedy():
     assert best == greedy
 
 
+def test_beam_search_fills_the_whole_context():
+    """The last new token is never fed to the model, so a prompt and new tokens one longer
+    than the context fit; beam 1 still equals greedy there, and one more token is refused."""
+    model = _model()
+    ctx = model.config.block_size
+    prompt = torch.tensor([[4, 5]])
+    n = ctx - prompt.size(1) + 1
+    greedy = generate(model, prompt, n, SamplingConfig(temperature=0))[0, 2:].tolist()
+    (best, _), = beam_search(model, prompt, 1, n)
+    assert best == greedy and len(best) == n
+    with pytest.raises(ScratchGPTError, match="does not slide"):
+        beam_search(model, prompt, 1, n + 1)
+
+
+@pytest.mark.parametrize("penalty", [math.nan, math.inf])
+def test_beam_search_refuses_a_length_penalty_that_ranks_nothing(penalty):
+    with pytest.raises(ScratchGPTError, match="finite"):
+        beam_search(_model(), torch.tensor([[4, 5]]), 2, 5, length_penalty=penalty)
+
+
 def test_beam_search_finds_at_least_greedy_likelihood():
     model = _model()
     prompt = torch.tensor([[4, 5]])

@@ -81,6 +81,32 @@ def test_beam_search_finds_higher_likelihood_than_greedy():
             assert logprob(i, b[i]) >= logprob(i, g[i]) - 1e-4
 
 
+def test_eval_decodes_with_the_length_penalty_it_is_given():
+    """evaluate() scores what translate() writes, length penalty included (a penalty that
+    changes the translations must change what is scored)."""
+    from scratchgpt.training.seq2seq import evaluate, translate
+
+    m = _model("lstm-attention")
+    src_tok, tgt_tok = Seq2SeqTokenizer(list("abcdefghi")), Seq2SeqTokenizer(list("0123456"))
+    sources = ["abc", "hgfedcba", "ii", "abcabcab", "defg", "a", "ghi", "bbbbbb"]
+    pairs = [(s, "0") for s in sources]
+    by_penalty = {}
+    for penalty in (0.0, 1.0):
+        texts, _, _ = translate(m, sources, src_tok, tgt_tok, 3, 8, length_penalty=penalty)
+        ev = evaluate(m, pairs, src_tok, tgt_tok, beam=3, max_len=8, length_penalty=penalty)
+        assert ev.predictions == texts
+        by_penalty[penalty] = texts
+    assert by_penalty[0.0] != by_penalty[1.0]
+
+
+def test_translate_refuses_a_length_penalty_that_ranks_nothing():
+    from scratchgpt.training.seq2seq import translate
+
+    tok = Seq2SeqTokenizer(list("abcdefghi"))
+    with pytest.raises(ScratchGPTError, match="finite"):
+        translate(_model("lstm"), ["abc"], tok, tok, 2, 5, length_penalty=float("nan"))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_padding_does_not_change_real_positions(arch):
     m = _model(arch)

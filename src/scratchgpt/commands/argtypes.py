@@ -4,6 +4,7 @@ the same in every command."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from scratchgpt.errors import TokenizerError
@@ -47,6 +48,21 @@ def thread_count(text: str) -> int:
     (0, 3)
     """
     return _int_within(text, 0, None, "0 (one per core) or more threads")
+
+
+def finite_float(text: str) -> float:
+    """A float that is neither infinite nor NaN (argparse's ``float`` takes both).
+
+    >>> finite_float("-0.5")
+    -0.5
+    """
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return x
 
 
 def seed_int(text: str) -> int:

@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_which_flag(p)
     p.add_argument("--dataset", default=None, help="prepared dataset (default: the run's)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="evaluate at most this many tokens per split (default: all)")
+                   help="evaluate at most this many tokens per split: the first whole "
+                        "context windows that fit, at least one (default: all)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="evaluate the model as sample --dtype runs it: fp32, bf16 weights and "
                         "activations, or int8 weight-only (default fp32)")

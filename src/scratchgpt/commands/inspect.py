@@ -101,7 +101,8 @@ def draw(rep: dict[str, Any], out: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.checkpoints import checkpoint_tokenizer
+    from scratchgpt.commands.sample import load_language_model
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
     if args.out:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     for cfg in settings:
         firsts.setdefault(setting_label(cfg), cfg)
     settings = list(firsts.values())
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_language_model(args.checkpoint, args.which, "inspect")
     tok = checkpoint_tokenizer(source)
     ids = encode(tok, args.prompt, args.unknown)
     logits, used = next_token_logits(model, ids)

@@ -10,6 +10,7 @@ from scratchgpt.commands.argtypes import (
     add_unknown_flag,
     add_which_flag,
     encode,
+    finite_float,
     seed_int,
     thread_count,
 )
@@ -47,8 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=int, default=None,
                    help="beam search with N >= 1 beams (deterministic; prints the best "
                         "--num-samples hypotheses, at most N)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
-                   help="beam score = logprob / length**penalty (default 1.0)")
+    p.add_argument("--length-penalty", type=finite_float, default=None,
+                   help="with --beam: beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
                    help="independent samples, generated together as one batch (1)")
     p.add_argument("--num-samples-limit", type=int, default=1000,
@@ -169,6 +170,8 @@ def _check_counts(args: argparse.Namespace) -> None:
                           f"{args.num_samples_limit} (raise --num-samples-limit)")
     if args.beam is not None:
         _check_beam(args)
+    elif args.length_penalty is not None:
+        raise ConfigError("--length-penalty scores beam search's hypotheses; it goes with --beam")
 
 
 def _check_beam(args: argparse.Namespace) -> None:
@@ -203,6 +206,19 @@ NOT_SAMPLED = {"gpt-classifier": "label texts with scratchgpt classify",
                "seq2seq": "decode with scratchgpt seq2seq translate"}
 
 
+def load_language_model(path: str, which: str, command: str):
+    """(model, ModelSource) of a checkpoint holding a language model, one that predicts the
+    next token; any other model is refused, saying what to use it with instead."""
+    from scratchgpt.checkpoints import load_model
+
+    model, source = load_model(path, which)
+    if not hasattr(model, "new_cache"):
+        use = NOT_SAMPLED.get(source.model_type, "it is not a language model")
+        raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "
+                          f"language model, one that predicts the next token ({use})")
+    return model, source
+
+
 def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch",
                       dtype: str | None = None, compile_required: bool = True):
     """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
@@ -214,16 +230,12 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     """(model ready to decode, tokenizer, ModelSource) of a checkpoint, in ``dtype`` (default
     ``--dtype``). With ``--compile`` a model that cannot decode compiled is refused, or, if
     not ``compile_required``, decodes eager. A model with NaN or infinite weights is refused."""
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.checkpoints import checkpoint_tokenizer
     from scratchgpt.generation.numpy_engine import NumpyGPT
     from scratchgpt.models.compiled import prepare_compiled
     from scratchgpt.models.fast_decode import prepare_for_decode
 
-    model, source = load_model(path, args.which)
-    if not hasattr(model, "new_cache"):
-        use = NOT_SAMPLED.get(source.model_type, "it is not a language model")
-        raise ConfigError(f"{path} holds a {source.model_type} model, which sample cannot "
-                          f"continue ({use})")
+    model, source = load_language_model(path, args.which, "sample")
     check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source
@@ -373,7 +385,8 @@ def run_samples(job: Job, n: int) -> int:
 def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
-    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, args.length_penalty)
+    penalty = 1.0 if args.length_penalty is None else args.length_penalty
+    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)
     for new_ids, score in hyps[: args.num_samples]:
         print(job.text + job.rule.text(new_ids))
         print(f"--- beam score {score:.4f}", file=sys.stderr)

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import positive_int, thread_count
+from scratchgpt.commands.argtypes import finite_float, positive_int, thread_count
 from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
@@ -125,7 +125,7 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
 
 def _add_decoding(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0,
+    p.add_argument("--length-penalty", type=finite_float, default=1.0,
                    help="beam score = log p / length**penalty (default 1)")
     p.add_argument("--max-len", type=positive_int, default=64,
                    help="longest output in tokens (default 64)")
@@ -208,7 +208,8 @@ def run_eval(args: argparse.Namespace) -> int:
                                   "trained on; pass --data FILE.tsv")
         _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
-    ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len)
+    ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
+                  length_penalty=args.length_penalty)
     print(format_eval(ev))
     errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
     for s, t, p in errors[: args.show_errors]:

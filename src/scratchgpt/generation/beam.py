@@ -11,6 +11,8 @@ beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -89,14 +91,18 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     stop = StopRule.of(stop)
     if beam < 1:
         raise GenerationError(f"beam must be >= 1, got {beam}")
+    if not math.isfinite(length_penalty):
+        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
     if prompt.size(0) != 1:
         raise GenerationError("beam search takes a single prompt")
     n = stop.max_new_tokens
     ctx = context_length(model)
-    if ctx is not None and prompt.size(1) + n > ctx:
+    # the model reads the prompt and every new token but the last
+    if ctx is not None and prompt.size(1) + n - 1 > ctx:
         raise GenerationError(
-            f"prompt + max_new_tokens ({prompt.size(1) + n}) exceeds "
-            f"the model's context of {ctx} tokens (beam search does not slide)")
+            f"prompt + max_new_tokens ({prompt.size(1) + n}) exceeds the model's context of "
+            f"{ctx} tokens by more than the last new token, which is never read (beam search "
+            "does not slide)")
     cache = model.new_cache(beam, ctx)
     logits = prefill(model, cache, prompt.expand(beam, -1).contiguous())  # (beam, V)
     beams = _Beams(beam, length_penalty, stop)

@@ -10,6 +10,7 @@ source length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -179,6 +180,8 @@ def translate(
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
     An empty source, or one longer than the model reads, is a GenerationError."""
+    if not math.isfinite(length_penalty):
+        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
     device = next(model.parameters()).device
     model.eval()
     texts, all_ids, all_attn = [], [], []
@@ -216,13 +219,16 @@ def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -
 def evaluate(
     model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int | None = None,
+    length_penalty: float = 1.0,
 ) -> EvalResult:
-    """Exact-match accuracy of decoded targets, overall and by source length."""
+    """Exact-match accuracy of targets decoded as :func:`translate` decodes them, overall and
+    by source length."""
     if max_len is None:
         max_len = max(len(t) for _, t in pairs) * 2 + 2
         if model.config.arch == "transformer":
             max_len = min(max_len, model.config.max_positions)
-    preds, _, _ = translate(model, [s for s, _ in pairs], src_tok, tgt_tok, beam, max_len)
+    preds, _, _ = translate(model, [s for s, _ in pairs], src_tok, tgt_tok, beam, max_len,
+                            length_penalty=length_penalty)
     by_length: dict[str, tuple[int, int]] = {}
     correct = 0
     for (s, t), p in zip(pairs, preds, strict=True):

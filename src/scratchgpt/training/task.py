@@ -160,13 +160,16 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
                    device: torch.device, batch_size: int,
                    max_tokens: int | None) -> Iterator[tuple[Tensor, Tensor]]:
     """(logits (B, T, V), targets (B, T)) for every non-overlapping window of ``split`` in
-    order, in eval mode, until ``max_tokens`` targets (whole batches) have been given."""
-    count = 0
+    order, in eval mode; with ``max_tokens``, only the first windows whose targets fit in it
+    (at least one)."""
+    windows = None if max_tokens is None else max(1, max_tokens // block_size)
     with _eval_mode(model):
         for x, y in data.sequential_batches(split, batch_size, block_size):
+            if windows is not None:
+                x, y = x[:windows], y[:windows]
+                windows -= y.size(0)
             yield model(x.to(device)), y.to(device)
-            count += y.numel()
-            if max_tokens is not None and count >= max_tokens:
+            if windows == 0:
                 break
 
 
