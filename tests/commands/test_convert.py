@@ -74,6 +74,22 @@ def test_an_export_is_replaced_with_overwrite_and_a_run_never_is(run_dir, tmp_pa
     assert {f.name: f.read_bytes() for f in run_dir.iterdir() if f.is_file()} == before
 
 
+def test_overwrite_leaves_no_earlier_tokenizer_beside_the_new_model(tmp_path, capsys):
+    """An export over an earlier one takes the earlier model's files away (its tokenizer would
+    pass for the new model's), and keeps the user's own files."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    (hf / "tokenizer.json").write_text("{}")  # another tool's tokenizer file
+    (hf / "README.md").write_text("notes")
+    model = tiny_gpt()
+    save_checkpoint(tmp_path / "bare.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(tmp_path / "bare.pt"), "--out",
+                 str(hf), "--overwrite"])
+    assert sorted(p.name for p in hf.iterdir()) == [
+        "README.md", "config.json", "generation_config.json", "model.safetensors"]
+    assert main(["sample", "--checkpoint", str(hf), "--prompt", "a"]) == 2
+    assert "has no tokenizer" in capsys.readouterr().err
+
+
 def test_writing_over_a_run_suggests_only_the_flags_the_command_has(run_dir, tmp_path,
                                                                    capsys):
     """convert --from hf and finetune --merge cannot resume a run: refusing to write over one,
