@@ -114,6 +114,19 @@ def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
     assert "has no tokenizer" in capsys.readouterr().err
 
 
+def test_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
+    """A directory whose tokenizer has ids the model cannot embed is refused, as a checkpoint
+    with such a tokenizer is: by sample, and by convert --from hf, which writes nothing."""
+    small = sharp_gpt(scale=30, vocab_size=len(CHARS) - 5, block_size=32)
+    hf = save_hf(small, tmp_path / "hf", CharTokenizer(CHARS))
+    for argv in (["sample", "--checkpoint", str(hf), "--prompt", "z"],
+                 ["convert", "--from", "hf", str(hf), "--out", str(tmp_path / "run")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"tokenizer has {len(CHARS)} tokens" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
     save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))

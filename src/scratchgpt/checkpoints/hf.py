@@ -361,10 +361,24 @@ def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
 
     Looks for, in order: ``scratchgpt-tokenizer/`` (written by :func:`save_hf`), a Hugging
     Face ``tokenizer.json``, ``vocab.json`` + ``merges.txt``, ``encoder.json`` + ``vocab.bpe``.
-    The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``."""
+    The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``. A tokenizer with more
+    ids than config.json's ``vocab_size`` is a CheckpointError: the model could not embed
+    them (fewer is fine: GPT-2 models may pad their vocabulary)."""
+    directory = Path(directory)
+    tok = _read_tokenizer(directory, required)
+    hf, cfg_path = _read_config(directory)
+    vocab = hf.get("vocab_size") if isinstance(hf, dict) else None
+    n = getattr(tok, "vocab_size", None)
+    if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
+        raise CheckpointError(f"{directory}: its tokenizer has {n:,} tokens but {cfg_path.name} "
+                              f"says vocab_size={vocab:,}; the tokenizer belongs to another "
+                              "model")
+    return tok
+
+
+def _read_tokenizer(directory: Path, required: bool) -> Any:
     from scratchgpt.tokenizers import load_tokenizer
 
-    directory = Path(directory)
     if (directory / OUR_TOKENIZER_DIR / "tokenizer.json").is_file():
         return load_tokenizer(directory / OUR_TOKENIZER_DIR)
     candidates = [("tokenizer.json",), ("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe")]
