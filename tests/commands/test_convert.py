@@ -127,6 +127,15 @@ def test_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_checkpoint_with_from_is_refused(run_dir, tmp_path, capsys):
+    """--from reads its PATH: a --checkpoint beside it would be ignored, so it is refused."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    assert main(["convert", "--from", "hf", str(hf), "--checkpoint", str(run_dir), "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "--checkpoint applies to --to only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
     save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))
