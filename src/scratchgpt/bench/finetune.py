@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.commands.argtypes import thread_count
+
 SUITES = ("sms", "synthetic", "instruction-data")
 
 
@@ -48,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--last-k", type=int, default=1, help="blocks trained by last-k (1)")
     p.add_argument("--base", default=None,
                    help="instruction-data: the base to tune (default: pretrain one here)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine two OpenMP "
                         "threads wait on each other; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")

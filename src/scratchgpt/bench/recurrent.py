@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import positive_int, thread_count
 
 VOCAB = 65
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one-token sampling steps timed per repeat (default 200)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats after one warm-up; the median is reported (default 5)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
 
