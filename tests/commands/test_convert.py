@@ -74,6 +74,22 @@ def test_an_export_is_replaced_with_overwrite_and_a_run_never_is(run_dir, tmp_pa
     assert {f.name: f.read_bytes() for f in run_dir.iterdir() if f.is_file()} == before
 
 
+def test_overwrite_leaves_no_earlier_tokenizer_beside_the_new_model(tmp_path, capsys):
+    """An export over an earlier one takes the earlier model's files away (its tokenizer would
+    pass for the new model's), and keeps the user's own files."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    (hf / "tokenizer.json").write_text("{}")  # another tool's tokenizer file
+    (hf / "README.md").write_text("notes")
+    model = tiny_gpt()
+    save_checkpoint(tmp_path / "bare.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(tmp_path / "bare.pt"), "--out",
+                 str(hf), "--overwrite"])
+    assert sorted(p.name for p in hf.iterdir()) == [
+        "README.md", "config.json", "generation_config.json", "model.safetensors"]
+    assert main(["sample", "--checkpoint", str(hf), "--prompt", "a"]) == 2
+    assert "has no tokenizer" in capsys.readouterr().err
+
+
 def test_writing_over_a_run_suggests_only_the_flags_the_command_has(run_dir, tmp_path,
                                                                    capsys):
     """convert --from hf and finetune --merge cannot resume a run: refusing to write over one,
@@ -96,6 +112,28 @@ def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
     save_hf(tiny_gpt(), tmp_path / "hf")
     assert main(["sample", "--checkpoint", str(tmp_path / "hf"), "--prompt", "a"]) == 2
     assert "has no tokenizer" in capsys.readouterr().err
+
+
+def test_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
+    """A directory whose tokenizer has ids the model cannot embed is refused, as a checkpoint
+    with such a tokenizer is: by sample, and by convert --from hf, which writes nothing."""
+    small = sharp_gpt(scale=30, vocab_size=len(CHARS) - 5, block_size=32)
+    hf = save_hf(small, tmp_path / "hf", CharTokenizer(CHARS))
+    for argv in (["sample", "--checkpoint", str(hf), "--prompt", "z"],
+                 ["convert", "--from", "hf", str(hf), "--out", str(tmp_path / "run")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"tokenizer has {len(CHARS)} tokens" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_checkpoint_with_from_is_refused(run_dir, tmp_path, capsys):
+    """--from reads its PATH: a --checkpoint beside it would be ignored, so it is refused."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    assert main(["convert", "--from", "hf", str(hf), "--checkpoint", str(run_dir), "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "--checkpoint applies to --to only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_bigram_cannot_be_exported(tmp_path, capsys):

@@ -30,12 +30,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.commands.argtypes import positive_int, results_dir, results_file, thread_count
+from scratchgpt.errors import ConfigError
+
 SUITES = ("sms", "synthetic", "instruction-data")
+PRETRAIN_LAYERS = 4  # the pretrained GPT's depth: --last-k trains at most that many blocks
+# What each suite writes in --out (the character-level base only when there is no --base).
+SMS_TEXT, SMS_BASE, SMS_RUNS = "sms-text", "sms-base", ("sms-full", "sms-last", "sms-lora")
+CHAR_BASE, SYNTHETIC_DATA = "stdlib-base", "synthetic.json"
+SYNTHETIC_RUN, INSTRUCTION_RUN = "synthetic-sft", "instruction-data-sft"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", choices=SUITES, default="sms", help="which benchmark (sms)")
     p.add_argument("--out", default="runs/bench-finetune", help="where the runs go")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier run of the suite in --out (and --json FILE)")
     p.add_argument("--pretrain-budget", default="4m",
                    help="wall-clock budget of pretraining (default 4m)")
     p.add_argument("--finetune-budget", default="90s",
@@ -44,11 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="passes over the fine-tuning data, if the budget allows (default 4)")
     p.add_argument("--records", type=int, default=24_000,
                    help="synthetic suite: generated records, 300 of them held out (24000)")
-    p.add_argument("--lora-rank", type=int, default=4, help="LoRA rank (default 4)")
-    p.add_argument("--last-k", type=int, default=1, help="blocks trained by last-k (1)")
+    p.add_argument("--lora-rank", type=positive_int, default=4, help="LoRA rank (default 4)")
+    p.add_argument("--last-k", type=positive_int, default=1,
+                   help=f"blocks trained by last-k (1; at most {PRETRAIN_LAYERS})")
     p.add_argument("--base", default=None,
-                   help="instruction-data: the base to tune (default: pretrain one here)")
-    p.add_argument("--threads", type=int, default=1,
+                   help="synthetic and instruction-data: the base to tune (default: pretrain "
+                        "one here)")
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine two OpenMP "
                         "threads wait on each other; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -57,9 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    out, json_file = check_flags(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"== machine: {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} torch threads; {_load()}")
@@ -68,9 +80,37 @@ def run(args: argparse.Namespace) -> int:
                "instruction-data": instruction_data_suite}[args.suite](args, out)
     figures["total_s"] = round(time.perf_counter() - t0, 1)
     print(f"== total wall time {figures['total_s']:.0f} s; {_load()}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    if json_file:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(figures, indent=1) + "\n")
     return 0
+
+
+def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """(--out, --json FILE), every flag checked before any work: a nonsense value, or an
+    earlier run of the suite in --out without --overwrite, is one line, not a failure minutes
+    into the benchmark."""
+    from scratchgpt.training.config import parse_duration
+
+    for flag, budget in (("--pretrain-budget", args.pretrain_budget),
+                         ("--finetune-budget", args.finetune_budget)):
+        try:
+            parse_duration(budget)
+        except ConfigError as e:
+            raise ConfigError(f"{flag}: {e}") from None
+    if not 0 < args.epochs < float("inf"):
+        raise ConfigError(f"--epochs must be > 0, got {args.epochs}")
+    if args.last_k > PRETRAIN_LAYERS:
+        raise ConfigError(f"--last-k must be at most {PRETRAIN_LAYERS} (the pretrained "
+                          f"model's layers), got {args.last_k}")
+    if args.base is not None and args.suite == "sms":
+        raise ConfigError("--base applies to --suite synthetic and instruction-data")
+    base = () if args.base else (CHAR_BASE,)
+    writes = {"sms": (SMS_TEXT, SMS_BASE, *SMS_RUNS),
+              "synthetic": (*base, SYNTHETIC_DATA, SYNTHETIC_RUN),
+              "instruction-data": (*base, INSTRUCTION_RUN)}[args.suite]
+    return (results_dir(args.out, writes, args.overwrite),
+            results_file(args.json, args.overwrite))
 
 
 def _load() -> str:
@@ -133,17 +173,17 @@ def sms_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     train_idx, _, test_idx = stratified_split([label for _, label in pairs], (0.7, 0.1, 0.2), 0)
     t0 = time.perf_counter()
     corpus = "\n".join(pairs[i][0] for i in train_idx)  # the training split's texts, no labels
-    prepare_text(corpus, out / "sms-text", "bpe", vocab_size=2048, source="sms-spam train")
-    pretrain(out / "sms-text", out / "sms-base", args.pretrain_budget, args.threads)
+    prepare_text(corpus, out / SMS_TEXT, "bpe", vocab_size=2048, source="sms-spam train",
+                 overwrite=True)  # check_flags refused an earlier run without --overwrite
+    pretrain(out / SMS_TEXT, out / SMS_BASE, args.pretrain_budget, args.threads)
     rows = [tfidf_baseline(pairs, train_idx, test_idx)]
     modes = [("full fine-tuning", dict(policy="all")),
              (f"last {args.last_k} block(s)", dict(policy="last-k", last_k=args.last_k)),
              (f"LoRA r={args.lora_rank}", dict(lora=LoRAConfig(rank=args.lora_rank,
                                                                 alpha=2.0 * args.lora_rank)))]
-    for name, mode in modes:
-        slug = name.split()[0].lower()
-        result, train_job = finetune(args, task="classify", init_from=str(out / "sms-base"),
-                                     dataset="sms-spam", out=str(out / f"sms-{slug}"), **mode)
+    for (name, mode), run_dir in zip(modes, SMS_RUNS, strict=True):
+        result, train_job = finetune(args, task="classify", init_from=str(out / SMS_BASE),
+                                     dataset="sms-spam", out=str(out / run_dir), **mode)
         rows.append(_classifier_row(name, result, train_job))
     total = time.perf_counter() - t0
     print_table(rows, where, total)
@@ -204,21 +244,20 @@ def _char_base(args: argparse.Namespace, out: Path) -> Path:
     from scratchgpt.data.resolve import resolve_dataset
 
     data, _ = resolve_dataset("python-stdlib")
-    pretrain(data.directory, out / "stdlib-base", args.pretrain_budget, args.threads)
-    return out / "stdlib-base"
+    pretrain(data.directory, out / CHAR_BASE, args.pretrain_budget, args.threads)
+    return out / CHAR_BASE
 
 
 def synthetic_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from scratchgpt.errors import ConfigError
     from scratchgpt.finetune.synthetic import synthetic_records
 
     if not 600 <= args.records <= 30_000:
         raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = Path(args.base) if args.base else _char_base(args, out)
-    (out / "synthetic.json").write_text(json.dumps(synthetic_records(args.records, seed=0)))
+    (out / SYNTHETIC_DATA).write_text(json.dumps(synthetic_records(args.records, seed=0)))
     result, train_job = finetune(args, task="instruct", init_from=str(base),
-                                 data=str(out / "synthetic.json"),
-                                 out=str(out / "synthetic-sft"), held_out=300 / args.records,
+                                 data=str(out / SYNTHETIC_DATA),
+                                 out=str(out / SYNTHETIC_RUN), held_out=300 / args.records,
                                  eval_generate=300,
                                  train_flags={"learning_rate": 1e-3, "batch_size": 32})
     print(result.report)
@@ -241,7 +280,7 @@ def exact_match_by_kind(ev: Any) -> dict[str, float]:
 def instruction_data_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     base = Path(args.base) if args.base else _char_base(args, out)
     result, _ = finetune(args, task="instruct", init_from=str(base),
-                         dataset="instruction-data", out=str(out / "instruction-data-sft"),
+                         dataset="instruction-data", out=str(out / INSTRUCTION_RUN),
                          eval_generate=3)
     print(result.report)
     return {"suite": "instruction-data", "steps": result.step, **result.metrics}

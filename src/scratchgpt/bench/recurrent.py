@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import positive_int, results_file, thread_count
 
 VOCAB = 65
 
@@ -35,9 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one-token sampling steps timed per repeat (default 200)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats after one warm-up; the median is reported (default 5)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the figures as JSON (checked before the benchmark runs)")
+    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
 
 
 def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
@@ -101,6 +103,7 @@ def measure(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    json_file = results_file(args.json, args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"hidden {args.hidden}, {args.n_layer} layer(s); training {args.batch_size} x "
@@ -116,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
               f"{r['scratch_train_tokens_per_s']:>9,.0f} {r['torch_speedup_train']:>6.1f}   "
               f"{r['torch_decode_tokens_per_s']:>18,.0f} {r['scratch_decode_tokens_per_s']:>9,.0f} "
               f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_file:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(json_file, "w") as f:
             json.dump({"threads": torch.get_num_threads(), "hidden": args.hidden,
                        "n_layer": args.n_layer, "batch_size": args.batch_size,
                        "seq_len": args.seq_len, "results": rows}, f, indent=1)

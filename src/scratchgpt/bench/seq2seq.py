@@ -13,7 +13,7 @@ import json
 import platform
 import time
 
-from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
+from scratchgpt.commands.argtypes import positive_int, results_file, seed_int, thread_count
 from scratchgpt.data.translation import TASKS
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
@@ -36,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--learning-rate", "--lr", type=float, default=2e-3)
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the figures as JSON (checked before the benchmark runs)")
+    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.translation import DataSpec
     from scratchgpt.training import seq2seq
 
+    json_file = results_file(args.json, args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     cfg = seq2seq.train_config({"batch_size": args.batch_size, "seed": args.seed,
@@ -60,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
               f"   {r['exact_match']:.2%}")
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_file:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(json_file, "w") as f:
             json.dump({"budget_s": cfg.time_budget_s, "threads": torch.get_num_threads(),
                        "results": rows}, f, indent=1)
     return 0

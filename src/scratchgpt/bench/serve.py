@@ -37,6 +37,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.commands.argtypes import thread_count
+
 CHARS_65 = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -46,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random-weight model when no checkpoint: cpu-small (default), gpt2 "
                         "(124M, GPT-2's tokenizer), or another train preset's name")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
-    p.add_argument("--threads", type=int, default=0, help="the server's torch threads")
+    p.add_argument("--threads", type=thread_count, default=0, help="the server's torch threads")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
     p.add_argument("--requests", type=int, default=32, help="requests per phase (32)")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (32)")

@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_which_flag, seed_int
+from scratchgpt.commands.argtypes import add_which_flag, seed_int, thread_count
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="as sample --compile: compile the one-token steps of each model that "
                         "can be (a small fp32 GPT; the target's baseline too, when it can)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=thread_count, default=None,
                    help="torch threads (default: torch's choice); both methods use the same")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

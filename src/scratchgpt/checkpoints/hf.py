@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,12 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
 IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
 CHAT_TEMPLATE_KEY = "scratchgpt_chat_template"  # in config.json: the name of the chat template
+# A GPT-2 directory's files besides its weights: what a hub download fetches, and what an
+# export clears first (with the weights), so that an earlier model's tokenizer never stays
+# beside a new model, where every reader would take it for the new model's.
+DIRECTORY_FILES = (CONFIG_FILE, "generation_config.json", "tokenizer.json",
+                   "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "encoder.json", "vocab.bpe")
 
 
 def is_hf_dir(path: str | Path) -> bool:
@@ -329,6 +336,7 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         hf_cfg[CHAT_TEMPLATE_KEY] = chat_template
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    _clear_directory(directory)
     tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
     save_file({k: v.float() for k, v in tensors.items()}, str(directory / "model.safetensors"),
               metadata={"format": "pt"})
@@ -345,6 +353,13 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     return directory
 
 
+def _clear_directory(directory: Path) -> None:
+    """Remove what an earlier export (ours or another tool's) left in ``directory``."""
+    for name in (*DIRECTORY_FILES, *WEIGHT_FILES):
+        (directory / name).unlink(missing_ok=True)
+    shutil.rmtree(directory / OUR_TOKENIZER_DIR, ignore_errors=True)
+
+
 # ---- tokenizers
 
 def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
@@ -352,10 +367,24 @@ def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
 
     Looks for, in order: ``scratchgpt-tokenizer/`` (written by :func:`save_hf`), a Hugging
     Face ``tokenizer.json``, ``vocab.json`` + ``merges.txt``, ``encoder.json`` + ``vocab.bpe``.
-    The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``."""
+    The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``. A tokenizer with more
+    ids than config.json's ``vocab_size`` is a CheckpointError: the model could not embed
+    them (fewer is fine: GPT-2 models may pad their vocabulary)."""
+    directory = Path(directory)
+    tok = _read_tokenizer(directory, required)
+    hf, cfg_path = _read_config(directory)
+    vocab = hf.get("vocab_size") if isinstance(hf, dict) else None
+    n = getattr(tok, "vocab_size", None)
+    if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
+        raise CheckpointError(f"{directory}: its tokenizer has {n:,} tokens but {cfg_path.name} "
+                              f"says vocab_size={vocab:,}; the tokenizer belongs to another "
+                              "model")
+    return tok
+
+
+def _read_tokenizer(directory: Path, required: bool) -> Any:
     from scratchgpt.tokenizers import load_tokenizer
 
-    directory = Path(directory)
     if (directory / OUR_TOKENIZER_DIR / "tokenizer.json").is_file():
         return load_tokenizer(directory / OUR_TOKENIZER_DIR)
     candidates = [("tokenizer.json",), ("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe")]

@@ -19,14 +19,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scratchgpt.checkpoints.hf import OUR_TOKENIZER_DIR, is_hf_dir
+from scratchgpt.checkpoints.hf import DIRECTORY_FILES, OUR_TOKENIZER_DIR, is_hf_dir
 from scratchgpt.errors import CheckpointError
 
 HF_PREFIX = "hf:"  # "--checkpoint hf:gpt2" names a hub model where a path is expected
 # Everything a GPT-2 directory may need besides its weights.
-DIRECTORY_FILES = ("config.json", "generation_config.json", "tokenizer.json",
-                   "tokenizer_config.json", "vocab.json", "merges.txt", "encoder.json",
-                   "vocab.bpe", f"{OUR_TOKENIZER_DIR}/*")
+DOWNLOAD_PATTERNS = (*DIRECTORY_FILES, f"{OUR_TOKENIZER_DIR}/*")
 WEIGHT_CHOICES = ("model.safetensors", "pytorch_model.bin")  # preferred first
 _TRUE = ("1", "true", "yes", "on")
 
@@ -92,7 +90,7 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     for weights in WEIGHT_CHOICES:  # only one weights file: gpt2 ships both, 0.5 GB each
         try:
             path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
-                                          allow_patterns=[*DIRECTORY_FILES, weights],
+                                          allow_patterns=[*DOWNLOAD_PATTERNS, weights],
                                           local_files_only=offline()))
         except (OSError, ValueError) as e:  # every hub error is one of these
             raise CheckpointError(_why(repo_id, e)) from None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from scratchgpt.errors import TokenizerError
+from scratchgpt.errors import ConfigError, TokenizerError
 from scratchgpt.validation import SEED_MAX
 
 
@@ -94,3 +96,34 @@ def add_which_flag(p: argparse.ArgumentParser) -> None:
     """``--which best|last``: which checkpoint of a run directory a command reads."""
     p.add_argument("--which", choices=("best", "last"), default="best",
                    help="checkpoint of a run directory to use (default: best)")
+
+
+def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
+    """``--out`` for a command's result files, checked before anything runs: not a file,
+    and not holding any of ``files`` already unless ``overwrite``."""
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a directory for the results")
+    there = [name for name in files if (out_dir / name).exists()]
+    if there and not overwrite:
+        raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
+                          "replace them")
+    return out_dir
+
+
+def results_file(path: str | Path | None, overwrite: bool, flag: str = "--json") -> Path | None:
+    """``flag FILE`` (None when not given), checked before anything runs, so that a long
+    benchmark does not end unable to write its figures: FILE is not a directory, nor inside a
+    file (its folders may be missing: the writer makes them), and it holds no earlier results
+    unless ``overwrite``."""
+    if path is None:
+        return None
+    file = Path(path)
+    if file.is_dir():
+        raise ConfigError(f"{flag} {file} is a directory; give a file name")
+    folder = next(p for p in file.absolute().parents if p.exists())
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {file}: {folder} is a file, not a directory")
+    if file.exists() and not overwrite:
+        raise ConfigError(f"{file} already holds results; pass --overwrite to replace it")
+    return file

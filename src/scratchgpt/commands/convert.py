@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.gguf_type is not None and args.target != "gguf":
         raise ConfigError("--type applies to --to gguf only")
     if args.source:
+        if args.checkpoint:
+            raise ConfigError("--checkpoint applies to --to only; --from hf reads its PATH")
         return import_from(args.source, out, args.overwrite)
     if out.is_dir() and args.target == "gguf":
         raise ConfigError(f"--to gguf writes one file; {out} is a directory (name the file, "

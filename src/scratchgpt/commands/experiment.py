@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int, seed_int, thread_count
+from scratchgpt.commands.argtypes import positive_int, results_dir, seed_int, thread_count
 from scratchgpt.errors import ConfigError
 
 MEMORY_CSV, MEMORY_PNG = "memory.csv", "memory.png"
@@ -225,7 +225,7 @@ def run_memory(args: argparse.Namespace) -> int:
                                args.learning_rate, args.forget_bias, n_eval, args.seed,
                                args.impl)
     lengths = list(range(args.min_len, args.max_len + 1))
-    out_dir = _results_dir(args.out, MEMORY_FILES, args.overwrite)
+    out_dir = results_dir(args.out, MEMORY_FILES, args.overwrite)
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,
                           log=lambda line: print(line, flush=True))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ def run_count(args: argparse.Namespace) -> int:
     if not prompt or any(not 0 <= k < n for k in prompt):
         raise ConfigError(f"--prompt needs numbers in [0, {n - 1}] (--modulus {n}), got "
                           f"{args.prompt!r}")
-    out_dir = _results_dir(args.out, (COUNT_FILE,), args.overwrite)
+    out_dir = results_dir(args.out, (COUNT_FILE,), args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model, metrics, first = train_counter(args.cell, n, args.hidden, args.steps, args.seed)
@@ -270,16 +270,3 @@ def run_count(args: argparse.Namespace) -> int:
           f"{metrics['next_number_accuracy']:.2%}")
     print(f"{' '.join(map(str, prompt))} -> {' '.join(map(str, generated))}")
     return 0
-
-
-def _results_dir(out: str, files: tuple[str, ...], overwrite: bool) -> Path:
-    """``--out`` for an experiment's result files, checked before anything runs: not a file,
-    and not holding results already unless ``overwrite``."""
-    out_dir = Path(out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a directory for the results")
-    there = [name for name in files if (out_dir / name).exists()]
-    if there and not overwrite:
-        raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
-                          "replace them")
-    return out_dir

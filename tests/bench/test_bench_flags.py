@@ -1,0 +1,75 @@
+"""The benchmarks' flags: nonsense values are one line before any work, and the figures and
+runs of an earlier benchmark are kept unless --overwrite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scratchgpt.cli import main
+from scratchgpt.commands.bench import BENCHMARKS
+from tests.cli_errors import error_of
+
+THREADED = [name for name in BENCHMARKS if name not in ("train", "tokenize")]
+
+
+@pytest.mark.parametrize("name", THREADED)
+def test_a_negative_thread_count_is_refused(name, capsys):
+    """torch.set_num_threads(-1) raised a RuntimeError traceback (or -1 passed unnoticed)."""
+    assert "--threads" in error_of(capsys, ["bench", name, "--threads", "-1"])
+
+
+RECURRENT = ["bench", "recurrent", "--cells", "rnn", "--hidden", "8", "--n-layer", "1",
+             "--batch-size", "2", "--seq-len", "4", "--decode-tokens", "2", "--repeats", "1"]
+
+
+@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune"])
+def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, capsys):
+    """--json FILE holding earlier results is kept without --overwrite, and a FILE that
+    cannot be written is refused at once, not when the benchmark has run."""
+    earlier = tmp_path / "figures.json"
+    earlier.write_text("earlier results")
+    for where, needle in ((earlier, "pass --overwrite"), (tmp_path, "is a directory"),
+                          (earlier / "x.json", "is a file, not a directory")):
+        argv = ["bench", name, "--json", str(where), "--out", str(tmp_path / "runs")] \
+            if name == "finetune" else ["bench", name, "--json", str(where)]
+        assert needle in error_of(capsys, argv)
+    assert earlier.read_text() == "earlier results"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_json_file_is_replaced_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "new" / "figures.json"  # a missing folder is made
+    assert main([*RECURRENT, "--json", str(out)]) == 0
+    out.write_text("earlier results")
+    assert main([*RECURRENT, "--json", str(out), "--overwrite"]) == 0
+    assert json.loads(out.read_text())["results"][0]["cell"] == "rnn"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("suite, there", [("sms", "sms-base"), ("synthetic", "stdlib-base"),
+                                          ("instruction-data", "instruction-data-sft")])
+def test_bench_finetune_keeps_an_earlier_run_without_overwrite(suite, there, tmp_path,
+                                                               capsys):
+    """A second run into the same --out was refused by prepare with a hint at --overwrite,
+    a flag bench finetune lacked (or replaced the earlier runs silently)."""
+    (tmp_path / there).mkdir()
+    (tmp_path / there / "best.pt").write_text("earlier run")
+    line = error_of(capsys, ["bench", "finetune", "--suite", suite, "--out", str(tmp_path)])
+    assert there in line and "pass --overwrite" in line
+    assert (tmp_path / there / "best.pt").read_text() == "earlier run"
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--finetune-budget", "4x"], "--finetune-budget"),
+    (["--pretrain-budget", "0s"], "--pretrain-budget"),
+    (["--epochs", "0"], "--epochs"), (["--lora-rank", "0"], "--lora-rank"),
+    (["--last-k", "0"], "--last-k"), (["--last-k", "5"], "--last-k"),
+    (["--base", "x"], "--base"),
+])
+def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_path, capsys):
+    """Each was found only minutes in: after pretraining, or after the first fine-tuning."""
+    assert needle in error_of(capsys, ["bench", "finetune", "--out", str(tmp_path / "b"),
+                                       *flags])
+    assert not (tmp_path / "b").exists()
