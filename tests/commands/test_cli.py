@@ -112,6 +112,18 @@ def test_unknown_prompt_characters(run_dir, capsys):
                  "--max-new-tokens", "3"]) == 0
 
 
+def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_dir, tmp_path,
+                                                                           capsys):
+    """With --tokenizer-from nothing is learned from the training split: the note about
+    substituted characters must not say the vocabulary was."""
+    (tmp_path / "t.txt").write_text("snow ☃ and more snow ☃ " * 20)
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer-from", str(run_dir),
+                 "--out", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "train character(s) are not in the model's vocabulary" in out
+    assert "learned from the training split" not in out
+
+
 def test_missing_checkpoint(tmp_path, capsys):
     assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
 

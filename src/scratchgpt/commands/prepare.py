@@ -86,12 +86,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
+    report_unknown(meta, "the model's vocabulary" if args.tokenizer_from else
+                   "the tokenizer's vocabulary (learned from the training split)")
+    return 0
+
+
+def report_unknown(meta: dict, vocabulary: str) -> None:
+    """A note per split that holds characters ``vocabulary`` lacks (substituted)."""
     for split in ("train", "val"):
         if meta.get(f"{split}_unknown_chars"):
             print(f"note: {meta[f'{split}_unknown_chars']:,} {split} character(s) are not in "
-                  "the tokenizer's vocabulary (learned from the training split) and were "
-                  "written as a stand-in character")
-    return 0
+                  f"{vocabulary} and were written as a stand-in character")
 
 
 def train_copies(args: argparse.Namespace) -> int:
