@@ -124,6 +124,15 @@ def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_d
     assert "learned from the training split" not in out
 
 
+@pytest.mark.parametrize("flag, message", [("--data", "the data path is empty"),
+                                           ("--dataset", "unknown dataset ''")])
+def test_an_empty_source_is_refused_not_taken_for_the_default_corpus(tmp_path, capsys, flag,
+                                                                    message):
+    """--data "$UNSET" is a mistake to report: it quietly prepared the standard library."""
+    assert message in error_of(capsys, ["prepare", flag, "", "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()
+
+
 def test_missing_checkpoint(tmp_path, capsys):
     assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
 

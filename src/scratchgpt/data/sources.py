@@ -261,6 +261,8 @@ def read_files(files: list[Path]) -> str:
 
 def read_text_source(path: str | Path) -> tuple[str, str]:
     """Text from a file or a folder of .txt files. Returns (text, description)."""
+    if not str(path):
+        raise DataError("the data path is empty; name a text file or a folder of .txt files")
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
