@@ -124,12 +124,15 @@ def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_d
     assert "learned from the training split" not in out
 
 
-@pytest.mark.parametrize("flag, message", [("--data", "the data path is empty"),
-                                           ("--dataset", "unknown dataset ''")])
-def test_an_empty_source_is_refused_not_taken_for_the_default_corpus(tmp_path, capsys, flag,
-                                                                    message):
-    """--data "$UNSET" is a mistake to report: it quietly prepared the standard library."""
-    assert message in error_of(capsys, ["prepare", flag, "", "--out", str(tmp_path / "d")])
+@pytest.mark.parametrize("flags, message", [
+    (["--data", ""], "the data path is empty"),
+    (["--dataset", ""], "unknown dataset ''"),
+    (["--dataset", "shakespeare", "--tokenizer-from", ""], "no checkpoint"),
+])
+def test_an_empty_flag_is_refused_not_taken_for_the_default(tmp_path, capsys, flags, message):
+    """--data "$UNSET" is a mistake to report: it quietly prepared the standard library (and
+    an empty --tokenizer-from learned a tokenizer of the text instead of taking a model's)."""
+    assert message in error_of(capsys, ["prepare", *flags, "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d").exists()
 
 
