@@ -102,6 +102,16 @@ def test_strip_gutenberg_without_markers_is_identity():
     assert sources.strip_gutenberg("just text\n") == "just text"
 
 
+@pytest.mark.parametrize("article", ["THE", "THIS", "this"])
+def test_strip_gutenberg_takes_the_older_markers_too(article):
+    """Files made before 2020 say "*** START OF THIS PROJECT GUTENBERG EBOOK"; their licence
+    was kept as if it were the book."""
+    book = (f"licence\n*** START OF {article} PROJECT GUTENBERG EBOOK WAR AND PEACE ***\n\n"
+            f"The book.\n\n*** END OF {article} PROJECT GUTENBERG EBOOK WAR AND PEACE ***\n"
+            "more licence\n")
+    assert sources.strip_gutenberg(book) == "The book."
+
+
 def test_bpe_dropout_copies_hold_the_training_text_and_leave_val_exact(tmp_path, english_text):
     text = english_text[:40_000]
     exact = prepare_text(text, tmp_path / "exact", "bpe", vocab_size=300)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
 import sys
 import sysconfig
 import tempfile
@@ -217,21 +218,22 @@ def fetch_named(name: str) -> Path:
         raise
 
 
-GUTENBERG_START = "*** START OF THE PROJECT GUTENBERG EBOOK"
-GUTENBERG_END = "*** END OF THE PROJECT GUTENBERG EBOOK"
+# "*** START OF THE PROJECT GUTENBERG EBOOK ...", or "OF THIS" in files made before 2020
+GUTENBERG_MARKER = r"\*\*\* ?{} OF TH(?:E|IS) PROJECT GUTENBERG EBOOK"
+GUTENBERG_START = re.compile(GUTENBERG_MARKER.format("START"), re.IGNORECASE)
+GUTENBERG_END = re.compile(GUTENBERG_MARKER.format("END"), re.IGNORECASE)
 
 
 def strip_gutenberg(text: str) -> str:
     """The book between Project Gutenberg's ``*** START OF ...`` and ``*** END OF ...`` lines
-    (case-insensitive), without surrounding blank lines or a byte-order mark; text without
-    the markers is kept whole."""
-    upper = text.upper()
-    start, end = upper.find(GUTENBERG_START), upper.find(GUTENBERG_END)
-    if start >= 0:
-        start = text.find("\n", start) + 1 or len(text)  # the line after the marker
-    else:
-        start = 0
-    if end < 0 or end < start:
+    (case-insensitive; "OF THE" or the older "OF THIS"), without surrounding blank lines or a
+    byte-order mark; text without the markers is kept whole."""
+    start_marker, end_marker = GUTENBERG_START.search(text), GUTENBERG_END.search(text)
+    start = 0
+    if start_marker is not None:  # the line after the marker
+        start = text.find("\n", start_marker.start()) + 1 or len(text)
+    end = end_marker.start() if end_marker is not None else len(text)
+    if end < start:
         end = len(text)
     return text[start:end].strip("\ufeff\r\n ")
 
