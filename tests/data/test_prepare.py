@@ -279,3 +279,13 @@ def test_an_out_that_is_a_symbolic_link_writes_where_it_leads(tmp_path):
     (tmp_path / "next").symlink_to("v4")  # a link to a dataset not written yet
     prepare_text(text, tmp_path / "next", "char")
     assert (tmp_path / "next").is_symlink() and TokenDataset(tmp_path / "v4").meta["chars"]
+
+
+def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path):
+    """Windows editors open UTF-8 files with a byte-order mark; in a folder of such files each
+    one put an invisible character into the text (and a char vocabulary) at every file start."""
+    (tmp_path / "src").mkdir()
+    for name, body in (("a.txt", "first file, "), ("b.txt", "second file.\ufeff")):
+        (tmp_path / "src" / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
+    text, _ = sources.read_text_source(tmp_path / "src")
+    assert text == "first file, \n\nsecond file.\ufeff"  # one inside the text is kept

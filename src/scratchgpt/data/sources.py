@@ -249,11 +249,12 @@ def default_corpus_files() -> list[Path]:
 
 
 def read_files(files: list[Path]) -> str:
-    """Read and join UTF-8 text files (separated by a blank line), with one-line errors."""
+    """Read and join UTF-8 text files (separated by a blank line), with one-line errors. A
+    byte-order mark that opens a file (Windows editors write one) is not text: it goes."""
     parts = []
     for path in files:
         try:
-            parts.append(path.read_text(encoding="utf-8"))
+            parts.append(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
         except UnicodeDecodeError as e:
             raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
         except OSError as e:
