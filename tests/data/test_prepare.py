@@ -1,4 +1,5 @@
 import hashlib
+import json
 import re
 
 import numpy as np
@@ -225,6 +226,11 @@ def test_a_split_the_tokenizer_folds_away_is_refused_not_written(tmp_path):
     assert not (tmp_path / "d").exists()
     prepare_text(text, tmp_path / "d", "char-prose", val_fraction=0.3)
     assert TokenDataset(tmp_path / "d").splits["val"].size > 0
+    (tmp_path / "d" / "val.bin").write_bytes(b"")  # as an earlier prepare wrote it
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    (tmp_path / "d" / "meta.json").write_text(json.dumps(meta | {"val_tokens": 0}))
+    with pytest.raises(ScratchGPTError, match="the val split holds no tokens"):
+        TokenDataset(tmp_path / "d")
 
 
 def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
