@@ -136,6 +136,17 @@ def test_an_empty_flag_is_refused_not_taken_for_the_default(tmp_path, capsys, fl
     assert not (tmp_path / "d").exists()
 
 
+def test_a_prompt_file_opening_with_a_byte_order_mark(run_dir, tmp_path, capsys):
+    """A prompt saved by a Windows editor opens with a byte-order mark, which is no character
+    of the prompt: it was refused as a character the vocabulary lacks."""
+    (tmp_path / "p.txt").write_bytes(b"\xef\xbb\xbfthe ")
+    args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "3", "--seed", "0"]
+    assert main([*args, "--prompt-file", str(tmp_path / "p.txt")]) == 0
+    from_file = capsys.readouterr().out
+    assert main([*args, "--prompt", "the "]) == 0
+    assert capsys.readouterr().out == from_file
+
+
 def test_missing_checkpoint(tmp_path, capsys):
     assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
 
