@@ -112,6 +112,41 @@ def test_unknown_prompt_characters(run_dir, capsys):
                  "--max-new-tokens", "3"]) == 0
 
 
+def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_dir, tmp_path,
+                                                                           capsys):
+    """With --tokenizer-from nothing is learned from the training split: the note about
+    substituted characters must not say the vocabulary was."""
+    (tmp_path / "t.txt").write_text("snow ☃ and more snow ☃ " * 20)
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer-from", str(run_dir),
+                 "--out", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "train character(s) are not in the model's vocabulary" in out
+    assert "learned from the training split" not in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--data", ""], "the data path is empty"),
+    (["--dataset", ""], "unknown dataset ''"),
+    (["--dataset", "shakespeare", "--tokenizer-from", ""], "no checkpoint"),
+])
+def test_an_empty_flag_is_refused_not_taken_for_the_default(tmp_path, capsys, flags, message):
+    """--data "$UNSET" is a mistake to report: it quietly prepared the standard library (and
+    an empty --tokenizer-from learned a tokenizer of the text instead of taking a model's)."""
+    assert message in error_of(capsys, ["prepare", *flags, "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_prompt_file_opening_with_a_byte_order_mark(run_dir, tmp_path, capsys):
+    """A prompt saved by a Windows editor opens with a byte-order mark, which is no character
+    of the prompt: it was refused as a character the vocabulary lacks."""
+    (tmp_path / "p.txt").write_bytes(b"\xef\xbb\xbfthe ")
+    args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "3", "--seed", "0"]
+    assert main([*args, "--prompt-file", str(tmp_path / "p.txt")]) == 0
+    from_file = capsys.readouterr().out
+    assert main([*args, "--prompt", "the "]) == 0
+    assert capsys.readouterr().out == from_file
+
+
 def test_missing_checkpoint(tmp_path, capsys):
     assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
 

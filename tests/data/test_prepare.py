@@ -1,4 +1,5 @@
 import hashlib
+import json
 import re
 
 import numpy as np
@@ -100,6 +101,16 @@ def test_warandpeace_offline_from_data_dir(tmp_path, monkeypatch):
 
 def test_strip_gutenberg_without_markers_is_identity():
     assert sources.strip_gutenberg("just text\n") == "just text"
+
+
+@pytest.mark.parametrize("article", ["THE", "THIS", "this"])
+def test_strip_gutenberg_takes_the_older_markers_too(article):
+    """Files made before 2020 say "*** START OF THIS PROJECT GUTENBERG EBOOK"; their licence
+    was kept as if it were the book."""
+    book = (f"licence\n*** START OF {article} PROJECT GUTENBERG EBOOK WAR AND PEACE ***\n\n"
+            f"The book.\n\n*** END OF {article} PROJECT GUTENBERG EBOOK WAR AND PEACE ***\n"
+            "more licence\n")
+    assert sources.strip_gutenberg(book) == "The book."
 
 
 def test_bpe_dropout_copies_hold_the_training_text_and_leave_val_exact(tmp_path, english_text):
@@ -215,6 +226,11 @@ def test_a_split_the_tokenizer_folds_away_is_refused_not_written(tmp_path):
     assert not (tmp_path / "d").exists()
     prepare_text(text, tmp_path / "d", "char-prose", val_fraction=0.3)
     assert TokenDataset(tmp_path / "d").splits["val"].size > 0
+    (tmp_path / "d" / "val.bin").write_bytes(b"")  # as an earlier prepare wrote it
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    (tmp_path / "d" / "meta.json").write_text(json.dumps(meta | {"val_tokens": 0}))
+    with pytest.raises(ScratchGPTError, match="the val split holds no tokens"):
+        TokenDataset(tmp_path / "d")
 
 
 def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
@@ -269,3 +285,13 @@ def test_an_out_that_is_a_symbolic_link_writes_where_it_leads(tmp_path):
     (tmp_path / "next").symlink_to("v4")  # a link to a dataset not written yet
     prepare_text(text, tmp_path / "next", "char")
     assert (tmp_path / "next").is_symlink() and TokenDataset(tmp_path / "v4").meta["chars"]
+
+
+def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path):
+    """Windows editors open UTF-8 files with a byte-order mark; in a folder of such files each
+    one put an invisible character into the text (and a char vocabulary) at every file start."""
+    (tmp_path / "src").mkdir()
+    for name, body in (("a.txt", "first file, "), ("b.txt", "second file.\ufeff")):
+        (tmp_path / "src" / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
+    text, _ = sources.read_text_source(tmp_path / "src")
+    assert text == "first file, \n\nsecond file.\ufeff"  # one inside the text is kept

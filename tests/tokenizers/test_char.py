@@ -41,3 +41,10 @@ def test_save_load(tmp_path):
     tok.save(tmp_path)
     loaded = load_tokenizer(tmp_path)
     assert isinstance(loaded, CharTokenizer) and loaded.chars == tok.chars
+
+
+@pytest.mark.parametrize("ids", [[-1], [0, -2], [3], [1.5]])
+def test_ids_outside_the_vocabulary_are_refused(ids):
+    """As BPE's decode does: a negative id is no character, not one counted from the end."""
+    with pytest.raises(ScratchGPTError, match="out of range"):
+        CharTokenizer.train("abc").decode(ids)

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     copies = train_copies(args)
     check_destination(Path(args.out), args.overwrite)  # before reading or downloading
     tokenizer = args.tokenizer
-    if args.tokenizer_from:
+    if args.tokenizer_from is not None:  # (an empty one is an error, not "learn one")
         from scratchgpt.checkpoints import load_model
 
         if args.tokenizer != "char" or args.vocab_size is not None:
@@ -86,12 +86,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
+    report_unknown(meta, "the model's vocabulary" if args.tokenizer_from is not None else
+                   "the tokenizer's vocabulary (learned from the training split)")
+    return 0
+
+
+def report_unknown(meta: dict, vocabulary: str) -> None:
+    """A note per split that holds characters ``vocabulary`` lacks (substituted)."""
     for split in ("train", "val"):
         if meta.get(f"{split}_unknown_chars"):
             print(f"note: {meta[f'{split}_unknown_chars']:,} {split} character(s) are not in "
-                  "the tokenizer's vocabulary (learned from the training split) and were "
-                  "written as a stand-in character")
-    return 0
+                  f"{vocabulary} and were written as a stand-in character")
 
 
 def train_copies(args: argparse.Namespace) -> int:
@@ -99,7 +104,7 @@ def train_copies(args: argparse.Namespace) -> int:
     anything is read."""
     if not 0.0 <= args.bpe_dropout < 1.0:
         raise ConfigError(f"--bpe-dropout must be in [0, 1), got {args.bpe_dropout:g}")
-    if args.bpe_dropout and args.tokenizer not in ("bpe", "gpt2") and not args.tokenizer_from:
+    if args.bpe_dropout and args.tokenizer not in ("bpe", "gpt2") and args.tokenizer_from is None:
         raise ConfigError(f"--bpe-dropout needs a BPE tokenizer (--tokenizer bpe or gpt2), "
                           f"not {args.tokenizer}")
     if args.train_copies is None:

@@ -110,11 +110,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
-    """The prompt text (None when none was given)."""
+    """The prompt text (None when none was given); a byte-order mark that opens the file (as
+    Windows editors write one) is not part of it."""
     if args.prompt_file:
         path = Path(args.prompt_file)
         try:
-            return path.read_text(encoding="utf-8")
+            return path.read_text(encoding="utf-8").removeprefix("\ufeff")
         except FileNotFoundError:
             raise DataError(f"prompt file {path} does not exist") from None
         except IsADirectoryError:

@@ -86,6 +86,9 @@ class TokenDataset:
         size = path.stat().st_size
         tokens = size // dtype.itemsize
         expected = self.meta.get(f"{split}_tokens", tokens)
+        if size == 0 and expected == 0:  # written so, by a prepare that did not refuse it
+            raise DataError(f"{path} is empty: the {split} split holds no tokens; prepare the "
+                            "dataset again with more text or another validation fraction")
         if size % dtype.itemsize or size == 0 or tokens != expected:
             raise DataError(f"{path} has {size:,} bytes, not the {expected:,} {dtype.name} "
                             "tokens meta.json records (truncated or damaged); prepare the "

@@ -18,9 +18,9 @@ from scratchgpt.errors import DataError
 def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
     """(text, description) from a file or folder (``data``), a named dataset, or, with
     neither, the offline default corpus (this Python's standard library sources)."""
-    if data:
+    if data is not None:  # (an empty one too: it is not the default corpus)
         return sources.read_text_source(data)
-    if dataset and dataset != sources.DEFAULT_CORPUS:
+    if dataset is not None and dataset != sources.DEFAULT_CORPUS:
         path = sources.fetch_named(dataset)
         text = sources.read_files([path])
         if sources.DATASETS[dataset].gutenberg:

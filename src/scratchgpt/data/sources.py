@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
 import sys
 import sysconfig
 import tempfile
@@ -217,21 +218,22 @@ def fetch_named(name: str) -> Path:
         raise
 
 
-GUTENBERG_START = "*** START OF THE PROJECT GUTENBERG EBOOK"
-GUTENBERG_END = "*** END OF THE PROJECT GUTENBERG EBOOK"
+# "*** START OF THE PROJECT GUTENBERG EBOOK ...", or "OF THIS" in files made before 2020
+GUTENBERG_MARKER = r"\*\*\* ?{} OF TH(?:E|IS) PROJECT GUTENBERG EBOOK"
+GUTENBERG_START = re.compile(GUTENBERG_MARKER.format("START"), re.IGNORECASE)
+GUTENBERG_END = re.compile(GUTENBERG_MARKER.format("END"), re.IGNORECASE)
 
 
 def strip_gutenberg(text: str) -> str:
     """The book between Project Gutenberg's ``*** START OF ...`` and ``*** END OF ...`` lines
-    (case-insensitive), without surrounding blank lines or a byte-order mark; text without
-    the markers is kept whole."""
-    upper = text.upper()
-    start, end = upper.find(GUTENBERG_START), upper.find(GUTENBERG_END)
-    if start >= 0:
-        start = text.find("\n", start) + 1 or len(text)  # the line after the marker
-    else:
-        start = 0
-    if end < 0 or end < start:
+    (case-insensitive; "OF THE" or the older "OF THIS"), without surrounding blank lines or a
+    byte-order mark; text without the markers is kept whole."""
+    start_marker, end_marker = GUTENBERG_START.search(text), GUTENBERG_END.search(text)
+    start = 0
+    if start_marker is not None:  # the line after the marker
+        start = text.find("\n", start_marker.start()) + 1 or len(text)
+    end = end_marker.start() if end_marker is not None else len(text)
+    if end < start:
         end = len(text)
     return text[start:end].strip("\ufeff\r\n ")
 
@@ -247,11 +249,12 @@ def default_corpus_files() -> list[Path]:
 
 
 def read_files(files: list[Path]) -> str:
-    """Read and join UTF-8 text files (separated by a blank line), with one-line errors."""
+    """Read and join UTF-8 text files (separated by a blank line), with one-line errors. A
+    byte-order mark that opens a file (Windows editors write one) is not text: it goes."""
     parts = []
     for path in files:
         try:
-            parts.append(path.read_text(encoding="utf-8"))
+            parts.append(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
         except UnicodeDecodeError as e:
             raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
         except OSError as e:
@@ -261,6 +264,8 @@ def read_files(files: list[Path]) -> str:
 
 def read_text_source(path: str | Path) -> tuple[str, str]:
     """Text from a file or a folder of .txt files. Returns (text, description)."""
+    if not str(path):
+        raise DataError("the data path is empty; name a text file or a folder of .txt files")
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())

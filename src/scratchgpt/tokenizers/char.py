@@ -67,6 +67,8 @@ class CharTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         chars = self.chars
         try:
+            if len(ids) and min(ids) < 0:  # a negative index would silently count from the end
+                raise IndexError
             return "".join([chars[i] for i in ids])
         except (IndexError, TypeError):
             bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < len(chars))]
