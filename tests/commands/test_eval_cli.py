@@ -70,6 +70,17 @@ def test_max_tokens_is_the_loss_of_the_first_windows_that_fit(run_dir, capsys):
             assert abs(figures[f"{split}_loss"] - loss) < 1e-4
 
 
+def test_a_dataset_of_another_tokenizer_is_refused_with_what_to_evaluate_on(run_dir, tmp_path,
+                                                                          capsys):
+    from scratchgpt.data.prepare import prepare_text
+
+    prepare_text("xyz " * 500, tmp_path / "other", "char")
+    line = error_of(capsys, ["eval", "--checkpoint", str(run_dir), "--dataset",
+                             str(tmp_path / "other")])
+    assert "tokenized differently" in line and "--tokenizer-from" in line
+    assert "resume" not in line  # eval resumes nothing
+
+
 def test_table_and_plot(run_dir, tmp_path, capsys):
     png = tmp_path / "figs" / "context.png"
     assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png)]) == 0

@@ -135,9 +135,11 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
             getattr(theirs, "merges", None) == getattr(checkpoint.tokenizer("text"), "merges",
                                                        None):
         return
+    run = checkpoint.path.parent
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                    f"{checkpoint.path.parent}; resume with the run's own dataset "
-                    f"({checkpoint.data.get('dataset', 'see its config.json')})")
+                    f"{run}; use the run's own dataset "
+                    f"({checkpoint.data.get('dataset', 'see its config.json')}), or text "
+                    f"prepared with its tokenizer (prepare --tokenizer-from {run})")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
