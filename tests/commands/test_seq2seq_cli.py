@@ -88,6 +88,9 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
             cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint), "--beam", "2",
                       "--length-penalty", "nan"])
         assert stop.value.code == 2 and "finite" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # a negative count would slice from the end
+        cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--show-errors", "-2"])
+    assert stop.value.code == 2 and "--show-errors" in capsys.readouterr().err
 
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(tmp_path / "heat.xyz")]) == 2

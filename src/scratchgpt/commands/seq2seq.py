@@ -12,7 +12,12 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import finite_float, positive_int, thread_count
+from scratchgpt.commands.argtypes import (
+    finite_float,
+    non_negative_int,
+    positive_int,
+    thread_count,
+)
 from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
@@ -92,7 +97,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_checkpoint(e)
     e.add_argument("--data", metavar="FILE.tsv", help="evaluate on all pairs of this file instead")
     e.add_argument("--limit", type=positive_int, help="only the first N pairs")
-    e.add_argument("--show-errors", type=int, default=5, metavar="N",
+    e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
     _add_decoding(e)
     e.set_defaults(func=run_eval)
