@@ -82,6 +82,14 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(png), "--head", "9"]) == 2
     assert "--head must be in" in capsys.readouterr().err
+    # negative indices count from the last, for heads as for layers (and as in `attention`)
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+                     "--source", "3 mar 99", "--out", str(png), "--layer", "-1",
+                     "--head", "-1"]) == 0
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+                     "--source", "x", "--out", str(png), "--layer", "-9"]) == 2
+    assert "negative from the end" in capsys.readouterr().err
 
     for action in (["translate", "--source", "x"], ["eval"]):
         with pytest.raises(SystemExit) as stop:

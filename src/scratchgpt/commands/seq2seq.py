@@ -110,8 +110,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_checkpoint(a)
     a.add_argument("--source", required=True, metavar="TEXT")
     a.add_argument("--out", required=True, metavar="FILE.png")
-    a.add_argument("--layer", type=int, help="transformer decoder layer (default: last)")
-    a.add_argument("--head", type=int, help="transformer head (default: mean of heads)")
+    a.add_argument("--layer", type=int, help="transformer decoder layer (default: last; "
+                                              "negative counts from the last)")
+    a.add_argument("--head", type=int, help="transformer head (default: mean of heads; "
+                                             "negative counts from the last)")
     _add_decoding(a)
     a.set_defaults(func=run_attention)
 
@@ -228,20 +230,16 @@ def run_attention(args: argparse.Namespace) -> int:
     check_figure_path(args.out)  # a figure it cannot write is refused before any work
     plt = pyplot()
 
+    from scratchgpt.commands.attention import pick
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
 
     model, src_tok, tgt_tok, _ = _load(args)
     if isinstance(model, TransformerSeq2Seq):
-        n_layer, n_head = model.config.n_layer, model.config.n_head
         if args.layer is not None:
-            if not -n_layer <= args.layer < n_layer:
-                raise ConfigError(f"--layer must be in [0, {n_layer - 1}], got {args.layer}")
-            model.attn_layer = args.layer
+            model.attn_layer = pick(args.layer, model.config.n_layer, "--layer")[0]
         if args.head is not None:
-            if not 0 <= args.head < n_head:
-                raise ConfigError(f"--head must be in [0, {n_head - 1}], got {args.head}")
-            model.attn_head = args.head
+            model.attn_head = pick(args.head, model.config.n_head, "--head")[0]
     elif args.layer is not None or args.head is not None:
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 
