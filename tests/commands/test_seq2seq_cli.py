@@ -186,14 +186,27 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert json.loads((tmp_path / "count.json").read_text()) == res  # kept each time
 
 
-def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
+    """Label smoothing included: a resumed run keeps the run's own, as it keeps its model and
+    pairs, and a resume that names another of any of them is refused."""
     common = ["seq2seq", "train", "--task", "dates", "--arch", "lstm-attention",
-              "--lr-decay-iters", "24", "--eval-interval", "8", "--dropout", "0.1", *TINY]
+              "--lr-decay-iters", "24", "--eval-interval", "8", "--dropout", "0.1",
+              "--label-smoothing", "0.2", *TINY]
     assert main([*common, "--max-iters", "24", "--out", str(tmp_path / "a")]) == 0
     assert main([*common, "--max-iters", "12", "--out", str(tmp_path / "b")]) == 0
-    assert main(["seq2seq", "train", "--out", str(tmp_path / "b"), "--resume", "--max-iters",
-                 "24", "--no-progress"]) == 0
+    resume = ["seq2seq", "train", "--out", str(tmp_path / "b"), "--resume", "--max-iters", "24",
+              "--no-progress"]
+    capsys.readouterr()
+    for flags, named in ((["--arch", "transformer"], "--arch"),
+                         (["--label-smoothing", "0"], "--label-smoothing"),
+                         (["--task", "numbers", "--n-train", "50"], "--task --n-train")):
+        assert main([*resume, *flags]) == 2
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1, err
+    assert load_checkpoint(tmp_path / "b" / "last.pt").state.step == 12
+    assert main(resume) == 0
     a = load_checkpoint(tmp_path / "a" / "last.pt")
     b = load_checkpoint(tmp_path / "b" / "last.pt")
     assert b.state.step == 24 and b.state.val_loss == a.state.val_loss
     assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+    assert main([*resume, "--label-smoothing", "0.2", "--arch", "lstm-attention"]) == 0

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "reversed, where the no-attention bottleneck shows)")
     src.add_argument("--data", metavar="FILE.tsv",
                      help="your own pairs, one 'source<TAB>target' per line (UTF-8)")
-    t.add_argument("--arch", choices=ARCHS, default="transformer",
+    t.add_argument("--arch", choices=ARCHS, default=None,
                    help="transformer (default), lstm-attention (Bahdanau), or lstm (no "
                         "attention: the fixed-size bottleneck)")
     t.add_argument("--out", required=True, metavar="DIR", help="run directory")
@@ -62,13 +62,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a run already in --out (kept until the new one has written "
                         "its first checkpoint)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--n-train", type=positive_int, default=200_000,
-                   help="generated training pairs (tasks only)")
-    t.add_argument("--n-test", type=positive_int, default=2_000,
-                   help="generated held-out pairs (tasks only)")
-    t.add_argument("--valid-fraction", type=float, default=0.1,
+    t.add_argument("--n-train", type=positive_int, default=None,
+                   help="generated training pairs (tasks only; default 200000)")
+    t.add_argument("--n-test", type=positive_int, default=None,
+                   help="generated held-out pairs (tasks only; default 2000)")
+    t.add_argument("--valid-fraction", type=float, default=None,
                    help="share of a TSV file's sources held out for evaluation (default 0.1)")
-    t.add_argument("--label-smoothing", type=float, default=0.0,
+    t.add_argument("--label-smoothing", type=float, default=None,
                    help="cross-entropy label smoothing in [0, 1) (default 0)")
     hp = t.add_argument_group("training (defaults as 'scratchgpt train' unless noted: batch "
                               "size 64, learning rate 2e-3, warmup 200, weight decay 0.01, "
@@ -139,19 +139,13 @@ def _add_decoding(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from scratchgpt.data.translation import DataSpec
     from scratchgpt.training import job, seq2seq
     from scratchgpt.validation import check_range
 
     check_range("--label-smoothing", args.label_smoothing, 0, 1, high_open=True)
     train_flags = given(args, train_fields() - {"nproc"})
     model_flags = given(args, model_flag_names())
-    spec = None
-    if not args.resume:
-        spec = DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
-                        n_train=args.n_train, n_test=args.n_test,
-                        seed=train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]),
-                        valid_fraction=args.valid_fraction)
+    spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
                         args.overwrite, args.label_smoothing)
     result = job.run(plan, progress=not args.no_progress)
@@ -163,6 +157,26 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
           f"{result.val_loss:.4f}; run in {plan.out}")
     return 0
+
+
+DATA_FLAGS = ("task", "data", "n_train", "n_test", "valid_fraction")
+
+
+def data_spec(args: argparse.Namespace, seed: int):
+    """The pairs of a new run as a DataSpec (its defaults for the flags not given); None for a
+    resumed run, which keeps its own pairs (a data flag given is refused)."""
+    from scratchgpt.data.translation import DataSpec
+
+    given_flags = {f: getattr(args, f) for f in DATA_FLAGS if getattr(args, f) is not None}
+    if args.resume:
+        if given_flags:
+            flags = " ".join("--" + f.replace("_", "-") for f in given_flags)
+            raise ConfigError(f"a resumed run keeps its pairs (drop {flags}, or start a new "
+                              "run)")
+        return None
+    sizes = {f: v for f, v in given_flags.items() if f not in ("task", "data")}
+    return DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
+                    seed=seed, **sizes)
 
 
 def model_flag_names() -> set[str]:
