@@ -128,6 +128,31 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     assert "/40)" in out  # every line of the file was scored
 
 
+def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
+                                                 monkeypatch):
+    """A target longer than translate's default --max-len can still be matched: eval decodes
+    as far as its targets need unless --max-len says otherwise."""
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    pairs = tmp_path / "long.tsv"
+    target = "1999-03-03 " * 8  # 88 characters, beyond translate's 64
+    pairs.write_text(f"3 march 1999\t{target}\n", encoding="utf-8")
+    lengths = []
+    real = seq2seq_training.translate
+
+    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
+        lengths.append(max_len)
+        return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
+                     str(pairs)]) == 0
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
+                     str(pairs), "--max-len", "20"]) == 0
+    assert lengths[0] > len(target) and lengths[1] == 20
+    capsys.readouterr()
+
+
 def test_missing_checkpoint(cli_main, tmp_path, capsys):
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(tmp_path),
                      "--source", "x"]) == 2

@@ -99,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--limit", type=positive_int, help="only the first N pairs")
     e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
-    _add_decoding(e)
+    _add_decoding(e, None, "twice the longest target, plus 2: room for every target")
     e.set_defaults(func=run_eval)
 
     a = actions.add_parser(
@@ -130,12 +130,13 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
                         "busy machine)")
 
 
-def _add_decoding(p: argparse.ArgumentParser) -> None:
+def _add_decoding(p: argparse.ArgumentParser, max_len: int | None = 64,
+                  max_len_help: str = "64") -> None:
     p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=finite_float, default=1.0,
                    help="beam score = log p / length**penalty (default 1)")
-    p.add_argument("--max-len", type=positive_int, default=64,
-                   help="longest output in tokens (default 64)")
+    p.add_argument("--max-len", type=positive_int, default=max_len,
+                   help=f"longest output in tokens (default {max_len_help})")
 
 
 def run_train(args: argparse.Namespace) -> int:
