@@ -82,12 +82,23 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(png), "--head", "9"]) == 2
     assert "--head must be in" in capsys.readouterr().err
+    # negative indices count from the last, for heads as for layers (and as in `attention`)
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+                     "--source", "3 mar 99", "--out", str(png), "--layer", "-1",
+                     "--head", "-1"]) == 0
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+                     "--source", "x", "--out", str(png), "--layer", "-9"]) == 2
+    assert "negative from the end" in capsys.readouterr().err
 
     for action in (["translate", "--source", "x"], ["eval"]):
         with pytest.raises(SystemExit) as stop:
             cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint), "--beam", "2",
                       "--length-penalty", "nan"])
         assert stop.value.code == 2 and "finite" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # a negative count would slice from the end
+        cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--show-errors", "-2"])
+    assert stop.value.code == 2 and "--show-errors" in capsys.readouterr().err
 
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(tmp_path / "heat.xyz")]) == 2
@@ -115,6 +126,31 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(out), "--data", str(pairs)]) == 0
     out = capsys.readouterr().out
     assert "/40)" in out  # every line of the file was scored
+
+
+def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
+                                                 monkeypatch):
+    """A target longer than translate's default --max-len can still be matched: eval decodes
+    as far as its targets need unless --max-len says otherwise."""
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    pairs = tmp_path / "long.tsv"
+    target = "1999-03-03 " * 8  # 88 characters, beyond translate's 64
+    pairs.write_text(f"3 march 1999\t{target}\n", encoding="utf-8")
+    lengths = []
+    real = seq2seq_training.translate
+
+    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
+        lengths.append(max_len)
+        return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
+                     str(pairs)]) == 0
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
+                     str(pairs), "--max-len", "20"]) == 0
+    assert lengths[0] > len(target) and lengths[1] == 20
+    capsys.readouterr()
 
 
 def test_missing_checkpoint(cli_main, tmp_path, capsys):
@@ -175,14 +211,27 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert json.loads((tmp_path / "count.json").read_text()) == res  # kept each time
 
 
-def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
+    """Label smoothing included: a resumed run keeps the run's own, as it keeps its model and
+    pairs, and a resume that names another of any of them is refused."""
     common = ["seq2seq", "train", "--task", "dates", "--arch", "lstm-attention",
-              "--lr-decay-iters", "24", "--eval-interval", "8", "--dropout", "0.1", *TINY]
+              "--lr-decay-iters", "24", "--eval-interval", "8", "--dropout", "0.1",
+              "--label-smoothing", "0.2", *TINY]
     assert main([*common, "--max-iters", "24", "--out", str(tmp_path / "a")]) == 0
     assert main([*common, "--max-iters", "12", "--out", str(tmp_path / "b")]) == 0
-    assert main(["seq2seq", "train", "--out", str(tmp_path / "b"), "--resume", "--max-iters",
-                 "24", "--no-progress"]) == 0
+    resume = ["seq2seq", "train", "--out", str(tmp_path / "b"), "--resume", "--max-iters", "24",
+              "--no-progress"]
+    capsys.readouterr()
+    for flags, named in ((["--arch", "transformer"], "--arch"),
+                         (["--label-smoothing", "0"], "--label-smoothing"),
+                         (["--task", "numbers", "--n-train", "50"], "--task --n-train")):
+        assert main([*resume, *flags]) == 2
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1, err
+    assert load_checkpoint(tmp_path / "b" / "last.pt").state.step == 12
+    assert main(resume) == 0
     a = load_checkpoint(tmp_path / "a" / "last.pt")
     b = load_checkpoint(tmp_path / "b" / "last.pt")
     assert b.state.step == 24 and b.state.val_loss == a.state.val_loss
     assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+    assert main([*resume, "--label-smoothing", "0.2", "--arch", "lstm-attention"]) == 0

@@ -12,7 +12,12 @@ import argparse
 import json
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import finite_float, positive_int, thread_count
+from scratchgpt.commands.argtypes import (
+    finite_float,
+    non_negative_int,
+    positive_int,
+    thread_count,
+)
 from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
@@ -48,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "reversed, where the no-attention bottleneck shows)")
     src.add_argument("--data", metavar="FILE.tsv",
                      help="your own pairs, one 'source<TAB>target' per line (UTF-8)")
-    t.add_argument("--arch", choices=ARCHS, default="transformer",
+    t.add_argument("--arch", choices=ARCHS, default=None,
                    help="transformer (default), lstm-attention (Bahdanau), or lstm (no "
                         "attention: the fixed-size bottleneck)")
     t.add_argument("--out", required=True, metavar="DIR", help="run directory")
@@ -57,13 +62,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a run already in --out (kept until the new one has written "
                         "its first checkpoint)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--n-train", type=positive_int, default=200_000,
-                   help="generated training pairs (tasks only)")
-    t.add_argument("--n-test", type=positive_int, default=2_000,
-                   help="generated held-out pairs (tasks only)")
-    t.add_argument("--valid-fraction", type=float, default=0.1,
+    t.add_argument("--n-train", type=positive_int, default=None,
+                   help="generated training pairs (tasks only; default 200000)")
+    t.add_argument("--n-test", type=positive_int, default=None,
+                   help="generated held-out pairs (tasks only; default 2000)")
+    t.add_argument("--valid-fraction", type=float, default=None,
                    help="share of a TSV file's sources held out for evaluation (default 0.1)")
-    t.add_argument("--label-smoothing", type=float, default=0.0,
+    t.add_argument("--label-smoothing", type=float, default=None,
                    help="cross-entropy label smoothing in [0, 1) (default 0)")
     hp = t.add_argument_group("training (defaults as 'scratchgpt train' unless noted: batch "
                               "size 64, learning rate 2e-3, warmup 200, weight decay 0.01, "
@@ -92,9 +97,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_checkpoint(e)
     e.add_argument("--data", metavar="FILE.tsv", help="evaluate on all pairs of this file instead")
     e.add_argument("--limit", type=positive_int, help="only the first N pairs")
-    e.add_argument("--show-errors", type=int, default=5, metavar="N",
+    e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
-    _add_decoding(e)
+    _add_decoding(e, None, "twice the longest target, plus 2: room for every target")
     e.set_defaults(func=run_eval)
 
     a = actions.add_parser(
@@ -105,8 +110,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_checkpoint(a)
     a.add_argument("--source", required=True, metavar="TEXT")
     a.add_argument("--out", required=True, metavar="FILE.png")
-    a.add_argument("--layer", type=int, help="transformer decoder layer (default: last)")
-    a.add_argument("--head", type=int, help="transformer head (default: mean of heads)")
+    a.add_argument("--layer", type=int, help="transformer decoder layer (default: last; "
+                                              "negative counts from the last)")
+    a.add_argument("--head", type=int, help="transformer head (default: mean of heads; "
+                                             "negative counts from the last)")
     _add_decoding(a)
     a.set_defaults(func=run_attention)
 
@@ -123,28 +130,23 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
                         "busy machine)")
 
 
-def _add_decoding(p: argparse.ArgumentParser) -> None:
+def _add_decoding(p: argparse.ArgumentParser, max_len: int | None = 64,
+                  max_len_help: str = "64") -> None:
     p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=finite_float, default=1.0,
                    help="beam score = log p / length**penalty (default 1)")
-    p.add_argument("--max-len", type=positive_int, default=64,
-                   help="longest output in tokens (default 64)")
+    p.add_argument("--max-len", type=positive_int, default=max_len,
+                   help=f"longest output in tokens (default {max_len_help})")
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from scratchgpt.data.translation import DataSpec
     from scratchgpt.training import job, seq2seq
     from scratchgpt.validation import check_range
 
     check_range("--label-smoothing", args.label_smoothing, 0, 1, high_open=True)
     train_flags = given(args, train_fields() - {"nproc"})
     model_flags = given(args, model_flag_names())
-    spec = None
-    if not args.resume:
-        spec = DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
-                        n_train=args.n_train, n_test=args.n_test,
-                        seed=train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]),
-                        valid_fraction=args.valid_fraction)
+    spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
                         args.overwrite, args.label_smoothing)
     result = job.run(plan, progress=not args.no_progress)
@@ -156,6 +158,26 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
           f"{result.val_loss:.4f}; run in {plan.out}")
     return 0
+
+
+DATA_FLAGS = ("task", "data", "n_train", "n_test", "valid_fraction")
+
+
+def data_spec(args: argparse.Namespace, seed: int):
+    """The pairs of a new run as a DataSpec (its defaults for the flags not given); None for a
+    resumed run, which keeps its own pairs (a data flag given is refused)."""
+    from scratchgpt.data.translation import DataSpec
+
+    given_flags = {f: getattr(args, f) for f in DATA_FLAGS if getattr(args, f) is not None}
+    if args.resume:
+        if given_flags:
+            flags = " ".join("--" + f.replace("_", "-") for f in given_flags)
+            raise ConfigError(f"a resumed run keeps its pairs (drop {flags}, or start a new "
+                              "run)")
+        return None
+    sizes = {f: v for f, v in given_flags.items() if f not in ("task", "data")}
+    return DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
+                    seed=seed, **sizes)
 
 
 def model_flag_names() -> set[str]:
@@ -223,20 +245,16 @@ def run_attention(args: argparse.Namespace) -> int:
     check_figure_path(args.out)  # a figure it cannot write is refused before any work
     plt = pyplot()
 
+    from scratchgpt.commands.attention import pick
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
 
     model, src_tok, tgt_tok, _ = _load(args)
     if isinstance(model, TransformerSeq2Seq):
-        n_layer, n_head = model.config.n_layer, model.config.n_head
         if args.layer is not None:
-            if not -n_layer <= args.layer < n_layer:
-                raise ConfigError(f"--layer must be in [0, {n_layer - 1}], got {args.layer}")
-            model.attn_layer = args.layer
+            model.attn_layer = pick(args.layer, model.config.n_layer, "--layer")[0]
         if args.head is not None:
-            if not 0 <= args.head < n_head:
-                raise ConfigError(f"--head must be in [0, {n_head - 1}], got {args.head}")
-            model.attn_head = args.head
+            model.attn_head = pick(args.head, model.config.n_head, "--head")[0]
     elif args.layer is not None or args.head is not None:
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 

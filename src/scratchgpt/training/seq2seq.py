@@ -142,7 +142,7 @@ class Seq2SeqTask:
         return {"source": self.src_tok, "target": self.tgt_tok}
 
     def data(self) -> dict[str, Any]:
-        return {"seq2seq": asdict(self.spec)}
+        return {"seq2seq": asdict(self.spec), "label_smoothing": self.label_smoothing}
 
     def state_dict(self) -> dict[str, Any]:
         return self.epochs.state_dict()
@@ -283,24 +283,20 @@ def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | N
     return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing)
 
 
-def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
+def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
          model_flags: dict[str, Any], out: str, resume: bool, overwrite: bool,
-         label_smoothing: float = 0.0) -> TrainJob:
-    """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`)."""
+         label_smoothing: float | None = None) -> TrainJob:
+    """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`). ``arch`` and
+    ``label_smoothing`` None: a new run's defaults (transformer, 0), a resumed run's own."""
     if resume and overwrite:
         raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
                           "give one of them")
     if resume:
-        checkpoint = RunDir(out).load_last()
-        if checkpoint.model_type != "seq2seq":
-            raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
-                                  "not a seq2seq one; resume it with 'scratchgpt train'")
-        config, cfg = resumed_run(checkpoint, Settings(flags={**train_flags, **model_flags}))
-        check_resources(cfg, config)
-        make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers,
-                       label_smoothing)
-        return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+        flags = {**train_flags, **model_flags, **({"arch": arch} if arch else {})}
+        return _resumed(out, flags, label_smoothing)
     spec = spec or DataSpec()
+    arch = arch or "transformer"
+    label_smoothing = label_smoothing or 0.0
     # Bad flags fail at once, not after the pairs are made and encoded (seconds for dates):
     # the model's flags are checked on stand-in vocabularies, then on the real ones.
     cfg = train_config(train_flags)
@@ -311,4 +307,23 @@ def plan(spec: DataSpec | None, arch: str, train_flags: dict[str, Any],
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
                     {"arch": arch})
+
+
+def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> TrainJob:
+    """The run in ``out`` continued with its own model, pairs and label smoothing; ``flags``
+    may change what a resumed run may change (see :func:`resumed_run`)."""
+    checkpoint = RunDir(out).load_last()
+    if checkpoint.model_type != "seq2seq":
+        raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
+                              "not a seq2seq one; resume it with 'scratchgpt train'")
+    config, cfg = resumed_run(checkpoint, Settings(flags=flags))
+    saved = checkpoint.data.get("label_smoothing")  # None: a run that did not record it
+    if saved is not None and label_smoothing not in (None, saved):
+        raise ConfigError(f"a resumed run keeps its label smoothing: this run has "
+                          f"--label-smoothing {saved} (drop --label-smoothing, or start a new "
+                          "run)")
+    check_resources(cfg, config)
+    smoothing = saved if saved is not None else label_smoothing or 0.0
+    make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing)
+    return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
 
