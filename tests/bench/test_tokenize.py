@@ -34,3 +34,17 @@ def test_tokenize_bench_needs_data(monkeypatch, tmp_path):
         tokenize.run(_args())
     with pytest.raises(ScratchGPTError, match="does not exist"):
         tokenize.run(_args(data=tmp_path / "missing.txt"))
+
+
+def test_a_file_it_cannot_encode_is_one_line(tmp_path, capsys):
+    """An empty file divided by zero, and bytes that are not UTF-8 were a UnicodeDecodeError;
+    a directory was said not to exist."""
+    from tests.cli_errors import error_of
+
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    for name, needle in (("empty.txt", "is empty"), ("latin1.txt", "not valid UTF-8"),
+                         (".", "is a directory")):
+        assert needle in error_of(capsys, ["bench", "tokenize", "--data", str(tmp_path / name),
+                                           "--repeat", "1", "--vocab-size", "300"])
+    assert "--train-repeat" in error_of(capsys, ["bench", "tokenize", "--train-repeat", "0"])

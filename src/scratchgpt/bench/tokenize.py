@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.errors import ConfigError
 
 CORPUS = "tinyshakespeare.txt"
@@ -25,11 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``scratchgpt bench tokenize``."""
     parser.add_argument("--data", type=Path, default=None,
                         help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
-    parser.add_argument("--repeat", type=int, default=5,
+    parser.add_argument("--repeat", type=positive_int, default=5,
                         help="timed runs per encoder; the fastest counts (default 5)")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="vocabulary size for the training benchmark (default 4096)")
-    parser.add_argument("--train-repeat", type=int, default=1,
+    parser.add_argument("--train-repeat", type=positive_int, default=1,
                         help="timed training runs; the fastest counts (default 1)")
 
 
@@ -42,7 +43,8 @@ def _data_path(arg: Path | None) -> Path:
         raise ConfigError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
                         f"directory holding {CORPUS}")
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist")
+        raise ConfigError(f"{path} " + ("is a directory, not a text file" if path.is_dir()
+                                        else "does not exist"))
     return path
 
 
@@ -52,7 +54,7 @@ def _best_of(repeat: int, fn: Callable[[], Any], before: Callable[[], None] | No
     (``before`` runs untimed before each call). CPU time is the steadier figure on a machine
     shared with other work."""
     wall, cpu, result = float("inf"), float("inf"), None
-    for _ in range(max(1, repeat)):
+    for _ in range(repeat):
         if before is not None:
             before()
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -92,10 +94,13 @@ def _reference_tiktoken() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Print the timing table; exit code 1 if any encoder disagrees with the others."""
+    from scratchgpt.data.sources import read_files
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
     path = _data_path(args.data)
-    text = path.read_text(encoding="utf-8")
+    text = read_files([path])  # one-line errors for a file that is not UTF-8 text
+    if not text:
+        raise ConfigError(f"{path} is empty: there is no text to encode")
     mb = len(text.encode("utf-8")) / 1e6
     python = BPETokenizer.gpt2(backend="python")
     auto = BPETokenizer.gpt2(backend="auto")
