@@ -73,3 +73,25 @@ def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_p
     assert needle in error_of(capsys, ["bench", "finetune", "--out", str(tmp_path / "b"),
                                        *flags])
     assert not (tmp_path / "b").exists()
+
+
+TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--vocab-size", "50",
+            "--block-size", "32"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["sample", "--repeats", "0"], "--repeats"), (["sample", "--tokens", "0"], "--tokens"),
+    (["sample", "--preset", "nope"], "--preset"),
+    (["generate", "--repeats", "0"], "--repeats"), (["generate", "--new-tokens", "0"],
+                                                   "--new-tokens"),
+    (["generate", "--batch", "-1"], "--batch"),
+    (["generate", *TINY_GPT, "--prompt-len", "4", "--new-tokens", "29"], "--block-size 32"),
+    (["generate", *TINY_GPT, "--prompt-len", "4", "--new-tokens", "2", "--recompute-tokens",
+      "29"], "--recompute-tokens"),
+    (["decode-step", "--repeats", "-1"], "--repeats"), (["decode-step", "--ops", "-1"], "--ops"),
+    (["decode-step", *TINY_GPT, "--tokens", "32"], "--tokens 32"),
+])
+def test_counts_a_benchmark_cannot_run_are_one_line(argv, needle, capsys):
+    """Each was a traceback (an empty median, an index or shape error) or, for sample's
+    --tokens 0, a figure of 0 tokens/s."""
+    assert needle in error_of(capsys, ["bench", *argv])

@@ -44,3 +44,9 @@ def test_tokenize_bench_refuses_text_it_cannot_encode_in_one_line(tmp_path, caps
     (tmp_path / "t.txt").write_bytes(content)
     assert message in error_of(capsys, ["bench", "tokenize", "--data", str(tmp_path / "t.txt"),
                                         "--repeat", "1"])
+
+
+def test_tokenize_bench_refuses_counts_below_one(capsys):
+    from tests.cli_errors import error_of
+
+    assert "--train-repeat" in error_of(capsys, ["bench", "tokenize", "--train-repeat", "0"])

@@ -29,6 +29,33 @@ def test_bench_train_rejects_an_unknown_variant(capsys):
     assert "unknown variant 'fp16'" in err and "Traceback" not in err
 
 
+FAKE_NANOGPT = """import sys
+open("argv.txt", "w").write(" ".join(sys.argv[1:]))
+if "--n_layer=1" not in sys.argv:
+    sys.exit("FileNotFoundError: data/shakespeare_char/train.bin")
+for i in range(20):
+    print(f"iter {i}: loss 4.0, time 10.0ms")
+"""
+
+
+def test_nanogpt_runs_the_shape_ours_runs(tmp_path, capsys):
+    """nanoGPT ran its recipe's 4-layer, batch-12 shape whatever the flags said, so 'vs ref'
+    compared two different models; a train.py that fails is one line, not a traceback."""
+    (tmp_path / "train.py").write_text(FAKE_NANOGPT)
+    assert main(["bench", "train", *SHAPE, "--variants", "fp32", "--nanogpt", str(tmp_path),
+                 "--json"]) == 0
+    ref = json.loads(capsys.readouterr().out)["results"][0]
+    argv = (tmp_path / "argv.txt").read_text().split()
+    for flag in ("--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=8",
+                 "--batch_size=2", "--bias=False", "--dropout=0.0"):
+        assert flag in argv, argv
+    assert ref["tokens_per_s"] == pytest.approx(2 * 8 / 0.010)  # batch x context / 10 ms
+    assert main(["bench", "train", *SHAPE, "--n-layer", "2", "--variants", "fp32",
+                 "--nanogpt", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "train.bin" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("flag", [["--rounds", "0"], ["--steps", "0"], ["--warmup", "-1"]])
 def test_bench_train_rejects_counts_it_cannot_take(flag, capsys):
     """At least one round and one timed step; no negative warm-up."""

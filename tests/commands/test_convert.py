@@ -136,6 +136,27 @@ def test_checkpoint_with_from_is_refused(run_dir, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_to_hf_over_a_file_says_it_writes_a_directory(run_dir, tmp_path, capsys):
+    """It said to pass --overwrite, which then failed with 'File exists'."""
+    (tmp_path / "model.bin").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                     str(tmp_path / "model.bin"), *extra]) == 2
+        assert "--to hf writes a directory" in capsys.readouterr().err
+    assert (tmp_path / "model.bin").read_text() == "mine"
+
+
+def test_from_hf_never_writes_into_a_hugging_face_directory(tmp_path, capsys):
+    """--out naming the source (or any Hugging Face directory) had its config.json replaced by
+    the run's, with --overwrite: then neither sample nor convert could read it."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    before = {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()}
+    for extra in ([], ["--overwrite"]):
+        assert main(["convert", "--from", "hf", str(hf), "--out", str(hf), *extra]) == 2
+        assert "holds a Hugging Face model" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()} == before
+
+
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
     save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))

@@ -117,6 +117,17 @@ def test_bench_speculative_ngram_and_auto(runs, tmp_path, capsys):
         assert row["nll_speculative"][1] is None
 
 
+def test_bench_speculative_prompt_file_it_cannot_read_is_one_line(runs, tmp_path, capsys):
+    """A file that is not UTF-8 was a UnicodeDecodeError traceback, and was read only after
+    the models were loaded."""
+    from tests.cli_errors import error_of
+
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    assert "not UTF-8" in error_of(capsys, [
+        "bench", "speculative", "--checkpoint", str(runs["target"]), "--draft", "ngram",
+        "--prompt-file", str(tmp_path / "latin1.txt"), "--k", "1", "--tokens", "2"])
+
+
 def test_bench_speculative_random_gpt_shapes(capsys):
     """The way to time a GPT-2-shaped target with a small random draft, at toy size."""
     assert main(["bench", "speculative", "--random-target", "2,2,32", "--random-draft",

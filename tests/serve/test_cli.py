@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import subprocess
 import sys
 
@@ -141,3 +142,30 @@ def test_bench_serve_says_why_the_server_did_not_start(capsys, tmp_path):
     optional("uvicorn")
     assert "did not start" in error_of(capsys, ["bench", "serve", "--checkpoint",
                                                 str(tmp_path / "nothing")])
+
+
+def test_bench_serve_url_with_no_server_is_one_line(capsys):
+    """It was httpx's ConnectError traceback."""
+    optional("httpx")
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert "no server answers" in error_of(capsys, ["bench", "serve", "--url",
+                                                    f"http://127.0.0.1:{port}"])
+
+
+def test_bench_serve_refuses_prompts_the_server_refuses(capsys, plain_run):
+    """Prompts past the server's limit were all answered 400, and the table showed 0 tokens/s
+    and nan latencies as the figures; a load with failed requests gives no figures."""
+    from collections import Counter
+
+    from scratchgpt.bench.serve import answered
+    from scratchgpt.errors import GenerationError
+    from scratchgpt.serve.loadtest import LoadResult
+    from tests.serve.conftest import start_server
+
+    with start_server(plain_run) as server:
+        assert "--prompt-tokens 100000" in error_of(
+            capsys, ["bench", "serve", "--url", server.url, "--prompt-tokens", "100000"])
+    with pytest.raises(GenerationError, match="2 of 3 requests failed"):
+        answered(LoadResult(1, 3, 1.0, 4, [0.1], [], Counter({200: 1, 400: 2})))

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import non_negative_int, positive_int
 
 # Kernels by kind (the aten / extension op names a GPT's forward and the sampler run).
 KINDS: dict[str, tuple[str, ...]] = {
@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-layer", type=int, default=12)
     p.add_argument("--n-head", type=int, default=12)
     p.add_argument("--n-embd", type=int, default=768)
-    p.add_argument("--vocab-size", type=int, default=None,
+    p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of a random model (default 50257, or 65 with --preset)")
     p.add_argument("--block-size", type=int, default=1024, help="context of a random model")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
@@ -80,11 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of new tokens per call (1 = a decode step; K+1 = scoring "
                         "K drafts), e.g. 1,5")
     p.add_argument("--context", type=int, default=64, help="tokens already in the cache (64)")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed calls per variant (default: about 2 s of calls)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads (default 1: thread CPU time is the clock)")
-    p.add_argument("--ops", type=int, default=0,
+    p.add_argument("--ops", type=non_negative_int, default=0,
                    help="also list the N costliest kernels of each call by op name (0 = none)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -340,12 +340,16 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.bench.generate import read_bandwidth
+    from scratchgpt.errors import ConfigError
 
     variants, token_counts = _parse(args)
     torch.set_num_threads(args.threads)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
     base, what = build(args)
     room = base.config.block_size - max(token_counts)
+    if room < 1:
+        raise ConfigError(f"--tokens {max(token_counts)} leaves no room for a cached context "
+                          f"in the model's {base.config.block_size} positions")
     if args.context > room:
         args.context = room
     with torch.inference_mode():

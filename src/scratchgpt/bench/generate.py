@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import thread_count
+from scratchgpt.commands.argtypes import non_negative_int, positive_int, thread_count
 
 DTYPES = ("fp32", "bf16", "int8")
 GGUF_TYPE = {"fp32": "f32", "bf16": "f16", "int8": "q8_0"}  # llama.cpp's counterpart of each
@@ -41,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-embd", type=int, default=768)
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--block-size", type=int, default=1024)
-    p.add_argument("--prompt-len", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3,
+    p.add_argument("--prompt-len", type=positive_int, default=64)
+    p.add_argument("--new-tokens", type=positive_int, default=256)
+    p.add_argument("--repeats", type=positive_int, default=3,
                    help="runs per variant; the median and best decode rate are reported (3)")
     p.add_argument("--dtypes", default="fp32,bf16,int8",
                    help="comma list of fp32, bf16, int8 (default all three; bf16 is emulated, "
@@ -57,9 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "written as GGUF: f32 against fp32, f16 against bf16, q8_0 against int8")
     p.add_argument("--plain", action="store_true",
                    help="skip optimize_for_decode (weight layout / bf16 packing)")
-    p.add_argument("--recompute-tokens", type=int, default=512,
+    p.add_argument("--recompute-tokens", type=non_negative_int, default=512,
                    help="new tokens for the cached vs full-recompute comparison (0 = skip)")
-    p.add_argument("--batch", type=int, default=8, help="batch for batched throughput (0 = skip)")
+    p.add_argument("--batch", type=non_negative_int, default=8,
+                   help="batch for batched throughput (0 = skip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -267,6 +268,18 @@ def parse_dtypes(text: str) -> list[str]:
     return names
 
 
+def check_context(args: argparse.Namespace) -> None:
+    """The prompt and the tokens generated after it fit the model's context (transformers and
+    the full-recompute timing cannot go past it)."""
+    from scratchgpt.errors import ConfigError
+
+    for flag, n in (("--new-tokens", args.new_tokens), ("--recompute-tokens",
+                                                        args.recompute_tokens)):
+        if args.prompt_len + n > args.block_size:
+            raise ConfigError(f"--prompt-len {args.prompt_len} + {flag} {n} exceed the "
+                              f"context, --block-size {args.block_size}")
+
+
 def check_llama_cpp(vocab_size: int) -> None:
     from scratchgpt.errors import ConfigError
 
@@ -346,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     dtypes = parse_dtypes(args.dtypes)
+    check_context(args)
     if args.llama_cpp:
         check_llama_cpp(args.vocab_size)
     if args.threads:

@@ -15,17 +15,21 @@ import argparse
 import statistics
 import time
 
-from scratchgpt.commands.argtypes import thread_count
+from scratchgpt.commands.argtypes import positive_int, thread_count
+from scratchgpt.training.config import PRESETS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="run directory or .pt file (optional)")
-    p.add_argument("--preset", default="cpu-small", help="model shape when no checkpoint")
-    p.add_argument("--tokens", type=int, default=500, help="new tokens per sample (500)")
-    p.add_argument("--prompt-len", type=int, default=1, help="prompt tokens (1)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small",
+                   help="model shape when no checkpoint (default cpu-small)")
+    p.add_argument("--tokens", type=positive_int, default=500,
+                   help="new tokens per sample (500)")
+    p.add_argument("--prompt-len", type=positive_int, default=1, help="prompt tokens (1)")
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="timed runs after one warm-up; the median is reported (5)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="inference precision, as sample --dtype (default fp32)")
     p.add_argument("--compile", action="store_true",
@@ -44,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models import build_model, config_fields, model_config
     from scratchgpt.models.fast_decode import decode_threads, prepare_for_decode
     from scratchgpt.models.native import describe
-    from scratchgpt.training.config import PRESETS
 
     if args.checkpoint:
         from scratchgpt.checkpoints import load_model

@@ -206,8 +206,17 @@ def model_card(url: str) -> dict[str, Any]:
 
 
 def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The requests: random token-id prompts, greedy, a fixed number of new tokens."""
+    """The requests: random token-id prompts, greedy, a fixed number of new tokens (prompts
+    the server would refuse are a ConfigError: there would be nothing to time)."""
+    import httpx
+
+    from scratchgpt.errors import ConfigError
+
     card = model_card(url)
+    most = httpx.get(url + "/api/limits", timeout=10).json()["max_prompt_tokens"]
+    if args.prompt_tokens > most:
+        raise ConfigError(f"--prompt-tokens {args.prompt_tokens}: the server takes prompts of "
+                          f"at most {most} tokens")
     return [{"model": card["id"], "prompt": prompt, "max_tokens": args.max_tokens,
              "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
 
@@ -219,14 +228,27 @@ def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
     asyncio.run(load(url, bodies[:2], 1))  # warm up
     out: dict[str, Any] = {}
     if not args.no_sequential:
-        out["one_at_a_time"] = asyncio.run(load(url, bodies, 1, time_limit_s=args.time_limit)
-                                           ).summary()
-    out["concurrent"] = asyncio.run(load(url, bodies, args.clients,
-                                         time_limit_s=args.time_limit)).summary()
+        out["one_at_a_time"] = answered(asyncio.run(load(url, bodies, 1,
+                                                         time_limit_s=args.time_limit)))
+    out["concurrent"] = answered(asyncio.run(load(url, bodies, args.clients,
+                                                  time_limit_s=args.time_limit)))
     if "one_at_a_time" in out and out["one_at_a_time"]["tokens_per_s"]:
         out["speedup"] = round(out["concurrent"]["tokens_per_s"]
                                / out["one_at_a_time"]["tokens_per_s"], 2)
     return out
+
+
+def answered(result: Any) -> dict[str, Any]:
+    """The summary of a load whose every request was answered; a GenerationError otherwise
+    (its figures would time refusals, not the workload)."""
+    from scratchgpt.errors import GenerationError
+
+    summary = result.summary()
+    failed = {status: n for status, n in summary["statuses"].items() if status != 200}
+    if failed:
+        raise GenerationError(f"{sum(failed.values())} of {summary['requests']} requests failed "
+                           f"(HTTP status: count {failed}); no figures")
+    return summary
 
 
 def engine_throughput(checkpoint: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -364,6 +386,7 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     with tempfile.TemporaryDirectory() as tmp:
         if args.url:
+            check_reachable(args.url.rstrip("/"))
             return report(args, args.url.rstrip("/"), lambda: 0)
         checkpoint = args.checkpoint
         if checkpoint is None:
@@ -373,6 +396,18 @@ def run(args: argparse.Namespace) -> int:
             return report_engine(args, checkpoint)
         with ServerProcess(checkpoint, args) as server:
             return report(args, server.url, server.rss_bytes)
+
+
+def check_reachable(url: str) -> None:
+    """A server answers at ``url`` (--url), or a ConfigError saying none does."""
+    import httpx
+
+    from scratchgpt.errors import ConfigError
+
+    try:
+        httpx.get(url + "/health", timeout=10)
+    except httpx.HTTPError as e:
+        raise ConfigError(f"--url {url}: no server answers there ({e})") from None
 
 
 def report_engine(args: argparse.Namespace, checkpoint: str) -> int:

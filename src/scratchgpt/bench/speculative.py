@@ -205,17 +205,17 @@ def random_setup(args: argparse.Namespace) -> Setup:
 
 def checkpoint_setup(args: argparse.Namespace) -> Setup:
     """The target (and draft) checkpoints, the prompt text encoded with their tokenizer."""
-    from pathlib import Path
-
     import torch
 
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.commands.sample import read_prompt
     from scratchgpt.errors import ConfigError
     from scratchgpt.generation.speculative import check_pair
 
     if args.checkpoint is None or args.draft is None:
         raise ConfigError("give --checkpoint and --draft (a model or 'ngram'), or "
                           "--random-target")
+    text = read_prompt(args)  # one-line errors for a file that is missing or not UTF-8
     target, tstate = load_model(args.checkpoint, args.which)
     tok = checkpoint_tokenizer(tstate)
     draft = "ngram"
@@ -224,7 +224,6 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
         check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
     params = count_params(target, draft)
     target, draft = prepare_pair(target, draft, args)
-    text = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
     if args.copy_task:
         text = text + "\n\n" + text[: max(1, len(text) // 3)]
     return Setup(target, draft, torch.tensor([tok.encode(text)]),

@@ -7,8 +7,8 @@ modules) runs the same full training step as ``scratchgpt train``: batch samplin
 loss, backward, clipping, fused AdamW. The variants take turns, ``--steps / --rounds`` steps
 at a time, so that a machine slowing down for a while slows them all alike; each is timed by
 the median of its steps. Pass ``--nanogpt DIR`` (a checkout of karpathy/nanoGPT with its
-shakespeare_char data prepared) to run its train.py beside ours in the same invocation and
-print the ratio.
+shakespeare_char data prepared) to run its train.py beside ours in the same invocation, at
+the same shape, biases and dropout, and print the ratio.
 ``--breakdown`` then shows where each variant's step spends its time, by kind of operator.
 
 A ``-1thread`` variant runs the same step on one thread. Beside its variant on all of them it
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
+from scratchgpt.commands.argtypes import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attn-dropout", type=float, default=None,
                    help="attention dropout alone (default: the same as --dropout)")
     p.add_argument("--nanogpt", default=None, help="nanoGPT checkout to run side by side")
-    p.add_argument("--nanogpt-iters", type=int, default=300)
+    p.add_argument("--nanogpt-iters", type=positive_int, default=300,
+                   help="iterations of nanoGPT's train.py (300; the first tenth untimed)")
     p.add_argument("--breakdown", action="store_true",
                    help="then profile each variant's step, the variants again taking "
                         "turns, and show where its time goes: products, attention, casts, "
@@ -278,24 +280,32 @@ def _result(args: argparse.Namespace, variant: str, model: Any, median_s: float,
     return result
 
 
-def run_nanogpt(path: str, iters: int) -> dict:
-    """Run nanoGPT's own train.py with its CPU recipe and parse its per-iteration times."""
-    root = Path(path)
-    if not (root / "train.py").is_file():
-        from scratchgpt.errors import ConfigError
+def run_nanogpt(args: argparse.Namespace) -> dict:
+    """Run nanoGPT's own train.py with its CPU recipe, at the shape our variants train (the
+    recipe's by default), and parse its per-iteration times."""
+    from scratchgpt.errors import ConfigError
 
-        raise ConfigError(f"--nanogpt {path}: no train.py there")
+    root, iters = Path(args.nanogpt), args.nanogpt_iters
+    if not (root / "train.py").is_file():
+        raise ConfigError(f"--nanogpt {root}: no train.py there")
     cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
-           "--compile=False", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
-           "--n_embd=128", f"--max_iters={iters}", f"--lr_decay_iters={iters}",
-           "--dropout=0.0", "--eval_interval=100000", "--eval_iters=1", "--log_interval=1",
+           "--compile=False", f"--block_size={args.block_size}",
+           f"--batch_size={args.batch_size}", f"--n_layer={args.n_layer}",
+           f"--n_head={args.n_head}", f"--n_embd={args.n_embd}", f"--bias={args.bias}",
+           f"--max_iters={iters}", f"--lr_decay_iters={iters}", f"--dropout={args.dropout}",
+           "--eval_interval=100000", "--eval_iters=1", "--log_interval=1",
            "--always_save_checkpoint=False"]
-    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
-    ms = [float(m) for m in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms", out, re.M)]
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    ms = [float(m) for m in re.findall(r"^iter \d+: loss [\d.]+, time ([\d.]+)ms",
+                                       done.stdout, re.M)]
+    if done.returncode != 0 or not ms:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise ConfigError(f"--nanogpt {root}: its train.py gave no step times ({last[:200]})")
     ms = ms[len(ms) // 10:]  # drop the first 10% (warm-up)
     med = statistics.median(ms) / 1e3
     return {"variant": "nanoGPT (reference)", "ms_per_step": med * 1e3,
-            "tokens_per_s": 12 * 64 / med, "tflops": None, "first_step_s": None}
+            "tokens_per_s": args.batch_size * args.block_size / med, "tflops": None,
+            "first_step_s": None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -312,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16") if d in dtypes}
     results = []
     if args.nanogpt:
-        results.append(run_nanogpt(args.nanogpt, args.nanogpt_iters))
+        results.append(run_nanogpt(args))
     ours = time_variants(args, [v.strip() for v in args.variants.split(",")])
     results += ours
     threads = torch.get_num_threads()

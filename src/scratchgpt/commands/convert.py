@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if out.is_dir() and args.target == "gguf":
         raise ConfigError(f"--to gguf writes one file; {out} is a directory (name the file, "
                           "e.g. model.gguf)")
+    if out.is_file() and args.target == "hf":
+        raise ConfigError(f"--to hf writes a directory; {out} is a file (name a directory)")
     _check_out(out, args.overwrite)
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
