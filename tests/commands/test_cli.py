@@ -396,6 +396,17 @@ def test_a_bad_tokenizer_flag_is_refused_before_a_download(tmp_path, capsys):
         error_of(capsys, ["bench", "tokenize", "--data", str(tmp_path / "none.txt"), *flags])
 
 
+def test_prepare_help_names_every_dataset_it_takes(capsys):
+    """--dataset takes only names, which the refusal of a wrong one was the only place to
+    learn; and not every one is pinned by a sha256, as the help said."""
+    from scratchgpt.data.sources import DATASET_NAMES
+
+    with pytest.raises(SystemExit):
+        main(["prepare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in DATASET_NAMES) and "where one is pinned" in text
+
+
 def _entry(code: str, *argv: str) -> list[str]:
     """Run ``code`` in a fresh interpreter (the process entry must not freeze this one)."""
     import subprocess

@@ -295,3 +295,14 @@ def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path):
         (tmp_path / "src" / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
     text, _ = sources.read_text_source(tmp_path / "src")
     assert text == "first file, \n\nsecond file.\ufeff"  # one inside the text is kept
+
+
+def test_a_utf16_file_is_named_as_such(tmp_path):
+    """Windows editors save "Unicode" as UTF-16, which is not UTF-8 from its first byte: the
+    refusal says what the file is and what to save it as."""
+    (tmp_path / "t.txt").write_text("some text", encoding="utf-16")
+    with pytest.raises(ScratchGPTError, match="byte 0.: it is UTF-16 text; save it as UTF-8"):
+        sources.read_text_source(tmp_path / "t.txt")
+    (tmp_path / "t.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(ScratchGPTError, match=r"not valid UTF-8 text \(byte 3\)$"):
+        sources.read_text_source(tmp_path / "t.txt")

@@ -356,3 +356,17 @@ def test_enumeration_helper_sums_to_one(pair):
     probs = exact_target_distribution(pair[0], PROMPT, 2, SamplingConfig(0.7, top_p=0.9))
     assert abs(sum(probs.values()) - 1) < 1e-5
     assert len(probs) == 64 and set(probs) == set(itertools.product(range(8), repeat=2))
+
+
+def test_bpe_pairs_are_told_apart_by_their_merges_not_their_names(pair):
+    """Two BPEs of one size learned from other texts differ (their to_dict() did not: it names
+    the merges file, it does not hold it); GPT-2's vocabulary read from two Hugging Face
+    directories (gpt2 and distilgpt2 from the hub, named after their snapshots) is the same."""
+    from scratchgpt.tokenizers import BPETokenizer
+
+    target, _ = pair
+    mine, other = (BPETokenizer.train(t * 20, 260) for t in ("the cat sat. ", "a dog ran. "))
+    with pytest.raises(ScratchGPTError, match="different tokenizers"):
+        check_pair(target, target, mine, other)
+    renamed = BPETokenizer(mine.merges, mine.special_tokens, name="607a30d7")
+    check_pair(target, target, mine, renamed)

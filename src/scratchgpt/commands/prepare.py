@@ -23,10 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "replaced only with --overwrite. With no --data or --dataset, the offline "
                     "default corpus is used: the top-level modules of this Python's standard "
                     "library.")
+    from scratchgpt.data.sources import DATASET_NAMES
+
     src = p.add_mutually_exclusive_group()
     src.add_argument("--data", help="a UTF-8 text file, or a folder of .txt files")
-    src.add_argument("--dataset", help="a named dataset (e.g. shakespeare), fetched and verified "
-                                       "by sha256; looked up in $SCRATCHGPT_DATA_DIR first")
+    src.add_argument("--dataset", help=f"a named dataset ({', '.join(DATASET_NAMES)}), looked "
+                                       "up in $SCRATCHGPT_DATA_DIR first, else fetched; checked "
+                                       "against its sha256 where one is pinned")
     p.add_argument("--tokenizer", default="char",
                    help="char, char-prose (letters, digits, space and basic punctuation; "
                         "newlines and repeated spaces folded), bpe (trained here) or gpt2 "

@@ -256,7 +256,9 @@ def read_files(files: list[Path]) -> str:
         try:
             parts.append(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
         except UnicodeDecodeError as e:
-            raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
+            utf16 = e.object[:2] in (b"\xff\xfe", b"\xfe\xff")  # its byte-order mark
+            hint = ": it is UTF-16 text; save it as UTF-8" if utf16 else ""
+            raise DataError(f"{path} is not valid UTF-8 text (byte {e.start}){hint}") from None
         except OSError as e:
             raise DataError(f"cannot read {path}: {e.strerror}") from None
     return "\n\n".join(parts)

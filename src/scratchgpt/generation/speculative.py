@@ -107,7 +107,7 @@ def check_pair(target: CachedLM, draft: CachedLM, target_tokenizer: Any = None,
     """Raise ``GenerationError`` unless draft and target share the vocabulary (and tokenizer)."""
     if (target_tokenizer is None) != (draft_tokenizer is None):
         raise GenerationError("give both tokenizers or neither")
-    if target_tokenizer is not None and target_tokenizer.to_dict() != draft_tokenizer.to_dict():
+    if target_tokenizer is not None and not target_tokenizer.same_as(draft_tokenizer):
         raise GenerationError("draft and target were trained with different tokenizers; "
                               "speculative sampling needs the same one (train both on the same "
                               "prepared dataset)")
