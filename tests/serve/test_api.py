@@ -148,9 +148,10 @@ def test_byte_level_tokens_spell_the_text_they_make(tmp_path):
     """With a byte-level BPE, a character's bytes can come in several tokens: the logprobs'
     tokens still join to the text, streamed or not, with the offsets where each begins (the
     playground slices the text by them), and alternatives that are part of a character are
-    spelled by their bytes."""
+    spelled by their bytes. A literal <|endoftext|> in a prompt is the end-of-text token."""
     import httpx
 
+    from scratchgpt.commands.argtypes import encode
     from scratchgpt.models import build_model, model_config
     from scratchgpt.tokenizers.bpe import BPETokenizer
     from tests.serve.models import save_run
@@ -185,6 +186,12 @@ def test_byte_level_tokens_spell_the_text_they_make(tmp_path):
         choice = c.post("/v1/completions", json=body).json()["choices"][0]
         assert choice["logprobs"]["tokens"][0] == ""
         assert "".join(choice["logprobs"]["tokens"]) == choice["text"]
+        # a literal end-of-text is the end-of-text token, as sample and prepare read it
+        body = {"prompt": "café<|endoftext|>鷫", "max_tokens": 1, "logprobs": 1, "echo": True}
+        r = c.post("/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == len(encode(tok, body["prompt"], "error"))
+        assert "<|endoftext|>" in r.json()["choices"][0]["logprobs"]["tokens"]
 
 
 def test_seeded_choices_repeat_and_differ_from_each_other(client):

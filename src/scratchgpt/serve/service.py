@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from scratchgpt.chat import ChatTemplate
+from scratchgpt.data.prepare import encode_corpus
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.generation.prompt import start_of_text
 from scratchgpt.generation.sampling import SamplingConfig
@@ -87,7 +88,8 @@ class Service:
 
     def tokens(self, prompt: str | list[int], param: str = "prompt") -> tuple[list[int], str]:
         """Token ids (checked against the vocabulary) and text of a prompt given as either
-        (``param``: the request's field it came from, for errors)."""
+        (``param``: the request's field it came from, for errors). Text is read as ``sample``
+        and ``prepare`` read it: a literal ``<|endoftext|>`` is the end-of-text token."""
         if isinstance(prompt, list):
             bad = [t for t in prompt if not 0 <= t < self.info.vocab_size]
             if bad:
@@ -96,7 +98,7 @@ class Service:
             ids, text = prompt, self.tokenizer.decode(prompt)
         else:
             try:
-                ids, text = self.tokenizer.encode(prompt), prompt
+                ids, text = encode_corpus(self.tokenizer, prompt, "error"), prompt
             except ScratchGPTError as e:
                 raise api.ApiError(400, f"the {param} cannot be encoded: {e}",
                                    param=param) from None
