@@ -154,6 +154,21 @@ def test_data_dir_comes_before_cache_and_network(server, cache, monkeypatch, tmp
     assert server.requests == [] and not cache.exists()
 
 
+def test_a_wrong_file_in_the_data_dir_is_refused_and_kept(server, cache, monkeypatch,
+                                                           tmp_path):
+    """The file is the user's: the refusal says what the folder should hold, not to delete
+    it, and it stays."""
+    serve_dataset(monkeypatch, server, "/good.txt", sha256="0" * 64)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "testdata.txt").write_bytes(BODY)
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path / "mine"))
+    with pytest.raises(DataError, match="SCRATCHGPT_DATA_DIR should hold the file from") as e:
+        sources.fetch_named("testdata")
+    assert "delete" not in str(e.value)
+    assert (tmp_path / "mine" / "testdata.txt").read_bytes() == BODY
+    assert server.requests == []
+
+
 def test_wrong_checksum_is_an_error_and_nothing_is_kept(server, cache, monkeypatch, tmp_path,
                                                         capsys):
     serve_dataset(monkeypatch, server, "/good.txt", sha256="0" * 64)

@@ -106,7 +106,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _verified(path: Path, ds: NamedDataset) -> Path:
+def _verified(path: Path, ds: NamedDataset, remedy: str = "delete it to download again"
+              ) -> Path:
+    """``path`` if its sha256 is the dataset's pinned one; otherwise a DataError ending with
+    ``remedy``, what the user can do about it."""
     digest = sha256_file(path)
     if ds.sha256 is None:
         print(f"note: dataset {ds.name!r} is not pinned; {path} has sha256 {digest} "
@@ -116,7 +119,7 @@ def _verified(path: Path, ds: NamedDataset) -> Path:
     if digest != ds.sha256:
         raise DataError(
             f"{path} has sha256 {digest[:12]}…, expected {ds.sha256[:12]}… for dataset "
-            f"{ds.name!r}; refusing to use it (delete it to download again)"
+            f"{ds.name!r}; refusing to use it ({remedy})"
         )
     return path
 
@@ -196,7 +199,8 @@ def fetch_named(name: str) -> Path:
     data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
     for local in (ds.filename, *ds.local_names):
         if data_dir and (Path(data_dir) / local).is_file():
-            return _verified(Path(data_dir) / local, ds)
+            return _verified(Path(data_dir) / local, ds,
+                             f"SCRATCHGPT_DATA_DIR should hold the file from {ds.url}")
     cached = cache_dir() / "downloads" / ds.filename
     if cached.is_file():
         return _verified(cached, ds)
