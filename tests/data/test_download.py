@@ -282,3 +282,24 @@ def test_an_unknown_dataset_lists_every_name_that_works(capsys, argv):
     line = error_of(capsys, argv)
     assert all(name in line for name in sources.DATASET_NAMES), line
     assert "python-stdlib" in line
+
+
+def test_a_folder_named_like_a_dataset_does_not_hide_it(server, cache, monkeypatch, tmp_path):
+    """`--dataset testdata` beside a folder of one's own called testdata (raw text, not a
+    prepared dataset) takes the named dataset, saying so; a prepared folder still wins."""
+    from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.data.resolve import resolve_dataset
+
+    serve_dataset(monkeypatch, server, "/good.txt")
+    monkeypatch.setattr(sources, "DATASET_NAMES", (*sources.DATASET_NAMES, "testdata"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "testdata").mkdir()
+    (tmp_path / "testdata" / "notes.txt").write_text("my own notes")
+    said: list[str] = []
+    data, name = resolve_dataset("testdata", log=said.append)
+    assert name == "testdata" and data.directory.is_relative_to(cache)
+    assert "not a prepared dataset" in said[0]
+    (tmp_path / "testdata" / "notes.txt").unlink()
+    prepare_text("a prepared folder of that name " * 20, tmp_path / "testdata", "char")
+    data, _ = resolve_dataset("testdata", log=said.append)
+    assert data.directory == Path("testdata")

@@ -39,7 +39,11 @@ def resolve_dataset(name_or_path: str | None,
     name = name_or_path or sources.DEFAULT_CORPUS
     path = Path(name)
     if path.is_dir():
-        return TokenDataset(path), path.name
+        if name not in sources.DATASET_NAMES or (path / META_FILE).is_file():
+            return TokenDataset(path), path.name
+        if log is not None:  # a folder of the user's own, named like a dataset
+            log(f"note: the folder {path} is not a prepared dataset; using the named "
+                f"dataset {name!r}")
     if name not in sources.DATASET_NAMES:
         raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
                         f"dataset ({', '.join(sources.DATASET_NAMES)})")
