@@ -306,3 +306,16 @@ def test_a_utf16_file_is_named_as_such(tmp_path):
     (tmp_path / "t.txt").write_bytes(b"caf\xe9")
     with pytest.raises(ScratchGPTError, match=r"not valid UTF-8 text \(byte 3\)$"):
         sources.read_text_source(tmp_path / "t.txt")
+
+
+def test_a_folder_of_text_follows_links_to_folders_once(tmp_path):
+    """A linked subfolder's files are read as a real one's (rglob skipped them silently); a
+    link back up to the folder itself is not followed round again."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "b.txt").write_text("linked")
+    (tmp_path / "src" / "real").mkdir(parents=True)
+    (tmp_path / "src" / "real" / "a.txt").write_text("real")
+    (tmp_path / "src" / "linked").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "src" / "real" / "up").symlink_to(tmp_path / "src")
+    text, desc = sources.read_text_source(tmp_path / "src")
+    assert text == "linked\n\nreal" and desc.startswith("2 .txt files")

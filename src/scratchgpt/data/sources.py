@@ -268,13 +268,29 @@ def read_files(files: list[Path]) -> str:
     return "\n\n".join(parts)
 
 
+def text_files_under(folder: Path) -> list[Path]:
+    """The ``.txt`` files under ``folder``, its subfolders included, following links to
+    folders (each real folder once, so a link back up does not loop), sorted by path."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs.clear()  # reached again through a link: already read
+            continue
+        seen.add(real)
+        found += [Path(root) / f for f in files
+                  if f.endswith(".txt") and (Path(root) / f).is_file()]
+    return sorted(found)
+
+
 def read_text_source(path: str | Path) -> tuple[str, str]:
     """Text from a file or a folder of .txt files. Returns (text, description)."""
     if not str(path):
         raise DataError("the data path is empty; name a text file or a folder of .txt files")
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        files = text_files_under(path)
         if not files:
             raise DataError(f"folder {path} contains no .txt files")
         return read_files(files), f"{len(files)} .txt files under {path}"
