@@ -60,3 +60,15 @@ def test_unknown_count_is_what_replace_substitutes():
     replaced = tok.encode(text, unknown="replace")
     assert tok.unknown_count(text) == sum(c not in tok.stoi for c in normalize_prose(text)) > 0
     assert len(replaced) == len(normalize_prose(text))
+
+
+@pytest.mark.parametrize("missing", [3, 400])
+def test_unknown_count_counts_every_missing_character(missing):
+    """A few missing characters or many (text in another script) are counted alike."""
+    from scratchgpt.tokenizers.char import FEW_MISSING, CharTokenizer
+
+    tok = CharTokenizer.train("abc ")
+    foreign = [chr(0x4E00 + i) for i in range(missing)]
+    text = "abc " + "".join(c * (i % 3 + 1) + " a" for i, c in enumerate(foreign))
+    assert (missing > FEW_MISSING) == (missing == 400)  # both ways of counting are tried
+    assert tok.unknown_count(text) == sum(c not in tok.stoi for c in text)

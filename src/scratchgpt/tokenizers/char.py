@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import Tokenizer
 
+# Up to this many distinct missing characters are counted with one str.count each; more (text
+# in another script) with one Counter pass: thousands of scans of a long text took minutes.
+FEW_MISSING = 16
 
 class CharTokenizer(Tokenizer):
     """Vocabulary = the sorted set of characters seen in the training text."""
@@ -41,7 +45,10 @@ class CharTokenizer(Tokenizer):
         3
         """
         missing = set(text).difference(self.stoi)  # one pass in C; mostly empty
-        return sum(text.count(c) for c in missing)
+        if len(missing) <= FEW_MISSING:
+            return sum(text.count(c) for c in missing)  # a pass in C for each
+        counts = Counter(text)  # many (another script): one counting pass instead
+        return sum(counts[c] for c in missing)
 
     def _replacement(self) -> int:
         for c in ("?", " ", "_"):
