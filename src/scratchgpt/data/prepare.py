@@ -28,9 +28,9 @@ import random
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from scratchgpt.tokenizers.bpe_files import MERGES_FILE
 
 META_FILE = "meta.json"
 META_VERSION = 1
+T = TypeVar("T")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -59,6 +60,50 @@ def encode_corpus(tok: Tokenizer, text: str, unknown: str = "replace") -> list[i
     if isinstance(tok, BPETokenizer):
         return tok.encode(text, unknown, allowed_special="all")
     return tok.encode(text, unknown=unknown)
+
+
+# Long text is encoded a piece of about this many characters at a time, each piece's ids
+# stored at once as 2 or 4 bytes: a list of the whole text's ids as Python ints takes ~36 bytes
+# a token (preparing 42 MB of Python source with GPT-2's BPE peaked at 940 MB, in pieces 650).
+PIECE_CHARS = 1 << 20
+# Where a piece may end: after a line's newline, between two non-space characters. No chunk of
+# GPT-2's pre-tokenizer spans such a place, so the pieces encode to the whole text's ids.
+PIECE_END = re.compile(r"(?<=\S\n)(?=\S)")
+
+
+def text_pieces(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
+    """``text`` cut into pieces of at least ``piece_chars`` characters (the last may be
+    shorter), each ending where :data:`PIECE_END` allows; text without such a place is one
+    piece.
+
+    >>> text_pieces("ab\\ncd\\n\\nef\\ngh", 2)
+    ['ab\\n', 'cd\\n\\nef\\n', 'gh']
+    """
+    pieces, start = [], 0
+    while start < len(text):
+        end = PIECE_END.search(text, start + piece_chars)
+        stop = end.start() if end else len(text)
+        pieces.append(text[start:stop])
+        start = stop
+    return pieces
+
+
+def encode_to_array(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = False,
+                    desc: str = "encoding", piece_chars: int = PIECE_CHARS) -> np.ndarray:
+    """:func:`encode_corpus` of ``text`` as an array of ``dtype``, the same ids, encoded a
+    piece at a time (:func:`text_pieces`) where the tokenizer allows it (character level, or
+    byte-level BPE with GPT-2's pre-tokenizer): memory then holds the ids at 2 or 4 bytes each.
+    ``progress`` shows a bar over the pieces."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+    from scratchgpt.tokenizers.char import CharTokenizer
+    from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN
+
+    cuttable = (type(tok) is CharTokenizer
+                or isinstance(tok, BPETokenizer) and tok.pattern == GPT2_PATTERN)
+    pieces = text_pieces(text, piece_chars) if cuttable else [text]
+    arrays = [np.asarray(encode_corpus(tok, piece), dtype=dtype)
+              for piece in _bar(pieces, progress and len(pieces) > 1, desc, "piece")]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
 
 def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
@@ -83,12 +128,12 @@ def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies
     return out
 
 
-def _bar(items: range, enabled: bool, desc: str) -> Iterable[int]:
+def _bar(items: Sequence[T], enabled: bool, desc: str, unit: str = "copy") -> Iterable[T]:
     if not enabled:
         return items
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, unit="copy", dynamic_ncols=True)
+    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True)
 
 
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",
@@ -126,10 +171,11 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             tokenizer, train_text, vocab_size=vocab_size)
         dtype = token_dtype(tok.vocab_size)
         sampled = bool(bpe_dropout) or train_copies != 1
-        train_ids = np.asarray(
-            encode_training_copies(tok, train_text, bpe_dropout, train_copies, progress=progress)
-            if sampled else encode_corpus(tok, train_text), dtype=dtype)
-        val_ids = np.asarray(encode_corpus(tok, val_text), dtype=dtype)
+        train_ids = (np.asarray(encode_training_copies(tok, train_text, bpe_dropout,
+                                                       train_copies, progress=progress),
+                                dtype=dtype) if sampled
+                     else encode_to_array(tok, train_text, dtype, progress, "training split"))
+        val_ids = encode_to_array(tok, val_text, dtype, progress, "validation split")
         _check_encoded(tok, {"training": train_ids, "validation": val_ids}, source)
         meta = {
             "version": META_VERSION,
