@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.checkpoints import load_model
+    from scratchgpt.commands.sample import load_language_model
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
         check_figure_path(args.plot)  # a figure it cannot write is refused before any work
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)
     ckpt = source.checkpoint
-    if ckpt is None or not hasattr(ckpt.model_config, "block_size"):
+    if ckpt is None:
         raise CheckpointError(f"{args.checkpoint}: eval measures language models trained here "
                               "(a scratchgpt run or .pt file)")
     dataset = args.dataset or ckpt.data.get("dataset")
