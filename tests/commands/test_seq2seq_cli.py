@@ -170,7 +170,8 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
     for flags, reason in ((["--time-budget", "ten minutes"], "cannot read duration"),
                           (["--learning-rate", "-1"], "learning_rate"),
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
-                           "not divisible")):
+                           "not divisible"),
+                          (["--n-train", str(10**12)], "pairs needs about")):  # a petabyte
         assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err
         assert reason in err and len(err.strip().splitlines()) == 1
