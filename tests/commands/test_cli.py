@@ -71,6 +71,20 @@ def test_greedy_cli_equals_beam_one(run_dir, capsys):
     assert capsys.readouterr().out == greedy
 
 
+def test_a_prompt_longer_than_the_context_is_read_from_its_end_with_a_note(run_dir, capsys):
+    """The model (context 16) reads the prompt's last 16 characters, and says so; the whole
+    prompt is printed, followed by what those 16 characters continue with."""
+    long = "the quick brown fox jumps over"  # 30 characters
+    argv = ["sample", "--checkpoint", str(run_dir), "--temperature", "0",
+            "--max-new-tokens", "8"]
+    assert main([*argv, "--prompt", long]) == 0
+    out, err = capsys.readouterr()
+    assert "prompt has 30 tokens, the model's context 16: it reads the last 16" in err
+    assert main([*argv, "--prompt", long[-16:]]) == 0
+    tail = capsys.readouterr()
+    assert tail.err == "" and out == long + tail.out[16:]
+
+
 def test_prompt_from_file(run_dir, tmp_path, capsys):
     (tmp_path / "p.txt").write_text("KING:")
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),

@@ -319,6 +319,8 @@ def run(args: argparse.Namespace) -> int:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
     job = Job(model, tok, text, ids, rule, cfg, gen)
+    if not args.beam:  # (beam search refuses such a prompt)
+        note_long_prompts(model, [len(ids)])
     if args.draft is not None:
         return run_speculative(job, args)
     if args.beam:
@@ -326,6 +328,18 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
+
+
+def note_long_prompts(model, lengths: list[int]) -> None:
+    """Say on stderr when a prompt is longer than the model's context: the model reads only its
+    last context-length tokens (the whole prompt is still printed)."""
+    from scratchgpt.generation.decode import context_length
+
+    ctx = context_length(model)
+    if ctx is not None and max(lengths) > ctx:
+        which = "the prompt has" if len(lengths) == 1 else "the longest prompt has"
+        print(f"note: {which} {max(lengths)} tokens, the model's context {ctx}: it reads the "
+              f"last {ctx}", file=sys.stderr)
 
 
 def warm_up(model) -> None:
@@ -405,6 +419,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     rows = [text for text in prompts for _ in range(args.num_samples)]
     ids = [encode(tok, text, args.unknown) or start_of_text(tok)[0] for text in rows]
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
+    note_long_prompts(model, [len(x) for x in ids])
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0
