@@ -190,6 +190,7 @@ def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle)
     (["--beam", "2", "--length-penalty", "nan"], "finite"),
     (["--beam", "2", "--length-penalty", "inf"], "finite"),
     (["--length-penalty", "2"], "goes with --beam"),  # no beams to score: it would do nothing
+    (["--stop", "\n", "--stop", "☃"], "'☃' can never be generated"),  # not in the vocabulary
 ])
 def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])

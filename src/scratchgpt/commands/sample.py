@@ -307,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    check_stops(tok, args.stop)
     rule = StopRule(args.max_new_tokens, tok.eot_id, tuple(args.stop), tok.decode)
     text = read_prompt(args)
     if args.batch_prompts:
@@ -328,6 +329,14 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
+
+
+def check_stops(tok, stops: list[str]) -> None:
+    """A ``--stop`` string with characters the vocabulary lacks can never be generated."""
+    for stop in stops:
+        if tok.unknown_count(stop):
+            raise ConfigError(f"--stop {stop!r} can never be generated: the model's vocabulary "
+                              "lacks some of its characters")
 
 
 def note_long_prompts(model, lengths: list[int]) -> None:
