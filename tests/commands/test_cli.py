@@ -60,6 +60,12 @@ def test_num_samples_and_beam(run_dir, capsys):
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", "3",
                  "--max-new-tokens", "10"]) == 0
     assert capsys.readouterr().out.startswith("A")
+    # several hypotheses are told apart as samples are, whatever lines they hold
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", "3",
+                 "--num-samples", "3", "--max-new-tokens", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("---------------") == 2 and err.count("--- beam score") == 3
+    assert all(text.startswith("A") for text in out.split("\n---------------\n"))
 
 
 def test_greedy_cli_equals_beam_one(run_dir, capsys):

@@ -47,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="nucleus: keep the most likely tokens up to this mass, in (0, 1]")
     p.add_argument("--beam", type=int, default=None,
                    help="beam search with N >= 1 beams (deterministic; prints the best "
-                        "--num-samples hypotheses, at most N)")
+                        "--num-samples hypotheses, at most N, separated by lines of dashes, "
+                        "each one's score on stderr)")
     p.add_argument("--length-penalty", type=finite_float, default=None,
                    help="with --beam: beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
@@ -389,11 +390,14 @@ def run_stream(job: Job) -> int:
     return 0
 
 
-def print_all(texts: list[str]) -> None:
+def print_all(texts: list[str], notes: list[str] | None = None) -> None:
+    """The texts, separated by lines of dashes; each one's note (if any) on stderr after it."""
     for i, text in enumerate(texts):
         if i:
             print("\n---------------")
-        print(text)
+        print(text, flush=notes is not None)
+        if notes is not None:
+            print(notes[i], file=sys.stderr, flush=True)
 
 
 def run_samples(job: Job, n: int) -> int:
@@ -409,10 +413,9 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
     penalty = 1.0 if args.length_penalty is None else args.length_penalty
-    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)
-    for new_ids, score in hyps[: args.num_samples]:
-        print(job.text + job.rule.text(new_ids))
-        print(f"--- beam score {score:.4f}", file=sys.stderr)
+    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)[: args.num_samples]
+    print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps],
+              [f"--- beam score {score:.4f}" for _, score in hyps])
     return 0
 
 
