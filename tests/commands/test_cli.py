@@ -91,6 +91,19 @@ def test_a_prompt_longer_than_the_context_is_read_from_its_end_with_a_note(run_d
     assert tail.err == "" and out == long + tail.out[16:]
 
 
+def test_a_prompt_file_it_cannot_read_is_refused_before_the_model_is_loaded(tmp_path, capsys,
+                                                                           monkeypatch):
+    from scratchgpt.commands import sample
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the prompt file was read")
+
+    monkeypatch.setattr(sample, "load_source_for_decoding", never)
+    line = error_of(capsys, ["sample", "--checkpoint", str(tmp_path), "--prompt-file",
+                             str(tmp_path / "missing.txt")])
+    assert "does not exist" in line
+
+
 def test_prompt_from_file(run_dir, tmp_path, capsys):
     (tmp_path / "p.txt").write_text("KING:")
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),

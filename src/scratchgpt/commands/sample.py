@@ -297,20 +297,20 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     cfg = SamplingConfig(TEMPERATURE if args.temperature is None else args.temperature,
                          args.top_k, args.top_p)  # validates
+    text = read_prompt(args)  # (a prompt file it cannot read is refused before any work)
     if args.threads:
         torch.set_num_threads(args.threads)
     pair = args.draft not in (None, "ngram")  # with a draft model, either may compile
     model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine,
                                                   compile_required=not pair)
+    check_stops(tok, args.stop)
     if not args.threads:
         torch.set_num_threads(decode_threads(model))
     warm_up(model)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    check_stops(tok, args.stop)
     rule = StopRule(args.max_new_tokens, tok.eot_id, tuple(args.stop), tok.decode)
-    text = read_prompt(args)
     if args.batch_prompts:
         return run_batch(model, tok, text.splitlines(), rule, cfg, gen, args)
     if args.chat:
