@@ -60,6 +60,12 @@ def test_num_samples_and_beam(run_dir, capsys):
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", "3",
                  "--max-new-tokens", "10"]) == 0
     assert capsys.readouterr().out.startswith("A")
+    # several hypotheses are told apart as samples are, whatever lines they hold
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", "3",
+                 "--num-samples", "3", "--max-new-tokens", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("---------------") == 2 and err.count("--- beam score") == 3
+    assert all(text.startswith("A") for text in out.split("\n---------------\n"))
 
 
 def test_greedy_cli_equals_beam_one(run_dir, capsys):
@@ -69,6 +75,33 @@ def test_greedy_cli_equals_beam_one(run_dir, capsys):
     main(["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--beam", "1",
           "--max-new-tokens", "12"])
     assert capsys.readouterr().out == greedy
+
+
+def test_a_prompt_longer_than_the_context_is_read_from_its_end_with_a_note(run_dir, capsys):
+    """The model (context 16) reads the prompt's last 16 characters, and says so; the whole
+    prompt is printed, followed by what those 16 characters continue with."""
+    long = "the quick brown fox jumps over"  # 30 characters
+    argv = ["sample", "--checkpoint", str(run_dir), "--temperature", "0",
+            "--max-new-tokens", "8"]
+    assert main([*argv, "--prompt", long]) == 0
+    out, err = capsys.readouterr()
+    assert "prompt has 30 tokens, the model's context 16: it reads the last 16" in err
+    assert main([*argv, "--prompt", long[-16:]]) == 0
+    tail = capsys.readouterr()
+    assert tail.err == "" and out == long + tail.out[16:]
+
+
+def test_a_prompt_file_it_cannot_read_is_refused_before_the_model_is_loaded(tmp_path, capsys,
+                                                                           monkeypatch):
+    from scratchgpt.commands import sample
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the prompt file was read")
+
+    monkeypatch.setattr(sample, "load_source_for_decoding", never)
+    line = error_of(capsys, ["sample", "--checkpoint", str(tmp_path), "--prompt-file",
+                             str(tmp_path / "missing.txt")])
+    assert "does not exist" in line
 
 
 def test_prompt_from_file(run_dir, tmp_path, capsys):
@@ -211,6 +244,7 @@ def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle)
     (["--beam", "2", "--length-penalty", "nan"], "finite"),
     (["--beam", "2", "--length-penalty", "inf"], "finite"),
     (["--length-penalty", "2"], "goes with --beam"),  # no beams to score: it would do nothing
+    (["--stop", "\n", "--stop", "☃"], "'☃' can never be generated"),  # not in the vocabulary
 ])
 def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])

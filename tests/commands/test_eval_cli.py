@@ -70,6 +70,39 @@ def test_max_tokens_is_the_loss_of_the_first_windows_that_fit(run_dir, capsys):
             assert abs(figures[f"{split}_loss"] - loss) < 1e-4
 
 
+def test_a_run_whose_dataset_is_gone_is_told_to_pass_one(run_dir, tmp_path, capsys):
+    """Not '--dataset PATH: no such ...', a flag the user never gave."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.checkpoints.io import Checkpoint
+    from scratchgpt.checkpoints.rundir import write_model_run
+
+    ckpt = load_checkpoint(run_dir)
+    gone = str(tmp_path / "moved-away")
+    moved = write_model_run(tmp_path / "run", Checkpoint(
+        ckpt.model_type, ckpt.model_config, ckpt.model, ckpt.tokenizers,
+        {**ckpt.data, "dataset": gone}, ckpt.run_id))
+    line = error_of(capsys, ["eval", "--checkpoint", str(moved)])
+    assert gone in line and "no longer there" in line and "pass --dataset" in line
+    assert main(["eval", "--checkpoint", str(moved), "--dataset", ckpt.data["dataset"],
+                 "--max-tokens", "100"]) == 0
+
+
+def test_json_stays_json_when_a_named_dataset_is_prepared_first(run_dir, capsys, monkeypatch):
+    """Preparing a named dataset reports it; not on stdout, which holds the JSON."""
+    from scratchgpt.data import resolve
+
+    real = resolve.resolve_dataset
+
+    def preparing(name, log=print):
+        log(f"prepared {name}: (as a named dataset's first use reports it)")
+        return real(name, log)
+
+    monkeypatch.setattr(resolve, "resolve_dataset", preparing)
+    assert main(["eval", "--checkpoint", str(run_dir), "--json", "--max-tokens", "100"]) == 0
+    out, err = capsys.readouterr()
+    assert "val_loss" in json.loads(out) and err.startswith("prepared ")
+
+
 def test_table_and_plot(run_dir, tmp_path, capsys):
     png = tmp_path / "figs" / "context.png"
     assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png)]) == 0

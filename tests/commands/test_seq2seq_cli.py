@@ -153,6 +153,24 @@ def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path,
     capsys.readouterr()
 
 
+def test_a_run_on_a_relative_tsv_path_is_evaluated_from_anywhere(cli_main, tmp_path, capsys,
+                                                                  monkeypatch):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 2
+    (tmp_path / "here" / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
+    monkeypatch.chdir(tmp_path / "here")
+    assert cli_main(["seq2seq", "train", "--data", "rev.tsv", "--arch", "lstm",
+                     "--valid-fraction", "0.3", "--out", str(tmp_path / "run"), *TINY]) == 0
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run")]) == 0
+    assert "exact match" in capsys.readouterr().out
+    (tmp_path / "here" / "rev.tsv").unlink()  # gone: eval says what to do
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run")]) == 2
+    assert "no longer there; pass --data" in capsys.readouterr().err
+
+
 def test_missing_checkpoint(cli_main, tmp_path, capsys):
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(tmp_path),
                      "--source", "x"]) == 2
@@ -170,7 +188,8 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
     for flags, reason in ((["--time-budget", "ten minutes"], "cannot read duration"),
                           (["--learning-rate", "-1"], "learning_rate"),
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
-                           "not divisible")):
+                           "not divisible"),
+                          (["--n-train", str(10**12)], "pairs needs about")):  # a petabyte
         assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err
         assert reason in err and len(err.strip().splitlines()) == 1

@@ -370,6 +370,13 @@ def test_sample_refuses_a_classifier(classifier, capsys):
     assert "label texts with scratchgpt classify" in one_line_error(code, err)
 
 
+def test_eval_refuses_a_classifier_saying_what_it_holds(classifier, capsys):
+    """Not 'a language model trained here': it was trained here, and is not one."""
+    out, _ = classifier
+    code, _, err = run_cli(["eval", "--checkpoint", out], capsys)
+    assert "gpt-classifier model" in one_line_error(code, err) and "classify" in err
+
+
 def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit():
     import argparse
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
@@ -39,12 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.checkpoints import load_model
-    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.commands.sample import load_language_model
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.allocator import keep_freed_memory
-    from scratchgpt.training.job import check_same_tokenizer
     from scratchgpt.training.task import full_split_loss, loss_by_position
 
     if args.max_tokens is not None and args.max_tokens < 1:
@@ -54,17 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
         check_figure_path(args.plot)  # a figure it cannot write is refused before any work
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)
     ckpt = source.checkpoint
-    if ckpt is None or not hasattr(ckpt.model_config, "block_size"):
+    if ckpt is None:
         raise CheckpointError(f"{args.checkpoint}: eval measures language models trained here "
                               "(a scratchgpt run or .pt file)")
-    dataset = args.dataset or ckpt.data.get("dataset")
-    if not dataset:
-        raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
-    data, _ = resolve_dataset(dataset)
-    check_same_tokenizer(ckpt, data)
+    data = dataset_of(args, ckpt)
     block = ckpt.model_config.block_size
     data.check_block_size(block)
     step = ckpt.state.step if ckpt.state is not None else None
@@ -101,6 +96,26 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 0
+
+
+def dataset_of(args: argparse.Namespace, ckpt):
+    """The prepared dataset to evaluate on: ``--dataset``, else the run's own; its tokenizer
+    must be the run's."""
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.errors import CheckpointError, DataError
+    from scratchgpt.training.job import check_same_tokenizer
+
+    dataset = args.dataset or ckpt.data.get("dataset")
+    if not dataset:
+        raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
+    if args.dataset is None and not Path(dataset).is_dir():
+        raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
+                        "pass --dataset (prepared with the run's tokenizer: prepare "
+                        f"--tokenizer-from {args.checkpoint})")
+    # (a named dataset prepared now says so on stderr: stdout may be --json)
+    data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr))
+    check_same_tokenizer(ckpt, data)
+    return data
 
 
 def when(step: int | None, dtype: str) -> str:

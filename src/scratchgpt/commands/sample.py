@@ -47,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="nucleus: keep the most likely tokens up to this mass, in (0, 1]")
     p.add_argument("--beam", type=int, default=None,
                    help="beam search with N >= 1 beams (deterministic; prints the best "
-                        "--num-samples hypotheses, at most N)")
+                        "--num-samples hypotheses, at most N, separated by lines of dashes, "
+                        "each one's score on stderr)")
     p.add_argument("--length-penalty", type=finite_float, default=None,
                    help="with --beam: beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
@@ -297,11 +298,13 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     cfg = SamplingConfig(TEMPERATURE if args.temperature is None else args.temperature,
                          args.top_k, args.top_p)  # validates
+    text = read_prompt(args)  # (a prompt file it cannot read is refused before any work)
     if args.threads:
         torch.set_num_threads(args.threads)
     pair = args.draft not in (None, "ngram")  # with a draft model, either may compile
     model, tok, source = load_source_for_decoding(args.checkpoint, args, args.engine,
                                                   compile_required=not pair)
+    check_stops(tok, args.stop)
     if not args.threads:
         torch.set_num_threads(decode_threads(model))
     warm_up(model)
@@ -309,7 +312,6 @@ def run(args: argparse.Namespace) -> int:
         torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     rule = StopRule(args.max_new_tokens, tok.eot_id, tuple(args.stop), tok.decode)
-    text = read_prompt(args)
     if args.batch_prompts:
         return run_batch(model, tok, text.splitlines(), rule, cfg, gen, args)
     if args.chat:
@@ -320,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
     job = Job(model, tok, text, ids, rule, cfg, gen)
+    if not args.beam:  # (beam search refuses such a prompt)
+        note_long_prompts(model, [len(ids)])
     if args.draft is not None:
         return run_speculative(job, args)
     if args.beam:
@@ -327,6 +331,26 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
+
+
+def check_stops(tok, stops: list[str]) -> None:
+    """A ``--stop`` string with characters the vocabulary lacks can never be generated."""
+    for stop in stops:
+        if tok.unknown_count(stop):
+            raise ConfigError(f"--stop {stop!r} can never be generated: the model's vocabulary "
+                              "lacks some of its characters")
+
+
+def note_long_prompts(model, lengths: list[int]) -> None:
+    """Say on stderr when a prompt is longer than the model's context: the model reads only its
+    last context-length tokens (the whole prompt is still printed)."""
+    from scratchgpt.generation.decode import context_length
+
+    ctx = context_length(model)
+    if ctx is not None and max(lengths) > ctx:
+        which = "the prompt has" if len(lengths) == 1 else "the longest prompt has"
+        print(f"note: {which} {max(lengths)} tokens, the model's context {ctx}: it reads the "
+              f"last {ctx}", file=sys.stderr)
 
 
 def warm_up(model) -> None:
@@ -367,11 +391,14 @@ def run_stream(job: Job) -> int:
     return 0
 
 
-def print_all(texts: list[str]) -> None:
+def print_all(texts: list[str], notes: list[str] | None = None) -> None:
+    """The texts, separated by lines of dashes; each one's note (if any) on stderr after it."""
     for i, text in enumerate(texts):
         if i:
             print("\n---------------")
-        print(text)
+        print(text, flush=notes is not None)
+        if notes is not None:
+            print(notes[i], file=sys.stderr, flush=True)
 
 
 def run_samples(job: Job, n: int) -> int:
@@ -387,10 +414,9 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
     penalty = 1.0 if args.length_penalty is None else args.length_penalty
-    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)
-    for new_ids, score in hyps[: args.num_samples]:
-        print(job.text + job.rule.text(new_ids))
-        print(f"--- beam score {score:.4f}", file=sys.stderr)
+    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)[: args.num_samples]
+    print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps],
+              [f"--- beam score {score:.4f}" for _, score in hyps])
     return 0
 
 
@@ -406,6 +432,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     rows = [text for text in prompts for _ in range(args.num_samples)]
     ids = [encode(tok, text, args.unknown) or start_of_text(tok)[0] for text in rows]
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
+    note_long_prompts(model, [len(x) for x in ids])
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0

@@ -176,8 +176,10 @@ def data_spec(args: argparse.Namespace, seed: int):
                               "run)")
         return None
     sizes = {f: v for f, v in given_flags.items() if f not in ("task", "data")}
-    return DataSpec(task=None if args.data else (args.task or "dates"), path=args.data,
-                    seed=seed, **sizes)
+    # the file's absolute path: eval and --resume read it again, from any directory
+    path = str(Path(args.data).resolve()) if args.data else None
+    return DataSpec(task=None if args.data else (args.task or "dates"), path=path, seed=seed,
+                    **sizes)
 
 
 def model_flag_names() -> set[str]:
@@ -228,6 +230,9 @@ def run_eval(args: argparse.Namespace) -> int:
         if spec is None:
             raise CheckpointError(f"{args.checkpoint}: the run does not record what it was "
                                   "trained on; pass --data FILE.tsv")
+        if spec.get("path") and not Path(spec["path"]).is_file():
+            raise CheckpointError(f"the pairs the run was trained on, {spec['path']}, are no "
+                                  "longer there; pass --data FILE.tsv")
         _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,

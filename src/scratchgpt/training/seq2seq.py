@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from scratchgpt import memory
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
@@ -301,12 +302,27 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     # the model's flags are checked on stand-in vocabularies, then on the real ones.
     cfg = train_config(train_flags)
     default_config(arch, UNK_ID + 1, UNK_ID + 1, **model_flags)  # the special ids alone
+    check_pairs_fit(spec)
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
     check_resources(cfg, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
                     {"arch": arch})
+
+
+# Memory a generated pair takes once made and encoded (measured: ~0.8 KiB for reverse's
+# strings of 10-60 letters, ~0.95 KiB for dates), rounded up.
+PAIR_BYTES = 1024
+
+
+def check_pairs_fit(spec: DataSpec) -> None:
+    """A generated task's pairs (``n_train + n_test`` of them) fit in memory; checked before
+    any is made (a TSV file's pairs are as many as its lines)."""
+    if spec.task is None:
+        return
+    n = spec.n_train + spec.n_test
+    memory.check_fits(memory.Estimate({"pairs": n * PAIR_BYTES}), f"generating {n:,} pairs")
 
 
 def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> TrainJob:
