@@ -226,6 +226,11 @@ def forward_call(model: Any, context: int, tokens: int) -> Callable[[], Any]:
     from scratchgpt.generation.decode import score
 
     cache = model.new_cache(1, context + tokens)
+    if not cache.rewinds:
+        from scratchgpt.errors import ConfigError
+
+        raise ConfigError("bench decode-step times a model whose cache rolls back to the same "
+                          "context before each call (a GPT or bigram, not a recurrent model)")
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     score(model, cache, torch.randint(0, vocab, (1, context), generator=g))
@@ -272,9 +277,9 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     if args.checkpoint:
-        from scratchgpt.checkpoints import load_model
+        from scratchgpt.checkpoints.io import load_language_model
 
-        model, source = load_model(args.checkpoint)
+        model, source = load_language_model(args.checkpoint, command="bench decode-step")
         return model.float().eval(), str(source.path)
     if args.preset:
         from scratchgpt.errors import ConfigError
