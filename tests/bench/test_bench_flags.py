@@ -90,10 +90,12 @@ TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--vocab-size",
       "29"], "--recompute-tokens"),
     (["decode-step", "--repeats", "-1"], "--repeats"), (["decode-step", "--ops", "-1"], "--ops"),
     (["decode-step", *TINY_GPT, "--tokens", "32"], "--tokens 32"),
+    (["decode-step", "--preset", "warandpeace-lstm"], "trains a lstm model"),
 ])
 def test_counts_a_benchmark_cannot_run_are_one_line(argv, needle, capsys):
-    """Each was a traceback (an empty median, an index or shape error) or, for sample's
-    --tokens 0, a figure of 0 tokens/s."""
+    """Each was a traceback (an empty median, an index or shape error) or a wrong figure:
+    sample --tokens 0 gave 0 tokens/s, and decode-step timed a GPT it named after the LSTM
+    preset."""
     assert needle in error_of(capsys, ["bench", *argv])
 
 
