@@ -90,8 +90,45 @@ TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--vocab-size",
       "29"], "--recompute-tokens"),
     (["decode-step", "--repeats", "-1"], "--repeats"), (["decode-step", "--ops", "-1"], "--ops"),
     (["decode-step", *TINY_GPT, "--tokens", "32"], "--tokens 32"),
+    (["decode-step", "--preset", "warandpeace-lstm"], "trains a lstm model"),
 ])
 def test_counts_a_benchmark_cannot_run_are_one_line(argv, needle, capsys):
-    """Each was a traceback (an empty median, an index or shape error) or, for sample's
-    --tokens 0, a figure of 0 tokens/s."""
+    """Each was a traceback (an empty median, an index or shape error) or a wrong figure:
+    sample --tokens 0 gave 0 tokens/s, and decode-step timed a GPT it named after the LSTM
+    preset."""
+    assert needle in error_of(capsys, ["bench", *argv])
+
+
+@pytest.fixture(scope="module")
+def other_models(tmp_path_factory):
+    """A GPT classifier and an LSTM language model, each a .pt file beside a tokenizer."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.models import build_model, model_config
+    from scratchgpt.models.classifier import GPTClassifierConfig
+    from scratchgpt.models.gpt import GPTConfig
+    from scratchgpt.tokenizers import CharTokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    CharTokenizer(list("abc \n")).save(root)
+    configs = {"gpt-classifier": GPTClassifierConfig(GPTConfig(
+        vocab_size=5, block_size=8, n_layer=1, n_head=1, n_embd=8), 2),
+        "lstm": model_config("lstm", vocab_size=5)}
+    for kind, cfg in configs.items():
+        save_checkpoint(root / f"{kind}.pt",
+                        Checkpoint(kind, cfg, build_model(cfg).state_dict()))
+    return root
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["sample", "--checkpoint", "gpt-classifier.pt"], "scratchgpt classify"),
+    (["decode-step", "--checkpoint", "gpt-classifier.pt"], "scratchgpt classify"),
+    (["speculative", "--checkpoint", "gpt-classifier.pt", "--draft", "ngram"],
+     "scratchgpt classify"),
+    (["decode-step", "--checkpoint", "lstm.pt"], "not a recurrent model"),
+])
+def test_models_a_benchmark_cannot_time_are_one_line(argv, needle, other_models, capsys,
+                                                     monkeypatch):
+    """They were AttributeError ('no attribute new_cache', 'block_size') and ValueError
+    (a recurrent state cannot roll back) tracebacks."""
+    monkeypatch.chdir(other_models)
     assert needle in error_of(capsys, ["bench", *argv])

@@ -90,6 +90,17 @@ def test_overwrite_leaves_no_earlier_tokenizer_beside_the_new_model(tmp_path, ca
     assert "has no tokenizer" in capsys.readouterr().err
 
 
+def test_overwrite_into_a_folder_without_a_model_removes_nothing(run_dir, tmp_path, capsys):
+    """Only an earlier model's files are cleared: a folder of other files keeps them all, even
+    one named like a tokenizer file."""
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "vocab.json").write_text("my own vocabulary")
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(out),
+                 "--overwrite"])
+    assert (out / "vocab.json").read_text() == "my own vocabulary"
+
+
 def test_writing_over_a_run_suggests_only_the_flags_the_command_has(run_dir, tmp_path,
                                                                    capsys):
     """convert --from hf and finetune --merge cannot resume a run: refusing to write over one,

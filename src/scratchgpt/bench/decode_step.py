@@ -226,6 +226,11 @@ def forward_call(model: Any, context: int, tokens: int) -> Callable[[], Any]:
     from scratchgpt.generation.decode import score
 
     cache = model.new_cache(1, context + tokens)
+    if not cache.rewinds:
+        from scratchgpt.errors import ConfigError
+
+        raise ConfigError("bench decode-step times a model whose cache rolls back to the same "
+                          "context before each call (a GPT or bigram, not a recurrent model)")
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     score(model, cache, torch.randint(0, vocab, (1, context), generator=g))
@@ -272,9 +277,9 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     if args.checkpoint:
-        from scratchgpt.checkpoints import load_model
+        from scratchgpt.checkpoints.io import load_language_model
 
-        model, source = load_model(args.checkpoint)
+        model, source = load_language_model(args.checkpoint, command="bench decode-step")
         return model.float().eval(), str(source.path)
     if args.preset:
         from scratchgpt.errors import ConfigError
@@ -283,6 +288,9 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
         if args.preset not in PRESETS:
             raise ConfigError(f"unknown preset {args.preset!r}")
         p = PRESETS[args.preset]
+        if p.get("model", "gpt") != "gpt":  # its fields would shape a GPT it does not train
+            raise ConfigError(f"--preset {args.preset} trains a {p['model']} model; "
+                              "bench decode-step times GPT shapes")
         fields = set(GPTConfig.__dataclass_fields__) - {"vocab_size", "dropout"}
         cfg = GPTConfig(vocab_size=args.vocab_size or 65,
                         **{k: v for k, v in p.items() if k in fields})

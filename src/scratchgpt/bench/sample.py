@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models.native import describe
 
     if args.checkpoint:
-        from scratchgpt.checkpoints import load_model
+        from scratchgpt.checkpoints.io import load_language_model
 
-        model, source = load_model(args.checkpoint)
+        model, source = load_language_model(args.checkpoint, command="bench sample")
         what = str(source.path)
     else:
         preset = PRESETS[args.preset]

@@ -207,7 +207,8 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
     """The target (and draft) checkpoints, the prompt text encoded with their tokenizer."""
     import torch
 
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.checkpoints import checkpoint_tokenizer
+    from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.commands.sample import read_prompt
     from scratchgpt.errors import ConfigError
     from scratchgpt.generation.speculative import check_pair
@@ -216,11 +217,11 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
         raise ConfigError("give --checkpoint and --draft (a model or 'ngram'), or "
                           "--random-target")
     text = read_prompt(args)  # one-line errors for a file that is missing or not UTF-8
-    target, tstate = load_model(args.checkpoint, args.which)
+    target, tstate = load_language_model(args.checkpoint, args.which, "bench speculative")
     tok = checkpoint_tokenizer(tstate)
     draft = "ngram"
     if args.draft != "ngram":
-        draft, dstate = load_model(args.draft, args.which)
+        draft, dstate = load_language_model(args.draft, args.which, "bench speculative")
         check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
     params = count_params(target, draft)
     target, draft = prepare_pair(target, draft, args)

@@ -336,7 +336,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         hf_cfg[CHAT_TEMPLATE_KEY] = chat_template
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _clear_directory(directory)
+    if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
+        _clear_directory(directory)
     tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
     save_file({k: v.float() for k, v in tensors.items()}, str(directory / "model.safetensors"),
               metadata={"format": "pt"})
@@ -354,7 +355,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
 
 
 def _clear_directory(directory: Path) -> None:
-    """Remove what an earlier export (ours or another tool's) left in ``directory``."""
+    """Remove the files of the Hugging Face model (ours or another tool's) in ``directory``;
+    other files stay."""
     for name in (*DIRECTORY_FILES, *WEIGHT_FILES):
         (directory / name).unlink(missing_ok=True)
     shutil.rmtree(directory / OUR_TOKENIZER_DIR, ignore_errors=True)

@@ -30,7 +30,7 @@ from typing import IO, Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import CheckpointError, ScratchGPTError, StorageError
+from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError, StorageError
 
 FORMAT = "scratchgpt-checkpoint"
 ADAPTER_FORMAT = "scratchgpt-adapter"  # a LoRA adapter file (scratchgpt.finetune.adapter)
@@ -482,3 +482,21 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, ModelS
         return model, ModelSource(weights, hf_dir=Path(path))
     checkpoint = load_checkpoint(path, which)
     return model_from_checkpoint(checkpoint), ModelSource(checkpoint.path, checkpoint)
+
+
+# what to use instead of a command that continues text, for a checkpoint of another kind
+NOT_LANGUAGE_MODELS = {"gpt-classifier": "label texts with scratchgpt classify",
+                       "rnn-classifier": "it labels texts; it does not write them",
+                       "seq2seq": "decode with scratchgpt seq2seq translate"}
+
+
+def load_language_model(path: str | Path, which: str = "best",
+                        command: str = "this command") -> tuple[nn.Module, ModelSource]:
+    """:func:`load_model` for ``command``, which continues text: a checkpoint of another kind
+    of model (a classifier, a seq2seq model) is a ConfigError saying what to use instead."""
+    model, source = load_model(path, which)
+    if not hasattr(model, "new_cache"):
+        use = NOT_LANGUAGE_MODELS.get(source.model_type, "it is not a language model")
+        raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "
+                          f"language model, one that predicts the next token ({use})")
+    return model, source

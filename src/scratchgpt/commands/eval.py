@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.commands.sample import load_language_model
+    from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.errors import CheckpointError, ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.allocator import keep_freed_memory

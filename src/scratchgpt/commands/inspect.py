@@ -102,7 +102,7 @@ def draw(rep: dict[str, Any], out: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer
-    from scratchgpt.commands.sample import load_language_model
+    from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
     if args.out:

@@ -202,25 +202,6 @@ def speculate_k(args: argparse.Namespace):
     return FixedK(k)
 
 
-# what to do instead with a checkpoint that holds no language model
-NOT_SAMPLED = {"gpt-classifier": "label texts with scratchgpt classify",
-               "rnn-classifier": "it labels texts; it does not write them",
-               "seq2seq": "decode with scratchgpt seq2seq translate"}
-
-
-def load_language_model(path: str, which: str, command: str):
-    """(model, ModelSource) of a checkpoint holding a language model, one that predicts the
-    next token; any other model is refused, saying what to use it with instead."""
-    from scratchgpt.checkpoints import load_model
-
-    model, source = load_model(path, which)
-    if not hasattr(model, "new_cache"):
-        use = NOT_SAMPLED.get(source.model_type, "it is not a language model")
-        raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "
-                          f"language model, one that predicts the next token ({use})")
-    return model, source
-
-
 def load_for_decoding(path: str, args: argparse.Namespace, engine: str = "torch",
                       dtype: str | None = None, compile_required: bool = True):
     """(model ready to decode, tokenizer) of a checkpoint: dtype, decode layout or engine."""
@@ -233,6 +214,7 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     ``--dtype``). With ``--compile`` a model that cannot decode compiled is refused, or, if
     not ``compile_required``, decodes eager. A model with NaN or infinite weights is refused."""
     from scratchgpt.checkpoints import checkpoint_tokenizer
+    from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.generation.numpy_engine import NumpyGPT
     from scratchgpt.models.compiled import prepare_compiled
     from scratchgpt.models.fast_decode import prepare_for_decode
