@@ -66,7 +66,7 @@ def test_bench_finetune_keeps_an_earlier_run_without_overwrite(suite, there, tmp
     (["--pretrain-budget", "0s"], "--pretrain-budget"),
     (["--epochs", "0"], "--epochs"), (["--lora-rank", "0"], "--lora-rank"),
     (["--last-k", "0"], "--last-k"), (["--last-k", "5"], "--last-k"),
-    (["--base", "x"], "--base"),
+    (["--base", "x"], "--base"), (["--suite", "synthetic", "--records", "5"], "--records"),
 ])
 def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_path, capsys):
     """Each was found only minutes in: after pretraining, or after the first fine-tuning."""

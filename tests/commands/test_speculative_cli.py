@@ -128,6 +128,20 @@ def test_bench_speculative_prompt_file_it_cannot_read_is_one_line(runs, tmp_path
         "--prompt-file", str(tmp_path / "latin1.txt"), "--k", "1", "--tokens", "2"])
 
 
+@pytest.mark.parametrize("mixed", [["--random-target", "1,1,8", "--checkpoint", "TARGET"],
+                                   ["--random-target", "1,1,8", "--draft", "TARGET"],
+                                   ["--checkpoint", "TARGET", "--draft", "ngram",
+                                    "--random-draft", "1,1,8"]])
+def test_bench_speculative_random_and_checkpoint_flags_do_not_mix(runs, mixed, capsys):
+    """One side's flags were silently ignored: the random models were timed instead of the
+    checkpoint, or the checkpoint's draft instead of the random one."""
+    from tests.cli_errors import error_of
+
+    argv = [str(runs["target"]) if a == "TARGET" else a for a in mixed]
+    assert "--random-" in error_of(capsys, ["bench", "speculative", *argv, "--k", "1",
+                                            "--tokens", "2", "--repeats", "1"])
+
+
 def test_bench_speculative_random_gpt_shapes(capsys):
     """The way to time a GPT-2-shaped target with a small random draft, at toy size."""
     assert main(["bench", "speculative", "--random-target", "2,2,32", "--random-draft",

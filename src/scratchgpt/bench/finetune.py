@@ -105,6 +105,8 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
                           f"model's layers), got {args.last_k}")
     if args.base is not None and args.suite == "sms":
         raise ConfigError("--base applies to --suite synthetic and instruction-data")
+    if args.suite == "synthetic" and not 600 <= args.records <= 30_000:
+        raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = () if args.base else (CHAR_BASE,)
     writes = {"sms": (SMS_TEXT, SMS_BASE, *SMS_RUNS),
               "synthetic": (*base, SYNTHETIC_DATA, SYNTHETIC_RUN),
@@ -251,8 +253,6 @@ def _char_base(args: argparse.Namespace, out: Path) -> Path:
 def synthetic_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from scratchgpt.finetune.synthetic import synthetic_records
 
-    if not 600 <= args.records <= 30_000:
-        raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = Path(args.base) if args.base else _char_base(args, out)
     (out / SYNTHETIC_DATA).write_text(json.dumps(synthetic_records(args.records, seed=0)))
     result, train_job = finetune(args, task="instruct", init_from=str(base),

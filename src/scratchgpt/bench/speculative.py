@@ -106,6 +106,20 @@ def _pm(mean: float, se: float | None) -> str:
     return f"{mean:6.3f}" + (f"+-{se:5.3f}" if se is not None else " " * 7)
 
 
+def check_sources(args: argparse.Namespace) -> None:
+    """Random models or checkpoints, not some of each: a flag of the other kind would be
+    ignored."""
+    from scratchgpt.errors import ConfigError
+
+    if args.random_target and (args.checkpoint or args.prompt_file
+                               or args.draft not in (None, "ngram")):
+        raise ConfigError("--random-target times random models: give it --random-draft (or "
+                          "--draft ngram) and --prompt-len, not --checkpoint, a --draft model "
+                          "or --prompt-file")
+    if args.random_draft and not args.random_target:
+        raise ConfigError("--random-draft goes with --random-target")
+
+
 def parse_ks(text: str) -> list[int | str]:
     from scratchgpt.errors import ConfigError
 
@@ -332,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
     ks = parse_ks(args.k)
     if args.tokens < 1 or args.repeats < 1:
         raise ConfigError("--tokens and --repeats must be >= 1")
+    check_sources(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     setup = random_setup(args) if args.random_target else checkpoint_setup(args)
