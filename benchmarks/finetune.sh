@@ -3,7 +3,8 @@
 # machine (each figure depends on wall-clock budgets). Usage:
 #   benchmarks/finetune.sh [GPT2_DIR]   # GPT2_DIR: a Hugging Face GPT-2 directory (optional)
 # Reads sms-spam.tsv and instruction-data.json from $SCRATCHGPT_DATA_DIR (default: the
-# corpora folder of ../shared). Writes runs under runs/bench-finetune.
+# corpora folder of ../shared). Writes runs under runs/bench-finetune, replacing those of an
+# earlier run of this script (--overwrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
@@ -12,13 +13,13 @@ echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(dat
 
 echo "== 1. SMS spam: pretrain (4 min) + full / last-block / LoRA fine-tuning (90 s each)"
 echo "==    vs TF-IDF + logistic regression, same test split"
-scratchgpt bench finetune --suite sms --json runs/bench-finetune/sms.json
+scratchgpt bench finetune --suite sms --overwrite --json runs/bench-finetune/sms.json
 
 echo "== 2. synthetic instructions: exact match before and after SFT of a small char model"
-scratchgpt bench finetune --suite synthetic --finetune-budget 5m \
+scratchgpt bench finetune --suite synthetic --finetune-budget 5m --overwrite \
   --json runs/bench-finetune/synthetic.json
 
 echo "== 3. instruction-data: held-out response loss before and after, three replies"
-scratchgpt bench finetune --suite instruction-data --finetune-budget 5m \
+scratchgpt bench finetune --suite instruction-data --finetune-budget 5m --overwrite \
   --base "${gpt2:-runs/bench-finetune/stdlib-base}" \
   --json runs/bench-finetune/instruction-data.json
