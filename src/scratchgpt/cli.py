@@ -16,6 +16,7 @@ import importlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from scratchgpt import __version__
@@ -165,8 +166,7 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
     except BrokenPipeError:
         return 0
     except OSError as e:  # the machine, not scratchgpt: a full disk, a read-only directory
-        where = f": {e.filename}" if e.filename else ""
-        return _fail(command, f"{e.strerror or e}{where}")
+        return _fail(command, _os_error_message(e))
 
 
 @contextlib.contextmanager
@@ -185,6 +185,20 @@ def _collector_paused(freeze_after: bool = False) -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _os_error_message(e: OSError) -> str:
+    """The system's words and the path; where a folder on the way to it is a file (``mkdir``
+    then says "File exists" or "Not a directory"), which one."""
+    if not e.filename:
+        return str(e.strerror or e)
+    path = Path(e.filename)
+    if isinstance(e, (FileExistsError, NotADirectoryError)) and e.filename2 is None:
+        blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()),
+                        None)
+        if blocking is not None:
+            return f"cannot write under {blocking}: it is a file, not a folder"
+    return f"{e.strerror or e}: {e.filename}"
 
 
 def _fail(command: str, message: str) -> int:

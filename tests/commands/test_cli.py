@@ -589,3 +589,21 @@ def test_a_prompt_reads_end_of_text_as_the_training_text_did(tmp_path, english_t
     capsys.readouterr()
     assert main(["sample", "--checkpoint", str(tmp_path / "r"), "--prompt",
                  "the end.<|endoftext|>", "--max-new-tokens", "3", "--seed", "0"]) == 0
+
+
+def test_a_file_where_a_folder_must_be_is_named(tmp_path, capsys):
+    """An --out under a file: mkdir says 'File exists', open 'Not a directory', each of some
+    path; the one line says which file stands in the way."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.models.gpt import GPT, GPTConfig
+    from tests.cli_errors import error_of
+
+    model = GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    save_checkpoint(tmp_path / "run" / "best.pt", Checkpoint("gpt", model.config,
+                                                             model.state_dict()))
+    (tmp_path / "afile").write_text("mine")
+    for out in (tmp_path / "afile" / "export", tmp_path / "afile" / "deeper" / "export"):
+        line = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(tmp_path / "run"),
+                                 "--out", str(out)])
+        assert f"{tmp_path / 'afile'}: it is a file, not a folder" in line, line
+    assert (tmp_path / "afile").read_text() == "mine"
