@@ -270,6 +270,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      "prepared dataset"),
     ("train --out a prepared dataset --resume",
      lambda c: ["train", "--out", c["data"], "--resume", *TINY], "prepared dataset"),
+    # nor is a Hugging Face model's: the run's config.json would replace the model's
+    ("train --out a Hugging Face model --overwrite",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["hf"], "--overwrite", *TINY],
+     "Hugging Face model"),
+    ("convert --from hf into the model's own directory --overwrite",
+     lambda c: ["convert", "--from", "hf", c["hf"], "--out", c["hf"], "--overwrite"],
+     "Hugging Face model"),
     # prepare
     ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
                                               c["root"] / "out" / "p1"], "single character"),
@@ -287,7 +294,7 @@ def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, 
     if "--device cuda" in name and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     args = [str(a) for a in argv(ctx)]
-    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt")]
+    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt", "hf")]
     before = [snapshot(p) for p in watched]
     capsys.readouterr()
     code = main(args)

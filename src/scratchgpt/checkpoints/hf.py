@@ -416,9 +416,6 @@ def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
                               "model.safetensors or pytorch_model.bin)")
-    if is_hf_dir(out):  # the run's config.json would replace the model's: neither could load
-        raise CheckpointError(f"{out} holds a Hugging Face model, whose config.json the run's "
-                              "would replace; write the run somewhere else (nothing was written)")
     model, _ = load_hf(source)
     tok = hf_tokenizer(source, required=False)
     template = hf_chat_template(source)

@@ -131,9 +131,10 @@ class RunDir:
         self._uncommitted = True
 
     def _refuse_what_is_not_a_run(self) -> None:
-        """A file is no run directory, and a prepared dataset's directory never takes a run,
-        --overwrite or not: the run's tokenizer.json would replace the dataset's, leaving its
-        token files unreadable."""
+        """A file is no run directory, and neither a prepared dataset's directory nor a
+        Hugging Face model's ever takes a run, --overwrite or not: the run's tokenizer.json
+        or config.json would replace theirs, leaving the dataset or the model unreadable."""
+        from scratchgpt.checkpoints.hf import is_hf_dir
         from scratchgpt.data.prepare import is_dataset
 
         if self.path.exists() and not self.path.is_dir():
@@ -142,6 +143,9 @@ class RunDir:
         if is_dataset(self.path):
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
                                   "meta.json), not a run; give the run its own --out")
+        if is_hf_dir(self.path) and not self.has_checkpoint():
+            raise CheckpointError(f"{self.path} holds a Hugging Face model (config.json and "
+                                  "its weights), not a run; give the run its own --out")
 
     def _occupied(self, can_resume: bool) -> str:
         """Why a new run may not start here, and what to do instead (the flags the command
