@@ -56,6 +56,20 @@ def test_nanogpt_runs_the_shape_ours_runs(tmp_path, capsys):
     assert "train.bin" in err and err.count("\n") == 1, err
 
 
+
+@pytest.mark.parametrize("flag", [["--activation", "relu"], ["--vocab-size", "300"],
+                                  ["--attn-dropout", "0.1"]])
+def test_nanogpt_is_not_run_at_a_model_it_cannot_train(tmp_path, capsys, flag):
+    """nanoGPT has the exact GELU, one dropout and 65 characters: beside another model of
+    ours, 'vs ref' would compare two models."""
+    (tmp_path / "train.py").write_text(FAKE_NANOGPT)
+    assert main(["bench", "train", *SHAPE, *flag, "--variants", "fp32", "--nanogpt",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert flag[0] in err and err.count("\n") == 1, err
+    assert not (tmp_path / "argv.txt").exists()
+
+
 @pytest.mark.parametrize("flag", [["--rounds", "0"], ["--steps", "0"], ["--warmup", "-1"]])
 def test_bench_train_rejects_counts_it_cannot_take(flag, capsys):
     """At least one round and one timed step; no negative warm-up."""

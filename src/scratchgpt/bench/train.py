@@ -37,6 +37,8 @@ from typing import Any
 from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
 from scratchgpt.commands.argtypes import positive_int
 
+NANOGPT_VOCAB = 65  # Tiny Shakespeare's characters, the vocabulary of nanoGPT's recipe
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-layer", type=int, default=4)
@@ -44,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=12)
-    p.add_argument("--vocab-size", type=int, default=65)
+    p.add_argument("--vocab-size", type=int, default=NANOGPT_VOCAB)
     p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh", "relu", "relu2"),
                    help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
@@ -288,6 +290,12 @@ def run_nanogpt(args: argparse.Namespace) -> dict:
     root, iters = Path(args.nanogpt), args.nanogpt_iters
     if not (root / "train.py").is_file():
         raise ConfigError(f"--nanogpt {root}: no train.py there")
+    if args.activation != "gelu" or args.vocab_size != NANOGPT_VOCAB or \
+            args.attn_dropout not in (None, args.dropout):
+        # its model has one dropout, the exact GELU and Tiny Shakespeare's characters
+        raise ConfigError("--nanogpt trains nanoGPT's own model: exact GELU, one dropout, "
+                          f"{NANOGPT_VOCAB} characters; drop --activation, --attn-dropout and "
+                          "--vocab-size, or --nanogpt")
     cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
            "--compile=False", f"--block_size={args.block_size}",
            f"--batch_size={args.batch_size}", f"--n_layer={args.n_layer}",
