@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 loss = full_split_loss(model, data, split, block, device,
                                        max_tokens=args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)
-        figures[f"{split}_ppl"] = round(math.exp(loss), 4)
+        figures[f"{split}_ppl"] = round(perplexity(loss), 4)
     if args.plot is not None:
         from scratchgpt.viz import context_loss_figure, save_figure
 
@@ -116,6 +116,15 @@ def dataset_of(args: argparse.Namespace, ckpt):
     data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr))
     check_same_tokenizer(ckpt, data)
     return data
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``; infinite past the largest float (a loss above ~709 nats, a model that
+    diverged), where ``math.exp`` raises."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 def when(step: int | None, dtype: str) -> str:
