@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 def dataset_of(args: argparse.Namespace, ckpt):
     """The prepared dataset to evaluate on: ``--dataset``, else the run's own; its tokenizer
     must be the run's."""
+    from scratchgpt.data import sources
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import CheckpointError, DataError
     from scratchgpt.training.job import check_same_tokenizer
@@ -108,7 +109,8 @@ def dataset_of(args: argparse.Namespace, ckpt):
     dataset = args.dataset or ckpt.data.get("dataset")
     if not dataset:
         raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
-    if args.dataset is None and not Path(dataset).is_dir():
+    if args.dataset is None and not Path(dataset).is_dir() and \
+            dataset not in sources.DATASET_NAMES:
         raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
                         "pass --dataset (prepared with the run's tokenizer: prepare "
                         f"--tokenizer-from {args.checkpoint})")
