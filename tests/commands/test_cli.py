@@ -104,6 +104,17 @@ def test_a_prompt_file_it_cannot_read_is_refused_before_the_model_is_loaded(tmp_
     assert "does not exist" in line
 
 
+def test_batch_prompts_name_the_line_with_unknown_characters(run_dir, tmp_path, capsys):
+    (tmp_path / "p.txt").write_text("Th\n\nhéllo\n", encoding="utf-8")
+    argv = ["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),
+            "--batch-prompts", "--max-new-tokens", "3"]
+    line = error_of(capsys, argv)
+    assert "line 3" in line and "'é'" in line and "--unknown replace" in line
+    assert main([*argv, "--unknown", "replace", "--num-samples", "2"]) == 0
+    texts = capsys.readouterr().out.split("\n---------------\n")
+    assert [t[:2] for t in texts] == ["Th", "Th", "hé", "hé"]  # each line, twice, in order
+
+
 def test_prompt_from_file(run_dir, tmp_path, capsys):
     (tmp_path / "p.txt").write_text("KING:")
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),

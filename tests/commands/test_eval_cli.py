@@ -87,6 +87,25 @@ def test_a_run_whose_dataset_is_gone_is_told_to_pass_one(run_dir, tmp_path, caps
                  "--max-tokens", "100"]) == 0
 
 
+def test_a_run_that_recorded_a_named_dataset_is_evaluated_on_it(run_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    """(as older checkpoints record their dataset): a name, not a directory, is no error."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.checkpoints.io import Checkpoint
+    from scratchgpt.checkpoints.rundir import write_model_run
+    from scratchgpt.data import resolve, sources
+
+    ckpt = load_checkpoint(run_dir)
+    real = resolve.resolve_dataset
+    monkeypatch.setattr(sources, "DATASET_NAMES", (*sources.DATASET_NAMES, "tiny-named"))
+    monkeypatch.setattr(resolve, "resolve_dataset", lambda name, log=print: real(
+        ckpt.data["dataset"] if name == "tiny-named" else name, log))
+    named = write_model_run(tmp_path / "run", Checkpoint(
+        ckpt.model_type, ckpt.model_config, ckpt.model, ckpt.tokenizers,
+        {"dataset": "tiny-named"}, ckpt.run_id))
+    assert main(["eval", "--checkpoint", str(named), "--max-tokens", "100"]) == 0
+
+
 def test_json_stays_json_when_a_named_dataset_is_prepared_first(run_dir, capsys, monkeypatch):
     """Preparing a named dataset reports it; not on stdout, which holds the JSON."""
     from scratchgpt.data import resolve
@@ -101,6 +120,23 @@ def test_json_stays_json_when_a_named_dataset_is_prepared_first(run_dir, capsys,
     assert main(["eval", "--checkpoint", str(run_dir), "--json", "--max-tokens", "100"]) == 0
     out, err = capsys.readouterr()
     assert "val_loss" in json.loads(out) and err.startswith("prepared ")
+
+
+def test_a_loss_beyond_exp_range_has_an_infinite_perplexity(run_dir, tmp_path, capsys):
+    """A diverged model (logits thousands apart): its loss is reported, not a traceback."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.checkpoints.io import Checkpoint
+    from scratchgpt.checkpoints.rundir import write_model_run
+
+    ckpt = load_checkpoint(run_dir)
+    scaled = {k: v * 1e4 if "lm_head" in k or "wte" in k else v for k, v in ckpt.model.items()}
+    run = write_model_run(tmp_path / "diverged", Checkpoint(
+        ckpt.model_type, ckpt.model_config, scaled, ckpt.tokenizers, ckpt.data, ckpt.run_id))
+    assert main(["eval", "--checkpoint", str(run), "--json", "--max-tokens", "100"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["val_loss"] > 710 and figures["val_ppl"] == float("inf")
+    assert main(["eval", "--checkpoint", str(run), "--max-tokens", "100"]) == 0
+    assert "perplexity inf" in capsys.readouterr().out
 
 
 def test_table_and_plot(run_dir, tmp_path, capsys):

@@ -11,6 +11,7 @@ from scratchgpt.cli import main
 
 TINY = ["--n-train", "300", "--n-test", "40", "--steps", "15", "--d-model", "16",
         "--batch-size", "32", "--warmup", "3", "--no-progress", "--threads", "1"]
+TSV_TINY = TINY[4:]  # a --data file's pairs are its lines: no --n-train, --n-test
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_tsv_error_is_one_line_with_file_and_line(cli_main, tmp_path, capsys):
     bad = tmp_path / "pairs.tsv"
     bad.write_text("one\tun\ntwo deux\n", encoding="utf-8")
     rc = cli_main(["seq2seq", "train", "--data", str(bad), "--arch", "lstm",
-                   "--out", str(tmp_path / "o"), *TINY])
+                   "--out", str(tmp_path / "o"), *TSV_TINY])
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
@@ -122,7 +123,7 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
     out = tmp_path / "ckpt"
     assert cli_main(["seq2seq", "train", "--data", str(pairs), "--arch", "lstm-attention",
-                     "--valid-fraction", "0.3", "--out", str(out), *TINY]) == 0
+                     "--valid-fraction", "0.3", "--out", str(out), *TSV_TINY]) == 0
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(out), "--data", str(pairs)]) == 0
     out = capsys.readouterr().out
     assert "/40)" in out  # every line of the file was scored
@@ -161,7 +162,8 @@ def test_a_run_on_a_relative_tsv_path_is_evaluated_from_anywhere(cli_main, tmp_p
     (tmp_path / "here" / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
     monkeypatch.chdir(tmp_path / "here")
     assert cli_main(["seq2seq", "train", "--data", "rev.tsv", "--arch", "lstm",
-                     "--valid-fraction", "0.3", "--out", str(tmp_path / "run"), *TINY]) == 0
+                     "--valid-fraction", "0.3", "--out", str(tmp_path / "run"),
+                     *TSV_TINY]) == 0
     monkeypatch.chdir(tmp_path / "elsewhere")
     capsys.readouterr()
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run")]) == 0
@@ -189,7 +191,9 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
                           (["--learning-rate", "-1"], "learning_rate"),
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
                            "not divisible"),
-                          (["--n-train", str(10**12)], "pairs needs about")):  # a petabyte
+                          (["--n-train", str(10**12)], "pairs needs about"),  # a petabyte
+                          (["--valid-fraction", "0.2"], "a --data file only"),
+                          (["--data", "x.tsv", "--n-test", "9"], "generated tasks only")):
         assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err
         assert reason in err and len(err.strip().splitlines()) == 1

@@ -136,6 +136,23 @@ def test_beam_search_fills_the_whole_context():
         beam_search(model, prompt, 1, n + 1)
 
 
+def test_beam_search_returns_only_whole_texts():
+    """A search that stops because ``beam`` hypotheses ended returns those, not the live beams
+    it cut short (which could outscore them); one that runs to max_new_tokens returns both."""
+    from scratchgpt.generation.stopping import StopRule
+    from tests.tiny_gpt import sharp_gpt
+
+    model, n = sharp_gpt(scale=3), 12
+    torch.manual_seed(0)
+    prompt = torch.randint(0, 29, (1, 3))
+    stopped_early = 0
+    for eos in range(29):
+        hyps = beam_search(model, prompt, 3, StopRule(n, eos_id=eos))
+        assert all(h[-1] == eos or len(h) == n for h, _ in hyps), eos
+        stopped_early += sum(h[-1] == eos for h, _ in hyps) >= 3
+    assert stopped_early  # (the case in question arose)
+
+
 @pytest.mark.parametrize("penalty", [math.nan, math.inf])
 def test_beam_search_refuses_a_length_penalty_that_ranks_nothing(penalty):
     with pytest.raises(ScratchGPTError, match="finite"):

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 loss = full_split_loss(model, data, split, block, device,
                                        max_tokens=args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)
-        figures[f"{split}_ppl"] = round(math.exp(loss), 4)
+        figures[f"{split}_ppl"] = round(perplexity(loss), 4)
     if args.plot is not None:
         from scratchgpt.viz import context_loss_figure, save_figure
 
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 def dataset_of(args: argparse.Namespace, ckpt):
     """The prepared dataset to evaluate on: ``--dataset``, else the run's own; its tokenizer
     must be the run's."""
+    from scratchgpt.data import sources
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import CheckpointError, DataError
     from scratchgpt.training.job import check_same_tokenizer
@@ -108,7 +109,8 @@ def dataset_of(args: argparse.Namespace, ckpt):
     dataset = args.dataset or ckpt.data.get("dataset")
     if not dataset:
         raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
-    if args.dataset is None and not Path(dataset).is_dir():
+    if args.dataset is None and not Path(dataset).is_dir() and \
+            dataset not in sources.DATASET_NAMES:
         raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
                         "pass --dataset (prepared with the run's tokenizer: prepare "
                         f"--tokenizer-from {args.checkpoint})")
@@ -116,6 +118,15 @@ def dataset_of(args: argparse.Namespace, ckpt):
     data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr))
     check_same_tokenizer(ckpt, data)
     return data
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``; infinite past the largest float (a loss above ~709 nats, a model that
+    diverged), where ``math.exp`` raises."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 def when(step: int | None, dtype: str) -> str:

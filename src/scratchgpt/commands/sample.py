@@ -408,16 +408,27 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     from scratchgpt.generation.generate import generate_batch
     from scratchgpt.generation.prompt import start_of_text
 
-    prompts = [line for line in lines if line.strip()]
-    if not prompts:
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if not numbered:
         raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
-    rows = [text for text in prompts for _ in range(args.num_samples)]
-    ids = [encode(tok, text, args.unknown) or start_of_text(tok)[0] for text in rows]
+    encoded = [encode_line(tok, line, args, n) or start_of_text(tok)[0] for n, line in numbered]
+    rows = [line for _, line in numbered for _ in range(args.num_samples)]
+    ids = [x for x in encoded for _ in range(args.num_samples)]
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     note_long_prompts(model, [len(x) for x in ids])
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0
+
+
+def encode_line(tok, line: str, args: argparse.Namespace, n: int) -> list[int]:
+    """A prompt file's line ``n`` as token ids (``--unknown``); a refusal names the line."""
+    from scratchgpt.errors import TokenizerError
+
+    try:
+        return encode(tok, line, args.unknown)
+    except TokenizerError as e:
+        raise TokenizerError(f"prompt file {args.prompt_file}, line {n}: {e}") from None
 
 
 def run_speculative(job: Job, args: argparse.Namespace) -> int:

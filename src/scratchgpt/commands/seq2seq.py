@@ -176,6 +176,10 @@ def data_spec(args: argparse.Namespace, seed: int):
                               "run)")
         return None
     sizes = {f: v for f, v in given_flags.items() if f not in ("task", "data")}
+    wrong = [f for f in sizes if (f == "valid_fraction") != bool(args.data)]
+    if wrong:  # a flag for the other kind of pairs would change nothing
+        raise ConfigError(f"--{wrong[0].replace('_', '-')} applies to "
+                          f"{'generated tasks' if args.data else 'a --data file'} only")
     # the file's absolute path: eval and --resume read it again, from any directory
     path = str(Path(args.data).resolve()) if args.data else None
     return DataSpec(task=None if args.data else (args.task or "dates"), path=path, seed=seed,

@@ -71,9 +71,11 @@ class _Beams:
             self.scores.append(float("-inf"))
 
     def best(self) -> list[Hypothesis]:
+        """Every hypothesis, best first: the finished ones, and the live ones unless ``beam``
+        have finished (a search that stops early has cut them short: they are not texts)."""
         alive = [(s, self.normalized(sc, len(s))) for s, sc in zip(self.seqs, self.scores,
                                                                      strict=True)
-                 if sc != float("-inf")]
+                 if sc != float("-inf") and len(self.finished) < self.beam]
         return sorted(self.finished + alive, key=lambda h: h[1], reverse=True)
 
 
@@ -85,8 +87,8 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     The score is the summed log-probability divided by ``len ** length_penalty`` (as in
     Hugging Face's ``generate``). A beam whose newest token ends it under ``stop`` (the
     end-of-text token, a completed stop string: kept in its tokens) is finished; the search
-    ends when ``beam`` hypotheses are finished or after ``stop.max_new_tokens``. Beam 1 is
-    greedy.
+    ends when ``beam`` hypotheses are finished (then only finished ones are returned) or after
+    ``stop.max_new_tokens`` (then the live beams compete too). Beam 1 is greedy.
     """
     stop = StopRule.of(stop)
     if beam < 1:
