@@ -187,6 +187,37 @@ def test_beam_search_ends_hypotheses_with_the_rule():
     assert any(tokens[-1] == eos for tokens, _ in hyps)
 
 
+def test_beam_search_finds_the_hypotheses_transformers_finds(tmp_path):
+    """The same GPT-2 weights, the same end-of-text: our beam search returns the texts and
+    scores of transformers' generate(num_beams, early_stopping=True), search after search,
+    including those where endings ranked below the best ``beam`` extensions come up (they
+    are not hypotheses) and where the last beams end on the last step (the live ones still
+    compete)."""
+    transformers = pytest.importorskip("transformers")
+    from scratchgpt.checkpoints.hf import save_hf
+    from tests.tiny_gpt import sharp_gpt
+
+    model = sharp_gpt(scale=1.5, block_size=32)  # flat enough for endings to compete
+    hf = transformers.GPT2LMHeadModel.from_pretrained(save_hf(model, tmp_path / "hf")).eval()
+    beam, n, ended = 3, 10, 0
+    for seed in range(120):
+        prompt = torch.randint(0, 29, (1, 4), generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            eos = int(model(prompt)[0, -1].topk(4).indices[seed % 4])
+        ours = beam_search(model, prompt, beam, StopRule(n, eos_id=eos))[:beam]
+        out = hf.generate(prompt, num_beams=beam, num_return_sequences=beam, max_new_tokens=n,
+                          early_stopping=True, eos_token_id=eos, pad_token_id=eos,
+                          do_sample=False, length_penalty=1.0, return_dict_in_generate=True,
+                          output_scores=True)
+        theirs = [t[4:].tolist() for t in out.sequences]
+        theirs = [t[:t.index(eos) + 1] if eos in t else t for t in theirs]
+        assert [tokens for tokens, _ in ours] == theirs, seed
+        assert [score for _, score in ours] == pytest.approx(out.sequences_scores.tolist(),
+                                                              abs=1e-4)
+        ended += sum(t[-1] == eos for t in theirs)
+    assert ended > 100  # endings took part
+
+
 @pytest.mark.parametrize("kind", ["gpt", "bigram", "lstm", "numpy"])
 def test_prefill_runs_the_head_on_the_last_position_only(kind):
     """``last_only`` gives the last row of the full logits, and the cache advances as far."""

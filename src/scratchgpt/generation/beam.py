@@ -44,13 +44,17 @@ class _Beams:
         total = (torch.tensor(self.scores)[:, None] + logprobs).view(-1)  # (beam * V,)
         cand_scores, cand = torch.topk(total, min(2 * self.beam, total.numel()))
         parents, tokens, seqs, scores = [], [], [], []
-        for s, c in zip(cand_scores.tolist(), cand.tolist(), strict=True):
+        for rank, (s, c) in enumerate(zip(cand_scores.tolist(), cand.tolist(), strict=True)):
             parent, token = divmod(c, V)
             if s == float("-inf"):
                 break
             seq = self.seqs[parent] + [token]
             if self.stop.ends(seq):
-                self.finished.append((seq, self.normalized(s, len(seq))))
+                # an ending ranked below the best ``beam`` would not have been kept as a beam
+                # either: counting it would fill ``finished`` with weak texts and end the
+                # search early (Hugging Face's rule too)
+                if rank < self.beam:
+                    self.finished.append((seq, self.normalized(s, len(seq))))
                 continue
             parents.append(parent)
             tokens.append(token)
@@ -70,12 +74,14 @@ class _Beams:
             self.seqs.append(self.seqs[0])
             self.scores.append(float("-inf"))
 
-    def best(self) -> list[Hypothesis]:
-        """Every hypothesis, best first: the finished ones, and the live ones unless ``beam``
-        have finished (a search that stops early has cut them short: they are not texts)."""
+    def best(self, out_of_tokens: bool) -> list[Hypothesis]:
+        """Every hypothesis, best first: the finished ones, and the live ones when the search
+        ran ``out_of_tokens`` or fewer than ``beam`` finished (a search that stops early has
+        cut them short: they are not texts)."""
+        cut_short = len(self.finished) >= self.beam and not out_of_tokens
         alive = [(s, self.normalized(sc, len(s))) for s, sc in zip(self.seqs, self.scores,
                                                                      strict=True)
-                 if sc != float("-inf") and len(self.finished) < self.beam]
+                 if sc != float("-inf") and not cut_short]
         return sorted(self.finished + alive, key=lambda h: h[1], reverse=True)
 
 
@@ -88,7 +94,9 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     Hugging Face's ``generate``). A beam whose newest token ends it under ``stop`` (the
     end-of-text token, a completed stop string: kept in its tokens) is finished; the search
     ends when ``beam`` hypotheses are finished (then only finished ones are returned) or after
-    ``stop.max_new_tokens`` (then the live beams compete too). Beam 1 is greedy.
+    ``stop.max_new_tokens`` (then the live beams compete too). An ending counts only among the
+    best ``beam`` extensions of a step. The first ``beam`` hypotheses are those of Hugging
+    Face's ``generate(num_beams=beam, early_stopping=True)`` (tested). Beam 1 is greedy.
     """
     stop = StopRule.of(stop)
     if beam < 1:
@@ -115,4 +123,4 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
         beams.pad(parents, tokens)
         cache.select_rows(torch.tensor(parents))  # row i continues beam parents[i]
         logits = prefill(model, cache, torch.tensor(tokens)[:, None])  # (beam, V)
-    return beams.best()
+    return beams.best(out_of_tokens=step == n - 1)
