@@ -258,3 +258,15 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, capsys):
     assert b.state.step == 24 and b.state.val_loss == a.state.val_loss
     assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
     assert main([*resume, "--label-smoothing", "0.2", "--arch", "lstm-attention"]) == 0
+
+
+def test_attention_of_a_model_without_attention_is_refused(tmp_path, capsys):
+    """A plain lstm has no cross-attention: the map it drew was made up."""
+    out = tmp_path / "lstm"
+    assert main(["seq2seq", "train", "--task", "dates", "--arch", "lstm", "--out", str(out),
+                 *TINY]) == 0
+    png = tmp_path / "a.png"
+    assert main(["seq2seq", "attention", "--checkpoint", str(out), "--source", "March 3",
+                 "--out", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert "no attention" in err and err.count("\n") == 1 and not png.exists()

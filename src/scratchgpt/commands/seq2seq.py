@@ -106,7 +106,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "attention", help="plot the cross-attention of one translation",
         description="Heatmap of the attention weights while translating --source: one row per "
                     "generated token, one column per source token (as in Bahdanau et al., 2015). "
-                    "Transformer: last layer, mean over heads, unless --layer/--head.")
+                    "Transformer: last layer, mean over heads, unless --layer/--head. A plain "
+                    "--arch lstm model has no attention to draw.")
     _add_checkpoint(a)
     a.add_argument("--source", required=True, metavar="TEXT")
     a.add_argument("--out", required=True, metavar="FILE.png")
@@ -259,6 +260,9 @@ def run_attention(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import translate
 
     model, src_tok, tgt_tok, _ = _load(args)
+    if model.config.arch == "lstm":  # its decoder reads one summary of the source
+        raise ConfigError(f"{args.checkpoint} is a plain lstm encoder-decoder, which has no "
+                          "attention to draw; train --arch lstm-attention or transformer")
     if isinstance(model, TransformerSeq2Seq):
         if args.layer is not None:
             model.attn_layer = pick(args.layer, model.config.n_layer, "--layer")[0]
