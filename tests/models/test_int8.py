@@ -242,3 +242,22 @@ def test_sample_int8_greedy_matches_fp32(trained_run, capsys, cli_main):
                          "--temperature", "0", "--max-new-tokens", "40", "--dtype", dtype]) == 0
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0]) > 40
+
+
+def test_int8_refuses_a_model_without_linear_layers(tmp_path, capsys):
+    """A bigram model is one embedding table: int8 changed nothing, and eval reported the
+    fp32 loss under int8's name."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.cli import main
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.models.bigram import BigramConfig, BigramLM
+    from scratchgpt.models.fast_decode import to_inference_dtype
+
+    model = BigramLM(BigramConfig(vocab_size=12))
+    with pytest.raises(ConfigError, match="has none"):
+        to_inference_dtype(model, "int8")
+    save_checkpoint(tmp_path / "run" / "best.pt", Checkpoint("bigram", model.config,
+                                                             model.state_dict()))
+    assert main(["sample", "--checkpoint", str(tmp_path / "run"), "--dtype", "int8",
+                 "--max-new-tokens", "3"]) == 2
+    assert "int8 quantizes linear layers" in capsys.readouterr().err

@@ -309,6 +309,9 @@ def to_inference_dtype(model: nn.Module, dtype: str) -> nn.Module:
     if dtype == "bf16":
         model.to(torch.bfloat16)
     elif dtype == "int8":
+        if not any(isinstance(m, nn.Linear) for m in model.modules()):
+            raise ConfigError(f"int8 quantizes linear layers, and a {type(model).__name__} has "
+                              "none (it would run in fp32 under int8's name); use fp32")
         quantize_int8(model)
     return model
 
