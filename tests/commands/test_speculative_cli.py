@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,10 @@ def test_prompt_lookup_and_auto_k_cli_equal_target_greedy(runs, capsys, extra):
     assert captured.out == greedy
     assert "acceptance rate" in captured.err
     assert ("K picked" in captured.err) == ("auto" in extra)
+    # what was proposed beside what was taken: a lookup that finds nothing proposes nothing
+    proposed, accepted = re.search(r"([\d.]+) draft tokens proposed and ([\d.]+) accepted",
+                                   captured.err).groups()
+    assert float(proposed) >= float(accepted)
 
 
 def test_speculate_takes_a_number_or_auto(runs, capsys):

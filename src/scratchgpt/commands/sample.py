@@ -460,9 +460,10 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     chosen = (f"K picked per round: mean {sum(picked) / max(len(picked), 1):.2f}"
               if picked is not None else f"K={policy.k}")
     print(f"--- speculative ({args.draft if args.draft == 'ngram' else 'draft model'}, "
-          f"{chosen}): {st.rounds} rounds, {st.mean_accepted:.2f} draft tokens accepted per "
-          f"round, acceptance rate {st.acceptance_rate:.2f} (tokens decoded per position the "
-          "model scored, its bonus tokens counted)", file=sys.stderr)
+          f"{chosen}): {st.rounds} rounds, {st.mean_drafted:.2f} draft tokens proposed and "
+          f"{st.mean_accepted:.2f} accepted per round, acceptance rate "
+          f"{st.acceptance_rate:.2f} (tokens decoded per position the model scored, its bonus "
+          "tokens counted)", file=sys.stderr)
     return 0
 
 
