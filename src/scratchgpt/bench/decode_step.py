@@ -59,6 +59,8 @@ KINDS: dict[str, tuple[str, ...]] = {
                         "_reshape_alias"),
 }
 VARIANTS = ("prepared", "plain", "layout", "packed", "native")
+# the random model's shape without --preset or --checkpoint: GPT-2 124M's
+RANDOM_SHAPE = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,12 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None,
                    help="model shape of a training preset (e.g. cpu-small, cpu-medium), random "
                         "weights, vocabulary --vocab-size (default 65 here)")
-    p.add_argument("--n-layer", type=int, default=12)
-    p.add_argument("--n-head", type=int, default=12)
-    p.add_argument("--n-embd", type=int, default=768)
+    for flag, default in RANDOM_SHAPE.items():
+        p.add_argument(f"--{flag.replace('_', '-')}", type=positive_int, default=None,
+                       help=f"of a random model without --preset (default {default})")
     p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of a random model (default 50257, or 65 with --preset)")
-    p.add_argument("--block-size", type=int, default=1024, help="context of a random model")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="inference precision, as sample --dtype")
     p.add_argument("--variants", default="prepared",
@@ -276,6 +277,12 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
     """The fp32 model to time (a checkpoint, a preset's shape, or the --n-* shape) and a name."""
     from scratchgpt.models.gpt import GPT, GPTConfig
 
+    given = [f"--{k.replace('_', '-')}" for k in RANDOM_SHAPE if getattr(args, k) is not None]
+    if given and (args.checkpoint or args.preset):
+        from scratchgpt.errors import ConfigError
+
+        raise ConfigError(f"{', '.join(given)} shape a random model; "
+                          f"{'--checkpoint' if args.checkpoint else '--preset'} gives the shape")
     if args.checkpoint:
         from scratchgpt.checkpoints.io import load_language_model
 
@@ -296,8 +303,8 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
                         **{k: v for k, v in p.items() if k in fields})
         name = f"{args.preset} shape"
     else:
-        cfg = GPTConfig(vocab_size=args.vocab_size or 50257, block_size=args.block_size,
-                        n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd)
+        shape = {k: getattr(args, k) or default for k, default in RANDOM_SHAPE.items()}
+        cfg = GPTConfig(vocab_size=args.vocab_size or 50257, **shape)
         name = "GPT shape"
     import torch
 
