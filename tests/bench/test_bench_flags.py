@@ -128,6 +128,10 @@ def other_models(tmp_path_factory):
     (["speculative", "--checkpoint", "gpt-classifier.pt", "--draft", "ngram"],
      "scratchgpt classify"),
     (["decode-step", "--checkpoint", "lstm.pt"], "not a recurrent model"),
+    # a preset beside a checkpoint was silently dropped for the checkpoint's model
+    (["sample", "--checkpoint", "lstm.pt", "--preset", "cpu-medium"],
+     "--checkpoint gives the model"),
+    (["decode-step", "--checkpoint", "lstm.pt", "--n-layer", "3"], "--checkpoint gives the shape"),
 ])
 def test_models_a_benchmark_cannot_time_are_one_line(argv, needle, other_models, capsys,
                                                      monkeypatch):

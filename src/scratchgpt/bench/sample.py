@@ -18,11 +18,14 @@ import time
 from scratchgpt.commands.argtypes import positive_int, thread_count
 from scratchgpt.training.config import PRESETS
 
+DEFAULT_PRESET = "cpu-small"
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="run directory or .pt file (optional)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small",
-                   help="model shape when no checkpoint (default cpu-small)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="model shape of a random model, without --checkpoint (default "
+                        f"{DEFAULT_PRESET})")
     p.add_argument("--tokens", type=positive_int, default=500,
                    help="new tokens per sample (500)")
     p.add_argument("--prompt-len", type=positive_int, default=1, help="prompt tokens (1)")
@@ -51,16 +54,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.checkpoint:
         from scratchgpt.checkpoints.io import load_language_model
+        from scratchgpt.errors import ConfigError
 
+        if args.preset is not None:  # it would be dropped for the checkpoint's shape
+            raise ConfigError("--preset shapes a random model; --checkpoint gives the model")
         model, source = load_language_model(args.checkpoint, command="bench sample")
         what = str(source.path)
     else:
-        preset = PRESETS[args.preset]
+        shape = args.preset or DEFAULT_PRESET
+        preset = PRESETS[shape]
         fields = config_fields(preset["model"]) - {"vocab_size"}
         model = build_model(model_config(preset["model"], vocab_size=65,
                                          **{k: v for k, v in preset.items() if k in fields}))
         model.eval()
-        what = f"{args.preset} shape, random weights"
+        what = f"{shape} shape, random weights"
     n_params = model.num_params()
     # as sample prepares it; --compile compares the compiled step with the eager one
     model = prepare_for_decode(model, args.dtype, pack=not args.compile, native=not args.compile)
