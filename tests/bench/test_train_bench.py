@@ -27,6 +27,8 @@ def test_bench_train_rejects_an_unknown_variant(capsys):
     assert main(["bench", "train", *SHAPE, "--variants", "fp16"]) == 2
     err = capsys.readouterr().err
     assert "unknown variant 'fp16'" in err and "Traceback" not in err
+    assert main(["bench", "train", *SHAPE, "--variants", "fp32, fp32"]) == 2
+    assert "names a variant twice" in capsys.readouterr().err
 
 
 FAKE_NANOGPT = """import sys

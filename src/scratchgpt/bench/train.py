@@ -322,7 +322,12 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models import attention_kernel
     from scratchgpt.validation import check_range
 
-    dtypes = {parse_variant(v)[0] for v in args.variants.split(",")}  # a typo fails now
+    variants = [v.strip() for v in args.variants.split(",")]
+    dtypes = {parse_variant(v)[0] for v in variants}  # a typo fails now
+    if len(set(variants)) < len(variants):  # the same step twice: no comparison, twice the time
+        from scratchgpt.errors import ConfigError
+
+        raise ConfigError(f"--variants names a variant twice: {args.variants}")
     check_range("--steps", args.steps, 1)
     check_range("--rounds", args.rounds, 1)
     check_range("--warmup", args.warmup, 0)
@@ -331,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     if args.nanogpt:
         results.append(run_nanogpt(args))
-    ours = time_variants(args, [v.strip() for v in args.variants.split(",")])
+    ours = time_variants(args, variants)
     results += ours
     threads = torch.get_num_threads()
     report = {"threads": threads, "matmul_peak_tflops":
