@@ -346,7 +346,7 @@ def test_text_encoded_in_pieces_gets_the_whole_texts_ids(kind, english_text):
         pattern = r"\S+|\s+" if kind == "bpe-other-pattern" else None
         tok = BPETokenizer.train(text, 400, backend="python",
                                  **({"pattern": pattern} if pattern else {}))
-    pieces = prepare.text_pieces(text, 50)
+    pieces = [text[a:b] for a, b in prepare.piece_bounds(text, 50)]
     assert "".join(pieces) == text and len(pieces) > 20
     whole = np.asarray(prepare.encode_corpus(tok, text), dtype=np.uint16)
     ids = prepare.encode_to_array(tok, text, np.dtype(np.uint16), piece_chars=50)

@@ -64,34 +64,36 @@ def encode_corpus(tok: Tokenizer, text: str, unknown: str = "replace") -> list[i
 
 # Long text is encoded a piece of about this many characters at a time, each piece's ids
 # stored at once as 2 or 4 bytes: a list of the whole text's ids as Python ints takes ~36 bytes
-# a token (preparing 42 MB of Python source with GPT-2's BPE peaked at 940 MB, in pieces 650).
+# a token (preparing 42 MB of Python source with GPT-2's BPE peaked at 940 MB, in pieces 565).
 PIECE_CHARS = 1 << 20
 # Where a piece may end: after a line's newline, between two non-space characters. No chunk of
 # GPT-2's pre-tokenizer spans such a place, so the pieces encode to the whole text's ids.
 PIECE_END = re.compile(r"(?<=\S\n)(?=\S)")
 
 
-def text_pieces(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
-    """``text`` cut into pieces of at least ``piece_chars`` characters (the last may be
-    shorter), each ending where :data:`PIECE_END` allows; text without such a place is one
-    piece.
+def piece_bounds(text: str, piece_chars: int = PIECE_CHARS) -> list[tuple[int, int]]:
+    """Where to cut ``text``: (start, stop) of pieces of at least ``piece_chars`` characters
+    (the last may be shorter), each ending where :data:`PIECE_END` allows; text without such a
+    place is one piece. Bounds, not the pieces: each is sliced when it is encoded, so the
+    pieces never hold a second copy of the text.
 
-    >>> text_pieces("ab\\ncd\\n\\nef\\ngh", 2)
+    >>> text = "ab\\ncd\\n\\nef\\ngh"
+    >>> [text[a:b] for a, b in piece_bounds(text, 2)]
     ['ab\\n', 'cd\\n\\nef\\n', 'gh']
     """
-    pieces, start = [], 0
+    bounds, start = [], 0
     while start < len(text):
         end = PIECE_END.search(text, start + piece_chars)
         stop = end.start() if end else len(text)
-        pieces.append(text[start:stop])
+        bounds.append((start, stop))
         start = stop
-    return pieces
+    return bounds
 
 
 def encode_to_array(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = False,
                     desc: str = "encoding", piece_chars: int = PIECE_CHARS) -> np.ndarray:
     """:func:`encode_corpus` of ``text`` as an array of ``dtype``, the same ids, encoded a
-    piece at a time (:func:`text_pieces`) where the tokenizer allows it (character level, or
+    piece at a time (:func:`piece_bounds`) where the tokenizer allows it (character level, or
     byte-level BPE with GPT-2's pre-tokenizer): memory then holds the ids at 2 or 4 bytes each.
     ``progress`` shows a bar over the pieces."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -100,9 +102,9 @@ def encode_to_array(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool =
 
     cuttable = (type(tok) is CharTokenizer
                 or isinstance(tok, BPETokenizer) and tok.pattern == GPT2_PATTERN)
-    pieces = text_pieces(text, piece_chars) if cuttable else [text]
-    arrays = [np.asarray(encode_corpus(tok, piece), dtype=dtype)
-              for piece in _bar(pieces, progress and len(pieces) > 1, desc, "piece")]
+    bounds = piece_bounds(text, piece_chars) if cuttable else [(0, len(text))]
+    arrays = [np.asarray(encode_corpus(tok, text[a:b]), dtype=dtype)
+              for a, b in _bar(bounds, progress and len(bounds) > 1, desc, "piece")]
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
 
