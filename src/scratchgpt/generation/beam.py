@@ -85,6 +85,13 @@ class _Beams:
         return sorted(self.finished + alive, key=lambda h: h[1], reverse=True)
 
 
+def check_length_penalty(length_penalty: float) -> None:
+    """A GenerationError unless ``length_penalty`` is a finite number (NaN would rank no
+    hypothesis above another). Every beam search checks it: this one and seq2seq's."""
+    if not math.isfinite(length_penalty):
+        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
+
+
 @torch.inference_mode()
 def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule,
                 length_penalty: float = 1.0) -> list[Hypothesis]:
@@ -101,8 +108,7 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     stop = StopRule.of(stop)
     if beam < 1:
         raise GenerationError(f"beam must be >= 1, got {beam}")
-    if not math.isfinite(length_penalty):
-        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
+    check_length_penalty(length_penalty)
     if prompt.size(0) != 1:
         raise GenerationError("beam search takes a single prompt")
     n = stop.max_new_tokens

@@ -10,7 +10,6 @@ source length.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -25,6 +24,7 @@ from scratchgpt import memory
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
+from scratchgpt.generation.beam import check_length_penalty
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
@@ -181,8 +181,7 @@ def translate(
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
     An empty source, or one longer than the model reads, is a GenerationError."""
-    if not math.isfinite(length_penalty):
-        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
+    check_length_penalty(length_penalty)
     device = next(model.parameters()).device
     model.eval()
     texts, all_ids, all_attn = [], [], []
