@@ -30,7 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int, results_dir, results_file, thread_count
+from scratchgpt.commands.argtypes import (
+    positive_int,
+    results_dir,
+    results_file,
+    thread_count,
+    write_results,
+)
 from scratchgpt.errors import ConfigError
 
 SUITES = ("sms", "synthetic", "instruction-data")
@@ -80,9 +86,7 @@ def run(args: argparse.Namespace) -> int:
                "instruction-data": instruction_data_suite}[args.suite](args, out)
     figures["total_s"] = round(time.perf_counter() - t0, 1)
     print(f"== total wall time {figures['total_s']:.0f} s; {_load()}")
-    if json_file:
-        json_file.parent.mkdir(parents=True, exist_ok=True)
-        json_file.write_text(json.dumps(figures, indent=1) + "\n")
+    write_results(json_file, figures)
     return 0
 
 

@@ -11,13 +11,12 @@ torch is, and checks that both give the same logits (the largest difference is p
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int, results_file, thread_count
+from scratchgpt.commands.argtypes import positive_int, results_file, thread_count, write_results
 
 VOCAB = 65
 
@@ -119,10 +118,7 @@ def run(args: argparse.Namespace) -> int:
               f"{r['scratch_train_tokens_per_s']:>9,.0f} {r['torch_speedup_train']:>6.1f}   "
               f"{r['torch_decode_tokens_per_s']:>18,.0f} {r['scratch_decode_tokens_per_s']:>9,.0f} "
               f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
-    if json_file:
-        json_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(json_file, "w") as f:
-            json.dump({"threads": torch.get_num_threads(), "hidden": args.hidden,
-                       "n_layer": args.n_layer, "batch_size": args.batch_size,
-                       "seq_len": args.seq_len, "results": rows}, f, indent=1)
+    write_results(json_file, {"threads": torch.get_num_threads(), "hidden": args.hidden,
+                              "n_layer": args.n_layer, "batch_size": args.batch_size,
+                              "seq_len": args.seq_len, "results": rows})
     return 0

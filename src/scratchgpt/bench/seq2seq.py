@@ -9,11 +9,16 @@ overall and by source length. Targets (docs/bench_seq2seq.md): Transformer >= 98
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 
-from scratchgpt.commands.argtypes import positive_int, results_file, seed_int, thread_count
+from scratchgpt.commands.argtypes import (
+    positive_int,
+    results_file,
+    seed_int,
+    thread_count,
+    write_results,
+)
 from scratchgpt.data.translation import TASKS
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
@@ -63,11 +68,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
               f"   {r['exact_match']:.2%}")
-    if json_file:
-        json_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(json_file, "w") as f:
-            json.dump({"budget_s": cfg.time_budget_s, "threads": torch.get_num_threads(),
-                       "results": rows}, f, indent=1)
+    write_results(json_file, {"budget_s": cfg.time_budget_s,
+                              "threads": torch.get_num_threads(), "results": rows})
     return 0
 
 

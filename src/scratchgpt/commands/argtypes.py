@@ -4,6 +4,7 @@ the same in every command."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -127,3 +128,12 @@ def results_file(path: str | Path | None, overwrite: bool, flag: str = "--json")
     if file.exists() and not overwrite:
         raise ConfigError(f"{file} already holds results; pass --overwrite to replace it")
     return file
+
+
+def write_results(file: Path | None, figures: dict[str, Any]) -> None:
+    """``figures`` as JSON into ``file``, the ``--json FILE`` :func:`results_file` checked
+    (nothing when None), its missing folders made."""
+    if file is None:
+        return
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(figures, indent=1) + "\n")
