@@ -55,9 +55,9 @@ def shown_defaults() -> dict[str, str]:
     rates = ", ".join(f"{rate:g} ({policy})" for policy, rate in LEARNING_RATES.items())
     shared = {k: v for k, v in TRAIN_DEFAULTS["classify"].items()
               if TRAIN_DEFAULTS["instruct"].get(k) == v}
-    return {**{k: f"{v}" for k, v in shared.items()},
-            "batch_size": " (instruct), ".join(str(TRAIN_DEFAULTS[t]["batch_size"])
-                                               for t in ("instruct", "classify")) + " (classify)",
+    batches = ", ".join(f"{TRAIN_DEFAULTS[t]['batch_size']} ({t})" for t in ("instruct",
+                                                                          "classify"))
+    return {**{k: f"{v}" for k, v in shared.items()}, "batch_size": batches,
             "learning_rate": rates, "max_iters": "--epochs passes over the training split",
             "eval_interval": "one epoch", "eval_iters": "the whole validation split",
             "warmup_iters": "max-iters / 20, at most 100", "min_lr": "learning-rate / 10"}
