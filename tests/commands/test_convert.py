@@ -147,6 +147,17 @@ def test_checkpoint_with_from_is_refused(run_dir, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_which_with_from_is_refused(tmp_path, capsys):
+    """--which picks a run directory's checkpoint; an HF directory has one model, so --which
+    beside --from would be ignored: it is refused, and nothing is written."""
+    hf = save_hf(tiny_gpt(), tmp_path / "hf", CharTokenizer(CHARS))
+    assert main(["convert", "--from", "hf", str(hf), "--which", "last", "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--which applies to --to only" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_to_hf_over_a_file_says_it_writes_a_directory(run_dir, tmp_path, capsys):
     """It said to pass --overwrite, which then failed with 'File exists'."""
     (tmp_path / "model.bin").write_text("mine")

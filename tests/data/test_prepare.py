@@ -297,6 +297,16 @@ def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path):
     assert text == "first file, \n\nsecond file.\ufeff"  # one inside the text is kept
 
 
+def test_line_endings_of_any_system_read_as_one_text(tmp_path):
+    """Windows' CRLF and old Mac files' lone CR are read as LF, as documented: the same text
+    saved on any system prepares the same ids (and no CR joins a char vocabulary)."""
+    for name, ending in (("unix.txt", b"\n"), ("windows.txt", b"\r\n"), ("mac.txt", b"\r")):
+        (tmp_path / name).write_bytes(ending.join([b"First line", b"second", b""]))
+    texts = {sources.read_text_source(tmp_path / name)[0]
+             for name in ("unix.txt", "windows.txt", "mac.txt")}
+    assert texts == {"First line\nsecond\n"}
+
+
 def test_a_utf16_file_is_named_as_such(tmp_path):
     """Windows editors save "Unicode" as UTF-16, which is not UTF-8 from its first byte: the
     refusal says what the file is and what to save it as."""

@@ -93,9 +93,10 @@ def encode(tok: Any, text: str, unknown: str) -> list[int]:
         raise TokenizerError(f"{e} (use --unknown replace to substitute them)") from None
 
 
-def add_which_flag(p: argparse.ArgumentParser) -> None:
-    """``--which best|last``: which checkpoint of a run directory a command reads."""
-    p.add_argument("--which", choices=("best", "last"), default="best",
+def add_which_flag(p: argparse.ArgumentParser, default: str | None = "best") -> None:
+    """``--which best|last``: which checkpoint of a run directory a command reads (``default``
+    None: a command where it applies to some uses only, to tell a flag given from none)."""
+    p.add_argument("--which", choices=("best", "last"), default=default,
                    help="checkpoint of a run directory to use (default: best)")
 
 
