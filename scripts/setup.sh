@@ -13,6 +13,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 stamp="$venv/.scratchgpt-installed${extras:+-$extras}"
+# The gguf extra compiles llama.cpp for this CPU. On CPUs with AMX (Xeons since Sapphire
+# Rapids) its AMX kernels stopped the process with an illegal instruction (tilezero, in its
+# q8_0 products) on a 2-core Xeon host where PyTorch's own AMX products run: build it without
+# them (its AVX-512 kernels remain).
+if [[ ",$extras," == *,gguf,* ]] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  export CFLAGS="${CFLAGS:+$CFLAGS }$no_amx" CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }$no_amx"
+fi
 # Reinstall only when pyproject.toml changed since the last install of these extras.
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$py" -m pip install -q --upgrade pip >/dev/null
