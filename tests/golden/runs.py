@@ -3,8 +3,9 @@
 Each run trains a tiny model for a few dozen steps on data built here (no files needed) and
 reports numbers that change if anything in the computation changes: the exact full-split val
 loss, a digest of every trained weight, and greedy output. ``golden.json`` holds the numbers
-recorded from the code before a refactor, per kind of CPU kernels (PyTorch's CPU capability:
-AVX2 and AVX-512 kernels round differently, so the same code gives other last bits);
+recorded from the code before a refactor, per kind of CPU kernels (:func:`capability`: AVX2 and
+AVX-512 kernels round differently, and MKL's and oneDNN's products add in another order on
+another maker's CPU or with AMX, so the same code gives other last bits);
 ``test_golden.py`` checks the code still gives them on a machine of a recorded kind.
 
 Record anew (only when a change of numbers is intended and explained in the commit), which
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import random
 import sys
 import tempfile
@@ -130,8 +132,18 @@ def record() -> dict[str, Any]:
 
 
 def capability() -> str:
-    """The kind of CPU kernels PyTorch runs here (e.g. AVX2, AVX512): golden.json's key."""
-    return torch.backends.cpu.get_cpu_capability()
+    """The kind of CPU kernels PyTorch runs here, golden.json's key: PyTorch's own kernels'
+    instruction set (AVX2, AVX512), the CPU's maker, whose CPUs MKL and oneDNN run other code
+    on, and AMX where the CPU has it (e.g. "AVX512 AuthenticAMD", "AVX512 GenuineIntel AMX")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read(1 << 16)
+    except OSError:
+        info = ""
+    vendor = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                   if line.startswith("vendor_id")), platform.processor() or "unknown")
+    amx = " AMX" if " amx_tile" in info else ""
+    return f"{torch.backends.cpu.get_cpu_capability()} {vendor}{amx}"
 
 
 GOLDEN_FILE = Path(__file__).parent / "golden.json"
