@@ -81,7 +81,10 @@ def test_texts_are_cut_to_the_runs_max_length(short_run, tmp_path, capsys):
     rows = json.loads(printed)
     assert rows[0]["probabilities"] == rows[1]["probabilities"]
     code, printed, _ = run_cli(["classify", "--checkpoint", run, long, "--json"], capsys)
-    assert code == 0 and json.loads(printed)[0]["probabilities"] == rows[1]["probabilities"]
+    # alone rather than in a batch of two, the products may add in another order (oneDNN on an
+    # AMX Xeon does): equal up to fp32 rounding
+    alone = json.loads(printed)[0]["probabilities"]
+    assert code == 0 and alone == pytest.approx(rows[1]["probabilities"], rel=1e-5)
 
 
 @pytest.mark.parametrize("name, needle", [
