@@ -228,3 +228,26 @@ def test_a_copy_is_the_same_checkpoint_and_keeps_it_when_the_file_moves_on(tmp_p
     assert best.read_bytes() == kept and load_checkpoint(best).state.step == 1
     assert load_checkpoint(last).state.step == 2
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_which_last_is_last_pt_or_refused(tmp_path, capsys):
+    """--which last reads a run's last.pt; where there is none (a run of best.pt alone, or a
+    checkpoint file named directly) it is refused, where it used to read best.pt silently.
+    --which best takes last.pt from a run that never evaluated."""
+    from scratchgpt.cli import main
+
+    config = model_config("bigram", vocab_size=3)
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "last.pt",
+                    Checkpoint("bigram", config, build_model(config).state_dict()))
+    assert load_checkpoint(run, "best").path == run / "last.pt"
+    assert load_checkpoint(run, "last").path == run / "last.pt"
+    (run / "last.pt").rename(run / "best.pt")
+    with pytest.raises(CheckpointError, match="has no last.pt, only best.pt"):
+        load_checkpoint(run, "last")
+    with pytest.raises(CheckpointError, match="is a checkpoint file; --which last picks"):
+        load_checkpoint(run / "best.pt", "last")
+    assert main(["eval", "--checkpoint", str(run), "--which", "last"]) == 2
+    err = capsys.readouterr().err
+    assert "has no last.pt" in err and "Traceback" not in err, err

@@ -310,10 +310,18 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint,
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
-    """A checkpoint file from a file path or a run directory (``best.pt``, else ``last.pt``)."""
+    """A checkpoint file from a file path or a run directory: the run's ``best.pt`` (a run
+    that never evaluated has only ``last.pt``, which is taken then), or its ``last.pt`` when
+    ``which`` is "last": then ``path`` must be a run directory holding one, as nothing else is
+    taken in its place."""
     path = Path(path)
+    if which == "last" and path.is_file():
+        raise CheckpointError(f"{path} is a checkpoint file; --which last picks a run "
+                              "directory's last.pt (name the directory, or drop --which)")
     if path.is_dir():
-        order = ["best.pt", "last.pt"] if which == "best" else ["last.pt", "best.pt"]
+        if which == "last" and not (path / "last.pt").is_file() and (path / "best.pt").is_file():
+            raise CheckpointError(f"{path} has no last.pt, only best.pt (drop --which last)")
+        order = ["best.pt", "last.pt"] if which == "best" else ["last.pt"]
         for name in order:
             if (path / name).is_file():
                 return path / name
