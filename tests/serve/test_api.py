@@ -299,6 +299,8 @@ def test_a_prompt_outside_the_vocabulary_is_refused_in_the_apis_words(client):
     ("/v1/completions", b'{"prompt": "a",', 400),
     ("/v1/completions", b"[1, 2]", 400),
     ("/v1/completions", b'{"prompt": "\\ud800"}', 400),
+    ("/v1/completions", b'{"prompt": "a", "max_tokens": ' + b"9" * 5000 + b"}", 400),
+    ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, 400),  # nested past Python's stack
     ("/v1/completions", b'{"prompt": "' + b"a" * (1 << 20) + b'"}', 413),
     ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], '

@@ -104,6 +104,10 @@ def parse_json(body: bytes) -> dict[str, Any]:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level of nesting
+        raise ApiError(400, "the request body nests arrays or objects too deeply") from None
+    except ValueError:  # an integer longer than Python converts (4300 digits)
+        raise ApiError(400, "the request body holds a number with too many digits") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
     try:  # JSON may escape a lone surrogate (\ud800), which no text encoding can hold
