@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from scratchgpt.commands.argtypes import add_which_flag, thread_count
+from scratchgpt.commands.argtypes import add_which_flag, finite_float, thread_count
 from scratchgpt.errors import ConfigError
 
 
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=128,
                    help="most requests waiting for room in the batch; beyond it, 429 with "
                         "Retry-After (default 128)")
-    p.add_argument("--timeout", type=float, default=600.0,
+    p.add_argument("--timeout", type=finite_float, default=600.0,
                    help="seconds a request may take, waiting included; then its generation "
                         "ends (finish_reason 'length'), or it fails with 503 if it never "
                         "started (default 600; 0 = no limit)")
