@@ -282,6 +282,9 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     ("/api/attention", {"text": "\u4e2d"}, "text"),
     ("/api/attention", {"text": "a", "layer": 9}, "layer"),
     ("/api/attention", {"text": "a", "head": -1}, "head"),
+    ("/api/attention", {"tokens": [[1, 2], [3]]}, "tokens"),  # one prompt: the rest was lost
+    ("/api/attention", {"tokens": "ab"}, "tokens"),  # text is 'text'
+    ("/api/attention", {"text": "a", "tokens": [1]}, "tokens"),  # the text was ignored
 ])
 def test_errors_name_the_field_at_fault(client, path, body, param):
     error = client.post(path, json=body).json()["error"]

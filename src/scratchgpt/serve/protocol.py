@@ -205,6 +205,14 @@ def _prompt(name: str, v: Any) -> list[str | list[int]]:
                      "of token ids (none empty)")
 
 
+def _token_ids(name: str, v: Any) -> list[int]:
+    """One prompt's token ids: a non-empty list of integers."""
+    if not (isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in v)):
+        raise _bad(name, "a non-empty list of token ids")
+    return list(v)
+
+
 def _messages(name: str, v: Any) -> list[dict[str, str]]:
     if not isinstance(v, list) or not v:
         raise _bad(name, "a non-empty list of messages")
@@ -247,7 +255,7 @@ CHAT_FIELDS: dict[str, Check] = {
 }
 
 ATTENTION_FIELDS: dict[str, Check] = {  # the playground's /api/attention
-    "text": _string, "tokens": _prompt, "layer": _int(0), "head": _int(0),
+    "text": _string, "tokens": _token_ids, "layer": _int(0), "head": _int(0),
 }
 
 
