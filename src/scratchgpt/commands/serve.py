@@ -77,6 +77,9 @@ def config_from_args(args: argparse.Namespace):
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if args.timeout < 0:
         raise ConfigError("--timeout must be >= 0 (0 = no limit)")
+    if args.api_key == "":  # every API route would want 'Authorization: Bearer' and no key
+        raise ConfigError("the API key is empty (--api-key, or $SCRATCHGPT_API_KEY set to "
+                          "''): give a key, or none at all")
     limits = Limits(max_body_bytes=args.max_body_bytes,
                     max_prompt_tokens=args.max_prompt_tokens or 4096,
                     max_tokens=args.max_tokens_limit)
