@@ -14,7 +14,7 @@ import torch
 from scratchgpt.generation.generate import generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
-from scratchgpt.serve.protocol import Limits
+from scratchgpt.serve.protocol import Limits, parse_chat, parse_completion
 from tests.serve.conftest import start_server
 
 PROMPT = "ROMEO:\nThe king"
@@ -271,6 +271,16 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     assert r.status_code == status
     error = r.json()["error"]
     assert error["param"] == param and error["message"] and error["type"]
+
+
+def test_a_request_without_max_tokens_gets_the_default_within_the_servers_limit():
+    """Under --max-tokens-limit 8 a request naming no max_tokens was refused for the default
+    it never sent ("'max_tokens' must be at most 8, got 16")."""
+    limits = Limits(max_tokens=8)
+    assert parse_completion({"prompt": "a"}, limits).gen.max_tokens == 8
+    chat = parse_chat({"messages": [{"role": "user", "content": "hi"}]}, limits)
+    assert chat.gen.max_tokens == 8
+    assert parse_completion({"prompt": "a"}, Limits()).gen.max_tokens == 16
 
 
 @pytest.mark.parametrize("path,body,param", [

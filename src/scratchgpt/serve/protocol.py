@@ -274,7 +274,8 @@ def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, defau
     n = 1 if f["n"] is None else f["n"]
     if n > limits.max_n:
         raise ApiError(400, f"'n' must be at most {limits.max_n}, got {n}", param="n")
-    max_tokens = default if max_tokens is None else max_tokens
+    # a request that names no max_tokens gets the default, within the server's limit
+    max_tokens = min(default, limits.max_tokens) if max_tokens is None else max_tokens
     if max_tokens > limits.max_tokens:
         raise ApiError(400, f"'max_tokens' must be at most {limits.max_tokens}, got "
                             f"{max_tokens}", param="max_tokens")
