@@ -269,6 +269,12 @@ def check_fields(data: Mapping[str, Any], table: Mapping[str, Check]) -> dict[st
             for name, check in table.items()}
 
 
+def _sent(f: dict[str, Any], name: str, other: str) -> str:
+    """``name`` if the request gave it (a chat field that takes the place of ``other``), else
+    ``other``: the field an error names."""
+    return name if f.get(name) is not None else other
+
+
 def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, default: int,
                 top_logprobs: int | None) -> Generation:
     n = 1 if f["n"] is None else f["n"]
@@ -277,11 +283,12 @@ def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, defau
     # a request that names no max_tokens gets the default, within the server's limit
     max_tokens = min(default, limits.max_tokens) if max_tokens is None else max_tokens
     if max_tokens > limits.max_tokens:
-        raise ApiError(400, f"'max_tokens' must be at most {limits.max_tokens}, got "
-                            f"{max_tokens}", param="max_tokens")
+        name = _sent(f, "max_completion_tokens", "max_tokens")
+        raise ApiError(400, f"'{name}' must be at most {limits.max_tokens}, got "
+                            f"{max_tokens}", param=name)
     if top_logprobs is not None and top_logprobs > limits.max_logprobs:
         raise ApiError(400, f"at most {limits.max_logprobs} top log-probabilities, got "
-                            f"{top_logprobs}", param="logprobs")
+                            f"{top_logprobs}", param=_sent(f, "top_logprobs", "logprobs"))
     stop = f["stop"] or ()
     if len(stop) > limits.max_stops or any(len(s) > limits.max_stop_chars for s in stop):
         raise ApiError(400, f"'stop': at most {limits.max_stops} strings of at most "
