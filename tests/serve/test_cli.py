@@ -33,6 +33,7 @@ def test_help_explains_the_safety_defaults(capsys):
     (["--timeout", "inf"], "--timeout"),  # /api/limits could not write it as JSON: a 500
     (["--threads", "-2"], "--threads"),
     (["--api-key", ""], "--api-key"),  # served, every API route refusing every client
+    (["--model-name", ""], "--model-name"),  # the run's name was served instead
 ])
 def test_bad_flags_are_one_line_errors(capsys, monkeypatch, plain_run, argv, says):
     optional("starlette")

@@ -77,6 +77,9 @@ def config_from_args(args: argparse.Namespace):
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if args.timeout < 0:
         raise ConfigError("--timeout must be >= 0 (0 = no limit)")
+    if args.model_name == "":  # the run's name would have been served instead
+        raise ConfigError("--model-name is empty; give a name, or leave the flag out for the "
+                          "run directory's")
     if args.api_key == "":  # every API route would want 'Authorization: Bearer' and no key
         raise ConfigError("the API key is empty (--api-key, or $SCRATCHGPT_API_KEY set to "
                           "''): give a key, or none at all")
