@@ -182,7 +182,10 @@ def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
     setup = gpt_build.quick_setup(max_iters=7)
     assert setup.train_config().max_iters == 7 and not setup.train_config().time_budget
     for bad, words in ((["--time-budget", "soon"], "duration"), (["--dropout", "1.5"], "dropout"),
-                       (["--n-embd", "30"], "divisible"), (["--stages", "9"], "no stage")):
+                       (["--n-embd", "30"], "divisible"), (["--stages", "9"], "no stage"),
+                       # --quick's own 20 steps would have run, the flag ignored
+                       (["--quick", "--max-iters", "500"], "--quick sets its own --max-iters"),
+                       (["--quick", "--batch-size", "64"], "--batch-size")):
         assert main(["experiment", "gpt-build", "--dataset", str(small_dataset),
                      "--out", str(tmp_path / "x"), *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -204,3 +207,6 @@ def test_budget_flags_choose_time_or_steps():
     both = setup("--max-iters", "5000", "--time-budget", "2m")
     assert (both.time_budget, both.max_iters) == ("2m", 5000)
     assert dataclasses.asdict(setup("--quick")) == dataclasses.asdict(gpt_build.quick_setup())
+    defaults = setup("--max-iters", "5")
+    assert (defaults.batch_size, defaults.scaled, defaults.eval_interval,
+            defaults.eval_iters) == (32, "cpu", 100, 20)

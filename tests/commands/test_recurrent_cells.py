@@ -81,6 +81,14 @@ def test_memory_experiment_gives_the_same_accuracies_with_scratch_cells(tmp_path
         assert all(abs(float(x) - float(y)) <= 0.011 for x, y in zip(a[1:], b[1:], strict=True))
 
 
+def test_memory_quick_refuses_the_steps_it_would_ignore(tmp_path, capsys):
+    assert main(["experiment", "memory", "--quick", "--steps", "5000",
+                 "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--quick sets its own --steps" in err[0], err
+    assert not (tmp_path / "m").exists()
+
+
 def test_bench_recurrent_reports_both_paths(tmp_path, capsys):
     out = tmp_path / "b.json"
     assert main(["bench", "recurrent", "--cells", "rnn", "lstm", "--hidden", "8",

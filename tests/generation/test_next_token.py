@@ -37,7 +37,8 @@ def test_parse_setting(text, cfg, label):
     assert parse_setting(label.replace(" ", ",")) == cfg  # a label reads back as its setting
 
 
-@pytest.mark.parametrize("bad", ["", "T", "T=", "q=1", "k=2.5", "T=0.5;k=3", "p=0"])
+@pytest.mark.parametrize("bad", ["", "T", "T=", "q=1", "k=2.5", "T=0.5;k=3", "p=0",
+                                 "T=1,T=2", "k=5,top-k=9"])
 def test_parse_setting_rejects(bad):
     with pytest.raises(GenerationError):
         parse_setting(bad)

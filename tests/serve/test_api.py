@@ -14,7 +14,7 @@ import torch
 from scratchgpt.generation.generate import generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
-from scratchgpt.serve.protocol import Limits
+from scratchgpt.serve.protocol import Limits, parse_chat, parse_completion
 from tests.serve.conftest import start_server
 
 PROMPT = "ROMEO:\nThe king"
@@ -273,15 +273,32 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     assert error["param"] == param and error["message"] and error["type"]
 
 
+def test_a_request_without_max_tokens_gets_the_default_within_the_servers_limit():
+    """Under --max-tokens-limit 8 a request naming no max_tokens was refused for the default
+    it never sent ("'max_tokens' must be at most 8, got 16")."""
+    limits = Limits(max_tokens=8)
+    assert parse_completion({"prompt": "a"}, limits).gen.max_tokens == 8
+    chat = parse_chat({"messages": [{"role": "user", "content": "hi"}]}, limits)
+    assert chat.gen.max_tokens == 8
+    assert parse_completion({"prompt": "a"}, Limits()).gen.max_tokens == 16
+
+
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 80}]},
      "messages"),  # over the context once in the template
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\u4e2d"}]},
      "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                              "max_completion_tokens": 5000}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
+                              "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ("/api/attention", {"tokens": [10**6]}, "tokens"),
     ("/api/attention", {"text": "\u4e2d"}, "text"),
     ("/api/attention", {"text": "a", "layer": 9}, "layer"),
     ("/api/attention", {"text": "a", "head": -1}, "head"),
+    ("/api/attention", {"tokens": [[1, 2], [3]]}, "tokens"),  # one prompt: the rest was lost
+    ("/api/attention", {"tokens": "ab"}, "tokens"),  # text is 'text'
+    ("/api/attention", {"text": "a", "tokens": [1]}, "tokens"),  # the text was ignored
 ])
 def test_errors_name_the_field_at_fault(client, path, body, param):
     error = client.post(path, json=body).json()["error"]
@@ -299,6 +316,8 @@ def test_a_prompt_outside_the_vocabulary_is_refused_in_the_apis_words(client):
     ("/v1/completions", b'{"prompt": "a",', 400),
     ("/v1/completions", b"[1, 2]", 400),
     ("/v1/completions", b'{"prompt": "\\ud800"}', 400),
+    ("/v1/completions", b'{"prompt": "a", "max_tokens": ' + b"9" * 5000 + b"}", 400),
+    ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, 400),  # nested past Python's stack
     ("/v1/completions", b'{"prompt": "' + b"a" * (1 << 20) + b'"}', 413),
     ("/v1/chat/completions", b'{"messages": [{"role": "robot", "content": "x"}]}', 400),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], '

@@ -29,11 +29,25 @@ def test_help_explains_the_safety_defaults(capsys):
     (["--max-batch", "0"], "--max-batch"),
     (["--port", "70000"], "--port"),
     (["--timeout", "-1"], "--timeout"),
+    (["--timeout", "nan"], "--timeout"),  # never timed out: a NaN deadline is never reached
+    (["--timeout", "inf"], "--timeout"),  # /api/limits could not write it as JSON: a 500
     (["--threads", "-2"], "--threads"),
+    (["--api-key", ""], "--api-key"),  # served, every API route refusing every client
+    (["--model-name", ""], "--model-name"),  # the run's name was served instead
 ])
-def test_bad_flags_are_one_line_errors(capsys, plain_run, argv, says):
+def test_bad_flags_are_one_line_errors(capsys, monkeypatch, plain_run, argv, says):
     optional("starlette")
+    monkeypatch.setattr("scratchgpt.serve.server._uvicorn_server",
+                        lambda *a, **k: pytest.fail(f"served with {argv}"))
     assert says in error_of(capsys, ["serve", "--checkpoint", str(plain_run), *argv])
+
+
+def test_an_empty_api_key_in_the_environment_is_refused(capsys, monkeypatch, plain_run):
+    optional("starlette")
+    monkeypatch.setenv("SCRATCHGPT_API_KEY", "")
+    monkeypatch.setattr("scratchgpt.serve.server._uvicorn_server",
+                        lambda *a, **k: pytest.fail("served with an empty key"))
+    assert "SCRATCHGPT_API_KEY" in error_of(capsys, ["serve", "--checkpoint", str(plain_run)])
 
 
 def test_a_missing_checkpoint_is_a_one_line_error(capsys, tmp_path):

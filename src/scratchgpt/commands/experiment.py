@@ -18,11 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import positive_int, results_dir, seed_int, thread_count
+from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError
 
 MEMORY_CSV, MEMORY_PNG = "memory.csv", "memory.png"
 MEMORY_FILES = (MEMORY_CSV, MEMORY_PNG)
 COUNT_FILE = "count.json"
+# what --quick sets itself, so a flag among them given beside it would be ignored
+MEMORY_QUICK = {"steps", "eval_samples"}
+BUILD_QUICK = {"time_budget", "max_iters", "scaled", "batch_size", "eval_interval", "eval_iters"}
+
+
+def refuse_with_quick(args: argparse.Namespace, names: set[str]) -> None:
+    """``--quick`` with a flag among ``names`` (what it sets itself) is refused."""
+    clash = sorted(given(args, names)) if args.quick else []
+    if clash:
+        flags = " and ".join("--" + n.replace("_", "-") for n in clash)
+        raise ConfigError(f"--quick sets its own {flags}; drop --quick or {flags}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--max-len", type=positive_int, default=20)
     m.add_argument("--symbols", type=positive_int, default=8, help="alphabet size (default 8)")
     m.add_argument("--hidden", type=positive_int, default=64)
-    m.add_argument("--steps", type=positive_int, default=600,
+    m.add_argument("--steps", type=positive_int, default=None,
                    help="training steps per model (default 600)")
     m.add_argument("--forget-bias", type=float, default=1.0,
                    help="initial LSTM forget-gate bias (default 1.0; torch's init is ~0)")
@@ -59,8 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--batch-size", type=positive_int, default=64)
     m.add_argument("--learning-rate", "--lr", type=float, default=3e-3,
                    help="Adam learning rate (default 3e-3)")
-    m.add_argument("--eval-samples", type=positive_int, default=1000,
-                   help="test sequences per length")
+    m.add_argument("--eval-samples", type=positive_int, default=None,
+                   help="test sequences per length (default 1000)")
     m.add_argument("--quick", action="store_true",
                    help="a few seconds: 20 steps, 100 test sequences (for smoke tests)")
     m.add_argument("--seed", type=seed_int, default=0)
@@ -127,7 +139,7 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                    help="wall time per stage, e.g. 60s or 2m (default 60s unless --max-iters "
                         "is given)")
     g.add_argument("--max-iters", type=positive_int, help="optimizer steps per stage")
-    g.add_argument("--scaled", choices=("cpu", "lecture"), default="cpu",
+    g.add_argument("--scaled", choices=("cpu", "lecture"), default=None,
                    help="shape of stage 8: 'cpu' (4 layers x 4 heads, width 128, context 64: "
                         "trains in minutes on a CPU; default) or 'lecture' (6 x 6, width 384, "
                         "context 256, the lecture's GPU model)")
@@ -141,15 +153,16 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                    help="context of stages 1-7 (default 8, the lecture's)")
     g.add_argument("--n-embd", type=positive_int, default=32,
                    help="width of stages 2-7 (default 32, the lecture's)")
-    g.add_argument("--batch-size", type=positive_int, default=32,
+    g.add_argument("--batch-size", type=positive_int, default=None,
                    help="windows per step, every stage (default 32, the lecture's)")
     g.add_argument("--learning-rate", "--lr", type=float, default=1e-3,
                    help="AdamW peak learning rate of every stage, with a cosine down to a "
                         "tenth of it (default 1e-3, the lecture's)")
-    g.add_argument("--eval-interval", type=positive_int, default=100,
-                   help="steps between val-loss estimates (the curves of the plot)")
-    g.add_argument("--eval-iters", type=positive_int, default=20,
-                   help="batches per val-loss estimate")
+    g.add_argument("--eval-interval", type=positive_int, default=None,
+                   help="steps between val-loss estimates (the curves of the plot; default "
+                        "100)")
+    g.add_argument("--eval-iters", type=positive_int, default=None,
+                   help="batches per val-loss estimate (default 20)")
     g.add_argument("--seed", type=seed_int, default=1337)
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     g.add_argument("--threads", type=thread_count, default=0,
@@ -189,7 +202,8 @@ def run_gpt_build(args: argparse.Namespace) -> int:
 
 
 def _build_setup(args: argparse.Namespace, gpt_build: Any) -> Any:
-    """The experiment's settings from the flags (``--quick`` first, flags given over it)."""
+    """The experiment's settings from the flags (``--quick``: its own budget and shapes)."""
+    refuse_with_quick(args, BUILD_QUICK)
     if not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.learning_rate <= 0:
@@ -200,10 +214,8 @@ def _build_setup(args: argparse.Namespace, gpt_build: Any) -> Any:
     if args.quick:
         return gpt_build.quick_setup(**shared)
     budget = args.time_budget if args.time_budget else ("" if args.max_iters else "60s")
-    setup = gpt_build.BuildSetup(
-        **shared, scaled=args.scaled, batch_size=args.batch_size, time_budget=budget,
-        eval_interval=args.eval_interval, eval_iters=args.eval_iters,
-        **({"max_iters": args.max_iters} if args.max_iters else {}))
+    setup = gpt_build.BuildSetup(**shared, **given(args, BUILD_QUICK - {"time_budget"}),
+                                 time_budget=budget)
     setup.train_config()  # checks the budget and the rest now, before any data is read
     return setup
 
@@ -218,9 +230,10 @@ def run_memory(args: argparse.Namespace) -> int:
         raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
     if args.symbols < 2:
         raise ConfigError("--symbols must be at least 2")
+    refuse_with_quick(args, MEMORY_QUICK)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    steps, n_eval = (20, 100) if args.quick else (args.steps, args.eval_samples)
+    steps, n_eval = (20, 100) if args.quick else (args.steps or 600, args.eval_samples or 1000)
     setup = memory.MemorySetup(args.symbols, args.hidden, steps, args.batch_size,
                                args.learning_rate, args.forget_bias, n_eval, args.seed,
                                args.impl)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from scratchgpt.commands.argtypes import add_which_flag, thread_count
+from scratchgpt.commands.argtypes import add_which_flag, finite_float, thread_count
 from scratchgpt.errors import ConfigError
 
 
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=128,
                    help="most requests waiting for room in the batch; beyond it, 429 with "
                         "Retry-After (default 128)")
-    p.add_argument("--timeout", type=float, default=600.0,
+    p.add_argument("--timeout", type=finite_float, default=600.0,
                    help="seconds a request may take, waiting included; then its generation "
                         "ends (finish_reason 'length'), or it fails with 503 if it never "
                         "started (default 600; 0 = no limit)")
@@ -77,6 +77,12 @@ def config_from_args(args: argparse.Namespace):
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if args.timeout < 0:
         raise ConfigError("--timeout must be >= 0 (0 = no limit)")
+    if args.model_name == "":  # the run's name would have been served instead
+        raise ConfigError("--model-name is empty; give a name, or leave the flag out for the "
+                          "run directory's")
+    if args.api_key == "":  # every API route would want 'Authorization: Bearer' and no key
+        raise ConfigError("the API key is empty (--api-key, or $SCRATCHGPT_API_KEY set to "
+                          "''): give a key, or none at all")
     limits = Limits(max_body_bytes=args.max_body_bytes,
                     max_prompt_tokens=args.max_prompt_tokens or 4096,
                     max_tokens=args.max_tokens_limit)

@@ -39,6 +39,8 @@ def parse_setting(text: str) -> SamplingConfig:
         if not sep or field is None:
             raise GenerationError(f"cannot read sampling setting {text!r}: write e.g. T=0.8, "
                                   "k=40, p=0.9, combined with commas, or greedy")
+        if field in values:  # the later value would silently replace the earlier
+            raise GenerationError(f"sampling setting {text!r} gives {field} twice")
         try:
             values[field] = int(value) if field == "top_k" else float(value)
         except ValueError:

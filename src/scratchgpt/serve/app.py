@@ -254,7 +254,9 @@ class Handlers:
         wrong = out_of_range(f["layer"], f["head"], info.n_layer, info.n_head or 0)
         if wrong is not None:
             raise api.ApiError(400, wrong[1], param=wrong[0])
-        ids, _ = service.tokens(f["tokens"][0] if f["tokens"] else (f["text"] or ""),
+        if f["text"] is not None and f["tokens"] is not None:
+            raise api.ApiError(400, "give 'text' or 'tokens', not both", param="tokens")
+        ids, _ = service.tokens(f["tokens"] or f["text"] or "",
                                 param="tokens" if f["tokens"] else "text")
         if not ids:
             raise api.ApiError(400, "give a non-empty 'text' or 'tokens'")

@@ -104,6 +104,10 @@ def parse_json(body: bytes) -> dict[str, Any]:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level of nesting
+        raise ApiError(400, "the request body nests arrays or objects too deeply") from None
+    except ValueError:  # an integer longer than Python converts (4300 digits)
+        raise ApiError(400, "the request body holds a number with too many digits") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
     try:  # JSON may escape a lone surrogate (\ud800), which no text encoding can hold
@@ -201,6 +205,14 @@ def _prompt(name: str, v: Any) -> list[str | list[int]]:
                      "of token ids (none empty)")
 
 
+def _token_ids(name: str, v: Any) -> list[int]:
+    """One prompt's token ids: a non-empty list of integers."""
+    if not (isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in v)):
+        raise _bad(name, "a non-empty list of token ids")
+    return list(v)
+
+
 def _messages(name: str, v: Any) -> list[dict[str, str]]:
     if not isinstance(v, list) or not v:
         raise _bad(name, "a non-empty list of messages")
@@ -243,7 +255,7 @@ CHAT_FIELDS: dict[str, Check] = {
 }
 
 ATTENTION_FIELDS: dict[str, Check] = {  # the playground's /api/attention
-    "text": _string, "tokens": _prompt, "layer": _int(0), "head": _int(0),
+    "text": _string, "tokens": _token_ids, "layer": _int(0), "head": _int(0),
 }
 
 
@@ -257,18 +269,26 @@ def check_fields(data: Mapping[str, Any], table: Mapping[str, Check]) -> dict[st
             for name, check in table.items()}
 
 
+def _sent(f: dict[str, Any], name: str, other: str) -> str:
+    """``name`` if the request gave it (a chat field that takes the place of ``other``), else
+    ``other``: the field an error names."""
+    return name if f.get(name) is not None else other
+
+
 def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, default: int,
                 top_logprobs: int | None) -> Generation:
     n = 1 if f["n"] is None else f["n"]
     if n > limits.max_n:
         raise ApiError(400, f"'n' must be at most {limits.max_n}, got {n}", param="n")
-    max_tokens = default if max_tokens is None else max_tokens
+    # a request that names no max_tokens gets the default, within the server's limit
+    max_tokens = min(default, limits.max_tokens) if max_tokens is None else max_tokens
     if max_tokens > limits.max_tokens:
-        raise ApiError(400, f"'max_tokens' must be at most {limits.max_tokens}, got "
-                            f"{max_tokens}", param="max_tokens")
+        name = _sent(f, "max_completion_tokens", "max_tokens")
+        raise ApiError(400, f"'{name}' must be at most {limits.max_tokens}, got "
+                            f"{max_tokens}", param=name)
     if top_logprobs is not None and top_logprobs > limits.max_logprobs:
         raise ApiError(400, f"at most {limits.max_logprobs} top log-probabilities, got "
-                            f"{top_logprobs}", param="logprobs")
+                            f"{top_logprobs}", param=_sent(f, "top_logprobs", "logprobs"))
     stop = f["stop"] or ()
     if len(stop) > limits.max_stops or any(len(s) > limits.max_stop_chars for s in stop):
         raise ApiError(400, f"'stop': at most {limits.max_stops} strings of at most "
