@@ -186,6 +186,19 @@ def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys
     assert probs[0] == probs[1] and abs(probs[2] - probs[0]) < 1e-5
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--lora-rank", "4"], "--lora-rank"), (["--lora"], "--lora"),
+    (["--epochs", "2", "--train", "head"], "--train --epochs"),
+    (["--max-iters", "5"], "--max-iters"),
+])
+def test_merge_refuses_training_flags_rather_than_ignoring_them(ft_dir, tmp_path, capsys,
+                                                                flags, named):
+    code, _, err = run_cli(["finetune", "--merge", ft_dir / "base", "--out", tmp_path / "m",
+                            *flags], capsys)
+    assert f"--merge trains nothing; drop {named}" in one_line_error(code, err)
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_run_never_replaces_the_model_it_starts_from(ft_dir, tmp_path, capsys):
     """--out naming the --init-from run (or the folder of its .pt) is refused before anything
     moves: with --overwrite the old run, the base itself, would have gone."""
