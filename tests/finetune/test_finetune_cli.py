@@ -216,6 +216,25 @@ def test_a_run_never_replaces_the_model_it_starts_from(ft_dir, tmp_path, capsys)
     assert (base / "best.pt").read_bytes() == before
 
 
+def test_a_merge_never_replaces_its_adapters_or_their_base(ft_dir, tmp_path, capsys):
+    """--merge --overwrite into the LoRA run it reads, or into the base its adapters name
+    (given or recorded), is refused: the adapters would name a base that is gone."""
+    import shutil
+
+    base, run = tmp_path / "base", tmp_path / "lora"
+    shutil.copytree(ft_dir / "base", base)
+    assert run_cli(["finetune", "--task", "classify", "--init-from", base, "--data",
+                    ft_dir / "labels.tsv", "--lora", "--max-iters", "1", "--out", run,
+                    *SMALL], capsys)[0] == 0
+    before = {p: p.read_bytes() for p in (base / "best.pt", run / "adapter.pt")}
+    for source, out, more in ((run, run, []), (run / "adapter.pt", run, []),
+                              (run, base, []), (run, base, ["--init-from", base])):
+        code, _, err = run_cli(["finetune", "--merge", source, "--out", out, "--overwrite",
+                                *more], capsys)
+        assert "replace the model it starts from" in one_line_error(code, err)
+    assert all(p.read_bytes() == b for p, b in before.items())
+
+
 def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
         ft_dir, tmp_path, capsys, monkeypatch):
     """A run records its data and base by absolute paths: it resumes, and its adapter finds
