@@ -70,6 +70,9 @@ def parse_labelled(text: str, where: str, csv_format: bool = False, label_first:
         if not body.strip():
             raise DataError(f"{where} line {line}: the text is empty")
         pairs.append((body, label.strip()))
+    if not pairs:
+        form = "a text,label row" if csv_format else "a line of text<TAB>label"
+        raise DataError(f"{where} holds no labelled text ({form})")
     labels = {label for _, label in pairs}
     if len(labels) < min_labels:
         raise DataError(f"{where}: a classifier needs at least two labels, found "
