@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
         raise ConfigError("--confusion goes with --eval")
+    empty = next((i for i, t in enumerate(args.texts, 1) if not t.strip()), None)
+    if empty is not None:  # nothing to read: the model would label a stand-in token
+        raise ConfigError(f"text {empty} is empty; give each text some words")
     if args.confusion:
         from scratchgpt.viz import check_figure_path
 
