@@ -136,6 +136,10 @@ def _bad_files(d):
      "--class-weights is for --task classify"),
     (["--task", "classify", "--init-from", "{d}/corpus.txt", "--data", "{f}/labels.tsv"],
      "not a file torch.save wrote"),
+    (["--task", "classify", "--dataset", "instruction-data"],
+     "--dataset instruction-data is data for --task instruct"),
+    (["--task", "instruct", "--dataset", "shakespeare"],
+     "--dataset shakespeare is a corpus to pretrain on"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)
