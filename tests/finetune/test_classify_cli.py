@@ -131,3 +131,16 @@ def test_an_empty_text_is_refused_not_labelled(ft_dir, capsys, texts, n):
     code, printed, err = run_cli(["classify", "--checkpoint", ft_dir / "base", *texts], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"text {n} is empty" in err and printed == ""
+
+
+def test_file_is_read_as_finetune_reads_its_data(short_run, tmp_path, capsys):
+    """--file drops a BOM (not a character of the first text) and refuses a directory in
+    words, as finetune's --data does."""
+    run, _ = short_run
+    (tmp_path / "bom.txt").write_bytes("\ufefflove\n".encode())
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file",
+                                  tmp_path / "bom.txt", "--json"], capsys)
+    assert code == 0 and json.loads(printed)[0]["text"] == "love" and err == "", err
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--file", tmp_path], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path} is a directory, not a file" in err

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError, DataError
@@ -74,15 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_lines(path: str) -> list[str]:
-    try:
-        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines()
-                 if line.strip()]
-    except FileNotFoundError:
-        raise DataError(f"{path} does not exist") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path} is not UTF-8 text") from None
+    """The non-empty lines of ``--file``, read as finetune reads its data (UTF-8, a BOM
+    dropped; a missing file or a directory refused in one line)."""
+    from scratchgpt.finetune.data import read_source
+
+    text, where, _ = read_source(path, None)
+    lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
-        raise DataError(f"{path} has no non-empty line")
+        raise DataError(f"{where} has no non-empty line")
     return lines
 
 
