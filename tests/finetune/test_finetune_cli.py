@@ -335,6 +335,17 @@ def test_chat_repl_streams_replies_that_stop_at_the_end_marker(chat_model, monke
     assert err.count("ended by the end marker <|end|>") == 2
 
 
+def test_chat_says_when_a_message_is_longer_than_the_context(chat_model, monkeypatch,
+                                                             capsys):
+    """A message that alone overflows the context is read from its end, as sample's long
+    prompt is, and a note says so rather than cutting it silently."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("1 + 2 = " * 20 + "\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "2"], capsys)
+    assert code == 0 and len(printed.splitlines()) == 2, err
+    assert err.count("the model's context 64: it reads the last 64") == 1, err
+
+
 def test_sample_chat_applies_the_template(chat_model, capsys):
     code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
                                   "hi", "--temperature", "0", "--max-new-tokens", "40"], capsys)
