@@ -116,6 +116,8 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/one.tsv"], "at least two labels"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "0"],
      "--lora-rank must be >= 1"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "33"],
+     "--lora-rank 33 is above the width of the layers it adapts (32)"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "head"],
      "give one"),
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
