@@ -122,3 +122,25 @@ def test_a_confusion_file_in_a_file_is_refused_and_a_new_folder_made(short_run, 
     assert code == 0 and "accuracy" in printed, err
     assert path.read_text().lstrip().startswith("<?xml")
     assert sorted(p.name for p in path.parent.iterdir()) == ["c.svg"]  # no temporary file left
+
+
+@pytest.mark.parametrize("texts, n", [([""], 1), (["love", "  "], 2)])
+def test_an_empty_text_is_refused_not_labelled(ft_dir, capsys, texts, n):
+    """An empty text has no token to read: it is refused (as --file skips blank lines and
+    finetune refuses empty texts), not labelled from a stand-in token."""
+    code, printed, err = run_cli(["classify", "--checkpoint", ft_dir / "base", *texts], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"text {n} is empty" in err and printed == ""
+
+
+def test_file_is_read_as_finetune_reads_its_data(short_run, tmp_path, capsys):
+    """--file drops a BOM (not a character of the first text) and refuses a directory in
+    words, as finetune's --data does."""
+    run, _ = short_run
+    (tmp_path / "bom.txt").write_bytes("\ufefflove\n".encode())
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file",
+                                  tmp_path / "bom.txt", "--json"], capsys)
+    assert code == 0 and json.loads(printed)[0]["text"] == "love" and err == "", err
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--file", tmp_path], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path} is a directory, not a file" in err

@@ -48,6 +48,15 @@ def test_bad_labelled_data(text, needle):
         parse_labelled(text, "f")
 
 
+@pytest.mark.parametrize("min_labels", [1, 2])
+def test_a_file_without_labelled_text_says_so(min_labels):
+    """classify --eval needs one label, not two: an empty file is refused for what it lacks."""
+    for text, csv_format, form in (("text\tlabel\n\n", False, "line of text<TAB>label"),
+                                   ("", True, "text,label row")):
+        with pytest.raises(DataError, match=re.escape(f"f holds no labelled text (a {form}")):
+            parse_labelled(text, "f", csv_format, min_labels=min_labels)
+
+
 def test_alpaca_and_chat_records():
     alpaca = [{"instruction": "Add", "input": "1 2", "output": "3"},
               {"instruction": "Say hi", "output": "hi"}]

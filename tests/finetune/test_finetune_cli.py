@@ -116,6 +116,8 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/one.tsv"], "at least two labels"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "0"],
      "--lora-rank must be >= 1"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "33"],
+     "--lora-rank 33 is above the width of the layers it adapts (32)"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "head"],
      "give one"),
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
@@ -136,6 +138,10 @@ def _bad_files(d):
      "--class-weights is for --task classify"),
     (["--task", "classify", "--init-from", "{d}/corpus.txt", "--data", "{f}/labels.tsv"],
      "not a file torch.save wrote"),
+    (["--task", "classify", "--dataset", "instruction-data"],
+     "--dataset instruction-data is data for --task instruct"),
+    (["--task", "instruct", "--dataset", "shakespeare"],
+     "--dataset shakespeare is a corpus to pretrain on"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)
@@ -186,6 +192,19 @@ def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys
     assert probs[0] == probs[1] and abs(probs[2] - probs[0]) < 1e-5
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--lora-rank", "4"], "--lora-rank"), (["--lora"], "--lora"),
+    (["--epochs", "2", "--train", "head"], "--train --epochs"),
+    (["--max-iters", "5"], "--max-iters"),
+])
+def test_merge_refuses_training_flags_rather_than_ignoring_them(ft_dir, tmp_path, capsys,
+                                                                flags, named):
+    code, _, err = run_cli(["finetune", "--merge", ft_dir / "base", "--out", tmp_path / "m",
+                            *flags], capsys)
+    assert f"--merge trains nothing; drop {named}" in one_line_error(code, err)
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_run_never_replaces_the_model_it_starts_from(ft_dir, tmp_path, capsys):
     """--out naming the --init-from run (or the folder of its .pt) is refused before anything
     moves: with --overwrite the old run, the base itself, would have gone."""
@@ -201,6 +220,25 @@ def test_a_run_never_replaces_the_model_it_starts_from(ft_dir, tmp_path, capsys)
                                     "--overwrite", *SMALL], capsys)
             assert "replace the model it starts from" in one_line_error(code, err)
     assert (base / "best.pt").read_bytes() == before
+
+
+def test_a_merge_never_replaces_its_adapters_or_their_base(ft_dir, tmp_path, capsys):
+    """--merge --overwrite into the LoRA run it reads, or into the base its adapters name
+    (given or recorded), is refused: the adapters would name a base that is gone."""
+    import shutil
+
+    base, run = tmp_path / "base", tmp_path / "lora"
+    shutil.copytree(ft_dir / "base", base)
+    assert run_cli(["finetune", "--task", "classify", "--init-from", base, "--data",
+                    ft_dir / "labels.tsv", "--lora", "--max-iters", "1", "--out", run,
+                    *SMALL], capsys)[0] == 0
+    before = {p: p.read_bytes() for p in (base / "best.pt", run / "adapter.pt")}
+    for source, out, more in ((run, run, []), (run / "adapter.pt", run, []),
+                              (run, base, []), (run, base, ["--init-from", base])):
+        code, _, err = run_cli(["finetune", "--merge", source, "--out", out, "--overwrite",
+                                *more], capsys)
+        assert "replace the model it starts from" in one_line_error(code, err)
+    assert all(p.read_bytes() == b for p, b in before.items())
 
 
 def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
@@ -297,6 +335,17 @@ def test_chat_repl_streams_replies_that_stop_at_the_end_marker(chat_model, monke
     assert code == 0, err
     assert printed.splitlines() == ["ok", "ok"]
     assert err.count("ended by the end marker <|end|>") == 2
+
+
+def test_chat_says_when_a_message_is_longer_than_the_context(chat_model, monkeypatch,
+                                                             capsys):
+    """A message that alone overflows the context is read from its end, as sample's long
+    prompt is, and a note says so rather than cutting it silently."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("1 + 2 = " * 20 + "\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "2"], capsys)
+    assert code == 0 and len(printed.splitlines()) == 2, err
+    assert err.count("the model's context 64: it reads the last 64") == 1, err
 
 
 def test_sample_chat_applies_the_template(chat_model, capsys):

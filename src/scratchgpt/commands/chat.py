@@ -110,7 +110,9 @@ class ChatSession:
 
     def prompt_ids(self) -> list[int]:
         """The conversation as tokens ending where the reply begins, encoded piece by piece as
-        in training; the oldest turns are dropped while it leaves too little room."""
+        in training; the oldest turns are dropped while it leaves too little room (a note says
+        when what is left is still longer than the context: the model reads its end)."""
+        from scratchgpt.commands.sample import note_long_prompts
         from scratchgpt.finetune.instruct import encode_conversation
 
         block_size = self.model.config.block_size
@@ -124,6 +126,7 @@ class ChatSession:
             del self.messages[first:first + 2]  # the oldest user message and its reply
         if replaced:
             print("note: characters the tokenizer lacks were replaced", file=sys.stderr)
+        note_long_prompts(self.model, [len(ids)])  # one message alone overflows the context
         return ids
 
     def reply(self) -> str:

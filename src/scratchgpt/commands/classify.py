@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import ConfigError, DataError
@@ -43,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
         raise ConfigError("--confusion goes with --eval")
+    empty = next((i for i, t in enumerate(args.texts, 1) if not t.strip()), None)
+    if empty is not None:  # nothing to read: the model would label a stand-in token
+        raise ConfigError(f"text {empty} is empty; give each text some words")
     if args.confusion:
         from scratchgpt.viz import check_figure_path
 
@@ -71,15 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_lines(path: str) -> list[str]:
-    try:
-        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines()
-                 if line.strip()]
-    except FileNotFoundError:
-        raise DataError(f"{path} does not exist") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path} is not UTF-8 text") from None
+    """The non-empty lines of ``--file``, read as finetune reads its data (UTF-8, a BOM
+    dropped; a missing file or a directory refused in one line)."""
+    from scratchgpt.finetune.data import read_source
+
+    text, where, _ = read_source(path, None)
+    lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
-        raise DataError(f"{path} has no non-empty line")
+        raise DataError(f"{where} has no non-empty line")
     return lines
 
 

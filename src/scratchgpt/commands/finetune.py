@@ -7,7 +7,13 @@ import argparse
 from typing import Any
 
 from scratchgpt.commands.argtypes import non_negative_int, positive_int, seed_int
-from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
+from scratchgpt.commands.options import (
+    LORA_FLAGS,
+    add_dataclass_flags,
+    add_lora_flags,
+    given,
+    lora_from_args,
+)
 
 # What a run is made of, besides its base and data (FinetuneRequest's field -> its flag): the
 # flags default to None, so that a resume can tell the ones given (it refuses them); those not
@@ -143,7 +149,21 @@ def merge(args: argparse.Namespace) -> int:
         raise ConfigError("--merge needs --out, the directory to write the merged model to")
     if args.task or args.data or args.dataset or args.resume:
         raise ConfigError("--merge trains nothing; drop --task, --data, --dataset, --resume")
+    training = training_flags(args)
+    if training:
+        raise ConfigError(f"--merge trains nothing; drop {' '.join(training)}")
     out = merge_run(args.merge, args.out, args.init_from, args.overwrite)
     print(f"merged the adapters of {args.merge} into the weights: {out / 'best.pt'} "
           f"(export with: scratchgpt convert --to hf --checkpoint {out} --out DIR)")
     return 0
+
+
+def training_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that shape or tune training (what trains, the data's use, LoRA, the
+    hyperparameters): none of them applies to --merge."""
+    from scratchgpt.training.config import train_fields
+
+    dests = [*RUN_SHAPING, *LORA_FLAGS, *sorted(given(args, train_fields()))]
+    flags = [RUN_SHAPING.get(d, "--" + d.replace("_", "-")) for d in dests
+             if getattr(args, d) is not None]
+    return flags + (["--lora"] if args.lora else [])

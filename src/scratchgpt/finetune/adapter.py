@@ -31,7 +31,7 @@ from scratchgpt.checkpoints.io import (
     read_torch_file,
 )
 from scratchgpt.errors import CheckpointError
-from scratchgpt.finetune.base import load_base, map_base_state
+from scratchgpt.finetune.base import check_out_is_not_the_base, load_base, map_base_state
 from scratchgpt.models import build_model, config_dict, model_config
 from scratchgpt.models.classifier import GPTClassifierConfig
 from scratchgpt.models.lora import GPTLoRAConfig
@@ -119,13 +119,20 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
               overwrite: bool = False) -> Path:
     """Fold the adapters of ``source`` (a LoRA run, checkpoint or ``adapter.pt``; ``base``
     overrides the base an adapter names) into the weights: a run directory ``out`` holding
-    the plain model as ``best.pt``, with the tokenizer."""
+    the plain model as ``best.pt``, with the tokenizer. ``out`` is never the source, nor its
+    base."""
     from scratchgpt.checkpoints.rundir import write_model_run
 
+    check_out_is_not_the_base(Path(out), source, "--merge")
+    if base:
+        check_out_is_not_the_base(Path(out), base, "--init-from")
     if base and Path(source).is_dir():  # a LoRA run: its adapter.pt goes onto ``base``
         source = str(Path(source) / ADAPTER_FILE)
     checkpoint = load_adapter(source, base) if base else load_checkpoint(source)
     kind, config = merged_config(checkpoint.model_config)
+    recorded = (checkpoint.data.get("base") or {}).get("source")
+    if recorded:  # the base the adapter names: replaced, the adapter would fit nothing
+        check_out_is_not_the_base(Path(out), recorded, "the adapters' base")
     model = model_from_checkpoint(checkpoint)  # built, loaded, adapters merged
     merged = Checkpoint(kind, config, model.state_dict(), checkpoint.tokenizers,
                         {**checkpoint.data, "merged_from": str(checkpoint.path)},

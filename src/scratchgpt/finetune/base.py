@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import CheckpointError, DataError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -137,3 +137,16 @@ class BaseInit:
         if self._state is None:
             self.model()
         return self._state
+
+
+def check_out_is_not_the_base(out: Path, source: str, what: str) -> None:
+    """A run never writes over the model it starts from (``source``, named by ``what``: the
+    flag that gave it, or how it was found): its --overwrite would delete its own base (and
+    an adapter would then name a base that is gone)."""
+    path = Path(source)
+    if not path.exists():
+        return  # hf:ID, or a path the loader will refuse
+    home = path if path.is_dir() else path.parent
+    if out.resolve() == home.resolve():
+        raise ConfigError(f"--out {out} holds {what} {source}: the new run would replace the "
+                          "model it starts from; give another --out")

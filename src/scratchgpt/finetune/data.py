@@ -30,7 +30,18 @@ from scratchgpt.data import sources
 from scratchgpt.errors import DataError
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
+TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
 Log = Callable[[str], None] | None
+
+
+def check_named_for(dataset: str | None, task: str) -> None:
+    """A named dataset of another task, or a corpus to pretrain on, is refused before it is
+    fetched (read as this task's data, its first line would be the error)."""
+    if dataset in sources.DATASET_NAMES and dataset != TASK_DATASETS[task]:
+        other = next((t for t, name in TASK_DATASETS.items() if name == dataset), None)
+        what = f"data for --task {other}" if other else "a corpus to pretrain on"
+        raise DataError(f"--dataset {dataset} is {what}; --task {task} takes --dataset "
+                        f"{TASK_DATASETS[task]} or --data FILE")
 
 
 def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
@@ -70,6 +81,9 @@ def parse_labelled(text: str, where: str, csv_format: bool = False, label_first:
         if not body.strip():
             raise DataError(f"{where} line {line}: the text is empty")
         pairs.append((body, label.strip()))
+    if not pairs:
+        form = "a text,label row" if csv_format else "a line of text<TAB>label"
+        raise DataError(f"{where} holds no labelled text ({form})")
     labels = {label for _, label in pairs}
     if len(labels) < min_labels:
         raise DataError(f"{where}: a classifier needs at least two labels, found "
@@ -108,6 +122,7 @@ def _csv_rows(text: str) -> list[tuple[int, tuple[str, str]]]:
 def read_labelled(data: str | None, dataset: str | None,
                   min_labels: int = 2) -> tuple[list[tuple[str, str]], str, str]:
     """(pairs, where, sha256) of labelled data (see the module docstring)."""
+    check_named_for(dataset, "classify")
     text, where, sha = read_source(data, dataset)
     csv_format = bool(data) and Path(data).suffix.lower() == ".csv"
     try:
@@ -216,6 +231,7 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
 def read_conversations(data: str | None, dataset: str | None) -> tuple[list[list[Message]],
                                                                        str, str]:
     """(conversations, where, sha256) of instruction data (see the module docstring)."""
+    check_named_for(dataset, "instruct")
     text, where, sha = read_source(data, dataset)
     return parse_conversations(text, where), where, sha
 

@@ -26,7 +26,13 @@ from scratchgpt.checkpoints.io import atomic_write_text, load_checkpoint, model_
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.finetune import classify, instruct
-from scratchgpt.finetune.base import Base, BaseInit, check_same_tokenizer, load_base
+from scratchgpt.finetune.base import (
+    Base,
+    BaseInit,
+    check_out_is_not_the_base,
+    check_same_tokenizer,
+    load_base,
+)
 from scratchgpt.finetune.data import Log
 from scratchgpt.models import ModelConfig
 from scratchgpt.models.classifier import GPTClassifierConfig
@@ -183,7 +189,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     _check_flags_fit_the_task(req)
     out = Path(req.out) if req.out else None
     if out is not None:
-        check_out_is_not_the_base(out, req.init_from)
+        check_out_is_not_the_base(out, req.init_from, "--init-from")
     base = load_base(req.init_from)
     gpt = _gpt_config(base, req.dropout)
     extra = {"base": base.record()}
@@ -223,18 +229,6 @@ def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
     if "--last-k" in req.given_flags and req.policy != "last-k":
         raise ConfigError(f"--last-k chooses the blocks --train last-k trains; with "
                           f"--train {req.policy} it has no use")
-
-
-def check_out_is_not_the_base(out: Path, init_from: str) -> None:
-    """A run never writes over the run it starts from: its --overwrite would delete its own
-    base (and an adapter would then name a base that is gone)."""
-    source = Path(init_from)
-    if not source.exists():
-        return  # hf:ID, or a path load_base will refuse
-    home = source if source.is_dir() else source.parent
-    if out.resolve() == home.resolve():
-        raise ConfigError(f"--out {out} holds --init-from {init_from}: the new run would "
-                          "replace the model it starts from; give another --out")
 
 
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
@@ -383,7 +377,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
             ("--preset" if settings.preset else "--model")
         raise ConfigError(f"the model comes from --init-from {init_from}; drop {flags}")
     if out:
-        check_out_is_not_the_base(Path(out), init_from)
+        check_out_is_not_the_base(Path(out), init_from, "--init-from")
     base = load_base(init_from)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
     check_same_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
