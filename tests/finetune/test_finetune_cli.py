@@ -142,6 +142,10 @@ def _bad_files(d):
      "--dataset instruction-data is data for --task instruct"),
     (["--task", "instruct", "--dataset", "shakespeare"],
      "--dataset shakespeare is a corpus to pretrain on"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--max-length", "65"],
+     "--max-length 65 is longer than the base's context (64 tokens)"),
+    (["--task", "instruct", "--data", "{f}/inst.json", "--max-length", "100000"],
+     "--max-length 100000 is longer than the base's context (64 tokens)"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)

@@ -82,8 +82,8 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
                       help="classify: weight the loss of each class by n / (classes * n_c), "
                            "for imbalanced labels (default none)")
     data.add_argument("--max-length", type=non_negative_int, default=None,
-                      help="tokens per example (default 0: the model's context); longer ones "
-                           "are truncated, with a warning and a count")
+                      help="tokens per example, at most the base's context (default 0: all "
+                           "of it); longer ones are truncated, with a warning and a count")
     data.add_argument("--split-seed", type=seed_int, default=None,
                       help="seed of the data split (0)")
     data.add_argument("--held-out", type=float, default=None,

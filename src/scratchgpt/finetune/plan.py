@@ -192,6 +192,10 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         check_out_is_not_the_base(out, req.init_from, "--init-from")
     base = load_base(req.init_from)
     gpt = _gpt_config(base, req.dropout)
+    if req.max_length > gpt.block_size:  # texts are never longer than the base can read
+        raise ConfigError(f"--max-length {req.max_length} is longer than the base's context "
+                          f"({gpt.block_size} tokens); give at most {gpt.block_size}, or 0 "
+                          "for all of it")
     extra = {"base": base.record()}
     if req.task == "classify":
         task, config = _classify(req, base, gpt, extra, log)
