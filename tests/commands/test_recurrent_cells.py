@@ -89,6 +89,16 @@ def test_memory_quick_refuses_the_steps_it_would_ignore(tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
+def test_memory_refuses_a_forget_bias_without_an_lstm(tmp_path, capsys):
+    """The forget gate is an LSTM's: with RNN and GRU cells alone --forget-bias changed
+    nothing, silently."""
+    assert main(["experiment", "memory", "--quick", "--cells", "rnn", "gru", "--forget-bias",
+                 "5", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cells rnn gru has no LSTM" in err[0], err
+    assert not (tmp_path / "m").exists()
+
+
 def test_bench_recurrent_reports_both_paths(tmp_path, capsys):
     out = tmp_path / "b.json"
     assert main(["bench", "recurrent", "--cells", "rnn", "lstm", "--hidden", "8",

@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--hidden", type=positive_int, default=64)
     m.add_argument("--steps", type=positive_int, default=None,
                    help="training steps per model (default 600)")
-    m.add_argument("--forget-bias", type=float, default=1.0,
+    m.add_argument("--forget-bias", type=float, default=None,
                    help="initial LSTM forget-gate bias (default 1.0; torch's init is ~0)")
     m.add_argument("--mixed", action="store_true",
                    help="train one model on all lengths at once instead of one model per length "
@@ -231,11 +231,16 @@ def run_memory(args: argparse.Namespace) -> int:
     if args.symbols < 2:
         raise ConfigError("--symbols must be at least 2")
     refuse_with_quick(args, MEMORY_QUICK)
+    if args.forget_bias is not None and "lstm" not in args.cells:  # a gate of LSTMs alone
+        raise ConfigError(f"--forget-bias sets the LSTM's forget gate; --cells "
+                          f"{' '.join(args.cells)} has no LSTM")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     steps, n_eval = (20, 100) if args.quick else (args.steps or 600, args.eval_samples or 1000)
     setup = memory.MemorySetup(args.symbols, args.hidden, steps, args.batch_size,
-                               args.learning_rate, args.forget_bias, n_eval, args.seed,
+                               args.learning_rate,
+                               1.0 if args.forget_bias is None else args.forget_bias, n_eval,
+                               args.seed,
                                args.impl)
     lengths = list(range(args.min_len, args.max_len + 1))
     out_dir = results_dir(args.out, MEMORY_FILES, args.overwrite)
