@@ -26,13 +26,15 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$py" -m pip install -q --upgrade pip >/dev/null
   "$py" -m pip install -q "torch==2.13.0"
   "$py" -m pip install -q -e ".${extras:+[$extras]}"
-  # pip reuses a wheel it built before whatever the flags: one built with the AMX kernels is
-  # dropped from its cache and built again without them (once; the new wheel is kept)
-  amx_built="import llama_cpp as l; assert b'AMX_INT8 = 1' in l.llama_print_system_info()"
-  if [ -n "${no_amx:-}" ] && "$py" -c "$amx_built" 2>/dev/null; then
-    "$py" -m pip cache remove llama_cpp_python >/dev/null || true
-    "$py" -m pip install -q --force-reinstall --no-deps \
-      "llama-cpp-python==$("$py" -c 'import llama_cpp; print(llama_cpp.__version__)')"
-  fi
   touch "$stamp"
+fi
+# pip reuses a wheel it built before whatever the flags, and a .venv set up before may hold
+# one: llama.cpp built with the AMX kernels is dropped from pip's cache and built again
+# without them (once; the new wheel is kept)
+amx_built="import llama_cpp as l; assert b'AMX_INT8 = 1' in l.llama_print_system_info()"
+if [ -n "${no_amx:-}" ] && "$py" -c "$amx_built" 2>/dev/null; then
+  echo "rebuilding llama.cpp without its AMX kernels (about 10 minutes on 2 cores)" >&2
+  "$py" -m pip cache remove llama_cpp_python >/dev/null || true
+  "$py" -m pip install -q --force-reinstall --no-deps \
+    "llama-cpp-python==$("$py" -c 'import llama_cpp; print(llama_cpp.__version__)')"
 fi
