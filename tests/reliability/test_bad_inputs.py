@@ -181,6 +181,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --dropout 1", lambda c: _train(c, "--dropout", "1"), "dropout"),
     ("train --dropout nan", lambda c: _train(c, "--dropout", "nan"), "dropout"),
     ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
+    ("train --time-budget 0s", lambda c: _train(c, "--time-budget", "0s"), "time_budget"),
     ("train --resume --overwrite",
      lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
     # an --overwrite whose new settings cannot run leaves the old run as it was

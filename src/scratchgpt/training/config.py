@@ -136,7 +136,10 @@ class TrainConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name} must be one of {', '.join(choices)}, "
                                   f"got {getattr(self, name)!r}")
-        parse_duration(self.time_budget)
+        try:
+            parse_duration(self.time_budget)
+        except ConfigError as e:  # say which setting, as the checks above do
+            raise ConfigError(f"time_budget: {e}") from None
 
     @property
     def time_budget_s(self) -> float | None:
