@@ -255,7 +255,7 @@ def default_corpus_files() -> list[Path]:
 def read_files(files: list[Path]) -> str:
     """Read and join UTF-8 text files (separated by a blank line), with one-line errors. A
     byte-order mark that opens a file (Windows editors write one) is not text: it goes. Line
-    endings are Python's universal newlines: ``\r\n`` and a lone ``\r`` are read as ``\n``,
+    endings are Python's universal newlines: ``\\r\\n`` and a lone ``\\r`` are read as ``\\n``,
     so one text prepares the same ids whichever system saved it."""
     parts = []
     for path in files:

@@ -341,4 +341,3 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
     smoothing = saved if saved is not None else label_smoothing or 0.0
     make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing)
     return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
-
