@@ -8,7 +8,7 @@ import torch
 from scratchgpt.bench.breakdown import ORDER, kind_of
 from scratchgpt.bench.train import add_arguments, serial_parts, variant_step
 from scratchgpt.cli import main
-from scratchgpt.models import attention_kernel, fused_block
+from scratchgpt.models import attention_kernel, block_ops, fused_block
 
 SHAPE = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
          "--batch-size", "2", "--steps", "3", "--warmup", "1"]
@@ -82,8 +82,9 @@ def test_bench_train_rejects_counts_it_cannot_take(flag, capsys):
 
 @pytest.mark.skipif(attention_kernel.load() is None, reason="fused blocks need the kernel")
 def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatch):
-    """bf16 and bf16-modules train to the same losses bit for bit; only bf16 runs fused
-    blocks, and the switch is back as it was after each modules step."""
+    """bf16 and bf16-modules train to the same losses bit for bit (the fused block on
+    PyTorch's operators, which it matches exactly); only bf16 runs fused blocks, and the switch
+    is back as it was after each modules step."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(SHAPE)
@@ -92,6 +93,7 @@ def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatc
     monkeypatch.setattr(fused_block._Block, "forward",
                         staticmethod(lambda *a: calls.append(1) or real(*a)))
     monkeypatch.delenv(fused_block.SWITCH, raising=False)
+    monkeypatch.setenv(block_ops.SWITCH, "torch")
     modules, _ = variant_step(args, "bf16-modules")
     modules_losses = [modules() for _ in range(3)]
     assert not calls and fused_block.SWITCH not in os.environ

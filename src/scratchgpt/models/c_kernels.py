@@ -1,9 +1,11 @@
 """Building scratchgpt's C kernels: compiled on first use, cached, loaded with :mod:`ctypes`.
 
-Three C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
+Four C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
 :mod:`~scratchgpt.models.int8_kernel`), ``decode_step.c`` (a whole GPT decode step,
-:mod:`~scratchgpt.models.native`) and ``causal_attention.c`` (causal attention for training,
-:mod:`~scratchgpt.models.attention_kernel`). All are written for x86 CPUs with AVX-512.
+:mod:`~scratchgpt.models.native`), ``causal_attention.c`` (causal attention for training,
+:mod:`~scratchgpt.models.attention_kernel`) and ``block_ops.c`` (a training block's
+LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`). All are
+written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
 ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
@@ -85,11 +87,13 @@ def _build(source: Path, compiler: str) -> Path:
     return out
 
 
-def load_library(source: Path, switch: str) -> ctypes.CDLL | None:
+def load_library(source: Path, switch: str | None) -> ctypes.CDLL | None:
     """``source`` compiled and loaded, or None where it cannot be used: no AVX-512, no
-    compiler, a failed build, or ``$switch`` set to ``torch`` (PyTorch's path instead)."""
+    compiler, a failed build, or ``$switch`` set to ``torch`` (PyTorch's path instead; None:
+    the caller reads its switch at each call itself)."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
-    if os.environ.get(switch, "").lower() == "torch" or not has_avx512() or compiler is None:
+    off = switch is not None and os.environ.get(switch, "").lower() == "torch"
+    if off or not has_avx512() or compiler is None:
         return None
     try:
         return ctypes.CDLL(str(_build(source, compiler)))

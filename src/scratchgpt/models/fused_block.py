@@ -5,16 +5,19 @@ operators as in them. Under bf16 autocast each of a block's ~15 operations passe
 autocast's dispatch and records an autograd node, and the backward runs one node per
 operation, casts included. :class:`_Block` runs the same operations on the same dtypes in the
 same order as the block's modules do under autocast, with neither autocast nor autograd
-looking on, and its backward is the chain rule written out below: the loss and every gradient
-are those of the modules' path, bit for bit (tests compare the two). docs/BENCHMARKS.md has
-the step times with and without it.
+looking on, and its backward is the chain rule written out below. The elementwise work between
+the products (LayerNorms, residual adds, the activation) runs as
+:mod:`~scratchgpt.models.block_ops` chooses: its C kernels, one pass each with the casts fused
+in, where they are built, which agree with the modules' path to float rounding; or PyTorch's
+operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradient are those of
+the modules' path bit for bit. Tests compare all three. docs/BENCHMARKS.md has the step times
+with and without each.
 
 When it is used: a :class:`~scratchgpt.models.gpt.Block` in training (gradients on) under CPU
 bf16 autocast, on fp32 activations, where scratchgpt's attention kernel
 (:mod:`~scratchgpt.models.attention_kernel`) can run, for a plain block: LayerNorms with gains,
 ``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh), ReLU or
-ReLU²,
-residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
+ReLU², residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
 the attention kernel. Anything else runs the modules, as do evaluation, generation and
 ``torch.compile``.
 ``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
@@ -22,12 +25,12 @@ the attention kernel. Anything else runs the modules, as do evaluation, generati
 The forward, for x (B, T, C) fp32 seen as N = B T rows, each product on bf16 copies of its
 weights (what autocast makes):
 
-    h1 = LN1(x)                      (N, C)  fp32
-    qkv = bf16(h1) Wqkv^T + bqkv     (N, 3C) bf16
+    h1 = LN1(x)                      (N, C)  bf16 (PyTorch's LayerNorm gives fp32, then a cast)
+    qkv = h1 Wqkv^T + bqkv           (N, 3C) bf16
     y = attention(qkv)               (N, C)  bf16, the kernel's, with lse (B, H, T) kept
     x1 = x + (y Wo^T + bo)           (N, C)  fp32
-    h2 = LN2(x1)                     (N, C)  fp32
-    f = bf16(h2) Wfc^T + bfc         (N, 4C) bf16
+    h2 = LN2(x1)                     (N, C)  bf16
+    f = h2 Wfc^T + bfc               (N, 4C) bf16
     g = act(f)                       (N, 4C) bf16, GELU, ReLU or ReLU² (relu(f) squared)
     out = x1 + (g Wp^T + bp)         (N, C)  fp32
 """
@@ -41,12 +44,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.models import attention_kernel
+from scratchgpt.models import attention_kernel, block_ops
 from scratchgpt.models.layers import ReLUSquared
 
 SWITCH = "SCRATCHGPT_FUSED_BLOCK"
 BF16 = torch.bfloat16
-_aten = torch.ops.aten
 _ACTIVATIONS = (nn.GELU, nn.ReLU, ReLUSquared)
 
 
@@ -96,31 +98,11 @@ def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = No
 
 
 def _activation(act: nn.Module) -> str:
-    """What :func:`_activate` calls ``act``: GELU's approximation ("none" or "tanh"), "relu"
-    or "relu2"."""
+    """What :mod:`~scratchgpt.models.block_ops` calls ``act``: GELU's approximation ("none" or
+    "tanh"), "relu" or "relu2"."""
     if isinstance(act, nn.GELU):
         return act.approximate
     return "relu" if isinstance(act, nn.ReLU) else "relu2"
-
-
-def _activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
-    """(relu(f) where the backward needs it, else None; act(f)), by the module's own calls."""
-    if name == "relu":
-        g = _aten.relu(f)
-        return g, g
-    if name == "relu2":
-        r = _aten.relu(f)
-        return r, _aten.pow(r, 2)  # what Tensor.square() calls
-    return None, _aten.gelu(f, approximate=name)
-
-
-def _activation_backward(dg: Tensor, f: Tensor, r: Tensor | None, name: str) -> Tensor:
-    """The gradient of :func:`_activate`'s g with respect to f, as autograd computes it."""
-    if name == "relu2":  # square's backward (dg times 2r), then relu's
-        dg = dg * (r * 2)
-    if r is not None:
-        return _aten.threshold_backward(dg, r, 0)
-    return _aten.gelu_backward(dg, f, approximate=name)
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -147,19 +129,19 @@ class _Block(torch.autograd.Function):
         qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = (
             None if t is None else t.to(BF16)
             for t in (qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b))
+        ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
         x = x.reshape(B * T, C)  # (N, C)
-        h1, mean1, rstd1 = _aten.native_layer_norm(x, (C,), ln1_w, ln1_b, spec.eps[0])
-        h1 = h1.to(BF16)
+        _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0])  # h1 bf16
         qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
         y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
         y = y.view(B * T, C)
-        x1 = _linear(y, o_w, o_b).float().add_(x)  # the residual stream stays fp32
-        h2, mean2, rstd2 = _aten.native_layer_norm(x1, (C,), ln2_w, ln2_b, spec.eps[1])
-        h2 = h2.to(BF16)
+        # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in bf16
+        x1, h2, mean2, rstd2 = ops.layer_norm(x, ln2_w, ln2_b, spec.eps[1],
+                                              res=_linear(y, o_w, o_b))
         f = _linear(h2, fc_w, fc_b)  # (N, 4C)
-        r, g = _activate(f, spec.activation)
-        out = _linear(g, p_w, p_b).float().add_(x1)
-        ctx.spec = spec
+        r, g = ops.activate(f, spec.activation)
+        out = ops.residual(x1, _linear(g, p_w, p_b))
+        ctx.spec, ctx.ops = spec, ops
         ctx.save_for_backward(x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g,
                               ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
                               p_w, p_b)
@@ -169,24 +151,24 @@ class _Block(torch.autograd.Function):
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
         (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g, ln1_w, ln1_b, qkv_w,
          qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b) = ctx.saved_tensors
-        spec = ctx.spec
+        spec, ops = ctx.spec, ctx.ops
         B, T, C = d_out.shape
         d_out = d_out.reshape(B * T, C)  # (N, C) fp32: the stream's gradient
         # MLP branch: out = x1 + g Wp^T + bp, g = act(f), f = h2 Wfc^T + bfc
         dg, dp_w, dp_b = _linear_backward(d_out.to(BF16), g, p_w, p_b)
-        df = _activation_backward(dg, f, r, spec.activation)
+        df = ops.activation_backward(dg, f, r, spec.activation)
         dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b)
-        dx1, dln2_w, dln2_b = _aten.native_layer_norm_backward(
-            dh2.float(), x1, (C,), mean2, rstd2, ln2_w, ln2_b, (True, True, ln2_b is not None))
-        dx1 += d_out  # x1 reaches the output through the residual too
+        # x1 reaches the output through LN2 and through the residual (d_out); dx1 in bf16 too,
+        # for the product below
+        dx1, dx1_bf16, dln2_w, dln2_b = ops.layer_norm_backward(dh2, x1, mean2, rstd2, ln2_w,
+                                                                ln2_b, d_out, True)
         # attention branch: x1 = x + y Wo^T + bo, y = attention(h1 Wqkv^T + bqkv)
-        dy, do_w, do_b = _linear_backward(dx1.to(BF16), y, o_w, o_b)
+        dy, do_w, do_b = _linear_backward(dx1_bf16, y, o_w, o_b)
         dqkv = attention_kernel.qkv_backward(qkv.view(B, T, 3 * C), y.view(B, T, C), lse,
                                              dy.view(B, T, C), spec.n_head, spec.tables)
         dh1, dqkv_w, dqkv_b = _linear_backward(dqkv.view(B * T, 3 * C), h1, qkv_w, qkv_b)
-        dx, dln1_w, dln1_b = _aten.native_layer_norm_backward(
-            dh1.float(), x, (C,), mean1, rstd1, ln1_w, ln1_b, (True, True, ln1_b is not None))
-        dx += dx1
+        dx, _, dln1_w, dln1_b = ops.layer_norm_backward(dh1, x, mean1, rstd1, ln1_w, ln1_b,
+                                                        dx1, False)
         # bf16 gradients of fp32 weights: autograd casts them to the parameters' dtype
         return (dx.view(B, T, C), None, dln1_w, dln1_b, dqkv_w, dqkv_b, do_w, do_b,
                 dln2_w, dln2_b, dfc_w, dfc_b, dp_w, dp_b)

@@ -1,6 +1,6 @@
 /* Sixteen fp32 lanes at a time (one AVX-512 register): masked loads and stores of fp32 or bf16
- * data (and a whole row's store), bf16 rounding and exp. Included by causal_attention.c and
- * decode_step.c (c_kernels.py's build key covers included files). */
+ * data (and a whole row's store), bf16 rounding and exp. Included by causal_attention.c,
+ * decode_step.c and block_ops.c (c_kernels.py's build key covers included files). */
 #ifndef SCRATCHGPT_SIMD16_H
 #define SCRATCHGPT_SIMD16_H
 #include <immintrin.h>

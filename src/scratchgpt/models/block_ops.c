@@ -1,0 +1,172 @@
+/* The elementwise work of a transformer block's training step, for CPUs with AVX-512: the
+ * LayerNorms (forward and backward), the residual adds and the MLP's activation, each one pass
+ * over rows, with the bf16 casts the products around them need fused in.
+ * Compiled on first use (scratchgpt/models/c_kernels.py) and called by
+ * scratchgpt/models/block_ops.py, which says why it exists and when it is used.
+ *
+ * Rows: a (N, C) tensor is N rows of C contiguous features. fp32 is the residual stream, bf16
+ * the products' inputs and outputs (what bf16 autocast gives them). Every sum is fp32; bf16
+ * results are rounded to nearest even, as torch's conversion does.
+ *
+ *   ln_forward:    x1 = x (+ res)                           (fp32, written when res is given)
+ *                  h = (x1 - mean) * rstd * w (+ b)         (bf16), rstd = 1 / sqrt(var + eps)
+ *   ln_backward:   xhat = (x - mean) * rstd,  g = dh * w
+ *                  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dres)   (fp32, and bf16)
+ *                  dw = sum over rows of dh * xhat,  db = sum of dh
+ *   residual_add:  out = x + y                              (fp32 from fp32 and bf16)
+ *   act_forward / act_backward: GELU (exact, with erf, or with tanh), ReLU, ReLU^2
+ *
+ * Threads: rows are split between PyTorch's OpenMP threads (built against the libgomp PyTorch
+ * has loaded), in fixed contiguous shares, and each thread's share of dw and db is summed in
+ * thread order: a call gives the same bits every time for the same thread count.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd16.h" /* 16-wide loads, stores and exp */
+
+/* the threads worth waking for n values: one below PyTorch's own grain for elementwise work */
+static int threads_for(long n, int threads) { return n < 32768 ? 1 : threads; }
+
+/* one row of ln_forward: x1 (C) -> h (bf16), its mean and rstd */
+static void ln_row(const float *x, const float *w, const float *b, float eps, int C,
+                   uint16_t *h, float *mean, float *rstd) {
+    __m512 s = _mm512_setzero_ps();
+    for (int k = 0; k < C; k += 16) s = _mm512_add_ps(s, load16(x, 0, k, tail16(k, C)));
+    float mu = _mm512_reduce_add_ps(s) / C;
+    __m512 vmu = _mm512_set1_ps(mu), q = _mm512_setzero_ps();
+    for (int k = 0; k < C; k += 16) {
+        __mmask16 m = tail16(k, C);
+        __m512 d = _mm512_maskz_sub_ps(m, load16(x, 0, k, m), vmu);
+        q = _mm512_fmadd_ps(d, d, q);
+    }
+    float r = 1.0f / sqrtf(_mm512_reduce_add_ps(q) / C + eps);
+    __m512 vr = _mm512_set1_ps(r), shift = _mm512_set1_ps(-mu * r);
+    for (int k = 0; k < C; k += 16) {
+        __mmask16 m = tail16(k, C);
+        __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(load16(x, 0, k, m), vr, shift), load16(w, 0, k, m));
+        if (b) y = _mm512_add_ps(y, load16(b, 0, k, m));
+        store16(h, 1, k, m, y);
+    }
+    *mean = mu, *rstd = r;
+}
+
+/* LayerNorm of N rows of x (+ res, bf16, summed into x1 first when given) into h (bf16), keeping
+ * each row's mean and rstd for the backward. b may be NULL (no shift). */
+void ln_forward(int N, int C, const float *x, const uint16_t *res, float *x1, const float *w,
+                const float *b, float eps, uint16_t *h, float *mean, float *rstd, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads_for((long)N * C, threads))
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (long)i * C;
+        if (res) {
+            float *x1i = x1 + (long)i * C;
+            for (int k = 0; k < C; k += 16) {
+                __mmask16 m = tail16(k, C);
+                _mm512_mask_storeu_ps(x1i + k, m, _mm512_add_ps(load16(xi, 0, k, m), load16(res + (long)i * C, 1, k, m)));
+            }
+            xi = x1i;
+        }
+        ln_row(xi, w, b, eps, C, h + (long)i * C, mean + i, rstd + i);
+    }
+}
+
+/* out = x + y over n values: the residual stream (fp32) plus a product's output (bf16) */
+void residual_add(long n, const float *x, const uint16_t *y, float *out, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
+    for (long k = 0; k < n; k += 16) {
+        __mmask16 m = tail16(k, n);
+        _mm512_mask_storeu_ps(out + k, m, _mm512_add_ps(load16(x, 0, k, m), load16(y, 1, k, m)));
+    }
+}
+
+/* one row of ln_backward: dx (and dx16) from dh; dh * xhat and dh added into this thread's
+ * dw and db */
+static void ln_back_row(const uint16_t *dh, const float *x, float mean, float rstd,
+                        const float *w, const float *dres, int C, float *dx, uint16_t *dx16,
+                        float *dw, float *db) {
+    __m512 vmu = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
+    for (int k = 0; k < C; k += 16) {
+        __mmask16 m = tail16(k, C);
+        __m512 d = load16(dh, 1, k, m), xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x, 0, k, m), vmu), vr);
+        __m512 g = _mm512_mul_ps(d, load16(w, 0, k, m));
+        sg = _mm512_add_ps(sg, g);
+        sgx = _mm512_fmadd_ps(g, xhat, sgx);
+        _mm512_mask_storeu_ps(dw + k, m, _mm512_fmadd_ps(d, xhat, load16(dw, 0, k, m)));
+        if (db) _mm512_mask_storeu_ps(db + k, m, _mm512_add_ps(d, load16(db, 0, k, m)));
+    }
+    __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / C);
+    __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / C);
+    for (int k = 0; k < C; k += 16) {
+        __mmask16 m = tail16(k, C);
+        __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x, 0, k, m), vmu), vr);
+        __m512 g = _mm512_mul_ps(load16(dh, 1, k, m), load16(w, 0, k, m));
+        __m512 v = _mm512_mul_ps(vr, _mm512_sub_ps(_mm512_sub_ps(g, mg), _mm512_mul_ps(xhat, mgx)));
+        if (dres) v = _mm512_add_ps(v, load16(dres, 0, k, m));
+        _mm512_mask_storeu_ps(dx + k, m, v);
+        if (dx16) store16(dx16, 1, k, m, v);
+    }
+}
+
+/* The LayerNorm's backward over N rows: dx (fp32, plus dres when given; also rounded into
+ * dx16 when given), dw and db (db may be NULL: no shift). Returns 0, or 1 when there was no
+ * memory for the threads' partial sums. */
+int ln_backward(int N, int C, const uint16_t *dh, const float *x, const float *mean,
+                const float *rstd, const float *w, const float *dres, float *dx, uint16_t *dx16,
+                float *dw, float *db, int threads) {
+    threads = threads_for((long)N * C, threads);
+    float *part = calloc((size_t)threads * 2 * C, sizeof(float)); /* per thread: dw, then db */
+    if (!part) return 1;
+    int used = 1;
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        float *pw = part + (long)t * 2 * C, *pb = db ? pw + C : NULL;
+#pragma omp single
+        used = omp_get_num_threads();
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++)
+            ln_back_row(dh + (long)i * C, x + (long)i * C, mean[i], rstd[i], w,
+                        dres ? dres + (long)i * C : NULL, C, dx + (long)i * C,
+                        dx16 ? dx16 + (long)i * C : NULL, pw, pb);
+    }
+    for (int k = 0; k < C; k++) { /* the threads' shares, in thread order */
+        float sw = 0.0f, sb = 0.0f;
+        for (int t = 0; t < used; t++) sw += part[(long)t * 2 * C + k], sb += part[(long)t * 2 * C + C + k];
+        dw[k] = sw;
+        if (db) db[k] = sb;
+    }
+    free(part);
+    return 0;
+}
+
+/* 16 bf16 values at p + k (those in mask m) as indices into a table of all 65536 */
+static inline __m512i bf16_index(const uint16_t *p, long k, __mmask16 m) {
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + k));
+}
+
+/* g = act(f) over n bf16 values: table[f], the activation of every bf16 value (fp32, each one
+ * a bf16 value, so storing it as bf16 is exact) */
+void act_forward(long n, const float *table, const uint16_t *f, uint16_t *g, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
+    for (long k = 0; k < n; k += 16) {
+        __mmask16 m = tail16(k, n);
+        __m512i v = _mm512_castps_si512(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4));
+        _mm256_mask_storeu_epi16(g + k, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    }
+}
+
+/* df = dg * table[f] over n bf16 values, rounded: table holds act' of every bf16 value */
+void act_backward(long n, const float *table, const uint16_t *dg, const uint16_t *f, uint16_t *df,
+                  int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
+    for (long k = 0; k < n; k += 16) {
+        __mmask16 m = tail16(k, n);
+        __m512 d = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4);
+        store16(df, 1, k, m, _mm512_mul_ps(load16(dg, 1, k, m), d));
+    }
+}

@@ -1,0 +1,134 @@
+"""A block's elementwise work in C (models/block_ops.c) against PyTorch's operators, which it
+replaces in a fused block's training step: activations bit for bit on every bf16 value, the
+residual add exactly, LayerNorms to float rounding, and results the same on every call."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+
+from scratchgpt.models import block_ops
+from scratchgpt.models.block_ops import C_OPS, TORCH_OPS
+
+needs_c = pytest.mark.skipif(block_ops._load() is None,
+                             reason="the C kernels need AVX-512 and a C compiler")
+BF16 = torch.bfloat16
+ACTIVATIONS = ["none", "tanh", "relu", "relu2"]  # exact GELU, GELU's tanh form, ReLU, ReLU²
+# odd sizes: rows that are no multiple of 16 features, counts that leave a ragged tail
+SHAPES = [(7, 40), (96, 128), (5, 16)]
+
+
+def _every_bf16() -> torch.Tensor:
+    return torch.arange(65536, dtype=torch.int32).to(torch.int16).view(BF16)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(block_ops, raise_on_error=True).attempted > 0
+
+
+@needs_c
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activations_equal_pytorch_on_every_bf16_value(name):
+    f = _every_bf16()
+    _same(C_OPS.activate(f, name)[1], TORCH_OPS.activate(f, name)[1])
+    dg = torch.randn(65536, generator=torch.Generator().manual_seed(0)).to(BF16)
+    r = TORCH_OPS.activate(f, name)[0]
+    _same(C_OPS.activation_backward(dg, f, None, name),
+          TORCH_OPS.activation_backward(dg, f, r, name))
+
+
+@needs_c
+@pytest.mark.parametrize("n", [1, 17, 40_000])  # one value, a ragged tail, two threads' worth
+def test_activation_of_any_length(n):
+    f = torch.randn(n).to(BF16) * 3
+    _same(C_OPS.activate(f, "none")[1], TORCH_OPS.activate(f, "none")[1])
+
+
+def _ln_inputs(N: int, C: int, bias: bool):
+    gen = torch.Generator().manual_seed(N * C)
+    x = torch.randn(N, C, generator=gen) * 2 + 0.5
+    w = torch.randn(C, generator=gen)
+    b = torch.randn(C, generator=gen) if bias else None
+    res = torch.randn(N, C, generator=gen).to(BF16)
+    return x, w, b, res
+
+
+def _within_a_bf16_step(h: torch.Tensor, h_ref: torch.Tensor) -> None:
+    """bf16 results at most one rounding apart, and seldom that (the fp32 values under them
+    differ by float rounding only)."""
+    a, b = h.float(), h_ref.float()
+    assert ((a - b).abs() <= b.abs() * 2**-7 + 1e-30).all()
+    assert (a != b).float().mean() < 0.02
+
+
+@needs_c
+@pytest.mark.parametrize("N,C", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("with_res", [True, False])
+def test_layer_norm_matches_pytorch(N, C, bias, with_res):
+    x, w, b, res = _ln_inputs(N, C, bias)
+    res = res if with_res else None
+    x1, h, mean, rstd = C_OPS.layer_norm(x, w, b, 1e-5, res=res)
+    x1_ref, h_ref, mean_ref, rstd_ref = TORCH_OPS.layer_norm(x, w, b, 1e-5, res=res)
+    assert torch.equal(x1, x1_ref)  # the residual add is one fp32 add either way
+    assert h.dtype == BF16 and h.shape == (N, C)
+    _within_a_bf16_step(h, h_ref)
+    torch.testing.assert_close(mean, mean_ref.flatten(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, rstd_ref.flatten(), rtol=1e-5, atol=0)
+
+
+@needs_c
+@pytest.mark.parametrize("n", [5, 4096, 70_001])
+def test_residual_add_is_exact(n):
+    x, y = torch.randn(n), torch.randn(n).to(BF16)
+    assert torch.equal(C_OPS.residual(x, y), TORCH_OPS.residual(x, y))
+
+
+@needs_c
+@pytest.mark.parametrize("N,C", SHAPES + [(768, 128)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_backward_matches_pytorch(N, C, bias):
+    x, w, b, _ = _ln_inputs(N, C, bias)
+    _, _, mean, rstd = TORCH_OPS.layer_norm(x, w, b, 1e-5)
+    dh = torch.randn(N, C).to(BF16)
+    dres = torch.randn(N, C)
+    dx, dx16, dw, db = C_OPS.layer_norm_backward(dh, x, mean.flatten(), rstd.flatten(), w, b,
+                                                 dres, True)
+    dx_ref, _, dw_ref, db_ref = TORCH_OPS.layer_norm_backward(dh, x, mean, rstd, w, b, dres,
+                                                              True)
+    torch.testing.assert_close(dx, dx_ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(dx16, dx.to(BF16))  # the bf16 copy is the fp32 result, rounded
+    torch.testing.assert_close(dw, dw_ref, rtol=1e-5, atol=1e-4)
+    assert (db is None) == (not bias)
+    if bias:
+        torch.testing.assert_close(db, db_ref, rtol=1e-5, atol=1e-4)
+    without = C_OPS.layer_norm_backward(dh, x, mean.flatten(), rstd.flatten(), w, b, None, False)
+    torch.testing.assert_close(without[0], dx - dres, rtol=1e-5, atol=1e-5)
+    assert without[1] is None
+
+
+@needs_c
+def test_layer_norm_backward_gives_the_same_bits_every_call():
+    """The weight's gradient is a sum over rows split between threads: added in thread order,
+    so repeated calls agree exactly (what an exact resume needs)."""
+    x, w, b, _ = _ln_inputs(768, 128, True)
+    _, _, mean, rstd = C_OPS.layer_norm(x, w, b, 1e-5)
+    dh = torch.randn(768, 128).to(BF16)
+    first = C_OPS.layer_norm_backward(dh, x, mean, rstd, w, b, None, True)
+    for _ in range(3):
+        again = C_OPS.layer_norm_backward(dh, x, mean, rstd, w, b, None, True)
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@needs_c
+def test_the_switch_chooses_pytorch(monkeypatch):
+    monkeypatch.setenv(block_ops.SWITCH, "torch")
+    assert block_ops.ops() is TORCH_OPS
+    monkeypatch.setenv(block_ops.SWITCH, "")
+    assert block_ops.ops() is C_OPS
