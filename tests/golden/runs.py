@@ -19,8 +19,9 @@ first that the code has not changed the numbers where they were recorded):
     python -m tests.golden.runs --add
 
 Where an intended change moves one run's numbers and another kind of machine is not at hand,
-that run's entry is removed from the other kinds' numbers: the test skips it there until they
-are recorded again.
+the numbers it moved are removed from that run's entry in the other kinds' numbers (the whole
+entry, where it moved the weights): the test checks what is left there, or skips the run,
+until they are recorded again.
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ def test_language_model_run_is_unchanged(name, data_dir, tmp_path):
     if name not in GOLDEN:  # an intended change of numbers not yet recorded on this kind
         pytest.skip(f"{name}: no golden numbers for {runs.capability()} kernels")
     torch.set_num_threads(1)
-    assert runs.lm_run(name, data_dir, tmp_path / name) == GOLDEN[name]
+    got = runs.lm_run(name, data_dir, tmp_path / name)
+    # every number recorded (runs.py: a kind may lack one an intended change has moved)
+    assert "weights" in GOLDEN[name] and {k: got[k] for k in GOLDEN[name]} == GOLDEN[name]
 
 
 @pytest.mark.parametrize("arch", ["transformer", "lstm-attention"])

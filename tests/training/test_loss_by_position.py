@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.training.task import full_split_loss, loss_by_position
+from scratchgpt.training.task import eval_batch_size, full_split_loss, loss_by_position
 
 
 def _model(vocab: int, block: int) -> GPT:
@@ -35,8 +35,9 @@ def test_its_mean_is_the_full_split_loss(small_dataset):
     model = _model(data.vocab_size, 16)
     loss, curve = loss_by_position(model, data, "val", 16, torch.device("cpu"))
     total, count = 0.0, 0  # the whole split the plain way: one mean per batch, weighted
+    batch = eval_batch_size(16, torch.device("cpu"))  # the batches it makes by default
     with torch.no_grad():
-        for x, y in data.sequential_batches("val", 64, 16):
+        for x, y in data.sequential_batches("val", batch, 16):
             logits = model(x)
             total += F.cross_entropy(logits.flatten(0, 1), y.flatten()).item() * y.numel()
             count += y.numel()
@@ -50,6 +51,13 @@ def test_the_loss_does_not_depend_on_how_the_windows_are_batched(small_dataset):
     model = _model(data.vocab_size, 8)
     cpu = torch.device("cpu")
     n = (len(data.splits["val"]) - 1) // 8
-    assert n > 64  # so that the default batch (64 windows) is not the whole split
-    losses = [full_split_loss(model, data, "val", 8, cpu, batch_size=b) for b in (1, 3, 64, n)]
+    assert n > eval_batch_size(8, cpu)  # so that the default batch is not the whole split
+    losses = [full_split_loss(model, data, "val", 8, cpu, batch_size=b)
+              for b in (1, 3, 64, n, None)]
     assert max(losses) - min(losses) < 1e-6, losses
+
+
+def test_a_cpu_batch_is_a_few_thousand_tokens_an_accelerator_batch_64_windows():
+    cpu = torch.device("cpu")
+    assert [eval_batch_size(b, cpu) for b in (64, 256, 1024, 4096)] == [32, 8, 2, 1]
+    assert eval_batch_size(64, torch.device("meta")) == 64
