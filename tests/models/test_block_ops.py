@@ -132,3 +132,16 @@ def test_the_switch_chooses_pytorch(monkeypatch):
     assert block_ops.ops() is TORCH_OPS
     monkeypatch.setenv(block_ops.SWITCH, "")
     assert block_ops.ops() is C_OPS
+
+
+@needs_c
+def test_weights_round_to_bf16_and_gradients_widen_as_pytorch_casts_them():
+    weights = [torch.randn(48, 40), None, torch.randn(7, 3) * 1e-3, torch.randn(1000)]
+    narrowed = C_OPS.to_bf16(weights)
+    assert narrowed[1] is None
+    for got, want in zip(narrowed, TORCH_OPS.to_bf16(weights), strict=True):
+        assert (got is None and want is None) or torch.equal(got, want)
+    widened = C_OPS.to_fp32(narrowed)
+    for got, want in zip(widened, TORCH_OPS.to_fp32(narrowed), strict=True):
+        assert (got is None and want is None) or (got.dtype == torch.float32
+                                                  and torch.equal(got, want))

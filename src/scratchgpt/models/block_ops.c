@@ -170,3 +170,31 @@ void act_backward(long n, const float *table, const uint16_t *dg, const uint16_t
         store16(df, 1, k, m, _mm512_mul_ps(load16(dg, 1, k, m), d));
     }
 }
+
+/* dst[i] = src[i] rounded to bf16, for count tensors of n[i] values (the products' weights) */
+void narrow_many(int count, const float *const *src, uint16_t *const *dst, const long *n, int threads) {
+    long total = 0;
+    for (int i = 0; i < count; i++) total += n[i];
+#pragma omp parallel num_threads(threads_for(total, threads))
+    for (int i = 0; i < count; i++) {
+#pragma omp for schedule(static) nowait
+        for (long k = 0; k < n[i]; k += 16) {
+            __mmask16 m = tail16(k, n[i]);
+            store16(dst[i], 1, k, m, load16(src[i], 0, k, m));
+        }
+    }
+}
+
+/* dst[i] = src[i] widened to fp32, for count tensors of n[i] values (the weights' gradients) */
+void widen_many(int count, const uint16_t *const *src, float *const *dst, const long *n, int threads) {
+    long total = 0;
+    for (int i = 0; i < count; i++) total += n[i];
+#pragma omp parallel num_threads(threads_for(total, threads))
+    for (int i = 0; i < count; i++) {
+#pragma omp for schedule(static) nowait
+        for (long k = 0; k < n[i]; k += 16) {
+            __mmask16 m = tail16(k, n[i]);
+            _mm512_mask_storeu_ps(dst[i] + k, m, load16(src[i], 1, k, m));
+        }
+    }
+}

@@ -54,6 +54,17 @@ class TorchOps:
     name = "torch"
 
     @staticmethod
+    def to_bf16(tensors: list[Tensor | None]) -> list[Tensor | None]:
+        """Each fp32 tensor rounded to bf16 (None stays None): the products' weights."""
+        return [None if t is None else t.to(BF16) for t in tensors]
+
+    @staticmethod
+    def to_fp32(tensors: list[Tensor | None]) -> list[Tensor | None]:
+        """Each bf16 tensor widened to fp32 (None stays None): the weights' gradients, as
+        autograd casts them to their parameters' dtype."""
+        return [None if t is None else t.float() for t in tensors]
+
+    @staticmethod
     def layer_norm(x: Tensor, w: Tensor, b: Tensor | None, eps: float,
                    res: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(x1, h, mean, rstd): x1 = x (+ res, bf16), h = LN(x1) in bf16, the statistics the
@@ -106,6 +117,14 @@ class COps:
     """``block_ops.c``'s kernels, on PyTorch's threads."""
 
     name = "c"
+
+    @staticmethod
+    def to_bf16(tensors: list[Tensor | None]) -> list[Tensor | None]:
+        return _convert(tensors, BF16, "narrow_many")
+
+    @staticmethod
+    def to_fp32(tensors: list[Tensor | None]) -> list[Tensor | None]:
+        return _convert(tensors, torch.float32, "widen_many")
 
     @staticmethod
     def layer_norm(x: Tensor, w: Tensor, b: Tensor | None, eps: float,
@@ -161,6 +180,21 @@ TORCH_OPS: Ops = TorchOps
 C_OPS: Ops = COps
 
 
+def _convert(tensors: list[Tensor | None], dtype: torch.dtype,
+             function: str) -> list[Tensor | None]:
+    """``tensors`` (contiguous) in ``dtype`` by one call of the C ``function``, None kept."""
+    given = [t.contiguous() for t in tensors if t is not None]
+    out = [torch.empty_like(t, dtype=dtype) for t in given]
+    count = len(given)
+    pointers = ctypes.c_void_p * count
+    getattr(_load(), function)(count, pointers(*(t.data_ptr() for t in given)),
+                               pointers(*(t.data_ptr() for t in out)),
+                               (ctypes.c_long * count)(*(t.numel() for t in given)),
+                               torch.get_num_threads())
+    converted = iter(out)
+    return [None if t is None else next(converted) for t in tensors]
+
+
 def _ptr(t: Tensor | None) -> int | None:
     """A tensor's address for C, or NULL."""
     return None if t is None else t.data_ptr()
@@ -196,6 +230,8 @@ def _load() -> Any:
     lib.ln_forward.restype = lib.residual_add.restype = None
     lib.act_forward.restype = lib.act_backward.restype = None
     lib.ln_backward.restype = i
+    lib.narrow_many.argtypes = lib.widen_many.argtypes = [i, p, p, p, i]
+    lib.narrow_many.restype = lib.widen_many.restype = None
     return lib
 
 

@@ -125,11 +125,10 @@ class _Block(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
         B, T, C = x.shape
         ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
-        # the products' operands in bf16, as autocast casts them
-        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = (
-            None if t is None else t.to(BF16)
-            for t in (qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b))
         ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
+        # the products' operands in bf16, as autocast casts them
+        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
+            [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
         x = x.reshape(B * T, C)  # (N, C)
         _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0])  # h1 bf16
         qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
@@ -169,6 +168,8 @@ class _Block(torch.autograd.Function):
         dh1, dqkv_w, dqkv_b = _linear_backward(dqkv.view(B * T, 3 * C), h1, qkv_w, qkv_b)
         dx, _, dln1_w, dln1_b = ops.layer_norm_backward(dh1, x, mean1, rstd1, ln1_w, ln1_b,
                                                         dx1, False)
-        # bf16 gradients of fp32 weights: autograd casts them to the parameters' dtype
+        # the products' bf16 gradients of fp32 weights, in the parameters' dtype
+        dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b = ops.to_fp32(
+            [dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b])
         return (dx.view(B, T, C), None, dln1_w, dln1_b, dqkv_w, dqkv_b, do_w, do_b,
                 dln2_w, dln2_b, dfc_w, dfc_b, dp_w, dp_b)
