@@ -41,11 +41,10 @@ def _ops(monkeypatch, c: bool) -> None:
 
 
 def _count(monkeypatch) -> list[int]:
-    """Appends to the returned list at each fused block's forward."""
+    """Appends to the returned list at each fused block's forward (in training or not)."""
     calls: list[int] = []
-    real = fused_block._Block.forward
-    monkeypatch.setattr(fused_block._Block, "forward",
-                        staticmethod(lambda *a: calls.append(1) or real(*a)))
+    real = fused_block._forward
+    monkeypatch.setattr(fused_block, "_forward", lambda *a: calls.append(1) or real(*a))
     return calls
 
 
@@ -162,16 +161,39 @@ def test_other_blocks_run_their_modules(option, monkeypatch):
     assert len(calls) == (model.ve_table.count(None) if option == "value_embeds" else 0)
 
 
-def test_dropout_fp32_evaluation_and_lora_run_the_modules(monkeypatch):
+def test_dropout_fp32_and_lora_run_the_modules(monkeypatch):
     calls = _count(monkeypatch)
     idx = torch.randint(0, 37, (2, 12))
     _loss_and_grads(option_model("gpt2", dropout=0.1).train(), idx)  # dropout in training
     model = option_model("gpt2").train()
     model(idx).sum().backward()  # fp32 training: no autocast
-    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
-        model(idx)  # evaluation
+    with torch.no_grad():
+        model.eval()(idx)  # fp32 evaluation
     add_lora(model, LoRAConfig(rank=2))
-    _loss_and_grads(model, idx)  # LoRA's projections are not nn.Linear
+    _loss_and_grads(model.train(), idx)  # LoRA's projections are not nn.Linear
     assert not calls
     _loss_and_grads(option_model("gpt2").train(), idx)  # and the plain model does use it
     assert calls
+
+
+@pytest.mark.parametrize("c", [False, True], ids=["torch-ops", "c-ops"])
+def test_bf16_evaluation_runs_fused_as_the_modules_do(c, monkeypatch):
+    """Without gradients the forward runs alone, nothing kept for a backward; in evaluation
+    a model trained with dropout fuses too (dropout is the identity there). On PyTorch's
+    operators the logits are the modules' bit for bit, on the C kernels to a bf16 rounding."""
+    if c and block_ops._load() is None:
+        pytest.skip("the C kernels need AVX-512 and cc")
+    _ops(monkeypatch, c=c)
+    model = option_model("gpt2", dropout=0.1).eval()
+    idx = torch.randint(0, model.config.vocab_size, (3, 20))
+    calls = _count(monkeypatch)
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        logits = model(idx)
+        assert len(calls) == model.config.n_layer
+        _switch(monkeypatch, False)
+        logits_ref = model(idx)
+    assert len(calls) == model.config.n_layer
+    if c:
+        torch.testing.assert_close(logits.float(), logits_ref.float(), rtol=0, atol=2e-2)
+    else:
+        assert torch.equal(logits, logits_ref)

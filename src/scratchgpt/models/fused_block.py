@@ -13,14 +13,15 @@ operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradie
 the modules' path bit for bit. Tests compare all three. docs/BENCHMARKS.md has the step times
 with and without each.
 
-When it is used: a :class:`~scratchgpt.models.gpt.Block` in training (gradients on) under CPU
-bf16 autocast, on fp32 activations, where scratchgpt's attention kernel
-(:mod:`~scratchgpt.models.attention_kernel`) can run, for a plain block: LayerNorms with gains,
-``nn.Linear`` projections with or without biases (not LoRA's), GELU (exact or tanh), ReLU or
-ReLU², residuals, an MLP, no dropout, no QK-norm, no value embedding; rotary positions are turned by
-the attention kernel. Anything else runs the modules, as do evaluation, generation and
-``torch.compile``.
-``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
+When it is used: a :class:`~scratchgpt.models.gpt.Block` under CPU bf16 autocast, on fp32
+activations, where scratchgpt's attention kernel (:mod:`~scratchgpt.models.attention_kernel`)
+can run, on all of a sequence's positions at once with no KV cache, for a plain block:
+LayerNorms with gains, ``nn.Linear`` projections with or without biases (not LoRA's), GELU
+(exact or tanh), ReLU or ReLU², residuals, an MLP, no QK-norm, no value embedding, no dropout
+in training; rotary positions are turned by the attention kernel. In training it is an
+autograd function; without gradients (a periodic evaluation, scoring a text) the forward runs
+alone. Anything else runs the modules, as do fp32, decoding on a KV cache and
+``torch.compile``. ``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
 
 The forward, for x (B, T, C) fp32 seen as N = B T rows, each product on bf16 copies of its
 weights (what autocast makes):
@@ -70,16 +71,17 @@ def _plain(block: Any) -> bool:
                     for n in (block.ln_1, block.ln_2))
             and all(type(p) is nn.Linear for p in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
             and type(mlp.act) in _ACTIVATIONS and attn.q_norm is None and attn.ve_lambda is None
-            and attn.impl == "sdpa" and attn.attn_dropout == 0 and attn.resid_dropout.p == 0
-            and mlp.dropout.p == 0)
+            and attn.impl == "sdpa"
+            and (not block.training  # (evaluation: dropout is the identity)
+                 or attn.attn_dropout == mlp.dropout.p == attn.resid_dropout.p == 0))
 
 
 def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> bool:
-    """Whether ``block`` can run on ``x`` (B, T, C) as one function: training under CPU bf16
-    autocast, a plain block, the attention kernel usable, rotary tables of one row per
-    position (or none)."""
+    """Whether ``block`` can run on ``x`` (B, T, C) as one function: under CPU bf16 autocast
+    (training or evaluation), a plain block, the attention kernel usable, rotary tables of one
+    row per position (or none)."""
     return (not torch.compiler.is_compiling()  # the compiler fuses the modules its own way
-            and torch.is_grad_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
+            and x.dtype == torch.float32 and x.device.type == "cpu"
             and torch.is_autocast_enabled("cpu")
             and torch.get_autocast_dtype("cpu") == BF16
             and (rope is None or rope[0].dim() == 2)
@@ -92,8 +94,10 @@ def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = No
     attn, mlp = block.attn, block.mlp
     tables = attention_kernel.rope_tables_for(rope, x.size(1), attn.head_dim)
     spec = _Spec(attn.n_head, (block.ln_1.eps, block.ln_2.eps), _activation(mlp.act), tables)
-    params = [t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc, mlp.c_proj)
-              for t in (m.weight, m.bias)]
+    params = tuple(t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc,
+                               mlp.c_proj) for t in (m.weight, m.bias))
+    if not torch.is_grad_enabled():  # evaluation: the forward alone, nothing kept
+        return _forward(x, spec, params, block_ops.ops())[0]
     return _Block.apply(x, spec, *params)
 
 
@@ -116,6 +120,31 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor,
     return dy.mm(w), dy.t().mm(x), None if b is None else dy.sum(0)
 
 
+def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...],
+             ops: block_ops.Ops) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+    """The forward of the module docstring: (the block's output (B, T, C) fp32, what
+    :meth:`_Block.backward` reads)."""
+    B, T, C = x.shape
+    ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
+    # the products' operands in bf16, as autocast casts them
+    qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
+        [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
+    x = x.reshape(B * T, C)  # (N, C)
+    _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0])  # h1 bf16
+    qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
+    y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
+    y = y.view(B * T, C)
+    # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in bf16
+    x1, h2, mean2, rstd2 = ops.layer_norm(x, ln2_w, ln2_b, spec.eps[1],
+                                          res=_linear(y, o_w, o_b))
+    f = _linear(h2, fc_w, fc_b)  # (N, 4C)
+    r, g = ops.activate(f, spec.activation)
+    out = ops.residual(x1, _linear(g, p_w, p_b))
+    return out.view(B, T, C), (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g,
+                               ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
+                               p_w, p_b)
+
+
 class _Block(torch.autograd.Function):
     """x (B, T, C) fp32 -> the block's output (B, T, C) fp32; gradients of x and of the twelve
     parameters (gain and shift of LN1, weight and bias of each projection, then of LN2, ...;
@@ -123,28 +152,11 @@ class _Block(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
-        B, T, C = x.shape
-        ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
         ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
-        # the products' operands in bf16, as autocast casts them
-        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
-            [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
-        x = x.reshape(B * T, C)  # (N, C)
-        _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0])  # h1 bf16
-        qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
-        y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
-        y = y.view(B * T, C)
-        # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in bf16
-        x1, h2, mean2, rstd2 = ops.layer_norm(x, ln2_w, ln2_b, spec.eps[1],
-                                              res=_linear(y, o_w, o_b))
-        f = _linear(h2, fc_w, fc_b)  # (N, 4C)
-        r, g = ops.activate(f, spec.activation)
-        out = ops.residual(x1, _linear(g, p_w, p_b))
+        out, saved = _forward(x, spec, params, ops)
         ctx.spec, ctx.ops = spec, ops
-        ctx.save_for_backward(x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g,
-                              ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
-                              p_w, p_b)
-        return out.view(B, T, C)
+        ctx.save_for_backward(*saved)
+        return out
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
