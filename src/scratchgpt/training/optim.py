@@ -132,7 +132,12 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     if not params:
         return torch.tensor(0.0)
     grads = [p.grad for p in params]
-    total = torch.nn.utils.get_total_norm(grads)
+    if all(g.device.type == "cpu" and g.dtype == grads[0].dtype for g in grads):
+        # get_total_norm's own computation for one group of tensors, without its grouping and
+        # per-tensor moves (a tenth of a millisecond a step at nanoGPT's recipe shape)
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    else:
+        total = torch.nn.utils.get_total_norm(grads)
     if total.device.type != "cpu":  # PyTorch's way: no waiting for the accelerator's norm
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
         return total
