@@ -145,3 +145,32 @@ def test_weights_round_to_bf16_and_gradients_widen_as_pytorch_casts_them():
     for got, want in zip(widened, TORCH_OPS.to_fp32(narrowed), strict=True):
         assert (got is None and want is None) or (got.dtype == torch.float32
                                                   and torch.equal(got, want))
+
+
+@needs_c
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_fp32_activations_are_as_close_to_the_truth_as_pytorchs(name):
+    """fp32 has too many values for a table: C computes GELU with its own erf and tanh. Its
+    error against the activation in float64 (beyond float rounding of the result) is no larger
+    than PyTorch's own fp32 activation's; both grow with |x| where 1 + erf(x) cancels."""
+    f = torch.cat([torch.randn(50_000, generator=torch.Generator().manual_seed(0)) * 4,
+                   torch.tensor([0.0, -0.0, 30.0, -30.0, 1e-30])])
+    truth = TORCH_OPS.activate(f.double(), name)[1]
+
+    def error(g: torch.Tensor) -> float:
+        return (((g.double() - truth).abs() - 2e-7 * truth.abs()) / f.abs().clamp_min(1)).max()
+
+    assert error(C_OPS.activate(f, name)[1]) <= max(error(TORCH_OPS.activate(f, name)[1]), 0)
+
+
+@needs_c
+@pytest.mark.parametrize("N,C", SHAPES)
+def test_fp32_layer_norm_and_residual_match_pytorch(N, C):
+    x, w, b, _ = _ln_inputs(N, C, True)
+    res = torch.randn(N, C)
+    x1, h, _, _ = C_OPS.layer_norm(x, w, b, 1e-5, res=res, dtype=torch.float32)
+    x1_ref, h_ref, _, _ = TORCH_OPS.layer_norm(x, w, b, 1e-5, res=res.clone(),
+                                               dtype=torch.float32)
+    assert torch.equal(x1, x1_ref) and h.dtype == torch.float32
+    torch.testing.assert_close(h, h_ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(C_OPS.residual(x, res), TORCH_OPS.residual(x, res.clone()))

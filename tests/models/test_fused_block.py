@@ -161,14 +161,14 @@ def test_other_blocks_run_their_modules(option, monkeypatch):
     assert len(calls) == (model.ve_table.count(None) if option == "value_embeds" else 0)
 
 
-def test_dropout_fp32_and_lora_run_the_modules(monkeypatch):
+def test_dropout_fp32_training_and_lora_run_the_modules(monkeypatch):
     calls = _count(monkeypatch)
     idx = torch.randint(0, 37, (2, 12))
     _loss_and_grads(option_model("gpt2", dropout=0.1).train(), idx)  # dropout in training
     model = option_model("gpt2").train()
     model(idx).sum().backward()  # fp32 training: no autocast
-    with torch.no_grad():
-        model.eval()(idx)  # fp32 evaluation
+    with torch.autocast("cpu", torch.float16):
+        model(idx)  # another autocast dtype
     add_lora(model, LoRAConfig(rank=2))
     _loss_and_grads(model.train(), idx)  # LoRA's projections are not nn.Linear
     assert not calls
@@ -177,23 +177,29 @@ def test_dropout_fp32_and_lora_run_the_modules(monkeypatch):
 
 
 @pytest.mark.parametrize("c", [False, True], ids=["torch-ops", "c-ops"])
-def test_bf16_evaluation_runs_fused_as_the_modules_do(c, monkeypatch):
-    """Without gradients the forward runs alone, nothing kept for a backward; in evaluation
-    a model trained with dropout fuses too (dropout is the identity there). On PyTorch's
-    operators the logits are the modules' bit for bit, on the C kernels to a bf16 rounding."""
+@pytest.mark.parametrize("bf16", [True, False], ids=["bf16", "fp32"])
+def test_evaluation_runs_fused_as_the_modules_do(c, bf16, monkeypatch):
+    """Without gradients the forward runs alone, nothing kept for a backward, under bf16
+    autocast or in fp32 (products in fp32 then); in evaluation a model trained with dropout
+    fuses too (dropout is the identity there). On PyTorch's operators the logits are the
+    modules' bit for bit; on the C kernels to a bf16 rounding under autocast, to float
+    rounding in fp32."""
     if c and block_ops._load() is None:
         pytest.skip("the C kernels need AVX-512 and cc")
     _ops(monkeypatch, c=c)
     model = option_model("gpt2", dropout=0.1).eval()
     idx = torch.randint(0, model.config.vocab_size, (3, 20))
     calls = _count(monkeypatch)
-    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
         logits = model(idx)
         assert len(calls) == model.config.n_layer
         _switch(monkeypatch, False)
         logits_ref = model(idx)
     assert len(calls) == model.config.n_layer
-    if c:
+    assert logits.dtype == logits_ref.dtype == (torch.bfloat16 if bf16 else torch.float32)
+    if not c:
+        assert torch.equal(logits, logits_ref)
+    elif bf16:
         torch.testing.assert_close(logits.float(), logits_ref.float(), rtol=0, atol=2e-2)
     else:
-        assert torch.equal(logits, logits_ref)
+        torch.testing.assert_close(logits, logits_ref, rtol=1e-5, atol=1e-5)

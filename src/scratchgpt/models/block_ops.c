@@ -32,9 +32,9 @@
 /* the threads worth waking for n values: one below PyTorch's own grain for elementwise work */
 static int threads_for(long n, int threads) { return n < 32768 ? 1 : threads; }
 
-/* one row of ln_forward: x1 (C) -> h (bf16), its mean and rstd */
+/* one row of ln_forward: x1 (C) -> h (bf16 or fp32), its mean and rstd */
 static void ln_row(const float *x, const float *w, const float *b, float eps, int C,
-                   uint16_t *h, float *mean, float *rstd) {
+                   void *h, int bf16, float *mean, float *rstd) {
     __m512 s = _mm512_setzero_ps();
     for (int k = 0; k < C; k += 16) s = _mm512_add_ps(s, load16(x, 0, k, tail16(k, C)));
     float mu = _mm512_reduce_add_ps(s) / C;
@@ -50,15 +50,16 @@ static void ln_row(const float *x, const float *w, const float *b, float eps, in
         __mmask16 m = tail16(k, C);
         __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(load16(x, 0, k, m), vr, shift), load16(w, 0, k, m));
         if (b) y = _mm512_add_ps(y, load16(b, 0, k, m));
-        store16(h, 1, k, m, y);
+        store16(h, bf16, k, m, y);
     }
     *mean = mu, *rstd = r;
 }
 
-/* LayerNorm of N rows of x (+ res, bf16, summed into x1 first when given) into h (bf16), keeping
- * each row's mean and rstd for the backward. b may be NULL (no shift). */
-void ln_forward(int N, int C, const float *x, const uint16_t *res, float *x1, const float *w,
-                const float *b, float eps, uint16_t *h, float *mean, float *rstd, int threads) {
+/* LayerNorm of N rows of x (+ res, summed into x1 first when given) into h, keeping each row's
+ * mean and rstd for the backward; res and h are bf16 (bf16 = 1) or fp32. b may be NULL (no
+ * shift). */
+void ln_forward(int N, int C, const float *x, const void *res, float *x1, const float *w,
+                const float *b, float eps, void *h, float *mean, float *rstd, int bf16, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads_for((long)N * C, threads))
     for (int i = 0; i < N; i++) {
         const float *xi = x + (long)i * C;
@@ -66,20 +67,22 @@ void ln_forward(int N, int C, const float *x, const uint16_t *res, float *x1, co
             float *x1i = x1 + (long)i * C;
             for (int k = 0; k < C; k += 16) {
                 __mmask16 m = tail16(k, C);
-                _mm512_mask_storeu_ps(x1i + k, m, _mm512_add_ps(load16(xi, 0, k, m), load16(res + (long)i * C, 1, k, m)));
+                _mm512_mask_storeu_ps(x1i + k, m, _mm512_add_ps(load16(xi, 0, k, m), load16(res, bf16, (long)i * C + k, m)));
             }
             xi = x1i;
         }
-        ln_row(xi, w, b, eps, C, h + (long)i * C, mean + i, rstd + i);
+        ln_row(xi, w, b, eps, C, bf16 ? (void *)((uint16_t *)h + (long)i * C) : (void *)((float *)h + (long)i * C),
+               bf16, mean + i, rstd + i);
     }
 }
 
-/* out = x + y over n values: the residual stream (fp32) plus a product's output (bf16) */
-void residual_add(long n, const float *x, const uint16_t *y, float *out, int threads) {
+/* out = x + y over n values: the residual stream (fp32) plus a product's output (bf16 when
+ * bf16 = 1, else fp32) */
+void residual_add(long n, const float *x, const void *y, float *out, int bf16, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
     for (long k = 0; k < n; k += 16) {
         __mmask16 m = tail16(k, n);
-        _mm512_mask_storeu_ps(out + k, m, _mm512_add_ps(load16(x, 0, k, m), load16(y, 1, k, m)));
+        _mm512_mask_storeu_ps(out + k, m, _mm512_add_ps(load16(x, 0, k, m), load16(y, bf16, k, m)));
     }
 }
 
@@ -196,5 +199,59 @@ void widen_many(int count, const uint16_t *const *src, float *const *dst, const 
             __mmask16 m = tail16(k, n[i]);
             _mm512_mask_storeu_ps(dst[i] + k, m, load16(src[i], 1, k, m));
         }
+    }
+}
+
+/* 1 / x: the 14-bit estimate and one Newton step (a division's accuracy, at a fraction of its
+ * cost) */
+static inline __m512 recip16(__m512 x) {
+    __m512 r = _mm512_rcp14_ps(x);
+    return _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
+}
+
+/* Phi(x), the normal distribution's CDF, as 0.5 erfc(|x| / sqrt 2) for x < 0 and 1 minus that
+ * for x >= 0, erfc by Abramowitz and Stegun 7.1.26 (t p(t) exp(-z^2), erf to ~1.5e-7): no
+ * 1 + erf(x) that cancels for x well below 0, where Phi is small */
+static inline __m512 phi16(__m512 x) {
+    __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
+    __m512 t = recip16(_mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), z, _mm512_set1_ps(1.0f)));
+    __m512 p = _mm512_set1_ps(1.061405429f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+    __m512 tail = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_mul_ps(p, t)),
+                                exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z)));
+    __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(negative, _mm512_sub_ps(_mm512_set1_ps(1.0f), tail), tail);
+}
+
+/* 1 / (1 + exp(-v)), the exponent held below 80 (its overflow would make the reciprocal's
+ * Newton step NaN; the result is 0 to fp32 long before) */
+static inline __m512 sigmoid16(__m512 v) {
+    __m512 e = exp16(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), v), _mm512_set1_ps(80.0f)));
+    return recip16(_mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+}
+
+/* the activation of 16 fp32 values: kind 0 GELU (exact, x Phi(x)), 1 GELU's tanh form (as
+ * x sigmoid(2u): 0.5 (1 + tanh u) = sigmoid(2u), with no cancellation for x well below 0),
+ * 2 ReLU, 3 ReLU^2 (fused_block's "none", "tanh", "relu", "relu2") */
+static inline __m512 act16(__m512 f, int kind) {
+    if (kind == 0) return _mm512_mul_ps(f, phi16(f));
+    if (kind == 1) { /* u = sqrt(2 / pi) (f + 0.044715 f^3) */
+        __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f),
+                                 _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), f), _mm512_mul_ps(f, f), f));
+        return _mm512_mul_ps(f, sigmoid16(_mm512_add_ps(u, u)));
+    }
+    __m512 r = _mm512_max_ps(f, _mm512_setzero_ps());
+    return kind == 2 ? r : _mm512_mul_ps(r, r);
+}
+
+/* g = act(f) over n fp32 values, computed (fp32 has too many values for a table) */
+void act_forward_fp32(long n, int kind, const float *f, float *g, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
+    for (long k = 0; k < n; k += 16) {
+        __mmask16 m = tail16(k, n);
+        _mm512_mask_storeu_ps(g + k, m, act16(_mm512_maskz_loadu_ps(m, f + k), kind));
     }
 }

@@ -12,9 +12,12 @@ times with and without it.
 
 Two implementations of one interface, chosen by :func:`ops`:
 
-- :data:`C_OPS`, the C kernels: the same formulas in fp32, but not PyTorch's summation order or
-  its erf, so results agree with the modules' path to float rounding (a bf16 result now and
-  then one bf16 step away), not bit for bit (tests measure it);
+- :data:`C_OPS`, the C kernels: the same formulas in fp32, but not PyTorch's summation order,
+  so results agree with the modules' path to float rounding (a bf16 result now and then one
+  bf16 step away), not bit for bit (tests measure it). bf16 activations are looked up in
+  tables of PyTorch's own results, so they are its bit for bit; fp32 ones (an fp32
+  evaluation) are computed, GELU's erf and tanh by formulas at least as close to the truth as
+  PyTorch's;
 - :data:`TORCH_OPS`, PyTorch's own operators, called as the modules under autocast call them:
   bit for bit the modules' path.
 
@@ -46,6 +49,8 @@ SOURCE = Path(__file__).with_name("block_ops.c")
 SWITCH = "SCRATCHGPT_BLOCK_OPS"
 BF16 = torch.bfloat16
 _aten = torch.ops.aten
+# the C file's codes for the activations it computes in fp32
+_FP32_ACTS = {"none": 0, "tanh": 1, "relu": 2, "relu2": 3}
 
 
 class TorchOps:
@@ -66,23 +71,26 @@ class TorchOps:
 
     @staticmethod
     def layer_norm(x: Tensor, w: Tensor, b: Tensor | None, eps: float,
-                   res: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(x1, h, mean, rstd): x1 = x (+ res, bf16), h = LN(x1) in bf16, the statistics the
+                   res: Tensor | None = None,
+                   dtype: torch.dtype = BF16) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(x1, h, mean, rstd): x1 = x (+ res, a product's output in ``dtype``), h = LN(x1)
+        in ``dtype`` (bf16 for bf16 products, fp32 for fp32 ones), the statistics the
         backward reads."""
         if res is not None:
             x = res.float().add_(x)  # the residual stream stays fp32
         h, mean, rstd = _aten.native_layer_norm(x, (x.size(1),), w, b, eps)
-        return x, h.to(BF16), mean, rstd
+        return x, h.to(dtype), mean, rstd
 
     @staticmethod
     def residual(x: Tensor, y: Tensor) -> Tensor:
-        """x (fp32) + y (bf16), in fp32."""
+        """x (fp32) + y (a product's output, bf16 or fp32), in fp32."""
         return y.float().add_(x)
 
     @staticmethod
     def activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
         """(relu(f) where the backward needs it, else None; act(f)) for GELU ("none" or
-        "tanh", its approximation), "relu" or "relu2", by the modules' own calls."""
+        "tanh", its approximation), "relu" or "relu2", by the modules' own calls; f bf16 or
+        fp32."""
         if name == "relu":
             g = _aten.relu(f)
             return g, g
@@ -128,28 +136,33 @@ class COps:
 
     @staticmethod
     def layer_norm(x: Tensor, w: Tensor, b: Tensor | None, eps: float,
-                   res: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                   res: Tensor | None = None,
+                   dtype: torch.dtype = BF16) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         N, C = x.shape
         x1 = x if res is None else torch.empty_like(x)
-        h = torch.empty(N, C, dtype=BF16)
+        h = torch.empty(N, C, dtype=dtype)
         mean, rstd = torch.empty(N), torch.empty(N)
         _load().ln_forward(N, C, x.data_ptr(), _ptr(res), _ptr(x1 if res is not None else None),
-                          w.data_ptr(), _ptr(b), eps, h.data_ptr(), mean.data_ptr(),
-                          rstd.data_ptr(), torch.get_num_threads())
+                           w.data_ptr(), _ptr(b), eps, h.data_ptr(), mean.data_ptr(),
+                           rstd.data_ptr(), dtype == BF16, torch.get_num_threads())
         return x1, h, mean, rstd
 
     @staticmethod
     def residual(x: Tensor, y: Tensor) -> Tensor:
         out = torch.empty_like(x)
         _load().residual_add(x.numel(), x.data_ptr(), y.data_ptr(), out.data_ptr(),
-                            torch.get_num_threads())
+                             y.dtype == BF16, torch.get_num_threads())
         return out
 
     @staticmethod
     def activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
         g = torch.empty_like(f)
-        _load().act_forward(f.numel(), _tables(name)[0].data_ptr(), f.data_ptr(), g.data_ptr(),
-                            torch.get_num_threads())
+        if f.dtype == BF16:  # looked up: PyTorch's own results
+            _load().act_forward(f.numel(), _tables(name)[0].data_ptr(), f.data_ptr(),
+                                g.data_ptr(), torch.get_num_threads())
+        else:  # computed (evaluation in fp32)
+            _load().act_forward_fp32(f.numel(), _FP32_ACTS[name], f.data_ptr(), g.data_ptr(),
+                                     torch.get_num_threads())
         return None, g
 
     @staticmethod
@@ -222,8 +235,10 @@ def _load() -> Any:
     if lib is None:
         return None
     p, i, n, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
-    lib.ln_forward.argtypes = [i, i, p, p, p, p, p, f, p, p, p, i]
-    lib.residual_add.argtypes = [n, p, p, p, i]
+    lib.ln_forward.argtypes = [i, i, p, p, p, p, p, f, p, p, p, i, i]
+    lib.residual_add.argtypes = [n, p, p, p, i, i]
+    lib.act_forward_fp32.argtypes = [n, i, p, p, i]
+    lib.act_forward_fp32.restype = None
     lib.act_forward.argtypes = [n, p, p, p, i]
     lib.act_backward.argtypes = [n, p, p, p, p, i]
     lib.ln_backward.argtypes = [i, i, p, p, p, p, p, p, p, p, p, p, i]

@@ -13,18 +13,20 @@ operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradie
 the modules' path bit for bit. Tests compare all three. docs/BENCHMARKS.md has the step times
 with and without each.
 
-When it is used: a :class:`~scratchgpt.models.gpt.Block` under CPU bf16 autocast, on fp32
-activations, where scratchgpt's attention kernel (:mod:`~scratchgpt.models.attention_kernel`)
-can run, on all of a sequence's positions at once with no KV cache, for a plain block:
-LayerNorms with gains, ``nn.Linear`` projections with or without biases (not LoRA's), GELU
-(exact or tanh), ReLU or ReLU², residuals, an MLP, no QK-norm, no value embedding, no dropout
-in training; rotary positions are turned by the attention kernel. In training it is an
-autograd function; without gradients (a periodic evaluation, scoring a text) the forward runs
-alone. Anything else runs the modules, as do fp32, decoding on a KV cache and
-``torch.compile``. ``SCRATCHGPT_FUSED_BLOCK=torch`` switches it off.
+When it is used: a :class:`~scratchgpt.models.gpt.Block` on fp32 activations, under CPU bf16
+autocast, or in fp32 without gradients, where scratchgpt's attention kernel
+(:mod:`~scratchgpt.models.attention_kernel`) can run, on all of a sequence's positions at once
+with no KV cache, for a plain block: LayerNorms with gains, ``nn.Linear`` projections with or
+without biases (not LoRA's), GELU (exact or tanh), ReLU or ReLU², residuals, an MLP, no
+QK-norm, no value embedding, no dropout in training; rotary positions are turned by the
+attention kernel. In bf16 training it is an autograd function; without gradients (a periodic
+evaluation, the final evaluation in fp32, scoring a text) the forward runs alone, its products
+in fp32 where there is no autocast. Anything else runs the modules, as do fp32 training,
+decoding on a KV cache and ``torch.compile``. ``SCRATCHGPT_FUSED_BLOCK=torch`` switches it
+off.
 
 The forward, for x (B, T, C) fp32 seen as N = B T rows, each product on bf16 copies of its
-weights (what autocast makes):
+weights (what autocast makes; in an fp32 evaluation every "bf16" below is fp32):
 
     h1 = LN1(x)                      (N, C)  bf16 (PyTorch's LayerNorm gives fp32, then a cast)
     qkv = h1 Wqkv^T + bqkv           (N, 3C) bf16
@@ -78,15 +80,22 @@ def _plain(block: Any) -> bool:
 
 def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> bool:
     """Whether ``block`` can run on ``x`` (B, T, C) as one function: under CPU bf16 autocast
-    (training or evaluation), a plain block, the attention kernel usable, rotary tables of one
-    row per position (or none)."""
+    (training or evaluation) or in fp32 without gradients (evaluation), a plain block, the
+    attention kernel usable, rotary tables of one row per position (or none)."""
     return (not torch.compiler.is_compiling()  # the compiler fuses the modules its own way
             and x.dtype == torch.float32 and x.device.type == "cpu"
-            and torch.is_autocast_enabled("cpu")
-            and torch.get_autocast_dtype("cpu") == BF16
+            and _dtype() is not None
             and (rope is None or rope[0].dim() == 2)
             and os.environ.get(SWITCH, "").lower() != "torch" and _plain(block)
             and attention_kernel.usable(x, block.attn.head_dim))
+
+
+def _dtype() -> torch.dtype | None:
+    """The products' dtype here: bf16 under CPU bf16 autocast, fp32 without autocast and
+    without gradients, None otherwise (fp32 training, another autocast dtype)."""
+    if torch.is_autocast_enabled("cpu"):
+        return BF16 if torch.get_autocast_dtype("cpu") == BF16 else None
+    return None if torch.is_grad_enabled() else torch.float32
 
 
 def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -97,7 +106,7 @@ def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = No
     params = tuple(t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc,
                                mlp.c_proj) for t in (m.weight, m.bias))
     if not torch.is_grad_enabled():  # evaluation: the forward alone, nothing kept
-        return _forward(x, spec, params, block_ops.ops())[0]
+        return _forward(x, spec, params, block_ops.ops(), _dtype())[0]
     return _Block.apply(x, spec, *params)
 
 
@@ -120,23 +129,24 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor,
     return dy.mm(w), dy.t().mm(x), None if b is None else dy.sum(0)
 
 
-def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...],
-             ops: block_ops.Ops) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-    """The forward of the module docstring: (the block's output (B, T, C) fp32, what
-    :meth:`_Block.backward` reads)."""
+def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...], ops: block_ops.Ops,
+             dtype: torch.dtype) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+    """The forward of the module docstring, its products in ``dtype`` (bf16, or fp32 in an
+    fp32 evaluation): (the block's output (B, T, C) fp32, what :meth:`_Block.backward`
+    reads)."""
     B, T, C = x.shape
     ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
-    # the products' operands in bf16, as autocast casts them
-    qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
-        [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
+    if dtype == BF16:  # the products' operands in bf16, as autocast casts them
+        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
+            [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
     x = x.reshape(B * T, C)  # (N, C)
-    _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0])  # h1 bf16
+    _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0], dtype=dtype)  # h1
     qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
     y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
     y = y.view(B * T, C)
-    # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in bf16
+    # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in dtype
     x1, h2, mean2, rstd2 = ops.layer_norm(x, ln2_w, ln2_b, spec.eps[1],
-                                          res=_linear(y, o_w, o_b))
+                                          res=_linear(y, o_w, o_b), dtype=dtype)
     f = _linear(h2, fc_w, fc_b)  # (N, 4C)
     r, g = ops.activate(f, spec.activation)
     out = ops.residual(x1, _linear(g, p_w, p_b))
@@ -153,7 +163,7 @@ class _Block(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
         ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
-        out, saved = _forward(x, spec, params, ops)
+        out, saved = _forward(x, spec, params, ops, BF16)
         ctx.spec, ctx.ops = spec, ops
         ctx.save_for_backward(*saved)
         return out
