@@ -198,3 +198,12 @@ def test_train_bench_docstring_example_runs():
     from scratchgpt.bench import train
 
     assert doctest.testmod(train, raise_on_error=True).attempted > 0
+
+
+def test_the_fused_blocks_c_calls_are_counted_by_what_they_do():
+    assert kind_of("block_ops.layer_norm") == kind_of("block_ops.layer_norm_backward")
+    assert kind_of("block_ops.layer_norm") == "normalization"
+    assert kind_of("block_ops.activate") == kind_of("block_ops.activation_backward")
+    assert kind_of("block_ops.activate") == "activation"
+    assert kind_of("block_ops.to_bf16") == kind_of("block_ops.to_fp32") == "casts"
+    assert kind_of("block_ops.residual") == "other ops"

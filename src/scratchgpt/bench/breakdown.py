@@ -6,7 +6,8 @@ Runs a step function a few times under ``torch.profiler`` and sums each PyTorch 
 - products: matrix multiplications (``mm``, ``addmm``, ``bmm``, ...), the work FLOP/s counts;
 - attention: the fused attention kernel, PyTorch's or scratchgpt's (forward and backward);
 - casts: precision changes and copies (``_to_copy``, ``copy_``): autocast's price;
-- activation, normalization, loss: the elementwise layers between the products;
+- activation, normalization, loss: the elementwise layers between the products (a fused
+  block's C kernels, ``block_ops.*``, by what they do; its residual adds are other ops);
 - clip + optimizer: the gradient norm and the update;
 - autograd: the backward engine's own bookkeeping (``...Backward0`` nodes; a block that trains
   as one function, ``_BlockBackward``, counts its backward's Python here);
@@ -40,8 +41,8 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("autograd", ("autograd::", "Backward")),
     ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                   "aten::linear", "aten::_addmm_activation")),
-    ("casts", ("aten::_to_copy", "aten::copy_", "aten::to")),
-    ("activation", ("gelu", "relu", "silu", "tanh", "sigmoid")),
+    ("casts", ("aten::_to_copy", "aten::copy_", "aten::to", "block_ops.to_")),
+    ("activation", ("gelu", "relu", "silu", "tanh", "sigmoid", "block_ops.activat")),
     ("normalization", ("layer_norm", "rms_norm")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
     ("clip + optimizer", ("adam", "_foreach", "vector_norm", "newton", "muon")),

@@ -34,7 +34,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 from pathlib import Path
@@ -43,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from scratchgpt.models.c_kernels import load_library
+from scratchgpt.models.c_kernels import load_library, profiled
 
 SOURCE = Path(__file__).with_name("causal_attention.c")
 MAX_T = 1024
@@ -105,15 +104,6 @@ Shape = tuple[int, int, int, int]  # B, H, T, D
 Rope = tuple[int, int] | tuple[None, None]  # the addresses of the cos and sin tables, or none
 
 
-def _profiled(name: str) -> Any:
-    """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
-    bench train --breakdown``, see the C calls as attention wherever they are made from), and
-    nothing otherwise."""
-    if torch.autograd._profiler_enabled():
-        return torch.profiler.record_function(name)
-    return contextlib.nullcontext()
-
-
 def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
                  strides: tuple[ctypes.Array, ...], rope: Rope = (None, None)) -> None:
     """The C forward over (B, H, T, D) = ``shape``: ``ptrs`` are q, k, v, y and lse; ``strides``
@@ -121,7 +111,7 @@ def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
     place the forward is called."""
     q, k, v, y, lse = ptrs
     sq, sk, sv, sy = strides
-    with _profiled("attention_kernel.forward"):
+    with profiled("attention_kernel.forward"):
         _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
                                         torch.get_num_threads()))
 
@@ -130,7 +120,7 @@ def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctyp
                   rope: Rope = (None, None)) -> None:
     """The C backward: ``ptrs`` are q, k, v, y, dy, lse, then dq, dk, dv (written);
     ``strides`` 3 per tensor in that order, lse left out."""
-    with _profiled("attention_kernel.backward"):
+    with profiled("attention_kernel.backward"):
         _check(load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
                                          torch.get_num_threads()))
 

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from scratchgpt.models.c_kernels import load_library
+from scratchgpt.models.c_kernels import load_library, profiled
 
 SOURCE = Path(__file__).with_name("block_ops.c")
 SWITCH = "SCRATCHGPT_BLOCK_OPS"
@@ -54,7 +54,7 @@ _FP32_ACTS = {"none": 0, "tanh": 1, "relu": 2, "relu2": 3}
 
 
 class TorchOps:
-    """PyTorch's operators, as the modules call them under bf16 autocast."""
+    """PyTorch's operators, as the modules call them (under bf16 autocast, or in fp32)."""
 
     name = "torch"
 
@@ -121,20 +121,38 @@ class TorchOps:
         return dx, dx.to(BF16) if want_bf16 else None, dw, db
 
 
+def _named(method: Any) -> Any:
+    """``method`` inside a profiler range named ``block_ops.<its name>``, so that ``scratchgpt
+    bench train --breakdown`` counts the C calls by what they do."""
+    label = f"block_ops.{method.__name__}"
+
+    @functools.wraps(method)
+    def named(*args: Any, **kwargs: Any) -> Any:
+        if not torch.autograd._profiler_enabled():  # (the usual case: one check, no range)
+            return method(*args, **kwargs)
+        with profiled(label):
+            return method(*args, **kwargs)
+
+    return named
+
+
 class COps:
     """``block_ops.c``'s kernels, on PyTorch's threads."""
 
     name = "c"
 
     @staticmethod
+    @_named
     def to_bf16(tensors: list[Tensor | None]) -> list[Tensor | None]:
         return _convert(tensors, BF16, "narrow_many")
 
     @staticmethod
+    @_named
     def to_fp32(tensors: list[Tensor | None]) -> list[Tensor | None]:
         return _convert(tensors, torch.float32, "widen_many")
 
     @staticmethod
+    @_named
     def layer_norm(x: Tensor, w: Tensor, b: Tensor | None, eps: float,
                    res: Tensor | None = None,
                    dtype: torch.dtype = BF16) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -148,6 +166,7 @@ class COps:
         return x1, h, mean, rstd
 
     @staticmethod
+    @_named
     def residual(x: Tensor, y: Tensor) -> Tensor:
         out = torch.empty_like(x)
         _load().residual_add(x.numel(), x.data_ptr(), y.data_ptr(), out.data_ptr(),
@@ -155,6 +174,7 @@ class COps:
         return out
 
     @staticmethod
+    @_named
     def activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
         g = torch.empty_like(f)
         if f.dtype == BF16:  # looked up: PyTorch's own results
@@ -166,6 +186,7 @@ class COps:
         return None, g
 
     @staticmethod
+    @_named
     def activation_backward(dg: Tensor, f: Tensor, r: Tensor | None, name: str) -> Tensor:
         df = torch.empty_like(f)
         _load().act_backward(f.numel(), _tables(name)[1].data_ptr(), dg.data_ptr(),
@@ -173,6 +194,7 @@ class COps:
         return df
 
     @staticmethod
+    @_named
     def layer_norm_backward(dh: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, w: Tensor,
                             b: Tensor | None, dres: Tensor | None,
                             want_bf16: bool) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:

@@ -20,6 +20,7 @@ modules using it then fall back to PyTorch).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -99,3 +101,12 @@ def load_library(source: Path, switch: str | None) -> ctypes.CDLL | None:
         return ctypes.CDLL(str(_build(source, compiler)))
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def profiled(name: str) -> Any:
+    """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
+    bench train --breakdown``, see a C call by its name wherever it is made from; ctypes calls
+    are no operator it would see), and nothing otherwise."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(name)
+    return contextlib.nullcontext()
