@@ -82,9 +82,9 @@ def test_bench_train_rejects_counts_it_cannot_take(flag, capsys):
 
 @pytest.mark.skipif(attention_kernel.load() is None, reason="fused blocks need the kernel")
 def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatch):
-    """bf16 and bf16-modules train to the same losses bit for bit (the fused block on
-    PyTorch's operators, which it matches exactly); only bf16 runs fused blocks, and the switch
-    is back as it was after each modules step."""
+    """bf16-modules and bf16-torchops (the fused block on PyTorch's operators, which it
+    matches exactly) train to the same losses bit for bit; only the latter runs fused blocks,
+    and each switch is back as it was after each step."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(SHAPE)
@@ -93,12 +93,13 @@ def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatc
     monkeypatch.setattr(fused_block._Block, "forward",
                         staticmethod(lambda *a: calls.append(1) or real(*a)))
     monkeypatch.delenv(fused_block.SWITCH, raising=False)
-    monkeypatch.setenv(block_ops.SWITCH, "torch")
+    monkeypatch.delenv(block_ops.SWITCH, raising=False)
     modules, _ = variant_step(args, "bf16-modules")
     modules_losses = [modules() for _ in range(3)]
     assert not calls and fused_block.SWITCH not in os.environ
-    fused, _ = variant_step(args, "bf16")
+    fused, _ = variant_step(args, "bf16-torchops")
     assert [fused() for _ in range(3)] == modules_losses and len(calls) == 3
+    assert block_ops.SWITCH not in os.environ
     assert all(torch.isfinite(loss) for loss in modules_losses)
 
 

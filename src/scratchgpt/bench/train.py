@@ -54,12 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5,
                    help="turns each variant takes at its timed steps (5; at most --steps)")
     p.add_argument("--variants", default="fp32,bf16",
-                   help="comma list of PRECISION[-compile][-muon][-modules][-1thread]: fp32 "
-                        "or bf16, optionally torch.compile'd, optionally with --optimizer muon "
-                        "instead of AdamW, optionally with every block running its modules "
+                   help="comma list of PRECISION[-compile][-muon][-modules][-torchops][-1thread]"
+                        ": fp32 or bf16, optionally torch.compile'd, optionally with --optimizer "
+                        "muon instead of AdamW, optionally with every block running its modules "
                         "(bf16 trains a plain block as one function, models/fused_block.py), "
-                        "optionally on one thread (beside the same variant on all threads it "
-                        "gives the step's serial part) (e.g. bf16,bf16-muon,bf16-1thread)")
+                        "optionally with that function's elementwise work on PyTorch's "
+                        "operators rather than its C kernels (models/block_ops.py), optionally "
+                        "on one thread (beside the same variant on all threads it gives the "
+                        "step's serial part) (e.g. bf16,bf16-torchops,bf16-1thread)")
     p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
                    help="precision of Muon's Newton-Schulz iteration in the -muon variants: "
                         "bf16 (torch.optim.Muon's own; emulated on CPUs without bf16), fp32, "
@@ -101,7 +103,7 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> flo
     return 6 * n_params + 12 * n_layer * n_embd * block
 
 
-OPTIONS = ("compile", "muon", "modules", "1thread")
+OPTIONS = ("compile", "muon", "modules", "torchops", "1thread")
 
 
 def parse_variant(variant: str) -> tuple[str, set[str]]:
@@ -128,6 +130,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     import torch
 
     from scratchgpt.data.dataset import random_windows
+    from scratchgpt.models import block_ops, fused_block
     from scratchgpt.models.gpt import GPT, GPTConfig
     from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.config import TrainConfig
@@ -163,29 +166,30 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
                           dtype)
 
     if "modules" in options:
-        step = _with_modules(step)
+        step = _switched_off(step, fused_block.SWITCH)
+    if "torchops" in options:
+        step = _switched_off(step, block_ops.SWITCH)
     return (_on_one_thread(step) if "1thread" in options else step), model
 
 
-def _with_modules(step: Callable[[], Any]) -> Callable[[], Any]:
-    """``step`` with every block running its modules: the fused block's switch set to torch
-    for the step's duration, and put back after it."""
+def _switched_off(step: Callable[[], Any], switch: str) -> Callable[[], Any]:
+    """``step`` with the environment switch ``switch`` set to torch for the step's duration
+    (PyTorch's path instead of scratchgpt's: the fused block's modules, or PyTorch's
+    operators inside it), and put back after it."""
     import os
 
-    from scratchgpt.models.fused_block import SWITCH
-
-    def modules_step() -> Any:
-        saved = os.environ.get(SWITCH)
-        os.environ[SWITCH] = "torch"
+    def switched_step() -> Any:
+        saved = os.environ.get(switch)
+        os.environ[switch] = "torch"
         try:
             return step()
         finally:
             if saved is None:
-                del os.environ[SWITCH]
+                del os.environ[switch]
             else:
-                os.environ[SWITCH] = saved
+                os.environ[switch] = saved
 
-    return modules_step
+    return switched_step
 
 
 def _on_one_thread(step: Callable[[], Any]) -> Callable[[], Any]:
