@@ -176,9 +176,9 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
 
 # Tokens per batch of a whole-split evaluation on a CPU: a small model's activations for
 # ~2048 rows stay in a core's cache between its operators, where 4096 rows spill. Measured at
-# nanoGPT's recipe shape on a 2-core Xeon (2 MB of cache per core), the full validation split
-# in fp32: 1.45 s in batches of 32 windows of 64 against 2.32 s in batches of 64 (medians of
-# 4 interleaved passes; 16 windows 1.66 s, 8 windows 1.82 s).
+# nanoGPT's recipe shape on a 2-core Xeon (2 MB of cache per core), the validation split in
+# fp32 (benchmarks/eval_split.py, docs/BENCHMARKS.md): 1.14 s in batches of 32 windows of 64
+# against 1.41 s in batches of 64 (medians of 10 rounds).
 CPU_EVAL_TOKENS = 2048
 
 
