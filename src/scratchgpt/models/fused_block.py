@@ -176,7 +176,7 @@ class _Block(torch.autograd.Function):
         B, T, C = d_out.shape
         d_out = d_out.reshape(B * T, C)  # (N, C) fp32: the stream's gradient
         # MLP branch: out = x1 + g Wp^T + bp, g = act(f), f = h2 Wfc^T + bfc
-        dg, dp_w, dp_b = _linear_backward(d_out.to(BF16), g, p_w, p_b)
+        dg, dp_w, dp_b = _linear_backward(ops.to_bf16([d_out])[0], g, p_w, p_b)
         df = ops.activation_backward(dg, f, r, spec.activation)
         dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b)
         # x1 reaches the output through LN2 and through the residual (d_out); dx1 in bf16 too,
