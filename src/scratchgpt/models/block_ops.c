@@ -174,8 +174,10 @@ void act_backward(long n, const float *table, const uint16_t *dg, const uint16_t
     }
 }
 
-/* dst[i] = src[i] rounded to bf16, for count tensors of n[i] values (the products' weights) */
-void narrow_many(int count, const float *const *src, uint16_t *const *dst, const long *n, int threads) {
+/* dst[i] = src[i] for count tensors of n[i] values: fp32 rounded to bf16 (to_bf16 = 1: the
+ * products' weights) or bf16 widened to fp32 (to_bf16 = 0: the weights' gradients) */
+void convert_many(int count, const void *const *src, void *const *dst, const long *n, int to_bf16,
+                  int threads) {
     long total = 0;
     for (int i = 0; i < count; i++) total += n[i];
 #pragma omp parallel num_threads(threads_for(total, threads))
@@ -183,21 +185,7 @@ void narrow_many(int count, const float *const *src, uint16_t *const *dst, const
 #pragma omp for schedule(static) nowait
         for (long k = 0; k < n[i]; k += 16) {
             __mmask16 m = tail16(k, n[i]);
-            store16(dst[i], 1, k, m, load16(src[i], 0, k, m));
-        }
-    }
-}
-
-/* dst[i] = src[i] widened to fp32, for count tensors of n[i] values (the weights' gradients) */
-void widen_many(int count, const uint16_t *const *src, float *const *dst, const long *n, int threads) {
-    long total = 0;
-    for (int i = 0; i < count; i++) total += n[i];
-#pragma omp parallel num_threads(threads_for(total, threads))
-    for (int i = 0; i < count; i++) {
-#pragma omp for schedule(static) nowait
-        for (long k = 0; k < n[i]; k += 16) {
-            __mmask16 m = tail16(k, n[i]);
-            _mm512_mask_storeu_ps(dst[i] + k, m, load16(src[i], 1, k, m));
+            store16(dst[i], to_bf16, k, m, load16(src[i], !to_bf16, k, m));
         }
     }
 }

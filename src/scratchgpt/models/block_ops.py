@@ -144,12 +144,12 @@ class COps:
     @staticmethod
     @_named
     def to_bf16(tensors: list[Tensor | None]) -> list[Tensor | None]:
-        return _convert(tensors, BF16, "narrow_many")
+        return _convert(tensors, BF16)
 
     @staticmethod
     @_named
     def to_fp32(tensors: list[Tensor | None]) -> list[Tensor | None]:
-        return _convert(tensors, torch.float32, "widen_many")
+        return _convert(tensors, torch.float32)
 
     @staticmethod
     @_named
@@ -215,17 +215,16 @@ TORCH_OPS: Ops = TorchOps
 C_OPS: Ops = COps
 
 
-def _convert(tensors: list[Tensor | None], dtype: torch.dtype,
-             function: str) -> list[Tensor | None]:
-    """``tensors`` (contiguous) in ``dtype`` by one call of the C ``function``, None kept."""
+def _convert(tensors: list[Tensor | None], dtype: torch.dtype) -> list[Tensor | None]:
+    """``tensors`` (fp32 to bf16, or bf16 to fp32) in ``dtype`` by one C call, None kept."""
     given = [t.contiguous() for t in tensors if t is not None]
     out = [torch.empty_like(t, dtype=dtype) for t in given]
     count = len(given)
     pointers = ctypes.c_void_p * count
-    getattr(_load(), function)(count, pointers(*(t.data_ptr() for t in given)),
-                               pointers(*(t.data_ptr() for t in out)),
-                               (ctypes.c_long * count)(*(t.numel() for t in given)),
-                               torch.get_num_threads())
+    _load().convert_many(count, pointers(*(t.data_ptr() for t in given)),
+                         pointers(*(t.data_ptr() for t in out)),
+                         (ctypes.c_long * count)(*(t.numel() for t in given)), dtype == BF16,
+                         torch.get_num_threads())
     converted = iter(out)
     return [None if t is None else next(converted) for t in tensors]
 
@@ -267,8 +266,8 @@ def _load() -> Any:
     lib.ln_forward.restype = lib.residual_add.restype = None
     lib.act_forward.restype = lib.act_backward.restype = None
     lib.ln_backward.restype = i
-    lib.narrow_many.argtypes = lib.widen_many.argtypes = [i, p, p, p, i]
-    lib.narrow_many.restype = lib.widen_many.restype = None
+    lib.convert_many.argtypes = [i, p, p, p, i, i]
+    lib.convert_many.restype = None
     return lib
 
 
