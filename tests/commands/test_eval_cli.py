@@ -46,6 +46,19 @@ def test_json_has_a_curve_per_split_whose_mean_is_the_loss(run_dir, capsys):
     assert "val_by_position" not in plain and plain["val_loss"] == figures["val_loss"]
 
 
+def test_the_printed_loss_is_the_exact_loss_to_four_places(run_dir, capsys, monkeypatch):
+    """The lines show each loss itself to 4 places, as train's report does, not the JSON's
+    5-place figure rounded again: 2.2869493 is 2.2869, where 2.28695 would print 2.2870."""
+    from scratchgpt.training import task
+
+    monkeypatch.setattr(task, "full_split_loss", lambda *a, **k: 2.2869493)
+    assert main(["eval", "--checkpoint", str(run_dir)]) == 0
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:3]]
+    assert [ln[:3] for ln in lines] == [["train", "loss", "2.2869"], ["val", "loss", "2.2869"]]
+    assert main(["eval", "--checkpoint", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["val_loss"] == 2.28695  # its own 5 places
+
+
 def test_max_tokens_is_the_loss_of_the_first_windows_that_fit(run_dir, capsys):
     """--max-tokens N scores the first N // BLOCK windows of each split, no more (at least
     one); the same loss as computed here window by window."""

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     step = ckpt.state.step if ckpt.state is not None else None
     figures: dict = {"checkpoint": str(source.path), "step": step, "dtype": args.dtype}
     by_position = args.by_position or args.plot is not None
-    curves = {}
+    curves, losses = {}, {}
     device = next(model.parameters()).device
     for split in ("train", "val"):
         with torch.inference_mode():
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 loss = full_split_loss(model, data, split, block, device,
                                        max_tokens=args.max_tokens)
+        losses[split] = loss
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(perplexity(loss), 4)
     if args.plot is not None:
@@ -88,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     print(f"{figures['checkpoint']} ({when(step, args.dtype)})")
-    for split in ("train", "val"):
-        print(f"  {split:5s} loss {figures[split + '_loss']:.4f}   "
-              f"perplexity {figures[split + '_ppl']:.3f}")
+    for split in ("train", "val"):  # from the exact losses: rounding twice could move a digit
+        print(f"  {split:5s} loss {losses[split]:.4f}   "
+              f"perplexity {perplexity(losses[split]):.3f}")
     if by_position:
         print(position_table(curves))
     if args.plot is not None:
