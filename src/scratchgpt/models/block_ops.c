@@ -5,16 +5,19 @@
  * scratchgpt/models/block_ops.py, which says why it exists and when it is used.
  *
  * Rows: a (N, C) tensor is N rows of C contiguous features. fp32 is the residual stream, bf16
- * the products' inputs and outputs (what bf16 autocast gives them). Every sum is fp32; bf16
- * results are rounded to nearest even, as torch's conversion does.
+ * the products' inputs and outputs (what bf16 autocast gives them; in an fp32 evaluation they
+ * are fp32 too). Every sum is fp32; bf16 results are rounded to nearest even, as torch's
+ * conversion does.
  *
  *   ln_forward:    x1 = x (+ res)                           (fp32, written when res is given)
- *                  h = (x1 - mean) * rstd * w (+ b)         (bf16), rstd = 1 / sqrt(var + eps)
+ *                  h = (x1 - mean) * rstd * w (+ b)         (bf16 or fp32), rstd = 1 / sqrt(var + eps)
  *   ln_backward:   xhat = (x - mean) * rstd,  g = dh * w
  *                  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dres)   (fp32, and bf16)
  *                  dw = sum over rows of dh * xhat,  db = sum of dh
- *   residual_add:  out = x + y                              (fp32 from fp32 and bf16)
- *   act_forward / act_backward: GELU (exact, with erf, or with tanh), ReLU, ReLU^2
+ *   residual_add:  out = x + y                              (fp32 from fp32 and bf16 or fp32)
+ *   act_forward / act_backward: bf16 f, a table lookup of any activation's value or derivative
+ *   act_forward_fp32: GELU (exact, or its tanh form), ReLU, ReLU^2 computed in fp32
+ *   convert_many:  several tensors fp32 -> bf16 or bf16 -> fp32 in one call
  *
  * Threads: rows are split between PyTorch's OpenMP threads (built against the libgomp PyTorch
  * has loaded), in fixed contiguous shares, and each thread's share of dw and db is summed in
