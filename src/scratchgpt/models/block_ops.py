@@ -77,14 +77,14 @@ class TorchOps:
         in ``dtype`` (bf16 for bf16 products, fp32 for fp32 ones), the statistics the
         backward reads."""
         if res is not None:
-            x = res.float().add_(x)  # the residual stream stays fp32
+            x = x + res  # the residual stream stays fp32 (res widened, as autocast's add does)
         h, mean, rstd = _aten.native_layer_norm(x, (x.size(1),), w, b, eps)
         return x, h.to(dtype), mean, rstd
 
     @staticmethod
     def residual(x: Tensor, y: Tensor) -> Tensor:
         """x (fp32) + y (a product's output, bf16 or fp32), in fp32."""
-        return y.float().add_(x)
+        return x + y
 
     @staticmethod
     def activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
