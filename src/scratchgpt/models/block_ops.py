@@ -128,8 +128,6 @@ def _named(method: Any) -> Any:
 
     @functools.wraps(method)
     def named(*args: Any, **kwargs: Any) -> Any:
-        if not torch.autograd._profiler_enabled():  # (the usual case: one check, no range)
-            return method(*args, **kwargs)
         with profiled(label):
             return method(*args, **kwargs)
 
