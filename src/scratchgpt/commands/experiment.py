@@ -237,11 +237,9 @@ def run_memory(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     steps, n_eval = (20, 100) if args.quick else (args.steps or 600, args.eval_samples or 1000)
+    forget_bias = 1.0 if args.forget_bias is None else args.forget_bias
     setup = memory.MemorySetup(args.symbols, args.hidden, steps, args.batch_size,
-                               args.learning_rate,
-                               1.0 if args.forget_bias is None else args.forget_bias, n_eval,
-                               args.seed,
-                               args.impl)
+                               args.learning_rate, forget_bias, n_eval, args.seed, args.impl)
     lengths = list(range(args.min_len, args.max_len + 1))
     out_dir = results_dir(args.out, MEMORY_FILES, args.overwrite)
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,
