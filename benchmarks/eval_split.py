@@ -19,12 +19,12 @@ DATASET_DIR: a prepared dataset, e.g. ``~/.cache/scratchgpt/datasets/shakespeare
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
 
+from scratchgpt.bench.train import switched_off
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.models import fused_block
 from scratchgpt.models.gpt import GPT, GPTConfig
@@ -34,18 +34,14 @@ from scratchgpt.training.task import full_split_loss
 def run_variant(model: GPT, data: TokenDataset, variant: str) -> float:
     """Seconds of one whole-split pass of ``variant``."""
     batch = int(variant[1:]) if variant.startswith("w") else None
-    saved = os.environ.get(fused_block.SWITCH)
-    if variant == "modules":
-        os.environ[fused_block.SWITCH] = "torch"
-    try:
+
+    def one_pass() -> float:
         start = time.perf_counter()
         full_split_loss(model, data, "val", model.config.block_size, torch.device("cpu"),
                         batch_size=batch)
         return time.perf_counter() - start
-    finally:
-        os.environ.pop(fused_block.SWITCH, None)
-        if saved is not None:
-            os.environ[fused_block.SWITCH] = saved
+
+    return (switched_off(one_pass, fused_block.SWITCH) if variant == "modules" else one_pass)()
 
 
 def main() -> None:

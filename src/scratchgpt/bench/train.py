@@ -166,13 +166,13 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
                           dtype)
 
     if "modules" in options:
-        step = _switched_off(step, fused_block.SWITCH)
+        step = switched_off(step, fused_block.SWITCH)
     if "torchops" in options:
-        step = _switched_off(step, block_ops.SWITCH)
+        step = switched_off(step, block_ops.SWITCH)
     return (_on_one_thread(step) if "1thread" in options else step), model
 
 
-def _switched_off(step: Callable[[], Any], switch: str) -> Callable[[], Any]:
+def switched_off(step: Callable[[], Any], switch: str) -> Callable[[], Any]:
     """``step`` with the environment switch ``switch`` set to torch for the step's duration
     (PyTorch's path instead of scratchgpt's: the fused block's modules, or PyTorch's
     operators inside it), and put back after it."""

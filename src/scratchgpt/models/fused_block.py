@@ -140,7 +140,7 @@ def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...], ops: blo
         qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
             [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
     x = x.reshape(B * T, C)  # (N, C)
-    _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0], dtype=dtype)  # h1
+    _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0], dtype=dtype)  # h1 in dtype
     qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
     y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
     y = y.view(B * T, C)
