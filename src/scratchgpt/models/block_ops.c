@@ -35,27 +35,59 @@
 /* the threads worth waking for n values: one below PyTorch's own grain for elementwise work */
 static int threads_for(long n, int threads) { return n < 32768 ? 1 : threads; }
 
-/* one row of ln_forward: x1 (C) -> h (bf16 or fp32), its mean and rstd */
-static void ln_row(const float *x, const float *w, const float *b, float eps, int C,
-                   void *h, int bf16, float *mean, float *rstd) {
-    __m512 s = _mm512_setzero_ps();
-    for (int k = 0; k < C; k += 16) s = _mm512_add_ps(s, load16(x, 0, k, tail16(k, C)));
-    float mu = _mm512_reduce_add_ps(s) / C;
-    __m512 vmu = _mm512_set1_ps(mu), q = _mm512_setzero_ps();
+/* Rows normalized together. A row's work is a chain of dependent steps (a sum, its reduction,
+ * the squares' sum, its reduction, the square root), too short for the processor to overlap
+ * one row with the next on its own: written side by side, LN_ROWS rows' chains run
+ * interleaved. Each row's arithmetic, and so its result, is that of a row alone. */
+#define LN_ROWS 4
+
+/* n rows (n = LN_ROWS, or 1 for the last few) of ln_forward: x1 (n, C) -> h (bf16 or fp32),
+ * their means and rstds. Inlined for each n, so that its loops over rows unroll. */
+static inline __attribute__((always_inline)) void ln_rows(int n, const float *x, const float *w,
+                                                          const float *b, float eps, int C,
+                                                          void *h, int bf16, float *mean,
+                                                          float *rstd) {
+    __m512 s[LN_ROWS], q[LN_ROWS], vmu[LN_ROWS];
+    float r[LN_ROWS];
+    for (int j = 0; j < n; j++) s[j] = q[j] = _mm512_setzero_ps();
+    for (int k = 0; k < C; k += 16)
+        for (int j = 0; j < n; j++) s[j] = _mm512_add_ps(s[j], load16(x + (long)j * C, 0, k, tail16(k, C)));
+    for (int j = 0; j < n; j++) mean[j] = _mm512_reduce_add_ps(s[j]) / C, vmu[j] = _mm512_set1_ps(mean[j]);
     for (int k = 0; k < C; k += 16) {
         __mmask16 m = tail16(k, C);
-        __m512 d = _mm512_maskz_sub_ps(m, load16(x, 0, k, m), vmu);
-        q = _mm512_fmadd_ps(d, d, q);
+        for (int j = 0; j < n; j++) {
+            __m512 d = _mm512_maskz_sub_ps(m, load16(x + (long)j * C, 0, k, m), vmu[j]);
+            q[j] = _mm512_fmadd_ps(d, d, q[j]);
+        }
     }
-    float r = 1.0f / sqrtf(_mm512_reduce_add_ps(q) / C + eps);
-    __m512 vr = _mm512_set1_ps(r), shift = _mm512_set1_ps(-mu * r);
-    for (int k = 0; k < C; k += 16) {
-        __mmask16 m = tail16(k, C);
-        __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(load16(x, 0, k, m), vr, shift), load16(w, 0, k, m));
-        if (b) y = _mm512_add_ps(y, load16(b, 0, k, m));
-        store16(h, bf16, k, m, y);
+    for (int j = 0; j < n; j++) r[j] = rstd[j] = 1.0f / sqrtf(_mm512_reduce_add_ps(q[j]) / C + eps);
+    for (int j = 0; j < n; j++) {
+        __m512 vr = _mm512_set1_ps(r[j]), shift = _mm512_set1_ps(-mean[j] * r[j]);
+        void *hj = bf16 ? (void *)((uint16_t *)h + (long)j * C) : (void *)((float *)h + (long)j * C);
+        for (int k = 0; k < C; k += 16) {
+            __mmask16 m = tail16(k, C);
+            __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(load16(x + (long)j * C, 0, k, m), vr, shift), load16(w, 0, k, m));
+            if (b) y = _mm512_add_ps(y, load16(b, 0, k, m));
+            store16(hj, bf16, k, m, y);
+        }
     }
-    *mean = mu, *rstd = r;
+}
+
+/* rows i0 .. i0 + n of ln_forward (x1 = x + res first, when res is given) */
+static inline __attribute__((always_inline)) void ln_forward_rows(
+    int n, int i0, int C, const float *x, const void *res, float *x1, const float *w,
+    const float *b, float eps, void *h, float *mean, float *rstd, int bf16) {
+    long at = (long)i0 * C;
+    const float *xi = x + at;
+    if (res) {
+        for (long k = 0; k < (long)n * C; k += 16) {
+            __mmask16 m = tail16(k, (long)n * C);
+            _mm512_mask_storeu_ps(x1 + at + k, m, _mm512_add_ps(load16(xi, 0, k, m), load16(res, bf16, at + k, m)));
+        }
+        xi = x1 + at;
+    }
+    ln_rows(n, xi, w, b, eps, C, bf16 ? (void *)((uint16_t *)h + at) : (void *)((float *)h + at), bf16,
+            mean + i0, rstd + i0);
 }
 
 /* LayerNorm of N rows of x (+ res, summed into x1 first when given) into h, keeping each row's
@@ -63,19 +95,15 @@ static void ln_row(const float *x, const float *w, const float *b, float eps, in
  * shift). */
 void ln_forward(int N, int C, const float *x, const void *res, float *x1, const float *w,
                 const float *b, float eps, void *h, float *mean, float *rstd, int bf16, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads_for((long)N * C, threads))
-    for (int i = 0; i < N; i++) {
-        const float *xi = x + (long)i * C;
-        if (res) {
-            float *x1i = x1 + (long)i * C;
-            for (int k = 0; k < C; k += 16) {
-                __mmask16 m = tail16(k, C);
-                _mm512_mask_storeu_ps(x1i + k, m, _mm512_add_ps(load16(xi, 0, k, m), load16(res, bf16, (long)i * C + k, m)));
-            }
-            xi = x1i;
-        }
-        ln_row(xi, w, b, eps, C, bf16 ? (void *)((uint16_t *)h + (long)i * C) : (void *)((float *)h + (long)i * C),
-               bf16, mean + i, rstd + i);
+    int groups = N / LN_ROWS;
+#pragma omp parallel num_threads(threads_for((long)N * C, threads))
+    {
+#pragma omp for schedule(static) nowait
+        for (int g = 0; g < groups; g++)
+            ln_forward_rows(LN_ROWS, g * LN_ROWS, C, x, res, x1, w, b, eps, h, mean, rstd, bf16);
+#pragma omp for schedule(static)
+        for (int i = groups * LN_ROWS; i < N; i++)
+            ln_forward_rows(1, i, C, x, res, x1, w, b, eps, h, mean, rstd, bf16);
     }
 }
 
@@ -89,34 +117,55 @@ void residual_add(long n, const float *x, const void *y, float *out, int bf16, i
     }
 }
 
-/* one row of ln_backward: dx (and dx16) from dh; dh * xhat and dh added into this thread's
- * dw and db */
-static void ln_back_row(const uint16_t *dh, const float *x, float mean, float rstd,
-                        const float *w, const float *dres, int C, float *dx, uint16_t *dx16,
-                        float *dw, float *db) {
-    __m512 vmu = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
-    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
-    for (int k = 0; k < C; k += 16) {
-        __mmask16 m = tail16(k, C);
-        __m512 d = load16(dh, 1, k, m), xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x, 0, k, m), vmu), vr);
-        __m512 g = _mm512_mul_ps(d, load16(w, 0, k, m));
-        sg = _mm512_add_ps(sg, g);
-        sgx = _mm512_fmadd_ps(g, xhat, sgx);
-        _mm512_mask_storeu_ps(dw + k, m, _mm512_fmadd_ps(d, xhat, load16(dw, 0, k, m)));
-        if (db) _mm512_mask_storeu_ps(db + k, m, _mm512_add_ps(d, load16(db, 0, k, m)));
+/* n rows (n = LN_ROWS, or 1 for the last few; interleaved as in ln_rows) of ln_backward: dx
+ * (and dx16) from dh; dh * xhat and dh added into this thread's dw and db, row after row. dres
+ * may be NULL; dx16 too. */
+static inline __attribute__((always_inline)) void ln_back_rows(
+    int n, const uint16_t *dh, const float *x, const float *mean, const float *rstd,
+    const float *w, const float *dres, int C, float *dx, uint16_t *dx16, float *dw, float *db) {
+    __m512 vmu[LN_ROWS], vr[LN_ROWS], sg[LN_ROWS], sgx[LN_ROWS], mg[LN_ROWS], mgx[LN_ROWS];
+    for (int j = 0; j < n; j++) {
+        vmu[j] = _mm512_set1_ps(mean[j]), vr[j] = _mm512_set1_ps(rstd[j]);
+        sg[j] = sgx[j] = _mm512_setzero_ps();
     }
-    __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(sg) / C);
-    __m512 mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) / C);
     for (int k = 0; k < C; k += 16) {
         __mmask16 m = tail16(k, C);
-        __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x, 0, k, m), vmu), vr);
-        __m512 g = _mm512_mul_ps(load16(dh, 1, k, m), load16(w, 0, k, m));
-        __m512 v = _mm512_mul_ps(vr, _mm512_sub_ps(_mm512_sub_ps(g, mg), _mm512_mul_ps(xhat, mgx)));
-        if (dres) v = _mm512_add_ps(v, load16(dres, 0, k, m));
-        _mm512_mask_storeu_ps(dx + k, m, v);
-        if (dx16) store16(dx16, 1, k, m, v);
+        __m512 wk = load16(w, 0, k, m), dwk = load16(dw, 0, k, m), dbk = db ? load16(db, 0, k, m) : wk;
+        for (int j = 0; j < n; j++) {
+            __m512 d = load16(dh + (long)j * C, 1, k, m);
+            __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + (long)j * C, 0, k, m), vmu[j]), vr[j]);
+            __m512 g = _mm512_mul_ps(d, wk);
+            sg[j] = _mm512_add_ps(sg[j], g);
+            sgx[j] = _mm512_fmadd_ps(g, xhat, sgx[j]);
+            dwk = _mm512_fmadd_ps(d, xhat, dwk);
+            if (db) dbk = _mm512_add_ps(d, dbk);
+        }
+        _mm512_mask_storeu_ps(dw + k, m, dwk);
+        if (db) _mm512_mask_storeu_ps(db + k, m, dbk);
+    }
+    for (int j = 0; j < n; j++) {
+        mg[j] = _mm512_set1_ps(_mm512_reduce_add_ps(sg[j]) / C);
+        mgx[j] = _mm512_set1_ps(_mm512_reduce_add_ps(sgx[j]) / C);
+    }
+    for (int j = 0; j < n; j++) {
+        long at = (long)j * C;
+        for (int k = 0; k < C; k += 16) {
+            __mmask16 m = tail16(k, C);
+            __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + at, 0, k, m), vmu[j]), vr[j]);
+            __m512 g = _mm512_mul_ps(load16(dh + at, 1, k, m), load16(w, 0, k, m));
+            __m512 v = _mm512_mul_ps(vr[j], _mm512_sub_ps(_mm512_sub_ps(g, mg[j]), _mm512_mul_ps(xhat, mgx[j])));
+            if (dres) v = _mm512_add_ps(v, load16(dres + at, 0, k, m));
+            _mm512_mask_storeu_ps(dx + at + k, m, v);
+            if (dx16) store16(dx16 + at, 1, k, m, v);
+        }
     }
 }
+
+/* rows i0 .. i0 + n of ln_backward */
+#define LN_BACK_ROWS(n, i0)                                                                     \
+    ln_back_rows(n, dh + (long)(i0) * C, x + (long)(i0) * C, mean + (i0), rstd + (i0), w,      \
+                 dres ? dres + (long)(i0) * C : NULL, C, dx + (long)(i0) * C,                  \
+                 dx16 ? dx16 + (long)(i0) * C : NULL, pw, pb)
 
 /* The LayerNorm's backward over N rows: dx (fp32, plus dres when given; also rounded into
  * dx16 when given), dw and db (db may be NULL: no shift). Returns 0, or 1 when there was no
@@ -134,11 +183,11 @@ int ln_backward(int N, int C, const uint16_t *dh, const float *x, const float *m
         float *pw = part + (long)t * 2 * C, *pb = db ? pw + C : NULL;
 #pragma omp single
         used = omp_get_num_threads();
+        /* each thread its share of whole groups, then of the rows left (as in ln_forward) */
+#pragma omp for schedule(static) nowait
+        for (int g = 0; g < N / LN_ROWS; g++) LN_BACK_ROWS(LN_ROWS, g * LN_ROWS);
 #pragma omp for schedule(static)
-        for (int i = 0; i < N; i++)
-            ln_back_row(dh + (long)i * C, x + (long)i * C, mean[i], rstd[i], w,
-                        dres ? dres + (long)i * C : NULL, C, dx + (long)i * C,
-                        dx16 ? dx16 + (long)i * C : NULL, pw, pb);
+        for (int i = N / LN_ROWS * LN_ROWS; i < N; i++) LN_BACK_ROWS(1, i);
     }
     for (int k = 0; k < C; k++) { /* the threads' shares, in thread order */
         float sw = 0.0f, sb = 0.0f;
