@@ -161,9 +161,11 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     def next_batch():
         return random_windows(tokens, args.batch_size, args.block_size, gen)
 
+    params = list(model.parameters())  # listed once, as the Trainer does
+
     def step():
         return train_step(model, fwd, opt, LanguageModelTask.loss, train, next_batch, device,
-                          dtype)
+                          dtype, params)
 
     if "modules" in options:
         step = switched_off(step, fused_block.SWITCH)
