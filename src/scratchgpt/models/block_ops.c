@@ -20,8 +20,9 @@
  *   convert_many:  several tensors fp32 -> bf16 or bf16 -> fp32 in one call
  *
  * Threads: rows are split between PyTorch's OpenMP threads (built against the libgomp PyTorch
- * has loaded), in fixed contiguous shares, and each thread's share of dw and db is summed in
- * thread order: a call gives the same bits every time for the same thread count.
+ * has loaded), in fixed shares (a LayerNorm's: contiguous groups of LN_ROWS rows, then the
+ * rows left over), and each thread's share of dw and db is summed in thread order: a call
+ * gives the same bits every time for the same thread count.
  */
 #include <immintrin.h>
 #include <math.h>
