@@ -186,3 +186,21 @@ def test_a_profile_names_each_c_call():
         C_OPS.activate(torch.randn(64).to(BF16), "none")
     names = {e.key for e in prof.key_averages()}
     assert {"block_ops.layer_norm", "block_ops.activate"} <= names
+
+
+@needs_c
+def test_rounding_to_bf16_is_pytorchs_on_edge_values():
+    """Ties (to even), values that round up into the next power of two or to infinity,
+    infinities, zeros, denormals (which a CPU's own bf16 conversion would flush to zero) and
+    NaN: the C rounding gives PyTorch's bits, NaN for NaN."""
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x7F7F7FFF, 0x7F800000,
+                         0xFF800000, 0x00000000, 0x80000000, 0x00000001, 0x00408000, 0x807FFFFF,
+                         0x00800000, 0x7FC00001, 0xFF812345, 0x3EAAAAAB], dtype=torch.int64)
+    edge = bits.to(torch.int32).view(torch.float32)
+    tiny = (edge != 0) & (edge.abs() < torch.finfo(torch.float32).tiny)
+    ordinary = edge[~(edge.isnan() | tiny)]  # a vector of these alone takes the fast way
+    for values in (edge, edge.roll(3), ordinary, edge[~edge.isnan()],
+                   torch.cat([edge, torch.randn(77)])):
+        # alone in their vector, and beside ordinary values
+        mixed = torch.cat([values, torch.randn(16 - values.numel() % 16)])
+        _same(C_OPS.to_bf16([mixed])[0], mixed.to(BF16))

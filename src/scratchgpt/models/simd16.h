@@ -20,6 +20,12 @@ static inline __m512 load16(const void *p, int bf16, long k, __mmask16 m) {
 
 /* 16 fp32 values rounded to bf16, to nearest even (NaN stays NaN), as torch's conversion does */
 static inline __m256i round_bf16(__m512 x) {
+#ifdef __AVX512BF16__
+    /* One instruction rounds the same way, but reads denormal inputs as zero (and quiets NaN
+     * its own way): vectors with any of those, rare, take the long way below. */
+    if (!_mm512_fpclass_ps_mask(x, 0x01 | 0x20 | 0x80)) /* quiet NaN, denormal, signalling NaN */
+        return (__m256i)_mm512_cvtneps_pbh(x);
+#endif
     __m512i u = _mm512_castps_si512(x);
     __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
