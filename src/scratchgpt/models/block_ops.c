@@ -118,12 +118,16 @@ void residual_add(long n, const float *x, const void *y, float *out, int bf16, i
     }
 }
 
-/* n rows (n = LN_ROWS, or 1 for the last few; interleaved as in ln_rows) of ln_backward: dx
- * (and dx16) from dh; dh * xhat and dh added into this thread's dw and db, row after row. dres
- * may be NULL; dx16 too. */
+/* rows i0 .. i0 + n (n = LN_ROWS, or 1 for the last few; interleaved as in ln_rows) of
+ * ln_backward: dx (and dx16) from dh; dh * xhat and dh added into this thread's dw and db, row
+ * after row. dres may be NULL; dx16 and db too. */
 static inline __attribute__((always_inline)) void ln_back_rows(
-    int n, const uint16_t *dh, const float *x, const float *mean, const float *rstd,
-    const float *w, const float *dres, int C, float *dx, uint16_t *dx16, float *dw, float *db) {
+    int n, int i0, int C, const uint16_t *dh, const float *x, const float *mean, const float *rstd,
+    const float *w, const float *dres, float *dx, uint16_t *dx16, float *dw, float *db) {
+    long at0 = (long)i0 * C;
+    dh += at0, x += at0, dx += at0, mean += i0, rstd += i0;
+    if (dres) dres += at0;
+    if (dx16) dx16 += at0;
     __m512 vmu[LN_ROWS], vr[LN_ROWS], sg[LN_ROWS], sgx[LN_ROWS], mg[LN_ROWS], mgx[LN_ROWS];
     for (int j = 0; j < n; j++) {
         vmu[j] = _mm512_set1_ps(mean[j]), vr[j] = _mm512_set1_ps(rstd[j]);
@@ -131,7 +135,8 @@ static inline __attribute__((always_inline)) void ln_back_rows(
     }
     for (int k = 0; k < C; k += 16) {
         __mmask16 m = tail16(k, C);
-        __m512 wk = load16(w, 0, k, m), dwk = load16(dw, 0, k, m), dbk = db ? load16(db, 0, k, m) : wk;
+        __m512 wk = load16(w, 0, k, m), dwk = load16(dw, 0, k, m);
+        __m512 dbk = db ? load16(db, 0, k, m) : _mm512_setzero_ps();
         for (int j = 0; j < n; j++) {
             __m512 d = load16(dh + (long)j * C, 1, k, m);
             __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(x + (long)j * C, 0, k, m), vmu[j]), vr[j]);
@@ -162,12 +167,6 @@ static inline __attribute__((always_inline)) void ln_back_rows(
     }
 }
 
-/* rows i0 .. i0 + n of ln_backward */
-#define LN_BACK_ROWS(n, i0)                                                                     \
-    ln_back_rows(n, dh + (long)(i0) * C, x + (long)(i0) * C, mean + (i0), rstd + (i0), w,      \
-                 dres ? dres + (long)(i0) * C : NULL, C, dx + (long)(i0) * C,                  \
-                 dx16 ? dx16 + (long)(i0) * C : NULL, pw, pb)
-
 /* The LayerNorm's backward over N rows: dx (fp32, plus dres when given; also rounded into
  * dx16 when given), dw and db (db may be NULL: no shift). Returns 0, or 1 when there was no
  * memory for the threads' partial sums. */
@@ -186,9 +185,11 @@ int ln_backward(int N, int C, const uint16_t *dh, const float *x, const float *m
         used = omp_get_num_threads();
         /* each thread its share of whole groups, then of the rows left (as in ln_forward) */
 #pragma omp for schedule(static) nowait
-        for (int g = 0; g < N / LN_ROWS; g++) LN_BACK_ROWS(LN_ROWS, g * LN_ROWS);
+        for (int g = 0; g < N / LN_ROWS; g++)
+            ln_back_rows(LN_ROWS, g * LN_ROWS, C, dh, x, mean, rstd, w, dres, dx, dx16, pw, pb);
 #pragma omp for schedule(static)
-        for (int i = N / LN_ROWS * LN_ROWS; i < N; i++) LN_BACK_ROWS(1, i);
+        for (int i = N / LN_ROWS * LN_ROWS; i < N; i++)
+            ln_back_rows(1, i, C, dh, x, mean, rstd, w, dres, dx, dx16, pw, pb);
     }
     for (int k = 0; k < C; k++) { /* the threads' shares, in thread order */
         float sw = 0.0f, sb = 0.0f;
