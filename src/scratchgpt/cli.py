@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from scratchgpt import __version__
+from scratchgpt import __version__, figure_helper
 from scratchgpt.errors import ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
 
@@ -40,6 +40,9 @@ COMMAND_MODULES = (
     "serve",
     "bench",
 )
+# Commands that end by drawing a figure (a run's loss curve): for them a helper process imports
+# matplotlib on an idle core while this one imports torch (scratchgpt/figure_helper.py).
+FIGURE_COMMANDS = ("train", "finetune")
 
 
 class Parser(argparse.ArgumentParser):
@@ -146,6 +149,8 @@ def _guarded(argv: Sequence[str] | None, entry: bool) -> int:
 
 def _main(argv: Sequence[str] | None, entry: bool) -> int:
     command = "scratchgpt"
+    if entry:
+        _start_figure_helper(sys.argv[1:] if argv is None else argv)
     try:
         with sigterm_stops():
             # the command modules import torch
@@ -167,6 +172,12 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
         return 0
     except OSError as e:  # the machine, not scratchgpt: a full disk, a read-only directory
         return _fail(command, _os_error_message(e))
+
+
+def _start_figure_helper(args: Sequence[str]) -> None:
+    """The figure helper, for a command that will draw one (not for its ``--help``)."""
+    if args and args[0] in FIGURE_COMMANDS and not {"-h", "--help"} & set(args):
+        figure_helper.start()
 
 
 @contextlib.contextmanager

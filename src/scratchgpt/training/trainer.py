@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from scratchgpt import figure_helper
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir, run_config
 from scratchgpt.errors import CheckpointError, ConfigError
@@ -32,7 +33,7 @@ from scratchgpt.training import distributed
 from scratchgpt.training.allocator import keep_freed_memory
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.curriculum import batch_rows, window_length
-from scratchgpt.training.metrics import MetricsLog, plot_losses
+from scratchgpt.training.metrics import MetricsLog
 from scratchgpt.training.optim import clip_grad_norm, lr_at, make_optimizer, set_lr
 from scratchgpt.training.precision import (
     autocast,
@@ -312,7 +313,7 @@ class Trainer:
     def _close_files(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
-            plot_losses(self.run.file("metrics.csv"), self.run.file("loss.png"))
+            figure_helper.draw("losses", self.run.file("metrics.csv"), self.run.file("loss.png"))
 
     def _row(self, **values: Any) -> None:
         if self.metrics is not None:
