@@ -3,9 +3,11 @@
 Runs a step function a few times under ``torch.profiler`` and sums each PyTorch operator's
 *self* time (the time in that operator, not in the operators it calls) into kinds:
 
-- products: matrix multiplications (``mm``, ``addmm``, ``bmm``, ...), the work FLOP/s counts;
+- products: matrix multiplications (``mm``, ``addmm``, ``bmm``, ..., and a fused block's on AMX
+  tiles), the work FLOP/s counts;
 - attention: the fused attention kernel, PyTorch's or scratchgpt's (forward and backward);
-- casts: precision changes and copies (``_to_copy``, ``copy_``): autocast's price;
+- casts: precision changes and copies (``_to_copy``, ``copy_``; the weights laid out for AMX
+  tiles): autocast's price;
 - activation, normalization, loss: the elementwise layers between the products (a fused
   block's C kernels, ``block_ops.*``, by what they do; its residual adds are other ops);
 - clip + optimizer: the gradient norm and the update;
@@ -40,8 +42,9 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention", ("scaled_dot_product", "flash_attention", "_Attention", "attention_kernel")),
     ("autograd", ("autograd::", "Backward")),
     ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
-                  "aten::linear", "aten::_addmm_activation")),
-    ("casts", ("aten::_to_copy", "aten::copy_", "aten::to", "block_ops.to_")),
+                  "aten::linear", "aten::_addmm_activation", "tile_matmul.linear",
+                  "tile_matmul.input_grad")),
+    ("casts", ("aten::_to_copy", "aten::copy_", "aten::to", "block_ops.to_", "tile_matmul.pack")),
     ("activation", ("gelu", "relu", "silu", "tanh", "sigmoid", "block_ops.activat")),
     ("normalization", ("layer_norm", "rms_norm")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),

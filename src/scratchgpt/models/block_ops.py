@@ -216,6 +216,8 @@ C_OPS: Ops = COps
 def _convert(tensors: list[Tensor | None], dtype: torch.dtype) -> list[Tensor | None]:
     """``tensors`` (fp32 to bf16, or bf16 to fp32) in ``dtype`` by one C call, None kept."""
     given = [t.contiguous() for t in tensors if t is not None]
+    if not given:  # (a model without biases)
+        return list(tensors)
     out = [torch.empty_like(t, dtype=dtype) for t in given]
     count = len(given)
     pointers = ctypes.c_void_p * count

@@ -1,11 +1,12 @@
 """Building scratchgpt's C kernels: compiled on first use, cached, loaded with :mod:`ctypes`.
 
-Four C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
+Five C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
 :mod:`~scratchgpt.models.int8_kernel`), ``decode_step.c`` (a whole GPT decode step,
 :mod:`~scratchgpt.models.native`), ``causal_attention.c`` (causal attention for training,
-:mod:`~scratchgpt.models.attention_kernel`) and ``block_ops.c`` (a training block's
-LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`). All are
-written for x86 CPUs with AVX-512.
+:mod:`~scratchgpt.models.attention_kernel`), ``block_ops.c`` (a training block's
+LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`) and
+``tile_matmul.c`` (a training block's bf16 products on AMX tiles,
+:mod:`~scratchgpt.models.tile_matmul`). All are written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
 ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the

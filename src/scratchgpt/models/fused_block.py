@@ -10,8 +10,11 @@ the products (LayerNorms, residual adds, the activation) runs as
 :mod:`~scratchgpt.models.block_ops` chooses: its C kernels, one pass each with the casts fused
 in, where they are built, which agree with the modules' path to float rounding; or PyTorch's
 operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradient are those of
-the modules' path bit for bit. Tests compare all three. docs/BENCHMARKS.md has the step times
-with and without each.
+the modules' path bit for bit. Tests compare all three. With the C kernels, on a CPU with AMX,
+the forward's four products and the backward's four input gradients run on the tile registers
+(:mod:`~scratchgpt.models.tile_matmul`: the same bits as PyTorch's products, without the ~35
+us each of those costs before its arithmetic). docs/BENCHMARKS.md has the step times with and
+without each.
 
 When it is used: a :class:`~scratchgpt.models.gpt.Block` on fp32 activations, under CPU bf16
 autocast, or in fp32 without gradients, where scratchgpt's attention kernel
@@ -47,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.models import attention_kernel, block_ops
+from scratchgpt.models import attention_kernel, block_ops, tile_matmul
 from scratchgpt.models.layers import ReLUSquared
 
 SWITCH = "SCRATCHGPT_FUSED_BLOCK"
@@ -65,17 +68,35 @@ class _Spec:
     tables: tuple[Tensor, ...]  # rotary cos and sin (T, D/2) fp32, or ()
 
 
-def _plain(block: Any) -> bool:
-    """A block of the one kind :class:`_Block` computes (see the module docstring)."""
-    attn, mlp = block.attn, block.mlp
+def _layers(block: Any) -> tuple[nn.Module, ...]:
+    """The block's (ln_1, c_attn, c_proj, ln_2, c_fc, c_proj, act), read from the modules' own
+    tables: ``block.attn.c_attn`` goes through ``nn.Module.__getattr__`` twice, ~1 us each,
+    and a block's forward needs a few dozen such names (~0.1 ms a step at the recipe's
+    shape). None for a layer the block does not have (a block without an MLP, or without
+    its LayerNorm)."""
+    mods = block._modules
+    attn, mlp = mods["attn"]._modules, mods.get("mlp")
+    c_fc = c_proj = act = None
+    if mlp is not None:
+        c_fc, c_proj, act = (mlp._modules.get(n) for n in ("c_fc", "c_proj", "act"))
+    return (mods.get("ln_1"), attn.get("c_attn"), attn.get("c_proj"), mods.get("ln_2"), c_fc,
+            c_proj, act)
+
+
+def _plain(block: Any, layers: tuple[nn.Module, ...]) -> bool:
+    """A block of the one kind :class:`_Block` computes (see the module docstring), of
+    ``layers`` (:func:`_layers`)."""
+    ln_1, c_attn, o_proj, ln_2, c_fc, p_proj, act = layers
+    attn, mlp = block._modules["attn"], block._modules.get("mlp")
     return (block.residual and mlp is not None
-            and all(type(n) is nn.LayerNorm and n.weight is not None
-                    for n in (block.ln_1, block.ln_2))
-            and all(type(p) is nn.Linear for p in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
-            and type(mlp.act) in _ACTIVATIONS and attn.q_norm is None and attn.ve_lambda is None
+            and all(type(n) is nn.LayerNorm and n._parameters["weight"] is not None
+                    for n in (ln_1, ln_2))
+            and all(type(p) is nn.Linear for p in (c_attn, o_proj, c_fc, p_proj))
+            and type(act) in _ACTIVATIONS and attn.q_norm is None and attn.ve_lambda is None
             and attn.impl == "sdpa"
             and (not block.training  # (evaluation: dropout is the identity)
-                 or attn.attn_dropout == mlp.dropout.p == attn.resid_dropout.p == 0))
+                 or attn.attn_dropout == mlp._modules["dropout"].p
+                 == attn._modules["resid_dropout"].p == 0))
 
 
 def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> bool:
@@ -86,8 +107,8 @@ def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> 
             and x.dtype == torch.float32 and x.device.type == "cpu"
             and _dtype() is not None
             and (rope is None or rope[0].dim() == 2)
-            and os.environ.get(SWITCH, "").lower() != "torch" and _plain(block)
-            and attention_kernel.usable(x, block.attn.head_dim))
+            and os.environ.get(SWITCH, "").lower() != "torch" and _plain(block, _layers(block))
+            and attention_kernel.usable(x, block._modules["attn"].head_dim))
 
 
 def _dtype() -> torch.dtype | None:
@@ -100,11 +121,11 @@ def _dtype() -> torch.dtype | None:
 
 def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """``block(x)`` (B, T, C) -> (B, T, C) through :class:`_Block`; needs :func:`usable`."""
-    attn, mlp = block.attn, block.mlp
+    layers = _layers(block)
+    attn = block._modules["attn"]
     tables = attention_kernel.rope_tables_for(rope, x.size(1), attn.head_dim)
-    spec = _Spec(attn.n_head, (block.ln_1.eps, block.ln_2.eps), _activation(mlp.act), tables)
-    params = tuple(t for m in (block.ln_1, attn.c_attn, attn.c_proj, block.ln_2, mlp.c_fc,
-                               mlp.c_proj) for t in (m.weight, m.bias))
+    spec = _Spec(attn.n_head, (layers[0].eps, layers[3].eps), _activation(layers[6]), tables)
+    params = tuple(m._parameters[name] for m in layers[:6] for name in ("weight", "bias"))
     if not torch.is_grad_enabled():  # evaluation: the forward alone, nothing kept
         return _forward(x, spec, params, block_ops.ops(), _dtype())[0]
     return _Block.apply(x, spec, *params)
@@ -118,41 +139,61 @@ def _activation(act: nn.Module) -> str:
     return "relu" if isinstance(act, nn.ReLU) else "relu2"
 
 
-def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """x (N, in) w (out, in)^T (+ b): the product ``nn.Linear`` runs on (N, in) rows."""
+def _linear(x: Tensor, w: Tensor, b: Tensor | None, tiles: bool = False) -> Tensor:
+    """x (N, in) w (out, in)^T (+ b): the product ``nn.Linear`` runs on (N, in) rows; with
+    ``tiles``, on AMX tiles from the weight laid out for them (the same bits)."""
+    if tiles:
+        return tile_matmul.linear(x, w, b)
     return torch.mm(x, w.t()) if b is None else torch.addmm(b, x, w.t())
 
 
-def _linear_backward(dy: Tensor, x: Tensor, w: Tensor,
-                     b: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Gradients of :func:`_linear` from dy (N, out): of x (N, in), w (out, in) and b (out)."""
-    return dy.mm(w), dy.t().mm(x), None if b is None else dy.sum(0)
+def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, b: Tensor | None,
+                     tiles: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Gradients of :func:`_linear` from dy (N, out): of x (N, in), w (out, in) and b (out);
+    with ``tiles``, dx on AMX tiles from the weight laid out for the backward."""
+    dx = tile_matmul.input_grad(dy, w) if tiles else dy.mm(w)
+    return dx, dy.t().mm(x), None if b is None else dy.sum(0)
+
+
+def _product_operands(weights: list[Any], biases: list[Any], ops: block_ops.Ops,
+                      dtype: torch.dtype, rows: int) -> list[Any]:
+    """The four projections' weights as the forward's products read them, as the backward's
+    read them, their biases, and whether the products run on AMX tiles (with the C kernels
+    under bf16, where :func:`tile_matmul.usable`). In bf16 each is rounded as autocast rounds
+    it; on tiles the weights are laid out for the tiles besides, once for each product."""
+    if dtype != BF16:  # an fp32 evaluation: the parameters as they are
+        return [weights, weights, biases, False]
+    if ops is block_ops.C_OPS and tile_matmul.usable(rows, weights):
+        forward, backward = tile_matmul.pack(weights)
+        return [forward, backward, ops.to_bf16(biases), True]
+    converted = ops.to_bf16(weights + biases)  # one call
+    return [converted[:4], converted[:4], converted[4:], False]
 
 
 def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...], ops: block_ops.Ops,
-             dtype: torch.dtype) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+             dtype: torch.dtype) -> tuple[Tensor, tuple[Tensor | None, ...], bool]:
     """The forward of the module docstring, its products in ``dtype`` (bf16, or fp32 in an
     fp32 evaluation): (the block's output (B, T, C) fp32, what :meth:`_Block.backward`
-    reads)."""
+    reads, whether its products ran on AMX tiles)."""
     B, T, C = x.shape
     ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b = params
-    if dtype == BF16:  # the products' operands in bf16, as autocast casts them
-        qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b = ops.to_bf16(
-            [qkv_w, qkv_b, o_w, o_b, fc_w, fc_b, p_w, p_b])
+    (qkv_w, o_w, fc_w, p_w), back, (qkv_b, o_b, fc_b, p_b), tiles = _product_operands(
+        [qkv_w, o_w, fc_w, p_w], [qkv_b, o_b, fc_b, p_b], ops, dtype, B * T)
     x = x.reshape(B * T, C)  # (N, C)
     _, h1, mean1, rstd1 = ops.layer_norm(x, ln1_w, ln1_b, spec.eps[0], dtype=dtype)  # h1 in dtype
-    qkv = _linear(h1, qkv_w, qkv_b)  # (N, 3C)
+    qkv = _linear(h1, qkv_w, qkv_b, tiles)  # (N, 3C)
     y, lse = attention_kernel.qkv_forward(qkv.view(B, T, 3 * C), spec.n_head, spec.tables)
     y = y.view(B * T, C)
     # x1 = x + y Wo^T + bo (the residual stream stays fp32), and h2 = LN2(x1) in dtype
     x1, h2, mean2, rstd2 = ops.layer_norm(x, ln2_w, ln2_b, spec.eps[1],
-                                          res=_linear(y, o_w, o_b), dtype=dtype)
-    f = _linear(h2, fc_w, fc_b)  # (N, 4C)
+                                          res=_linear(y, o_w, o_b, tiles), dtype=dtype)
+    f = _linear(h2, fc_w, fc_b, tiles)  # (N, 4C)
     r, g = ops.activate(f, spec.activation)
-    out = ops.residual(x1, _linear(g, p_w, p_b))
+    out = ops.residual(x1, _linear(g, p_w, p_b, tiles))
+    qkv_w, o_w, fc_w, p_w = back  # (what the backward's products read)
     return out.view(B, T, C), (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g,
                                ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b,
-                               p_w, p_b)
+                               p_w, p_b), tiles
 
 
 class _Block(torch.autograd.Function):
@@ -163,8 +204,8 @@ class _Block(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
         ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
-        out, saved = _forward(x, spec, params, ops, BF16)
-        ctx.spec, ctx.ops = spec, ops
+        out, saved, tiles = _forward(x, spec, params, ops, BF16)
+        ctx.spec, ctx.ops, ctx.tiles = spec, ops, tiles
         ctx.save_for_backward(*saved)
         return out
 
@@ -172,22 +213,23 @@ class _Block(torch.autograd.Function):
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
         (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g, ln1_w, ln1_b, qkv_w,
          qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b) = ctx.saved_tensors
-        spec, ops = ctx.spec, ctx.ops
+        spec, ops, tiles = ctx.spec, ctx.ops, ctx.tiles
         B, T, C = d_out.shape
         d_out = d_out.reshape(B * T, C)  # (N, C) fp32: the stream's gradient
         # MLP branch: out = x1 + g Wp^T + bp, g = act(f), f = h2 Wfc^T + bfc
-        dg, dp_w, dp_b = _linear_backward(ops.to_bf16([d_out])[0], g, p_w, p_b)
+        dg, dp_w, dp_b = _linear_backward(ops.to_bf16([d_out])[0], g, p_w, p_b, tiles)
         df = ops.activation_backward(dg, f, r, spec.activation)
-        dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b)
+        dh2, dfc_w, dfc_b = _linear_backward(df, h2, fc_w, fc_b, tiles)
         # x1 reaches the output through LN2 and through the residual (d_out); dx1 in bf16 too,
         # for the product below
         dx1, dx1_bf16, dln2_w, dln2_b = ops.layer_norm_backward(dh2, x1, mean2, rstd2, ln2_w,
                                                                 ln2_b, d_out, True)
         # attention branch: x1 = x + y Wo^T + bo, y = attention(h1 Wqkv^T + bqkv)
-        dy, do_w, do_b = _linear_backward(dx1_bf16, y, o_w, o_b)
+        dy, do_w, do_b = _linear_backward(dx1_bf16, y, o_w, o_b, tiles)
         dqkv = attention_kernel.qkv_backward(qkv.view(B, T, 3 * C), y.view(B, T, C), lse,
                                              dy.view(B, T, C), spec.n_head, spec.tables)
-        dh1, dqkv_w, dqkv_b = _linear_backward(dqkv.view(B * T, 3 * C), h1, qkv_w, qkv_b)
+        dh1, dqkv_w, dqkv_b = _linear_backward(dqkv.view(B * T, 3 * C), h1, qkv_w, qkv_b,
+                                               tiles)
         dx, _, dln1_w, dln1_b = ops.layer_norm_backward(dh1, x, mean1, rstd1, ln1_w, ln1_b,
                                                         dx1, False)
         # the products' bf16 gradients of fp32 weights, in the parameters' dtype

@@ -1,0 +1,168 @@
+/* A training block's bf16 products on Intel AMX tiles (tile_matmul.py says why and when).
+ *
+ * A tile product multiplies a 16 x 32 bf16 tile A by a 32 x 16 tile B into a 16 x 16 fp32 sum.
+ * B is read as 16 rows of 16 pairs: row p holds, for each of its 16 columns, the pair of values
+ * at reduction indices 2p and 2p + 1 (the "VNNI" layout). A weight is put in that layout once a
+ * step, as it is rounded to bf16, for each of the two products that read it:
+ *
+ *   forward  y (M, N)  = x (M, K)  W^T      B = W^T: pair p of column n is W[n][2p], W[n][2p+1]
+ *   backward dx (M, K) = dy (M, N) W        B = W:   pair p of column k is W[2p][k], W[2p+1][k]
+ *
+ * stored as blocks of 16 columns, each block all its pairs in order, so the tile for columns
+ * 16 c .. 16 c + 15 and reduction indices r .. r + 31 is 16 rows of 64 bytes at
+ * packed + (c * depth + r) * 16 (depth: the reduction's length).
+ *
+ * The product: each thread takes stripes of 32 rows of x; for each 32 columns it sums the
+ * stripe's four 16 x 16 tiles over the reduction in steps of 32 (as oneDNN's own AMX kernel
+ * orders them), then rounds the fp32 sums to bf16 (plus the bias, in fp32, before rounding,
+ * as PyTorch's addmm does). Every dimension a multiple of 32. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "simd16.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* 1 once Linux lets this process use the tile registers (their state is large, so a process
+ * asks first; PyTorch's oneDNN asks too), else 0 */
+int tile_ready(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+
+/* Palette 1, eight tiles of 16 rows of 64 bytes: 0-3 the sums, 4-5 rows of x, 6-7 of B */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} tile_config;
+
+static void configure_tiles(void) {
+    static const tile_config config = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64},
+                                       {16, 16, 16, 16, 16, 16, 16, 16}};
+    _tile_loadconfig(&config);
+}
+
+/* 32 consecutive fp32 values rounded to bf16: 16 pairs, pair j = values 2j and 2j + 1 */
+static inline __m512i row_pairs(const float *w) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16(_mm512_loadu_ps(w))),
+                              round_bf16(_mm512_loadu_ps(w + 16)), 1);
+}
+
+/* r[j][p] -> r[p][j] for 16 vectors of 16 32-bit values: pairs within 128-bit lanes, then
+ * pairs of pairs, leaving s[4 g + q] with rows 4 g .. 4 g + 3 of column 4 L + q in lane L;
+ * then the lanes, four vectors at a time */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512i u0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);      /* A0 A1 B0 B1 */
+        __m512i u1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xEE);      /* A2 A3 B2 B3 */
+        __m512i u2 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44); /* C0 C1 D0 D1 */
+        __m512i u3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xEE); /* C2 C3 D2 D3 */
+        t[q] = _mm512_shuffle_i32x4(u0, u2, 0x88);                    /* A0 B0 C0 D0 */
+        t[4 + q] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+        t[8 + q] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        t[12 + q] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* W (N, K) fp32 in both layouts (header), fwd for x W^T and bwd for dy W (each N K bf16), from
+ * one read of W, each value rounded once: 16 of its rows by 32 of its columns at a time */
+static void pack_one(const float *W, long N, long K, uint32_t *fwd, uint32_t *bwd) {
+    __m512i half[2]; /* word 2 j of the pair of rows 16 h + j of the first, 2 j + 1 the second's */
+    for (int h = 0; h < 2; h++) {
+        uint16_t idx[32];
+        for (int j = 0; j < 16; j++) idx[2 * j] = 16 * h + j, idx[2 * j + 1] = 32 + 16 * h + j;
+        half[h] = _mm512_loadu_si512(idx);
+    }
+#pragma omp for schedule(static) nowait
+    for (long c = 0; c < N / 16; c++)
+        for (long k = 0; k < K; k += 32) {
+            __m512i rows[16], r[16];  /* the 16 rows' 32 columns in bf16 */
+            for (int j = 0; j < 16; j++) r[j] = rows[j] = row_pairs(W + (c * 16 + j) * K + k);
+            transpose16(r);  /* forward: pair p of the columns of row j -> pair j of column p */
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512(fwd + (c * (K / 2) + k / 2 + p) * 16, r[p]);
+            for (int i = 0; i < 8; i++)  /* backward: rows 2 i and 2 i + 1 interleaved */
+                for (int h = 0; h < 2; h++)
+                    _mm512_storeu_si512(bwd + ((k / 16 + h) * (N / 2) + c * 8 + i) * 16,
+                                        _mm512_permutex2var_epi16(rows[2 * i], half[h], rows[2 * i + 1]));
+        }
+}
+
+/* count weights W[i] (n[i], k[i]) fp32 -> fwd[i], bwd[i] bf16 in tile layouts */
+void pack_weights(int count, const float *const *W, const long *n, const long *k,
+                  uint16_t *const *fwd, uint16_t *const *bwd, int threads) {
+#pragma omp parallel num_threads(threads)
+    for (int i = 0; i < count; i++)
+        pack_one(W[i], n[i], k[i], (uint32_t *)fwd[i], (uint32_t *)bwd[i]);
+}
+
+/* a 32 x 32 block of sums (buf, rows of 32) + bias (bf16, or NULL) -> bf16 rows of C, rounded
+ * by the processor's own instruction, as oneDNN's kernel rounds its sums */
+static void store_block(const float *buf, const uint16_t *bias, uint16_t *C, long ldc) {
+    __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+    if (bias) {
+        b0 = load16(bias, 1, 0, 0xFFFF);
+        b1 = load16(bias, 1, 16, 0xFFFF);
+    }
+    for (int r = 0; r < 32; r++)
+        _mm512_storeu_si512(C + r * ldc,
+                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_add_ps(_mm512_load_ps(buf + r * 32 + 16), b1),
+                                                         _mm512_add_ps(_mm512_load_ps(buf + r * 32), b0)));
+}
+
+/* C (M, N) bf16 = A (M, K) bf16, rows lda apart, times B (K, N) packed (header) (+ bias (N)) */
+void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,
+                  const uint16_t *bias, uint16_t *C, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        float buf[32 * 32] __attribute__((aligned(64)));
+        configure_tiles();
+#pragma omp for schedule(static)
+        for (long m = 0; m < M / 32; m++)
+            for (long c = 0; c < N / 32; c++) {
+                const uint16_t *a0 = A + m * 32 * lda, *a1 = a0 + 16 * lda;
+                const uint16_t *b0 = B + 2 * c * 16 * K, *b1 = b0 + 16 * K;
+                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                for (long r = 0; r < K; r += 32) {
+                    _tile_loadd(4, a0 + r, lda * 2);
+                    _tile_loadd(6, b0 + r * 16, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_loadd(7, b1 + r * 16, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_loadd(5, a1 + r, lda * 2);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                _tile_stored(0, buf, 128);
+                _tile_stored(1, buf + 16, 128);
+                _tile_stored(2, buf + 16 * 32, 128);
+                _tile_stored(3, buf + 16 * 32 + 16, 128);
+                store_block(buf, bias ? bias + c * 32 : 0, C + m * 32 * N + c * 32, N);
+            }
+        _tile_release();
+    }
+}
+
+#else /* no tiles on this CPU: the library loads, and says so */
+
+int tile_ready(void) { return 0; }
+void pack_weights(int count, const float *const *W, const long *n, const long *k,
+                  uint16_t *const *fwd, uint16_t *const *bwd, int threads) {}
+void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,
+                  const uint16_t *bias, uint16_t *C, int threads) {}
+
+#endif

@@ -1,0 +1,112 @@
+"""A training block's bf16 products on Intel AMX tiles, with the weights laid out once a step.
+
+Why: at the small shapes a CPU trains (nanoGPT's CPU recipe: 768 rows of 128 to 512
+features), PyTorch's bf16 product costs ~35 us a call before any arithmetic (its oneDNN
+call, made anew each time: descriptors, a scratch buffer, the weight copied into the tiles'
+layout), against ~10 us of arithmetic for the smallest. A training step makes 51 of them.
+``tile_matmul.c`` (next to this file) lays each projection's weight out for the tiles as it
+rounds it to bf16, once a step for both products that read it (the forward's ``x W^T`` and
+the backward's ``dy W``), and multiplies on the tile registers with a call that costs a few
+microseconds. docs/BENCHMARKS.md has the times.
+
+What it computes is what PyTorch's bf16 product computes, the same bits: fp32 sums of bf16
+products over the reduction in steps of 32 (as oneDNN's AMX kernel takes them), the bias
+added in fp32, rounded once to bf16. Tests hold it to PyTorch's ``mm`` and ``addmm``.
+
+Used by the fused block's C path (:mod:`~scratchgpt.models.fused_block`) where :func:`usable`:
+a CPU with AMX (``-march=native`` builds the tile code; elsewhere the library says there are
+no tiles), Linux's leave to use them, rows and features in multiples of 32; PyTorch's product
+otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``. The weight-gradient products
+(``dy^T x``) stay PyTorch's: their transposed operand would have to be laid out at every call.
+
+>>> import torch
+>>> w = torch.randn(64, 32)  # an nn.Linear(32, 64)'s weight
+>>> x = torch.randn(32, 32).bfloat16()
+>>> if usable(32, [w]):
+...     (fwd,), (bwd,) = pack([w])
+...     assert torch.equal(linear(x, fwd, None), x.mm(w.bfloat16().t()))
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from scratchgpt.models.c_kernels import load_library, profiled
+
+SOURCE = Path(__file__).with_name("tile_matmul.c")
+SWITCH = "SCRATCHGPT_TILE_MATMUL"
+BLOCK = 32  # every dimension a multiple of this
+BF16 = torch.bfloat16
+
+
+@functools.cache
+def _load() -> Any:
+    """The compiled library with its signatures, or None where there are no tiles to use."""
+    lib = load_library(SOURCE, None)
+    if lib is None or not lib.tile_ready():
+        return None
+    p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
+    lib.pack_weights.argtypes = [i, p, p, p, p, p, i]
+    lib.tile_product.argtypes = [n, n, n, p, n, p, p, p, i]
+    lib.pack_weights.restype = lib.tile_product.restype = None
+    return lib
+
+
+def usable(rows: int, weights: Sequence[Tensor]) -> bool:
+    """Whether products of ``rows`` rows with each of ``weights`` (fp32, (out, in)) can run on
+    the tiles here."""
+    return (rows % BLOCK == 0 and all(w.dtype == torch.float32 and w.dim() == 2
+                                      and w.size(0) % BLOCK == 0 and w.size(1) % BLOCK == 0
+                                      for w in weights)
+            and os.environ.get(SWITCH, "").lower() != "torch" and _load() is not None)
+
+
+def pack(weights: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """Each fp32 weight (out, in) rounded to bf16 and laid out for the tiles, for the forward
+    product (:func:`linear`) and for the backward's (:func:`input_grad`): two lists of bf16
+    tensors of the weights' shapes, their memory in the tiles' order (read them with these
+    functions only)."""
+    weights = [w.contiguous() for w in weights]
+    fwd = [torch.empty(w.shape, dtype=BF16) for w in weights]
+    bwd = [torch.empty(w.shape, dtype=BF16) for w in weights]
+    count = len(weights)
+    pointers, longs = ctypes.c_void_p * count, ctypes.c_long * count
+    with profiled("tile_matmul.pack"):
+        _load().pack_weights(count, pointers(*(w.data_ptr() for w in weights)),
+                             longs(*(w.size(0) for w in weights)),
+                             longs(*(w.size(1) for w in weights)),
+                             pointers(*(t.data_ptr() for t in fwd)),
+                             pointers(*(t.data_ptr() for t in bwd)), torch.get_num_threads())
+    return fwd, bwd
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x (M, in) bf16 times the weight (out, in)^T, packed for the forward, plus b (out,)
+    bf16 or None: (M, out) bf16, ``torch.addmm(b, x, W.t())``."""
+    return _product(x, w, b, w.size(0), "tile_matmul.linear")
+
+
+def input_grad(dy: Tensor, w: Tensor) -> Tensor:
+    """dy (M, out) bf16 times the weight (out, in), packed for the backward: dx (M, in) bf16,
+    ``dy.mm(W)``."""
+    return _product(dy, w, None, w.size(1), "tile_matmul.input_grad")
+
+
+def _product(a: Tensor, packed: Tensor, bias: Tensor | None, n: int, name: str) -> Tensor:
+    M, K = a.shape
+    if a.stride(1) != 1:
+        a = a.contiguous()
+    out = torch.empty(M, n, dtype=BF16)
+    with profiled(name):
+        _load().tile_product(M, n, K, a.data_ptr(), a.stride(0), packed.data_ptr(),
+                             None if bias is None else bias.data_ptr(), out.data_ptr(),
+                             torch.get_num_threads())
+    return out

@@ -1,0 +1,104 @@
+"""A block's bf16 products on AMX tiles (models/tile_matmul.py): the same bits as PyTorch's
+``mm`` and ``addmm`` for the forward and the backward's input gradient, and a fused block's
+loss and gradients unchanged by them. Runs where the CPU has AMX (elsewhere nothing uses it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scratchgpt.models import attention_kernel, tile_matmul
+from scratchgpt.models.gpt import GPT, GPTConfig
+
+pytestmark = pytest.mark.skipif(tile_matmul._load() is None,
+                                reason="no AMX tiles here (or no C compiler)")
+
+# (rows, in, out): the recipe's four projections, and other multiples of 32
+SHAPES = [(768, 128, 384), (768, 128, 128), (768, 128, 512), (768, 512, 128), (64, 96, 32),
+          (32, 32, 64)]
+
+
+def _operands(rows: int, n_in: int, n_out: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n_out, n_in, generator=g) * n_in ** -0.5  # an nn.Linear's weight (fp32)
+    x = torch.randn(rows, n_in, generator=g).bfloat16()
+    dy = torch.randn(rows, n_out, generator=g).bfloat16()
+    b = torch.randn(n_out, generator=g).bfloat16()
+    return w, x, dy, b
+
+
+@pytest.mark.parametrize("rows,n_in,n_out", SHAPES)
+def test_products_are_pytorchs_bit_for_bit(rows, n_in, n_out):
+    w, x, dy, b = _operands(rows, n_in, n_out)
+    assert tile_matmul.usable(rows, [w])
+    (fwd,), (bwd,) = tile_matmul.pack([w])
+    w16 = w.bfloat16()  # what autocast multiplies by
+    assert torch.equal(tile_matmul.linear(x, fwd, None), torch.mm(x, w16.t()))
+    assert torch.equal(tile_matmul.linear(x, fwd, b), torch.addmm(b, x, w16.t()))
+    assert torch.equal(tile_matmul.input_grad(dy, bwd), dy.mm(w16))
+
+
+def test_several_weights_in_one_call_and_rows_of_a_wider_tensor():
+    """pack lays out a list of weights of different shapes at once; x may be a view whose rows
+    are further apart than its width (a slice of columns)."""
+    ws = [_operands(64, n_in, n_out, seed)[0] for seed, (n_in, n_out) in
+          enumerate([(128, 384), (128, 128), (128, 512), (512, 128)])]
+    fwd, bwd = tile_matmul.pack(ws)
+    wide = torch.randn(64, 640).bfloat16()
+    for w, f, g in zip(ws, fwd, bwd, strict=True):
+        x = wide[:, : w.size(1)]  # rows 640 apart
+        dy = torch.randn(64, w.size(0)).bfloat16()
+        assert torch.equal(tile_matmul.linear(x, f, None), torch.mm(x, w.bfloat16().t()))
+        assert torch.equal(tile_matmul.input_grad(dy, g), dy.mm(w.bfloat16()))
+
+
+def test_weights_are_rounded_as_pytorch_rounds_them():
+    """Ties to even either way, values that round up into the next power of two or to the
+    largest bf16, denormals, zeros: laid out as ``w.bfloat16()`` (read back through products
+    with the identity, where one infinity or NaN would make its whole column NaN)."""
+    w, _, _, _ = _operands(32, 32, 32)
+    edge = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, 2 - 2 ** -9, 3.0e38, -3.3e38, 1e-39,
+                         -1e-40, 0.0, -0.0])
+    w.view(-1)[: edge.numel()] = edge
+    (fwd,), (bwd,) = tile_matmul.pack([w])
+    eye = torch.eye(32).bfloat16()
+    w16 = w.bfloat16()
+    assert torch.equal(tile_matmul.linear(eye, fwd, None), torch.mm(eye, w16.t()))
+    assert torch.equal(tile_matmul.input_grad(eye, bwd), eye.mm(w16))
+
+
+def test_usable_only_for_multiples_of_32_and_not_when_switched_off(monkeypatch):
+    w = torch.randn(64, 32)
+    assert tile_matmul.usable(64, [w])
+    assert not tile_matmul.usable(48, [w])  # rows
+    assert not tile_matmul.usable(64, [w, torch.randn(65, 32)])  # a vocabulary's head
+    assert not tile_matmul.usable(64, [w.bfloat16()])  # (the parameters are fp32)
+    monkeypatch.setenv(tile_matmul.SWITCH, "torch")
+    assert not tile_matmul.usable(64, [w])
+
+
+@pytest.mark.skipif(attention_kernel.load() is None, reason="the fused block needs AVX-512")
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_fused_blocks_loss_and_gradients_are_unchanged(monkeypatch, bias):
+    """The same training step with the products on tiles and on PyTorch's: every gradient
+    equal, bit for bit (32 rows of 64 features: the tiles' sizes)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=64,
+                          dropout=0.0, bias=bias)).train()
+    idx = torch.randint(0, 40, (2, 17))
+    calls = []
+    real = tile_matmul._product
+    monkeypatch.setattr(tile_matmul, "_product", lambda *a: calls.append(1) or real(*a))
+    runs = []
+    for switch in ("", "torch"):
+        monkeypatch.setenv(tile_matmul.SWITCH, switch)
+        model.zero_grad()
+        with torch.autocast("cpu", torch.bfloat16):
+            logits = model(idx[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
+        loss.backward()
+        runs.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert len(calls) == 2 * 8  # two blocks' four forward and four backward products
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
