@@ -1,6 +1,7 @@
 """A block's bf16 products on AMX tiles (models/tile_matmul.py): the same bits as PyTorch's
-``mm`` and ``addmm`` for the forward and the backward's input gradient, and a fused block's
-loss and gradients unchanged by them. Runs where the CPU has AMX (elsewhere nothing uses it)."""
+``mm`` and ``addmm`` for the forward and the backward's input and weight gradients, and a
+fused block's loss and gradients unchanged by them. Runs where the CPU has AMX (elsewhere
+nothing uses it)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,22 @@ def test_products_are_pytorchs_bit_for_bit(rows, n_in, n_out):
     assert torch.equal(tile_matmul.linear(x, fwd, None), torch.mm(x, w16.t()))
     assert torch.equal(tile_matmul.linear(x, fwd, b), torch.addmm(b, x, w16.t()))
     assert torch.equal(tile_matmul.input_grad(dy, bwd), dy.mm(w16))
+    # the weight's gradient: the bf16 product's sums, widened to the parameter's fp32
+    assert torch.equal(tile_matmul.weight_grad(dy, x), dy.t().mm(x).float())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_weight_gradients_are_the_same_on_any_number_of_threads(threads):
+    """The threads share the longer side of the gradient (its rows, or its columns): the
+    same sums, whichever way it is cut."""
+    before = torch.get_num_threads()
+    try:
+        for n_in, n_out in ((128, 512), (512, 128), (96, 96)):
+            _, x, dy, _ = _operands(256, n_in, n_out)
+            torch.set_num_threads(threads)
+            assert torch.equal(tile_matmul.weight_grad(dy, x), dy.t().mm(x).float())
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_several_weights_in_one_call_and_rows_of_a_wider_tensor():
@@ -51,6 +68,7 @@ def test_several_weights_in_one_call_and_rows_of_a_wider_tensor():
         dy = torch.randn(64, w.size(0)).bfloat16()
         assert torch.equal(tile_matmul.linear(x, f, None), torch.mm(x, w.bfloat16().t()))
         assert torch.equal(tile_matmul.input_grad(dy, g), dy.mm(w.bfloat16()))
+        assert torch.equal(tile_matmul.weight_grad(dy, x), dy.t().mm(x).float())
 
 
 def test_weights_are_rounded_as_pytorch_rounds_them():
@@ -99,6 +117,6 @@ def test_a_fused_blocks_loss_and_gradients_are_unchanged(monkeypatch, bias):
         loss = F.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
         loss.backward()
         runs.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
-    assert len(calls) == 2 * 8  # two blocks' four forward and four backward products
+    assert len(calls) == 2 * 8  # two blocks' four forward products and four input gradients
     assert torch.equal(runs[0][0], runs[1][0])
     assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))

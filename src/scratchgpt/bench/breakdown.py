@@ -43,7 +43,7 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("autograd", ("autograd::", "Backward")),
     ("products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
                   "aten::linear", "aten::_addmm_activation", "tile_matmul.linear",
-                  "tile_matmul.input_grad")),
+                  "tile_matmul.input_grad", "tile_matmul.weight_grad")),
     ("casts", ("aten::_to_copy", "aten::copy_", "aten::to", "block_ops.to_", "tile_matmul.pack")),
     ("activation", ("gelu", "relu", "silu", "tanh", "sigmoid", "block_ops.activat")),
     ("normalization", ("layer_norm", "rms_norm")),

@@ -11,7 +11,7 @@ the products (LayerNorms, residual adds, the activation) runs as
 in, where they are built, which agree with the modules' path to float rounding; or PyTorch's
 operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradient are those of
 the modules' path bit for bit. Tests compare all three. With the C kernels, on a CPU with AMX,
-the forward's four products and the backward's four input gradients run on the tile registers
+the forward's four products and the backward's eight run on the tile registers
 (:mod:`~scratchgpt.models.tile_matmul`: the same bits as PyTorch's products, without the ~35
 us each of those costs before its arithmetic). docs/BENCHMARKS.md has the step times with and
 without each.
@@ -149,10 +149,13 @@ def _linear(x: Tensor, w: Tensor, b: Tensor | None, tiles: bool = False) -> Tens
 
 def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, b: Tensor | None,
                      tiles: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Gradients of :func:`_linear` from dy (N, out): of x (N, in), w (out, in) and b (out);
-    with ``tiles``, dx on AMX tiles from the weight laid out for the backward."""
-    dx = tile_matmul.input_grad(dy, w) if tiles else dy.mm(w)
-    return dx, dy.t().mm(x), None if b is None else dy.sum(0)
+    """Gradients of :func:`_linear` from dy (N, out): of x (N, in), w (out, in) and b (out).
+    With ``tiles``, the products on AMX tiles, dx from the weight laid out for the backward,
+    and the gradients of w and b already widened to the parameters' fp32."""
+    if tiles:
+        return (tile_matmul.input_grad(dy, w), tile_matmul.weight_grad(dy, x),
+                None if b is None else dy.sum(0).float())
+    return dy.mm(w), dy.t().mm(x), None if b is None else dy.sum(0)
 
 
 def _product_operands(weights: list[Any], biases: list[Any], ops: block_ops.Ops,
@@ -232,8 +235,8 @@ class _Block(torch.autograd.Function):
                                                tiles)
         dx, _, dln1_w, dln1_b = ops.layer_norm_backward(dh1, x, mean1, rstd1, ln1_w, ln1_b,
                                                         dx1, False)
-        # the products' bf16 gradients of fp32 weights, in the parameters' dtype
-        dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b = ops.to_fp32(
-            [dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b])
+        if not tiles:  # the products' bf16 gradients of fp32 weights, in the parameters' dtype
+            dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b = ops.to_fp32(
+                [dqkv_w, dqkv_b, do_w, do_b, dfc_w, dfc_b, dp_w, dp_b])
         return (dx.view(B, T, C), None, dln1_w, dln1_b, dqkv_w, dqkv_b, do_w, do_b,
                 dln2_w, dln2_b, dfc_w, dfc_b, dp_w, dp_b)

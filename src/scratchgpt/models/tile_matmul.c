@@ -12,11 +12,15 @@
  * 16 c .. 16 c + 15 and reduction indices r .. r + 31 is 16 rows of 64 bytes at
  * packed + (c * depth + r) * 16 (depth: the reduction's length).
  *
- * The product: each thread takes stripes of 32 rows of x; for each 32 columns it sums the
- * stripe's four 16 x 16 tiles over the reduction in steps of 32 (as oneDNN's own AMX kernel
- * orders them), then rounds the fp32 sums to bf16 (plus the bias, in fp32, before rounding,
- * as PyTorch's addmm does). Every dimension a multiple of 32. */
+ * The weight's gradient dW (N, K) = dy^T x sums over the M rows: its A is dy^T, laid out at each
+ * call (pairs of dy's rows, transposed), and its B is x in pairs of rows.
+ *
+ * Each 32 x 32 block of a result is four 16 x 16 tiles summed over the reduction in steps of
+ * 32 (as oneDNN's own AMX kernel orders them, so the sums are PyTorch's bit for bit), then
+ * rounded to bf16 (plus the bias, in fp32, before rounding, as PyTorch's addmm does; the weight
+ * gradient's rounded sums widened to fp32). Every dimension a multiple of 32. */
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -124,7 +128,31 @@ static void store_block(const float *buf, const uint16_t *bias, uint16_t *C, lon
                                                          _mm512_add_ps(_mm512_load_ps(buf + r * 32), b0)));
 }
 
-/* C (M, N) bf16 = A (M, K) bf16, rows lda apart, times B (K, N) packed (header) (+ bias (N)) */
+/* The four 16 x 16 tiles of a 32 x 32 block summed over depth (a multiple of 32): rows a and
+ * a + 16 lda of A (rows lda apart) times columns b and b + 16 depth of a packed B; the sums
+ * stored in buf (32 rows of 32) */
+static inline void sum_block(const uint16_t *a, long lda, const uint16_t *b, long depth,
+                             float *buf) {
+    const uint16_t *a1 = a + 16 * lda, *b1 = b + 16 * depth;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long r = 0; r < depth; r += 32) {
+        _tile_loadd(4, a + r, lda * 2);
+        _tile_loadd(6, b + r * 16, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + r * 16, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + r, lda * 2);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, buf, 128);
+    _tile_stored(1, buf + 16, 128);
+    _tile_stored(2, buf + 16 * 32, 128);
+    _tile_stored(3, buf + 16 * 32 + 16, 128);
+}
+
+/* C (M, N) bf16 = A (M, K) bf16, rows lda apart, times B (K, N) packed (header) (+ bias (N)):
+ * each thread takes stripes of 32 rows of A */
 void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,
                   const uint16_t *bias, uint16_t *C, int threads) {
 #pragma omp parallel num_threads(threads)
@@ -134,24 +162,65 @@ void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uin
 #pragma omp for schedule(static)
         for (long m = 0; m < M / 32; m++)
             for (long c = 0; c < N / 32; c++) {
-                const uint16_t *a0 = A + m * 32 * lda, *a1 = a0 + 16 * lda;
-                const uint16_t *b0 = B + 2 * c * 16 * K, *b1 = b0 + 16 * K;
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                for (long r = 0; r < K; r += 32) {
-                    _tile_loadd(4, a0 + r, lda * 2);
-                    _tile_loadd(6, b0 + r * 16, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_loadd(7, b1 + r * 16, 64);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_loadd(5, a1 + r, lda * 2);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-                _tile_stored(0, buf, 128);
-                _tile_stored(1, buf + 16, 128);
-                _tile_stored(2, buf + 16 * 32, 128);
-                _tile_stored(3, buf + 16 * 32 + 16, 128);
+                sum_block(A + m * 32 * lda, lda, B + c * 32 * K, K, buf);
                 store_block(buf, bias ? bias + c * 32 : 0, C + m * 32 * N + c * 32, N);
+            }
+        _tile_release();
+    }
+}
+
+/* rows r and r + 1 of a bf16 matrix (ld apart), 16 columns from c: pair j is (row r, row r + 1)
+ * of column c + j */
+static inline __m512i row_pair(const uint16_t *m, long ld, long r, long c, __m512i idx) {
+    return _mm512_permutex2var_epi16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(m + r * ld + c))), idx,
+                                     _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(m + (r + 1) * ld + c))));
+}
+
+/* this thread's share of the 32-wide blocks of n columns: [*lo, *hi) */
+static void share(long n, long *lo, long *hi) {
+    int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    *lo = n / 32 * t / threads * 32;
+    *hi = n / 32 * (t + 1) / threads * 32;
+}
+
+/* dW (N, K) fp32 = dy (M, N)^T x (M, K), both bf16 (rows ldy and ldx apart): the bf16 product's
+ * rounded sums, widened. The threads share the longer side of dW, and each lays out only what
+ * its blocks read, in its own part of scratch (M (N + K) bf16 a thread): the columns of dy
+ * as rows of dy^T (pairs of dy's rows, transposed 16 x 16), and x in pairs of rows. */
+void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
+                      long ldx, float *dw, uint16_t *scratch, int threads) {
+    uint16_t words[32];
+    for (int j = 0; j < 16; j++) words[2 * j] = j, words[2 * j + 1] = 32 + j;
+    __m512i idx = _mm512_loadu_si512(words);
+#pragma omp parallel num_threads(threads)
+    {
+        long n0 = 0, n1 = N, k0 = 0, k1 = K;
+        if (N >= K)
+            share(N, &n0, &n1);
+        else
+            share(K, &k0, &k1);
+        uint16_t *dyt = scratch + omp_get_thread_num() * M * (N + K), *xp = dyt + M * N;
+        for (long n = n0; n < n1; n += 16)
+            for (long m = 0; m < M; m += 32) {
+                __m512i r[16];
+                for (int p = 0; p < 16; p++) r[p] = row_pair(dy, ldy, m + 2 * p, n, idx);
+                transpose16(r);  /* r[j]: column n + j's 32 values from row m on */
+                for (int j = 0; j < 16; j++) _mm512_storeu_si512(dyt + (n + j) * M + m, r[j]);
+            }
+        for (long c = k0 / 16; c < k1 / 16; c++)
+            for (long p = 0; p < M / 2; p++)
+                _mm512_storeu_si512(xp + (c * (M / 2) + p) * 32, row_pair(x, ldx, 2 * p, c * 16, idx));
+        float buf[32 * 32] __attribute__((aligned(64)));
+        configure_tiles();
+        for (long n = n0; n < n1; n += 32)
+            for (long c = k0 / 32; c < k1 / 32; c++) {
+                sum_block(dyt + n * M, M, xp + c * 32 * M, M, buf);
+                for (int i = 0; i < 32; i++)
+                    for (int h = 0; h < 2; h++) {
+                        __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + i * 32 + 16 * h));
+                        _mm512_storeu_ps(dw + (n + i) * K + c * 32 + 16 * h,
+                                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+                    }
             }
         _tile_release();
     }
@@ -164,5 +233,7 @@ void pack_weights(int count, const float *const *W, const long *n, const long *k
                   uint16_t *const *fwd, uint16_t *const *bwd, int threads) {}
 void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,
                   const uint16_t *bias, uint16_t *C, int threads) {}
+void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
+                      long ldx, float *dw, uint16_t *scratch, int threads) {}
 
 #endif

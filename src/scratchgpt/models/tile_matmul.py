@@ -3,28 +3,33 @@
 Why: at the small shapes a CPU trains (nanoGPT's CPU recipe: 768 rows of 128 to 512
 features), PyTorch's bf16 product costs ~35 us a call before any arithmetic (its oneDNN
 call, made anew each time: descriptors, a scratch buffer, the weight copied into the tiles'
-layout), against ~10 us of arithmetic for the smallest. A training step makes 51 of them.
-``tile_matmul.c`` (next to this file) lays each projection's weight out for the tiles as it
-rounds it to bf16, once a step for both products that read it (the forward's ``x W^T`` and
-the backward's ``dy W``), and multiplies on the tile registers with a call that costs a few
-microseconds. docs/BENCHMARKS.md has the times.
+layout), against ~10 us of arithmetic for the smallest, and a weight gradient (``dy^T x``,
+its first operand transposed) took about twice a forward product's time. A training step
+makes 51 of them. ``tile_matmul.c`` (next to this file) lays each projection's weight out for
+the tiles as it rounds it to bf16, once a step for both products that read it (the forward's
+``x W^T`` and the backward's ``dy W``), lays out the weight gradient's operands in one pass
+each, and multiplies on the tile registers with calls that cost a few microseconds.
+docs/BENCHMARKS.md has the times.
 
-What it computes is what PyTorch's bf16 product computes, the same bits: fp32 sums of bf16
+What it computes is what PyTorch's bf16 products compute, the same bits: fp32 sums of bf16
 products over the reduction in steps of 32 (as oneDNN's AMX kernel takes them), the bias
-added in fp32, rounded once to bf16. Tests hold it to PyTorch's ``mm`` and ``addmm``.
+added in fp32, rounded once to bf16 (a weight gradient's then widened to the parameter's
+fp32, as the cast after PyTorch's product does). Tests hold it to PyTorch's ``mm`` and
+``addmm`` and a fused block's gradients to the untiled path's.
 
 Used by the fused block's C path (:mod:`~scratchgpt.models.fused_block`) where :func:`usable`:
 a CPU with AMX (``-march=native`` builds the tile code; elsewhere the library says there are
-no tiles), Linux's leave to use them, rows and features in multiples of 32; PyTorch's product
-otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``. The weight-gradient products
-(``dy^T x``) stay PyTorch's: their transposed operand would have to be laid out at every call.
+no tiles), Linux's leave to use them, rows and features in multiples of 32; PyTorch's products
+otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``.
 
 >>> import torch
 >>> w = torch.randn(64, 32)  # an nn.Linear(32, 64)'s weight
->>> x = torch.randn(32, 32).bfloat16()
+>>> x, dy = torch.randn(32, 32).bfloat16(), torch.randn(32, 64).bfloat16()
 >>> if usable(32, [w]):
 ...     (fwd,), (bwd,) = pack([w])
 ...     assert torch.equal(linear(x, fwd, None), x.mm(w.bfloat16().t()))
+...     assert torch.equal(input_grad(dy, bwd), dy.mm(w.bfloat16()))
+...     assert torch.equal(weight_grad(dy, x), dy.t().mm(x).float())
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ def _load() -> Any:
     p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
     lib.pack_weights.argtypes = [i, p, p, p, p, p, i]
     lib.tile_product.argtypes = [n, n, n, p, n, p, p, p, i]
-    lib.pack_weights.restype = lib.tile_product.restype = None
+    lib.tile_weight_grad.argtypes = [n, n, n, p, n, p, n, p, p, i]
+    lib.pack_weights.restype = lib.tile_product.restype = lib.tile_weight_grad.restype = None
     return lib
 
 
@@ -98,6 +104,21 @@ def input_grad(dy: Tensor, w: Tensor) -> Tensor:
     """dy (M, out) bf16 times the weight (out, in), packed for the backward: dx (M, in) bf16,
     ``dy.mm(W)``."""
     return _product(dy, w, None, w.size(1), "tile_matmul.input_grad")
+
+
+def weight_grad(dy: Tensor, x: Tensor) -> Tensor:
+    """dy (M, out) and x (M, in) bf16 -> the weight's gradient dy^T x (out, in): the bf16
+    product's sums, widened to fp32 (the parameter's dtype)."""
+    M, n_out = dy.shape
+    n_in = x.size(1)
+    dy, x = (t if t.stride(1) == 1 else t.contiguous() for t in (dy, x))
+    dw = torch.empty(n_out, n_in)
+    threads = torch.get_num_threads()
+    scratch = torch.empty(threads * M * (n_out + n_in), dtype=BF16)
+    with profiled("tile_matmul.weight_grad"):
+        _load().tile_weight_grad(M, n_out, n_in, dy.data_ptr(), dy.stride(0), x.data_ptr(),
+                                 x.stride(0), dw.data_ptr(), scratch.data_ptr(), threads)
+    return dw
 
 
 def _product(a: Tensor, packed: Tensor, bias: Tensor | None, n: int, name: str) -> Tensor:
