@@ -8,7 +8,7 @@ import torch
 from scratchgpt.bench.breakdown import ORDER, kind_of
 from scratchgpt.bench.train import add_arguments, serial_parts, variant_step
 from scratchgpt.cli import main
-from scratchgpt.models import attention_kernel, block_ops, fused_block
+from scratchgpt.models import attention_kernel, block_ops, fused_block, tile_matmul
 
 SHAPE = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
          "--batch-size", "2", "--steps", "3", "--warmup", "1"]
@@ -103,6 +103,26 @@ def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatc
     assert all(torch.isfinite(loss) for loss in modules_losses)
 
 
+@pytest.mark.skipif(tile_matmul._load() is None, reason="no AMX tiles here")
+def test_the_torchmm_variant_is_the_same_step_on_pytorchs_products(monkeypatch):
+    """bf16 (its products on AMX tiles) and bf16-torchmm (on PyTorch's) train to the same
+    losses bit for bit, at a shape the tiles take (32 rows of 64 features); only the former
+    calls the tiles, and the switch is back as it was after each step."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([*SHAPE, "--n-embd", "64", "--block-size", "16", "--batch-size",
+                              "2"])
+    calls = []
+    real = tile_matmul._product
+    monkeypatch.setattr(tile_matmul, "_product", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.delenv(tile_matmul.SWITCH, raising=False)
+    torchmm, _ = variant_step(args, "bf16-torchmm")
+    losses = [torchmm() for _ in range(3)]
+    assert not calls and tile_matmul.SWITCH not in os.environ
+    tiles, _ = variant_step(args, "bf16")
+    assert [tiles() for _ in range(3)] == losses and calls
+
+
 def test_bench_train_breakdown_accounts_for_the_profiled_step(capsys):
     assert main(["bench", "train", *SHAPE, "--variants", "fp32", "--breakdown", "--json"]) == 0
     parts = json.loads(capsys.readouterr().out)["results"][0]["breakdown_ms"]
@@ -114,6 +134,8 @@ def test_bench_train_breakdown_accounts_for_the_profiled_step(capsys):
 
 def test_breakdown_kinds_go_by_exact_aten_names_and_words():
     assert kind_of("aten::mm") == kind_of("aten::addmm") == "products"
+    assert kind_of("tile_matmul.weight_grad") == kind_of("tile_matmul.linear") == "products"
+    assert kind_of("tile_matmul.pack") == "casts"
     assert kind_of("aten::to") == kind_of("aten::_to_copy") == "casts"
     assert kind_of("aten::topk") == "other ops"  # not a cast for starting like one
     assert kind_of("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == "attention"
