@@ -184,9 +184,11 @@ static void share(long n, long *lo, long *hi) {
 }
 
 /* dW (N, K) fp32 = dy (M, N)^T x (M, K), both bf16 (rows ldy and ldx apart): the bf16 product's
- * rounded sums, widened. The threads share the longer side of dW, and each lays out only what
- * its blocks read, in its own part of scratch (M (N + K) bf16 a thread): the columns of dy
- * as rows of dy^T (pairs of dy's rows, transposed 16 x 16), and x in pairs of rows. */
+ * rounded sums, widened. The threads (at most one per 32 of dW's longer side) share that side,
+ * and each lays out only what its blocks read: the columns of dy as rows of dy^T (pairs of
+ * dy's rows, transposed 16 x 16), and x in pairs of rows. Scratch, M (max(N, K) + threads
+ * min(N, K)) bf16: the shared side's layout, its parts each laid out by the thread that reads
+ * them, then each thread's own copy of the other's. */
 void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
                       long ldx, float *dw, uint16_t *scratch, int threads) {
     uint16_t words[32];
@@ -194,12 +196,15 @@ void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, cons
     __m512i idx = _mm512_loadu_si512(words);
 #pragma omp parallel num_threads(threads)
     {
-        long n0 = 0, n1 = N, k0 = 0, k1 = K;
-        if (N >= K)
+        long n0 = 0, n1 = N, k0 = 0, k1 = K, own = omp_get_thread_num() * M;
+        uint16_t *dyt = scratch, *xp = scratch;
+        if (N >= K) {
             share(N, &n0, &n1);
-        else
+            xp += M * N + own * K;
+        } else {
             share(K, &k0, &k1);
-        uint16_t *dyt = scratch + omp_get_thread_num() * M * (N + K), *xp = dyt + M * N;
+            dyt += M * K + own * N;
+        }
         for (long n = n0; n < n1; n += 16)
             for (long m = 0; m < M; m += 32) {
                 __m512i r[16];

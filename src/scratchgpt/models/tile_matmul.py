@@ -113,8 +113,10 @@ def weight_grad(dy: Tensor, x: Tensor) -> Tensor:
     n_in = x.size(1)
     dy, x = (t if t.stride(1) == 1 else t.contiguous() for t in (dy, x))
     dw = torch.empty(n_out, n_in)
-    threads = torch.get_num_threads()
-    scratch = torch.empty(threads * M * (n_out + n_in), dtype=BF16)
+    # (tile_matmul.c: a thread for each 32 of the longer side at most, each with its own copy
+    # of the shorter side's operand)
+    threads = min(torch.get_num_threads(), max(n_out, n_in) // BLOCK)
+    scratch = torch.empty(M * (max(n_out, n_in) + threads * min(n_out, n_in)), dtype=BF16)
     with profiled("tile_matmul.weight_grad"):
         _load().tile_weight_grad(M, n_out, n_in, dy.data_ptr(), dy.stride(0), x.data_ptr(),
                                  x.stride(0), dw.data_ptr(), scratch.data_ptr(), threads)
