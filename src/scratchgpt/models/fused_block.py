@@ -159,18 +159,19 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, b: Tensor | None,
 
 
 def _product_operands(weights: list[Any], biases: list[Any], ops: block_ops.Ops,
-                      dtype: torch.dtype, rows: int) -> list[Any]:
+                      dtype: torch.dtype,
+                      rows: int) -> tuple[list[Any], list[Any], list[Any], bool]:
     """The four projections' weights as the forward's products read them, as the backward's
     read them, their biases, and whether the products run on AMX tiles (with the C kernels
     under bf16, where :func:`tile_matmul.usable`). In bf16 each is rounded as autocast rounds
     it; on tiles the weights are laid out for the tiles besides, once for each product."""
     if dtype != BF16:  # an fp32 evaluation: the parameters as they are
-        return [weights, weights, biases, False]
+        return weights, weights, biases, False
     if ops is block_ops.C_OPS and tile_matmul.usable(rows, weights):
         forward, backward = tile_matmul.pack(weights)
-        return [forward, backward, ops.to_bf16(biases), True]
+        return forward, backward, ops.to_bf16(biases), True
     converted = ops.to_bf16(weights + biases)  # one call
-    return [converted[:4], converted[:4], converted[4:], False]
+    return converted[:4], converted[:4], converted[4:], False
 
 
 def _forward(x: Tensor, spec: _Spec, params: tuple[Tensor | None, ...], ops: block_ops.Ops,
