@@ -21,6 +21,7 @@ never outlives the command. ``SCRATCHGPT_FIGURE_HELPER=0`` draws every figure in
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -52,16 +53,17 @@ def start() -> None:
 
 
 def stop() -> None:
-    """End the helper: its input closed, it exits (at once if it is idle)."""
+    """End the helper. Nothing of it is pending once :func:`draw` has returned, so it is ended
+    at once, even in the middle of its import (a command interrupted early does not wait)."""
     global _helper
     helper, _helper = _helper, None
     if helper is None:
         return
-    try:
-        helper.stdin.close()  # type: ignore[union-attr]
-        helper.wait(timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        helper.kill()
+    helper.kill()
+    helper.wait()
+    for pipe in (helper.stdin, helper.stdout):
+        with contextlib.suppress(OSError):  # (what a dead helper's pipe left unwritten)
+            pipe.close()  # type: ignore[union-attr]
 
 
 def draw(figure: str, *paths: Path) -> None:
