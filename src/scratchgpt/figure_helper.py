@@ -74,7 +74,6 @@ def draw(figure: str, *paths: Path) -> None:
 
 
 def _drawn_by_helper(figure: str, paths: tuple[Path, ...]) -> bool:
-    global _helper
     if _helper is None:
         return False
     request = json.dumps({"figure": figure, "args": [str(p) for p in paths]})

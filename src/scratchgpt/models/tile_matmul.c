@@ -56,7 +56,7 @@ static inline __m512i row_pairs(const float *w) {
 }
 
 /* r[j][p] -> r[p][j] for 16 vectors of 16 32-bit values: pairs within 128-bit lanes, then
- * pairs of pairs, leaving s[4 g + q] with rows 4 g .. 4 g + 3 of column 4 L + q in lane L;
+ * pairs of pairs, leaving r[4 g + q] with rows 4 g .. 4 g + 3 of column 4 L + q in lane L;
  * then the lanes, four vectors at a time */
 static inline void transpose16(__m512i r[16]) {
     __m512i t[16];
@@ -83,15 +83,18 @@ static inline void transpose16(__m512i r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
+/* The _mm512_permutex2var_epi16 index that interleaves two rows of bf16 values (a and b, 32
+ * each), 16 columns from 16 h: word 2 j is a's column 16 h + j, word 2 j + 1 b's */
+static inline __m512i pair_index(int h) {
+    uint16_t words[32];
+    for (int j = 0; j < 16; j++) words[2 * j] = 16 * h + j, words[2 * j + 1] = 32 + 16 * h + j;
+    return _mm512_loadu_si512(words);
+}
+
 /* W (N, K) fp32 in both layouts (header), fwd for x W^T and bwd for dy W (each N K bf16), from
  * one read of W, each value rounded once: 16 of its rows by 32 of its columns at a time */
 static void pack_one(const float *W, long N, long K, uint32_t *fwd, uint32_t *bwd) {
-    __m512i half[2]; /* word 2 j of the pair of rows 16 h + j of the first, 2 j + 1 the second's */
-    for (int h = 0; h < 2; h++) {
-        uint16_t idx[32];
-        for (int j = 0; j < 16; j++) idx[2 * j] = 16 * h + j, idx[2 * j + 1] = 32 + 16 * h + j;
-        half[h] = _mm512_loadu_si512(idx);
-    }
+    __m512i half[2] = {pair_index(0), pair_index(1)};
 #pragma omp for schedule(static) nowait
     for (long c = 0; c < N / 16; c++)
         for (long k = 0; k < K; k += 32) {
@@ -170,7 +173,7 @@ void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uin
 }
 
 /* rows r and r + 1 of a bf16 matrix (ld apart), 16 columns from c: pair j is (row r, row r + 1)
- * of column c + j */
+ * of column c + j (idx: pair_index(0)) */
 static inline __m512i row_pair(const uint16_t *m, long ld, long r, long c, __m512i idx) {
     return _mm512_permutex2var_epi16(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(m + r * ld + c))), idx,
                                      _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(m + (r + 1) * ld + c))));
@@ -191,9 +194,7 @@ static void share(long n, long *lo, long *hi) {
  * them, then each thread's own copy of the other's. */
 void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
                       long ldx, float *dw, uint16_t *scratch, int threads) {
-    uint16_t words[32];
-    for (int j = 0; j < 16; j++) words[2 * j] = j, words[2 * j + 1] = 32 + j;
-    __m512i idx = _mm512_loadu_si512(words);
+    __m512i idx = pair_index(0);
 #pragma omp parallel num_threads(threads)
     {
         long n0 = 0, n1 = N, k0 = 0, k1 = K, own = omp_get_thread_num() * M;
