@@ -267,9 +267,10 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
-def check_figure_path(path: str | Path) -> Path:
+def check_figure_path(path: str | Path, overwrite: bool = True) -> Path:
     """``path`` if a figure can be written there: a :class:`ConfigError` naming it when it is
-    a directory or its suffix is no image format (for a command to check before its work)."""
+    a directory or its suffix is no image format, or, unless ``overwrite``, when a file is
+    there already (for a command to check before its work: ``--overwrite`` replaces it)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     path = Path(path)
@@ -285,6 +286,8 @@ def check_figure_path(path: str | Path) -> Path:
         what = f"{path.suffix!r} is not an image format" if fmt else "it has no suffix"
         raise ConfigError(f"cannot write {path}: {what}; a figure's file name ends in one of "
                           + ", ".join(f".{f}" for f in formats))
+    if not overwrite and path.exists():
+        raise ConfigError(f"{path} already exists; pass --overwrite to replace it")
     return path
 
 

@@ -65,6 +65,18 @@ def test_attention_grid_of_every_layer_and_head(runs, tmp_path, capsys):
     assert "2 layer(s) x 3 head(s) over 11 tokens" in capsys.readouterr().out
 
 
+def test_attention_replaces_a_figure_only_with_overwrite(runs, tmp_path, capsys):
+    out = tmp_path / "a.png"
+    out.write_bytes(b"an earlier figure")
+    args = ["attention", "--checkpoint", str(runs["gpt"]), "--text", "the cat", "--out", str(out)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (f"scratchgpt attention: error: {out} already exists; "
+                                       "pass --overwrite to replace it\n")
+    assert out.read_bytes() == b"an earlier figure"
+    assert main([*args, "--overwrite"]) == 0
+    assert out.read_bytes().startswith(PNG)
+
+
 def test_attention_plots_the_chosen_head(runs, tmp_path, monkeypatch):
     """What reaches the figure is the model's own attention of that layer and head."""
     from scratchgpt import viz
@@ -191,6 +203,14 @@ def test_inspect_table_and_figure(runs, tmp_path, capsys):
     assert "top-k=10" in text and "(all others)" in text and "entropy" in text
     assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 4
     assert out.read_bytes().startswith(PNG)
+    drawn = out.read_bytes()  # drawn again only with --overwrite
+    args = ["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "b", "--out", str(out)]
+    assert main(args) == 2 and "already exists" in capsys.readouterr().err
+    assert out.read_bytes() == drawn
+    assert main([*args, "--overwrite"]) == 0 and out.read_bytes() != drawn
+    assert main(["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "b",
+                 "--overwrite"]) == 2  # with nothing to replace
+    assert "--overwrite replaces the --out file" in capsys.readouterr().err
 
 
 def test_inspect_refuses_a_model_that_predicts_no_next_token(runs, tmp_path, capsys):

@@ -161,6 +161,14 @@ def test_table_and_plot(run_dir, tmp_path, capsys):
     rows = [line.split() for line in captured.out.splitlines() if line.strip()[:1].isdigit()]
     assert [r[0] for r in rows] == ["1", "2", "3-4", "5-8", "9-12"]
     assert all(len(r) == 3 for r in rows)  # context, train, val
+    png.write_bytes(b"kept")  # a file already there is replaced only with --overwrite
+    assert "already exists" in error_of(capsys, ["eval", "--checkpoint", str(run_dir),
+                                                 "--plot", str(png)])
+    assert png.read_bytes() == b"kept"
+    assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png), "--overwrite"]) == 0
+    assert "goes with --plot" in error_of(capsys, ["eval", "--checkpoint", str(run_dir),
+                                                   "--overwrite"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_plot_in_an_unknown_format_is_one_line(run_dir, tmp_path, capsys):

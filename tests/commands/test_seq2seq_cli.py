@@ -79,16 +79,21 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
                      "--head", "1"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(capsys.readouterr().out)["out"] == str(png)
-
+    drawn = png.read_bytes()  # a figure already there is replaced only with --overwrite
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+                     "--source", "x", "--out", str(png)]) == 2
+    assert capsys.readouterr().err.endswith("already exists; pass --overwrite to replace it\n")
+    assert png.read_bytes() == drawn
+
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--overwrite",
                      "--source", "x", "--out", str(png), "--head", "9"]) == 2
     assert "--head must be in" in capsys.readouterr().err
     # negative indices count from the last, for heads as for layers (and as in `attention`)
-    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--overwrite",
                      "--source", "3 mar 99", "--out", str(png), "--layer", "-1",
                      "--head", "-1"]) == 0
     capsys.readouterr()
-    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--overwrite",
                      "--source", "x", "--out", str(png), "--layer", "-9"]) == 2
     assert "negative from the end" in capsys.readouterr().err
 

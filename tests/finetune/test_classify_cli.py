@@ -122,6 +122,14 @@ def test_a_confusion_file_in_a_file_is_refused_and_a_new_folder_made(short_run, 
     assert code == 0 and "accuracy" in printed, err
     assert path.read_text().lstrip().startswith("<?xml")
     assert sorted(p.name for p in path.parent.iterdir()) == ["c.svg"]  # no temporary file left
+    drawn = path.read_text()  # replaced only with --overwrite
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path], capsys)
+    assert code == 2 and "already exists; pass --overwrite" in err and printed == "", err
+    assert path.read_text() == drawn
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path, "--overwrite"], capsys)
+    assert code == 0 and "accuracy" in printed, err
 
 
 @pytest.mark.parametrize("texts, n", [([""], 1), (["love", "  "], 2)])

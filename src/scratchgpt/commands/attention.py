@@ -35,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_unknown_flag(p, "text")
     p.add_argument("--out", required=True, metavar="FILE.png",
                    help="figure to write (.png, .svg, .pdf ...)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     p.add_argument("--layer", type=int, default=None,
                    help="only this layer (0 = first; negative counts from the last)")
     p.add_argument("--head", type=int, default=None,
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.models.gpt import GPT
     from scratchgpt.viz import attention_figure, check_figure_path, save_figure, token_labels
 
-    check_figure_path(args.out)  # a figure it cannot write is refused before any work
+    check_figure_path(args.out, args.overwrite)  # refused before any work
     if args.threads:
         torch.set_num_threads(args.threads)
     model, source = load_model(args.checkpoint, args.which)

@@ -30,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confusion", default=None, metavar="PNG",
                    help="with --eval: also draw the confusion matrix into this file (.png, "
                         ".svg, .pdf ...)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the --confusion file if it exists")
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.set_defaults(func=run)
 
@@ -42,13 +44,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
         raise ConfigError("--confusion goes with --eval")
+    if args.overwrite and not args.confusion:
+        raise ConfigError("--overwrite replaces the --confusion file; it goes with --confusion")
     empty = next((i for i, t in enumerate(args.texts, 1) if not t.strip()), None)
     if empty is not None:  # nothing to read: the model would label a stand-in token
         raise ConfigError(f"text {empty} is empty; give each text some words")
     if args.confusion:
         from scratchgpt.viz import check_figure_path
 
-        check_figure_path(args.confusion)  # before the model is loaded and run
+        check_figure_path(args.confusion, args.overwrite)  # before the model is loaded and run
     model, source = load_model(args.checkpoint, args.which)
     if not isinstance(model, GPTClassifier):
         raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "

@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default=None, metavar="FILE",
                    help="draw the loss by context length to FILE (.png, .svg, .pdf); implies "
                         "--by-position")
+    p.add_argument("--overwrite", action="store_true", help="replace the --plot file if it exists")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 
@@ -48,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.overwrite and args.plot is None:
+        raise ConfigError("--overwrite replaces the --plot file; it goes with --plot")
     if args.plot is not None:
         from scratchgpt.viz import check_figure_path
 
-        check_figure_path(args.plot)  # a figure it cannot write is refused before any work
+        check_figure_path(args.plot, args.overwrite)  # refused before any work
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
     model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)

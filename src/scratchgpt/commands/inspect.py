@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from scratchgpt.commands.argtypes import add_unknown_flag, add_which_flag, encode, positive_int
+from scratchgpt.errors import ConfigError
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"{' '.join(DEFAULT_SETTINGS)})")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="also draw the distributions, one panel per setting (.png, .svg ...)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead")
     p.set_defaults(func=run)
 
@@ -105,10 +107,12 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
+    if args.overwrite and not args.out:
+        raise ConfigError("--overwrite replaces the --out file; it goes with --out")
     if args.out:
         from scratchgpt.viz import check_figure_path
 
-        check_figure_path(args.out)  # a figure it cannot write is refused before any work
+        check_figure_path(args.out, args.overwrite)  # refused before any work
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
     # one column each: T=0 and greedy are one setting, as are k=0 and T=1, and their names,
     # the table's columns and the report's keys, would collide

@@ -110,7 +110,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "--arch lstm model has no attention to draw.")
     _add_checkpoint(a)
     a.add_argument("--source", required=True, metavar="TEXT")
-    a.add_argument("--out", required=True, metavar="FILE.png")
+    a.add_argument("--out", required=True, metavar="FILE.png",
+                   help="figure to write (.png, .svg, .pdf ...)")
+    a.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     a.add_argument("--layer", type=int, help="transformer decoder layer (default: last; "
                                               "negative counts from the last)")
     a.add_argument("--head", type=int, help="transformer head (default: mean of heads; "
@@ -252,7 +254,7 @@ def run_eval(args: argparse.Namespace) -> int:
 def run_attention(args: argparse.Namespace) -> int:
     from scratchgpt.viz import check_figure_path, pyplot, save_figure
 
-    check_figure_path(args.out)  # a figure it cannot write is refused before any work
+    check_figure_path(args.out, args.overwrite)  # refused before any work
     plt = pyplot()
 
     from scratchgpt.commands.attention import pick
