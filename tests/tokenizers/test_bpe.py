@@ -409,7 +409,7 @@ def test_gpt2_from_a_hugging_face_directory_is_the_same_tokenizer(gpt2_files, gp
     directory (a hub snapshot is named by its commit); a dataset prepared with --tokenizer gpt2
     has the very same ids, and fine-tuning or evaluating the model on it must not be refused."""
     from scratchgpt.errors import DataError
-    from scratchgpt.finetune.base import Base, check_same_tokenizer
+    from scratchgpt.finetune.base import Base, check_base_tokenizer
 
     path = tmp_path / "607a30d783dfa663" / "tokenizer.json"
     path.parent.mkdir()
@@ -417,12 +417,12 @@ def test_gpt2_from_a_hugging_face_directory_is_the_same_tokenizer(gpt2_files, gp
     hf = BPETokenizer.from_hf_json(path, backend="python")
     assert hf.name != gpt2_python.name
     assert hf.same_as(gpt2_python) and gpt2_python.same_as(hf)
-    check_same_tokenizer(Base("hf/x", None, {}, hf, ""), gpt2_python, "dataset d")
+    check_base_tokenizer(Base("hf/x", None, {}, hf, ""), gpt2_python, "dataset d")
     trained = BPETokenizer.train("the cat sat on the mat. " * 20, 300)
     assert not trained.same_as(gpt2_python) and not gpt2_python.same_as(trained)
     with pytest.raises(DataError, match="prepare the text with the base's tokenizer"):
-        check_same_tokenizer(Base("hf/x", None, {}, hf, ""), trained, "dataset d")
+        check_base_tokenizer(Base("hf/x", None, {}, hf, ""), trained, "dataset d")
     mine, other = (BPETokenizer.train(t * 20, 260) for t in ("the cat sat. ", "a dog ran. "))
     assert mine.vocab_size == other.vocab_size
     with pytest.raises(DataError, match="uses a different one of the same size"):
-        check_same_tokenizer(Base("b", None, {}, mine, ""), other, "dataset d")
+        check_base_tokenizer(Base("b", None, {}, mine, ""), other, "dataset d")

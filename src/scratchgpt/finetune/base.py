@@ -69,7 +69,7 @@ def load_base(source: str) -> Base:
     return Base(source, model.config, state, where.tokenizer(), weights_identity(state))
 
 
-def check_same_tokenizer(base: Base, tokenizer: Any, what: str) -> None:
+def check_base_tokenizer(base: Base, tokenizer: Any, what: str) -> None:
     """``what`` (a dataset) was tokenized by the base's own tokenizer, entry for entry."""
     if not tokenizer.same_as(base.tokenizer):
         mine, theirs = _describe(tokenizer), _describe(base.tokenizer)

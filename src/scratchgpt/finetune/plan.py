@@ -29,8 +29,8 @@ from scratchgpt.finetune import classify, instruct
 from scratchgpt.finetune.base import (
     Base,
     BaseInit,
+    check_base_tokenizer,
     check_out_is_not_the_base,
-    check_same_tokenizer,
     load_base,
 )
 from scratchgpt.finetune.data import Log
@@ -384,7 +384,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
         check_out_is_not_the_base(Path(out), init_from, "--init-from")
     base = load_base(init_from)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
-    check_same_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
+    check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
     gpt = _gpt_config(base, given.get("dropout"))
     data.check_block_size(gpt.block_size)
     config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
