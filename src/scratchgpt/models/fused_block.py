@@ -99,16 +99,12 @@ def _plain(block: Any, layers: tuple[nn.Module, ...]) -> bool:
                  == attn._modules["resid_dropout"].p == 0))
 
 
-def usable(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> bool:
-    """Whether ``block`` can run on ``x`` (B, T, C) as one function: under CPU bf16 autocast
-    (training or evaluation) or in fp32 without gradients (evaluation), a plain block, the
-    attention kernel usable, rotary tables of one row per position (or none)."""
-    return (not torch.compiler.is_compiling()  # the compiler fuses the modules its own way
-            and x.dtype == torch.float32 and x.device.type == "cpu"
-            and _dtype() is not None
-            and (rope is None or rope[0].dim() == 2)
-            and os.environ.get(SWITCH, "").lower() != "torch" and _plain(block, _layers(block))
-            and attention_kernel.usable(x, block._modules["attn"].head_dim))
+def _runs_here(x: Tensor, rope: tuple[Tensor, Tensor] | None) -> bool:
+    """Whether x (B, T, C) and the rotary tables are of the kind :class:`_Block` takes, outside
+    the compiler (which fuses the modules its own way) and not switched off."""
+    return (not torch.compiler.is_compiling() and x.dtype == torch.float32
+            and x.device.type == "cpu" and (rope is None or rope[0].dim() == 2)
+            and os.environ.get(SWITCH, "").lower() != "torch")
 
 
 def _dtype() -> torch.dtype | None:
@@ -119,15 +115,25 @@ def _dtype() -> torch.dtype | None:
     return None if torch.is_grad_enabled() else torch.float32
 
 
-def block_forward(block: Any, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """``block(x)`` (B, T, C) -> (B, T, C) through :class:`_Block`; needs :func:`usable`."""
+def block_forward(block: Any, x: Tensor,
+                  rope: tuple[Tensor, Tensor] | None = None) -> Tensor | None:
+    """``block(x)`` (B, T, C) -> (B, T, C) through :class:`_Block`, or None where the block
+    cannot run as one function (then its modules run): it can under CPU bf16 autocast
+    (training or evaluation) or in fp32 without gradients (evaluation), for a plain block,
+    the attention kernel usable, rotary tables of one row per position (or none). The
+    conditions and the layers are read once, for the decision and the call."""
+    dtype = _dtype() if _runs_here(x, rope) else None
+    if dtype is None:
+        return None
     layers = _layers(block)
     attn = block._modules["attn"]
+    if not (_plain(block, layers) and attention_kernel.usable(x, attn.head_dim)):
+        return None
     tables = attention_kernel.rope_tables_for(rope, x.size(1), attn.head_dim)
     spec = _Spec(attn.n_head, (layers[0].eps, layers[3].eps), _activation(layers[6]), tables)
     params = tuple(m._parameters[name] for m in layers[:6] for name in ("weight", "bias"))
     if not torch.is_grad_enabled():  # evaluation: the forward alone, nothing kept
-        return _forward(x, spec, params, block_ops.ops(), _dtype())[0]
+        return _forward(x, spec, params, block_ops.ops(), dtype)[0]
     return _Block.apply(x, spec, *params)
 
 

@@ -532,10 +532,11 @@ class Block(nn.Module):
                 layer: int = 0, need_weights: bool = False,
                 rope: tuple[Tensor, Tensor] | None = None,
                 ve: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        if (mask is None and cache is None and ve is None and not need_weights
-                and fused_block.usable(self, x, rope)):
+        if mask is None and cache is None and ve is None and not need_weights:
             # training under CPU bf16 autocast: the same numbers, with less bookkeeping
-            return fused_block.block_forward(self, x, rope), None
+            out = fused_block.block_forward(self, x, rope)
+            if out is not None:
+                return out, None
         a, weights = self.attn(self.ln_1(x), mask, cache, layer, need_weights, rope, ve)
         x = x + a if self.residual else a
         if self.mlp is not None:
