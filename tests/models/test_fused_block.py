@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from scratchgpt.data.dataset import random_windows
-from scratchgpt.models import attention_kernel, block_ops, fused_block
+from scratchgpt.models import attention_kernel, block_kernel, block_ops, fused_block
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.lora import LoRAConfig, add_lora
 from scratchgpt.training.config import TrainConfig
@@ -41,10 +41,12 @@ def _ops(monkeypatch, c: bool) -> None:
 
 
 def _count(monkeypatch) -> list[int]:
-    """Appends to the returned list at each fused block's forward (in training or not)."""
+    """Appends to the returned list at each fused block's forward (in training or not, its
+    kernels called one by one or in one call)."""
     calls: list[int] = []
-    real = fused_block._forward
-    monkeypatch.setattr(fused_block, "_forward", lambda *a: calls.append(1) or real(*a))
+    for module, name in ((fused_block, "_forward"), (block_kernel, "forward")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real: calls.append(1) or real(*a))
     return calls
 
 

@@ -10,6 +10,8 @@ Runs a step function a few times under ``torch.profiler`` and sums each PyTorch 
   tiles): autocast's price;
 - activation, normalization, loss: the elementwise layers between the products (a fused
   block's C kernels, ``block_ops.*``, by what they do; its residual adds are other ops);
+- block kernel: a fused block's forward or backward as one C call (``block_kernel.*``: its
+  products, attention and elementwise work together; the ``-calls`` variant shows them apart);
 - clip + optimizer: the gradient norm and the update;
 - autograd: the backward engine's own bookkeeping (``...Backward0`` nodes; a block that trains
   as one function, ``_BlockBackward``, counts its backward's Python here);
@@ -49,8 +51,9 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("normalization", ("layer_norm", "rms_norm")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
     ("clip + optimizer", ("adam", "_foreach", "vector_norm", "newton", "muon")),
+    ("block kernel", ("block_kernel.",)),
 )
-ORDER = ("products", "attention", "casts", "activation", "normalization", "loss",
+ORDER = ("block kernel", "products", "attention", "casts", "activation", "normalization", "loss",
          "clip + optimizer", "autograd", "other ops", "outside ops")
 
 

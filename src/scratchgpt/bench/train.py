@@ -55,14 +55,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turns each variant takes at its timed steps (5; at most --steps)")
     p.add_argument("--variants", default="fp32,bf16",
                    help="comma list of PRECISION[-compile][-muon][-modules][-torchops][-torchmm]"
-                        "[-1thread]"
+                        "[-calls][-1thread]"
                         ": fp32 or bf16, optionally torch.compile'd, optionally with --optimizer "
                         "muon instead of AdamW, optionally with every block running its modules "
                         "(bf16 trains a plain block as one function, models/fused_block.py), "
                         "optionally with that function's elementwise work on PyTorch's "
                         "operators rather than its C kernels (models/block_ops.py), optionally "
                         "with its products on PyTorch's rather than on AMX tiles where the CPU "
-                        "has them (models/tile_matmul.py), optionally on one thread (beside the "
+                        "has them (models/tile_matmul.py), optionally with the block's C kernels "
+                        "called one by one from Python rather than in one call each way "
+                        "(models/block_kernel.py), optionally on one thread (beside the "
                         "same variant on all threads it gives the step's serial part) (e.g. "
                         "bf16,bf16-torchops,bf16-torchmm,bf16-1thread)")
     p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
@@ -106,7 +108,7 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> flo
     return 6 * n_params + 12 * n_layer * n_embd * block
 
 
-OPTIONS = ("compile", "muon", "modules", "torchops", "torchmm", "1thread")
+OPTIONS = ("compile", "muon", "modules", "torchops", "torchmm", "calls", "1thread")
 
 
 def parse_variant(variant: str) -> tuple[str, set[str]]:
@@ -133,7 +135,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     import torch
 
     from scratchgpt.data.dataset import random_windows
-    from scratchgpt.models import block_ops, fused_block, tile_matmul
+    from scratchgpt.models import block_kernel, block_ops, fused_block, tile_matmul
     from scratchgpt.models.gpt import GPT, GPTConfig
     from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.config import TrainConfig
@@ -176,18 +178,21 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
         step = switched_off(step, block_ops.SWITCH)
     if "torchmm" in options:
         step = switched_off(step, tile_matmul.SWITCH)
+    if "calls" in options:
+        step = switched_off(step, block_kernel.SWITCH, "python")
     return (_on_one_thread(step) if "1thread" in options else step), model
 
 
-def switched_off(step: Callable[[], Any], switch: str) -> Callable[[], Any]:
-    """``step`` with the environment switch ``switch`` set to torch for the step's duration
-    (PyTorch's path instead of scratchgpt's: the fused block's modules, PyTorch's
-    operators inside it, or its products), and put back after it."""
+def switched_off(step: Callable[[], Any], switch: str, value: str = "torch") -> Callable[[], Any]:
+    """``step`` with the environment switch ``switch`` set to ``value`` for the step's
+    duration (torch: PyTorch's path instead of scratchgpt's, the fused block's modules, PyTorch's
+    operators inside it, or its products; python for the block's kernels called one by one),
+    and put back after it."""
     import os
 
     def switched_step() -> Any:
         saved = os.environ.get(switch)
-        os.environ[switch] = "torch"
+        os.environ[switch] = value
         try:
             return step()
         finally:

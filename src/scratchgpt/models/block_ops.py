@@ -176,7 +176,7 @@ class COps:
     def activate(f: Tensor, name: str) -> tuple[Tensor | None, Tensor]:
         g = torch.empty_like(f)
         if f.dtype == BF16:  # looked up: PyTorch's own results
-            _load().act_forward(f.numel(), _tables(name)[0].data_ptr(), f.data_ptr(),
+            _load().act_forward(f.numel(), activation_tables(name)[0].data_ptr(), f.data_ptr(),
                                 g.data_ptr(), torch.get_num_threads())
         else:  # computed (evaluation in fp32)
             _load().act_forward_fp32(f.numel(), _FP32_ACTS[name], f.data_ptr(), g.data_ptr(),
@@ -187,7 +187,7 @@ class COps:
     @_named
     def activation_backward(dg: Tensor, f: Tensor, r: Tensor | None, name: str) -> Tensor:
         df = torch.empty_like(f)
-        _load().act_backward(f.numel(), _tables(name)[1].data_ptr(), dg.data_ptr(),
+        _load().act_backward(f.numel(), activation_tables(name)[1].data_ptr(), dg.data_ptr(),
                              f.data_ptr(), df.data_ptr(), torch.get_num_threads())
         return df
 
@@ -235,7 +235,7 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 @functools.cache
-def _tables(name: str) -> tuple[Tensor, Tensor]:
+def activation_tables(name: str) -> tuple[Tensor, Tensor]:
     """The activation ``name`` of every bf16 value, and its derivative there, each (65536,)
     fp32 indexed by the value's bits: PyTorch's own results (:class:`TorchOps`), so the C
     kernels' lookups give its forward bit for bit, and a backward that multiplies dg by the

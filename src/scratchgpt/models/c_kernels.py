@@ -1,12 +1,14 @@
 """Building scratchgpt's C kernels: compiled on first use, cached, loaded with :mod:`ctypes`.
 
-Five C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
+Six C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix product,
 :mod:`~scratchgpt.models.int8_kernel`), ``decode_step.c`` (a whole GPT decode step,
 :mod:`~scratchgpt.models.native`), ``causal_attention.c`` (causal attention for training,
 :mod:`~scratchgpt.models.attention_kernel`), ``block_ops.c`` (a training block's
-LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`) and
+LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`),
 ``tile_matmul.c`` (a training block's bf16 products on AMX tiles,
-:mod:`~scratchgpt.models.tile_matmul`). All are written for x86 CPUs with AVX-512.
+:mod:`~scratchgpt.models.tile_matmul`) and ``block_kernel.c`` (the last three compiled together:
+a training block's forward and backward in one call each,
+:mod:`~scratchgpt.models.block_kernel`). All are written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
 ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
@@ -63,12 +65,12 @@ def _cpu_features() -> str:
 
 
 def _source_bytes(source: Path) -> bytes:
-    """The source and the local files it includes (``#include "name"``), which the build's
-    cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``, and it and
-    ``causal_attention.c`` include ``simd16.h``)."""
+    """The source and the local files it includes (``#include "name"``), and theirs, which the
+    build's cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``,
+    ``block_kernel.c`` three kernels' files, and these ``simd16.h``)."""
     text = source.read_bytes()
     names = re.findall(rb'^#include "([^"]+)"', text, flags=re.MULTILINE)
-    return text + b"".join((source.parent / name.decode()).read_bytes() for name in names)
+    return text + b"".join(_source_bytes(source.parent / name.decode()) for name in names)
 
 
 def _build(source: Path, compiler: str) -> Path:

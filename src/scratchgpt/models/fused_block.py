@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.models import attention_kernel, block_ops, tile_matmul
+from scratchgpt.models import attention_kernel, block_kernel, block_ops, tile_matmul
 from scratchgpt.models.layers import ReLUSquared
 
 SWITCH = "SCRATCHGPT_FUSED_BLOCK"
@@ -213,14 +213,27 @@ class _Block(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
+        ctx.spec = spec
+        ctx.one_call = block_kernel.usable(x.size(0) * x.size(1),
+                                          [params[i] for i in (2, 4, 8, 10)])
+        if ctx.one_call:  # the same kernels, called from C
+            out, kept = block_kernel.forward(x, spec.n_head, spec.eps, spec.activation,
+                                             spec.tables, params)
+            ctx.save_for_backward(x, kept, *params)
+            return out
         ops = block_ops.ops()  # the elementwise work: C kernels or PyTorch's operators
         out, saved, tiles = _forward(x, spec, params, ops, BF16)
-        ctx.spec, ctx.ops, ctx.tiles = spec, ops, tiles
+        ctx.ops, ctx.tiles = ops, tiles
         ctx.save_for_backward(*saved)
         return out
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
+        if ctx.one_call:
+            x, kept, *params = ctx.saved_tensors
+            dx, grads = block_kernel.backward(d_out, x, kept, ctx.spec.n_head,
+                                              ctx.spec.activation, ctx.spec.tables, params)
+            return (dx, None, *grads)
         (x, h1, mean1, rstd1, qkv, y, lse, x1, h2, mean2, rstd2, f, r, g, ln1_w, ln1_b, qkv_w,
          qkv_b, o_w, o_b, ln2_w, ln2_b, fc_w, fc_b, p_w, p_b) = ctx.saved_tensors
         spec, ops, tiles = ctx.spec, ctx.ops, ctx.tiles

@@ -1,0 +1,132 @@
+"""A training block's forward and backward as one C call each (models/block_kernel.py): the
+same kernels in the same order as the fused block's calls one by one, so the loss, every
+gradient and whole training runs are those of the composed path bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scratchgpt.data.dataset import random_windows
+from scratchgpt.models import block_kernel, block_ops, c_kernels
+from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.optim import make_optimizer
+from scratchgpt.training.task import LanguageModelTask
+from scratchgpt.training.trainer import train_step
+
+needs_tiles = pytest.mark.skipif(block_kernel._load() is None or block_ops._load() is None,
+                                 reason="the one-call block needs AMX tiles, AVX-512 and cc")
+
+# each kind of block: biases or none, each activation, rotary positions (64 features, 32
+# rows: the tiles' sizes)
+KINDS = [dict(), dict(bias=False), dict(activation="gelu", bias=False),
+         dict(activation="gelu_tanh"), dict(activation="relu"),
+         dict(activation="relu2", bias=False, pos_encoding="rope"), dict(pos_encoding="rope")]
+
+
+def _model(**kw) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=64,
+                          dropout=0.0, **kw))
+    with torch.no_grad():  # every parameter off its initial value (biases and gains matter)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.train()
+
+
+def _loss_and_grads(model: GPT, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    with torch.autocast("cpu", torch.bfloat16):
+        logits = model(idx[:, :-1])
+    loss = F.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _one_calls(monkeypatch) -> list[int]:
+    """Appends to the returned list at each one-call forward and backward."""
+    calls: list[int] = []
+    for name in ("forward", "backward"):
+        real = getattr(block_kernel, name)
+        monkeypatch.setattr(block_kernel, name, lambda *a, real=real: calls.append(1) or real(*a))
+    return calls
+
+
+@needs_tiles
+@pytest.mark.parametrize("kw", KINDS, ids=lambda kw: "-".join(map(str, kw.values())) or "gpt2")
+def test_loss_and_gradients_equal_the_calls_one_by_one(kw, monkeypatch):
+    model = _model(**kw)
+    idx = torch.randint(0, 40, (2, 33))
+    calls = _one_calls(monkeypatch)
+    loss, grads = _loss_and_grads(model, idx)
+    assert len(calls) == 2 * 2  # each block's forward and backward, in one call each
+    monkeypatch.setenv(block_kernel.SWITCH, "python")
+    loss_ref, grads_ref = _loss_and_grads(model, idx)
+    assert len(calls) == 4  # and then the kernels one by one
+    assert torch.equal(loss, loss_ref)
+    for (name, _), g, g_ref in zip(model.named_parameters(), grads, grads_ref, strict=True):
+        assert torch.equal(g, g_ref), name
+
+
+def _trained(steps: int = 5) -> list[torch.Tensor]:
+    """The parameters after AdamW updates of the recipe's step (bf16, clipping) on the same
+    batches from the same start; two threads, as the kernels split their work."""
+    model = _model(activation="gelu", bias=False)
+    cfg = TrainConfig(batch_size=4, grad_clip=1.0)
+    opt = make_optimizer(model, 3e-3, 0.1, (0.9, 0.99), "adamw")
+    tokens = np.random.default_rng(0).integers(0, 40, 4_000).astype(np.uint16)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        train_step(model, model, opt, LanguageModelTask.loss, cfg,
+                   lambda: random_windows(tokens, 4, 32, gen), torch.device("cpu"), "bf16")
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@needs_tiles
+def test_training_steps_end_at_the_same_weights(monkeypatch):
+    calls = _one_calls(monkeypatch)
+    one_call = _trained()
+    assert len(calls) == 2 * 2 * 5
+    monkeypatch.setenv(block_kernel.SWITCH, "python")
+    for p, p_ref in zip(one_call, _trained(), strict=True):
+        assert torch.equal(p, p_ref)
+    assert len(calls) == 20
+
+
+@needs_tiles
+def test_used_only_where_the_products_run_on_tiles(monkeypatch):
+    """Rows or features off the tiles' multiples of 32, the products or the elementwise work
+    switched to PyTorch's, or the switch itself: the block runs as before, without it."""
+    calls = _one_calls(monkeypatch)
+    idx = torch.randint(0, 40, (3, 12))  # 33 rows
+    _loss_and_grads(_model(), idx)
+    assert not calls
+    for switch, value in ((block_kernel.SWITCH, "python"), (block_ops.SWITCH, "torch"),
+                          ("SCRATCHGPT_TILE_MATMUL", "torch")):
+        monkeypatch.setenv(switch, value)
+        _loss_and_grads(_model(), torch.randint(0, 40, (2, 33)))
+        monkeypatch.delenv(switch)
+    assert not calls
+    _loss_and_grads(_model(), torch.randint(0, 40, (2, 33)))
+    assert calls
+
+
+@needs_tiles
+def test_evaluation_does_not_use_it(monkeypatch):
+    """Without gradients the fused block's forward runs alone (nothing to keep), as before."""
+    calls = _one_calls(monkeypatch)
+    model = _model().eval()
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        model(torch.randint(0, 40, (2, 32)))
+    assert not calls
+
+
+def test_its_build_is_keyed_by_every_file_it_includes():
+    """block_kernel.c includes three kernels' files, which include simd16.h: a change to any of
+    them must build the library anew (the cache key covers them all)."""
+    key_text = c_kernels._source_bytes(block_kernel.SOURCE)
+    for name in ("block_ops.c", "tile_matmul.c", "causal_attention.c", "simd16.h"):
+        assert (block_kernel.SOURCE.parent / name).read_bytes() in key_text, name
