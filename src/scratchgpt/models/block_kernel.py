@@ -168,7 +168,7 @@ def backward(d_out: Tensor, x: Tensor, kept: Tensor, n_head: int, activation: st
     """(dx (B, T, C) fp32, the twelve parameters' gradients fp32, None for a missing bias)
     from d_out (B, T, C) fp32, the block's input x and what :func:`forward` kept."""
     B, T, C = d_out.shape
-    d_out = d_out.contiguous()  # (kept alive through the call)
+    x, d_out = x.contiguous(), d_out.contiguous()  # (kept alive through the call)
     params = tuple(None if p is None else p.contiguous() for p in params)
     threads = torch.get_num_threads()
     layout = _layout(B, T, C, n_head, threads)
