@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scratchgpt.models import attention_kernel
+from scratchgpt.models import attention_kernel, block_kernel
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.layers import apply_rope, rope_tables
 from tests.models.test_gpt import option_model
@@ -150,10 +150,12 @@ def _without_kernel(monkeypatch) -> None:
 
 
 def _count_kernel_calls(monkeypatch) -> list[int]:
-    """A list that gains an entry each time the kernel's forward runs."""
+    """A list that gains an entry each time the kernel's forward runs (called from Python, or
+    inside a block's one C call: models/block_kernel.c)."""
     called: list[int] = []
-    real = attention_kernel._run_forward
-    monkeypatch.setattr(attention_kernel, "_run_forward", lambda *a: called.append(1) or real(*a))
+    for module, name in ((attention_kernel, "_run_forward"), (block_kernel, "forward")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real: called.append(1) or real(*a))
     return called
 
 

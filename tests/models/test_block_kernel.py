@@ -115,13 +115,17 @@ def test_used_only_where_the_products_run_on_tiles(monkeypatch):
 
 
 @needs_tiles
-def test_evaluation_does_not_use_it(monkeypatch):
-    """Without gradients the fused block's forward runs alone (nothing to keep), as before."""
+def test_a_bf16_evaluation_runs_its_forward_alone_with_the_same_logits(monkeypatch):
+    """Without gradients, under bf16 autocast, the one-call forward runs alone (nothing kept
+    for a backward): the logits of the kernels called one by one, bit for bit."""
     calls = _one_calls(monkeypatch)
     model = _model().eval()
-    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
-        model(torch.randint(0, 40, (2, 32)))
-    assert not calls
+    idx = torch.randint(0, 40, (2, 32))
+    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16):
+        logits = model(idx)
+        assert len(calls) == 2
+        monkeypatch.setenv(block_kernel.SWITCH, "python")
+        assert torch.equal(logits, model(idx)) and len(calls) == 2
 
 
 def test_its_build_is_keyed_by_every_file_it_includes():

@@ -12,8 +12,10 @@ buffers laid out here in one allocation per call, so the loss and every gradient
 composed path's bit for bit (tests hold it to that). docs/BENCHMARKS.md has the step times.
 
 When it is used: where the fused block's bf16 training runs on the C kernels with its products
-on tiles (a CPU with AMX). ``SCRATCHGPT_BLOCK_KERNEL=python`` switches it off: the kernels are
-then called one by one from Python, as elsewhere.
+on tiles (a CPU with AMX), and there in a bf16 evaluation too (the forward alone: the
+periodic estimates; an fp32 evaluation keeps PyTorch's fp32 products).
+``SCRATCHGPT_BLOCK_KERNEL=python`` switches it off: the kernels are then called one by one
+from Python, as elsewhere.
 
 The buffers: :data:`KEPT` are written by the forward and read by the backward (bf16 but the
 LayerNorms' statistics, the attention's lse and x1, fp32), :data:`FORWARD` and

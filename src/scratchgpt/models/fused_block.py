@@ -135,8 +135,17 @@ def block_forward(block: Any, x: Tensor,
     spec = _Spec(attn.n_head, (layers[0].eps, layers[3].eps), _activation(layers[6]), tables)
     params = tuple(m._parameters[name] for m in layers[:6] for name in ("weight", "bias"))
     if not torch.is_grad_enabled():  # evaluation: the forward alone, nothing kept
+        if dtype == BF16 and _one_call(x, params):
+            return block_kernel.forward(x, spec.n_head, spec.eps, spec.activation, tables,
+                                        params)[0]
         return _forward(x, spec, params, block_ops.ops(), dtype)[0]
     return _Block.apply(x, spec, *params)
+
+
+def _one_call(x: Tensor, params: tuple[Tensor | None, ...]) -> bool:
+    """Whether a bf16 block of input x (B, T, C) and ``params`` runs as one C call each way
+    here (:func:`block_kernel.usable`: its products on tiles)."""
+    return block_kernel.usable(x.size(0) * x.size(1), [params[i] for i in (2, 4, 8, 10)])
 
 
 def _activation(act: nn.Module) -> str:
@@ -216,8 +225,7 @@ class _Block(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, spec: _Spec, *params: Tensor | None) -> Tensor:
         ctx.spec = spec
-        ctx.one_call = block_kernel.usable(x.size(0) * x.size(1),
-                                          [params[i] for i in (2, 4, 8, 10)])
+        ctx.one_call = _one_call(x, params)
         if ctx.one_call:  # the same kernels, called from C
             out, kept = block_kernel.forward(x, spec.n_head, spec.eps, spec.activation,
                                              spec.tables, params)
