@@ -4,13 +4,18 @@ gradient and whole training runs are those of the composed path bit for bit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from scratchgpt.data.dataset import random_windows
-from scratchgpt.models import block_kernel, block_ops, c_kernels
+from scratchgpt.models import block_kernel, block_ops, c_kernels, tile_matmul
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.optim import make_optimizer
@@ -18,7 +23,7 @@ from scratchgpt.training.task import LanguageModelTask
 from scratchgpt.training.trainer import train_step
 
 needs_tiles = pytest.mark.skipif(block_kernel._load() is None or block_ops._load() is None,
-                                 reason="the one-call block needs AMX tiles, AVX-512 and cc")
+                                 reason="the one-call block needs AMX or AVX512-BF16, and cc")
 
 # each kind of block: biases or none, each activation, rotary positions (64 features, 32
 # rows: the tiles' sizes)
@@ -134,3 +139,41 @@ def test_its_build_is_keyed_by_every_file_it_includes():
     key_text = c_kernels._source_bytes(block_kernel.SOURCE)
     for name in ("block_ops.c", "tile_matmul.c", "causal_attention.c", "simd16.h"):
         assert (block_kernel.SOURCE.parent / name).read_bytes() in key_text, name
+
+
+_DOT_SCRIPT = """
+import torch
+from scratchgpt.models import block_kernel, tile_matmul
+from tests.models.test_block_kernel import _loss_and_grads, _model
+import os
+assert tile_matmul.kind() == "dot" and block_kernel._load() is not None
+for kw in ({}, {"bias": False, "activation": "gelu"}):
+    model = _model(**kw)
+    idx = torch.randint(0, 40, (2, 33))
+    runs = []
+    for name, value in (("", ""), (block_kernel.SWITCH, "python"), (tile_matmul.SWITCH, "torch")):
+        if name:
+            os.environ[name] = value
+        runs.append(_loss_and_grads(model, idx))
+    (loss, grads), (loss_calls, grads_calls), (loss_torch, grads_torch) = runs
+    assert torch.equal(loss, loss_calls)
+    assert all(torch.equal(g, r) for g, r in zip(grads, grads_calls))
+    assert abs(loss.item() - loss_torch.item()) <= 1e-3 * loss_torch.item()
+    assert all((g - r).norm() <= 2e-2 * r.norm() for g, r in zip(grads, grads_torch))
+    for name in (block_kernel.SWITCH, tile_matmul.SWITCH):
+        del os.environ[name]
+print("dot-product block checked")
+"""
+
+
+@pytest.mark.skipif(block_kernel._load() is None, reason="no AMX or AVX512-BF16 here")
+def test_with_dot_products_the_one_call_block_is_its_calls_one_by_one():
+    """On a CPU without tiles the block runs in one call on AVX512-BF16 dot products: in a
+    process that has them run, the loss and gradients are those of the kernels called one by
+    one bit for bit, and PyTorch's products' to float rounding (its weight gradients sum in
+    their own order)."""
+    env = {**os.environ, tile_matmul.SWITCH: "dot", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
+    done = subprocess.run([sys.executable, "-c", _DOT_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dot-product block checked" in done.stdout

@@ -2,7 +2,7 @@
 
 Why: a fused block (:mod:`~scratchgpt.models.fused_block`) runs its forward as eleven C calls
 and its backward as fourteen: the LayerNorms, activation and residual adds
-(:mod:`~scratchgpt.models.block_ops`), the products on AMX tiles
+(:mod:`~scratchgpt.models.block_ops`), the products on AMX tiles or AVX512-BF16 dot products
 (:mod:`~scratchgpt.models.tile_matmul`) and the attention
 (:mod:`~scratchgpt.models.attention_kernel`). Between them Python allocates each result,
 reads shapes and builds arguments: measured at nanoGPT's CPU recipe shape, about an eighth of
@@ -12,8 +12,9 @@ buffers laid out here in one allocation per call, so the loss and every gradient
 composed path's bit for bit (tests hold it to that). docs/BENCHMARKS.md has the step times.
 
 When it is used: where the fused block's bf16 training runs on the C kernels with its products
-on tiles (a CPU with AMX), and there in a bf16 evaluation too (the forward alone: the
-periodic estimates; an fp32 evaluation keeps PyTorch's fp32 products).
+on tiles or by dot products (a CPU with AMX or AVX512-BF16: :func:`tile_matmul.kind`), and
+there in a bf16 evaluation too (the forward alone: the periodic estimates; an fp32
+evaluation keeps PyTorch's fp32 products).
 ``SCRATCHGPT_BLOCK_KERNEL=python`` switches it off: the kernels are then called one by one
 from Python, as elsewhere.
 
@@ -73,9 +74,10 @@ _BIAS_GRADS = ((3, "dqkv"), (5, "dx1_16"), (9, "df"), (11, "d16"))
 
 @functools.cache
 def _load() -> Any:
-    """The compiled library with its signatures, or None where there are no tiles to use."""
+    """The compiled library with its signatures, or None where it has no products to offer
+    (:func:`tile_matmul.products_ready`: the same choice as that module's)."""
     lib = load_library(SOURCE, None)
-    if lib is None or not lib.tile_ready():
+    if lib is None or not tile_matmul.products_ready(lib):
         return None
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.block_forward.argtypes = [p] * 11 + [i]

@@ -13,9 +13,11 @@ operators (``SCRATCHGPT_BLOCK_OPS=torch``), with which the loss and every gradie
 the modules' path bit for bit. Tests compare all three. With the C kernels, on a CPU with AMX,
 the forward's four products and the backward's eight run on the tile registers
 (:mod:`~scratchgpt.models.tile_matmul`: the same bits as PyTorch's products, without the ~35
-us each of those costs before its arithmetic), and then the whole forward and the whole
-backward each run as one C call (:mod:`~scratchgpt.models.block_kernel`: the same kernels in
-the same order, without Python between them). docs/BENCHMARKS.md has the step times with and
+us each of those costs before its arithmetic; on one with AVX512-BF16 but no AMX, by its
+dot products, the weight gradients then summed in their own order), and then the whole
+forward and the whole backward each run as one C call
+(:mod:`~scratchgpt.models.block_kernel`: the same kernels in the same order, without Python
+between them). docs/BENCHMARKS.md has the step times with and
 without each.
 
 When it is used: a :class:`~scratchgpt.models.gpt.Block` on fp32 activations, under CPU bf16

@@ -18,7 +18,13 @@
  * Each 32 x 32 block of a result is four 16 x 16 tiles summed over the reduction in steps of
  * 32 (as oneDNN's own AMX kernel orders them, so the sums are PyTorch's bit for bit), then
  * rounded to bf16 (plus the bias, in fp32, before rounding, as PyTorch's addmm does; the weight
- * gradient's rounded sums widened to fp32). Every dimension a multiple of 32. */
+ * gradient's rounded sums widened to fp32). Every dimension a multiple of 32.
+ *
+ * On a CPU with AVX512-BF16 but no tiles (AMD's Zen 4), or when asked to (products_ready(0)),
+ * the same layouts are read by the dot-product instruction instead: for each pair of reduction
+ * indices in order, a row's broadcast pair times a row of B's 16 pairs, added into 16 fp32
+ * sums, as oneDNN's kernel for such CPUs sums them (the same bits as PyTorch's products there;
+ * a tile sums 32 indices at a time, in its own order). */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
@@ -27,14 +33,27 @@
 
 #include "simd16.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AVX512BF16__)
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define HAVE_TILES 1
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
+#endif
 
-/* 1 once Linux lets this process use the tile registers (their state is large, so a process
- * asks first; PyTorch's oneDNN asks too), else 0 */
-int tile_ready(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+static int tiles_on; /* set once by products_ready: the tiles, or the dot-product instruction */
+
+/* The products this library computes with: 2 the tiles (where the CPU has them, `tiles` is 1
+ * and Linux lets this process use their registers: their state is large, so a process asks
+ * first; PyTorch's oneDNN asks too), 1 the dot-product instruction */
+int products_ready(int tiles) {
+#ifdef HAVE_TILES
+    tiles_on = tiles && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
+    return tiles_on ? 2 : 1;
+}
+
+#ifdef HAVE_TILES
 
 /* Palette 1, eight tiles of 16 rows of 64 bytes: 0-3 the sums, 4-5 rows of x, 6-7 of B */
 typedef struct {
@@ -48,6 +67,7 @@ static void configure_tiles(void) {
                                        {16, 16, 16, 16, 16, 16, 16, 16}};
     _tile_loadconfig(&config);
 }
+#endif
 
 /* 32 consecutive fp32 values rounded to bf16: 16 pairs, pair j = values 2j and 2j + 1 */
 static inline __m512i row_pairs(const float *w) {
@@ -131,6 +151,7 @@ static void store_block(const float *buf, const uint16_t *bias, uint16_t *C, lon
                                                          _mm512_add_ps(_mm512_load_ps(buf + r * 32), b0)));
 }
 
+#ifdef HAVE_TILES
 /* The four 16 x 16 tiles of a 32 x 32 block summed over depth (a multiple of 32): rows a and
  * a + 16 lda of A (rows lda apart) times columns b and b + 16 depth of a packed B; the sums
  * stored in buf (32 rows of 32) */
@@ -153,6 +174,54 @@ static inline void sum_block(const uint16_t *a, long lda, const uint16_t *b, lon
     _tile_stored(2, buf + 16 * 32, 128);
     _tile_stored(3, buf + 16 * 32 + 16, 128);
 }
+#endif
+
+/* sum_block's sums with the dot-product instruction: eight rows at a time, each pair of
+ * reduction indices in order (a row's pair broadcast, times B's row of 16 pairs) */
+static void dot_block(const uint16_t *a, long lda, const uint16_t *b, long depth, float *buf) {
+    const uint16_t *b1 = b + 16 * depth;
+    for (int r0 = 0; r0 < 32; r0 += 8) {
+        __m512 sum[8][2];
+        for (int r = 0; r < 8; r++) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
+        for (long p = 0; p < depth / 2; p++) {
+            __m512bh w0 = (__m512bh)_mm512_loadu_si512(b + p * 32);
+            __m512bh w1 = (__m512bh)_mm512_loadu_si512(b1 + p * 32);
+            for (int r = 0; r < 8; r++) {
+                __m512bh x = (__m512bh)_mm512_set1_epi32(*(const int32_t *)(a + (r0 + r) * lda + 2 * p));
+                sum[r][0] = _mm512_dpbf16_ps(sum[r][0], x, w0);
+                sum[r][1] = _mm512_dpbf16_ps(sum[r][1], x, w1);
+            }
+        }
+        for (int r = 0; r < 8; r++) {
+            _mm512_store_ps(buf + (r0 + r) * 32, sum[r][0]);
+            _mm512_store_ps(buf + (r0 + r) * 32 + 16, sum[r][1]);
+        }
+    }
+}
+
+/* a 32 x 32 block's sums into buf, on the tiles or by dot products (products_ready); begin and
+ * end bracket a thread's blocks (the tiles' configuration, and their release) */
+static inline void sums(const uint16_t *a, long lda, const uint16_t *b, long depth, float *buf) {
+#ifdef HAVE_TILES
+    if (tiles_on) {
+        sum_block(a, lda, b, depth, buf);
+        return;
+    }
+#endif
+    dot_block(a, lda, b, depth, buf);
+}
+
+static void begin(void) {
+#ifdef HAVE_TILES
+    if (tiles_on) configure_tiles();
+#endif
+}
+
+static void end(void) {
+#ifdef HAVE_TILES
+    if (tiles_on) _tile_release();
+#endif
+}
 
 /* C (M, N) bf16 = A (M, K) bf16, rows lda apart, times B (K, N) packed (header) (+ bias (N)):
  * each thread takes stripes of 32 rows of A */
@@ -161,14 +230,14 @@ void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uin
 #pragma omp parallel num_threads(threads)
     {
         float buf[32 * 32] __attribute__((aligned(64)));
-        configure_tiles();
+        begin();
 #pragma omp for schedule(static)
         for (long m = 0; m < M / 32; m++)
             for (long c = 0; c < N / 32; c++) {
-                sum_block(A + m * 32 * lda, lda, B + c * 32 * K, K, buf);
+                sums(A + m * 32 * lda, lda, B + c * 32 * K, K, buf);
                 store_block(buf, bias ? bias + c * 32 : 0, C + m * 32 * N + c * 32, N);
             }
-        _tile_release();
+        end();
     }
 }
 
@@ -217,10 +286,10 @@ void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, cons
             for (long p = 0; p < M / 2; p++)
                 _mm512_storeu_si512(xp + (c * (M / 2) + p) * 32, row_pair(x, ldx, 2 * p, c * 16, idx));
         float buf[32 * 32] __attribute__((aligned(64)));
-        configure_tiles();
+        begin();
         for (long n = n0; n < n1; n += 32)
             for (long c = k0 / 32; c < k1 / 32; c++) {
-                sum_block(dyt + n * M, M, xp + c * 32 * M, M, buf);
+                sums(dyt + n * M, M, xp + c * 32 * M, M, buf);
                 for (int i = 0; i < 32; i++)
                     for (int h = 0; h < 2; h++) {
                         __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + i * 32 + 16 * h));
@@ -228,13 +297,13 @@ void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, cons
                                          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
                     }
             }
-        _tile_release();
+        end();
     }
 }
 
-#else /* no tiles on this CPU: the library loads, and says so */
+#else /* no AVX512-BF16 on this CPU: the library loads, and says so */
 
-int tile_ready(void) { return 0; }
+int products_ready(int tiles) { return 0; }
 void pack_weights(int count, const float *const *W, const long *n, const long *k,
                   uint16_t *const *fwd, uint16_t *const *bwd, int threads) {}
 void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,

@@ -1,4 +1,5 @@
-"""A training block's bf16 products on Intel AMX tiles, with the weights laid out once a step.
+"""A training block's bf16 products on Intel AMX tiles (or AVX512-BF16 dot products), with
+the weights laid out once a step.
 
 Why: at the small shapes a CPU trains (nanoGPT's CPU recipe: 768 rows of 128 to 512
 features), PyTorch's bf16 product costs ~35 us a call before any arithmetic (its oneDNN
@@ -17,10 +18,19 @@ added in fp32, rounded once to bf16 (a weight gradient's then widened to the par
 fp32, as the cast after PyTorch's product does). Tests hold it to PyTorch's ``mm`` and
 ``addmm`` and a fused block's gradients to the untiled path's.
 
+On a CPU with AVX512-BF16 but no AMX (AMD's Zen 4), the same layouts are multiplied by the
+dot-product instruction instead (:func:`kind` says which): the forward products and the input
+gradients are PyTorch's bits there too (oneDNN's kernel for such CPUs sums each pair of
+reduction indices in order, as this one does), while a weight gradient sums over the rows in
+an order of its own, so a few of its elements in ten thousand round differently, by a few
+bf16 steps at most (tests hold it to that, against oneDNN's kernel for such CPUs run on an AMX
+CPU).
+
 Used by the fused block's C path (:mod:`~scratchgpt.models.fused_block`) where :func:`usable`:
-a CPU with AMX (``-march=native`` builds the tile code; elsewhere the library says there are
-no tiles), Linux's leave to use them, rows and features in multiples of 32; PyTorch's products
-otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``.
+a CPU with AMX or AVX512-BF16 (``-march=native`` builds the code it has; elsewhere the
+library says it has no products), Linux's leave to use the tiles, rows and features in
+multiples of 32; PyTorch's products otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``
+(``=dot``: the dot products even where there are tiles, read at the first use).
 
 >>> import torch
 >>> w = torch.randn(64, 32)  # an nn.Linear(32, 64)'s weight
@@ -29,7 +39,7 @@ otherwise, or with ``SCRATCHGPT_TILE_MATMUL=torch``.
 ...     (fwd,), (bwd,) = pack([w])
 ...     assert torch.equal(linear(x, fwd, None), x.mm(w.bfloat16().t()))
 ...     assert torch.equal(input_grad(dy, bwd), dy.mm(w.bfloat16()))
-...     assert torch.equal(weight_grad(dy, x), dy.t().mm(x).float())
+...     assert kind() != "tiles" or torch.equal(weight_grad(dy, x), dy.t().mm(x).float())
 """
 
 from __future__ import annotations
@@ -52,11 +62,28 @@ BLOCK = 32  # every dimension a multiple of this
 BF16 = torch.bfloat16
 
 
+def products_ready(lib: Any) -> int:
+    """Has ``lib`` (this file's C, or a library built with it) choose its products: 2 on AMX
+    tiles, 1 by AVX512-BF16 dot products (where there are no tiles, or with
+    ``SCRATCHGPT_TILE_MATMUL=dot``), 0 where it has neither."""
+    return lib.products_ready(int(os.environ.get(SWITCH, "").lower() != "dot"))
+
+
+def kind() -> str | None:
+    """What the products run on here: "tiles", "dot" (AVX512-BF16 dot products) or None
+    (PyTorch's products: neither, or no compiler)."""
+    lib = _load()
+    return None if lib is None else ("tiles" if lib.kind == 2 else "dot")
+
+
 @functools.cache
 def _load() -> Any:
-    """The compiled library with its signatures, or None where there are no tiles to use."""
+    """The compiled library with its signatures, or None where it has no products to offer."""
     lib = load_library(SOURCE, None)
-    if lib is None or not lib.tile_ready():
+    if lib is None:
+        return None
+    lib.kind = products_ready(lib)
+    if not lib.kind:
         return None
     p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
     lib.pack_weights.argtypes = [i, p, p, p, p, p, i]
@@ -67,8 +94,8 @@ def _load() -> Any:
 
 
 def usable(rows: int, weights: Sequence[Tensor]) -> bool:
-    """Whether products of ``rows`` rows with each of ``weights`` (fp32, (out, in)) can run on
-    the tiles here."""
+    """Whether products of ``rows`` rows with each of ``weights`` (fp32, (out, in)) can run
+    here, on the tiles or by dot products (:func:`kind`)."""
     return (rows % BLOCK == 0 and all(w.dtype == torch.float32 and w.dim() == 2
                                       and w.size(0) % BLOCK == 0 and w.size(1) % BLOCK == 0
                                       for w in weights)
