@@ -177,3 +177,9 @@ def test_dot_products_are_onednns_for_such_cpus():
                           text=True, timeout=300, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dot products checked" in done.stdout
+
+
+def test_describe_names_what_the_products_run_on(monkeypatch):
+    assert tile_matmul.describe() == ("AMX tiles" if TILES else "AVX512-BF16 dot products")
+    monkeypatch.setenv(tile_matmul.SWITCH, "torch")
+    assert tile_matmul.describe() == "PyTorch's"

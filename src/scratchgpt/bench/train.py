@@ -335,7 +335,7 @@ def run_nanogpt(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.models import attention_kernel
+    from scratchgpt.models import attention_kernel, tile_matmul
     from scratchgpt.validation import check_range
 
     variants = [v.strip() for v in args.variants.split(",")]
@@ -357,7 +357,8 @@ def run(args: argparse.Namespace) -> int:
     threads = torch.get_num_threads()
     report = {"threads": threads, "matmul_peak_tflops":
               {k: round(v / 1e12, 3) for k, v in peaks.items()},
-              "attention": attention_kernel.describe(), "results": results,
+              "attention": attention_kernel.describe(),
+              "block_products": tile_matmul.describe(), "results": results,
               "serial": serial_parts(ours, threads)}
     if args.json:
         print(json.dumps(report))
@@ -374,7 +375,7 @@ def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
     print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
           f"batch {args.batch_size}, {'with' if args.bias else 'no'} biases; attention: "
-          f"{report['attention']}")
+          f"{report['attention']}; a fused block's bf16 products: {report['block_products']}")
     print(f"{'variant':22s} {'ms/step':>8s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'of peak':>8s}"
           f" {'vs ref':>7s}")
     for r in results:

@@ -180,7 +180,7 @@ def qkv_forward(qkv: Tensor, n_head: int,
     base, step = qkv.data_ptr(), C3 // 3 * qkv.element_size()  # q, then k, then v
     _run_forward(_bf16(qkv), shape, (base, base + step, base + 2 * step, y.data_ptr(),
                                      lse.data_ptr()), _qkv_layout(B, T, n_head, shape[3])[0],
-                 _addresses(tables))
+                 table_addresses(tables))
     return y, lse
 
 
@@ -195,7 +195,7 @@ def qkv_backward(qkv: Tensor, y: Tensor, lse: Tensor, dy: Tensor, n_head: int,
     _run_backward(_bf16(qkv), (B, n_head, T, D),
                   (base, base + step, base + 2 * step, y.data_ptr(), dy.data_ptr(),
                    lse.data_ptr(), grad, grad + step, grad + 2 * step),
-                  _qkv_layout(B, T, n_head, D)[1], _addresses(tables))
+                  _qkv_layout(B, T, n_head, D)[1], table_addresses(tables))
     return dqkv
 
 
@@ -219,7 +219,7 @@ class _AttentionQKV(torch.autograd.Function):
         return qkv_backward(qkv, y, lse, dy.contiguous(), ctx.n_head, tuple(tables)), None, None
 
 
-def _addresses(tables: tuple[Tensor, ...]) -> Rope:
+def table_addresses(tables: tuple[Tensor, ...]) -> Rope:
     """The cos and sin tables' addresses for the C calls, or (None, None) without them."""
     return (tables[0].data_ptr(), tables[1].data_ptr()) if tables else (None, None)
 

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from scratchgpt.models import block_ops, tile_matmul
+from scratchgpt.models import attention_kernel, block_ops, tile_matmul
 from scratchgpt.models.c_kernels import load_library, profiled
 
 SOURCE = Path(__file__).with_name("block_kernel.c")
@@ -156,7 +156,7 @@ def forward(x: Tensor, n_head: int, eps: tuple[float, float], activation: str,
     kept = torch.empty(layout.kept, dtype=torch.uint8)
     own = torch.empty(layout.forward_own, dtype=torch.uint8)
     out = torch.empty(B, T, C)
-    cos, sin = (t.data_ptr() for t in tables) if tables else (None, None)
+    cos, sin = attention_kernel.table_addresses(tables)
     with profiled("block_kernel.forward"):
         _check(_load().block_forward(
             layout.shape, (ctypes.c_float * 2)(*eps),
@@ -181,7 +181,7 @@ def backward(d_out: Tensor, x: Tensor, kept: Tensor, n_head: int, activation: st
     grads: list[Tensor | None] = [None if p is None else torch.empty_like(p) for p in params]
     for index, _ in _BIAS_GRADS:  # (summed below)
         grads[index] = None
-    cos, sin = (t.data_ptr() for t in tables) if tables else (None, None)
+    cos, sin = attention_kernel.table_addresses(tables)
     with profiled("block_kernel.backward"):
         _check(_load().block_backward(
             layout.shape, block_ops.activation_tables(activation)[1].data_ptr(), cos, sin,

@@ -5,9 +5,9 @@ Six C files ship next to this module: ``int8_matmul.c`` (an int8-weight matrix p
 :mod:`~scratchgpt.models.native`), ``causal_attention.c`` (causal attention for training,
 :mod:`~scratchgpt.models.attention_kernel`), ``block_ops.c`` (a training block's
 LayerNorms, residual adds and activation, :mod:`~scratchgpt.models.block_ops`),
-``tile_matmul.c`` (a training block's bf16 products on AMX tiles,
-:mod:`~scratchgpt.models.tile_matmul`) and ``block_kernel.c`` (the last three compiled together:
-a training block's forward and backward in one call each,
+``tile_matmul.c`` (a training block's bf16 products on AMX tiles, or by AVX512-BF16 dot
+products, :mod:`~scratchgpt.models.tile_matmul`) and ``block_kernel.c`` (the last three
+compiled together: a training block's forward and backward in one call each,
 :mod:`~scratchgpt.models.block_kernel`). All are written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into

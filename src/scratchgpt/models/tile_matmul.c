@@ -23,8 +23,10 @@
  * On a CPU with AVX512-BF16 but no tiles (AMD's Zen 4), or when asked to (products_ready(0)),
  * the same layouts are read by the dot-product instruction instead: for each pair of reduction
  * indices in order, a row's broadcast pair times a row of B's 16 pairs, added into 16 fp32
- * sums, as oneDNN's kernel for such CPUs sums them (the same bits as PyTorch's products there;
- * a tile sums 32 indices at a time, in its own order). */
+ * sums, as oneDNN's kernel for such CPUs sums a forward product or an input gradient (the
+ * same bits as PyTorch's there; a tile sums 32 indices at a time, in its own order). The weight
+ * gradient sums its rows in that order too, where oneDNN's differs: a few of its elements in
+ * ten thousand round differently. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>

@@ -76,6 +76,14 @@ def kind() -> str | None:
     return None if lib is None else ("tiles" if lib.kind == 2 else "dot")
 
 
+def describe() -> str:
+    """What a fused block's bf16 products run on in this process, in words (for benchmark
+    reports)."""
+    if os.environ.get(SWITCH, "").lower() == "torch":
+        return "PyTorch's"
+    return {"tiles": "AMX tiles", "dot": "AVX512-BF16 dot products"}.get(kind(), "PyTorch's")
+
+
 @functools.cache
 def _load() -> Any:
     """The compiled library with its signatures, or None where it has no products to offer."""
