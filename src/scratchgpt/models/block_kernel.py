@@ -88,8 +88,9 @@ def _load() -> Any:
 
 def usable(rows: int, weights: list[Tensor]) -> bool:
     """Whether a fused block of ``rows`` rows whose projections have ``weights`` can train
-    through the one-call kernel here: its products on tiles (:func:`tile_matmul.usable`), its
-    elementwise work on the C kernels, the kernel built and not switched off."""
+    through the one-call kernel here: its products on tiles or by dot products
+    (:func:`tile_matmul.usable`), its elementwise work on the C kernels, the kernel built and
+    not switched off."""
     return (os.environ.get(SWITCH, "").lower() != "python"
             and block_ops.ops() is block_ops.C_OPS and tile_matmul.usable(rows, weights)
             and _load() is not None)
