@@ -22,7 +22,7 @@ from scratchgpt.training.optim import make_optimizer
 from scratchgpt.training.task import LanguageModelTask
 from scratchgpt.training.trainer import train_step
 
-needs_tiles = pytest.mark.skipif(block_kernel._load() is None or block_ops._load() is None,
+needs_products = pytest.mark.skipif(block_kernel._load() is None or block_ops._load() is None,
                                  reason="the one-call block needs AMX or AVX512-BF16, and cc")
 
 # each kind of block: biases or none, each activation, rotary positions (64 features, 32
@@ -60,7 +60,7 @@ def _one_calls(monkeypatch) -> list[int]:
     return calls
 
 
-@needs_tiles
+@needs_products
 @pytest.mark.parametrize("kw", KINDS, ids=lambda kw: "-".join(map(str, kw.values())) or "gpt2")
 def test_loss_and_gradients_equal_the_calls_one_by_one(kw, monkeypatch):
     model = _model(**kw)
@@ -90,7 +90,7 @@ def _trained(steps: int = 5) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-@needs_tiles
+@needs_products
 def test_training_steps_end_at_the_same_weights(monkeypatch):
     calls = _one_calls(monkeypatch)
     one_call = _trained()
@@ -101,8 +101,8 @@ def test_training_steps_end_at_the_same_weights(monkeypatch):
     assert len(calls) == 20
 
 
-@needs_tiles
-def test_used_only_where_the_products_run_on_tiles(monkeypatch):
+@needs_products
+def test_used_only_where_its_products_can_run(monkeypatch):
     """Rows or features off the tiles' multiples of 32, the products or the elementwise work
     switched to PyTorch's, or the switch itself: the block runs as before, without it."""
     calls = _one_calls(monkeypatch)
@@ -119,7 +119,7 @@ def test_used_only_where_the_products_run_on_tiles(monkeypatch):
     assert calls
 
 
-@needs_tiles
+@needs_products
 def test_a_bf16_evaluation_runs_its_forward_alone_with_the_same_logits(monkeypatch):
     """Without gradients, under bf16 autocast, the one-call forward runs alone (nothing kept
     for a backward): the logits of the kernels called one by one, bit for bit."""
