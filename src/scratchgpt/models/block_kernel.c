@@ -42,12 +42,11 @@ static void place(void **b, int count, uint8_t *kept, uint8_t *own, const long *
     for (int i = 0; i < count; i++) b[i] = (i < KEPT ? kept : own) + offset[i];
 }
 
-/* the weight gradient dy^T x (tile_matmul.py's weight_grad): its threads, one per 32 of the
- * longer side at most */
+/* the weight gradient dy^T x (tile_matmul.py's weight_grad) of contiguous dy (M, n_out) and x
+ * (M, n_in) */
 static void weight_grad(long M, long n_out, long n_in, const void *dy, const void *x, float *dw,
                         void *scratch, int threads) {
-    long most = (n_out > n_in ? n_out : n_in) / 32;
-    tile_weight_grad(M, n_out, n_in, dy, n_out, x, n_in, dw, scratch, threads < most ? threads : most);
+    tile_weight_grad(M, n_out, n_in, dy, n_out, x, n_in, dw, scratch, threads);
 }
 
 /* out (N, C) fp32 = the block of x (fused_block.py's docstring), its products on tiles; eps:

@@ -258,14 +258,16 @@ static void share(long n, long *lo, long *hi) {
 }
 
 /* dW (N, K) fp32 = dy (M, N)^T x (M, K), both bf16 (rows ldy and ldx apart): the bf16 product's
- * rounded sums, widened. The threads (at most one per 32 of dW's longer side) share that side,
- * and each lays out only what its blocks read: the columns of dy as rows of dy^T (pairs of
- * dy's rows, transposed 16 x 16), and x in pairs of rows. Scratch, M (max(N, K) + threads
- * min(N, K)) bf16: the shared side's layout, its parts each laid out by the thread that reads
- * them, then each thread's own copy of the other's. */
+ * rounded sums, widened. The threads (`threads` at most, and one per 32 of dW's longer side)
+ * share that side, and each lays out only what its blocks read: the columns of dy as rows of
+ * dy^T (pairs of dy's rows, transposed 16 x 16), and x in pairs of rows. Scratch, M (max(N, K)
+ * + threads min(N, K)) bf16: the shared side's layout, its parts each laid out by the thread
+ * that reads them, then each thread's own copy of the other's. */
 void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
                       long ldx, float *dw, uint16_t *scratch, int threads) {
     __m512i idx = pair_index(0);
+    long most = (N > K ? N : K) / 32;
+    if (threads > most) threads = (int)most;
 #pragma omp parallel num_threads(threads)
     {
         long n0 = 0, n1 = N, k0 = 0, k1 = K, own = omp_get_thread_num() * M;

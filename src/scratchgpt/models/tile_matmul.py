@@ -65,8 +65,16 @@ BF16 = torch.bfloat16
 def products_ready(lib: Any) -> int:
     """Has ``lib`` (this file's C, or a library built with it) choose its products: 2 on AMX
     tiles, 1 by AVX512-BF16 dot products (where there are no tiles, or with
-    ``SCRATCHGPT_TILE_MATMUL=dot``), 0 where it has neither."""
-    return lib.products_ready(int(os.environ.get(SWITCH, "").lower() != "dot"))
+    ``SCRATCHGPT_TILE_MATMUL=dot``), 0 where it has neither. Every library of a process
+    chooses alike (:func:`_tiles_wanted`)."""
+    return lib.products_ready(_tiles_wanted())
+
+
+@functools.cache
+def _tiles_wanted() -> int:
+    """0 with ``SCRATCHGPT_TILE_MATMUL=dot``, else 1: read once per process, at the first
+    library's load."""
+    return int(os.environ.get(SWITCH, "").lower() != "dot")
 
 
 def kind() -> str | None:
@@ -148,9 +156,9 @@ def weight_grad(dy: Tensor, x: Tensor) -> Tensor:
     n_in = x.size(1)
     dy, x = (t if t.stride(1) == 1 else t.contiguous() for t in (dy, x))
     dw = torch.empty(n_out, n_in)
-    # (tile_matmul.c: a thread for each 32 of the longer side at most, each with its own copy
-    # of the shorter side's operand)
-    threads = min(torch.get_num_threads(), max(n_out, n_in) // BLOCK)
+    # (tile_matmul.c: each thread its own copy of the shorter side's operand; it takes a thread
+    # for each 32 of the longer side at most)
+    threads = torch.get_num_threads()
     scratch = torch.empty(M * (max(n_out, n_in) + threads * min(n_out, n_in)), dtype=BF16)
     with profiled("tile_matmul.weight_grad"):
         _load().tile_weight_grad(M, n_out, n_in, dy.data_ptr(), dy.stride(0), x.data_ptr(),
