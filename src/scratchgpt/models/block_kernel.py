@@ -179,9 +179,9 @@ def backward(d_out: Tensor, x: Tensor, kept: Tensor, n_head: int, activation: st
     layout = _layout(B, T, C, n_head, threads)
     own = torch.empty(layout.backward_own, dtype=torch.uint8)
     dx = torch.empty(B, T, C)
-    grads: list[Tensor | None] = [None if p is None else torch.empty_like(p) for p in params]
-    for index, _ in _BIAS_GRADS:  # (summed below)
-        grads[index] = None
+    summed = {index for index, _ in _BIAS_GRADS}  # (below, from the buffers)
+    grads: list[Tensor | None] = [None if p is None or i in summed else torch.empty_like(p)
+                                  for i, p in enumerate(params)]
     cos, sin = attention_kernel.table_addresses(tables)
     with profiled("block_kernel.backward"):
         _check(_load().block_backward(

@@ -146,7 +146,7 @@ def block_forward(block: Any, x: Tensor,
 
 def _one_call(x: Tensor, params: tuple[Tensor | None, ...]) -> bool:
     """Whether a bf16 block of input x (B, T, C) and ``params`` runs as one C call each way
-    here (:func:`block_kernel.usable`: its products on tiles)."""
+    here (:func:`block_kernel.usable`: its products on tiles or by dot products)."""
     return block_kernel.usable(x.size(0) * x.size(1), [params[i] for i in (2, 4, 8, 10)])
 
 
