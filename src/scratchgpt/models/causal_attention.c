@@ -97,16 +97,17 @@ static void rotate_rows(const Work *w, float *x, const float *cos, const float *
     }
 }
 
-/* the T rows of src (stride Dp) transposed into dst_t (Dp, Tp): 16 rows at a time, one gather
- * per feature */
+/* the T rows of src (stride Dp) transposed into dst_t (Dp, Tp): 16 rows by 16 features at a
+ * time, in registers (rows past T read as 0) */
 static void transpose_rows(const Work *w, const float *src, float *dst_t) {
-    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                     _mm512_set1_epi32(w->Dp));
     for (int t = 0; t < w->T; t += 16)
-        for (int d = 0; d < w->D; d++)
-            _mm512_storeu_ps(dst_t + (long)d * w->Tp + t,
-                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), tail16(t, w->T), idx,
-                                                      src + (long)t * w->Dp + d, 4));
+        for (int d = 0; d < w->Dp; d += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = t + i < w->T ? _mm512_loadu_si512(src + (long)(t + i) * w->Dp + d) : _mm512_setzero_si512();
+            transpose16(r);
+            for (int j = 0; j < 16; j++) _mm512_storeu_si512(dst_t + (long)(d + j) * w->Tp + t, r[j]);
+        }
 }
 
 /* the T rows of one (b, h) pair, times mul, into dst (Tp, Dp); turned by the rotary tables

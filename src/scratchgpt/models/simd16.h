@@ -1,6 +1,7 @@
 /* Sixteen fp32 lanes at a time (one AVX-512 register): masked loads and stores of fp32 or bf16
- * data (and a whole row's store), bf16 rounding and exp. Included by causal_attention.c,
- * decode_step.c and block_ops.c (c_kernels.py's build key covers included files). */
+ * data (and a whole row's store), bf16 rounding, exp, and a 16 x 16 transpose of 32-bit
+ * values. Included by causal_attention.c, tile_matmul.c, decode_step.c and block_ops.c
+ * (c_kernels.py's build key covers included files). */
 #ifndef SCRATCHGPT_SIMD16_H
 #define SCRATCHGPT_SIMD16_H
 #include <immintrin.h>
@@ -68,5 +69,33 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+
+/* r[j][p] -> r[p][j] for 16 vectors of 16 32-bit values: pairs within 128-bit lanes, then
+ * pairs of pairs, leaving r[4 g + q] with rows 4 g .. 4 g + 3 of column 4 L + q in lane L;
+ * then the lanes, four vectors at a time */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512i u0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);      /* A0 A1 B0 B1 */
+        __m512i u1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xEE);      /* A2 A3 B2 B3 */
+        __m512i u2 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44); /* C0 C1 D0 D1 */
+        __m512i u3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xEE); /* C2 C3 D2 D3 */
+        t[q] = _mm512_shuffle_i32x4(u0, u2, 0x88);                    /* A0 B0 C0 D0 */
+        t[4 + q] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+        t[8 + q] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        t[12 + q] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 #endif

@@ -77,34 +77,6 @@ static inline __m512i row_pairs(const float *w) {
                               round_bf16(_mm512_loadu_ps(w + 16)), 1);
 }
 
-/* r[j][p] -> r[p][j] for 16 vectors of 16 32-bit values: pairs within 128-bit lanes, then
- * pairs of pairs, leaving r[4 g + q] with rows 4 g .. 4 g + 3 of column 4 L + q in lane L;
- * then the lanes, four vectors at a time */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int q = 0; q < 4; q++) {
-        __m512i u0 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x44);      /* A0 A1 B0 B1 */
-        __m512i u1 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xEE);      /* A2 A3 B2 B3 */
-        __m512i u2 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x44); /* C0 C1 D0 D1 */
-        __m512i u3 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xEE); /* C2 C3 D2 D3 */
-        t[q] = _mm512_shuffle_i32x4(u0, u2, 0x88);                    /* A0 B0 C0 D0 */
-        t[4 + q] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
-        t[8 + q] = _mm512_shuffle_i32x4(u1, u3, 0x88);
-        t[12 + q] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
 /* The _mm512_permutex2var_epi16 index that interleaves two rows of bf16 values (a and b, 32
  * each), 16 columns from 16 h: word 2 j is a's column 16 h + j, word 2 j + 1 b's */
 static inline __m512i pair_index(int h) {
