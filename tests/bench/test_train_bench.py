@@ -8,7 +8,14 @@ import torch
 from scratchgpt.bench.breakdown import ORDER, kind_of
 from scratchgpt.bench.train import add_arguments, serial_parts, variant_step
 from scratchgpt.cli import main
-from scratchgpt.models import attention_kernel, block_kernel, block_ops, fused_block, tile_matmul
+from scratchgpt.models import (
+    attention_kernel,
+    block_kernel,
+    block_ops,
+    c_kernels,
+    fused_block,
+    tile_matmul,
+)
 
 SHAPE = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
          "--batch-size", "2", "--steps", "3", "--warmup", "1"]
@@ -107,9 +114,10 @@ def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatc
                     reason="PyTorch's products' bits are reproduced on AMX tiles")
 def test_the_torchmm_and_calls_variants_are_the_same_step(monkeypatch):
     """bf16 (its blocks in one C call each way, products on AMX tiles), bf16-calls (the same
-    kernels called one by one) and bf16-torchmm (on PyTorch's products) train to the same
-    losses bit for bit, at a shape the tiles take (32 rows of 64 features); each runs the path
-    it names, and the switches are back as they were after each step."""
+    kernels called one by one), bf16-torchmm (on PyTorch's products) and bf16-static (each
+    kernel's threads kept to their own rows) train to the same losses bit for bit, at a shape
+    the tiles take (32 rows of 64 features); each runs the path it names, and the switches are
+    back as they were after each step."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args([*SHAPE, "--n-embd", "64", "--block-size", "16", "--batch-size",
@@ -117,8 +125,9 @@ def test_the_torchmm_and_calls_variants_are_the_same_step(monkeypatch):
     products, one_calls = [], []
     real, real_block = tile_matmul._product, block_kernel.forward
     monkeypatch.setattr(tile_matmul, "_product", lambda *a: products.append(1) or real(*a))
-    monkeypatch.setattr(block_kernel, "forward", lambda *a: one_calls.append(1) or real_block(*a))
-    for switch in (tile_matmul.SWITCH, block_kernel.SWITCH):
+    monkeypatch.setattr(block_kernel, "forward", lambda *a: one_calls.append(
+        os.environ.get(c_kernels.SHARES_SWITCH, "shared")) or real_block(*a))
+    for switch in (tile_matmul.SWITCH, block_kernel.SWITCH, c_kernels.SHARES_SWITCH):
         monkeypatch.delenv(switch, raising=False)
     torchmm, _ = variant_step(args, "bf16-torchmm")
     losses = [torchmm() for _ in range(3)]
@@ -128,7 +137,12 @@ def test_the_torchmm_and_calls_variants_are_the_same_step(monkeypatch):
     assert block_kernel.SWITCH not in os.environ
     tiles, _ = variant_step(args, "bf16")
     products.clear()
-    assert [tiles() for _ in range(3)] == losses and one_calls and not products
+    assert [tiles() for _ in range(3)] == losses and not products
+    assert set(one_calls) == {"shared"}
+    static, _ = variant_step(args, "bf16-static")
+    one_calls.clear()
+    assert [static() for _ in range(3)] == losses and set(one_calls) == {"static"}
+    assert c_kernels.SHARES_SWITCH not in os.environ
 
 
 def test_bench_train_breakdown_accounts_for_the_profiled_step(capsys):

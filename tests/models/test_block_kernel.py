@@ -76,6 +76,20 @@ def test_loss_and_gradients_equal_the_calls_one_by_one(kw, monkeypatch):
         assert torch.equal(g, g_ref), name
 
 
+@needs_products
+def test_threads_taking_over_each_others_rows_change_no_bit(monkeypatch):
+    """Each kernel's threads share its rows as runs, a thread done with its own taking the last
+    rows of a slower one (models/shares.h): which thread computes a row changes none of it."""
+    model = _model(activation="gelu", bias=False)
+    idx = torch.randint(0, 40, (8, 33))
+    loss, grads = _loss_and_grads(model, idx)
+    monkeypatch.setenv(c_kernels.SHARES_SWITCH, "static")
+    loss_ref, grads_ref = _loss_and_grads(model, idx)
+    assert torch.equal(loss, loss_ref)
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        assert torch.equal(g, g_ref)
+
+
 def _trained(steps: int = 5) -> list[torch.Tensor]:
     """The parameters after AdamW updates of the recipe's step (bf16, clipping) on the same
     batches from the same start; two threads, as the kernels split their work."""

@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turns each variant takes at its timed steps (5; at most --steps)")
     p.add_argument("--variants", default="fp32,bf16",
                    help="comma list of PRECISION[-compile][-muon][-modules][-torchops][-torchmm]"
-                        "[-calls][-1thread]"
+                        "[-calls][-static][-1thread]"
                         ": fp32 or bf16, optionally torch.compile'd, optionally with --optimizer "
                         "muon instead of AdamW, optionally with every block running its modules "
                         "(bf16 trains a plain block as one function, models/fused_block.py), "
@@ -64,7 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with its products on PyTorch's rather than on AMX tiles where the CPU "
                         "has them (models/tile_matmul.py), optionally with the block's C kernels "
                         "called one by one from Python rather than in one call each way "
-                        "(models/block_kernel.py), optionally on one thread (beside the "
+                        "(models/block_kernel.py), optionally with each C kernel's threads "
+                        "kept to their own rows rather than taking over a slower thread's last "
+                        "ones (models/shares.h), optionally on one thread (beside the "
                         "same variant on all threads it gives the step's serial part) (e.g. "
                         "bf16,bf16-torchops,bf16-torchmm,bf16-1thread)")
     p.add_argument("--muon-dtype", default="auto", choices=("auto", "bf16", "fp32"),
@@ -108,7 +110,7 @@ def flops_per_token(n_params: int, n_layer: int, n_embd: int, block: int) -> flo
     return 6 * n_params + 12 * n_layer * n_embd * block
 
 
-OPTIONS = ("compile", "muon", "modules", "torchops", "torchmm", "calls", "1thread")
+OPTIONS = ("compile", "muon", "modules", "torchops", "torchmm", "calls", "static", "1thread")
 
 
 def parse_variant(variant: str) -> tuple[str, set[str]]:
@@ -136,6 +138,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
 
     from scratchgpt.data.dataset import random_windows
     from scratchgpt.models import block_kernel, block_ops, fused_block, tile_matmul
+    from scratchgpt.models.c_kernels import SHARES_SWITCH
     from scratchgpt.models.gpt import GPT, GPTConfig
     from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.config import TrainConfig
@@ -180,14 +183,16 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
         step = switched_off(step, tile_matmul.SWITCH)
     if "calls" in options:
         step = switched_off(step, block_kernel.SWITCH, "python")
+    if "static" in options:
+        step = switched_off(step, SHARES_SWITCH, "static")
     return (_on_one_thread(step) if "1thread" in options else step), model
 
 
 def switched_off(step: Callable[[], Any], switch: str, value: str = "torch") -> Callable[[], Any]:
     """``step`` with the environment switch ``switch`` set to ``value`` for the step's
     duration (torch: PyTorch's path instead of scratchgpt's, the fused block's modules, PyTorch's
-    operators inside it, or its products; python for the block's kernels called one by one),
-    and put back after it."""
+    operators inside it, or its products; python for the block's kernels called one by one;
+    static for the C kernels' threads kept to their own rows), and put back after it."""
     import os
 
     def switched_step() -> Any:

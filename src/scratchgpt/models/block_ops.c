@@ -20,9 +20,11 @@
  *   convert_many:  several tensors fp32 -> bf16 or bf16 -> fp32 in one call
  *
  * Threads: rows are split between PyTorch's OpenMP threads (built against the libgomp PyTorch
- * has loaded), in fixed shares (a LayerNorm's: contiguous groups of LN_ROWS rows, then the
- * rows left over), and each thread's share of dw and db is summed in thread order: a call
- * gives the same bits every time for the same thread count.
+ * has loaded), each a run of consecutive rows (a LayerNorm's in groups of LN_ROWS), a thread
+ * done with its run taking the last rows of a slower one's (shares.h: no row's result depends
+ * on which thread computes it). The LayerNorm's backward keeps fixed shares, since each
+ * thread's share of dw and db is summed in thread order: a call gives the same bits every time
+ * for the same thread count.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -31,10 +33,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shares.h" /* rows and values shared between the threads */
 #include "simd16.h" /* 16-wide loads, stores and exp */
 
 /* the threads worth waking for n values: one below PyTorch's own grain for elementwise work */
 static int threads_for(long n, int threads) { return n < 32768 ? 1 : threads; }
+
+/* Elementwise loops share their values between the threads in pieces of PIECE (shares.h); the
+ * values of piece i are [i PIECE, piece_end(i, n)). */
+#define PIECE 4096
+static inline long pieces(long n) { return (n + PIECE - 1) / PIECE; }
+static inline long piece_end(long i, long n) { return (i + 1) * PIECE < n ? (i + 1) * PIECE : n; }
 
 /* Rows normalized together. A row's work is a chain of dependent steps (a sum, its reduction,
  * the squares' sum, its reduction, the square root), too short for the processor to overlap
@@ -97,13 +106,14 @@ static inline __attribute__((always_inline)) void ln_forward_rows(
 void ln_forward(int N, int C, const float *x, const void *res, float *x1, const float *w,
                 const float *b, float eps, void *h, float *mean, float *rstd, int bf16, int threads) {
     int groups = N / LN_ROWS;
+    Shares sh;
 #pragma omp parallel num_threads(threads_for((long)N * C, threads))
     {
-#pragma omp for schedule(static) nowait
-        for (int g = 0; g < groups; g++)
-            ln_forward_rows(LN_ROWS, g * LN_ROWS, C, x, res, x1, w, b, eps, h, mean, rstd, bf16);
-#pragma omp for schedule(static)
-        for (int i = groups * LN_ROWS; i < N; i++)
+        int t = shares_begin(&sh, groups);
+        for (long g; (g = take(&sh, t)) >= 0;)
+            ln_forward_rows(LN_ROWS, (int)g * LN_ROWS, C, x, res, x1, w, b, eps, h, mean, rstd, bf16);
+#pragma omp single nowait
+        for (int i = groups * LN_ROWS; i < N; i++)  /* the few rows left */
             ln_forward_rows(1, i, C, x, res, x1, w, b, eps, h, mean, rstd, bf16);
     }
 }
@@ -111,11 +121,13 @@ void ln_forward(int N, int C, const float *x, const void *res, float *x1, const 
 /* out = x + y over n values: the residual stream (fp32) plus a product's output (bf16 when
  * bf16 = 1, else fp32) */
 void residual_add(long n, const float *x, const void *y, float *out, int bf16, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
-    for (long k = 0; k < n; k += 16) {
-        __mmask16 m = tail16(k, n);
-        _mm512_mask_storeu_ps(out + k, m, _mm512_add_ps(load16(x, 0, k, m), load16(y, bf16, k, m)));
-    }
+    Shares sh;
+#pragma omp parallel num_threads(threads_for(n, threads))
+    for (long i, t = shares_begin(&sh, pieces(n)); (i = take(&sh, (int)t)) >= 0;)
+        for (long k = i * PIECE; k < piece_end(i, n); k += 16) {
+            __mmask16 m = tail16(k, n);
+            _mm512_mask_storeu_ps(out + k, m, _mm512_add_ps(load16(x, 0, k, m), load16(y, bf16, k, m)));
+        }
 }
 
 /* rows i0 .. i0 + n (n = LN_ROWS, or 1 for the last few; interleaved as in ln_rows) of
@@ -209,23 +221,27 @@ static inline __m512i bf16_index(const uint16_t *p, long k, __mmask16 m) {
 /* g = act(f) over n bf16 values: table[f], the activation of every bf16 value (fp32, each one
  * a bf16 value, so storing it as bf16 is exact) */
 void act_forward(long n, const float *table, const uint16_t *f, uint16_t *g, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
-    for (long k = 0; k < n; k += 16) {
-        __mmask16 m = tail16(k, n);
-        __m512i v = _mm512_castps_si512(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4));
-        _mm256_mask_storeu_epi16(g + k, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-    }
+    Shares sh;
+#pragma omp parallel num_threads(threads_for(n, threads))
+    for (long i, t = shares_begin(&sh, pieces(n)); (i = take(&sh, (int)t)) >= 0;)
+        for (long k = i * PIECE; k < piece_end(i, n); k += 16) {
+            __mmask16 m = tail16(k, n);
+            __m512i v = _mm512_castps_si512(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4));
+            _mm256_mask_storeu_epi16(g + k, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+        }
 }
 
 /* df = dg * table[f] over n bf16 values, rounded: table holds act' of every bf16 value */
 void act_backward(long n, const float *table, const uint16_t *dg, const uint16_t *f, uint16_t *df,
                   int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
-    for (long k = 0; k < n; k += 16) {
-        __mmask16 m = tail16(k, n);
-        __m512 d = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4);
-        store16(df, 1, k, m, _mm512_mul_ps(load16(dg, 1, k, m), d));
-    }
+    Shares sh;
+#pragma omp parallel num_threads(threads_for(n, threads))
+    for (long i, t = shares_begin(&sh, pieces(n)); (i = take(&sh, (int)t)) >= 0;)
+        for (long k = i * PIECE; k < piece_end(i, n); k += 16) {
+            __mmask16 m = tail16(k, n);
+            __m512 d = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, bf16_index(f, k, m), table, 4);
+            store16(df, 1, k, m, _mm512_mul_ps(load16(dg, 1, k, m), d));
+        }
 }
 
 /* dst[i] = src[i] for count tensors of n[i] values: fp32 rounded to bf16 (to_bf16 = 1: the
@@ -291,9 +307,11 @@ static inline __m512 act16(__m512 f, int kind) {
 
 /* g = act(f) over n fp32 values, computed (fp32 has too many values for a table) */
 void act_forward_fp32(long n, int kind, const float *f, float *g, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads_for(n, threads))
-    for (long k = 0; k < n; k += 16) {
-        __mmask16 m = tail16(k, n);
-        _mm512_mask_storeu_ps(g + k, m, act16(_mm512_maskz_loadu_ps(m, f + k), kind));
-    }
+    Shares sh;
+#pragma omp parallel num_threads(threads_for(n, threads))
+    for (long i, t = shares_begin(&sh, pieces(n)); (i = take(&sh, (int)t)) >= 0;)
+        for (long k = i * PIECE; k < piece_end(i, n); k += 16) {
+            __mmask16 m = tail16(k, n);
+            _mm512_mask_storeu_ps(g + k, m, act16(_mm512_maskz_loadu_ps(m, f + k), kind));
+        }
 }

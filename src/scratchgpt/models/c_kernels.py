@@ -14,7 +14,10 @@ Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC
 ``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
 source, the flags, the compiler and the CPU's features, so a home directory shared by
 machines of different kinds gets one build for each. Built with OpenMP: PyTorch has already
-loaded its libgomp, so the kernels run on PyTorch's own threads.
+loaded its libgomp, so the kernels run on PyTorch's own threads. The training kernels share
+their rows between those threads as a static schedule would, but a thread done with its own
+takes over the last rows of a slower one (``shares.h``; ``SCRATCHGPT_SHARES=static``,
+:data:`SHARES_SWITCH`, keeps each to its own).
 
 :func:`load_library` returns None where a kernel cannot be used: a CPU without AVX-512, no C
 compiler, a failed build, or the kernel switched off by its environment variable (the
@@ -38,6 +41,7 @@ from typing import Any
 import torch
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+SHARES_SWITCH = "SCRATCHGPT_SHARES"  # =static: no thread takes over another's rows (shares.h)
 
 
 def cache_dir() -> Path:
@@ -67,7 +71,7 @@ def _cpu_features() -> str:
 def _source_bytes(source: Path) -> bytes:
     """The source and the local files it includes (``#include "name"``), and theirs, which the
     build's cache key must cover too (``decode_step.c`` includes ``int8_matmul.c``,
-    ``block_kernel.c`` three kernels' files, and these ``simd16.h``)."""
+    ``block_kernel.c`` three kernels' files, and these ``simd16.h`` and ``shares.h``)."""
     text = source.read_bytes()
     names = re.findall(rb'^#include "([^"]+)"', text, flags=re.MULTILINE)
     return text + b"".join(_source_bytes(source.parent / name.decode()) for name in names)

@@ -28,7 +28,8 @@
  * before storing them. So a rotary model, too, reads its heads straight from the projection.
  *
  * Threads: the (b, h) pairs are split between PyTorch's OpenMP threads (built against the
- * libgomp PyTorch has loaded).
+ * libgomp PyTorch has loaded), each a run of consecutive pairs, a thread done with its run
+ * taking the last pairs of a slower one's (shares.h).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -37,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shares.h" /* the (b, h) pairs shared between the threads */
 #include "simd16.h" /* 16-wide loads, stores and exp */
 
 /* strides, in elements, of one tensor: from one sequence, one head, one time step to the next */
@@ -252,14 +254,15 @@ static void forward_pair(Work *w, const Call *c, int b, int h) {
  * Returns 0, or 1 if a thread could not allocate its work space. */
 static int for_each_pair(const Call *c, void (*pair)(Work *, const Call *, int, int), int threads) {
     int failed = 0;
+    Shares sh;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         Work w;
+        int t = shares_begin(&sh, (long)c->B * c->H);
         if (!work_alloc(&w, c->T, c->D)) {
-            failed = 1;
+            failed = 1; /* (its pairs are taken by the other threads) */
         } else {
-#pragma omp for schedule(static)
-            for (int bh = 0; bh < c->B * c->H; bh++) pair(&w, c, bh / c->H, bh % c->H);
+            for (long bh; (bh = take(&sh, t)) >= 0;) pair(&w, c, (int)(bh / c->H), (int)(bh % c->H));
             free(w.q);
         }
     }

@@ -33,6 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "shares.h"
 #include "simd16.h"
 
 #if defined(__AVX512BF16__)
@@ -198,15 +199,16 @@ static void end(void) {
 }
 
 /* C (M, N) bf16 = A (M, K) bf16, rows lda apart, times B (K, N) packed (header) (+ bias (N)):
- * each thread takes stripes of 32 rows of A */
+ * each thread takes stripes of 32 rows of A (shares.h) */
 void tile_product(long M, long N, long K, const uint16_t *A, long lda, const uint16_t *B,
                   const uint16_t *bias, uint16_t *C, int threads) {
+    Shares sh;
 #pragma omp parallel num_threads(threads)
     {
         float buf[32 * 32] __attribute__((aligned(64)));
+        int t = shares_begin(&sh, M / 32);
         begin();
-#pragma omp for schedule(static)
-        for (long m = 0; m < M / 32; m++)
+        for (long m; (m = take(&sh, t)) >= 0;)
             for (long c = 0; c < N / 32; c++) {
                 sums(A + m * 32 * lda, lda, B + c * 32 * K, K, buf);
                 store_block(buf, bias ? bias + c * 32 : 0, C + m * 32 * N + c * 32, N);
@@ -222,33 +224,30 @@ static inline __m512i row_pair(const uint16_t *m, long ld, long r, long c, __m51
                                      _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(m + (r + 1) * ld + c))));
 }
 
-/* this thread's share of the 32-wide blocks of n columns: [*lo, *hi) */
-static void share(long n, long *lo, long *hi) {
-    int t = omp_get_thread_num(), threads = omp_get_num_threads();
-    *lo = n / 32 * t / threads * 32;
-    *hi = n / 32 * (t + 1) / threads * 32;
-}
-
 /* dW (N, K) fp32 = dy (M, N)^T x (M, K), both bf16 (rows ldy and ldx apart): the bf16 product's
  * rounded sums, widened. The threads (`threads` at most, and one per 32 of dW's longer side)
- * share that side, and each lays out only what its blocks read: the columns of dy as rows of
- * dy^T (pairs of dy's rows, transposed 16 x 16), and x in pairs of rows. Scratch, M (max(N, K)
- * + threads min(N, K)) bf16: the shared side's layout, its parts each laid out by the thread
- * that reads them, then each thread's own copy of the other's. */
+ * share that side in runs of 32-wide blocks (shares.h), and each first lays out what its own
+ * run reads: the columns of dy as rows of dy^T (pairs of dy's rows, transposed 16 x 16), and x
+ * in pairs of rows; a block taken from another's run reads that thread's layout. Scratch, M
+ * (max(N, K) + threads min(N, K)) bf16: the shared side's layout, its parts each laid out by
+ * the thread whose run they are in, then each thread's own copy of the other's. */
 void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, const uint16_t *x,
                       long ldx, float *dw, uint16_t *scratch, int threads) {
     __m512i idx = pair_index(0);
     long most = (N > K ? N : K) / 32;
     if (threads > most) threads = (int)most;
+    Shares sh;
 #pragma omp parallel num_threads(threads)
     {
-        long n0 = 0, n1 = N, k0 = 0, k1 = K, own = omp_get_thread_num() * M;
+        int t = shares_begin(&sh, most);
+        long n0 = 0, n1 = N, k0 = 0, k1 = K, lo, hi, own = t * M;
         uint16_t *dyt = scratch, *xp = scratch;
+        own_run(&sh, t, &lo, &hi); /* (in 32-wide blocks of the longer side) */
         if (N >= K) {
-            share(N, &n0, &n1);
+            n0 = lo * 32, n1 = hi * 32;
             xp += M * N + own * K;
         } else {
-            share(K, &k0, &k1);
+            k0 = lo * 32, k1 = hi * 32;
             dyt += M * K + own * N;
         }
         for (long n = n0; n < n1; n += 16)
@@ -262,17 +261,22 @@ void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, cons
             for (long p = 0; p < M / 2; p++)
                 _mm512_storeu_si512(xp + (c * (M / 2) + p) * 32, row_pair(x, ldx, 2 * p, c * 16, idx));
         float buf[32 * 32] __attribute__((aligned(64)));
+#pragma omp barrier /* (every run laid out before a block is taken from it) */
         begin();
-        for (long n = n0; n < n1; n += 32)
-            for (long c = k0 / 32; c < k1 / 32; c++) {
-                sums(dyt + n * M, M, xp + c * 32 * M, M, buf);
-                for (int i = 0; i < 32; i++)
-                    for (int h = 0; h < 2; h++) {
-                        __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + i * 32 + 16 * h));
-                        _mm512_storeu_ps(dw + (n + i) * K + c * 32 + 16 * h,
-                                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-                    }
-            }
+        for (long i; (i = take(&sh, t)) >= 0;) {
+            if (N >= K) n0 = i * 32, n1 = n0 + 32;
+            else k0 = i * 32, k1 = k0 + 32;
+            for (long n = n0; n < n1; n += 32)
+                for (long c = k0 / 32; c < k1 / 32; c++) {
+                    sums(dyt + n * M, M, xp + c * 32 * M, M, buf);
+                    for (int r = 0; r < 32; r++)
+                        for (int h = 0; h < 2; h++) {
+                            __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + r * 32 + 16 * h));
+                            _mm512_storeu_ps(dw + (n + r) * K + c * 32 + 16 * h,
+                                             _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+                        }
+                }
+        }
         end();
     }
 }
