@@ -174,6 +174,9 @@ def _check_counts(args: argparse.Namespace) -> None:
         _check_beam(args)
     elif args.length_penalty is not None:
         raise ConfigError("--length-penalty scores beam search's hypotheses; it goes with --beam")
+    elif args.temperature == 0 and (args.top_k or args.top_p is not None):
+        raise ConfigError("--temperature 0 decodes greedily (the likeliest token each time) and "
+                          "draws nothing: --top-k and --top-p do not apply to it")
 
 
 def _check_beam(args: argparse.Namespace) -> None:
