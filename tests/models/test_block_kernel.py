@@ -191,3 +191,9 @@ def test_with_dot_products_the_one_call_block_is_its_calls_one_by_one():
                           text=True, timeout=300, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dot-product block checked" in done.stdout
+
+
+def test_a_kernel_that_could_not_allocate_its_work_space_raises_memory_error():
+    c_kernels.check_allocated(0, "block kernel")  # it could: nothing to say
+    with pytest.raises(MemoryError, match="^block kernel: no memory for its work space$"):
+        c_kernels.check_allocated(1, "block kernel")

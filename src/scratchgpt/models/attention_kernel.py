@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from scratchgpt.models.c_kernels import load_library, profiled
+from scratchgpt.models.c_kernels import check_allocated, load_library, profiled
 
 SOURCE = Path(__file__).with_name("causal_attention.c")
 MAX_T = 1024
@@ -94,12 +94,6 @@ def _bf16(t: Tensor) -> bool:
     return t.dtype == torch.bfloat16
 
 
-def _check(failed: int) -> None:
-    """A kernel call's status: 1 when a thread could not allocate its work space."""
-    if failed:
-        raise MemoryError("causal attention kernel: no memory for its work space")
-
-
 Shape = tuple[int, int, int, int]  # B, H, T, D
 Rope = tuple[int, int] | tuple[None, None]  # the addresses of the cos and sin tables, or none
 
@@ -112,8 +106,9 @@ def _run_forward(bf16: bool, shape: Shape, ptrs: tuple[int, ...],
     q, k, v, y, lse = ptrs
     sq, sk, sv, sy = strides
     with profiled("attention_kernel.forward"):
-        _check(load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
-                                        torch.get_num_threads()))
+        failed = load().attention_forward(bf16, *shape, q, sq, k, sk, v, sv, y, sy, lse, *rope,
+                                          torch.get_num_threads())
+    check_allocated(failed, "causal attention kernel")
 
 
 def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctypes.Array,
@@ -121,8 +116,9 @@ def _run_backward(bf16: bool, shape: Shape, ptrs: tuple[int, ...], strides: ctyp
     """The C backward: ``ptrs`` are q, k, v, y, dy, lse, then dq, dk, dv (written);
     ``strides`` 3 per tensor in that order, lse left out."""
     with profiled("attention_kernel.backward"):
-        _check(load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
-                                         torch.get_num_threads()))
+        failed = load().attention_backward(bf16, *shape, *ptrs, strides, *rope,
+                                           torch.get_num_threads())
+    check_allocated(failed, "causal attention kernel")
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.models import attention_kernel, block_ops, tile_matmul
-from scratchgpt.models.c_kernels import load_library, profiled
+from scratchgpt.models.c_kernels import check_allocated, load_library, profiled
 
 SOURCE = Path(__file__).with_name("block_kernel.c")
 SWITCH = "SCRATCHGPT_BLOCK_KERNEL"
@@ -139,11 +139,6 @@ def _pointers(tensors: tuple[Tensor | None, ...]) -> ctypes.Array:
                                               for t in tensors))
 
 
-def _check(failed: int) -> None:
-    if failed:
-        raise MemoryError("block kernel: no memory for a kernel's work space")
-
-
 def forward(x: Tensor, n_head: int, eps: tuple[float, float], activation: str,
             tables: tuple[Tensor, ...], params: tuple[Tensor | None, ...]) -> tuple[Tensor, Tensor]:
     """x (B, T, C) fp32 -> (the block's output (B, T, C) fp32, what :func:`backward` reads).
@@ -159,11 +154,12 @@ def forward(x: Tensor, n_head: int, eps: tuple[float, float], activation: str,
     out = torch.empty(B, T, C)
     cos, sin = attention_kernel.table_addresses(tables)
     with profiled("block_kernel.forward"):
-        _check(_load().block_forward(
+        failed = _load().block_forward(
             layout.shape, (ctypes.c_float * 2)(*eps),
             block_ops.activation_tables(activation)[0].data_ptr(), cos, sin, x.data_ptr(),
             _pointers(params), kept.data_ptr(), own.data_ptr(), layout.forward, out.data_ptr(),
-            threads))
+            threads)
+    check_allocated(failed, "block kernel")
     return out, kept
 
 
@@ -184,10 +180,11 @@ def backward(d_out: Tensor, x: Tensor, kept: Tensor, n_head: int, activation: st
                                   for i, p in enumerate(params)]
     cos, sin = attention_kernel.table_addresses(tables)
     with profiled("block_kernel.backward"):
-        _check(_load().block_backward(
+        failed = _load().block_backward(
             layout.shape, block_ops.activation_tables(activation)[1].data_ptr(), cos, sin,
             x.data_ptr(), d_out.data_ptr(), _pointers(params), kept.data_ptr(),
-            own.data_ptr(), layout.backward, dx.data_ptr(), _pointers(tuple(grads)), threads))
+            own.data_ptr(), layout.backward, dx.data_ptr(), _pointers(tuple(grads)), threads)
+    check_allocated(failed, "block kernel")
     for index, name in _BIAS_GRADS:
         if params[index] is not None:  # dy.sum(0) in bf16, widened: as fused_block.py's
             rows = layout.view(own, name, (B * T, params[index].numel()))

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from scratchgpt.models.c_kernels import load_library, profiled
+from scratchgpt.models.c_kernels import check_allocated, load_library, profiled
 
 SOURCE = Path(__file__).with_name("block_ops.c")
 SWITCH = "SCRATCHGPT_BLOCK_OPS"
@@ -200,11 +200,10 @@ class COps:
         dx = torch.empty_like(x)
         dx16 = torch.empty(N, C, dtype=BF16) if want_bf16 else None
         dw, db = torch.empty(C), None if b is None else torch.empty(C)
-        failed = _load().ln_backward(N, C, dh.data_ptr(), x.data_ptr(), mean.data_ptr(),
-                                    rstd.data_ptr(), w.data_ptr(), _ptr(dres), dx.data_ptr(),
-                                    _ptr(dx16), dw.data_ptr(), _ptr(db), torch.get_num_threads())
-        if failed:
-            raise MemoryError("LayerNorm backward kernel: no memory for its partial sums")
+        check_allocated(_load().ln_backward(
+            N, C, dh.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), w.data_ptr(),
+            _ptr(dres), dx.data_ptr(), _ptr(dx16), dw.data_ptr(), _ptr(db),
+            torch.get_num_threads()), "LayerNorm backward kernel")
         return dx, dx16, dw, db
 
 

@@ -110,6 +110,13 @@ def load_library(source: Path, switch: str | None) -> ctypes.CDLL | None:
         return None
 
 
+def check_allocated(failed: int, kernel: str) -> None:
+    """A C call's status: MemoryError naming ``kernel`` when it returned nonzero (a thread could
+    not allocate its work space), nothing when it returned 0."""
+    if failed:
+        raise MemoryError(f"{kernel}: no memory for its work space")
+
+
 def profiled(name: str) -> Any:
     """A range named ``name`` while ``torch.profiler`` records (so a profile, and ``scratchgpt
     bench train --breakdown``, see a C call by its name wherever it is made from; ctypes calls
