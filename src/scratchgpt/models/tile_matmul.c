@@ -263,20 +263,17 @@ void tile_weight_grad(long M, long N, long K, const uint16_t *dy, long ldy, cons
         float buf[32 * 32] __attribute__((aligned(64)));
 #pragma omp barrier /* (every run laid out before a block is taken from it) */
         begin();
-        for (long i; (i = take(&sh, t)) >= 0;) {
-            if (N >= K) n0 = i * 32, n1 = n0 + 32;
-            else k0 = i * 32, k1 = k0 + 32;
-            for (long n = n0; n < n1; n += 32)
-                for (long c = k0 / 32; c < k1 / 32; c++) {
-                    sums(dyt + n * M, M, xp + c * 32 * M, M, buf);
-                    for (int r = 0; r < 32; r++)
-                        for (int h = 0; h < 2; h++) {
-                            __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + r * 32 + 16 * h));
-                            _mm512_storeu_ps(dw + (n + r) * K + c * 32 + 16 * h,
-                                             _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-                        }
-                }
-        }
+        for (long i; (i = take(&sh, t)) >= 0;)  /* block i of the longer side ... */
+            for (long j = 0; j < (N >= K ? K : N) / 32; j++) {  /* ... by each of the other's */
+                long n = (N >= K ? i : j) * 32, c = N >= K ? j : i;
+                sums(dyt + n * M, M, xp + c * 32 * M, M, buf);
+                for (int r = 0; r < 32; r++)
+                    for (int h = 0; h < 2; h++) {
+                        __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + r * 32 + 16 * h));
+                        _mm512_storeu_ps(dw + (n + r) * K + c * 32 + 16 * h,
+                                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+                    }
+            }
         end();
     }
 }
