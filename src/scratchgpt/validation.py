@@ -11,6 +11,7 @@ import dataclasses
 import math
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
@@ -78,6 +79,21 @@ def check_range(name: str, value: float, low: float = -math.inf, high: float = m
         lo = "(" if low_open or math.isinf(low) else "["
         hi = ")" if high_open or math.isinf(high) else "]"
         raise ConfigError(f"{name} must be in {lo}{_num(low)}, {_num(high)}{hi}, got {value!r}")
+
+
+def file_target_problem(path: Path) -> str | None:
+    """Why a file cannot be written at ``path`` (its missing folders made first), or None:
+    it is a directory, or one of the folders above it is a file.
+
+    >>> file_target_problem(Path("/"))
+    'it is a directory'
+    """
+    if path.is_dir():
+        return "it is a directory"
+    folder = next(p for p in path.absolute().parents if p.exists())
+    if not folder.is_dir():
+        return f"{folder} is a file, not a directory"
+    return None
 
 
 def _num(x: float) -> str:

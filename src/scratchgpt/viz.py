@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import file_target_problem
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
 
@@ -274,12 +275,10 @@ def check_figure_path(path: str | Path, overwrite: bool = True) -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"cannot write {path}: it is a directory; give a file name in it, "
-                          f"such as {path / 'figure.png'}")
-    folder = next(p for p in path.absolute().parents if p.exists())
-    if not folder.is_dir():
-        raise ConfigError(f"cannot write {path}: {folder} is a file, not a directory")
+    problem = file_target_problem(path)
+    if problem is not None:
+        hint = f"; give a file name in it, such as {path / 'figure.png'}" if path.is_dir() else ""
+        raise ConfigError(f"cannot write {path}: {problem}{hint}")
     formats = sorted(FigureCanvasBase.get_supported_filetypes())
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in formats:

@@ -130,6 +130,9 @@ def test_a_confusion_file_in_a_file_is_refused_and_a_new_folder_made(short_run, 
     code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
                                   "--confusion", path, "--overwrite"], capsys)
     assert code == 0 and "accuracy" in printed, err
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--overwrite"], capsys)  # with nothing to replace
+    assert code == 2 and "it goes with --confusion" in err and printed == "", err
 
 
 @pytest.mark.parametrize("texts, n", [([""], 1), (["love", "  "], 2)])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError, TokenizerError
-from scratchgpt.validation import SEED_MAX
+from scratchgpt.validation import SEED_MAX, file_target_problem
 
 
 def _int_within(text: str, low: int, high: int | None, expected: str) -> int:
@@ -121,14 +121,25 @@ def results_file(path: str | Path | None, overwrite: bool, flag: str = "--json")
     if path is None:
         return None
     file = Path(path)
-    if file.is_dir():
-        raise ConfigError(f"{flag} {file} is a directory; give a file name")
-    folder = next(p for p in file.absolute().parents if p.exists())
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {file}: {folder} is a file, not a directory")
+    problem = file_target_problem(file)
+    if problem is not None:
+        raise ConfigError(f"{flag} {file}: {problem}; give a file name")
     if file.exists() and not overwrite:
         raise ConfigError(f"{file} already holds results; pass --overwrite to replace it")
     return file
+
+
+def figure_file(path: str | None, overwrite: bool, flag: str) -> Path | None:
+    """An optional figure flag's file (``flag FILE``; None when not given), checked before any
+    work (:func:`scratchgpt.viz.check_figure_path`); ``--overwrite`` replaces that file, so
+    without ``flag`` it is refused rather than ignored."""
+    if path is None:
+        if overwrite:
+            raise ConfigError(f"--overwrite replaces the {flag} file; it goes with {flag}")
+        return None
+    from scratchgpt.viz import check_figure_path
+
+    return check_figure_path(path, overwrite)
 
 
 def write_results(file: Path | None, figures: dict[str, Any]) -> None:

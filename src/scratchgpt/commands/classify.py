@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, figure_file
 from scratchgpt.errors import ConfigError, DataError
 
 
@@ -44,15 +44,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
         raise ConfigError("--confusion goes with --eval")
-    if args.overwrite and not args.confusion:
-        raise ConfigError("--overwrite replaces the --confusion file; it goes with --confusion")
+    figure_file(args.confusion, args.overwrite, "--confusion")  # before the model is loaded
     empty = next((i for i, t in enumerate(args.texts, 1) if not t.strip()), None)
     if empty is not None:  # nothing to read: the model would label a stand-in token
         raise ConfigError(f"text {empty} is empty; give each text some words")
-    if args.confusion:
-        from scratchgpt.viz import check_figure_path
-
-        check_figure_path(args.confusion, args.overwrite)  # before the model is loaded and run
     model, source = load_model(args.checkpoint, args.which)
     if not isinstance(model, GPTClassifier):
         raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "

@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag
+from scratchgpt.commands.argtypes import add_which_flag, figure_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,12 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    if args.overwrite and args.plot is None:
-        raise ConfigError("--overwrite replaces the --plot file; it goes with --plot")
-    if args.plot is not None:
-        from scratchgpt.viz import check_figure_path
-
-        check_figure_path(args.plot, args.overwrite)  # refused before any work
+    figure_file(args.plot, args.overwrite, "--plot")  # refused before any work
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
     model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)

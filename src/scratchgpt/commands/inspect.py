@@ -20,8 +20,13 @@ import json
 import sys
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_unknown_flag, add_which_flag, encode, positive_int
-from scratchgpt.errors import ConfigError
+from scratchgpt.commands.argtypes import (
+    add_unknown_flag,
+    add_which_flag,
+    encode,
+    figure_file,
+    positive_int,
+)
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 
@@ -107,12 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints.io import load_language_model
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
-    if args.overwrite and not args.out:
-        raise ConfigError("--overwrite replaces the --out file; it goes with --out")
-    if args.out:
-        from scratchgpt.viz import check_figure_path
-
-        check_figure_path(args.out, args.overwrite)  # refused before any work
+    figure_file(args.out, args.overwrite, "--out")  # refused before any work
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
     # one column each: T=0 and greedy are one setting, as are k=0 and T=1, and their names,
     # the table's columns and the report's keys, would collide
