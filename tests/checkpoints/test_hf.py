@@ -63,13 +63,17 @@ def test_greedy_generation_matches_transformers_token_for_token(hf_dir):
 
 def test_round_trip_ours_to_hf_to_ours_is_bit_identical(tmp_path):
     torch.manual_seed(1)
-    for tie, act, drop in ((True, "gelu_tanh", None), (False, "gelu", 0.0)):
+    for tie, act, drop, embd in ((True, "gelu_tanh", None, None), (False, "gelu", 0.0, 0.2)):
         model = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=2, n_head=4, n_embd=32,
                               tie_weights=tie, layer_norm_eps=1e-6, activation=act,
-                              dropout=0.1, attn_dropout=drop)).eval()
+                              dropout=0.1, attn_dropout=drop, embd_dropout=embd)).eval()
         out = save_hf(model, tmp_path / f"hf-{tie}")
+        hf_config = json.loads((out / "config.json").read_text())
+        assert (hf_config["embd_pdrop"], hf_config["attn_pdrop"]) == \
+            (0.1 if embd is None else embd, 0.1 if drop is None else drop)
         back, _ = load_hf(out)
         assert back.config == model.config  # the rest are defaults
+        assert back.transformer.drop.p == hf_config["embd_pdrop"]
         for k, v in model.state_dict().items():
             assert torch.equal(back.state_dict()[k], v), k
         ref = transformers.GPT2LMHeadModel.from_pretrained(out).eval()

@@ -380,11 +380,14 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
     code, printed, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
                                   tmp_path / "same", "--out", tmp_path / "y", "--lora",
                                   "--max-iters", "3", "--eval-interval", "3", "--eval-iters",
-                                  "1", "--no-progress"], capsys)
+                                  "1", "--no-progress", "--attn-dropout", "0.25",
+                                  "--embd-dropout", "0.05"], capsys)
     assert code == 0, err
     assert (tmp_path / "y" / "adapter.pt").is_file()
     ckpt = load_checkpoint(tmp_path / "y")
     assert ckpt.model_type == "gpt-lora" and ckpt.data["base"]["source"] == str(ft_dir / "base")
+    gpt = ckpt.model_config.gpt  # the base's model, with the dropouts given here
+    assert (gpt.attn_dropout, gpt.embd_dropout) == (0.25, 0.05)
     code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
                             tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
                            capsys)

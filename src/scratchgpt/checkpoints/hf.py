@@ -99,6 +99,7 @@ def config_from_hf(hf: Any, where: str = CONFIG_FILE) -> dict[str, Any]:
             raise bad(key, f"only {ok} is implemented")
     p = _number(hf, "resid_pdrop", 0.0, float, where)
     p_attn = _number(hf, "attn_pdrop", p, float, where)
+    p_embd = _number(hf, "embd_pdrop", p, float, where)
     out = dict(vocab_size=_number(hf, "vocab_size", None, int, where),
                block_size=_number(hf, "n_positions", None, int, where),
                n_layer=_number(hf, "n_layer", None, int, where),
@@ -107,7 +108,8 @@ def config_from_hf(hf: Any, where: str = CONFIG_FILE) -> dict[str, Any]:
                tie_weights=bool(hf.get("tie_word_embeddings", True)),
                layer_norm_eps=_number(hf, "layer_norm_epsilon", 1e-5, float, where),
                activation="gelu" if act == "gelu" else "gelu_tanh",
-               attn_dropout=None if p_attn == p else p_attn)  # None: the same as dropout
+               attn_dropout=None if p_attn == p else p_attn,  # None: the same as dropout
+               embd_dropout=None if p_embd == p else p_embd)
     _gpt_config(out, where)  # GPTConfig's own checks (sizes >= 1, dropout in [0, 1), ...)
     return out
 
@@ -141,14 +143,15 @@ def config_to_hf(cfg: dict[str, Any], eos_id: int | None = None) -> dict[str, An
     if reason is not None:
         raise ConfigError(f"cannot export to Hugging Face GPT-2: {reason}")
     p = float(cfg.get("dropout", 0.0))
-    p_attn = p if cfg.get("attn_dropout") is None else float(cfg["attn_dropout"])
+    p_attn, p_embd = (p if cfg.get(k) is None else float(cfg[k])
+                      for k in ("attn_dropout", "embd_dropout"))
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": cfg["vocab_size"], "n_positions": cfg["block_size"],
         "n_embd": cfg["n_embd"], "n_layer": cfg["n_layer"], "n_head": cfg["n_head"],
         "n_inner": None,
         "activation_function": "gelu" if cfg.get("activation") == "gelu" else "gelu_new",
-        "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p_attn,
+        "resid_pdrop": p, "embd_pdrop": p_embd, "attn_pdrop": p_attn,
         "layer_norm_epsilon": cfg.get("layer_norm_eps", 1e-5), "initializer_range": 0.02,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False, "add_cross_attention": False,

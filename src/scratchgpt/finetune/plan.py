@@ -41,7 +41,12 @@ from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
 from scratchgpt.training.config import TrainConfig, train_fields
 from scratchgpt.training.epochs import steps_per_epoch
 from scratchgpt.training.job import TrainJob, lm_task
-from scratchgpt.training.settings import Settings, model_fields, resumed_run
+from scratchgpt.training.settings import (
+    CHANGEABLE_MODEL_FIELDS,
+    Settings,
+    model_fields,
+    resumed_run,
+)
 from scratchgpt.training.trainer import TrainResult
 
 TASKS = ("classify", "instruct")
@@ -157,8 +162,11 @@ def train_config(kind: str, policy: str, n_train: int, n_val: int, flags: dict[s
     return TrainConfig(**values)
 
 
-def _gpt_config(base: Base, dropout: float | None) -> GPTConfig:
-    return base.config if dropout is None else dataclasses.replace(base.config, dropout=dropout)
+def _gpt_config(base: Base, changes: dict[str, Any]) -> GPTConfig:
+    """The base's config with the dropouts of ``changes`` (the fields that hold no learned
+    state, :data:`CHANGEABLE_MODEL_FIELDS`) set anew."""
+    return dataclasses.replace(base.config, **{k: v for k, v in changes.items()
+                                               if k in CHANGEABLE_MODEL_FIELDS})
 
 
 def describe_parameters(model: torch.nn.Module) -> str:
@@ -191,7 +199,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if out is not None:
         check_out_is_not_the_base(out, req.init_from, "--init-from")
     base = load_base(req.init_from)
-    gpt = _gpt_config(base, req.dropout)
+    gpt = _gpt_config(base, {} if req.dropout is None else {"dropout": req.dropout})
     if req.max_length > gpt.block_size:  # texts are never longer than the base can read
         raise ConfigError(f"--max-length {req.max_length} is longer than the base's context "
                           f"({gpt.block_size} tokens); give at most {gpt.block_size}, or 0 "
@@ -375,7 +383,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     from scratchgpt.data.resolve import resolve_dataset
 
     given = settings.explicit
-    fixed = sorted(k for k in given if k in model_fields() - {"dropout", "attn_dropout"})
+    fixed = sorted(k for k in given if k in model_fields() - CHANGEABLE_MODEL_FIELDS)
     if fixed or given.get("model", "gpt") != "gpt" or settings.preset:
         flags = " ".join("--" + k.replace("_", "-") for k in fixed) or \
             ("--preset" if settings.preset else "--model")
@@ -385,7 +393,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     base = load_base(init_from)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
-    gpt = _gpt_config(base, given.get("dropout"))
+    gpt = _gpt_config(base, given)
     data.check_block_size(gpt.block_size)
     config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})

@@ -65,6 +65,9 @@ class GPTConfig:
     # form, not the fused kernel), so attn_dropout=0 keeps most of dropout's effect for less.
     attn_dropout: float | None = field(default=None, metadata=_help(
         "GPT: dropout on the attention weights alone (unset: --dropout; 0 is cheaper on CPUs)"))
+    # GPT-2's embd_pdrop, which a Hugging Face config may set apart from resid_pdrop.
+    embd_dropout: float | None = field(default=None, metadata=_help(
+        "GPT: dropout on the embeddings alone, before the first block (unset: --dropout)"))
     bias: bool = field(default=True, metadata=_help(
         "GPT: biases in Linear layers and LayerNorms, as GPT-2"))
     pos_encoding: str = field(default="learned", metadata=_help(
@@ -123,6 +126,7 @@ class GPTConfig:
             )
         check_range("dropout", self.dropout, 0, 1, high_open=True)
         check_range("attn_dropout", self.attn_dropout, 0, 1, high_open=True)
+        check_range("embd_dropout", self.embd_dropout, 0, 1, high_open=True)
         # an epsilon <= 0 divides by zero on a constant input: NaN weights after one step
         check_range("layer_norm_eps", self.layer_norm_eps, 0, 1, low_open=True)
 
@@ -556,7 +560,7 @@ class GPT(nn.Module):
                          for i in range(cfg.n_layer)]
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            drop=Dropout(cfg.dropout),
+            drop=Dropout(cfg.dropout if cfg.embd_dropout is None else cfg.embd_dropout),
             h=nn.ModuleList([Block(cfg, t is not None) for t in self.ve_table]),
             ln_f=layer_norm(cfg),
         ))

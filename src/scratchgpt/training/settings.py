@@ -21,7 +21,7 @@ from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields,
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
 
 # Model hyperparameters that may change when a run resumes (they hold no learned state).
-CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout"}
+CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout", "embd_dropout"}
 
 
 def model_fields() -> set[str]:
