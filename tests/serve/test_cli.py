@@ -56,6 +56,24 @@ def test_a_missing_checkpoint_is_a_one_line_error(capsys, tmp_path):
         capsys, ["serve", "--checkpoint", str(tmp_path / "nothing"), "--port", "0"])
 
 
+def test_a_classifier_is_refused_in_one_line(capsys, tmp_path):
+    """A classifier continues no text: it was an AttributeError traceback ('vocab_size')."""
+    optional("starlette")
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.models import build_model
+    from scratchgpt.models.classifier import GPTClassifierConfig
+    from scratchgpt.models.gpt import GPTConfig
+    from scratchgpt.tokenizers import CharTokenizer
+
+    CharTokenizer(list("abc \n")).save(tmp_path)
+    cfg = GPTClassifierConfig(GPTConfig(vocab_size=5, block_size=8, n_layer=1, n_head=1,
+                                        n_embd=8), 2)
+    save_checkpoint(tmp_path / "cls.pt", Checkpoint("gpt-classifier", cfg,
+                                                    build_model(cfg).state_dict()))
+    assert "scratchgpt classify" in error_of(
+        capsys, ["serve", "--checkpoint", str(tmp_path / "cls.pt"), "--port", "0"])
+
+
 def test_int8_serves_and_sigterm_finishes_the_running_stream(plain_run):
     """The child serves int8 weights; SIGTERM mid-stream lets the stream end properly (its
     ``[DONE]`` arrives) and the process ends cleanly."""
