@@ -8,6 +8,7 @@ billion layers. :func:`check_types` and :func:`check_range` turn such values int
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -79,6 +80,22 @@ def check_range(name: str, value: float, low: float = -math.inf, high: float = m
         lo = "(" if low_open or math.isinf(low) else "["
         hi = ")" if high_open or math.isinf(high) else "]"
         raise ConfigError(f"{name} must be in {lo}{_num(low)}, {_num(high)}{hi}, got {value!r}")
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads(text)``, where a document nested too deeply for Python's parser (it recurses
+    once per level) is a ValueError as any other malformed JSON is, so the reader's one-line
+    error covers it too, not a RecursionError traceback.
+
+    >>> json_loads("[" * 100_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: arrays or objects nested too deeply
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("arrays or objects nested too deeply") from None
 
 
 def file_target_problem(path: Path) -> str | None:

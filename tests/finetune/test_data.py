@@ -37,6 +37,20 @@ def test_tsv_csv_and_label_first():
         [("Go until", "ham"), ("WIN now", "spam")]
 
 
+def test_a_csv_text_may_be_as_long_as_a_tsv_one():
+    """The csv module caps a field at 131,072 characters: that was a csv.Error traceback."""
+    long = "word " * 40_000
+    rows = f'text,label\n"{long}",pos\nshort,neg\n'
+    assert parse_labelled(rows, "f", csv_format=True) == [(long, "pos"), ("short", "neg")]
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"messages": ' + "[" * 100_000])
+def test_json_nested_too_deeply_is_a_data_error(text):
+    """Python's parser recurses once per level: that was a RecursionError traceback."""
+    with pytest.raises(DataError, match="nested too deeply"):
+        parse_conversations(text, "f")
+
+
 @pytest.mark.parametrize("text, needle", [
     ("good\tpos\nbad\t\n", "f line 2: the label is missing"),
     ("good\tpos\nbad\n", "line 2: no tab"),

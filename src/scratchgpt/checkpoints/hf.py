@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import read_torch_file
 from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.validation import json_loads
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -293,7 +294,7 @@ def _read_config(directory: Path) -> tuple[Any, Path]:
     """(the parsed ``config.json`` of ``directory``, its path)."""
     cfg_path = directory / CONFIG_FILE
     try:
-        return json.loads(cfg_path.read_text(encoding="utf-8")), cfg_path
+        return json_loads(cfg_path.read_text(encoding="utf-8")), cfg_path
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from torch import Tensor
 from scratchgpt.data.prepare import META_FILE, META_VERSION
 from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
+from scratchgpt.validation import json_loads
 
 
 def random_windows(data: np.ndarray, batch_size: int, block_size: int,
@@ -48,7 +48,7 @@ def read_meta(directory: Path) -> dict:
         raise DataError(f"{directory} is not a prepared dataset (no {META_FILE}); "
                         "run 'scratchgpt prepare' first")
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json_loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{path} is not valid JSON ({e}); prepare the dataset again") from None
     if not isinstance(meta, dict):

@@ -28,6 +28,7 @@ import torch
 from scratchgpt.chat import ROLES, Message, check_messages
 from scratchgpt.data import sources
 from scratchgpt.errors import DataError
+from scratchgpt.validation import json_loads
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
 TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
@@ -107,15 +108,20 @@ def _tsv_rows(text: str, label_first: bool) -> list[tuple[int, tuple[str, str]]]
 
 
 def _csv_rows(text: str) -> list[tuple[int, tuple[str, str]]]:
-    rows = []
+    # a text as long as a TSV line may hold: the csv module's default cap is 131,072 characters
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))
     reader = csv.reader(io.StringIO(text))
-    for row in reader:
+    try:
+        numbered = [(reader.line_num, row) for row in reader]  # (the line each row ends on)
+    except csv.Error as e:
+        raise DataError(f"line {reader.line_num}: not valid CSV ({e})") from None
+    rows = []
+    for n, row in numbered:
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != 2:
-            raise DataError(f"line {reader.line_num}: expected 2 columns (text, label), got "
-                            f"{len(row)}")
-        rows.append((reader.line_num, (row[0], row[1])))
+            raise DataError(f"line {n}: expected 2 columns (text, label), got {len(row)}")
+        rows.append((n, (row[0], row[1])))
     return rows
 
 
@@ -212,7 +218,7 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            records = json.loads(text)
+            records = json_loads(text)
         except ValueError as e:
             raise DataError(f"{where} is not valid JSON ({e})") from None
     else:
@@ -220,7 +226,7 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(json_loads(line))
                 except ValueError as e:
                     raise DataError(f"{where} line {n} is not valid JSON ({e})") from None
     if not records:

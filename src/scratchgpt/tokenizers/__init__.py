@@ -15,7 +15,6 @@ One concept per module:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import regex
@@ -25,6 +24,7 @@ from scratchgpt.tokenizers.base import TOKENIZER_FILE, Tokenizer
 from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer, ProseCharTokenizer
 from scratchgpt.tokenizers.seq2seq import Seq2SeqTokenizer
+from scratchgpt.validation import json_loads
 
 # kind -> class; a new tokenizer registers itself here.
 TOKENIZERS: dict[str, type[Tokenizer]] = {
@@ -80,7 +80,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
             return BPETokenizer.from_gpt2_dir(directory)
         raise TokenizerError(f"no tokenizer found: {path} does not exist")
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json_loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise TokenizerError(f"{path} is not a valid tokenizer file ({e})") from None
     if isinstance(state, dict) and "kind" not in state and "model" in state:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scratchgpt.errors import TokenizerError
+from scratchgpt.validation import json_loads
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -112,7 +113,7 @@ def read_gpt2_files(encoder_json: str | Path, vocab_bpe: str | Path) -> Vocabula
     """GPT-2's released ``encoder.json`` (token text -> id) and ``vocab.bpe`` (merges); also
     Hugging Face's ``vocab.json`` + ``merges.txt``, which are the same files."""
     try:
-        vocab = json.loads(Path(encoder_json).read_text(encoding="utf-8"))
+        vocab = json_loads(Path(encoder_json).read_text(encoding="utf-8"))
         lines = Path(vocab_bpe).read_text(encoding="utf-8").split("\n")
     except (OSError, ValueError) as e:
         raise TokenizerError(f"cannot read GPT-2 vocabulary files: {e}") from None
@@ -147,7 +148,7 @@ def _read_packaged(data: Path) -> Vocabulary:
 def read_hf_tokenizer_json(path: Path) -> Vocabulary:
     """A Hugging Face ``tokenizer.json`` holding a byte-level BPE model (GPT-2 style)."""
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json_loads(path.read_text(encoding="utf-8"))
         model = state["model"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TokenizerError(f"{path} is not a Hugging Face tokenizer.json ({e})") from None

@@ -6,7 +6,6 @@ never executed) < command-line flags. The resolved configuration is saved with e
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.validation import SEED_MAX, check_range, check_types
+from scratchgpt.validation import SEED_MAX, check_range, check_types, json_loads
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -286,7 +285,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         elif path.suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_loads(path.read_text(encoding="utf-8"))
         else:
             raise ConfigError(f"config file {path} must end in .toml or .json")
     except (ValueError, UnicodeDecodeError) as e:
