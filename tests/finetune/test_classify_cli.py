@@ -155,3 +155,16 @@ def test_file_is_read_as_finetune_reads_its_data(short_run, tmp_path, capsys):
     code, _, err = run_cli(["classify", "--checkpoint", run, "--file", tmp_path], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{tmp_path} is a directory, not a file" in err
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--file", "/dev/null"], capsys)
+    assert "/dev/null is not a regular file" in err and code == 2, err  # not "does not exist"
+
+
+def test_file_dash_reads_standard_input(short_run, capsys, monkeypatch):
+    run, _ = short_run
+    monkeypatch.setattr("sys.stdin", io.StringIO("love\n\nhate\n"))
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", "-", "--json"],
+                                 capsys)
+    assert code == 0 and [r["text"] for r in json.loads(printed)] == ["love", "hate"], err
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--file", "-"], capsys)
+    assert code == 2 and "standard input has no non-empty line" in err, err

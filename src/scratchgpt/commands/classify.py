@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a classification run directory, .pt file or adapter.pt")
     add_which_flag(p)
-    p.add_argument("--file", default=None, help="classify every non-empty line of this file")
+    p.add_argument("--file", default=None,
+                   help="classify every non-empty line of this file (-: of standard input)")
     p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
                    help="score the model on a labelled TSV (text<TAB>label) or CSV file")
     p.add_argument("--confusion", default=None, metavar="PNG",
@@ -73,10 +74,13 @@ def run(args: argparse.Namespace) -> int:
 
 def read_lines(path: str) -> list[str]:
     """The non-empty lines of ``--file``, read as finetune reads its data (UTF-8, a BOM
-    dropped; a missing file or a directory refused in one line)."""
+    dropped; a missing file or a directory refused in one line), or of standard input (``-``)."""
     from scratchgpt.finetune.data import read_source
 
-    text, where, _ = read_source(path, None)
+    if path == "-":
+        text, where = sys.stdin.read(), "standard input"
+    else:
+        text, where, _ = read_source(path, None)
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise DataError(f"{where} has no non-empty line")

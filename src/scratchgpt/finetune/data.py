@@ -51,8 +51,10 @@ def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
         raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
     path = sources.fetch_named(dataset) if dataset else Path(data)
     if not path.is_file():
-        raise DataError(f"data file {path} " + ("is a directory, not a file" if path.is_dir()
-                                                 else "does not exist"))
+        what = ("is a directory, not a file" if path.is_dir() else
+                "is not a regular file (a device, a pipe: give a file's path)" if path.exists()
+                else "does not exist")
+        raise DataError(f"data file {path} {what}")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
