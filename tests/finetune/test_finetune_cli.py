@@ -120,6 +120,8 @@ def _bad_files(d):
      "--lora-rank 33 is above the width of the layers it adapts (32)"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "head"],
      "give one"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "all"],
+     "--train all and --lora are two ways"),  # (LoRA silently won)
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
     (["--task", "instruct", "--data", "{d}/role.jsonl"], "unknown role 'robot'"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--train", "head"], "--train head"),

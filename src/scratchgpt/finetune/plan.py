@@ -191,7 +191,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if not req.init_from:
         raise ConfigError("--init-from is required: the pretrained model to fine-tune (a run "
                           "directory, a .pt file, a Hugging Face GPT-2 directory or hf:ID)")
-    if req.policy != "all" and req.lora is not None:
+    if req.lora is not None and (req.policy != "all" or "--train" in req.given_flags):
         raise ConfigError(f"--train {req.policy} and --lora are two ways of choosing what "
                           "trains; give one")
     _check_flags_fit_the_task(req)
