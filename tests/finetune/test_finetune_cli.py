@@ -148,6 +148,10 @@ def _bad_files(d):
      "--max-length 65 is longer than the base's context (64 tokens)"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--max-length", "100000"],
      "--max-length 100000 is longer than the base's context (64 tokens)"),
+    (["--task", "instruct", "--data", "{f}/inst.json", "--seq-len-warmup", "10"],
+     "--seq-len-warmup applies to language models only"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--windows", "epoch"],
+     "--windows applies to language models only"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)
@@ -156,6 +160,18 @@ def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args
                             tmp_path / "run", *args, *SMALL], capsys)
     assert needle in one_line_error(code, err)
     assert not (tmp_path / "run").exists()
+
+
+def test_an_occupied_out_is_refused_before_the_base_is_evaluated(ft_dir, tmp_path, capsys):
+    """Refused at once, not after the data was read and the base evaluated (minutes on a
+    large base) as it was; nothing of the run there changes."""
+    command = ["finetune", "--task", "instruct", "--init-from", ft_dir / "base", "--data",
+               ft_dir / "inst.json", "--out", tmp_path / "run", "--max-iters", "1", *SMALL]
+    assert run_cli(command, capsys)[0] == 0
+    before = (tmp_path / "run" / "best.pt").read_bytes()
+    code, printed, err = run_cli(command, capsys)
+    assert "already holds a run" in one_line_error(code, err) and printed == "", printed
+    assert (tmp_path / "run" / "best.pt").read_bytes() == before
 
 
 def _weights(path):

@@ -130,6 +130,14 @@ class RunDir:
             self._move_aside()
         self._uncommitted = True
 
+    def check_can_begin(self, mode: str, can_resume: bool = True) -> None:
+        """:meth:`begin`'s refusals of a new run (``mode`` "new" or "overwrite"), checked
+        without the lock before a command's long preparations; :meth:`begin` checks again,
+        holding it."""
+        self._refuse_what_is_not_a_run()
+        if mode == "new" and self.holds_run():
+            raise CheckpointError(self._occupied(can_resume))
+
     def _refuse_what_is_not_a_run(self) -> None:
         """A file is no run directory, and neither a prepared dataset's directory nor a
         Hugging Face model's ever takes a run, --overwrite or not: the run's tokenizer.json

@@ -41,13 +41,14 @@ from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
 from scratchgpt.training.config import TrainConfig, train_fields
 from scratchgpt.training.epochs import steps_per_epoch
 from scratchgpt.training.job import TrainJob, lm_task
+from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
     CHANGEABLE_MODEL_FIELDS,
     Settings,
     model_fields,
     resumed_run,
 )
-from scratchgpt.training.trainer import TrainResult
+from scratchgpt.training.trainer import TrainResult, check_no_curriculum
 
 TASKS = ("classify", "instruct")
 # Training defaults of fine-tuning (flags override them). Fine-tuning takes smaller steps than
@@ -195,9 +196,11 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         raise ConfigError(f"--train {req.policy} and --lora are two ways of choosing what "
                           "trains; give one")
     _check_flags_fit_the_task(req)
-    out = Path(req.out) if req.out else None
-    if out is not None:
-        check_out_is_not_the_base(out, req.init_from, "--init-from")
+    name = req.dataset or Path(req.data or "data").stem
+    out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
+    # refused before the base is loaded and evaluated: on a large base that is minutes
+    check_out_is_not_the_base(out, req.init_from, "--init-from")
+    RunDir(out).check_can_begin("overwrite" if req.overwrite else "new")
     base = load_base(req.init_from)
     gpt = _gpt_config(base, {} if req.dropout is None else {"dropout": req.dropout})
     if req.max_length > gpt.block_size:  # texts are never longer than the base can read
@@ -216,8 +219,6 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     init = BaseInit(base, config, cfg.seed)
     if log is not None:
         log(describe_parameters(init.model()))
-    name = req.dataset or Path(req.data or "data").stem
-    out = out or Path("runs") / f"{req.task}-{name}"
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
                           task)
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
@@ -241,6 +242,9 @@ def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
     if "--last-k" in req.given_flags and req.policy != "last-k":
         raise ConfigError(f"--last-k chooses the blocks --train last-k trains; with "
                           f"--train {req.policy} it has no use")
+    cfg = TrainConfig(**{**TRAIN_DEFAULTS[req.task], **req.train_flags})
+    check_no_curriculum(cfg)  # (a fine-tuning task goes through its examples epoch by epoch)
+    resolve_device(cfg.device)  # --device cuda without a GPU
 
 
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],

@@ -363,8 +363,13 @@ def _check_curriculum(cfg: TrainConfig, task: Task) -> None:
     """The sequence-length warmup, batch-size ramp and epoch windows shape windows of tokens:
     only a language model's task has them (a seq2seq batch is whole sentence pairs, drawn
     epoch by epoch already)."""
-    if isinstance(task, LanguageModelTask):
-        return
+    if not isinstance(task, LanguageModelTask):
+        check_no_curriculum(cfg)
+
+
+def check_no_curriculum(cfg: TrainConfig) -> None:
+    """:func:`_check_curriculum`'s refusals for a task that is no language model's (a
+    command that knows its task's kind checks them before its preparations)."""
     for name in ("seq_len_warmup", "batch_size_ramp"):
         if getattr(cfg, name):
             raise ConfigError(f"--{name.replace('_', '-')} applies to language models only "
