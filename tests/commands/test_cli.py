@@ -618,3 +618,37 @@ def test_a_file_where_a_folder_must_be_is_named(tmp_path, capsys):
                                  "--out", str(out)])
         assert f"{tmp_path / 'afile'}: it is a file, not a folder" in line, line
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.fixture
+def padded_model(tmp_path) -> Path:
+    """A GPT of 70 ids whose tokenizer has 65, saved as an imported model is (no training
+    state): its logits favour the 5 padded ids (the 65 real rows of its head are zero, the
+    padded ones opposite pairs, one of which beats zero wherever the state is not orthogonal)."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.tokenizers import CharTokenizer
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=70, block_size=16, n_layer=1, n_head=1, n_embd=8,
+                    tie_weights=False)
+    model = GPT(cfg)
+    with torch.no_grad():
+        model.lm_head.weight[:65] = 0
+        v = torch.randn(2, 8)
+        model.lm_head.weight[65:69] = torch.cat([v, -v])
+    CharTokenizer([chr(c) for c in range(48, 48 + 65)]).save(tmp_path)
+    save_checkpoint(tmp_path / "padded.pt", Checkpoint("gpt", cfg, model.state_dict()))
+    return tmp_path / "padded.pt"
+
+
+def test_a_padded_vocabulary_never_samples_an_id_the_tokenizer_lacks(padded_model, capsys):
+    """The padded ids are cut before decoding: they were picked, then 'token ids out of
+    range' stopped the stream."""
+    for extra in (["--temperature", "0"], ["--temperature", "2", "--seed", "1"],
+                  ["--beam", "2"], ["--engine", "numpy", "--temperature", "0"]):
+        assert main(["sample", "--checkpoint", str(padded_model), "--prompt", "0",
+                     "--max-new-tokens", "12", *extra]) == 0, extra
+        assert len(capsys.readouterr().out.strip()) >= 12
+    assert main(["inspect", "--checkpoint", str(padded_model), "--prompt", "0", "--top",
+                 "70"]) == 0

@@ -508,3 +508,18 @@ def load_language_model(path: str | Path, which: str = "best",
         raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "
                           f"language model, one that predicts the next token ({use})")
     return model, source
+
+
+def load_for_generation(path: str | Path, which: str = "best",
+                        command: str = "this command") -> tuple[nn.Module, ModelSource]:
+    """:func:`load_language_model` for ``command``, which turns the ids it generates into text:
+    a GPT whose vocabulary is padded past its tokenizer's (a Hugging Face model's may be) has
+    it cut to the tokenizer's ids (:func:`~scratchgpt.models.gpt.with_vocabulary`), so it never
+    picks an id the tokenizer cannot decode."""
+    from scratchgpt.models.gpt import GPT, with_vocabulary
+
+    model, source = load_language_model(path, which, command)
+    n = getattr(source.tokenizer(), "vocab_size", None)
+    if isinstance(model, GPT) and n is not None and n < model.config.vocab_size:
+        model = with_vocabulary(model, n)
+    return model, source

@@ -42,14 +42,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.chat import template_for
-    from scratchgpt.checkpoints import load_model
+    from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models.fast_decode import prepare_for_decode
 
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_for_generation(args.checkpoint, args.which, "chat")
     template = template_for(source)
     if template is None:
         raise ConfigError(f"{args.checkpoint} was not instruction-tuned (it names no chat "

@@ -109,7 +109,7 @@ def draw(rep: dict[str, Any], out: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer
-    from scratchgpt.checkpoints.io import load_language_model
+    from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
 
     figure_file(args.out, args.overwrite, "--out")  # refused before any work
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     for cfg in settings:
         firsts.setdefault(setting_label(cfg), cfg)
     settings = list(firsts.values())
-    model, source = load_language_model(args.checkpoint, args.which, "inspect")
+    model, source = load_for_generation(args.checkpoint, args.which, "inspect")
     tok = checkpoint_tokenizer(source)
     ids = encode(tok, args.prompt, args.unknown)
     logits, used = next_token_logits(model, ids)

@@ -217,12 +217,12 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
     ``--dtype``). With ``--compile`` a model that cannot decode compiled is refused, or, if
     not ``compile_required``, decodes eager. A model with NaN or infinite weights is refused."""
     from scratchgpt.checkpoints import checkpoint_tokenizer
-    from scratchgpt.checkpoints.io import load_language_model
+    from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.numpy_engine import NumpyGPT
     from scratchgpt.models.compiled import prepare_compiled
     from scratchgpt.models.fast_decode import prepare_for_decode
 
-    model, source = load_language_model(path, args.which, "sample")
+    model, source = load_for_generation(path, args.which, "sample")
     check_finite(model, source.path)
     if engine == "numpy":
         return NumpyGPT(model), checkpoint_tokenizer(source), source

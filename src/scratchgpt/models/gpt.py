@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -761,3 +761,22 @@ class GPT(nn.Module):
             if w is not None:
                 all_weights.append(w)
         return x, all_weights
+
+
+def with_vocabulary(model: GPT, n: int) -> GPT:
+    """``model`` with its vocabulary cut to ids ``0 .. n - 1`` (the rows of ``wte``, and of an
+    untied ``lm_head``, beyond them dropped): its next-token distribution is the original's
+    with those ids masked out and the rest renormalised. For a model whose vocabulary was
+    padded past its tokenizer's (nanoGPT's 50,304 for GPT-2's 50,257), so it can never emit an
+    id the tokenizer cannot decode.
+
+    >>> m = GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4)).eval()
+    >>> x = torch.tensor([[1, 2]])
+    >>> torch.allclose(with_vocabulary(m, 6)(x).softmax(-1), m(x)[..., :6].softmax(-1))
+    True
+    """
+    vocab_rows = ("transformer.wte.weight", "lm_head.weight")
+    state = {k: v[:n] if k in vocab_rows else v for k, v in model.state_dict().items()}
+    cut = GPT(replace(model.config, vocab_size=n))
+    cut.load_state_dict(state)
+    return cut.train(model.training)

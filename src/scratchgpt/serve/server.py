@@ -74,7 +74,7 @@ def load_service(cfg: ServeConfig) -> Any:
     import torch
 
     from scratchgpt.chat import template_for
-    from scratchgpt.checkpoints.io import load_language_model
+    from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.decode import context_length
     from scratchgpt.models.fast_decode import prepare_for_decode
     from scratchgpt.models.gpt import GPTConfig
@@ -84,7 +84,7 @@ def load_service(cfg: ServeConfig) -> Any:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model, source = load_language_model(cfg.checkpoint, cfg.which, "serve")
+    model, source = load_for_generation(cfg.checkpoint, cfg.which, "serve")
     # batch sizes vary: no oneDNN packing (it keeps state per batch size); steps run in C
     # where they can (models/native.py), a small model's whole batch: the C step leaves the
     # GIL to the thread that streams the tokens
