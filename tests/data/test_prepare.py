@@ -59,8 +59,12 @@ def test_offline_default_corpus_is_deterministic():
 
 def test_data_shorter_than_context_is_an_error(tmp_path):
     prepare_text("abcdefghij" * 10, tmp_path, "char")
-    with pytest.raises(ScratchGPTError, match="fewer than one context window"):
+    with pytest.raises(ScratchGPTError, match="fewer than one context window.*smaller "
+                       "--block-size"):
         TokenDataset(tmp_path).check_block_size(64)
+    # a trained model's context (eval, --resume, --init-from): no flag to point to
+    with pytest.raises(ScratchGPTError, match="use more data$"):
+        TokenDataset(tmp_path).check_block_size(64, fixed=True)
 
 
 @pytest.mark.parametrize("fraction,empty", [(0.9999999, "training"), (1e-17, "validation")])

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                               "(a scratchgpt run or .pt file)")
     data = dataset_of(args, ckpt)
     block = ckpt.model_config.block_size
-    data.check_block_size(block)
+    data.check_block_size(block, fixed=True)
     step = ckpt.state.step if ckpt.state is not None else None
     figures: dict = {"checkpoint": str(source.path), "step": step, "dtype": args.dtype}
     by_position = args.by_position or args.plot is not None

@@ -125,13 +125,15 @@ class TokenDataset:
         """A mean loss per token of ``split`` (nats) in bits per character of its text."""
         return loss / self.chars_per_token(split) / math.log(2)
 
-    def check_block_size(self, block_size: int) -> None:
-        """Each split must hold more than one context window (+1 for the shifted targets)."""
+    def check_block_size(self, block_size: int, fixed: bool = False) -> None:
+        """Each split must hold more than one context window (+1 for the shifted targets).
+        ``fixed``: the context is a trained model's (no --block-size can change it)."""
+        remedy = "use more data" + ("" if fixed else " or a smaller --block-size")
         for split, data in self.splits.items():
             if len(data) <= block_size:
                 raise DataError(
                     f"the {split} split has {len(data)} tokens, fewer than one context window "
-                    f"of {block_size} + 1; use more data or a smaller --block-size"
+                    f"of {block_size} + 1; {remedy}"
                 )
 
     def get_batch(self, split: str, batch_size: int, block_size: int,

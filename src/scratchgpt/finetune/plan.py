@@ -398,7 +398,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
     gpt = _gpt_config(base, given)
-    data.check_block_size(gpt.block_size)
+    data.check_block_size(gpt.block_size, fixed=True)
     config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     init = BaseInit(base, config, train.seed)

@@ -99,7 +99,7 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
         raise CheckpointError(f"{checkpoint.path} does not record its dataset; pass --dataset")
     data, _ = resolve_dataset(dataset or recorded, log=log)
     check_same_tokenizer(checkpoint, data)
-    data.check_block_size(config.block_size)
+    data.check_block_size(config.block_size, fixed=True)
     # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
     recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
     check_resources(train, config)
