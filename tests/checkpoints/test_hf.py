@@ -40,6 +40,12 @@ def hf_dir(tmp_path_factory) -> Path:
     return d
 
 
+def test_which_last_is_refused_for_a_directory_of_one_model(hf_dir):
+    """It was ignored: the only model there was used, as it is without --which."""
+    with pytest.raises(ScratchGPTError, match="--which last picks a run directory's last.pt"):
+        load_model(hf_dir, "last")
+
+
 def test_logits_match_transformers(hf_dir):
     ref = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
     ours, source = load_model(hf_dir)

@@ -486,6 +486,9 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, ModelS
     if str(path).startswith(HF_PREFIX):
         path = download(str(path)[len(HF_PREFIX):])
     if is_hf_dir(path):
+        if which == "last":
+            raise CheckpointError(f"{path} is a Hugging Face model directory, one model; "
+                                  "--which last picks a run directory's last.pt (drop --which)")
         model, weights = load_hf(path)
         return model, ModelSource(weights, hf_dir=Path(path))
     checkpoint = load_checkpoint(path, which)
