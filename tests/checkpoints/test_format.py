@@ -251,3 +251,19 @@ def test_which_last_is_last_pt_or_refused(tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(run), "--which", "last"]) == 2
     err = capsys.readouterr().err
     assert "has no last.pt" in err and "Traceback" not in err, err
+
+
+def test_files_written_atomically_are_readable_as_the_umask_allows(tmp_path):
+    """0644 under the usual umask 022, as open() makes a file: they were mkstemp's private
+    0600, so another user could not read a shared run's best.pt or metrics."""
+    import os
+
+    from scratchgpt.checkpoints.io import atomic_write_text
+
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        saved = os.umask(umask)
+        try:
+            atomic_write_text(tmp_path / f"f{umask}.json", "{}")
+        finally:
+            os.umask(saved)
+        assert (tmp_path / f"f{umask}.json").stat().st_mode & 0o777 == mode

@@ -49,6 +49,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+        os.fchmod(fd, 0o666 & ~current_umask())  # as open() makes a file, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -62,6 +63,13 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
         if tmp is not None and Path(tmp).exists():
             Path(tmp).unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back: there is no getter)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -522,7 +530,9 @@ def load_for_generation(path: str | Path, which: str = "best",
     from scratchgpt.models.gpt import GPT, with_vocabulary
 
     model, source = load_language_model(path, which, command)
+    if not isinstance(model, GPT):  # (an imported model, the one kind that pads, is a GPT)
+        return model, source
     n = getattr(source.tokenizer(), "vocab_size", None)
-    if isinstance(model, GPT) and n is not None and n < model.config.vocab_size:
+    if n is not None and n < model.config.vocab_size:
         model = with_vocabulary(model, n)
     return model, source

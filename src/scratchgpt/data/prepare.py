@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from scratchgpt.checkpoints.io import TEMP_SUFFIX, exchange, fsync_dir
+from scratchgpt.checkpoints.io import TEMP_SUFFIX, current_umask, exchange, fsync_dir
 from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 from scratchgpt.tokenizers.base import TOKENIZER_FILE
@@ -272,9 +272,7 @@ def _staging(out: Path) -> Iterator[Path]:
         _remove_stale_staging(out)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.",
                                     suffix=TEMP_SUFFIX))
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # a directory as mkdir makes it, not mkdtemp's private 0700
+        tmp.chmod(0o777 & ~current_umask())  # as mkdir makes a directory, not mkdtemp's 0700
         yield tmp
     except OSError as e:
         raise StorageError(f"cannot write the dataset {out}: {e.strerror or e} (nothing was "
