@@ -132,8 +132,11 @@ def test_beam_search_fills_the_whole_context():
     greedy = generate(model, prompt, n, SamplingConfig(temperature=0))[0, 2:].tolist()
     (best, _), = beam_search(model, prompt, 1, n)
     assert best == greedy and len(best) == n
-    with pytest.raises(ScratchGPTError, match="does not slide"):
+    with pytest.raises(ScratchGPTError, match=f"does not slide.*room for {n} new tokens"):
         beam_search(model, prompt, 1, n + 1)
+    # a prompt longer than the context: no number of new tokens fits (the error says so)
+    with pytest.raises(ScratchGPTError, match="room for 0 new tokens; give a shorter prompt"):
+        beam_search(model, torch.zeros(1, ctx + 5, dtype=torch.long), 1, 1)
 
 
 def test_beam_search_returns_only_whole_texts():

@@ -116,9 +116,11 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     # the model reads the prompt and every new token but the last
     if ctx is not None and prompt.size(1) + n - 1 > ctx:
         raise GenerationError(
-            f"prompt + max_new_tokens ({prompt.size(1) + n}) exceeds the model's context of "
-            f"{ctx} tokens by more than the last new token, which is never read (beam search "
-            "does not slide)")
+            f"prompt ({prompt.size(1)} tokens) + max_new_tokens ({n}) exceeds the model's "
+            f"context of {ctx} tokens by more than the last new token, which is never read "
+            f"(beam search does not slide): the prompt leaves room for "
+            f"{max(ctx + 1 - prompt.size(1), 0)} new tokens; give a shorter prompt or fewer new "
+            "tokens")
     cache = model.new_cache(beam, ctx)
     logits = prefill(model, cache, prompt.expand(beam, -1).contiguous())  # (beam, V)
     beams = _Beams(beam, length_penalty, stop)
