@@ -447,6 +447,7 @@ class ModelSource:
     path: Path
     checkpoint: Checkpoint | None = None
     hf_dir: Path | None = None
+    _tokenizer: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def model_type(self) -> str:
@@ -455,12 +456,15 @@ class ModelSource:
 
     def tokenizer(self) -> Any:
         """The tokenizer the model was trained with (for a Hugging Face directory, its
-        tokenizer files)."""
-        if self.checkpoint is not None:
-            return self.checkpoint.tokenizer("text")
-        from scratchgpt.checkpoints.hf import hf_tokenizer
+        tokenizer files), read once: a GPT-2 tokenizer's 50,000 merges take a while."""
+        if self._tokenizer is None:
+            if self.checkpoint is not None:
+                self._tokenizer = self.checkpoint.tokenizer("text")
+            else:
+                from scratchgpt.checkpoints.hf import hf_tokenizer
 
-        return hf_tokenizer(self.hf_dir)
+                self._tokenizer = hf_tokenizer(self.hf_dir)
+        return self._tokenizer
 
 
 def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:

@@ -764,19 +764,28 @@ class GPT(nn.Module):
 
 
 def with_vocabulary(model: GPT, n: int) -> GPT:
-    """``model`` with its vocabulary cut to ids ``0 .. n - 1`` (the rows of ``wte``, and of an
-    untied ``lm_head``, beyond them dropped): its next-token distribution is the original's
-    with those ids masked out and the rest renormalised. For a model whose vocabulary was
-    padded past its tokenizer's (nanoGPT's 50,304 for GPT-2's 50,257), so it can never emit an
-    id the tokenizer cannot decode.
+    """``model`` with its vocabulary cut to ids ``0 .. n - 1``, in place (the rows beyond them
+    dropped from ``wte``, the value-embedding tables and an untied ``lm_head``; no weight is
+    made anew): its next-token distribution is the original's with those ids masked out and
+    the rest renormalised. For a model whose vocabulary was padded past its tokenizer's
+    (nanoGPT's 50,304 for GPT-2's 50,257), so it can never emit an id the tokenizer cannot
+    decode.
 
     >>> m = GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4)).eval()
     >>> x = torch.tensor([[1, 2]])
-    >>> torch.allclose(with_vocabulary(m, 6)(x).softmax(-1), m(x)[..., :6].softmax(-1))
+    >>> before = m(x)[..., :6].softmax(-1)
+    >>> torch.allclose(with_vocabulary(m, 6)(x).softmax(-1), before)
     True
     """
-    vocab_rows = ("transformer.wte.weight", "lm_head.weight")
-    state = {k: v[:n] if k in vocab_rows else v for k, v in model.state_dict().items()}
-    cut = GPT(replace(model.config, vocab_size=n))
-    cut.load_state_dict(state)
-    return cut.train(model.training)
+    tied = model.lm_head.weight is model.transformer.wte.weight
+    tables = [model.transformer.wte, *model.transformer["ve"]] if "ve" in model.transformer \
+        else [model.transformer.wte]
+    for table in tables:  # (B, T) ids index their rows: ids below n never read the rest
+        table.weight = nn.Parameter(table.weight.detach()[:n].clone())
+        table.num_embeddings = n
+    head = model.lm_head  # (..., C) -> (..., n)
+    head.weight = model.transformer.wte.weight if tied else \
+        nn.Parameter(head.weight.detach()[:n].clone())
+    head.out_features = n
+    model.config = replace(model.config, vocab_size=n)
+    return model
