@@ -12,6 +12,7 @@ from scratchgpt.training.optim import (
     ChainedOptimizer,
     clip_grad_norm,
     hidden_matrices,
+    load_state_keeping_settings,
     make_optimizer,
     set_lr,
 )
@@ -102,6 +103,28 @@ def test_muon_state_round_trips():
     again.load_state_dict(state)
     with pytest.raises(ScratchGPTError):
         make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon").load_state_dict({"state": {}})
+
+
+def test_a_loaded_state_keeps_the_new_optimizers_settings():
+    """Resuming with new betas, weight decay or rate scales: the moments come from the save,
+    the settings from the run (load_state_dict alone would bring back the saved ones)."""
+    model = build_model(model_config("gpt", **GPT))
+    saved = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon", embed_lr_scale=2.0)
+    model(torch.randint(0, 65, (2, 8))).sum().backward()
+    saved.step()
+    new = make_optimizer(model, 1e-3, 0.3, (0.8, 0.95), "muon", muon_lr_scale=4.0,
+                         embed_lr_scale=3.0)
+    load_state_keeping_settings(new, saved.state_dict())
+    adamw, muon = new.optimizers
+    assert {g["betas"] for g in adamw.param_groups} == {(0.8, 0.95)}
+    # AdamW's groups here: the embedding tables (the head tied to one), then the vectors
+    assert [g["weight_decay"] for g in adamw.param_groups] == [0.3, 0.0]  # vectors: none
+    assert [g["lr_scale"] for g in adamw.param_groups] == [3.0, 1.0]
+    assert muon.param_groups[0]["lr_scale"] == 4.0 and muon.param_groups[0]["weight_decay"] == 0.3
+    for old, now in zip(saved.optimizers, new.optimizers, strict=True):
+        for p in old.state:
+            assert all(torch.equal(old.state[p][k], now.state[p][k]) for k in old.state[p])
+    assert new.optimizers[0].state  # (the moments did arrive)
 
 
 def test_unknown_optimizer_is_a_user_error():

@@ -224,3 +224,37 @@ def test_resuming_a_finished_run_reports_it_without_evaluating_or_logging_again(
     longer = train(cfg(max_iters=25), None, data, tmp_path / "run", resume=True,
                    progress=False)  # extended: trained, then evaluated anew
     assert longer.step == 25 and longer.val_loss != first.val_loss
+
+
+def test_a_resumed_run_trains_with_the_optimizer_settings_it_is_given(small_dataset, tmp_path):
+    """A new --weight-decay and --beta2 on resume change the updates from there on: the run
+    resumed with them ends where one started with them at the same step would."""
+    data = TokenDataset(small_dataset)
+    new = dict(weight_decay=0.5, beta2=0.9)
+    for name in ("kept", "changed"):
+        train(cfg(max_iters=10, lr_decay_iters=20), gpt(data), data, tmp_path / name,
+              progress=False)
+    kept = train(cfg(max_iters=20, lr_decay_iters=20), None, data, tmp_path / "kept",
+                 resume=True, progress=False)
+    changed = train(cfg(max_iters=20, lr_decay_iters=20, **new), None, data,
+                    tmp_path / "changed", resume=True, progress=False)
+    assert changed.val_loss != kept.val_loss
+    # the same run stopped at 10 and resumed with the same settings: the same model
+    train(cfg(max_iters=10, lr_decay_iters=20), gpt(data), data, tmp_path / "again",
+          progress=False)
+    again = train(cfg(max_iters=20, lr_decay_iters=20, **new), None, data, tmp_path / "again",
+                  resume=True, progress=False)
+    assert again.val_loss == changed.val_loss
+
+
+def test_the_embedding_rate_cannot_move_to_or_from_one_on_resume(small_dataset, tmp_path):
+    data = TokenDataset(small_dataset)
+    train(cfg(max_iters=5), gpt(data), data, tmp_path / "run", progress=False)
+    with pytest.raises(ScratchGPTError, match="keeps 1 .*--embed-lr-scale 2"):
+        train(cfg(max_iters=10, embed_lr_scale=2.0), None, data, tmp_path / "run",
+              resume=True, progress=False)
+    train(cfg(max_iters=5, embed_lr_scale=2.0), gpt(data), data, tmp_path / "own",
+          progress=False)
+    resumed = train(cfg(max_iters=10, embed_lr_scale=3.0), None, data, tmp_path / "own",
+                    resume=True, progress=False)  # between values other than 1: applied
+    assert resumed.step == 10

@@ -147,6 +147,21 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> Tensor:
     return total
 
 
+def load_state_keeping_settings(opt: Optimizer | ChainedOptimizer,
+                                state: dict[str, Any]) -> None:
+    """Load a saved optimizer ``state`` (moments, step counts) into ``opt``, keeping ``opt``'s
+    own group settings (betas, weight decay, rate scales) rather than the saved ones.
+
+    ``load_state_dict`` takes each group's settings from the save as well, so a run resumed
+    with a new ``--beta2`` or ``--weight-decay`` would silently train with the old ones. What
+    the run was given wins; only the learned state comes from the checkpoint.
+    """
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    opt.load_state_dict(state)
+    for group, own in zip(opt.param_groups, settings, strict=True):
+        group.update(own)
+
+
 def set_lr(opt: Optimizer | ChainedOptimizer, lr: float) -> None:
     """Set every group's rate to ``lr`` times its ``lr_scale``."""
     for group in opt.param_groups:

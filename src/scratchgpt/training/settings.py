@@ -6,8 +6,9 @@ settings (fields of :class:`TrainConfig`) and the ``dataset``.
 
 A resumed run takes everything from its ``last.pt`` (the one source of truth). Settings given
 again apply when they may change mid-run (iterations, learning rate, budget, evaluation
-cadence, precision, threads, dropout); those that cannot (the model's type and shape, the
-optimizer, whose state is saved) are an error when given with a different value.
+cadence, precision, threads, dropout, the optimizer's betas, weight decay and rate scales);
+those that cannot (the model's type and shape, the optimizer, whose state is saved) are an
+error when given with a different value.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
         was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
                           f"{was} (drop {_sources(settings, changed)}, or start a new run)")
+    _check_embed_group_kept(checkpoint.train_config.embed_lr_scale, settings)
     model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
@@ -143,3 +145,16 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
     train = replace(checkpoint.train_config, **train_changes)
     check_flags_apply(settings.explicit, train)
     return config, train
+
+
+def _check_embed_group_kept(saved: float, settings: Settings) -> None:
+    """``--embed-lr-scale`` may change on resume, but not to or from 1: at 1 the embedding
+    tables share the matrices' optimizer group, otherwise they have one of their own, and the
+    saved optimizer state has the groups it was saved with."""
+    now = settings.given.get("embed_lr_scale", saved)
+    if (now == 1.0) != (saved == 1.0):
+        keeps = "1" if saved == 1.0 else "a value other than 1"
+        raise ConfigError(f"a run started with --embed-lr-scale {saved:g} keeps {keeps} "
+                          f"(the embedding tables' optimizer group is saved as it was): this "
+                          f"run has --embed-lr-scale {now:g} (drop "
+                          f"{_sources(settings, ['embed_lr_scale'])}, or start a new run)")

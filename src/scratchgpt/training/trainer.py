@@ -34,7 +34,13 @@ from scratchgpt.training.allocator import keep_freed_memory
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.curriculum import batch_rows, window_length
 from scratchgpt.training.metrics import MetricsLog
-from scratchgpt.training.optim import clip_grad_norm, lr_at, make_optimizer, set_lr
+from scratchgpt.training.optim import (
+    clip_grad_norm,
+    load_state_keeping_settings,
+    lr_at,
+    make_optimizer,
+    set_lr,
+)
 from scratchgpt.training.precision import (
     autocast,
     resolve_device,
@@ -156,7 +162,7 @@ class Trainer:
     def _restore(self, ckpt: Checkpoint) -> None:
         try:
             self.model.load_state_dict(ckpt.model)
-            self.opt.load_state_dict(ckpt.optimizer)
+            load_state_keeping_settings(self.opt, ckpt.optimizer)
         except (RuntimeError, ValueError, KeyError, TypeError) as e:
             reason = " ".join(str(e).split())[:200]
             raise CheckpointError(f"{ckpt.path}: its model or optimizer state does not fit "
