@@ -118,6 +118,21 @@ def test_second_writer_is_refused_with_the_holder(tmp_path):
         pass
 
 
+def test_a_lock_released_on_an_unused_new_folder_removes_it(tmp_path):
+    """A start refused after taking the lock leaves no empty run (nor the folders made for
+    it); a folder that was there, or that holds anything, stays."""
+    with RunDir(tmp_path / "a" / "b" / "run").lock():
+        assert (tmp_path / "a" / "b" / "run" / ".lock").is_file()
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "mine").mkdir()
+    with RunDir(tmp_path / "mine").lock():
+        pass
+    assert (tmp_path / "mine").is_dir()
+    with RunDir(tmp_path / "used").lock() as run:
+        run.file("notes.txt").write_text("kept")
+    assert (tmp_path / "used" / "notes.txt").read_text() == "kept"
+
+
 def write_run(run: RunDir, marker: str) -> None:
     config = model_config("bigram", vocab_size=3)
     run.path.mkdir(parents=True, exist_ok=True)

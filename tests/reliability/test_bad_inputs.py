@@ -194,6 +194,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --overwrite with a shape that cannot be built",
      lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
                 "--n-embd", "15"], "n_embd"),
+    ("train --model lstm --optimizer muon (no hidden matrices for Muon)",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["root"] / "out" / "new",
+                "--model", "lstm", "--n-layer", "1", "--hidden", "8", "--max-iters", "1",
+                "--optimizer", "muon"], "adamw"),
     # resume with what cannot change
     ("train --resume --dataset OTHER-VOCABULARY",
      lambda c: ["train", "--out", c["run"], "--resume", "--dataset", c["other_data"]],
@@ -311,3 +315,4 @@ def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, 
     assert "Traceback" not in err
     assert word.lower() in err.lower(), err
     assert [snapshot(p) for p in watched] == before  # nothing the user had was touched
+    assert not (ctx["root"] / "out").exists()  # and a refused new run left no folder

@@ -60,6 +60,7 @@ class RunDir:
         self.path = Path(path)
         self._lock_fd: int | None = None
         self._uncommitted = False  # begun, with no checkpoint yet (see abort)
+        self._created: list[Path] = []  # the folders acquire made, innermost first
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -86,6 +87,7 @@ class RunDir:
 
     def acquire(self) -> None:
         self._refuse_what_is_not_a_run()  # before the lock file is the first thing written
+        self._created = [d for d in (self.path, *self.path.parents) if not d.exists()]
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -105,8 +107,20 @@ class RunDir:
 
     def release(self) -> None:
         if self._lock_fd is not None:
+            self._remove_if_unused()
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
+
+    def _remove_if_unused(self) -> None:
+        """A command refused after taking the lock of a directory it made leaves nothing: the
+        lock file and the folders go (while the lock is held, and only when nothing else is
+        in them), so a failed start does not litter the disk with empty runs."""
+        if not self._created or os.listdir(self.path) != [LOCK_FILE]:
+            return
+        self.file(LOCK_FILE).unlink()
+        with contextlib.suppress(OSError):  # (a folder someone has since written to stays)
+            for folder in self._created:
+                folder.rmdir()
 
     # ---- starting a run
 

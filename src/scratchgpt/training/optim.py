@@ -92,6 +92,11 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     muon_params = hidden_matrices(model) if kind == "muon" else []
+    if kind == "muon" and not muon_params:
+        raise ConfigError(f"--optimizer muon has nothing to train in this "
+                          f"{type(model).__name__}: it takes the trainable weights of the "
+                          "nn.Linear layers inside the network (not embeddings, recurrent "
+                          "cells, the output head or LoRA's factors); use --optimizer adamw")
     in_muon = {id(p) for p in muon_params}
     rest = [p for p in params if id(p) not in in_muon]
     tables = ({id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
