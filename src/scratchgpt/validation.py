@@ -61,6 +61,19 @@ def check_values(cls: type, values: dict[str, Any]) -> None:
 
 
 SEED_MAX = 2**64 - 1  # the largest seed torch's generators take
+# More CPU threads than any machine has cores; far beyond it, OpenMP's thread creation can
+# hang or crash the process (99,999 did) rather than fail.
+THREADS_MAX = 1024
+
+
+def offset_seed(seed: int, offset: int) -> int:
+    """``seed + offset`` for a second stream of random numbers, wrapped into the seeds torch
+    takes (so the largest seed a user may give has its neighbours too).
+
+    >>> offset_seed(1337, 1), offset_seed(SEED_MAX, 1)
+    (1338, 0)
+    """
+    return (seed + offset) % (SEED_MAX + 1)
 
 
 def check_range(name: str, value: float, low: float = -math.inf, high: float = math.inf,

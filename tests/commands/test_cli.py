@@ -265,10 +265,11 @@ def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     ["sample", "--seed", str(2**64)], ["sample", "--seed", "-1"], ["chat", "--seed", "x"],
     ["sample", "--threads", "-1"], ["attention", "--text", "hi", "--threads", "-2"],
     ["serve", "--threads", "-1"], ["train", "--seed", str(2**64)],
+    ["train", "--threads", "99999"], ["sample", "--threads", "5000"],
 ])
 def test_seeds_and_thread_counts_out_of_range(run_dir, tmp_path, capsys, argv):
-    """A seed a generator cannot take, or fewer than 0 threads: one line naming the flag,
-    before any model is loaded or trained."""
+    """A seed a generator cannot take, fewer than 0 threads or thousands (which can hang
+    OpenMP): one line naming the flag, before any model is loaded or trained."""
     where = ["--checkpoint", str(run_dir)] if argv[0] != "train" else \
         ["--dataset", "shakespeare", "--out", str(tmp_path / "r"), "--no-progress"]
     flag = argv[-2]

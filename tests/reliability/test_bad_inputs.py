@@ -151,11 +151,13 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "loop").symlink_to(root / "loop")
     (root / "a-dir").mkdir()
     (root / "bad-type.json").write_text(json.dumps({"learning_rate": "fast"}))
+    (root / "a-list.json").write_text(json.dumps([{"n_layer": 2}]))
     (root / "plain-file").write_text("x")
     long = root / "text.txt"
     long.write_text(play_text(20_000))
     return {"one_char": root / "one-char.txt", "loop": root / "loop",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
+            "a_list": root / "a-list.json",
             "plain_file": root / "plain-file", "text": long}
 
 
@@ -210,6 +212,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["train", "--out", c["foreign"], "--resume"], "different runs"),
     ("train --resume a run killed before its first checkpoint",
      lambda c: ["train", "--out", c["no_ckpt"], "--resume"], "--overwrite"),
+    ("train --config holding a list", lambda c: _train(c, "--config", c["a_list"]), "object"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),
     ("train --n-layer 10000 (does not fit)", lambda c: _train(c, "--n-layer", "10000",

@@ -258,3 +258,12 @@ def test_the_embedding_rate_cannot_move_to_or_from_one_on_resume(small_dataset, 
     resumed = train(cfg(max_iters=10, embed_lr_scale=3.0), None, data, tmp_path / "own",
                     resume=True, progress=False)  # between values other than 1: applied
     assert resumed.step == 10
+
+
+def test_the_largest_seed_trains_and_evaluates(small_dataset, tmp_path):
+    """The evaluation's stream is seeded one past the run's seed: wrapped at the top of the
+    range, not an overflow once training is done."""
+    data = TokenDataset(small_dataset)
+    res = train(cfg(max_iters=2, eval_interval=2, seed=2**64 - 1), gpt(data), data,
+                tmp_path / "run", progress=False)
+    assert res.step == 2 and math.isfinite(res.val_loss)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError, TokenizerError
-from scratchgpt.validation import SEED_MAX, file_target_problem
+from scratchgpt.validation import SEED_MAX, THREADS_MAX, file_target_problem
 
 
 def _int_within(text: str, low: int, high: int | None, expected: str) -> int:
@@ -45,12 +45,12 @@ def bpe_vocab_size(text: str) -> int:
 
 
 def thread_count(text: str) -> int:
-    """``--threads``: 0 (torch's default, one per core) or more.
+    """``--threads``: 0 (torch's default, one per core) up to :data:`THREADS_MAX`.
 
     >>> thread_count("0"), thread_count("3")
     (0, 3)
     """
-    return _int_within(text, 0, None, "0 (one per core) or more threads")
+    return _int_within(text, 0, THREADS_MAX, f"0 (one per core) to {THREADS_MAX} threads")
 
 
 def finite_float(text: str) -> float:

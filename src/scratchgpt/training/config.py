@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.validation import SEED_MAX, check_range, check_types, json_loads
+from scratchgpt.validation import (
+    SEED_MAX,
+    THREADS_MAX,
+    check_range,
+    check_types,
+    json_loads,
+)
 
 
 def parse_duration(text: str | float | int | None) -> float | None:
@@ -116,9 +122,9 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                      "log_interval", "nproc"):
             check_range(name, getattr(self, name), 1)
-        for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp",
-                     "threads"):
+        for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp"):
             check_range(name, getattr(self, name), 0)
+        check_range("threads", self.threads, 0, THREADS_MAX)
         check_range("seed", self.seed, 0, SEED_MAX)
         check_range("learning_rate", self.learning_rate, 0, low_open=True)
         check_range("min_lr", self.min_lr, 0, self.learning_rate)
@@ -290,6 +296,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path} must end in .toml or .json")
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold an object of settings "
+                          f'({{"n_layer": 4, ...}}), not a {type(data).__name__}')
     # Allow [model] / [train] tables as well as a flat file.
     flat: dict[str, Any] = {}
     for key, value in data.items():

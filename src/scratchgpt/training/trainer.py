@@ -51,6 +51,7 @@ from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, Task
+from scratchgpt.validation import offset_seed
 
 LossFn = Callable[[nn.Module, Batch], Tensor]
 
@@ -133,7 +134,8 @@ class Trainer:
         if init_weights is not None:
             self.model.load_state_dict(init_weights)
         if self.info.enabled:
-            torch.manual_seed(cfg.seed + self.info.rank)  # but each its own dropout masks
+            # but each its own dropout masks
+            torch.manual_seed(offset_seed(cfg.seed, self.info.rank))
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
                                   (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
                                   resolve_muon_dtype(cfg.muon_dtype, self.device),
@@ -146,7 +148,8 @@ class Trainer:
         if resume is not None:
             self._restore(resume)
         self.forward = self._wrap(self.model)
-        self.setting = EvalSetting(self.device, self.dtype, cfg.batch_size, cfg.seed + 1)
+        self.setting = EvalSetting(self.device, self.dtype, cfg.batch_size,
+                                   offset_seed(cfg.seed, 1))
         self.progress_enabled = progress and self.info.is_main
         self.extra_config = extra_config or {}
         self.metrics: MetricsLog | None = None
