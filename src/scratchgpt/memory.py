@@ -135,8 +135,14 @@ def _meta_counts(config: ModelConfig) -> tuple[int, int]:
     device: exact, and free of memory and initialization."""
     from scratchgpt.training.optim import hidden_matrices
 
-    with torch.device("meta"), _ShapesOnly():
-        model = build_model(config)
+    try:
+        with torch.device("meta"), _ShapesOnly():
+            model = build_model(config)
+    except (TypeError, OverflowError, RuntimeError) as e:
+        if "verflow" not in str(e):
+            raise
+        raise ConfigError("this model is too large to build: one of its tensors would have "
+                          "more elements than a 64-bit size can count") from None
     return (sum(p.numel() for p in model.parameters()),
             sum(p.numel() for p in hidden_matrices(model)))
 

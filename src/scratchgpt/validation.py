@@ -64,6 +64,7 @@ SEED_MAX = 2**64 - 1  # the largest seed torch's generators take
 # More CPU threads than any machine has cores; far beyond it, OpenMP's thread creation can
 # hang or crash the process (99,999 did) rather than fail.
 THREADS_MAX = 1024
+COUNT_MAX = 2**63 - 1  # the largest count torch takes (an int64)
 
 
 def offset_seed(seed: int, offset: int) -> int:

@@ -184,6 +184,8 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --dropout nan", lambda c: _train(c, "--dropout", "nan"), "dropout"),
     ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
     ("train --time-budget 0s", lambda c: _train(c, "--time-budget", "0s"), "time_budget"),
+    ("train --grad-accum 10^20", lambda c: _train(c, "--grad-accum", str(10**20)), "grad_accum"),
+    ("train --n-embd 10^20", lambda c: _train(c, "--n-embd", str(10**20)), "too large"),
     ("train --resume --overwrite",
      lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
     # an --overwrite whose new settings cannot run leaves the old run as it was

@@ -14,6 +14,7 @@ from typing import Any
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.validation import (
+    COUNT_MAX,
     SEED_MAX,
     THREADS_MAX,
     check_range,
@@ -121,9 +122,9 @@ class TrainConfig:
         check_types(self)
         for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters",
                      "log_interval", "nproc"):
-            check_range(name, getattr(self, name), 1)
+            check_range(name, getattr(self, name), 1, COUNT_MAX)
         for name in ("warmup_iters", "lr_decay_iters", "seq_len_warmup", "batch_size_ramp"):
-            check_range(name, getattr(self, name), 0)
+            check_range(name, getattr(self, name), 0, COUNT_MAX)
         check_range("threads", self.threads, 0, THREADS_MAX)
         check_range("seed", self.seed, 0, SEED_MAX)
         check_range("learning_rate", self.learning_rate, 0, low_open=True)
