@@ -267,3 +267,18 @@ def test_the_largest_seed_trains_and_evaluates(small_dataset, tmp_path):
     res = train(cfg(max_iters=2, eval_interval=2, seed=2**64 - 1), gpt(data), data,
                 tmp_path / "run", progress=False)
     assert res.step == 2 and math.isfinite(res.val_loss)
+
+
+def test_a_resumed_runs_progress_bar_shows_a_loss_before_its_first_metrics_row(
+        small_dataset, tmp_path, capsys):
+    """Resumed at update 10, logging every 25: the bar shows the first update's loss, not
+    nan until update 25 (and metrics.csv gains no extra row for it)."""
+    data = TokenDataset(small_dataset)
+    train(cfg(max_iters=10, log_interval=25), gpt(data), data, tmp_path / "run", progress=False)
+    capsys.readouterr()
+    train(cfg(max_iters=12, log_interval=25), None, data, tmp_path / "run", resume=True)
+    drawn = [part for part in capsys.readouterr().err.split("\r") if "step=1" in part]
+    assert drawn and all("loss=nan" not in part for part in drawn), drawn
+    assert "loss=" in drawn[-1]
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert [r["step"] for r in rows if r["loss"]] == ["1"]  # (update 1 only: every 25)

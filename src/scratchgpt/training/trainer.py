@@ -249,6 +249,8 @@ class Trainer:
         if state.step % cfg.log_interval == 0 or state.step == 1:
             self._last_loss = _finite(loss.item(), state.step, "training loss")
             self._row(lr=f"{lr:.3e}", loss=f"{self._last_loss:.4f}")
+        elif math.isnan(self._last_loss):  # a resumed run's bar: a loss before its first row
+            self._last_loss = loss.item()
         if state.step % cfg.eval_interval == 0:
             tr = self.task.estimate(self.model, "train", cfg.eval_iters, self.setting)
             va = self.task.estimate(self.model, "val", cfg.eval_iters, self.setting)
