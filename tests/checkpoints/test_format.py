@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scratchgpt.checkpoints import Checkpoint, load_checkpoint, load_model, save_checkpoint
-from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.checkpoints.rundir import RunDir, run_config
 from scratchgpt.errors import CheckpointError, RunInUseError
 from scratchgpt.models import build_model, model_config
 from scratchgpt.tokenizers import CharTokenizer, Seq2SeqTokenizer
@@ -131,6 +131,29 @@ def test_a_lock_released_on_an_unused_new_folder_removes_it(tmp_path):
     with RunDir(tmp_path / "used").lock() as run:
         run.file("notes.txt").write_text("kept")
     assert (tmp_path / "used" / "notes.txt").read_text() == "kept"
+
+
+def test_a_folder_of_files_no_run_wrote_is_refused_even_with_overwrite(tmp_path):
+    """A user's own config.json and metrics.csv are not a run that never checkpointed:
+    --overwrite would move them aside and delete them once the new run checkpoints."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    (mine / "metrics.csv").write_text("a,b\n1,2\n")
+    for mode in ("new", "overwrite", "resume"):
+        with pytest.raises(CheckpointError, match="no scratchgpt run wrote"):
+            with RunDir(mine).lock() as run:
+                run.begin(mode)
+    assert (mine / "config.json").read_text() == '{"my": "settings"}'
+    assert (mine / "metrics.csv").read_text() == "a,b\n1,2\n"
+    # a run's own config.json, written before its first checkpoint: a run to start again
+    config = model_config("bigram", vocab_size=3)
+    theirs = RunDir(tmp_path / "started")
+    theirs.path.mkdir()
+    theirs.write_config(run_config(Checkpoint("bigram", config, {})))
+    with theirs.lock():
+        theirs.begin("overwrite")
+    assert theirs.is_scratchgpt_run() is False  # (its config.json is aside until it commits)
 
 
 def write_run(run: RunDir, marker: str) -> None:

@@ -70,9 +70,9 @@ class RunDir:
         return self.path.is_dir() and any((self.path / f).exists() for f in RUN_FILES)
 
     def is_scratchgpt_run(self) -> bool:
-        """True if the directory holds a scratchgpt checkpoint or run configuration."""
-        return self.holds_run() and any((self.path / f).exists()
-                                        for f in ("last.pt", "best.pt", CONFIG_FILE))
+        """True if the directory holds a scratchgpt checkpoint or run configuration (a run
+        writes its config.json before anything else)."""
+        return self.has_checkpoint() or _is_run_config(self.file(CONFIG_FILE))
 
     # ---- the lock
 
@@ -168,6 +168,11 @@ class RunDir:
         if is_hf_dir(self.path) and not self.has_checkpoint():
             raise CheckpointError(f"{self.path} holds a Hugging Face model (config.json and "
                                   "its weights), not a run; give the run its own --out")
+        if self.holds_run() and not self.is_scratchgpt_run():
+            # (--overwrite would move them aside and delete them once the run checkpoints)
+            found = ", ".join(f for f in RUN_FILES if self.file(f).exists())
+            raise CheckpointError(f"{self.path} holds files no scratchgpt run wrote ({found}); "
+                                  "give the run its own --out")
 
     def _occupied(self, can_resume: bool) -> str:
         """Why a new run may not start here, and what to do instead (the flags the command
@@ -312,6 +317,16 @@ class RunDir:
             if best.state is not None and best.state.val_loss is not None:
                 last.state.best_val_loss = min(last.state.best_val_loss, best.state.val_loss)
         return last
+
+
+def _is_run_config(path: Path) -> bool:
+    """True if ``path`` is a config.json that :func:`run_config` wrote."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(config, dict) and {"run_id", "model", "train"} <= config.keys() \
+        and isinstance(config["model"], dict) and "type" in config["model"]
 
 
 def run_config(checkpoint: Checkpoint, **extra: Any) -> dict[str, Any]:
