@@ -34,16 +34,23 @@ def test_untied_head_stays_with_adamw():
     assert all(p is not model.lm_head.weight for p in hidden_matrices(model))
 
 
-@pytest.mark.parametrize("model_type,cfg", [("gpt", GPT), ("lstm", dict(vocab_size=65))])
-def test_muon_and_adamw_together_own_every_parameter_once(model_type, cfg):
-    model = build_model(model_config(model_type, **cfg))
+def test_muon_and_adamw_together_own_every_parameter_once():
+    model = build_model(model_config("gpt", **GPT))
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon", muon_lr_scale=2.0)
     owned = [id(p) for g in opt.param_groups for p in g["params"]]
     assert sorted(owned) == sorted(id(p) for p in model.parameters())
     set_lr(opt, 0.5)
     assert {g["lr"] for g in opt.param_groups} <= {0.5, 1.0}
-    if isinstance(opt, ChainedOptimizer):  # GPT: Muon groups at 2x the AdamW rate
-        assert opt.optimizers[1].param_groups[0]["lr"] == 1.0
+    assert isinstance(opt, ChainedOptimizer)  # Muon groups at 2x the AdamW rate
+    assert opt.optimizers[1].param_groups[0]["lr"] == 1.0
+
+
+@pytest.mark.parametrize("model_type", ["lstm", "bigram"])
+def test_muon_with_no_hidden_matrices_is_refused_not_adamw_in_disguise(model_type):
+    model = build_model(model_config(model_type, vocab_size=65))
+    assert hidden_matrices(model) == []
+    with pytest.raises(ScratchGPTError, match="use --optimizer adamw"):
+        make_optimizer(model, 1e-3, 0.1, (0.9, 0.99), "muon")
 
 
 @pytest.mark.parametrize("kind", ["adamw", "muon"])
