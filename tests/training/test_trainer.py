@@ -282,3 +282,15 @@ def test_a_resumed_runs_progress_bar_shows_a_loss_before_its_first_metrics_row(
     assert "loss=" in drawn[-1]
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert [r["step"] for r in rows if r["loss"]] == ["1"]  # (update 1 only: every 25)
+
+
+def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_dataset, tmp_path):
+    """--max-iters below the run's step cannot be honoured: refused, the run's files (its
+    config.json, which would have recorded the smaller figure) left as they were."""
+    data = TokenDataset(small_dataset)
+    train(cfg(max_iters=10), gpt(data), data, tmp_path / "run", progress=False)
+    before = {f.name: f.read_bytes() for f in (tmp_path / "run").iterdir() if f.is_file()}
+    with pytest.raises(ScratchGPTError, match="already at update 10: --max-iters 4"):
+        train(cfg(max_iters=4), None, data, tmp_path / "run", resume=True, progress=False)
+    after = {f.name: f.read_bytes() for f in (tmp_path / "run").iterdir() if f.is_file()}
+    assert after == before

@@ -138,6 +138,12 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
                           f"{was} (drop {_sources(settings, changed)}, or start a new run)")
     _check_embed_group_kept(checkpoint.train_config.embed_lr_scale, settings)
+    step = checkpoint.state.step
+    if given.get("max_iters", step) < step:
+        raise ConfigError(f"this run is already at update {step}: --max-iters "
+                          f"{given['max_iters']} would end it before where it is (give more "
+                          f"than {step} to train on, or drop {_sources(settings, ['max_iters'])}"
+                          " to finish as planned)")
     model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
