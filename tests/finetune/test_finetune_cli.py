@@ -557,3 +557,17 @@ def test_a_one_layer_base_fine_tunes_without_last_k(ft_dir, tmp_path, capsys, po
                             "--data", ft_dir / "labels.tsv", "--train", policy, "--max-iters",
                             "1", "--out", tmp_path / "run", *SMALL], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("how", [["--lora"], ["--train", "head"]])
+def test_muon_with_nothing_to_train_is_refused_before_the_base_is_evaluated(
+        ft_dir, tmp_path, capsys, how):
+    """LoRA's factors and a classifier's head are no hidden matrices: Muon would train
+    nothing and the run would be AdamW's. Refused before the base's evaluation."""
+    code, printed, err = run_cli(["finetune", "--task", "classify", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "labels.tsv", "--out",
+                                  tmp_path / "run", "--optimizer", "muon", *how, *SMALL],
+                                 capsys)
+    assert "use --optimizer adamw" in one_line_error(code, err)
+    assert "before fine-tuning" not in printed
+    assert not (tmp_path / "run").exists()

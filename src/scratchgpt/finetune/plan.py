@@ -41,6 +41,7 @@ from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
 from scratchgpt.training.config import TrainConfig, train_fields
 from scratchgpt.training.epochs import steps_per_epoch
 from scratchgpt.training.job import TrainJob, lm_task
+from scratchgpt.training.optim import muon_matrices
 from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
     CHANGEABLE_MODEL_FIELDS,
@@ -217,8 +218,11 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     policy = "lora" if req.lora is not None else req.policy
     cfg = train_config(req.task, policy, n_train, n_val, req.train_flags, req.epochs)
     init = BaseInit(base, config, cfg.seed)
+    model = init.model() if log is not None or cfg.optimizer == "muon" else None
+    if cfg.optimizer == "muon":  # (refused before the base is evaluated, not after)
+        muon_matrices(model)
     if log is not None:
-        log(describe_parameters(init.model()))
+        log(describe_parameters(model))
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
                           task)
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,

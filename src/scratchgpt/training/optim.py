@@ -35,6 +35,18 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
     return out
 
 
+def muon_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """:func:`hidden_matrices`, refused when there are none: Muon would train nothing and
+    the run would silently be AdamW's."""
+    found = hidden_matrices(model)
+    if not found:
+        raise ConfigError(f"--optimizer muon has nothing to train in this "
+                          f"{type(model).__name__}: it takes the trainable weights of the "
+                          "nn.Linear layers inside the network (not embeddings, recurrent "
+                          "cells, the output head or LoRA's factors); use --optimizer adamw")
+    return found
+
+
 class ChainedOptimizer:
     """Several optimizers over disjoint parameters, driven as one.
 
@@ -91,12 +103,7 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     if kind not in OPTIMIZERS:
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
     params = [p for p in model.parameters() if p.requires_grad]
-    muon_params = hidden_matrices(model) if kind == "muon" else []
-    if kind == "muon" and not muon_params:
-        raise ConfigError(f"--optimizer muon has nothing to train in this "
-                          f"{type(model).__name__}: it takes the trainable weights of the "
-                          "nn.Linear layers inside the network (not embeddings, recurrent "
-                          "cells, the output head or LoRA's factors); use --optimizer adamw")
+    muon_params = muon_matrices(model) if kind == "muon" else []
     in_muon = {id(p) for p in muon_params}
     rest = [p for p in params if id(p) not in in_muon]
     tables = ({id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
