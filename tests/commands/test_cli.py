@@ -47,6 +47,23 @@ def test_prepare_folder_of_txt(tmp_path):
     assert (tmp_path / "d" / "train.bin").stat().st_size > 0
 
 
+def test_a_bpe_vocabulary_short_of_the_size_asked_for_is_noted(tmp_path, capsys):
+    """A small text runs out of pairs to merge: the note says so, with the size reached as
+    meta.json records it; a size it does reach gets no note."""
+    import json
+
+    (tmp_path / "in.txt").write_text("hello world " * 200)
+    for size, out in ((4000, "short"), (262, "reached")):
+        assert main(["prepare", "--data", str(tmp_path / "in.txt"), "--tokenizer", "bpe",
+                     "--vocab-size", str(size), "--out", str(tmp_path / out)]) == 0
+        printed = capsys.readouterr().out
+        learned = json.loads((tmp_path / out / "meta.json").read_text())["vocab_size"]
+        if out == "short":
+            assert f"vocabulary of {learned:,}, short of the 4,000 asked for" in printed
+        else:
+            assert learned == 262 and "note" not in printed
+
+
 def test_sample_is_reproducible_with_seed_and_respects_stop(run_dir, capsys):
     args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "60", "--seed", "5",
             "--temperature", "1.0", "--top-k", "20", "--top-p", "0.95"]

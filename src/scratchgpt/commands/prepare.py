@@ -91,7 +91,20 @@ def run(args: argparse.Namespace) -> int:
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
     report_unknown(meta, "the model's vocabulary" if args.tokenizer_from is not None else
                    "the tokenizer's vocabulary (learned from the training split)")
+    if args.tokenizer == "bpe":
+        report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
+
+
+def report_short_vocabulary(learned: int, asked: int | None) -> None:
+    """A note when BPE training ran out of pairs before the vocabulary size asked for."""
+    from scratchgpt.tokenizers import DEFAULT_BPE_VOCAB
+
+    if learned < (asked or DEFAULT_BPE_VOCAB):
+        print(f"note: the training split ran out of pairs to merge at a vocabulary of "
+              f"{learned:,}, short of the {asked or DEFAULT_BPE_VOCAB:,} "
+              f"{'asked for' if asked else '--vocab-size defaults to'} (more text would "
+              "learn more)")
 
 
 def report_unknown(meta: dict, vocabulary: str) -> None:
