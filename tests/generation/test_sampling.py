@@ -122,21 +122,21 @@ def test_beam_one_equals_greedy():
     assert best == greedy
 
 
-def test_beam_search_fills_the_whole_context():
-    """The last new token is never fed to the model, so a prompt and new tokens one longer
-    than the context fit; beam 1 still equals greedy there, and one more token is refused."""
+@pytest.mark.parametrize("prompt_len,past", [(2, 0), (2, 1), (2, 40), (40, 30)])
+def test_beam_search_slides_its_window_as_sampling_does(prompt_len, past):
+    """Up to the whole context (the last new token is never fed), then ``past`` tokens
+    beyond it, from a prompt shorter or longer than the context: beam 1 equals greedy
+    sampling's tokens, window slides included; wider beams run as far and score finitely."""
     model = _model()
     ctx = model.config.block_size
-    prompt = torch.tensor([[4, 5]])
-    n = ctx - prompt.size(1) + 1
-    greedy = generate(model, prompt, n, SamplingConfig(temperature=0))[0, 2:].tolist()
+    prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len),
+                           generator=torch.Generator().manual_seed(prompt_len))
+    n = max(ctx - prompt_len + 1, 1) + past
+    greedy = generate(model, prompt, n, SamplingConfig(temperature=0))[0, prompt_len:].tolist()
     (best, _), = beam_search(model, prompt, 1, n)
     assert best == greedy and len(best) == n
-    with pytest.raises(ScratchGPTError, match=f"does not slide.*room for {n} new tokens"):
-        beam_search(model, prompt, 1, n + 1)
-    # a prompt longer than the context: no number of new tokens fits (the error says so)
-    with pytest.raises(ScratchGPTError, match="room for 0 new tokens; give a shorter prompt"):
-        beam_search(model, torch.zeros(1, ctx + 5, dtype=torch.long), 1, 1)
+    hyps = beam_search(model, prompt, 3, n)
+    assert len(hyps) == 3 and all(len(t) == n and math.isfinite(sc) for t, sc in hyps)
 
 
 def test_beam_search_returns_only_whole_texts():

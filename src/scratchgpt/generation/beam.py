@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import context_length, prefill
+from scratchgpt.generation.decode import context_length, prefill, prefill_rows, window_start
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM
 
@@ -103,7 +103,10 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     ends when ``beam`` hypotheses are finished (then only finished ones are returned) or after
     ``stop.max_new_tokens`` (then the live beams compete too). An ending counts only among the
     best ``beam`` extensions of a step. The first ``beam`` hypotheses are those of Hugging
-    Face's ``generate(num_beams=beam, early_stopping=True)`` (tested). Beam 1 is greedy.
+    Face's ``generate(num_beams=beam, early_stopping=True)`` (tested) while the prompt and the
+    new tokens fit the context; past it the window slides as sampling's does
+    (:func:`~scratchgpt.generation.decode.window_start`; a prompt longer than the context
+    keeps its last ``context`` tokens). Beam 1 is greedy, sliding included.
     """
     stop = StopRule.of(stop)
     if beam < 1:
@@ -113,22 +116,23 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
         raise GenerationError("beam search takes a single prompt")
     n = stop.max_new_tokens
     ctx = context_length(model)
-    # the model reads the prompt and every new token but the last
-    if ctx is not None and prompt.size(1) + n - 1 > ctx:
-        raise GenerationError(
-            f"prompt ({prompt.size(1)} tokens) + max_new_tokens ({n}) exceeds the model's "
-            f"context of {ctx} tokens by more than the last new token, which is never read "
-            f"(beam search does not slide): the prompt leaves room for "
-            f"{max(ctx + 1 - prompt.size(1), 0)} new tokens; give a shorter prompt or fewer new "
-            "tokens")
-    cache = model.new_cache(beam, ctx)
-    logits = prefill(model, cache, prompt.expand(beam, -1).contiguous())  # (beam, V)
+    prompt_tokens = prompt[0, -ctx:].tolist() if ctx else prompt[0].tolist()
+    needed = len(prompt_tokens) + n - 1  # the model reads every new token but the last
+    cache = model.new_cache(beam, min(needed, ctx) if ctx else None)
+    logits = prefill(model, cache, torch.tensor([prompt_tokens] * beam))  # (beam, V)
     beams = _Beams(beam, length_penalty, stop)
     for step in range(n):
         parents, tokens = beams.extend(logits)
         if len(beams.finished) >= beam or not parents or step == n - 1:
             break
         beams.pad(parents, tokens)
-        cache.select_rows(torch.tensor(parents))  # row i continues beam parents[i]
-        logits = prefill(model, cache, torch.tensor(tokens)[:, None])  # (beam, V)
+        # the newest tokens go into slot cache.pos: past the window, it slides (decode's rule)
+        start = window_start(0, cache.pos + 1, cache.max_len)
+        if start:
+            keep = cache.pos + 1 - start
+            logits = prefill_rows(model, cache, [(prompt_tokens + seq)[-keep:]
+                                                 for seq in beams.seqs])  # (beam, V)
+        else:
+            cache.select_rows(torch.tensor(parents))  # row i continues beam parents[i]
+            logits = prefill(model, cache, torch.tensor(tokens)[:, None])  # (beam, V)
     return beams.best(out_of_tokens=step == n - 1)
