@@ -359,6 +359,18 @@ def test_chat_repl_streams_replies_that_stop_at_the_end_marker(chat_model, monke
     assert err.count("ended by the end marker <|end|>") == 2
 
 
+def test_chat_commands_are_not_sent_to_the_model(chat_model, monkeypatch, capsys):
+    """/help lists the commands, an unknown /word is named (neither gets a reply); //word
+    and a longer line that starts with '/' are messages, replied to."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("/help\n/bogus\n//hi\n/hi there\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "40", "--stats"], capsys)
+    assert code == 0, err
+    assert "/reset" in printed and "/exit" in printed
+    assert "unknown command '/bogus'" in err
+    assert err.count("ended by") == 2  # the two messages' replies, no more
+
+
 def test_chat_says_when_a_message_is_longer_than_the_context(chat_model, monkeypatch,
                                                              capsys):
     """A message that alone overflows the context is read from its end, as sample's long

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
 from scratchgpt.errors import ConfigError, ScratchGPTError
 
-HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends)"
+HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends, /help lists these)"
+COMMANDS = {"/reset": "forget the conversation (the --system message stays)",
+            "/exit": "end the chat (also /quit, or Ctrl-D)", "/quit": "",
+            "/help": "this list",
+            "//word": "send '/word' as a message (the first '/' is dropped)"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,13 +84,26 @@ class ChatSession:
             print(f"chat with {self.args.checkpoint} {HELP_LINE}")
         while True:
             line = self._read()
-            if line is None or line.strip() in ("/exit", "/quit"):
+            text = "" if line is None else line.strip()
+            if line is None or text in ("/exit", "/quit"):
                 return 0
-            if line.strip() == "/reset":
-                self.reset()
-                continue
-            if line.strip():
-                self.turn(line.strip())
+            if re.fullmatch(r"/[A-Za-z]+", text):  # (a longer line is a message)
+                self.command(text)
+            elif text:
+                self.turn(text[1:] if re.fullmatch(r"//[A-Za-z]+", text) else text)
+
+    def command(self, text: str) -> None:
+        """A line that is one '/word': /reset, /help, or a note that the command is unknown
+        (it is not sent to the model as a message)."""
+        if text == "/reset":
+            self.reset()
+        elif text == "/help":
+            for name, what in COMMANDS.items():
+                if what:
+                    print(f"  {name:<7} {what}")
+        else:
+            print(f"unknown command {text!r}: /help lists the commands; to send it as a "
+                  f"message, write /{text}", file=sys.stderr)
 
     def _read(self) -> str | None:
         if self.interactive:
