@@ -36,13 +36,18 @@ WHO = ("ours", "transformers", "llama.cpp")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-layer", type=int, default=12)
-    p.add_argument("--n-head", type=int, default=12)
-    p.add_argument("--n-embd", type=int, default=768)
-    p.add_argument("--vocab-size", type=int, default=50257)
-    p.add_argument("--block-size", type=int, default=1024)
-    p.add_argument("--prompt-len", type=positive_int, default=64)
-    p.add_argument("--new-tokens", type=positive_int, default=256)
+    # a random-weight model of GPT-2 124M's shape unless given
+    p.add_argument("--n-layer", type=positive_int, default=12, help="blocks (12)")
+    p.add_argument("--n-head", type=positive_int, default=12, help="attention heads (12)")
+    p.add_argument("--n-embd", type=positive_int, default=768, help="model width (768)")
+    p.add_argument("--vocab-size", type=positive_int, default=50257,
+                   help="vocabulary size (50257, GPT-2's)")
+    p.add_argument("--block-size", type=positive_int, default=1024,
+                   help="context in tokens (1024)")
+    p.add_argument("--prompt-len", type=positive_int, default=64,
+                   help="prompt tokens, prefilled before the timed decode (64)")
+    p.add_argument("--new-tokens", type=positive_int, default=256,
+                   help="tokens decoded per run (256)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="runs per variant; the median and best decode rate are reported (3)")
     p.add_argument("--dtypes", default="fp32,bf16,int8",

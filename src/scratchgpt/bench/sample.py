@@ -29,8 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=positive_int, default=500,
                    help="new tokens per sample (500)")
     p.add_argument("--prompt-len", type=positive_int, default=1, help="prompt tokens (1)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="softmax temperature of the samples (0.8)")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus mass (0.95)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed runs after one warm-up; the median is reported (5)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",

@@ -38,9 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "characters, where the plain LSTM's bottleneck shows)")
     p.add_argument("--n-train", type=positive_int, default=200_000, help="training pairs")
     p.add_argument("--n-test", type=positive_int, default=2_000, help="held-out pairs")
-    p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--learning-rate", "--lr", type=float, default=2e-3)
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="seed of the generated pairs and of every model's weights (0)")
+    p.add_argument("--batch-size", type=positive_int, default=64,
+                   help="pairs per training step (64)")
+    p.add_argument("--learning-rate", "--lr", type=float, default=2e-3,
+                   help="Adam learning rate of every model (2e-3)")
     p.add_argument("--json", metavar="FILE",
                    help="also write the figures as JSON (checked before the benchmark runs)")
     p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")

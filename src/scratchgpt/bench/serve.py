@@ -37,7 +37,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import thread_count
+from scratchgpt.commands.argtypes import positive_int, thread_count
 
 CHARS_65 = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default="cpu-small",
                    help="random-weight model when no checkpoint: cpu-small (default), gpt2 "
                         "(124M, GPT-2's tokenizer), or another train preset's name")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="the server's inference precision, as serve --dtype (default fp32)")
     p.add_argument("--threads", type=thread_count, default=0, help="the server's torch threads")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
     p.add_argument("--requests", type=int, default=32, help="requests per phase (32)")
@@ -58,8 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sequential", action="store_true",
                    help="skip the one-at-a-time baseline")
     p.add_argument("--soak", action="store_true", help="run the soak instead (see above)")
-    p.add_argument("--soak-requests", type=int, default=2000)
-    p.add_argument("--soak-clients", type=int, default=32)
+    p.add_argument("--soak-requests", type=positive_int, default=2000,
+                   help="requests in the soak (2000)")
+    p.add_argument("--soak-clients", type=positive_int, default=32,
+                   help="concurrent clients in the soak (32)")
     p.add_argument("--url", default=None,
                    help="load this running server (http://127.0.0.1:PORT) instead of starting "
                         "one (no memory figures then)")

@@ -65,9 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--copy-task", action="store_true",
                    help="the prompt is the text, a blank line, then its first third again, so "
                         "the continuation can copy the rest (where prompt lookup shines)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="softmax temperature of target and draft (0.8; 0 = greedy)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens (default: all)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus mass in (0, 1] (default: no cut)")
     p.add_argument("--seed", type=seed_int, default=0,
                    help="first seed; every (K, repeat) pair gets its own, shared by both methods")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",

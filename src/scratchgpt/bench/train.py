@@ -41,12 +41,14 @@ NANOGPT_VOCAB = 65  # Tiny Shakespeare's characters, the vocabulary of nanoGPT's
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=128)
-    p.add_argument("--block-size", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=12)
-    p.add_argument("--vocab-size", type=int, default=NANOGPT_VOCAB)
+    # the model and batch of nanoGPT's CPU recipe (its README's command for a laptop)
+    p.add_argument("--n-layer", type=positive_int, default=4, help="blocks (4)")
+    p.add_argument("--n-head", type=positive_int, default=4, help="attention heads (4)")
+    p.add_argument("--n-embd", type=positive_int, default=128, help="model width (128)")
+    p.add_argument("--block-size", type=positive_int, default=64, help="context in tokens (64)")
+    p.add_argument("--batch-size", type=positive_int, default=12, help="windows per step (12)")
+    p.add_argument("--vocab-size", type=positive_int, default=NANOGPT_VOCAB,
+                   help=f"vocabulary size ({NANOGPT_VOCAB}, Tiny Shakespeare's characters)")
     p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh", "relu", "relu2"),
                    help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")

@@ -50,17 +50,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train a tanh RNN and an LSTM to output the first symbol of a random "
                     "sequence after reading all of it (lengths --min-len..--max-len), then write "
                     "accuracy by length as memory.csv and memory.png into --out.")
-    m.add_argument("--out", required=True, metavar="DIR")
+    m.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for memory.csv and memory.png (made if missing)")
     m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"],
                    help="which recurrent networks to compare (default: rnn lstm)")
     m.add_argument("--impl", choices=("torch", "scratch"), default="torch",
                    help="how the recurrence runs: 'torch' (its fused kernels, default) or "
                         "'scratch' (the cells of models/rnn.py written from their equations; "
                         "the same accuracies to float tolerance, several times slower)")
-    m.add_argument("--min-len", type=positive_int, default=4)
-    m.add_argument("--max-len", type=positive_int, default=20)
+    m.add_argument("--min-len", type=positive_int, default=4,
+                   help="shortest sequence length tested (default 4)")
+    m.add_argument("--max-len", type=positive_int, default=20,
+                   help="longest sequence length tested (default 20)")
     m.add_argument("--symbols", type=positive_int, default=8, help="alphabet size (default 8)")
-    m.add_argument("--hidden", type=positive_int, default=64)
+    m.add_argument("--hidden", type=positive_int, default=64,
+                   help="units in each network's hidden state (default 64)")
     m.add_argument("--steps", type=positive_int, default=None,
                    help="training steps per model (default 600)")
     m.add_argument("--forget-bias", type=float, default=None,
@@ -68,14 +72,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--mixed", action="store_true",
                    help="train one model on all lengths at once instead of one model per length "
                         "(the short sequences then teach the RNN what to keep, and it copes)")
-    m.add_argument("--batch-size", type=positive_int, default=64)
+    m.add_argument("--batch-size", type=positive_int, default=64,
+                   help="sequences per training step (default 64)")
     m.add_argument("--learning-rate", "--lr", type=float, default=3e-3,
                    help="Adam learning rate (default 3e-3)")
     m.add_argument("--eval-samples", type=positive_int, default=None,
                    help="test sequences per length (default 1000)")
     m.add_argument("--quick", action="store_true",
                    help="a few seconds: 20 steps, 100 test sequences (for smoke tests)")
-    m.add_argument("--seed", type=seed_int, default=0)
+    m.add_argument("--seed", type=seed_int, default=0,
+                   help="seed for the data, the weights and the test sets (default 0)")
     m.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
     m.add_argument("--overwrite", action="store_true",
                    help=f"replace the results already in --out ({', '.join(MEMORY_FILES)})")
@@ -85,14 +91,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "count", help="learn to count: next-number prediction with a recurrent LM",
         description="Train a small recurrent language model on sequences 'k k+1 k+2 ...' "
                     "(mod --modulus) and continue a prompt one token at a time.")
-    c.add_argument("--out", required=True, metavar="DIR")
-    c.add_argument("--cell", choices=("rnn", "lstm", "gru"), default="gru")
-    c.add_argument("--modulus", type=positive_int, default=20, help="numbers 0..N-1, then wrap")
-    c.add_argument("--steps", type=positive_int, default=300)
-    c.add_argument("--hidden", type=positive_int, default=32)
+    c.add_argument("--out", required=True, metavar="DIR",
+                   help=f"folder for the result, {COUNT_FILE} (made if missing)")
+    c.add_argument("--cell", choices=("rnn", "lstm", "gru"), default="gru",
+                   help="the recurrent cell (default gru)")
+    c.add_argument("--modulus", type=positive_int, default=20,
+                   help="numbers 0..N-1, then wrap (default 20)")
+    c.add_argument("--steps", type=positive_int, default=300,
+                   help="training steps (default 300)")
+    c.add_argument("--hidden", type=positive_int, default=32,
+                   help="units in the hidden state (default 32)")
     c.add_argument("--prompt", default="3 4 5", help="numbers to continue (default '3 4 5')")
-    c.add_argument("--generate", type=positive_int, default=10, help="numbers to generate")
-    c.add_argument("--seed", type=seed_int, default=0)
+    c.add_argument("--generate", type=positive_int, default=10,
+                   help="numbers to generate (default 10)")
+    c.add_argument("--seed", type=seed_int, default=0,
+                   help="seed for the data and the weights (default 0)")
     c.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
     c.add_argument("--overwrite", action="store_true",
                    help=f"replace the result already in --out ({COUNT_FILE})")
@@ -163,8 +176,10 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                         "100)")
     g.add_argument("--eval-iters", type=positive_int, default=None,
                    help="batches per val-loss estimate (default 20)")
-    g.add_argument("--seed", type=seed_int, default=1337)
-    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    g.add_argument("--seed", type=seed_int, default=1337,
+                   help="seed of every stage's weights and batches (default 1337)")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to train: auto (a GPU if there is one), cpu or cuda")
     g.add_argument("--threads", type=thread_count, default=0,
                    help="torch CPU threads (default 0: torch's own choice; 1 is often faster "
                         "for the small stages and on a busy machine)")

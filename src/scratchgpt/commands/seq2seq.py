@@ -109,7 +109,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "Transformer: last layer, mean over heads, unless --layer/--head. A plain "
                     "--arch lstm model has no attention to draw.")
     _add_checkpoint(a)
-    a.add_argument("--source", required=True, metavar="TEXT")
+    a.add_argument("--source", required=True, metavar="TEXT",
+                   help="the sentence to translate and draw the attention of")
     a.add_argument("--out", required=True, metavar="FILE.png",
                    help="figure to write (.png, .svg, .pdf ...)")
     a.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")

@@ -23,6 +23,7 @@ from scratchgpt.models.rnn import RecurrentClassifierConfig
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.training.trainer import Trainer
+from scratchgpt.validation import offset_seed
 
 
 class FirstSymbolTask:
@@ -48,7 +49,7 @@ class FirstSymbolTask:
 
     @torch.no_grad()
     def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
-        gen = torch.Generator().manual_seed(self.seed + (split == "val"))
+        gen = torch.Generator().manual_seed(offset_seed(self.seed, split == "val"))
         with _eval_mode(model):
             losses = [self.loss(model, self.train_batch(setting.batch_size, gen)).item()
                       for _ in range(iters)]
@@ -58,7 +59,7 @@ class FirstSymbolTask:
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
         """Accuracy at each length on ``eval_samples`` new sequences (a fixed seed)."""
-        gen = torch.Generator().manual_seed(self.seed + 1)
+        gen = torch.Generator().manual_seed(offset_seed(self.seed, 1))
         with _eval_mode(model):
             for t in self.lengths:
                 x = torch.randint(self.symbols, (self.eval_samples, t), generator=gen)
@@ -124,7 +125,7 @@ def run(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
             acc = train_and_test(setup, cell, lengths, setup.seed)
             accuracy[cell] = [acc[t] for t in lengths]
         else:  # a fresh model per length: nothing short to learn from first
-            accuracy[cell] = [train_and_test(setup, cell, [t], setup.seed + t)[t]
+            accuracy[cell] = [train_and_test(setup, cell, [t], offset_seed(setup.seed, t))[t]
                               for t in lengths]
         log(f"{cell} ({setup.cells} cells): {time.perf_counter() - t0:.1f}s; accuracy by length "
             + " ".join(f"{t}:{a:.2f}" for t, a in zip(lengths, accuracy[cell], strict=True)))

@@ -1,0 +1,19 @@
+"""Every option of every command says what it does in --help."""
+
+import argparse
+
+from scratchgpt.cli import build_parser
+
+
+def _options_without_help(parser: argparse.ArgumentParser, path: list[str]):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options_without_help(sub, [*path, name])
+        elif action.option_strings and action.dest != "help" and not action.help:
+            yield f"{' '.join(path)} {action.option_strings[0]}"
+
+
+def test_every_option_of_every_command_has_help():
+    missing = list(_options_without_help(build_parser(), ["scratchgpt"]))
+    assert missing == [], missing
