@@ -137,27 +137,29 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
         was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
                           f"{was} (drop {_sources(settings, changed)}, or start a new run)")
-    _check_embed_group_kept(checkpoint.train_config.embed_lr_scale, settings)
-    step = checkpoint.state.step
-    if given.get("max_iters", step) < step:
-        raise ConfigError(f"this run is already at update {step}: --max-iters "
-                          f"{given['max_iters']} would end it before where it is (give more "
-                          f"than {step} to train on, or drop {_sources(settings, ['max_iters'])}"
-                          " to finish as planned)")
     model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
     config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
-    train = replace(checkpoint.train_config, **train_changes)
+    train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
     check_flags_apply(settings.explicit, train)
+    _check_changes_can_apply(checkpoint, train, settings)
     return config, train
 
 
-def _check_embed_group_kept(saved: float, settings: Settings) -> None:
-    """``--embed-lr-scale`` may change on resume, but not to or from 1: at 1 the embedding
-    tables share the matrices' optimizer group, otherwise they have one of their own, and the
-    saved optimizer state has the groups it was saved with."""
-    now = settings.given.get("embed_lr_scale", saved)
+def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
+                             settings: Settings) -> None:
+    """Changes a resumed run cannot honour: fewer updates than it has made, and
+    ``--embed-lr-scale`` to or from 1 (at 1 the embedding tables share the matrices'
+    optimizer group, otherwise they have one of their own, and the saved optimizer state has
+    the groups it was saved with)."""
+    step = checkpoint.state.step
+    if train.max_iters < step:
+        raise ConfigError(f"this run is already at update {step}: --max-iters "
+                          f"{train.max_iters} would end it before where it is (give more than "
+                          f"{step} to train on, or drop {_sources(settings, ['max_iters'])} to "
+                          "finish as planned)")
+    saved, now = checkpoint.train_config.embed_lr_scale, train.embed_lr_scale
     if (now == 1.0) != (saved == 1.0):
         keeps = "1" if saved == 1.0 else "a value other than 1"
         raise ConfigError(f"a run started with --embed-lr-scale {saved:g} keeps {keeps} "
