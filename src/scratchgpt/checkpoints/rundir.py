@@ -42,6 +42,7 @@ from scratchgpt.checkpoints.io import (
     save_checkpoint,
 )
 from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
+from scratchgpt.validation import json_loads
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
@@ -322,8 +323,8 @@ class RunDir:
 def _is_run_config(path: Path) -> bool:
     """True if ``path`` is a config.json that :func:`run_config` wrote."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        config = json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
     return isinstance(config, dict) and {"run_id", "model", "train"} <= config.keys() \
         and isinstance(config["model"], dict) and "type" in config["model"]
