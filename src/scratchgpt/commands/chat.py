@@ -11,8 +11,7 @@ from scratchgpt.errors import ConfigError, ScratchGPTError
 
 HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends, /help lists these)"
 COMMANDS = {"/reset": "forget the conversation (the --system message stays)",
-            "/exit": "end the chat (also /quit, or Ctrl-D)", "/quit": "",
-            "/help": "this list",
+            "/exit": "end the chat (also /quit, or Ctrl-D)", "/help": "this list",
             "//word": "send '/word' as a message (the first '/' is dropped)"}
 
 
@@ -99,8 +98,7 @@ class ChatSession:
             self.reset()
         elif text == "/help":
             for name, what in COMMANDS.items():
-                if what:
-                    print(f"  {name:<7} {what}")
+                print(f"  {name:<7} {what}")
         else:
             print(f"unknown command {text!r}: /help lists the commands; to send it as a "
                   f"message, write /{text}", file=sys.stderr)
