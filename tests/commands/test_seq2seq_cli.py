@@ -78,7 +78,8 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
                      "--source", "3 mar 99", "--out", str(png), "--layer", "0",
                      "--head", "1"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads(capsys.readouterr().out)["out"] == str(png)
+    said = capsys.readouterr().out.splitlines()  # the translation, then the figure written
+    assert said[0].startswith("'3 mar 99' -> ") and said[1].startswith(f"wrote {png}: ")
     drawn = png.read_bytes()  # a figure already there is replaced only with --overwrite
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint),
                      "--source", "x", "--out", str(png)]) == 2
@@ -198,7 +199,12 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
                            "not divisible"),
                           (["--n-train", str(10**12)], "pairs needs about"),  # a petabyte
                           (["--valid-fraction", "0.2"], "a --data file only"),
-                          (["--data", "x.tsv", "--n-test", "9"], "generated tasks only")):
+                          (["--data", "x.tsv", "--n-test", "9"], "generated tasks only"),
+                          # a setting of another architecture would change nothing
+                          (["--arch", "lstm", "--n-head", "3", "--d-ff", "64"],
+                           "--arch lstm does not take --d-ff, --n-head"),
+                          (["--no-bidirectional"], "--arch transformer does not take "
+                                                   "--bidirectional")):
         assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err
         assert reason in err and len(err.strip().splitlines()) == 1
@@ -275,3 +281,16 @@ def test_attention_of_a_model_without_attention_is_refused(tmp_path, capsys):
                  "--out", str(png)]) == 2
     err = capsys.readouterr().err
     assert "no attention" in err and err.count("\n") == 1 and not png.exists()
+
+
+def test_train_help_states_seq2seq_defaults_per_arch(capsys):
+    from scratchgpt.models.seq2seq import ARCH_DEFAULTS
+    from scratchgpt.training.seq2seq import TRAIN_DEFAULTS
+
+    with pytest.raises(SystemExit):
+        main(["seq2seq", "train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert f"--batch-size BATCH_SIZE (source, target) pairs per optimizer micro-step " \
+           f"(default: {TRAIN_DEFAULTS['batch_size']})" in text
+    assert f"(default: {ARCH_DEFAULTS['transformer']['n_head']} (transformer only))" in text
+    assert "--nproc" not in text and "--windows" not in text  # a seq2seq run has neither

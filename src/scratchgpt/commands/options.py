@@ -13,12 +13,14 @@ _TYPES = {int: int, float: float, str: str}
 
 def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
                         skip: set[str] = frozenset(), seen: set[str] | None = None,
-                        shown: dict[str, str] | None = None) -> None:
+                        shown: dict[str, Any] | None = None,
+                        helps: dict[str, str] | None = None) -> None:
     """Add ``--field-name`` for each field of ``cls`` (except ``init=False`` ones, which the
     class fixes itself), and the other names in the field's ``aliases`` metadata. Defaults are
     None (meaning "not given"), so the caller can layer defaults < preset < config file <
     flags. ``shown``: the default a command's help states instead of the field's, where the
-    command sets its own."""
+    command sets its own; ``helps``: a command's own text for a field, where the field's
+    would mislead there."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.init or f.name in skip or (seen is not None and f.name in seen):
@@ -29,7 +31,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
         typ = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else None
         default = (shown or {}).get(f.name, default)
-        help_text = f.metadata.get("help", "")
+        help_text = (helps or {}).get(f.name, f.metadata.get("help", ""))
         help_text = f"{help_text} (default: {default})" if help_text else f"default: {default}"
         if typ is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,

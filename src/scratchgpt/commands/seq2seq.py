@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from typing import Any
 
 from scratchgpt.commands.argtypes import (
     finite_float,
@@ -21,12 +21,15 @@ from scratchgpt.commands.argtypes import (
 from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
-from scratchgpt.models.seq2seq import ARCHS, Seq2SeqConfig
+from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import TrainConfig, train_fields
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
 NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id"}
+# TrainConfig fields that are not flags here: data-parallel processes (a seq2seq run is one
+# process) and the language models' token-window curricula (a batch here is whole pairs)
+NOT_TRAIN_FLAGS = {"nproc", "seq_len_warmup", "batch_size_ramp", "windows"}
 # (old spelling, setting, type): accepted for one more release, hidden from --help
 # (--lr is no longer among them: it is --learning-rate's short name everywhere)
 OLD_SPELLINGS = (("--steps", "max_iters", int),
@@ -70,12 +73,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="share of a TSV file's sources held out for evaluation (default 0.1)")
     t.add_argument("--label-smoothing", type=float, default=None,
                    help="cross-entropy label smoothing in [0, 1) (default 0)")
-    hp = t.add_argument_group("training (defaults as 'scratchgpt train' unless noted: batch "
-                              "size 64, learning rate 2e-3, warmup 200, weight decay 0.01, "
-                              "seed 0)")
-    add_dataclass_flags(hp, TrainConfig, skip={"nproc"})
-    mp = t.add_argument_group("model (defaults per --arch)")
-    add_dataclass_flags(mp, Seq2SeqConfig, skip=NOT_FLAGS)
+    hp = t.add_argument_group("training (the settings of 'scratchgpt train', with seq2seq's "
+                              "own defaults)")
+    add_dataclass_flags(hp, TrainConfig, skip=NOT_TRAIN_FLAGS, shown=train_defaults_shown(),
+                        helps=TRAIN_HELPS)
+    mp = t.add_argument_group("model (defaults per --arch; a setting the --arch does not use "
+                              "is refused)")
+    add_dataclass_flags(mp, Seq2SeqConfig, skip=NOT_FLAGS, shown=arch_defaults_shown(),
+                        helps=MODEL_HELPS)
     for old, dest, typ in OLD_SPELLINGS:  # spellings of an earlier release, still accepted
         t.add_argument(old, dest=dest, type=typ, default=None, help=argparse.SUPPRESS)
     t.add_argument("--unidirectional", dest="bidirectional", action="store_false",
@@ -122,6 +127,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(func=run_attention)
 
 
+# seq2seq's own words for settings whose 'scratchgpt train' help speaks of --nproc or tokens
+TRAIN_HELPS = {
+    "batch_size": "(source, target) pairs per optimizer micro-step",
+    "threads": "CPU threads for torch (0 = torch's default: one per core)",
+}
+MODEL_HELPS = {
+    "d_model": "embedding and hidden width",
+    "n_layer": "encoder layers and decoder layers, each",
+    "n_head": "attention heads",
+    "d_ff": "feed-forward hidden width",
+    "dropout": "dropout probability while training",
+    "bidirectional": "encoder reads the source both ways",
+    "max_positions": "longest source or target the position table covers, in tokens",
+}
+
+
+def train_defaults_shown() -> dict[str, Any]:
+    """The defaults of a new seq2seq run, as its --help states them."""
+    from scratchgpt.training import seq2seq
+
+    return {**seq2seq.TRAIN_DEFAULTS,
+            "max_iters": "none, the run lasts --time-budget",
+            "time_budget": f"{seq2seq.DEFAULT_BUDGET} without --max-iters",
+            "min_lr": f"{seq2seq.MIN_LR_FRACTION} x --learning-rate"}
+
+
+def arch_defaults_shown() -> dict[str, str]:
+    """Each model setting's default per architecture, e.g. ``64 (transformer), 128
+    (lstm-attention, lstm)``; ``4 (transformer only)`` for a setting one architecture uses."""
+    shown = {}
+    for name in model_flag_names():
+        by_value: dict[Any, list[str]] = {}
+        for arch in ARCHS:
+            if name in ARCH_DEFAULTS[arch]:
+                by_value.setdefault(ARCH_DEFAULTS[arch][name], []).append(arch)
+        if len(by_value) == 1 and len(next(iter(by_value.values()))) == len(ARCHS):
+            shown[name] = str(next(iter(by_value)))
+            continue
+        only = " only" if len(by_value) == 1 else ""
+        shown[name] = ", ".join(f"{v} ({', '.join(archs)}{only})" for v, archs in by_value.items())
+    return shown
+
+
 def _add_checkpoint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR",
                    help="run directory written by 'seq2seq train' (its best.pt is used)")
@@ -148,7 +196,7 @@ def run_train(args: argparse.Namespace) -> int:
     from scratchgpt.validation import check_range
 
     check_range("--label-smoothing", args.label_smoothing, 0, 1, high_open=True)
-    train_flags = given(args, train_fields() - {"nproc"})
+    train_flags = given(args, train_fields() - NOT_TRAIN_FLAGS)
     model_flags = given(args, model_flag_names())
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
@@ -295,7 +343,9 @@ def run_attention(args: argparse.Namespace) -> int:
     fig.tight_layout()
     out = save_figure(fig, args.out, dpi=120)
     ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
-    print(json.dumps({"translation": texts[0], "out": str(out), "finished": ended}))
+    cut = "" if ended else f" (cut at --max-len {args.max_len}, before <eos>)"
+    print(f"{args.source!r} -> {texts[0]!r}{cut}")
+    print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
     return 0
 
 

@@ -77,19 +77,41 @@ class Seq2SeqConfig:
 
 
 # Default sizes per architecture, tuned on the dates task on a 2-core CPU (docs/bench_seq2seq.md).
+# Their keys are the settings each architecture takes (the LSTMs have no heads, feed-forward
+# width or position table; the transformer's encoder is always bidirectional).
 ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
-    "transformer": {"d_model": 64, "n_layer": 2, "n_head": 4, "d_ff": 256, "dropout": 0.0},
+    "transformer": {"d_model": 64, "n_layer": 2, "n_head": 4, "d_ff": 256, "dropout": 0.0,
+                    "max_positions": 512},
     "lstm-attention": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
     "lstm": {"d_model": 128, "n_layer": 1, "bidirectional": True, "dropout": 0.0},
 }
 
 
 def default_config(arch: str, src_vocab: int, tgt_vocab: int, **overrides: Any) -> Seq2SeqConfig:
-    """``ARCH_DEFAULTS[arch]`` with ``overrides`` (those that are not None) applied."""
+    """``ARCH_DEFAULTS[arch]`` with ``overrides`` (those that are not None) applied. Every
+    config holds every field; one that only other architectures use (see
+    :func:`unused_settings`) changes nothing.
+
+    >>> default_config("lstm", 40, 30, d_model=32).d_model
+    32
+    """
     if arch not in ARCHS:
         raise ConfigError(f"arch must be one of {ARCHS}, got {arch!r}")
-    fields = {**ARCH_DEFAULTS[arch], **{k: v for k, v in overrides.items() if v is not None}}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    fields = {**ARCH_DEFAULTS[arch], **given}
     return Seq2SeqConfig(arch=arch, src_vocab=src_vocab, tgt_vocab=tgt_vocab, **fields)
+
+
+def unused_settings(arch: str, names: Any) -> list[str]:
+    """The ``names`` (config fields) that only other architectures use, sorted.
+
+    >>> unused_settings("lstm", ["d_model", "n_head", "d_ff"])
+    ['d_ff', 'n_head']
+    """
+    if arch not in ARCHS:
+        raise ConfigError(f"arch must be one of {ARCHS}, got {arch!r}")
+    per_arch = set().union(*ARCH_DEFAULTS.values())
+    return sorted(set(names) & per_arch - ARCH_DEFAULTS[arch].keys())
 
 
 def padding_mask(lengths: Tensor, max_len: int) -> Tensor:

@@ -25,7 +25,7 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
 from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
 from scratchgpt.generation.beam import check_length_penalty
-from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config
+from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config, unused_settings
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
@@ -187,6 +187,8 @@ def translate(
     texts, all_ids, all_attn = [], [], []
     examples = [(src_tok.encode(s) + [EOS_ID], []) for s in sources]
     check_lengths(model, [len(x) for x, _ in examples], max_len)
+    check_decode_fits(model, min(len(examples), batch_size) * beam,
+                      max(len(x) for x, _ in examples), max_len, beam)
     for i in range(0, len(examples), batch_size):
         src, lengths, _, _ = collate(examples[i : i + batch_size])
         src, lengths = src.to(device), lengths.to(device)
@@ -214,6 +216,20 @@ def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -
     if max_len > limit:
         raise GenerationError(f"--max-len {max_len} exceeds the {limit} positions this model "
                               "can write (its max_positions)")
+
+
+def check_decode_fits(model: Seq2Seq, rows: int, source_len: int, max_len: int,
+                      beam: int) -> None:
+    """A decode of ``rows`` hypotheses (sources x beam) fits in memory: checked before it
+    starts, so a huge ``--beam`` or ``--max-len`` is refused rather than failing to allocate.
+    Per row: the log-probabilities and the beam's candidates (3 x vocabulary), and per output
+    token the attention kept for the heatmap (a source's length) and the decoder's activations
+    (a transformer re-reads its outputs: about 8 x d_model per layer)."""
+    c = model.config
+    per_token = source_len + 8 * c.d_model * c.n_layer
+    estimate = memory.Estimate({"decoding": rows * (3 * c.tgt_vocab + max_len * per_token) * 4})
+    what = f"decoding with --beam {beam} and --max-len {max_len}"
+    memory.check_fits(estimate, what, next(model.parameters()).device, error=GenerationError)
 
 
 def evaluate(
@@ -300,6 +316,7 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     # Bad flags fail at once, not after the pairs are made and encoded (seconds for dates):
     # the model's flags are checked on stand-in vocabularies, then on the real ones.
     cfg = train_config(train_flags)
+    check_arch_takes(arch, model_flags)
     default_config(arch, UNK_ID + 1, UNK_ID + 1, **model_flags)  # the special ids alone
     check_pairs_fit(spec)
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
@@ -308,6 +325,15 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
                     {"arch": arch})
+
+
+def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
+    """A model flag that only another architecture uses is refused: it would change nothing,
+    yet a new run's config.json would record it."""
+    unused = unused_settings(arch, flags)
+    if unused:
+        raise ConfigError(f"--arch {arch} does not take "
+                          + ", ".join("--" + k.replace("_", "-") for k in unused))
 
 
 # Memory a generated pair takes once made and encoded (measured: ~0.8 KiB for reverse's
@@ -331,6 +357,7 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
     if checkpoint.model_type != "seq2seq":
         raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
                               "not a seq2seq one; resume it with 'scratchgpt train'")
+    check_arch_takes(checkpoint.model_config.arch, flags)
     config, cfg = resumed_run(checkpoint, Settings(flags=flags))
     saved = checkpoint.data.get("label_smoothing")  # None: a run that did not record it
     if saved is not None and label_smoothing not in (None, saved):
