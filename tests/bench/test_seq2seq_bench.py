@@ -14,3 +14,27 @@ def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys):
         assert r["steps"] >= 1 and r["held_out"] == 20 and 0 <= r["exact_match"] <= 1
         assert r["train_seconds"] < 10
     assert "exact match" in capsys.readouterr().out
+    for r in res["results"]:  # source-length buckets as keys: "1-5", no table padding
+        assert r["by_length"] and all(k == k.strip() for k in r["by_length"])
+
+
+def test_bench_seq2seq_stopped_by_ctrl_c_writes_nothing(cli_main, tmp_path, capsys,
+                                                         monkeypatch):
+    import signal
+
+    from scratchgpt.training.seq2seq import Seq2SeqTask
+
+    real = Seq2SeqTask.train_batch
+
+    def interrupted(self, *args, **kwargs):  # Ctrl-C during the second model's training
+        if self.spec.n_train == 200 and getattr(self, "_seen", 0) == 1:
+            signal.raise_signal(signal.SIGINT)
+        self._seen = getattr(self, "_seen", 0) + 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Seq2SeqTask, "train_batch", interrupted)
+    out = tmp_path / "b.json"
+    rc = cli_main(["bench", "seq2seq", "--budget", "1s", "--archs", "lstm", "--n-train", "200",
+                   "--n-test", "20", "--no-progress", "--json", str(out)])
+    assert rc == 130 and not out.exists()
+    assert "stopped while training lstm" in capsys.readouterr().err
