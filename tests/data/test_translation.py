@@ -22,6 +22,9 @@ def test_read_tsv(tmp_path):
     f = tmp_path / "p.tsv"
     f.write_text("hello\tbonjour\ncat\tchat\n", encoding="utf-8")
     assert read_tsv(f) == [("hello", "bonjour"), ("cat", "chat")]
+    # a byte-order mark (Notepad's "UTF-8 with BOM") is not part of the first source
+    f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes())
+    assert read_tsv(f) == [("hello", "bonjour"), ("cat", "chat")]
 
 
 @pytest.mark.parametrize("text,line,what", [

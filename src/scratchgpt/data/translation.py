@@ -39,7 +39,9 @@ def read_tsv(path: str | Path) -> list[Pair]:
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (some editors write one) is not the first source's
+        # first character
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e})") from None
     pairs = []
