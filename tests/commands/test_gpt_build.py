@@ -193,6 +193,20 @@ def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # nothing written before the checks
 
 
+def test_a_stage_too_large_for_memory_is_refused_before_any_trains(small_dataset, tmp_path,
+                                                                    capsys, monkeypatch):
+    # as a GPT-2-tokenized corpus makes the bigram stage's table 50257 x 50257 (~40 GiB to
+    # train): here the memory is small instead
+    from scratchgpt.memory import MEMORY_LIMIT_ENV
+
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "64KiB")
+    assert main(["experiment", "gpt-build", "--dataset", str(small_dataset),
+                 "--out", str(tmp_path / "x"), "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training this model needs about" in err[0], err
+    assert not (tmp_path / "x").exists()
+
+
 def test_budget_flags_choose_time_or_steps():
     from scratchgpt.cli import build_parser
     from scratchgpt.commands.experiment import _build_setup

@@ -235,6 +235,9 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
     for stage in chosen:
         config = stage.config(data.vocab_size)
         data.check_block_size(config.block_size)
+        # a GPT-2-tokenized corpus makes the bigram's table 50257 x 50257: refused, not an
+        # allocation failure part way through the stages
+        train_job.check_resources(cfg, config)
         path = out / stage.name
         if RunDir(path).holds_run() and not overwrite:
             raise ConfigError(f"{path} already holds a run; pass --overwrite to train the "
