@@ -293,6 +293,17 @@ def test_seeds_and_thread_counts_out_of_range(run_dir, tmp_path, capsys, argv):
     assert flag.lstrip("-") in error_of(capsys, [*argv, *where])
 
 
+@pytest.mark.parametrize("command, flag", [
+    (["experiment", "count", "--out", "x"], "--generate"), (["bench", "sample"], "--tokens"),
+])
+def test_token_counts_beyond_the_generation_limit(capsys, command, flag):
+    """A count of new tokens past MAX_NEW_TOKENS ran for ever (10^30 steps of generation)."""
+    from scratchgpt.generation.stopping import MAX_NEW_TOKENS
+
+    err = error_of(capsys, [*command, flag, str(MAX_NEW_TOKENS + 1)])
+    assert f"{flag}: expected 1 to {MAX_NEW_TOKENS} new tokens" in err
+
+
 def test_flag_that_does_not_apply_to_model(small_dataset, tmp_path, capsys):
     msg = error_of(capsys, ["train", "--dataset", str(small_dataset), "--model", "bigram",
                             "--n-head", "4", "--out", str(tmp_path / "r")])

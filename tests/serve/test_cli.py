@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from scratchgpt.cli import main
+from scratchgpt.serve.protocol import Limits
 from tests.cli_errors import error_of
 from tests.requires import optional
 
@@ -164,6 +165,10 @@ def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_
     (["--clients", "0"], "--clients"),
     (["--soak-clients", "100000"], "--soak-clients"),
     (["--max-tokens", "0"], "--max-tokens"),
+    # more than the server it starts takes, or than could finish: they ran for ever
+    (["--max-tokens", str(10**30)], f"--max-tokens must be in [1, {Limits().max_tokens}]"),
+    (["--engine-only", "--prompt-tokens", str(10**30)], "--prompt-tokens must be in [1, "),
+    (["--requests", str(10**30)], "--requests must be in [1, "),
     (["--url", "http://example.com:8000"], "--url"),
 ])
 def test_bench_serve_bad_flags_are_one_line_errors(capsys, argv, says):

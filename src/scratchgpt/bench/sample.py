@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from scratchgpt.commands.argtypes import positive_int, thread_count
+from scratchgpt.commands.argtypes import new_tokens, positive_int, thread_count
 from scratchgpt.training.config import PRESETS
 
 DEFAULT_PRESET = "cpu-small"
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="model shape of a random model, without --checkpoint (default "
                         f"{DEFAULT_PRESET})")
-    p.add_argument("--tokens", type=positive_int, default=500,
+    p.add_argument("--tokens", type=new_tokens, default=500,
                    help="new tokens per sample (500)")
     p.add_argument("--prompt-len", type=positive_int, default=1, help="prompt tokens (1)")
     p.add_argument("--temperature", type=float, default=0.8,

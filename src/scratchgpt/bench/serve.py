@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import re
 import subprocess
@@ -216,10 +217,12 @@ def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from scratchgpt.errors import ConfigError
 
     card = model_card(url)
-    most = httpx.get(url + "/api/limits", timeout=10).json()["max_prompt_tokens"]
-    if args.prompt_tokens > most:
-        raise ConfigError(f"--prompt-tokens {args.prompt_tokens}: the server takes prompts of "
-                          f"at most {most} tokens")
+    limits = httpx.get(url + "/api/limits", timeout=10).json()
+    for flag, most in (("prompt_tokens", limits["max_prompt_tokens"]),
+                       ("max_tokens", limits["max_tokens"])):
+        if getattr(args, flag) > most:
+            raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: the server "
+                              f"takes at most {most} tokens")
     return [{"model": card["id"], "prompt": prompt, "max_tokens": args.max_tokens,
              "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
 
@@ -360,20 +363,24 @@ def print_soak(result: dict[str, Any]) -> None:
 
 
 MAX_CLIENTS = 256  # the bench's own bound on concurrent clients
+MAX_REQUESTS = 100_000  # and on requests per phase: hours of work already
 
 
 def check_args(args: argparse.Namespace) -> None:
     """Counts in range, and only a server on this machine."""
     from scratchgpt.errors import ConfigError
+    from scratchgpt.serve.protocol import Limits
     from scratchgpt.serve.server import is_loopback
+    from scratchgpt.validation import check_range
 
-    for flag in ("clients", "soak_clients"):
-        if not 1 <= getattr(args, flag) <= MAX_CLIENTS:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be in [1, {MAX_CLIENTS}], got "
-                              f"{getattr(args, flag)}")
-    for flag in ("requests", "soak_requests", "prompt_tokens", "max_tokens"):
-        if getattr(args, flag) < 1:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+    limits = Limits()  # the server this bench starts (and --engine-only) takes these
+    highs = {"clients": MAX_CLIENTS, "soak_clients": MAX_CLIENTS, "requests": MAX_REQUESTS,
+             "soak_requests": MAX_REQUESTS,
+             # a running server's own limits are read once it answers (workload)
+             "prompt_tokens": math.inf if args.url else limits.max_prompt_tokens,
+             "max_tokens": math.inf if args.url else limits.max_tokens}
+    for flag, high in highs.items():
+        check_range(f"--{flag.replace('_', '-')}", getattr(args, flag), 1, high)
     if args.time_limit <= 0:
         raise ConfigError("--time-limit must be > 0 seconds")
     if args.engine_only and (args.url or args.soak):

@@ -68,6 +68,18 @@ def finite_float(text: str) -> float:
     return x
 
 
+def new_tokens(text: str) -> int:
+    """A number of tokens to generate: 1 to
+    :data:`~scratchgpt.generation.stopping.MAX_NEW_TOKENS`.
+
+    >>> new_tokens("500")
+    500
+    """
+    from scratchgpt.generation.stopping import MAX_NEW_TOKENS
+
+    return _int_within(text, 1, MAX_NEW_TOKENS, f"1 to {MAX_NEW_TOKENS} new tokens")
+
+
 def seed_int(text: str) -> int:
     """``--seed``: an integer torch's generators take, 0 to 2^64 - 1."""
     return _int_within(text, 0, SEED_MAX, "a seed from 0 to 2^64 - 1")

@@ -16,6 +16,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
+from scratchgpt.generation.stopping import MAX_NEW_TOKENS
 
 TEMPERATURE = 0.8  # when --temperature is not given (beam search takes none)
 
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="text to continue (default: none, unconditional generation)")
     src.add_argument("--prompt-file", default=None, help="read the prompt from this file")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate (500)")
-    p.add_argument("--max-new-tokens-limit", type=int, default=100_000,
+    p.add_argument("--max-new-tokens-limit", type=int, default=MAX_NEW_TOKENS,
                    help="refuse --max-new-tokens above this (default 100000)")
     p.add_argument("--temperature", type=float, default=None,
                    help=f"softmax temperature; 0 = greedy (default {TEMPERATURE})")

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 
 from scratchgpt.errors import GenerationError
 
+# The most new tokens a command generates unless told otherwise (sample's
+# --max-new-tokens-limit): past it a typo, not a wish, is the likelier cause.
+MAX_NEW_TOKENS = 100_000
+
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     """Text up to the first stop string (exclusive), and whether one was found."""
