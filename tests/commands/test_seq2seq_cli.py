@@ -228,6 +228,29 @@ def test_memory_quick_writes_csv_and_png(cli_main, tmp_path):
     assert next(csv.reader((tmp_path / "memory.csv").open())) == ["length", "rnn"]
 
 
+@pytest.mark.parametrize("experiment, task", [("memory", "memory.FirstSymbolTask"),
+                                              ("count", "count.CountingTask")])
+def test_an_experiment_stopped_by_ctrl_c_ends_with_130_and_writes_nothing(
+        experiment, task, tmp_path, capsys, monkeypatch):
+    """It read the final figures the stopped training never made: a KeyError traceback."""
+    import importlib
+    import signal
+
+    module, name = task.split(".")
+    cls = getattr(importlib.import_module(f"scratchgpt.experiments.{module}"), name)
+    real = cls.train_batch
+
+    def interrupted(self, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # the trainer stops after this step
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "train_batch", interrupted)
+    extra = ["--quick"] if experiment == "memory" else []
+    assert main(["experiment", experiment, "--out", str(tmp_path / "x"), *extra]) == 130
+    assert capsys.readouterr().err.endswith("scratchgpt experiment: interrupted\n")
+    assert not (tmp_path / "x").exists()
+
+
 def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert cli_main(["experiment", "count", "--out", str(tmp_path), "--steps", "150",
                      "--modulus", "10", "--prompt", "7 8"]) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 
 from scratchgpt.commands.argtypes import (
@@ -67,13 +66,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {platform.machine()} {platform.processor() or ''}, "
           f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
           f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
-    rows = []
-    for arch in args.archs:
-        row = _run_arch(arch, data, cfg, not args.no_progress)
-        if isinstance(row, int):  # Ctrl-C or SIGTERM: no figures for a model cut short
-            print(f"stopped while training {arch}; no results written", file=sys.stderr)
-            return row
-        rows.append(row)
+    rows = [_run_arch(arch, data, cfg, not args.no_progress) for arch in args.archs]
     print("\narch             params   steps  train s   exact match")
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
@@ -83,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_arch(arch: str, data, cfg, progress: bool) -> dict | int:
-    """Train one architecture from scratch (no run directory) and score it; the exit code
-    (130, 143) if a signal stopped it."""
+def _run_arch(arch: str, data, cfg, progress: bool) -> dict:
+    """Train one architecture from scratch (no run directory) and score it."""
     from scratchgpt.training.seq2seq import Seq2SeqTask, format_eval
     from scratchgpt.training.trainer import Trainer
 
@@ -93,9 +85,8 @@ def _run_arch(arch: str, data, cfg, progress: bool) -> dict | int:
     task = Seq2SeqTask.from_spec(data)
     trainer = Trainer(cfg, task.model_config(arch), task, progress=progress)
     res = trainer.fit()
+    res.raise_if_stopped()  # Ctrl-C, SIGTERM: no figures for a model cut short
     ev = task.final_eval
-    if res.interrupted or ev is None:
-        return res.exit_code
     print(f"== {arch}: {format_eval(ev)}", flush=True)
     return {"arch": arch, "params": trainer.model.num_params(), "steps": res.step,
             "train_seconds": round(res.elapsed_s, 1), "target_tokens_seen": trainer.state.tokens,

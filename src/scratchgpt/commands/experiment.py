@@ -17,7 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int, results_dir, seed_int, thread_count
+from scratchgpt.commands.argtypes import (
+    new_tokens,
+    positive_int,
+    results_dir,
+    seed_int,
+    thread_count,
+)
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError
 
@@ -102,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--hidden", type=positive_int, default=32,
                    help="units in the hidden state (default 32)")
     c.add_argument("--prompt", default="3 4 5", help="numbers to continue (default '3 4 5')")
-    c.add_argument("--generate", type=positive_int, default=10,
+    c.add_argument("--generate", type=new_tokens, default=10,
                    help="numbers to generate (default 10)")
     c.add_argument("--seed", type=seed_int, default=0,
                    help="seed for the data and the weights (default 0)")
@@ -245,6 +251,9 @@ def run_memory(args: argparse.Namespace) -> int:
         raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
     if args.symbols < 2:
         raise ConfigError("--symbols must be at least 2")
+    twice = sorted({c for c in args.cells if args.cells.count(c) > 1})
+    if twice:  # one column and one curve per cell
+        raise ConfigError(f"--cells names {', '.join(twice)} more than once")
     refuse_with_quick(args, MEMORY_QUICK)
     if args.forget_bias is not None and "lstm" not in args.cells:  # a gate of LSTMs alone
         raise ConfigError(f"--forget-bias sets the LSTM's forget gate; --cells "
@@ -255,6 +264,7 @@ def run_memory(args: argparse.Namespace) -> int:
     forget_bias = 1.0 if args.forget_bias is None else args.forget_bias
     setup = memory.MemorySetup(args.symbols, args.hidden, steps, args.batch_size,
                                args.learning_rate, forget_bias, n_eval, args.seed, args.impl)
+    memory.check_fits(setup, args.cells, args.max_len)
     lengths = list(range(args.min_len, args.max_len + 1))
     out_dir = results_dir(args.out, MEMORY_FILES, args.overwrite)
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,

@@ -12,12 +12,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from scratchgpt import memory
 from scratchgpt.models.rnn import RecurrentConfig
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, _eval_mode
 from scratchgpt.training.trainer import Trainer
 
 ROW = 17  # numbers per training row: 16 inputs, each with its next number as target
+BATCH = 32  # rows per training step
 
 
 class CountingTask:
@@ -73,15 +75,29 @@ class CountingTask:
 def train_counter(cell: str, modulus: int, hidden: int, steps: int, seed: int
                   ) -> tuple[nn.Module, dict[str, float], float]:
     """Train a one-layer recurrent LM to count; returns (model, final metrics, first loss)."""
-    cfg = TrainConfig(batch_size=32, max_iters=steps, learning_rate=1e-2, min_lr=1e-2,
+    cfg = TrainConfig(batch_size=BATCH, max_iters=steps, learning_rate=1e-2, min_lr=1e-2,
                       warmup_iters=0, weight_decay=0.0, grad_clip=0.0, eval_iters=1,
                       eval_interval=steps + 1, log_interval=steps + 1, dtype="fp32", seed=seed)
     config = RecurrentConfig(vocab_size=modulus, cell=cell, n_layer=1, hidden=hidden)
+    check_fits(config)
     task = CountingTask(modulus)
     trainer = Trainer(cfg, config, task, progress=False)
     first = task.estimate(trainer.model, "val", 1, trainer.setting)
     result = trainer.fit()
+    result.raise_if_stopped()
     return trainer.model.eval(), result.metrics, first
+
+
+def check_fits(config: RecurrentConfig) -> None:
+    """Training and the evaluation fit in memory, checked before anything is built. The
+    evaluation reads a row from every start at once: ``modulus x 16`` tokens, each with
+    ``modulus`` logits, which is what grows fastest."""
+    train = memory.training_estimate(config, BATCH * (ROW - 1))  # (an RNN's: per token)
+    tokens = config.vocab_size * (ROW - 1)
+    per_token = 3 * config.vocab_size + memory.ACTIVATION_FLOATS * config.hidden
+    estimate = memory.Estimate({**train.parts, "evaluation": memory.FP32 * tokens * per_token})
+    memory.check_fits(estimate, f"counting modulo {config.vocab_size:,} with {config.hidden:,} "
+                                "hidden units")
 
 
 def continue_counting(model: nn.Module, prompt: list[int], n: int) -> list[int]:

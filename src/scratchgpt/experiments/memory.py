@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from scratchgpt import memory
 from scratchgpt.models.rnn import RecurrentClassifierConfig
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
@@ -98,6 +99,22 @@ class MemorySetup:
     cells: str = "torch"  # torch's fused recurrent kernels, or "scratch": the cell equations
 
 
+def _config(setup: MemorySetup, cell: str) -> RecurrentClassifierConfig:
+    return RecurrentClassifierConfig(setup.symbols, setup.symbols, cell, setup.hidden,
+                                     forget_bias=setup.forget_bias, cells=setup.cells)
+
+
+def check_fits(setup: MemorySetup, cells: list[str], max_len: int) -> None:
+    """Each cell's model fits in memory on the longest sequences: a training batch, and the
+    test set, read at once without gradients; checked before any model is built."""
+    tested = setup.eval_samples * max_len  # test tokens: an int64 id, the outputs (and a copy)
+    testing = tested * (8 + memory.FP32 * 2 * setup.hidden)
+    for cell in cells:  # (an RNN's estimate counts tokens: a batch of sequences x length)
+        train = memory.training_estimate(_config(setup, cell), setup.batch_size * max_len)
+        memory.check_fits(memory.Estimate({**train.parts, "testing": testing}),
+                          f"the {cell} on sequences of {max_len:,} symbols")
+
+
 def train_and_test(setup: MemorySetup, cell: str, lengths: list[int], seed: int
                    ) -> dict[int, float]:
     """Train one model on sequences of ``lengths``; its accuracy at each of them."""
@@ -106,10 +123,9 @@ def train_and_test(setup: MemorySetup, cell: str, lengths: list[int], seed: int
                       warmup_iters=0, weight_decay=0.0, grad_clip=1.0, eval_iters=4,
                       eval_interval=setup.steps + 1, log_interval=setup.steps + 1,
                       dtype="fp32", seed=seed)
-    config = RecurrentClassifierConfig(setup.symbols, setup.symbols, cell, setup.hidden,
-                                       forget_bias=setup.forget_bias, cells=setup.cells)
+    config = _config(setup, cell)
     task = FirstSymbolTask(setup.symbols, lengths, setup.eval_samples, seed)
-    Trainer(cfg, config, task, progress=False).fit()
+    Trainer(cfg, config, task, progress=False).fit().raise_if_stopped()
     return task.accuracy
 
 
@@ -138,16 +154,18 @@ def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbo
     from scratchgpt.viz import pyplot
 
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for cell, accs in accuracy.items():
         ax.plot(lengths, accs, marker="o", label=cell.upper())
     ax.axhline(1 / symbols, color="gray", linestyle="--", label="chance")
     ax.set_xlabel("sequence length (steps between the symbol and the answer)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # lengths are whole steps
     ax.set_ylabel("accuracy recalling the first symbol")
     ax.set_ylim(0, 1.05)
     ax.legend()
-    ax.set_title("Memory over time: RNN vs LSTM")
+    ax.set_title("Memory over time: " + " vs ".join(cell.upper() for cell in accuracy))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from scratchgpt import figure_helper
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir, run_config
-from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.errors import CheckpointError, ConfigError, Terminated
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.training import distributed
 from scratchgpt.training.allocator import keep_freed_memory
@@ -72,6 +72,13 @@ class TrainResult:
     metrics: dict[str, float] = field(default_factory=dict)
     exit_code: int = 0
     report: str = ""  # the task's words on its final figures
+
+    def raise_if_stopped(self) -> None:
+        """For a caller with no run directory to keep (an experiment, a benchmark): a run a
+        signal stopped raises it again, so the command ends with its one line and exit code
+        (130 / 143) instead of reading final figures that were never made."""
+        if self.interrupted:
+            raise Terminated if self.exit_code == 143 else KeyboardInterrupt
 
 
 def train_step(model: nn.Module, forward: nn.Module, opt: Any, loss_fn: LossFn,
