@@ -139,3 +139,17 @@ def test_models_a_benchmark_cannot_time_are_one_line(argv, needle, other_models,
     (a recurrent state cannot roll back) tracebacks."""
     monkeypatch.chdir(other_models)
     assert needle in error_of(capsys, ["bench", *argv])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "train", "--n-embd", str(10**30)], "too large to build"),
+    (["bench", "train", "--n-embd", "200064"], "this training step needs about"),
+    (["bench", "recurrent", "--hidden", str(10**30)], "too large to build"),
+    (["bench", "recurrent", "--seq-len", str(10**12)], "timing the rnn needs about"),
+    (["bench", "decode-step", "--n-embd", str(12 * 10**30)], "too large to build"),
+    (["bench", "seq2seq", "--n-train", str(10**30)], "pairs needs about"),
+])
+def test_a_shape_beyond_memory_is_refused_before_anything_is_built(argv, says, capsys):
+    """A size past any memory was an OverflowError or an allocation failure (traceback),
+    or for --n-train a generator making pairs for ever."""
+    assert says in error_of(capsys, argv)

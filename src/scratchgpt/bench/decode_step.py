@@ -308,6 +308,9 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
         name = "GPT shape"
     import torch
 
+    from scratchgpt import memory
+
+    memory.check_fits(memory.inference_estimate(cfg, 1), f"timing a {name}")
     torch.manual_seed(0)
     model = GPT(cfg).eval()
     return model, (f"{name} {cfg.n_layer}L/{cfg.n_head}H/{cfg.n_embd}d vocab {cfg.vocab_size}, "

@@ -16,7 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.commands.argtypes import positive_int, results_file, thread_count, write_results
+from scratchgpt.commands.argtypes import (
+    new_tokens,
+    positive_int,
+    results_file,
+    thread_count,
+    write_results,
+)
 
 VOCAB = 65
 
@@ -30,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sequences per training step (default 32)")
     p.add_argument("--seq-len", type=positive_int, default=128,
                    help="time steps per training sequence (default 128)")
-    p.add_argument("--decode-tokens", type=positive_int, default=200,
+    p.add_argument("--decode-tokens", type=new_tokens, default=200,
                    help="one-token sampling steps timed per repeat (default 200)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats after one warm-up; the median is reported (default 5)")
@@ -75,16 +81,31 @@ def _time_model(model: Any, args: argparse.Namespace) -> dict[str, float]:
             "decode_tokens_per_s": args.decode_tokens / decode_s}
 
 
+def _config(cell: str, args: argparse.Namespace, impl: str = "torch") -> Any:
+    from scratchgpt.models.rnn import RecurrentConfig
+
+    return RecurrentConfig(vocab_size=VOCAB, cell=cell, n_layer=args.n_layer,
+                           hidden=args.hidden, cells=impl)
+
+
+def check_fits(args: argparse.Namespace) -> None:
+    """Each cell's model, training a batch, fits in memory: checked before any is
+    built (a huge --hidden or --seq-len is refused, not an allocation failure)."""
+    from scratchgpt import memory
+
+    for cell in args.cells:  # (a recurrent estimate counts tokens: batch x sequence length)
+        estimate = memory.training_estimate(_config(cell, args), args.batch_size * args.seq_len)
+        memory.check_fits(estimate, f"timing the {cell}")
+
+
 def measure(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both implementations of one cell type on the same weights: speed and agreement."""
     import torch
 
-    from scratchgpt.models.rnn import RecurrentConfig, RecurrentLM
+    from scratchgpt.models.rnn import RecurrentLM
 
     torch.manual_seed(0)
-    shape = dict(vocab_size=VOCAB, cell=cell, n_layer=args.n_layer, hidden=args.hidden)
-    models = {impl: RecurrentLM(RecurrentConfig(**shape, cells=impl)) for impl in ("torch",
-                                                                                   "scratch")}
+    models = {impl: RecurrentLM(_config(cell, args, impl)) for impl in ("torch", "scratch")}
     models["scratch"].load_state_dict(models["torch"].state_dict())
     probe = torch.randint(VOCAB, (2, min(args.seq_len, 64)))
     with torch.no_grad():
@@ -103,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     json_file = results_file(args.json, args.overwrite)
+    check_fits(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"hidden {args.hidden}, {args.n_layer} layer(s); training {args.batch_size} x "

@@ -132,6 +132,16 @@ def serial_part(t_n: float, t_1: float, n: int) -> float:
     return (n * t_n - t_1) / (n - 1)
 
 
+def gpt_config(args: argparse.Namespace) -> Any:
+    """The GPT every variant trains, from the shape flags."""
+    from scratchgpt.models.gpt import GPTConfig
+
+    return GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
+                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                     dropout=args.dropout, attn_dropout=args.attn_dropout,
+                     activation=args.activation, bias=args.bias)
+
+
 def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], Any], Any]:
     """The full training step of ``variant`` as ``scratchgpt train`` runs it (batch sampling,
     forward, loss, backward, clipping, the update), ready to call: (step, model)."""
@@ -141,7 +151,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     from scratchgpt.data.dataset import random_windows
     from scratchgpt.models import block_kernel, block_ops, fused_block, tile_matmul
     from scratchgpt.models.c_kernels import SHARES_SWITCH
-    from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.models.gpt import GPT
     from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.config import TrainConfig
     from scratchgpt.training.optim import make_optimizer
@@ -152,10 +162,7 @@ def variant_step(args: argparse.Namespace, variant: str) -> tuple[Callable[[], A
     dtype, options = parse_variant(variant)
     keep_freed_memory()  # as the Trainer does
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
-                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                    dropout=args.dropout, attn_dropout=args.attn_dropout,
-                    activation=args.activation, bias=args.bias)
+    cfg = gpt_config(args)
     model = GPT(cfg)
     device = torch.device("cpu")
     train = TrainConfig(batch_size=args.batch_size, learning_rate=1e-3, weight_decay=0.1,
@@ -342,6 +349,7 @@ def run_nanogpt(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from scratchgpt import memory
     from scratchgpt.models import attention_kernel, tile_matmul
     from scratchgpt.validation import check_range
 
@@ -354,6 +362,9 @@ def run(args: argparse.Namespace) -> int:
     check_range("--steps", args.steps, 1)
     check_range("--rounds", args.rounds, 1)
     check_range("--warmup", args.warmup, 0)
+    # each variant's model and optimizer live while it is timed (AdamW's state, Muon's less)
+    memory.check_fits(memory.training_estimate(gpt_config(args), args.batch_size),
+                      "this training step")
     # Only the precisions being timed: a bf16 matmul is emulated (slow) on CPUs without bf16.
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16") if d in dtypes}
     results = []
