@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from scratchgpt import __version__, figure_helper
-from scratchgpt.errors import ScratchGPTError, Terminated
+from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
 
 # Order here is the order in `scratchgpt --help`.
@@ -161,6 +161,7 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
                 return 2
             args = parser.parse_args(argv)
             command = f"scratchgpt {args.command}"
+            refuse_empty_paths(args)
             return int(args.func(args) or 0)
     except ScratchGPTError as e:
         return _fail(command, str(e))
@@ -172,6 +173,24 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
         return 0
     except OSError as e:  # the machine, not scratchgpt: a full disk, a read-only directory
         return _fail(command, _os_error_message(e))
+
+
+# The flags (by their setting's name) that name a file or folder, in every command: an empty
+# value there is a mistake (an unset shell variable), never a path. Path("") is ".", so it
+# used to read or write the current directory, or fall back to a default.
+PATH_SETTINGS = ("out", "checkpoint", "dataset", "data", "draft", "json", "config",
+                 "tokenizer_from", "base")
+
+
+def refuse_empty_paths(args: argparse.Namespace) -> None:
+    """A path flag given as "" (or blanks) is refused, naming the flag."""
+    for name in PATH_SETTINGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError(f"--{name.replace('_', '-')} is empty; give a path")
+    source = getattr(args, "source", None)  # convert --from FORMAT PATH
+    if args.command == "convert" and source and not source[1].strip():
+        raise ConfigError("--from's PATH is empty; give a path")
 
 
 def _start_figure_helper(args: Sequence[str]) -> None:

@@ -681,3 +681,21 @@ def test_a_padded_vocabulary_never_samples_an_id_the_tokenizer_lacks(padded_mode
         assert len(capsys.readouterr().out.strip()) >= 12
     assert main(["inspect", "--checkpoint", str(padded_model), "--prompt", "0", "--top",
                  "70"]) == 0
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "--out", "", "--max-iters", "1"], "--out"),
+    (["train", "--dataset", "", "--out", "x"], "--dataset"),
+    (["seq2seq", "train", "--out", ""], "--out"),
+    (["experiment", "count", "--out", ""], "--out"),
+    (["experiment", "memory", "--out", " "], "--out"),
+    (["sample", "--checkpoint", ""], "--checkpoint"),
+    (["convert", "--from", "hf", "", "--out", "x"], "--from's PATH"),
+    (["convert", "--from", "hf", "y", "--out", ""], "--out"),
+])
+def test_an_empty_path_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
+    """Path("") is the current directory: an empty --out (an unset shell variable) wrote
+    there, or fell back to the default run directory; an empty --from PATH read '.'."""
+    monkeypatch.chdir(tmp_path)
+    assert f"{flag} is empty; give a path" in error_of(capsys, argv)
+    assert not any(tmp_path.iterdir())
