@@ -187,10 +187,11 @@ def refuse_empty_paths(args: argparse.Namespace) -> None:
     for name in PATH_SETTINGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and not value.strip():
-            raise ConfigError(f"--{name.replace('_', '-')} is empty; give a path")
+            raise ConfigError(f"--{name.replace('_', '-')} is empty (an unset shell "
+                              "variable?); give a value")
     source = getattr(args, "source", None)  # convert --from FORMAT PATH
     if args.command == "convert" and source and not source[1].strip():
-        raise ConfigError("--from's PATH is empty; give a path")
+        raise ConfigError("--from's PATH is empty (an unset shell variable?); give a value")
 
 
 def _start_figure_helper(args: Sequence[str]) -> None:

@@ -186,9 +186,9 @@ def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_d
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--data", ""], "the data path is empty"),
-    (["--dataset", ""], "unknown dataset ''"),
-    (["--dataset", "shakespeare", "--tokenizer-from", ""], "no checkpoint"),
+    (["--data", ""], "--data is empty"),
+    (["--dataset", ""], "--dataset is empty"),
+    (["--dataset", "shakespeare", "--tokenizer-from", ""], "--tokenizer-from is empty"),
 ])
 def test_an_empty_flag_is_refused_not_taken_for_the_default(tmp_path, capsys, flags, message):
     """--data "$UNSET" is a mistake to report: it quietly prepared the standard library (and
@@ -697,5 +697,5 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
     """Path("") is the current directory: an empty --out (an unset shell variable) wrote
     there, or fell back to the default run directory; an empty --from PATH read '.'."""
     monkeypatch.chdir(tmp_path)
-    assert f"{flag} is empty; give a path" in error_of(capsys, argv)
+    assert f"{flag} is empty (an unset shell variable?)" in error_of(capsys, argv)
     assert not any(tmp_path.iterdir())
