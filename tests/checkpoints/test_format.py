@@ -268,10 +268,11 @@ def test_a_copy_is_the_same_checkpoint_and_keeps_it_when_the_file_moves_on(tmp_p
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
-def test_which_last_is_last_pt_or_refused(tmp_path, capsys):
-    """--which last reads a run's last.pt; where there is none (a run of best.pt alone, or a
-    checkpoint file named directly) it is refused, where it used to read best.pt silently.
-    --which best takes last.pt from a run that never evaluated."""
+def test_which_best_or_last_is_that_file_or_refused(tmp_path, capsys):
+    """--which last reads a run's last.pt, --which best its best.pt; where there is none (a
+    run of the other file alone, or a checkpoint file named directly) it is refused, where it
+    used to read the other file silently. Without --which, a run that has not evaluated yet
+    is read from its last.pt."""
     from scratchgpt.cli import main
 
     config = model_config("bigram", vocab_size=3)
@@ -279,9 +280,13 @@ def test_which_last_is_last_pt_or_refused(tmp_path, capsys):
     run.mkdir()
     save_checkpoint(run / "last.pt",
                     Checkpoint("bigram", config, build_model(config).state_dict()))
-    assert load_checkpoint(run, "best").path == run / "last.pt"
+    assert load_checkpoint(run).path == run / "last.pt"
     assert load_checkpoint(run, "last").path == run / "last.pt"
+    with pytest.raises(CheckpointError, match="has no best.pt, only last.pt .the run has not "
+                                              "evaluated yet.; drop --which best"):
+        load_checkpoint(run, "best")
     (run / "last.pt").rename(run / "best.pt")
+    assert load_checkpoint(run).path == load_checkpoint(run, "best").path == run / "best.pt"
     with pytest.raises(CheckpointError, match="has no last.pt, only best.pt"):
         load_checkpoint(run, "last")
     with pytest.raises(CheckpointError, match="is a checkpoint file; --which last picks"):

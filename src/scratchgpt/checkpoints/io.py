@@ -317,19 +317,22 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint,
             atomic_write(target, write)
 
 
-def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
-    """A checkpoint file from a file path or a run directory: the run's ``best.pt`` (a run
-    that never evaluated has only ``last.pt``, which is taken then), or its ``last.pt`` when
-    ``which`` is "last": then ``path`` must be a run directory holding one, as nothing else is
-    taken in its place."""
+def resolve_checkpoint(path: str | Path, which: str | None = None) -> Path:
+    """A checkpoint file from a file path or a run directory: by default (``which`` None) the
+    run's ``best.pt``, or its ``last.pt`` for a run that has not evaluated yet. ``which``
+    "best" or "last" insists on that file: ``path`` must then be a run directory holding it,
+    as nothing else is taken in its place."""
     path = Path(path)
-    if which == "last" and path.is_file():
-        raise CheckpointError(f"{path} is a checkpoint file; --which last picks a run "
-                              "directory's last.pt (name the directory, or drop --which)")
+    if which is not None and path.is_file():
+        raise CheckpointError(f"{path} is a checkpoint file; --which {which} picks a run "
+                              f"directory's {which}.pt (name the directory, or drop --which)")
     if path.is_dir():
-        if which == "last" and not (path / "last.pt").is_file() and (path / "best.pt").is_file():
-            raise CheckpointError(f"{path} has no last.pt, only best.pt (drop --which last)")
-        order = ["best.pt", "last.pt"] if which == "best" else ["last.pt"]
+        other = {"best": "last", "last": "best"}.get(which or "")
+        if other and not (path / f"{which}.pt").is_file() and (path / f"{other}.pt").is_file():
+            why = " (the run has not evaluated yet)" if which == "best" else ""
+            raise CheckpointError(f"{path} has no {which}.pt, only {other}.pt{why}; drop "
+                                  f"--which {which}")
+        order = [f"{which}.pt"] if which else ["best.pt", "last.pt"]
         for name in order:
             if (path / name).is_file():
                 return path / name
@@ -344,7 +347,7 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, which: str = "best") -> Checkpoint:
+def load_checkpoint(path: str | Path, which: str | None = None) -> Checkpoint:
     """Load and validate a checkpoint; every failure is a one-line :class:`CheckpointError`."""
     file = resolve_checkpoint(path, which)
     data = read_torch_file(file, "checkpoint")
@@ -485,7 +488,7 @@ def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
     return model.eval()
 
 
-def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, ModelSource]:
+def load_model(path: str | Path, which: str | None = None) -> tuple[nn.Module, ModelSource]:
     """Rebuild the model saved in a checkpoint (eval mode, CPU): returns (model, source).
 
     ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
@@ -498,9 +501,10 @@ def load_model(path: str | Path, which: str = "best") -> tuple[nn.Module, ModelS
     if str(path).startswith(HF_PREFIX):
         path = download(str(path)[len(HF_PREFIX):])
     if is_hf_dir(path):
-        if which == "last":
+        if which is not None:
             raise CheckpointError(f"{path} is a Hugging Face model directory, one model; "
-                                  "--which last picks a run directory's last.pt (drop --which)")
+                                  f"--which {which} picks a run directory's {which}.pt (drop "
+                                  "--which)")
         model, weights = load_hf(path)
         return model, ModelSource(weights, hf_dir=Path(path))
     checkpoint = load_checkpoint(path, which)
@@ -513,7 +517,7 @@ NOT_LANGUAGE_MODELS = {"gpt-classifier": "label texts with scratchgpt classify",
                        "seq2seq": "decode with scratchgpt seq2seq translate"}
 
 
-def load_language_model(path: str | Path, which: str = "best",
+def load_language_model(path: str | Path, which: str | None = None,
                         command: str = "this command") -> tuple[nn.Module, ModelSource]:
     """:func:`load_model` for ``command``, which continues text: a checkpoint of another kind
     of model (a classifier, a seq2seq model) is a ConfigError saying what to use instead."""
@@ -525,7 +529,7 @@ def load_language_model(path: str | Path, which: str = "best",
     return model, source
 
 
-def load_for_generation(path: str | Path, which: str = "best",
+def load_for_generation(path: str | Path, which: str | None = None,
                         command: str = "this command") -> tuple[nn.Module, ModelSource]:
     """:func:`load_language_model` for ``command``, which turns the ids it generates into text:
     a GPT whose vocabulary is padded past its tokenizer's (a Hugging Face model's may be) has

@@ -105,11 +105,13 @@ def encode(tok: Any, text: str, unknown: str) -> list[int]:
         raise TokenizerError(f"{e} (use --unknown replace to substitute them)") from None
 
 
-def add_which_flag(p: argparse.ArgumentParser, default: str | None = "best") -> None:
-    """``--which best|last``: which checkpoint of a run directory a command reads (``default``
-    None: a command where it applies to some uses only, to tell a flag given from none)."""
-    p.add_argument("--which", choices=("best", "last"), default=default,
-                   help="checkpoint of a run directory to use (default: best)")
+def add_which_flag(p: argparse.ArgumentParser) -> None:
+    """``--which best|last``: which checkpoint of a run directory a command reads; not given
+    (None), the loaders take best.pt, or last.pt for a run that has not evaluated yet."""
+    p.add_argument("--which", choices=("best", "last"), default=None,
+                   help="checkpoint of a run directory to use: best.pt or last.pt, nothing "
+                        "else in its place (default: best.pt, or last.pt for a run that has "
+                        "not evaluated yet)")
 
 
 def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:

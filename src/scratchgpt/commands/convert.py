@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     way.add_argument("--to", dest="target", choices=("hf", "gguf"),
                      help="export to this format: hf (a directory) or gguf (one file)")
     p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
-    add_which_flag(p, default=None)
+    add_which_flag(p)
     p.add_argument("--type", dest="gguf_type", choices=GGUF_TYPES, default=None,
                    help="with --to gguf: weight precision, f32 (exact), f16, or q8_0 (int8 "
                         "blocks of 32 with an f16 scale; 8.5 bits per weight) (default f32)")
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out, args.overwrite)
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
-    model, source = load_model(args.checkpoint, args.which or "best")
+    model, source = load_model(args.checkpoint, args.which)
     try:
         tok = checkpoint_tokenizer(source)
     except ScratchGPTError:

@@ -256,7 +256,7 @@ def _load(args: argparse.Namespace):
             not (Path(args.checkpoint) / "last.pt").is_file():
         raise CheckpointError(f"{args.checkpoint} was written by an earlier scratchgpt "
                               "(seq2seq.pt); train it again with 'scratchgpt seq2seq train'")
-    model, source = load_model(args.checkpoint, "best")
+    model, source = load_model(args.checkpoint)
     ckpt = source.checkpoint
     if ckpt is None or ckpt.model_type != "seq2seq":
         raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "

@@ -60,8 +60,9 @@ def adapter_dict(checkpoint: Checkpoint) -> dict[str, Any]:
             "run_id": checkpoint.run_id}
 
 
-def save_adapter(run: Path, which: str = "best") -> Path:
-    """Write ``adapter.pt`` into the run directory ``run`` from its ``best.pt``."""
+def save_adapter(run: Path, which: str | None = None) -> Path:
+    """Write ``adapter.pt`` into the run directory ``run`` from its ``best.pt`` (see
+    :func:`~scratchgpt.checkpoints.io.resolve_checkpoint` for ``which``)."""
     adapter = adapter_dict(load_checkpoint(run, which))
     buf = io.BytesIO()
     torch.save(adapter, buf)

@@ -27,7 +27,7 @@ class ServeConfig:
     """Everything ``scratchgpt serve`` takes."""
 
     checkpoint: str
-    which: str = "best"
+    which: str | None = None  # best.pt, or last.pt before the run's first evaluation
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
