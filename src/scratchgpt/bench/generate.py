@@ -35,6 +35,9 @@ GGUF_TYPE = {"fp32": "f32", "bf16": "f16", "int8": "q8_0"}  # llama.cpp's counte
 WHO = ("ours", "transformers", "llama.cpp")
 
 
+RECOMPUTE_TOKENS = 512  # new tokens of the cached vs full-recompute comparison
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # a random-weight model of GPT-2 124M's shape unless given
     p.add_argument("--n-layer", type=positive_int, default=12, help="blocks (12)")
@@ -62,8 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "written as GGUF: f32 against fp32, f16 against bf16, q8_0 against int8")
     p.add_argument("--plain", action="store_true",
                    help="skip optimize_for_decode (weight layout / bf16 packing)")
-    p.add_argument("--recompute-tokens", type=non_negative_int, default=512,
-                   help="new tokens for the cached vs full-recompute comparison (0 = skip)")
+    p.add_argument("--recompute-tokens", type=non_negative_int, default=None,
+                   help=f"new tokens for the cached vs full-recompute comparison (0 = skip; "
+                        f"default {RECOMPUTE_TOKENS}, or what the context leaves after the "
+                        "prompt)")
     p.add_argument("--batch", type=non_negative_int, default=8,
                    help="batch for batched throughput (0 = skip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -275,8 +280,12 @@ def parse_dtypes(text: str) -> list[str]:
 
 def check_context(args: argparse.Namespace) -> None:
     """The prompt and the tokens generated after it fit the model's context (transformers and
-    the full-recompute timing cannot go past it)."""
+    the full-recompute timing cannot go past it); --recompute-tokens not given becomes its
+    default, cut to what the context leaves."""
     from scratchgpt.errors import ConfigError
+
+    if args.recompute_tokens is None:
+        args.recompute_tokens = max(0, min(RECOMPUTE_TOKENS, args.block_size - args.prompt_len))
 
     for flag, n in (("--new-tokens", args.new_tokens), ("--recompute-tokens",
                                                         args.recompute_tokens)):
