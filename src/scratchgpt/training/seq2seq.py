@@ -227,7 +227,8 @@ def check_decode_fits(model: Seq2Seq, rows: int, source_len: int, max_len: int,
     (a transformer re-reads its outputs: about 8 x d_model per layer)."""
     c = model.config
     per_token = source_len + 8 * c.d_model * c.n_layer
-    estimate = memory.Estimate({"decoding": rows * (3 * c.tgt_vocab + max_len * per_token) * 4})
+    floats = rows * (3 * c.tgt_vocab + max_len * per_token)
+    estimate = memory.Estimate({"decoding": memory.FP32 * floats})
     what = f"decoding with --beam {beam} and --max-len {max_len}"
     memory.check_fits(estimate, what, next(model.parameters()).device, error=GenerationError)
 
