@@ -148,6 +148,9 @@ def test_models_a_benchmark_cannot_time_are_one_line(argv, needle, other_models,
     (["bench", "recurrent", "--seq-len", str(10**12)], "timing the rnn needs about"),
     (["bench", "decode-step", "--n-embd", str(12 * 10**30)], "too large to build"),
     (["bench", "seq2seq", "--n-train", str(10**30)], "pairs needs about"),
+    (["bench", "speculative", "--random-target", f"1,2,{10**30}"], "too large to build"),
+    (["bench", "speculative", "--random-target", "1,2,32", "--block-size", "64",
+      "--prompt-len", str(10**30)], "--prompt-len must be in [1, 64]"),
 ])
 def test_a_shape_beyond_memory_is_refused_before_anything_is_built(argv, says, capsys):
     """A size past any memory was an OverflowError or an allocation failure (traceback),

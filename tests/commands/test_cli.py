@@ -295,6 +295,7 @@ def test_seeds_and_thread_counts_out_of_range(run_dir, tmp_path, capsys, argv):
 
 @pytest.mark.parametrize("command, flag", [
     (["experiment", "count", "--out", "x"], "--generate"), (["bench", "sample"], "--tokens"),
+    (["bench", "speculative"], "--tokens"), (["bench", "recurrent"], "--decode-tokens"),
 ])
 def test_token_counts_beyond_the_generation_limit(capsys, command, flag):
     """A count of new tokens past MAX_NEW_TOKENS ran for ever (10^30 steps of generation)."""

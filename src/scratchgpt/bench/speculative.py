@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_which_flag, seed_int, thread_count
+from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int, thread_count
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-len", type=int, default=64, help="random models' prompt tokens")
     p.add_argument("--k", default="1,2,3,4,5,6,7,8",
                    help="comma list of K (>= 1) and/or 'auto' (default 1..8)")
-    p.add_argument("--tokens", type=int, default=200, help="tokens generated per run (200)")
+    p.add_argument("--tokens", type=new_tokens, default=200,
+                   help="tokens generated per run (200)")
     p.add_argument("--repeats", type=int, default=3, help="runs per K and method (3)")
     p.add_argument("--prompt", default="\n", help="prompt text (default: a newline)")
     p.add_argument("--prompt-file", default=None, help="read the prompt text from this file")
@@ -197,13 +198,19 @@ def random_setup(args: argparse.Namespace) -> Setup:
     """Randomly initialised GPTs of the requested shapes and a random prompt."""
     import torch
 
+    from scratchgpt import memory
     from scratchgpt.models.gpt import GPT, GPTConfig
+    from scratchgpt.validation import check_range
 
     def gpt(shape: str, seed: int) -> GPT:
         n_layer, n_head, n_embd = _shape(shape)
+        config = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
+                           n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+        memory.check_fits(memory.inference_estimate(config, 1), f"a random GPT {shape}")
         torch.manual_seed(seed)
-        return GPT(GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size,
-                             n_layer=n_layer, n_head=n_head, n_embd=n_embd)).eval()
+        return GPT(config).eval()
+
+    check_range("--prompt-len", args.prompt_len, 1, args.block_size)
 
     target = gpt(args.random_target, 0)
     draft = "ngram" if args.draft == "ngram" else gpt(args.random_draft or "2,4,128", 1)
@@ -347,8 +354,8 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.errors import ConfigError
 
     ks = parse_ks(args.k)
-    if args.tokens < 1 or args.repeats < 1:
-        raise ConfigError("--tokens and --repeats must be >= 1")
+    if args.repeats < 1:
+        raise ConfigError("--repeats must be >= 1")
     check_sources(args)
     if args.threads:
         torch.set_num_threads(args.threads)
