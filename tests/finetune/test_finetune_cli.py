@@ -148,10 +148,11 @@ def _bad_files(d):
      "--max-length 65 is longer than the base's context (64 tokens)"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--max-length", "100000"],
      "--max-length 100000 is longer than the base's context (64 tokens)"),
+    # a language model's window settings: no flags of finetune's (nor of its --help)
     (["--task", "instruct", "--data", "{f}/inst.json", "--seq-len-warmup", "10"],
-     "--seq-len-warmup applies to language models only"),
+     "unrecognized arguments: --seq-len-warmup 10"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--windows", "epoch"],
-     "--windows applies to language models only"),
+     "unrecognized arguments: --windows epoch"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args, needle):
     _bad_files(tmp_path)

@@ -26,7 +26,7 @@ RUN_SHAPING = {"policy": "--train", "last_k": "--last-k", "epochs": "--epochs",
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from scratchgpt.finetune.plan import shown_defaults
-    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig
 
     p = sub.add_parser(
         "finetune", help="fine-tune a pretrained GPT: text classifier or chat model (LoRA too)",
@@ -95,7 +95,7 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
                       help="dropout while fine-tuning (default: the base's)")
     hp = p.add_argument_group("training hyperparameters (defaults depend on the task and on "
                               "what trains)")
-    add_dataclass_flags(hp, TrainConfig, shown=shown_defaults())
+    add_dataclass_flags(hp, TrainConfig, skip=LM_WINDOW_SETTINGS, shown=shown_defaults())
     p.set_defaults(func=run)
 
 

@@ -22,14 +22,14 @@ from scratchgpt.commands.options import add_dataclass_flags, given
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
-from scratchgpt.training.config import TrainConfig, train_fields
+from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
 NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id"}
 # TrainConfig fields that are not flags here: data-parallel processes (a seq2seq run is one
 # process) and the language models' token-window curricula (a batch here is whole pairs)
-NOT_TRAIN_FLAGS = {"nproc", "seq_len_warmup", "batch_size_ramp", "windows"}
+NOT_TRAIN_FLAGS = {"nproc"} | LM_WINDOW_SETTINGS
 # (old spelling, setting, type): accepted for one more release, hidden from --help
 # (--lr is no longer among them: it is --learning-rate's short name everywhere)
 OLD_SPELLINGS = (("--steps", "max_iters", int),

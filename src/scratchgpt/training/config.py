@@ -47,6 +47,12 @@ DTYPES = ("auto", "bf16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+# Settings that shape a language model's windows of tokens: a task of whole examples
+# (seq2seq pairs, fine-tuning's labelled texts and conversations) has none of them, and the
+# commands that train one do not offer them
+LM_WINDOW_SETTINGS = frozenset({"seq_len_warmup", "batch_size_ramp", "windows"})
+
+
 @dataclass
 class TrainConfig:
     """How a model is trained: every training in scratchgpt (language models, seq2seq,
