@@ -465,9 +465,9 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
               if picked is not None else f"K={policy.k}")
     print(f"--- speculative ({args.draft if args.draft == 'ngram' else 'draft model'}, "
           f"{chosen}): {st.rounds} rounds, {st.mean_drafted:.2f} draft tokens proposed and "
-          f"{st.mean_accepted:.2f} accepted per round, acceptance rate "
-          f"{st.acceptance_rate:.2f} (tokens decoded per position the model scored, its bonus "
-          "tokens counted)", file=sys.stderr)
+          f"{st.mean_accepted:.2f} accepted per round; {st.acceptance_rate:.2f} tokens decoded "
+          "per position the model scored (the acceptance rate r, each round's bonus token "
+          "counted)", file=sys.stderr)
     return 0
 
 
