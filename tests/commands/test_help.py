@@ -17,3 +17,20 @@ def _options_without_help(parser: argparse.ArgumentParser, path: list[str]):
 def test_every_option_of_every_command_has_help():
     missing = list(_options_without_help(build_parser(), ["scratchgpt"]))
     assert missing == [], missing
+
+
+def _helps(parser: argparse.ArgumentParser, path: list[str]):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, [*path, name])
+        elif action.option_strings and action.help:
+            yield f"{' '.join(path)} {action.option_strings[0]}", action.help
+
+
+def test_no_default_is_shown_as_python_spells_it():
+    """'(default: None)', '(default: False)' and '(default: )' say nothing to a user: an
+    unset setting reads 'unset', a switch 'on'/'off', an empty one 'none'."""
+    raw = [where for where, text in _helps(build_parser(), ["scratchgpt"])
+           if any(f"default: {v})" in text for v in ("None", "False", "True", ""))]
+    assert raw == [], raw

@@ -30,7 +30,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
         flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
         typ = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else None
-        default = (shown or {}).get(f.name, default)
+        default = (shown or {}).get(f.name, show_default(default))
         help_text = (helps or {}).get(f.name, f.metadata.get("help", ""))
         help_text = f"{help_text} (default: {default})" if help_text else f"default: {default}"
         if typ is bool:
@@ -40,6 +40,20 @@ def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
             base = typing.get_args(typ)[0] if typing.get_args(typ) else typ
             parser.add_argument(*flags, dest=f.name, type=_TYPES.get(base, str), default=None,
                                 metavar=f.name.upper(), help=help_text)
+
+
+def show_default(value: Any) -> str:
+    """A default as --help words it: a switch ``on``/``off``, an unset setting ``unset``, an
+    empty string ``none``.
+
+    >>> show_default(False), show_default(None), show_default(""), show_default(0.1)
+    ('off', 'unset', 'none', '0.1')
+    """
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "unset"
+    return str(value) if value != "" else "none"
 
 
 def given(args: argparse.Namespace, names: set[str]) -> dict[str, Any]:

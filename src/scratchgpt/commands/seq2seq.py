@@ -18,7 +18,7 @@ from scratchgpt.commands.argtypes import (
     positive_int,
     thread_count,
 )
-from scratchgpt.commands.options import add_dataclass_flags, given
+from scratchgpt.commands.options import add_dataclass_flags, given, show_default
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
@@ -163,10 +163,11 @@ def arch_defaults_shown() -> dict[str, str]:
             if name in ARCH_DEFAULTS[arch]:
                 by_value.setdefault(ARCH_DEFAULTS[arch][name], []).append(arch)
         if len(by_value) == 1 and len(next(iter(by_value.values()))) == len(ARCHS):
-            shown[name] = str(next(iter(by_value)))
+            shown[name] = show_default(next(iter(by_value)))
             continue
         only = " only" if len(by_value) == 1 else ""
-        shown[name] = ", ".join(f"{v} ({', '.join(archs)}{only})" for v, archs in by_value.items())
+        shown[name] = ", ".join(f"{show_default(v)} ({', '.join(archs)}{only})"
+                                for v, archs in by_value.items())
     return shown
 
 
