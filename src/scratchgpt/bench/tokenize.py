@@ -24,7 +24,7 @@ CORPUS = "tinyshakespeare.txt"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``scratchgpt bench tokenize``."""
-    parser.add_argument("--data", type=Path, default=None,
+    parser.add_argument("--data", default=None,
                         help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
     parser.add_argument("--repeat", type=positive_int, default=5,
                         help="timed runs per encoder; the fastest counts (default 5)")
@@ -34,12 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed training runs; the fastest counts (default 1)")
 
 
-def _read_data(arg: Path | None) -> tuple[Path, str]:
+def _read_data(arg: str | None) -> tuple[Path, str]:
     """The file to encode and its text (one-line errors: missing, not UTF-8, empty)."""
     from scratchgpt.data.sources import read_text_source
 
     if arg is not None:
-        path = arg
+        path = Path(arg)
     elif os.environ.get("SCRATCHGPT_DATA_DIR"):
         path = Path(os.environ["SCRATCHGPT_DATA_DIR"]) / CORPUS
     else:
