@@ -179,7 +179,8 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
 # value there is a mistake (an unset shell variable), never a path. Path("") is ".", so it
 # used to read or write the current directory, or fall back to a default.
 PATH_SETTINGS = ("out", "checkpoint", "dataset", "data", "draft", "json", "config",
-                 "tokenizer_from", "base")
+                 "tokenizer_from", "base", "init_from", "merge", "file", "eval", "confusion",
+                 "prompt_file", "plot", "nanogpt")
 
 
 def refuse_empty_paths(args: argparse.Namespace) -> None:

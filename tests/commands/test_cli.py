@@ -694,6 +694,9 @@ def test_a_padded_vocabulary_never_samples_an_id_the_tokenizer_lacks(padded_mode
     (["convert", "--from", "hf", "", "--out", "x"], "--from's PATH"),
     (["convert", "--from", "hf", "y", "--out", ""], "--out"),
     (["bench", "tokenize", "--data", ""], "--data"),  # (a Path("") once: the folder itself)
+    (["train", "--dataset", "shakespeare", "--init-from", ""], "--init-from"),  # (from scratch)
+    (["sample", "--checkpoint", "x", "--prompt-file", ""], "--prompt-file"),
+    (["classify", "--checkpoint", "x", "--eval", ""], "--eval"),
 ])
 def test_an_empty_path_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
     """Path("") is the current directory: an empty --out (an unset shell variable) wrote
