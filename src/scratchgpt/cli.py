@@ -66,7 +66,8 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {message}{_closest_choice(message)} (see "
+                     f"'{self.prog} --help')\n")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
@@ -87,6 +88,23 @@ def _chosen_parser(parser: argparse.ArgumentParser,
             if name in action.choices:
                 return _chosen_parser(action.choices[name], parsed)
     return parser
+
+
+def _closest_choice(message: str) -> str:
+    """'; did you mean 'train'?' for argparse's "invalid choice: 'trian' (choose from ...)"
+    where one of the choices nearly reads as the word given ('' otherwise).
+
+    >>> _closest_choice("argument COMMAND: invalid choice: 'trian' (choose from 'prepare', "
+    ...                 "'train')")
+    "; did you mean 'train'?"
+    """
+    found = re.search(r"invalid choice: '?([^']*?)'? \(choose from (.*)\)$", message)
+    if not found:
+        return ""
+    # (Python 3.11 quotes the choices; later versions list them bare)
+    choices = [c.strip().strip("'") for c in found.group(2).split(",")]
+    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:

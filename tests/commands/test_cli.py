@@ -359,6 +359,20 @@ def test_unknown_flag_is_one_line_naming_what_was_meant(capsys, argv, hint):
     assert hint is None or hint in lines[0]
 
 
+@pytest.mark.parametrize("argv,hint", [
+    (["trian"], "did you mean 'train'?"),
+    (["bench", "decode-stp"], "did you mean 'decode-step'?"),
+    (["seq2seq", "train", "--arch", "lstm-atention"], "did you mean 'lstm-attention'?"),
+    (["zzz"], None),  # nothing near it: no guess
+])
+def test_a_mistyped_choice_is_one_line_naming_what_was_meant(capsys, argv, hint):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and "invalid choice" in lines[0], lines
+    assert (hint in lines[0]) if hint else "did you mean" not in lines[0]
+
+
 @pytest.mark.parametrize("argv,reason", [
     (["train", "--time-budget", "-5s"], "duration '-5s'"),
     (["train", "--learning-rate", "-1e-3"], "learning_rate must be in (0, inf)"),
