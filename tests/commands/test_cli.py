@@ -373,6 +373,11 @@ def test_a_mistyped_choice_is_one_line_naming_what_was_meant(capsys, argv, hint)
     assert (hint in lines[0]) if hint else "did you mean" not in lines[0]
 
 
+def test_a_mistyped_dataset_name_gets_a_guess(tmp_path, capsys):
+    err = error_of(capsys, ["train", "--dataset", "shakespere", "--out", str(tmp_path / "r")])
+    assert "not a named dataset" in err and err.endswith("did you mean 'shakespeare'?")
+
+
 @pytest.mark.parametrize("argv,reason", [
     (["train", "--time-budget", "-5s"], "duration '-5s'"),
     (["train", "--learning-rate", "-1e-3"], "learning_rate must be in (0, inf)"),
