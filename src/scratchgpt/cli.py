@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from scratchgpt import __version__, figure_helper
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
+from scratchgpt.validation import did_you_mean
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -103,8 +104,7 @@ def _closest_choice(message: str) -> str:
         return ""
     # (Python 3.11 quotes the choices; later versions list them bare)
     choices = [c.strip().strip("'") for c in found.group(2).split(",")]
-    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return did_you_mean(found.group(1), choices)
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:

@@ -8,6 +8,7 @@ billion layers. :func:`check_types` and :func:`check_range` turn such values int
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import types
@@ -131,3 +132,16 @@ def _num(x: float) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """``"; did you mean 'x'?"`` for the one of ``choices`` that nearly reads as ``word``
+    (a typo's likely meaning), else ``""``: the tail of a one-line refusal.
+
+    >>> did_you_mean("shakespere", ["shakespeare", "warandpeace"])
+    "; did you mean 'shakespeare'?"
+    >>> did_you_mean("zzz", ["train"])
+    ''
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

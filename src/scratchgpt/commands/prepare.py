@@ -64,9 +64,11 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.prepare import check_destination, prepare_text
     from scratchgpt.data.resolve import load_source
     from scratchgpt.tokenizers import BUILD_KINDS
+    from scratchgpt.validation import did_you_mean
 
     if args.tokenizer not in BUILD_KINDS:
-        raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}")
+        raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}"
+                          + did_you_mean(args.tokenizer, BUILD_KINDS))
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
     if not 0.0 < args.val_fraction < 1.0:

@@ -6,7 +6,6 @@ so every command (prepare, train, eval, fine-tuning) finds data the same way.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from scratchgpt.data import sources
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.prepare import META_FILE, prepare_text
 from scratchgpt.errors import DataError
+from scratchgpt.validation import did_you_mean
 
 
 def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
@@ -46,10 +46,9 @@ def resolve_dataset(name_or_path: str | None,
             log(f"note: the folder {path} is not a prepared dataset; using the named "
                 f"dataset {name!r}")
     if name not in sources.DATASET_NAMES:
-        close = difflib.get_close_matches(name, sources.DATASET_NAMES, n=1, cutoff=0.6)
-        guess = f"; did you mean {close[0]!r}?" if close else ""
         raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
-                        f"dataset ({', '.join(sources.DATASET_NAMES)}){guess}")
+                        f"dataset ({', '.join(sources.DATASET_NAMES)})"
+                        + did_you_mean(name, sources.DATASET_NAMES))
     kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
     target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
     if not (target / META_FILE).is_file():
