@@ -54,8 +54,15 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
     capsys.readouterr()
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
                      "--source", "3 march 1999", "--source", "12/10/2001", "--beam", "2"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
+    said = capsys.readouterr()
+    assert len(said.out.splitlines()) == 2 and "never saw" not in said.err
+    # characters no date was written with are read as <unk>: translated, with a note saying so
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                     "--source", "3 march ☃ 1999 Ω☃"]) == 0
+    said = capsys.readouterr()
+    assert len(said.out.splitlines()) == 1
+    assert said.err == ("note: 2 source character(s) the model never saw, read as <unk>: "
+                        "'Ω' '☃'\n")
 
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "20"]) == 0
     out = capsys.readouterr().out

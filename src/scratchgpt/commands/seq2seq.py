@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -269,11 +270,22 @@ def run_translate(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import translate
 
     model, src_tok, tgt_tok, _ = _load(args)
+    note_unseen(src_tok, args.source)
     texts, _, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, args.max_len,
                             length_penalty=args.length_penalty)
     for text in texts:
         print(text)
     return 0
+
+
+def note_unseen(src_tok, sources: list[str]) -> None:
+    """A note (stderr) naming the source characters the model never saw in training: they
+    are read as ``<unk>``, which the translation cannot carry over."""
+    unseen = sorted({c for text in sources for c in text if c not in src_tok.stoi})
+    if unseen:
+        shown = " ".join(repr(c) for c in unseen[:10]) + (" ..." if len(unseen) > 10 else "")
+        print(f"note: {len(unseen)} source character(s) the model never saw, read as <unk>: "
+              f"{shown}", file=sys.stderr)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -323,6 +335,7 @@ def run_attention(args: argparse.Namespace) -> int:
     elif args.layer is not None or args.head is not None:
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 
+    note_unseen(src_tok, [args.source])
     texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, args.max_len,
                                  length_penalty=args.length_penalty)
     weights = attn[0].numpy()  # [target tokens, source tokens]
