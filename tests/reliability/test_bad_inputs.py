@@ -267,6 +267,17 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("seq2seq resume with another architecture's flag",
      lambda c: ["seq2seq", "train", "--out", c["s2s"], "--resume", "--no-bidirectional"],
      "does not take --bidirectional"),
+    # a run is resumed by the command that trains its kind (train read a seq2seq model's
+    # config as a GPT's: an AttributeError traceback)
+    ("train --resume of a seq2seq run",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["s2s"], "--resume"],
+     "resume it with 'scratchgpt seq2seq train --out"),
+    ("finetune --resume of a language model's run",
+     lambda c: ["finetune", "--out", c["run"], "--resume"],
+     "resume it with 'scratchgpt train --out"),
+    ("seq2seq train --resume of a language model's run",
+     lambda c: ["seq2seq", "train", "--out", c["run"], "--resume"],
+     "resume it with 'scratchgpt train --out"),
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),

@@ -24,7 +24,7 @@ import torch
 
 from scratchgpt.checkpoints.io import atomic_write_text, load_checkpoint, model_from_checkpoint
 from scratchgpt.checkpoints.rundir import RunDir
-from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.errors import ConfigError
 from scratchgpt.finetune import classify, instruct
 from scratchgpt.finetune.base import (
     Base,
@@ -46,6 +46,7 @@ from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
     CHANGEABLE_MODEL_FIELDS,
     Settings,
+    check_resumed_by,
     model_fields,
     resumed_run,
 )
@@ -303,10 +304,8 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
         raise ConfigError(f"a resumed run keeps its task, base, data and what trains; drop "
                           f"{' '.join(given)} (--max-iters extends it)")
     checkpoint = RunDir(req.out).load_last()
-    kind = checkpoint.data.get("task")
-    if kind not in TASKS:
-        raise CheckpointError(f"{checkpoint.path} is not a fine-tuning run; resume it with "
-                              "scratchgpt train --resume")
+    check_resumed_by(checkpoint, "finetune")
+    kind = checkpoint.data["task"]
     config, cfg = resumed_run(checkpoint, Settings(flags=req.train_flags))
     tokenizer = checkpoint.tokenizer("text")
     extra = {"base": checkpoint.data.get("base")}

@@ -26,7 +26,13 @@ from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.precision import resolve_device, resolve_dtype
-from scratchgpt.training.settings import Settings, finish_model_config, new_run, resumed_run
+from scratchgpt.training.settings import (
+    Settings,
+    check_resumed_by,
+    finish_model_config,
+    new_run,
+    resumed_run,
+)
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
 
@@ -93,6 +99,7 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     if not out:
         raise ConfigError("--resume needs --out, the run directory to continue")
     checkpoint = RunDir(out).load_last()
+    check_resumed_by(checkpoint, "train")
     config, train = resumed_run(checkpoint, settings)
     recorded = checkpoint.data.get("dataset")
     if not (dataset or recorded):

@@ -23,14 +23,14 @@ from torch import Tensor, nn
 from scratchgpt import memory
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
-from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
+from scratchgpt.errors import ConfigError, GenerationError
 from scratchgpt.generation.beam import check_length_penalty
 from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config, unused_settings
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.job import TrainJob, check_resources
-from scratchgpt.training.settings import Settings, resumed_run
+from scratchgpt.training.settings import Settings, check_resumed_by, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
@@ -355,9 +355,7 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
     """The run in ``out`` continued with its own model, pairs and label smoothing; ``flags``
     may change what a resumed run may change (see :func:`resumed_run`)."""
     checkpoint = RunDir(out).load_last()
-    if checkpoint.model_type != "seq2seq":
-        raise CheckpointError(f"{checkpoint.path} holds a {checkpoint.model_type} model, "
-                              "not a seq2seq one; resume it with 'scratchgpt train'")
+    check_resumed_by(checkpoint, "seq2seq")
     check_arch_takes(checkpoint.model_config.arch, flags)
     config, cfg = resumed_run(checkpoint, Settings(flags=flags))
     saved = checkpoint.data.get("label_smoothing")  # None: a run that did not record it

@@ -14,10 +14,11 @@ error when given with a different value.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from scratchgpt.checkpoints.io import Checkpoint
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
 
@@ -117,6 +118,30 @@ def _sources(settings: Settings, names: list[str]) -> str:
     if settings.preset and any(k not in explicit for k in names):
         flags.append("--preset")
     return " ".join(flags)
+
+
+# The command that trains (and so resumes) each kind of run; a language model's run is
+# train's, a run that records a fine-tuning task finetune's.
+RESUME_COMMANDS = {"seq2seq": "scratchgpt seq2seq train", "finetune": "scratchgpt finetune",
+                   "train": "scratchgpt train"}
+
+
+def run_kind(checkpoint: Checkpoint) -> str:
+    """Which command's run ``checkpoint`` is: a key of :data:`RESUME_COMMANDS`."""
+    if checkpoint.model_type == "seq2seq":
+        return "seq2seq"
+    return "finetune" if checkpoint.data.get("task") in ("classify", "instruct") else "train"
+
+
+def check_resumed_by(checkpoint: Checkpoint, kind: str) -> None:
+    """A run is resumed by the command that trains its kind: another would read its model
+    with the wrong task (a traceback, or an instruction run trained as plain text)."""
+    own = run_kind(checkpoint)
+    if own != kind:
+        raise CheckpointError(f"{checkpoint.path} is a {checkpoint.model_type} run of "
+                              f"'{RESUME_COMMANDS[own]}'; resume it with "
+                              f"'{RESUME_COMMANDS[own]} --out {Path(checkpoint.path).parent} "
+                              "--resume'")
 
 
 def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig, TrainConfig]:
