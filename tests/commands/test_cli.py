@@ -723,3 +723,21 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
     monkeypatch.chdir(tmp_path)
     assert f"{flag} is empty (an unset shell variable?)" in error_of(capsys, argv)
     assert not any(tmp_path.iterdir())
+
+
+def test_config_files_with_a_byte_order_mark_read_and_odd_ones_are_one_line(tmp_path):
+    """A BOM (some editors write one) made the first line unreadable; a TOML file nested
+    deeply was a RecursionError traceback; a folder or /dev/null was said not to exist."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.training.config import load_config_file
+
+    for name, text in (("c.toml", "max_iters = 7\n"), ("c.json", '{"max_iters": 7}')):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+        assert load_config_file(tmp_path / name) == {"max_iters": 7}
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 3000 + "]" * 3000)
+    (tmp_path / "dir.toml").mkdir()
+    for path, says in ((tmp_path / "deep.toml", "nested too deeply"),
+                       (tmp_path / "dir.toml", "is not a plain file"),
+                       (tmp_path / "none.toml", "does not exist")):
+        with pytest.raises(ConfigError, match=says):
+            load_config_file(path)

@@ -292,17 +292,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML or JSON config file into a flat dict of settings."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a plain file")
+    if path.suffix not in (".toml", ".json"):
+        raise ConfigError(f"config file {path} must end in .toml or .json")
     try:
-        if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        elif path.suffix == ".json":
-            data = json_loads(path.read_text(encoding="utf-8"))
-        else:
-            raise ConfigError(f"config file {path} must end in .toml or .json")
+        # utf-8-sig: a byte-order mark some editors write is not the first setting's text
+        text = path.read_text(encoding="utf-8-sig")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json_loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot parse config file {path}: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise ConfigError(f"cannot parse config file {path}: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold an object of settings "
                           f'({{"n_layer": 4, ...}}), not a {type(data).__name__}')
