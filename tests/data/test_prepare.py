@@ -335,6 +335,18 @@ def test_a_folder_of_text_follows_links_to_folders_once(tmp_path):
     assert text == "linked\n\nreal" and desc.startswith("2 .txt files")
 
 
+def test_a_folder_of_text_leaves_hidden_files_out_and_reads_upper_case_txt(tmp_path):
+    """A notebook's .ipynb_checkpoints copy (or a .git folder) was read as more text, and a
+    C.TXT was left out."""
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "a.txt").write_text("copy")
+    (tmp_path / ".notes.txt").write_text("hidden")
+    (tmp_path / "a.txt").write_text("first")
+    (tmp_path / "C.TXT").write_text("upper")
+    text, desc = sources.read_text_source(tmp_path)
+    assert text == "upper\n\nfirst" and desc.startswith("2 .txt files")
+
+
 PIECES_TEXT = ("KING: I'll go.\nWe  go\n\n  Then 12345 and 678\r\nnot here\n<|endoftext|>\nAnew "
                "line\t\n.\n,x  \n'tis\nend  ") * 40
 

@@ -271,8 +271,10 @@ def read_files(files: list[Path]) -> str:
 
 
 def text_files_under(folder: Path) -> list[Path]:
-    """The ``.txt`` files under ``folder``, its subfolders included, following links to
-    folders (each real folder once, so a link back up does not loop), sorted by path."""
+    """The ``.txt`` files (``.TXT`` too) under ``folder``, its subfolders included, following
+    links to folders (each real folder once, so a link back up does not loop), sorted by path.
+    Hidden files and folders (``.git``, ``.ipynb_checkpoints``: copies of the text) are
+    left out."""
     found: list[Path] = []
     seen: set[str] = set()
     for root, dirs, files in os.walk(folder, followlinks=True):
@@ -281,8 +283,9 @@ def text_files_under(folder: Path) -> list[Path]:
             dirs.clear()  # reached again through a link: already read
             continue
         seen.add(real)
-        found += [Path(root) / f for f in files
-                  if f.endswith(".txt") and (Path(root) / f).is_file()]
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(root) / f for f in files if not f.startswith(".")
+                  and f.lower().endswith(".txt") and (Path(root) / f).is_file()]
     return sorted(found)
 
 
