@@ -156,3 +156,22 @@ def test_a_shape_beyond_memory_is_refused_before_anything_is_built(argv, says, c
     """A size past any memory was an OverflowError or an allocation failure (traceback),
     or for --n-train a generator making pairs for ever."""
     assert says in error_of(capsys, argv)
+
+
+def test_bench_finetune_stopped_while_pretraining_ends_there(tmp_path, capsys, monkeypatch):
+    """Ctrl-C stopped the pretraining alone: the fine-tunings then ran on the half-trained
+    base, and the table came out as if nothing had happened."""
+    import math
+
+    from scratchgpt.training import job
+    from scratchgpt.training.trainer import TrainResult
+
+    def stopped(*args, **kwargs):  # as train returns when a Ctrl-C arrived during the run
+        return TrainResult(1, math.nan, math.nan, math.nan, 0.1, 0.0, True, None,
+                           exit_code=130)
+
+    monkeypatch.setattr(job, "train", stopped)
+    monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("a fine-tuning ran"))
+    assert main(["bench", "finetune", "--suite", "synthetic", "--out", str(tmp_path / "b"),
+                 "--pretrain-budget", "1s"]) == 130
+    assert capsys.readouterr().err.endswith("scratchgpt bench: interrupted\n")

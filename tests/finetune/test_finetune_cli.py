@@ -200,9 +200,11 @@ def test_lora_classifier_adapter_merge_and_exact_resume(ft_dir, tmp_path, capsys
     text = "love great happy sunny"
     answers = [run_cli(["classify", "--checkpoint", c, text, "--json"], capsys)[1]
                for c in (tmp_path / "a", adapter)]
-    code, _, err = run_cli(["finetune", "--merge", adapter, "--out", tmp_path / "m"], capsys)
+    code, printed, err = run_cli(["finetune", "--merge", adapter, "--out", tmp_path / "m"],
+                                 capsys)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "m").model_config.lora is None
+    assert "export with" not in printed  # a classifier has no GPT-2 form to convert --to hf
     # the run's directory stands for its adapter.pt when the base is given
     code, _, err = run_cli(["finetune", "--merge", tmp_path / "a", "--init-from", base,
                             "--out", tmp_path / "m2"], capsys)

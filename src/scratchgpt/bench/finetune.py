@@ -143,6 +143,7 @@ def pretrain(data_dir: Path, out: Path, budget: str, threads: int) -> float:
     gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=4, n_head=4, n_embd=128,
                        block_size=128, activation="gelu", dropout=0.0)
     result = train(cfg, gpt, data, out, overwrite=True, progress=False)
+    result.raise_if_stopped()  # Ctrl-C or SIGTERM ends the bench, not this phase alone
     print(f"pretrained {out}: {result.step} steps in {result.elapsed_s:.0f} s, val loss "
           f"{result.val_loss:.4f}")
     return result.val_loss
@@ -160,6 +161,7 @@ def finetune(args: argparse.Namespace, **request: Any) -> Any:
     train_job = plan(req, log=print)
     before = starting_figures(train_job)
     result = job.run(train_job, progress=False)
+    result.raise_if_stopped()
     if "val_loss" in before:
         print(f"held-out response loss: {before['val_loss']:.4f} before, {result.val_loss:.4f} "
               "after")
