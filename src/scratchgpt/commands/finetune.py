@@ -152,12 +152,10 @@ def merge(args: argparse.Namespace) -> int:
     training = training_flags(args)
     if training:
         raise ConfigError(f"--merge trains nothing; drop {' '.join(training)}")
-    from scratchgpt.checkpoints.io import load_checkpoint
-
-    out = merge_run(args.merge, args.out, args.init_from, args.overwrite)
+    out, kind = merge_run(args.merge, args.out, args.init_from, args.overwrite)
     # a classifier has no Hugging Face GPT-2 form to export to
     export = (f" (export with: scratchgpt convert --to hf --checkpoint {out} --out DIR)"
-              if load_checkpoint(out).model_type == "gpt" else "")
+              if kind == "gpt" else "")
     print(f"merged the adapters of {args.merge} into the weights: {out / 'best.pt'}{export}")
     return 0
 

@@ -117,11 +117,11 @@ def merged_config(config: Any) -> tuple[str, Any]:
 
 
 def merge_run(source: str, out: str | Path, base: str | None = None,
-              overwrite: bool = False) -> Path:
+              overwrite: bool = False) -> tuple[Path, str]:
     """Fold the adapters of ``source`` (a LoRA run, checkpoint or ``adapter.pt``; ``base``
     overrides the base an adapter names) into the weights: a run directory ``out`` holding
     the plain model as ``best.pt``, with the tokenizer. ``out`` is never the source, nor its
-    base."""
+    base. Returns (the run directory, the merged model's type)."""
     from scratchgpt.checkpoints.rundir import write_model_run
 
     check_out_is_not_the_base(Path(out), source, "--merge")
@@ -139,5 +139,5 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
                         {**checkpoint.data, "merged_from": str(checkpoint.path)},
                         checkpoint.run_id)
     tokenizer = checkpoint.tokenizer("text") if "text" in checkpoint.tokenizers else None
-    return write_model_run(out, merged, tokenizer, overwrite)
+    return write_model_run(out, merged, tokenizer, overwrite), kind
 
