@@ -45,6 +45,7 @@ from scratchgpt.training.optim import muon_matrices
 from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
     CHANGEABLE_MODEL_FIELDS,
+    FINETUNE_TASKS,
     Settings,
     check_resumed_by,
     model_fields,
@@ -52,7 +53,7 @@ from scratchgpt.training.settings import (
 )
 from scratchgpt.training.trainer import TrainResult, check_no_curriculum
 
-TASKS = ("classify", "instruct")
+TASKS = FINETUNE_TASKS
 # Training defaults of fine-tuning (flags override them). Fine-tuning takes smaller steps than
 # pretraining, the fewer the parameters that train the larger.
 TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {

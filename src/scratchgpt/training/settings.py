@@ -120,6 +120,9 @@ def _sources(settings: Settings, names: list[str]) -> str:
     return " ".join(flags)
 
 
+# The tasks of 'scratchgpt finetune', as its runs record them (finetune/plan.py takes them
+# from here: this module cannot import it, which imports this one)
+FINETUNE_TASKS = ("classify", "instruct")
 # The command that trains (and so resumes) each kind of run; a language model's run is
 # train's, a run that records a fine-tuning task finetune's.
 RESUME_COMMANDS = {"seq2seq": "scratchgpt seq2seq train", "finetune": "scratchgpt finetune",
@@ -130,7 +133,7 @@ def run_kind(checkpoint: Checkpoint) -> str:
     """Which command's run ``checkpoint`` is: a key of :data:`RESUME_COMMANDS`."""
     if checkpoint.model_type == "seq2seq":
         return "seq2seq"
-    return "finetune" if checkpoint.data.get("task") in ("classify", "instruct") else "train"
+    return "finetune" if checkpoint.data.get("task") in FINETUNE_TASKS else "train"
 
 
 def check_resumed_by(checkpoint: Checkpoint, kind: str) -> None:
