@@ -19,9 +19,11 @@ from scratchgpt.finetune.data import (
 )
 from scratchgpt.finetune.instruct import (
     IGNORE,
+    InstructSpec,
     collate,
     encode_conversation,
     inputs_and_targets,
+    load_data,
     response_loss,
 )
 from scratchgpt.tokenizers import CharTokenizer
@@ -146,3 +148,22 @@ def test_padding_is_no_target():
     n = len(short[0]) - 1
     assert bool((y[0, n:] == IGNORE).all()) and bool((x[0, n:] == 0).all())
     assert x.shape == y.shape == (2, len(long[0]) - 1)
+
+
+@pytest.mark.parametrize("long_side, needle", [
+    ("train", "none of the 2 training conversations has a reply within the first 64 tokens"),
+    ("held", "none of the 2 held-out conversations has a reply within the first 64 tokens"),
+    ("both", "no conversation has a reply within the first 64 tokens"),
+])
+def test_a_side_of_the_split_without_a_reply_is_named(tmp_path, long_side, needle):
+    """Only the side whose prompts leave no reply in the context is blamed (the message said
+    no conversation at all had one when the other side did)."""
+    train, held = random_split(4, 0.5, seed=0)
+    long = set(train) if long_side == "train" else set(held) if long_side == "held" \
+        else set(range(4))
+    records = [{"instruction": "a" * (80 if i in long else 1), "output": "b"} for i in range(4)]
+    (tmp_path / "i.json").write_text(json.dumps(records))
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> ab")
+    spec = InstructSpec(str(tmp_path / "i.json"), held_out=0.5)
+    with pytest.raises(DataError, match=re.escape(needle)):
+        load_data(spec, tok, block_size=64)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scratchgpt.checkpoints import load_checkpoint
-from tests.finetune.conftest import labelled_lines, run_cli
+from tests.finetune.conftest import addition_records, labelled_lines, run_cli
 
 SMALL = ["--batch-size", "8", "--no-progress"]
 
@@ -107,6 +107,7 @@ def _bad_files(d):
     flipped = [line.split("\t") for line in labelled_lines(40)]
     (d / "flipped.tsv").write_text("".join(f"{label}\t{i} {text}\n"
                                            for i, (text, label) in enumerate(flipped)))
+    (d / "three.json").write_text(json.dumps(addition_records(3)))
     (d / "adir").mkdir()
     (d / "corpus.txt").write_text("First Citizen:\nBefore we proceed any further.\n")
 
@@ -125,6 +126,9 @@ def _bad_files(d):
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
     (["--task", "instruct", "--data", "{d}/role.jsonl"], "unknown role 'robot'"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--train", "head"], "--train head"),
+    # all 3 held out (it said no conversation had a reply within the context)
+    (["--task", "instruct", "--data", "{d}/three.json", "--held-out", "0.9"],
+     "--held-out 0.9 leaves no conversation to train on (3 conversations in"),
     (["--task", "classify", "--data", "{d}/eight.tsv"], "the val split would be empty"),
     (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
     (["--task", "classify", "--data", "{d}/adir"], "is a directory"),

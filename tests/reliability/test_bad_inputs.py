@@ -155,7 +155,10 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "plain-file").write_text("x")
     long = root / "text.txt"
     long.write_text(play_text(20_000))
+    (root / "three.json").write_text(json.dumps([{"instruction": f"{i} plus 1?",
+                                                  "output": str(i + 1)} for i in range(3)]))
     return {"one_char": root / "one-char.txt", "loop": root / "loop",
+            "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
             "plain_file": root / "plain-file", "text": long}
@@ -281,6 +284,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),
+    # fine-tuning
+    ("finetune --task instruct --held-out 0.9 of 3 conversations (none left to train on)",
+     lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
+                c["three_chats"], "--held-out", "0.9", "--out", c["root"] / "out" / "ft"],
+     "leaves no conversation to train on"),
     # experiments: sizes beyond any memory, counts beyond any wait
     ("experiment count --modulus 1e5", lambda c: ["experiment", "count", "--modulus", "100000",
                                                   "--out", c["root"] / "out" / "c"], "GiB"),

@@ -113,24 +113,42 @@ def load_data(spec: InstructSpec, tokenizer: Any, block_size: int, log: Log = No
                         f"recorded {spec.sha256[:12]}…)")
     if len(chats) < 2:
         raise DataError(f"{where}: needs at least 2 conversations (one to hold out)")
+    train_idx, held_idx = random_split(len(chats), spec.held_out, spec.split_seed)
+    if not train_idx:
+        raise ConfigError(f"--held-out {spec.held_out:g} leaves no conversation to train on "
+                          f"({len(chats)} conversations in {where}, {len(held_idx)} held out); "
+                          "give a smaller fraction")
     template = TEMPLATES[spec.template]
     check_template_spelling(tokenizer, template)
     max_length = min(spec.max_length or block_size, block_size)
-    train_idx, held_idx = random_split(len(chats), spec.held_out, spec.split_seed)
     counts = {"truncated": 0, "dropped": 0, "replaced": 0}
     encoded = [_fit(encode_conversation(tokenizer, template, c), max_length, counts)
                for c in chats]
     keep = [i for i in train_idx if encoded[i] is not None]
     held = [i for i in held_idx if encoded[i] is not None]
-    if not keep or not held:
-        raise DataError(f"{where}: no conversation has a reply within the first {max_length} "
-                        "tokens")
+    _check_some_reply_fits(where, max_length, {"training": (len(keep), len(train_idx)),
+                                               "held-out": (len(held), len(held_idx))})
     _notify(log, counts, len(chats), max_length)
     record = {**asdict(spec), "sha256": sha, "max_length": max_length, "source": where,
               "split_sizes": {"train": len(keep), "val": len(held)},
               "split_digest": split_digest([train_idx, held_idx]), **counts}
     return InstructData([encoded[i] for i in keep], [encoded[i] for i in held],
                         [chats[i] for i in held], record)
+
+
+def _check_some_reply_fits(where: str, max_length: int,
+                           kept: dict[str, tuple[int, int]]) -> None:
+    """Each side of the split keeps a conversation with a reply within the context; ``kept``
+    maps a side to (conversations kept, conversations it had)."""
+    empty = [(side, n) for side, (k, n) in kept.items() if k == 0]
+    if len(empty) == len(kept):
+        raise DataError(f"{where}: no conversation has a reply within the first {max_length} "
+                        "tokens")
+    if empty:
+        side, n = empty[0]
+        raise DataError(f"{where}: none of the {n} {side} conversation{'s' * (n != 1)} has a "
+                        f"reply within the first {max_length} tokens (another --split-seed, or "
+                        "shorter prompts?)")
 
 
 def _fit(encoded: tuple[Example, bool], max_length: int,
