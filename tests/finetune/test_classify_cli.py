@@ -159,12 +159,28 @@ def test_file_is_read_as_finetune_reads_its_data(short_run, tmp_path, capsys):
     assert "/dev/null is not a regular file" in err and code == 2, err  # not "does not exist"
 
 
+def _stdin(raw: bytes) -> io.TextIOWrapper:
+    """Standard input holding ``raw``, decoded as a terminal's is (invalid bytes kept as
+    surrogates, which would reach the tokenizer as U+FFFD)."""
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="surrogateescape")
+
+
 def test_file_dash_reads_standard_input(short_run, capsys, monkeypatch):
     run, _ = short_run
-    monkeypatch.setattr("sys.stdin", io.StringIO("love\n\nhate\n"))
+    monkeypatch.setattr("sys.stdin", _stdin("\ufefflove\n\nhate\n".encode()))
     code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", "-", "--json"],
                                  capsys)
     assert code == 0 and [r["text"] for r in json.loads(printed)] == ["love", "hate"], err
-    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    monkeypatch.setattr("sys.stdin", _stdin(b"\n"))
     code, _, err = run_cli(["classify", "--checkpoint", run, "--file", "-"], capsys)
     assert code == 2 and "standard input has no non-empty line" in err, err
+
+
+def test_standard_input_that_is_not_utf8_is_refused(short_run, capsys, monkeypatch):
+    """As a --file that is not UTF-8 is: one line naming the first bad byte (its texts were
+    labelled with U+FFFD in place of the bytes, without a word)."""
+    run, _ = short_run
+    monkeypatch.setattr("sys.stdin", _stdin(b"love\nha\xffte\n"))
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", "-"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and printed == "", err
+    assert "standard input is not valid UTF-8 text (byte 7)" in err

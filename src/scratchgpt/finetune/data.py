@@ -56,11 +56,17 @@ def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
                 else "does not exist")
         raise DataError(f"data file {path} {what}")
     raw = path.read_bytes()
+    return decode_text(raw, str(path)), str(path), hashlib.sha256(raw).hexdigest()
+
+
+def decode_text(raw: bytes, where: str) -> str:
+    """``raw`` as UTF-8 text, a byte-order mark dropped; bytes that are not UTF-8 are a
+    one-line error naming the first one's offset (never replaced in silence)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not valid UTF-8 text (byte {e.start})") from None
-    return text.removeprefix("\ufeff"), str(path), hashlib.sha256(raw).hexdigest()
+        raise DataError(f"{where} is not valid UTF-8 text (byte {e.start})") from None
+    return text.removeprefix("\ufeff")
 
 
 # ---- labelled texts
