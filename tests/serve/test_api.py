@@ -376,6 +376,41 @@ def test_metrics_count_requests_tokens_and_first_tokens(client):
         assert name in counts and not math.isnan(counts[name])
 
 
+def request_counts(text: str) -> dict[tuple[str, str], float]:
+    """``scratchgpt_requests_total`` of a /metrics text: (endpoint, status) -> count."""
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("scratchgpt_requests_total{"):
+            labels, value = line.rsplit(" ", 1)
+            endpoint, status = labels.split('endpoint="')[1].split('",status="')
+            counts[endpoint, status.rstrip('"}')] = float(value)
+    return counts
+
+
+def test_metrics_count_requests_by_route_not_by_the_path_sent(chat_run, monkeypatch):
+    """Paths a client makes up (unknown ones, file or model names, refused or crashing) add
+    no series: each is counted under its route's template, or as 'other'."""
+    import httpx
+
+    with start_server(chat_run, api_key="sesame") as s:
+        def boom(name: str) -> None:
+            raise RuntimeError("a handler's bug")
+
+        monkeypatch.setattr(s.service, "check_model", boom)
+        key = {"Authorization": "Bearer sesame"}
+        with httpx.Client(base_url=s.url, timeout=60) as c:
+            for i in range(20):
+                assert c.get(f"/v1/aa{i}").status_code == 404
+                assert c.get(f"/static/x{i}.js").status_code == 404
+                assert c.get(f"/v1/models/m{i}").status_code == 401
+                assert c.get(f"/v1/models/m{i}", headers=key).status_code == 500
+            assert c.get("/static/playground.js").status_code == 200
+            counts = request_counts(c.get("/metrics", headers=key).text)
+    assert counts == {("other", "404"): 20, ("/static/{name}", "404"): 20,
+                      ("/static/{name}", "200"): 1, ("/v1/models/{model:path}", "401"): 20,
+                      ("/v1/models/{model:path}", "500"): 20}
+
+
 def wait_for(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -45,6 +45,8 @@ from scratchgpt.serve.attention import attention_map, out_of_range
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml"}
 CLIENT_CLOSED = 499  # the status the metrics record for a request whose client went away
+UNMATCHED = "other"  # the metrics' endpoint for a request that matched no route
+ENDPOINT_KEY = "scratchgpt.endpoint"  # the scope's note of the route template a request matched
 
 
 def static_files() -> dict[str, tuple[bytes, str]]:
@@ -151,10 +153,13 @@ class Handlers:
                 raise too_big
         return api.parse_json(bytes(body))
 
-    def endpoint(self, fn: Callable[[Request], Awaitable[Response]], public: bool = False
-                 ) -> Callable[[Request], Awaitable[Response]]:
-        """``fn`` with the API key check, ApiError answers and the request count."""
+    def endpoint(self, template: str, fn: Callable[[Request], Awaitable[Response]],
+                 public: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """``fn`` with the API key check, ApiError answers and the request count, which is
+        kept under the route's ``template`` (never the path a client sent: each new one
+        would be one more series, for ever)."""
         async def handle(request: Request) -> Response:
+            request.scope[ENDPOINT_KEY] = template
             try:
                 if not public and not self.authorized(request):
                     raise api.ApiError(401, "a valid API key is required (Authorization: "
@@ -162,7 +167,7 @@ class Handlers:
                 response = await fn(request)
             except api.ApiError as e:
                 response = error_response(e)
-            self.service.metrics.request_done(request.url.path, response.status_code)
+            self.service.metrics.request_done(template, response.status_code)
             return response
         return handle
 
@@ -288,25 +293,28 @@ def create_app(service: svc.Service, api_key: str | None = None) -> Starlette:
     async def not_found(request: Request, exc: HTTPException) -> Response:
         response = error_response(api.ApiError(exc.status_code, f"{request.method} "
                                                f"{request.url.path}: {exc.detail}"))
-        service.metrics.request_done("other", exc.status_code)
+        service.metrics.request_done(UNMATCHED, exc.status_code)
         return response
 
     async def crashed(request: Request, exc: Exception) -> Response:
-        service.metrics.request_done(request.url.path, 500)
+        service.metrics.request_done(request.scope.get(ENDPOINT_KEY, UNMATCHED), 500)
         return error_response(api.ApiError(500, "internal server error"))
 
-    e = h.endpoint
+    def route(template: str, fn: Callable[[Request], Awaitable[Response]], method: str,
+              public: bool = False) -> Route:
+        return Route(template, h.endpoint(template, fn, public), methods=[method])
+
     routes = [
-        Route("/", e(h.page, public=True), methods=["GET"]),
-        Route("/static/{name}", e(h.static, public=True), methods=["GET"]),
-        Route("/health", e(h.health, public=True), methods=["GET"]),
-        Route("/metrics", e(h.metrics), methods=["GET"]),
-        Route("/v1/models", e(h.models), methods=["GET"]),
-        Route("/v1/models/{model:path}", e(h.model), methods=["GET"]),
-        Route("/v1/completions", e(h.completions), methods=["POST"]),
-        Route("/v1/chat/completions", e(h.chat), methods=["POST"]),
-        Route("/api/attention", e(h.attention), methods=["POST"]),
-        Route("/api/limits", e(h.limits), methods=["GET"]),
+        route("/", h.page, "GET", public=True),
+        route("/static/{name}", h.static, "GET", public=True),
+        route("/health", h.health, "GET", public=True),
+        route("/metrics", h.metrics, "GET"),
+        route("/v1/models", h.models, "GET"),
+        route("/v1/models/{model:path}", h.model, "GET"),
+        route("/v1/completions", h.completions, "POST"),
+        route("/v1/chat/completions", h.chat, "POST"),
+        route("/api/attention", h.attention, "POST"),
+        route("/api/limits", h.limits, "GET"),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={404: not_found, 405: not_found, 500: crashed})

@@ -7,6 +7,9 @@
     scratchgpt_batch_rows_per_step                                       mean over 10 s
     scratchgpt_time_to_first_token_seconds (histogram)                   submit -> first token
 
+A request is counted under the route it matched, by its template (``/static/{name}``, never the
+name a client sent), and one that matched no route as ``other``: clients cannot add series.
+
 Counters only grow; the engine thread and the web server's thread both update them (under a
 lock). Rendering reads the engine's queue and batch sizes through ``gauges``.
 """
