@@ -86,6 +86,31 @@ def test_classify_command(classifier, tmp_path, capsys):
     assert "label 'neutral' is not one the model knows (neg, pos)" in one_line_error(code, err)
 
 
+def _label_first(n: int) -> list[str]:
+    return [f"{label}\t{i} {text}" for i, (text, label) in
+            enumerate(line.split("\t") for line in labelled_lines(n))]
+
+
+@pytest.mark.parametrize("lines, needle", [
+    (_label_first(20), "20 labels among 20 texts, nearly one a text: are its lines "
+                       "label<TAB>text?"),
+    (["pos\tlove happy", "neg\thate sad"],
+     "its texts are the model's labels (neg, pos) and its labels are not: are its lines "
+     "label<TAB>text?"),
+    # a few texts of a label the model lacks are no sign of swapped columns
+    (["love\tpos", "hate\tneg", "meh\tneutral"], "label 'neutral' is not one the model knows"),
+])
+def test_eval_of_a_file_written_label_first_says_so(classifier, tmp_path, capsys, lines,
+                                                    needle):
+    """As finetune does for its --data (it said the texts were labels the model did not
+    know)."""
+    out, _ = classifier
+    (tmp_path / "l.tsv").write_text("\n".join(lines) + "\n")
+    code, printed, err = run_cli(["classify", "--checkpoint", out, "--eval",
+                                  tmp_path / "l.tsv"], capsys)
+    assert needle in one_line_error(code, err) and printed == ""
+
+
 def test_long_texts_are_truncated_with_a_count(classifier, capsys):
     out, _ = classifier
     code, _, err = run_cli(["classify", "--checkpoint", out, "love " * 100], capsys)

@@ -41,6 +41,7 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
                  "lstm", "--max-iters", "1", *TINY[6:]]) == 0
     assert main(["seq2seq", "train", "--task", "dates", "--arch", "transformer", "--out",
                  str(c["s2s"]), *S2S_TINY]) == 0
+    c.update(_classifier(root, c["run"]))
     c.update(_damaged_checkpoints(root, c["run"]))
     c.update(_damaged_datasets(root, tiny_data))
     c.update(_hf_dirs(root))
@@ -58,6 +59,20 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     for name in ("config.json", "tokenizer.json", "metrics.csv"):
         shutil.copy(c["run"] / name, c["no_ckpt"] / name)
     return c
+
+
+def _classifier(root: Path, base: Path) -> dict[str, Path]:
+    """A classifier of ``base`` (one step: only its labels matter), and a file of its texts
+    written label first."""
+    words = play_text(2_000, seed=3).split()
+    rows = [(" ".join(words[i:i + 3]), "ab"[i % 2]) for i in range(40)]
+    (root / "labels.tsv").write_text("".join(f"{t}\t{label}\n" for t, label in rows))
+    (root / "label-first.tsv").write_text("".join(f"{label}\t{i} {t}\n"
+                                                  for i, (t, label) in enumerate(rows)))
+    assert main(["finetune", "--task", "classify", "--init-from", str(base), "--data",
+                 str(root / "labels.tsv"), "--out", str(root / "classifier"), "--max-iters",
+                 "1", "--batch-size", "4", "--no-progress"]) == 0
+    return {"classifier": root / "classifier", "label_first": root / "label-first.tsv"}
 
 
 def _ckpt_copy(src: Path, dst: Path, change: Callable) -> Path:
@@ -289,6 +304,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
                 c["three_chats"], "--held-out", "0.9", "--out", c["root"] / "out" / "ft"],
      "leaves no conversation to train on"),
+    ("classify --eval a file written label<TAB>text",
+     lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first"]],
+     "are its lines label<TAB>text?"),
     # experiments: sizes beyond any memory, counts beyond any wait
     ("experiment count --modulus 1e5", lambda c: ["experiment", "count", "--modulus", "100000",
                                                   "--out", c["root"] / "out" / "c"], "GiB"),
@@ -350,7 +368,8 @@ def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, 
     if "--device cuda" in name and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     args = [str(a) for a in argv(ctx)]
-    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt", "hf")]
+    watched = [ctx[k] for k in ("run", "lstm", "s2s", "data", "foreign", "no_ckpt", "hf",
+                                "classifier")]
     before = [snapshot(p) for p in watched]
     capsys.readouterr()
     code = main(args)

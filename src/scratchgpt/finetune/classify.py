@@ -96,6 +96,27 @@ def text_length(max_length: int, block_size: int) -> int:
     return min(max_length or block_size, block_size)
 
 
+LABEL_FIRST_HINT = ("are its lines label<TAB>text? A TSV's lines are read as text<TAB>label, "
+                    "the label last")
+
+
+def check_labels_come_last(pairs: Sequence[tuple[str, str]], where: str,
+                           known: Sequence[str] = ()) -> None:
+    """Refuse labelled data that looks written label first: labels (those not among a model's
+    ``known`` ones) nearly one a text, or, scored against a model, texts that are all labels it
+    knows while the labels are not."""
+    labels = {label for _, label in pairs}
+    unknown = labels - set(known)
+    if not unknown:
+        return
+    if len(unknown) > max(2, len(pairs) // 2):
+        raise DataError(f"{where}: {len(labels):,} labels among {len(pairs):,} texts, nearly "
+                        f"one a text: {LABEL_FIRST_HINT}")
+    if known and all(text.strip() in known for text, _ in pairs):
+        raise DataError(f"{where}: its texts are the model's labels ({', '.join(known)}) and "
+                        f"its labels are not: {LABEL_FIRST_HINT}")
+
+
 def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = None
               ) -> ClassifyData:
     """Read, check, split (seeded, stratified) and encode ``spec``'s data. A resumed run's
@@ -104,11 +125,8 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
     if spec.sha256 and sha != spec.sha256:
         raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
                         f"recorded {spec.sha256[:12]}…)")
+    check_labels_come_last(pairs, where)
     labels = sorted({label for _, label in pairs})
-    if len(labels) > max(2, len(pairs) // 2):
-        raise DataError(f"{where}: {len(labels):,} labels among {len(pairs):,} texts, nearly "
-                        "one a text: are its lines label<TAB>text? A TSV's lines are read as "
-                        "text<TAB>label, the label last")
     if spec.labels and labels != spec.labels:
         raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")
     max_length = text_length(spec.max_length, block_size)
