@@ -125,6 +125,26 @@ def test_hf_dir_without_tokenizer_is_a_clear_error(tmp_path, capsys):
     assert "has no tokenizer" in capsys.readouterr().err
 
 
+def test_importing_a_dir_without_tokenizer_says_the_run_cannot_be_prompted(tmp_path, capsys):
+    """The run is written (its weights can still be exported or inspected), with a note on
+    stderr that sample will refuse it and what to do; it said nothing, and sample refused the
+    run later. A directory with its tokenizer gets no note."""
+    save_hf(tiny_gpt(), tmp_path / "bare")
+    assert main(["convert", "--from", "hf", str(tmp_path / "bare"), "--out",
+                 str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"note: {tmp_path / 'bare'} has no tokenizer") and \
+        "convert again with --overwrite" in err, err
+    assert (tmp_path / "run" / "best.pt").is_file()
+    assert main(["sample", "--checkpoint", str(tmp_path / "run"), "--prompt", "a"]) == 2
+    assert "no tokenizer" in capsys.readouterr().err
+    save_hf(tiny_gpt(), tmp_path / "full", CharTokenizer(CHARS))
+    assert main(["convert", "--from", "hf", str(tmp_path / "full"), "--out",
+                 str(tmp_path / "run2")]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
     """A directory whose tokenizer has ids the model cannot embed is refused, as a checkpoint
     with such a tokenizer is: by sample, and by convert --from hf, which writes nothing."""

@@ -410,10 +410,12 @@ def _read_tokenizer(directory: Path, required: bool) -> Any:
     return BPETokenizer.from_gpt2_files(directory / found[0], directory / found[1])
 
 
-def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+def import_hf(source: str | Path, out: str | Path,
+              overwrite: bool = False) -> tuple[Path, bool]:
     """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``
     (``best.pt`` with the tokenizer inside, ``tokenizer.json``, ``config.json``), with the
-    chat template the directory names, if any."""
+    chat template the directory names, if any. -> (the run, whether ``source`` had a tokenizer
+    for it: without one the run holds weights only, which nothing can prompt)."""
     from scratchgpt.checkpoints.io import Checkpoint
     from scratchgpt.checkpoints.rundir import write_model_run
 
@@ -427,4 +429,4 @@ def import_hf(source: str | Path, out: str | Path, overwrite: bool = False) -> P
             **({"chat_template": template} if template is not None else {})}
     checkpoint = Checkpoint("gpt", model.config, model.state_dict(),
                             {"text": tok.state()} if tok is not None else {}, data)
-    return write_model_run(out, checkpoint, tok, overwrite)
+    return write_model_run(out, checkpoint, tok, overwrite), tok is not None

@@ -4,6 +4,7 @@ for llama.cpp."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import add_which_flag
@@ -17,17 +18,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints; "
                         "export GGUF for llama.cpp",
         description="--from hf DIR: a Hugging Face GPT-2 directory (config.json + "
-                    "model.safetensors or pytorch_model.bin) becomes a run directory with "
-                    "best.pt (and the tokenizer, when DIR has one). DIR may also be a hub model "
+                    "model.safetensors or pytorch_model.bin) becomes a run directory with best.pt "
+                    "(and the tokenizer, when DIR has one; without one a note says that the run "
+                    "holds weights only, which sample cannot prompt). DIR may also be a hub model "
                     "id (gpt2, gpt2-medium, gpt2-large, gpt2-xl, owner/name): it is downloaded "
                     "through huggingface_hub into the Hugging Face cache once (offline, "
-                    "HF_HUB_OFFLINE=1, only that cache is used). --to hf: a GPT checkpoint "
-                    "becomes a directory that transformers.GPT2LMHeadModel.from_pretrained "
-                    "loads. (sample also reads a Hugging Face directory directly.) --to gguf: "
-                    "a GPT checkpoint and its tokenizer (byte-level BPE, GPT-2's or trained, "
-                    "or char) become one GGUF file that llama.cpp runs as its gpt2 "
-                    "architecture (--type f32, f16 or q8_0); models llama.cpp cannot compute "
-                    "the same way (no biases, sinusoidal positions, exact GELU) are refused.")
+                    "HF_HUB_OFFLINE=1, only that cache is used). --to hf: a GPT checkpoint becomes"
+                    " a directory that transformers.GPT2LMHeadModel.from_pretrained loads. (sample"
+                    " also reads a Hugging Face directory directly.) --to gguf: a GPT checkpoint "
+                    "and its tokenizer (byte-level BPE, GPT-2's or trained, or char) become one "
+                    "GGUF file that llama.cpp runs as its gpt2 architecture (--type f32, f16 or "
+                    "q8_0); models llama.cpp cannot compute the same way (no biases, sinusoidal "
+                    "positions, exact GELU) are refused.")
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from", dest="source", nargs=2, metavar=("FORMAT", "PATH"),
                      help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory or "
@@ -118,8 +120,14 @@ def import_from(source: list[str], out: Path, overwrite: bool) -> int:
     fmt, path = source
     if fmt != "hf":
         raise ConfigError(f"--from {fmt}: only 'hf' is supported")
-    import_hf(resolve_hf_source(path), out, overwrite=overwrite)
+    hf_dir = resolve_hf_source(path)
+    _, has_tokenizer = import_hf(hf_dir, out, overwrite=overwrite)
     print(f"wrote {out / 'best.pt'}")
+    if not has_tokenizer:  # the run is written: sample, chat and --init-from refuse it later
+        print(f"note: {hf_dir} has no tokenizer (tokenizer.json, vocab.json + merges.txt, or "
+              f"encoder.json + vocab.bpe), so {out} holds weights only, which sample, chat, "
+              f"finetune and train --init-from refuse; put the model's tokenizer files in "
+              f"{hf_dir} and convert again with --overwrite", file=sys.stderr)
     return 0
 
 
