@@ -75,6 +75,60 @@ def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_p
     assert not (tmp_path / "b").exists()
 
 
+@pytest.fixture
+def suites_must_not_run(monkeypatch):
+    """A refusal that does not come makes the test fail at once, not run a benchmark (the
+    synthetic suite still writes its generated data for a --base, as it did before the
+    base was checked)."""
+    from scratchgpt.bench import finetune as bench
+
+    for name in ("sms_suite", "_char_base", "pretrain", "finetune"):
+        monkeypatch.setattr(bench, name, lambda *a, **k: pytest.fail("the suite ran"))
+
+
+@pytest.mark.parametrize("suite, flags, uses", [
+    ("sms", ["--records", "1000"], "--suite synthetic only"),
+    ("instruction-data", ["--records", "1000"], "--suite synthetic only"),
+    ("synthetic", ["--lora-rank", "8"], "--suite sms only"),
+    ("instruction-data", ["--lora-rank", "4"], "--suite sms only"),  # even the default value
+    ("synthetic", ["--last-k", "2"], "--suite sms only"),
+    ("instruction-data", ["--last-k", "1"], "--suite sms only"),
+    ("sms", ["--base", "x"], "--suite synthetic and instruction-data"),
+    ("synthetic", ["--base", "x", "--pretrain-budget", "1m"], "only without --base"),
+])
+def test_bench_finetune_refuses_a_flag_its_suite_ignores(suite, flags, uses, tmp_path, capsys,
+                                                         suites_must_not_run):
+    """--lora-rank, --last-k and --records were accepted by suites that never read them, so a
+    run silently differed from what its command line said."""
+    line = error_of(capsys, ["bench", "finetune", "--suite", suite, "--out", str(tmp_path / "b"),
+                             *flags])
+    assert line.split(": error: ")[1].startswith(flags[-2]) and uses in line, line
+    assert suite in line or "--base" in line
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("suite, run", [("synthetic", "synthetic-sft"),
+                                        ("instruction-data", "instruction-data-sft")])
+@pytest.mark.parametrize("base, says", [("missing", "does not exist"),
+                                        ("lstm.pt", "holds a lstm model"),
+                                        ("its own run", "would replace the model")])
+def test_bench_finetune_checks_its_base_before_writing_anything(suite, run, base, says,
+                                                                other_models, tmp_path, capsys,
+                                                                suites_must_not_run):
+    """A bad --base was found only by the fine-tuning, after the synthetic suite had written
+    its generated data (and either suite had made --out)."""
+    out = tmp_path / "b"
+    where = {"missing": tmp_path / "missing", "lstm.pt": other_models / "lstm.pt",
+             "its own run": out / run}[base]
+    if base == "its own run":  # an earlier run of the suite, replaced by --overwrite
+        where.mkdir(parents=True)
+    line = error_of(capsys, ["bench", "finetune", "--suite", suite, "--out", str(out),
+                             "--base", str(where), "--overwrite"])
+    assert says in line and "--base" in line, line
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert left == (["b", f"b/{run}"] if base == "its own run" else [])
+
+
 TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--vocab-size", "50",
             "--block-size", "32"]
 

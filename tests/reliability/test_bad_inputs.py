@@ -351,6 +351,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf into the model's own directory --overwrite",
      lambda c: ["convert", "--from", "hf", c["hf"], "--out", c["hf"], "--overwrite"],
      "Hugging Face model"),
+    # benchmarks: a base that is no GPT is refused before the suite writes its data
+    ("bench finetune --suite synthetic --base an LSTM run",
+     lambda c: ["bench", "finetune", "--suite", "synthetic", "--base", c["lstm"], "--out",
+                c["root"] / "out" / "bf"], "lstm"),
     # prepare
     ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
                                               c["root"] / "out" / "p1"], "single character"),

@@ -37,7 +37,8 @@ from scratchgpt.commands.argtypes import (
     thread_count,
     write_results,
 )
-from scratchgpt.errors import ConfigError
+from scratchgpt.commands.options import given
+from scratchgpt.errors import ConfigError, ScratchGPTError
 
 SUITES = ("sms", "synthetic", "instruction-data")
 PRETRAIN_LAYERS = 4  # the pretrained GPT's depth: --last-k trains at most that many blocks
@@ -45,6 +46,11 @@ PRETRAIN_LAYERS = 4  # the pretrained GPT's depth: --last-k trains at most that 
 SMS_TEXT, SMS_BASE, SMS_RUNS = "sms-text", "sms-base", ("sms-full", "sms-last", "sms-lora")
 CHAR_BASE, SYNTHETIC_DATA = "stdlib-base", "synthetic.json"
 SYNTHETIC_RUN, INSTRUCTION_RUN = "synthetic-sft", "instruction-data-sft"
+# The flags only some suites read (None: not given), refused with the others rather than
+# ignored; their defaults are filled in once the flags are checked.
+SUITE_FLAGS = {"records": ("synthetic",), "lora_rank": ("sms",), "last_k": ("sms",),
+               "base": ("synthetic", "instruction-data")}
+SUITE_DEFAULTS = {"pretrain_budget": "4m", "records": 24_000, "lora_rank": 4, "last_k": 1}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,20 +58,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/bench-finetune", help="where the runs go")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier run of the suite in --out (and --json FILE)")
-    p.add_argument("--pretrain-budget", default="4m",
-                   help="wall-clock budget of pretraining (default 4m)")
+    p.add_argument("--pretrain-budget", default=None,
+                   help="wall-clock budget of pretraining (default 4m; not with --base, which "
+                        "is not pretrained)")
     p.add_argument("--finetune-budget", default="90s",
                    help="wall-clock budget of each fine-tuning run (default 90s)")
     p.add_argument("--epochs", type=float, default=4.0,
                    help="passes over the fine-tuning data, if the budget allows (default 4)")
-    p.add_argument("--records", type=int, default=24_000,
+    p.add_argument("--records", type=int, default=None,
                    help="synthetic suite: generated records, 300 of them held out (24000)")
-    p.add_argument("--lora-rank", type=positive_int, default=4, help="LoRA rank (default 4)")
-    p.add_argument("--last-k", type=positive_int, default=1,
-                   help=f"blocks trained by last-k (1; at most {PRETRAIN_LAYERS})")
+    p.add_argument("--lora-rank", type=positive_int, default=None,
+                   help="sms suite: LoRA rank (default 4)")
+    p.add_argument("--last-k", type=positive_int, default=None,
+                   help=f"sms suite: blocks trained by last-k (1; at most {PRETRAIN_LAYERS})")
     p.add_argument("--base", default=None,
-                   help="synthetic and instruction-data: the base to tune (default: pretrain "
-                        "one here)")
+                   help="synthetic and instruction-data suites: the base to tune (default: "
+                        "pretrain one here)")
     p.add_argument("--threads", type=thread_count, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine two OpenMP "
                         "threads wait on each other; 0 = torch's default)")
@@ -91,11 +99,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    """(--out, --json FILE), every flag checked before any work: a nonsense value, or an
-    earlier run of the suite in --out without --overwrite, is one line, not a failure minutes
-    into the benchmark."""
+    """(--out, --json FILE), every flag checked before any work or any file is written: a
+    nonsense value, a flag the suite would ignore, a --base that is no GPT, or an earlier run
+    of the suite in --out without --overwrite, is one line, not a failure minutes into the
+    benchmark (or a run that silently differs from what was asked). Fills in the defaults of
+    the flags some suites read."""
     from scratchgpt.training.config import parse_duration
 
+    _check_suite_flags(args)
+    for dest, value in SUITE_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
     for flag, budget in (("--pretrain-budget", args.pretrain_budget),
                          ("--finetune-budget", args.finetune_budget)):
         try:
@@ -107,16 +121,44 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if args.last_k > PRETRAIN_LAYERS:
         raise ConfigError(f"--last-k must be at most {PRETRAIN_LAYERS} (the pretrained "
                           f"model's layers), got {args.last_k}")
-    if args.base is not None and args.suite == "sms":
-        raise ConfigError("--base applies to --suite synthetic and instruction-data")
-    if args.suite == "synthetic" and not 600 <= args.records <= 30_000:
+    if not 600 <= args.records <= 30_000:
         raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = () if args.base else (CHAR_BASE,)
     writes = {"sms": (SMS_TEXT, SMS_BASE, *SMS_RUNS),
               "synthetic": (*base, SYNTHETIC_DATA, SYNTHETIC_RUN),
               "instruction-data": (*base, INSTRUCTION_RUN)}[args.suite]
-    return (results_dir(args.out, writes, args.overwrite),
-            results_file(args.json, args.overwrite))
+    out = results_dir(args.out, writes, args.overwrite)
+    json_file = results_file(args.json, args.overwrite)
+    if args.base is not None:
+        run_dir = SYNTHETIC_RUN if args.suite == "synthetic" else INSTRUCTION_RUN
+        _check_base(args.base, out / run_dir)
+    return out, json_file
+
+
+def _check_suite_flags(args: argparse.Namespace) -> None:
+    """A flag given that the chosen suite does not read is refused, not ignored."""
+    given_flags = given(args, set(SUITE_FLAGS))
+    for dest, suites in SUITE_FLAGS.items():
+        if dest in given_flags and args.suite not in suites:
+            only = " only" if len(suites) == 1 else ""
+            raise ConfigError(f"--{dest.replace('_', '-')} applies to --suite "
+                              f"{' and '.join(suites)}{only}; --suite {args.suite} does not "
+                              "read it")
+    if args.base is not None and args.pretrain_budget is not None:
+        raise ConfigError("--pretrain-budget applies only without --base: a given base is "
+                          "tuned as it is, not pretrained")
+
+
+def _check_base(source: str, run_dir: Path) -> None:
+    """--base is a GPT the suite's run would not replace (loaded once here, so that a wrong
+    one is refused before the synthetic data or a run directory is written)."""
+    from scratchgpt.finetune.base import check_out_is_not_the_base, load_base
+
+    check_out_is_not_the_base(run_dir, source, "--base")
+    try:
+        load_base(source)
+    except ScratchGPTError as e:
+        raise type(e)(f"--base: {e}") from None
 
 
 def _load() -> str:
