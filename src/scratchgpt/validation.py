@@ -92,9 +92,25 @@ def check_range(name: str, value: float, low: float = -math.inf, high: float = m
     ok = math.isfinite(value) and (value > low if low_open else value >= low) and \
         (value < high if high_open else value <= high)
     if not ok:
-        lo = "(" if low_open or math.isinf(low) else "["
-        hi = ")" if high_open or math.isinf(high) else "]"
-        raise ConfigError(f"{name} must be in {lo}{_num(low)}, {_num(high)}{hi}, got {value!r}")
+        bounds = _bounds(low, high, low_open, high_open)
+        if high >= COUNT_MAX and value > high:  # the one bound the message left out
+            bounds = f"at most {COUNT_MAX} (the largest count torch takes)"
+        raise ConfigError(f"{name} must be {bounds}, got {value!r}")
+
+
+def _bounds(low: float, high: float, low_open: bool, high_open: bool) -> str:
+    """The range as a reader wants it: an interval, or one side where the other is no real
+    bound (infinity, or the int64 limit of a count, whose 19 digits say nothing).
+
+    >>> _bounds(0, 1, False, True), _bounds(1, COUNT_MAX, False, False)
+    ('in [0, 1)', '>= 1')
+    """
+    if high >= COUNT_MAX:
+        return f"{'>' if low_open else '>='} {_num(low)}"
+    if math.isinf(low):
+        return f"{'<' if high_open else '<='} {_num(high)}"
+    lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+    return f"in {lo}{_num(low)}, {_num(high)}{hi}"
 
 
 def json_loads(text: str | bytes) -> Any:
