@@ -166,7 +166,7 @@ def _guarded(argv: Sequence[str] | None, entry: bool) -> int:
 
 
 def _main(argv: Sequence[str] | None, entry: bool) -> int:
-    command = "scratchgpt"
+    command, chosen = "scratchgpt", None
     if entry:
         _start_figure_helper(sys.argv[1:] if argv is None else argv)
     try:
@@ -178,10 +178,14 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
                 parser.print_help(sys.stderr)
                 return 2
             args = parser.parse_args(argv)
-            command = f"scratchgpt {args.command}"
+            chosen = _chosen_parser(parser, args)
+            command = chosen.prog  # "scratchgpt seq2seq train", not "scratchgpt seq2seq"
             refuse_empty_paths(args)
             return int(args.func(args) or 0)
     except ScratchGPTError as e:
+        if chosen is not None:
+            return _fail(command, as_typed(str(e), chosen, sys.argv[1:] if argv is None
+                                           else argv))
         return _fail(command, str(e))
     except KeyboardInterrupt as e:
         stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
@@ -191,6 +195,30 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
         return 0
     except OSError as e:  # the machine, not scratchgpt: a full disk, a read-only directory
         return _fail(command, _os_error_message(e))
+
+
+def as_typed(message: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
+    """``message`` with the setting it opens with named as the flag the user typed for it.
+    The library names settings as its configs do ("batch_size must be >= 1"), and cannot know
+    they came from ``--batch-size``; a setting from a config file keeps the file's name.
+
+    >>> p = argparse.ArgumentParser()
+    >>> _ = p.add_argument("--batch-size", "--bs", type=int)
+    >>> as_typed("batch_size must be >= 1, got 0", p, ["--bs=0"])
+    '--bs must be >= 1, got 0'
+    >>> as_typed("batch_size must be >= 1, got 0", p, [])
+    'batch_size must be >= 1, got 0'
+    """
+    found = re.match(r"([a-z][a-z0-9_]*)(?= must |: )", message)
+    if not found:
+        return message
+    typed = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    for action in parser._actions:
+        if action.dest == found.group(1):
+            for flag in action.option_strings:
+                if flag in typed:
+                    return flag + message[found.end():]
+    return message
 
 
 # The flags (by their setting's name) that name a file or folder, in every command: an empty

@@ -228,4 +228,4 @@ def test_bench_finetune_stopped_while_pretraining_ends_there(tmp_path, capsys, m
     monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("a fine-tuning ran"))
     assert main(["bench", "finetune", "--suite", "synthetic", "--out", str(tmp_path / "b"),
                  "--pretrain-budget", "1s"]) == 130
-    assert capsys.readouterr().err.endswith("scratchgpt bench: interrupted\n")
+    assert capsys.readouterr().err.endswith("scratchgpt bench finetune: interrupted\n")

@@ -37,4 +37,4 @@ def test_bench_seq2seq_stopped_by_ctrl_c_writes_nothing(cli_main, tmp_path, caps
     rc = cli_main(["bench", "seq2seq", "--budget", "1s", "--archs", "lstm", "--n-train", "200",
                    "--n-test", "20", "--no-progress", "--json", str(out)])
     assert rc == 130 and not out.exists()
-    assert capsys.readouterr().err.endswith("scratchgpt bench: interrupted\n")
+    assert capsys.readouterr().err.endswith("scratchgpt bench seq2seq: interrupted\n")

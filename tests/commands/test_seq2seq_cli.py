@@ -201,7 +201,7 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
 
     monkeypatch.setattr(Seq2SeqTask, "from_spec", never)
     for flags, reason in ((["--time-budget", "ten minutes"], "cannot read duration"),
-                          (["--learning-rate", "-1"], "learning_rate"),
+                          (["--learning-rate", "-1"], "--learning-rate must be > 0"),
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
                            "not divisible"),
                           (["--n-train", str(10**12)], "pairs needs about"),  # a petabyte
@@ -254,7 +254,7 @@ def test_an_experiment_stopped_by_ctrl_c_ends_with_130_and_writes_nothing(
     monkeypatch.setattr(cls, "train_batch", interrupted)
     extra = ["--quick"] if experiment == "memory" else []
     assert main(["experiment", experiment, "--out", str(tmp_path / "x"), *extra]) == 130
-    assert capsys.readouterr().err.endswith("scratchgpt experiment: interrupted\n")
+    assert capsys.readouterr().err.endswith(f"scratchgpt experiment {experiment}: interrupted\n")
     assert not (tmp_path / "x").exists()
 
 

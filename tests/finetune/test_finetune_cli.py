@@ -158,7 +158,7 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
     (["--task", "classify", "--data", "{d}/adir"], "is a directory"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--nproc", "0"], "nproc"),
-    (["--task", "classify", "--data", "{f}/labels.tsv", "--grad-accum", "0"], "grad_accum"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--grad-accum", "0"], "--grad-accum"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--split-seed", "1" + "0" * 20],
      "--split-seed"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--train", "head", "--last-k", "1"],
