@@ -255,7 +255,7 @@ def test_incompatible_checkpoint_version(run_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("flags,needle", [
     (["--n-embd", "30", "--n-head", "4"], "divisible"),
-    (["--learning-rate", "-1"], "learning_rate"),
+    (["--learning-rate", "-1"], "--learning-rate must be > 0"),
     (["--time-budget", "later"], "duration"),
 ])
 def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle):
@@ -265,7 +265,7 @@ def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle)
 
 
 @pytest.mark.parametrize("flags,needle", [
-    (["--top-p", "0"], "top_p"), (["--top-p", "1.2"], "top_p"),
+    (["--top-p", "0"], "--top-p"), (["--top-p", "1.2"], "--top-p"),
     (["--temperature", "-1"], "temperature"),
     (["--max-new-tokens", "200", "--max-new-tokens-limit", "100"], "exceeds the allowed"),
     (["--max-new-tokens", "0"], "max-new-tokens"),
@@ -380,7 +380,7 @@ def test_a_mistyped_dataset_name_gets_a_guess(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,reason", [
     (["train", "--time-budget", "-5s"], "duration '-5s'"),
-    (["train", "--learning-rate", "-1e-3"], "learning_rate must be in (0, inf)"),
+    (["train", "--learning-rate", "-1e-3"], "--learning-rate must be > 0"),
 ])
 def test_a_negative_value_meets_its_flags_check(capsys, argv, reason):
     """A value that starts with a minus and a digit is the flag's value, refused by the
@@ -741,3 +741,51 @@ def test_config_files_with_a_byte_order_mark_read_and_odd_ones_are_one_line(tmp_
                        (tmp_path / "none.toml", "does not exist")):
         with pytest.raises(ConfigError, match=says):
             load_config_file(path)
+
+
+def test_a_setting_given_twice_in_a_config_file_is_refused(tmp_path):
+    """At the top and in a [model] table (or in both tables), one of the two values used to
+    win silently, depending on the order of the file."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.training.config import load_config_file
+
+    for text in ("n_layer = 2\n[model]\nn_layer = 3\n",
+                 "[train]\nmax_iters = 7\n[model]\nmax_iters = 8\n"):
+        (tmp_path / "c.toml").write_text(text)
+        with pytest.raises(ConfigError, match=r"sets (n_layer|max_iters) twice"):
+            load_config_file(tmp_path / "c.toml")
+    (tmp_path / "c.toml").write_text("n_layer = 2\n[model]\nn_embd = 32\n")
+    assert load_config_file(tmp_path / "c.toml") == {"n_layer": 2, "n_embd": 32}
+
+
+def test_range_errors_name_the_flag_typed_and_no_int64_bound(capsys, small_dataset, tmp_path):
+    """The configs name settings by field (batch_size); a user who typed --batch-size reads
+    that name back, and a count's upper bound (2**63 - 1) is not spelled out below it."""
+    base = ["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r")]
+    assert error_of(capsys, [*base, "--batch-size", "0"]).endswith(
+        "error: --batch-size must be >= 1, got 0")
+    msg = error_of(capsys, [*base, "--grad-accum", "99999999999999999999"])
+    assert "error: --grad-accum must be at most 9223372036854775807" in msg
+    assert "error: --time-budget: cannot read" in error_of(capsys, [*base, "--time-budget",
+                                                                     "5x"])
+    conf = tmp_path / "c.toml"
+    conf.write_text("warmup_iters = -1\n")  # a file's key keeps the file's name
+    assert "error: warmup_iters must be >= 0" in error_of(capsys, [*base, "--config",
+                                                                   str(conf)])
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_files_model_setting_is_not_blamed_on_a_flag(capsys, small_dataset,
+                                                              tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text('model = "lstm"\nn_embd = 32\n')
+    base = ["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r")]
+    assert error_of(capsys, [*base, "--config", str(conf)]).endswith(
+        f"error: the lstm model does not take n_embd in {conf}")
+    assert error_of(capsys, [*base, "--model", "lstm", "--n-embd", "32"]).endswith(
+        "error: the lstm model does not take --n-embd")
+
+
+def test_an_error_names_the_subcommand_run(capsys, tmp_path):
+    assert error_of(capsys, ["seq2seq", "train", "--out", str(tmp_path / "s"), "--batch-size",
+                             "0"]).startswith("scratchgpt seq2seq train: error: --batch-size")

@@ -167,12 +167,15 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "a-dir").mkdir()
     (root / "bad-type.json").write_text(json.dumps({"learning_rate": "fast"}))
     (root / "a-list.json").write_text(json.dumps([{"n_layer": 2}]))
+    (root / "twice.toml").write_text("n_layer = 2\n[model]\nn_layer = 3\n")
+    (root / "lstm-width.toml").write_text('model = "lstm"\nqk_norm = true\n')
     (root / "plain-file").write_text("x")
     long = root / "text.txt"
     long.write_text(play_text(20_000))
     (root / "three.json").write_text(json.dumps([{"instruction": f"{i} plus 1?",
                                                   "output": str(i + 1)} for i in range(3)]))
-    return {"one_char": root / "one-char.txt", "loop": root / "loop",
+    return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
+            "one_char": root / "one-char.txt", "loop": root / "loop",
             "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
@@ -191,18 +194,21 @@ def _sample(c, *extra, run: str = "run") -> list[str]:
 # (name, arguments from ctx, a word the one-line message must hold)
 CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # settings that would train to NaN weights
-    ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"), "learning_rate"),
-    ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"), "weight_decay"),
-    ("train --muon-lr-scale inf", lambda c: _train(c, "--muon-lr-scale", "inf"), "muon_lr_scale"),
+    ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"), "--learning-rate"),
+    ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"), "--weight-decay"),
+    ("train --muon-lr-scale inf", lambda c: _train(c, "--muon-lr-scale", "inf"),
+     "--muon-lr-scale"),
     ("train --embed-lr-scale inf", lambda c: _train(c, "--embed-lr-scale", "inf"),
-     "embed_lr_scale"),
-    ("train --layer-norm-eps -1", lambda c: _train(c, "--layer-norm-eps", "-1"), "layer_norm_eps"),
-    ("train --layer-norm-eps 0", lambda c: _train(c, "--layer-norm-eps", "0"), "layer_norm_eps"),
+     "--embed-lr-scale"),
+    ("train --layer-norm-eps -1", lambda c: _train(c, "--layer-norm-eps", "-1"),
+     "--layer-norm-eps"),
+    ("train --layer-norm-eps 0", lambda c: _train(c, "--layer-norm-eps", "0"), "--layer-norm-eps"),
     ("train --dropout 1", lambda c: _train(c, "--dropout", "1"), "dropout"),
     ("train --dropout nan", lambda c: _train(c, "--dropout", "nan"), "dropout"),
-    ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "grad_clip"),
-    ("train --time-budget 0s", lambda c: _train(c, "--time-budget", "0s"), "time_budget"),
-    ("train --grad-accum 10^20", lambda c: _train(c, "--grad-accum", str(10**20)), "grad_accum"),
+    ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "--grad-clip"),
+    ("train --time-budget 0s", lambda c: _train(c, "--time-budget", "0s"), "--time-budget"),
+    ("train --grad-accum 10^20", lambda c: _train(c, "--grad-accum", str(10**20)),
+     "--grad-accum"),
     ("train --n-embd 10^20", lambda c: _train(c, "--n-embd", str(10**20)), "too large"),
     ("train --resume --overwrite",
      lambda c: ["train", "--out", c["run"], "--resume", "--overwrite"], "overwrite"),
@@ -235,6 +241,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --config holding a list", lambda c: _train(c, "--config", c["a_list"]), "object"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),
+    # one of the two values won silently, by the order of the file
+    ("train --config setting n_layer twice", lambda c: _train(c, "--config", c["twice"]),
+     "sets n_layer twice (at the top level and in [model])"),
+    # the refusal named a flag the user had not typed
+    ("train --config giving an lstm qk_norm", lambda c: _train(c, "--config", c["lstm_width"]),
+     "qk_norm in"),
     ("train --n-layer 10000 (does not fit)", lambda c: _train(c, "--n-layer", "10000",
                                                               "--n-embd", "4096"), "GiB"),
     ("train on a train.bin of odd size", lambda c: ["train", "--dataset", c["odd_data"], "--out",

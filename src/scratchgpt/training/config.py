@@ -309,13 +309,23 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold an object of settings "
                           f'({{"n_layer": 4, ...}}), not a {type(data).__name__}')
-    # Allow [model] / [train] tables as well as a flat file.
+    return _flatten(path, data)
+
+
+def _flatten(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a file that may group them in [model] / [train] tables, as one flat
+    dict. A setting given twice (at the top and in a table, or in both tables) is refused:
+    which one won would depend on their order in the file."""
     flat: dict[str, Any] = {}
+    where: dict[str, str] = {}
     for key, value in data.items():
-        if isinstance(value, dict) and key in ("model", "train"):
-            flat.update(value)
-        else:
-            flat[key] = value
+        table = key if isinstance(value, dict) and key in ("model", "train") else None
+        for name, v in (value.items() if table else [(key, value)]):
+            place = f"in [{table}]" if table else "at the top level"
+            if name in flat:
+                raise ConfigError(f"config file {path} sets {name} twice ({where[name]} and "
+                                  f"{place}); keep one")
+            flat[name], where[name] = v, place
     return flat
 
 

@@ -65,6 +65,16 @@ class Settings:
         """Everything set: preset < config file < flags."""
         return {**(dict(PRESETS[self.preset]) if self.preset else {}), **self.explicit}
 
+    def name_of(self, key: str) -> str:
+        """How the user wrote the setting ``key``: its flag, or its key in the config file.
+
+        >>> Settings(flags={"n_embd": 64}).name_of("n_embd")
+        '--n-embd'
+        """
+        if key in (self.flags or {}) or key not in self.explicit:
+            return "--" + key.replace("_", "-")
+        return f"{key} in {self.config_file}"
+
     def sources(self) -> dict[str, Any]:
         return {"preset": self.preset, "config_file": self.config_file}
 
@@ -79,8 +89,8 @@ def new_run(settings: Settings) -> tuple[str, dict[str, Any], TrainConfig, str |
     fields = config_fields(kind)
     wrong = sorted(k for k in settings.explicit if k in model_fields() - fields)
     if wrong:
-        raise ConfigError(f"--model {kind} does not take "
-                          + ", ".join("--" + k.replace("_", "-") for k in wrong))
+        raise ConfigError(f"the {kind} model does not take "
+                          + ", ".join(settings.name_of(k) for k in wrong))
     model_values = {k: v for k, v in given.items() if k in fields and k != "vocab_size"}
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     check_flags_apply(settings.explicit, train)
@@ -114,7 +124,7 @@ def _sources(settings: Settings, names: list[str]) -> str:
     """Where the settings ``names`` came from, as what to drop: their flags (or the config
     file's keys), or ``--preset`` when the preset set them."""
     explicit = settings.explicit
-    flags = ["--" + k.replace("_", "-") for k in names if k in explicit]
+    flags = [settings.name_of(k) for k in names if k in explicit]
     if settings.preset and any(k not in explicit for k in names):
         flags.append("--preset")
     return " ".join(flags)
