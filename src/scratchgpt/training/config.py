@@ -118,7 +118,8 @@ class TrainConfig:
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
     threads: int = field(default=0, metadata={
         "help": "CPU threads for torch per process (0 = torch's default: one per core, or "
-                "cores / nproc with --nproc)"})
+                "cores / nproc with --nproc). On a machine other jobs keep busy, 1 can be "
+                "faster: threads that share a core wait on each other at every product"})
     nproc: int = field(default=1, metadata={
         "help": "data-parallel processes on this machine (torch.distributed: one per GPU "
                 "with NCCL; on a CPU, processes sharing its cores with gloo)"})
