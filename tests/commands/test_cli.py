@@ -789,3 +789,15 @@ def test_a_config_files_model_setting_is_not_blamed_on_a_flag(capsys, small_data
 def test_an_error_names_the_subcommand_run(capsys, tmp_path):
     assert error_of(capsys, ["seq2seq", "train", "--out", str(tmp_path / "s"), "--batch-size",
                              "0"]).startswith("scratchgpt seq2seq train: error: --batch-size")
+
+
+def test_dataset_dot_names_its_folder_for_the_default_run_directory(small_dataset, monkeypatch,
+                                                                     tmp_path):
+    """`--dataset .` inside a dataset: its short name was "", so the run went to runs/ itself
+    (and a second dataset's run into the same folder)."""
+    from scratchgpt.data.resolve import resolve_dataset
+
+    monkeypatch.chdir(small_dataset)
+    assert resolve_dataset(".", log=None)[1] == small_dataset.name
+    monkeypatch.chdir(small_dataset / "..")
+    assert resolve_dataset(f"{small_dataset.name}/.", log=None)[1] == small_dataset.name

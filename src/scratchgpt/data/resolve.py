@@ -41,7 +41,9 @@ def resolve_dataset(name_or_path: str | None,
     path = Path(name)
     if path.is_dir():
         if name not in sources.DATASET_NAMES or (path / META_FILE).is_file():
-            return TokenDataset(path), path.name
+            # (resolved: "--dataset ." names the folder, not "", which put the default run
+            # directory at runs/ itself)
+            return TokenDataset(path), path.resolve().name or "dataset"
         if log is not None:  # a folder of the user's own, named like a dataset
             log(f"note: the folder {path} is not a prepared dataset; using the named "
                 f"dataset {name!r}")
