@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,63 @@ def pyplot():
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # matplotlib warns of a character its font lacks once per character and drawing, from
+    # wherever the text is laid out: save_figure says it in one line instead.
+    warnings.filterwarnings("ignore", message="Glyph .* missing from font", module="scratchgpt")
     return plt
+
+
+GENERIC = ("serif", "sans-serif", "cursive", "fantasy", "monospace")
+
+
+def _fonts(prop: Any) -> list[Any]:
+    """The fonts matplotlib draws text of ``prop`` with: each of its families that is
+    installed (a generic one, such as sans-serif, expanded as the rc settings list it), in
+    order, and what :func:`findfont` picks for ``prop`` (its default when none is)."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    paths = []
+    for family in prop.get_family():
+        generic = "sans-serif" if family == "sans" else family
+        names = matplotlib.rcParams[f"font.{generic}"] if generic in GENERIC else [family]
+        for name in names:
+            one = prop.copy()
+            one.set_family(name)
+            with contextlib.suppress(ValueError):  # not installed
+                paths.append(font_manager.findfont(one, fallback_to_default=False))
+    paths.append(font_manager.findfont(prop))
+    return [font_manager.get_font(path) for path in dict.fromkeys(paths)]
+
+
+def missing_glyphs(fig: Any) -> list[str]:
+    """The characters of ``fig``'s visible text that none of its fonts has (drawn as boxes),
+    each once."""
+    from matplotlib.text import Text
+
+    missing: dict[str, None] = {}
+    fonts: dict[Any, list[Any]] = {}
+    for text in fig.findobj(Text):
+        if not text.get_visible():
+            continue
+        prop = text.get_fontproperties()
+        for ch in text.get_text():
+            if ch in missing or not ch.isprintable() or ch.isspace() or ch.isascii():
+                continue
+            if prop not in fonts:
+                fonts[prop] = _fonts(prop)
+            if all(font.get_char_index(ord(ch)) == 0 for font in fonts[prop]):
+                missing[ch] = None
+    return list(missing)
+
+
+def note_missing_glyphs(fig: Any) -> None:
+    """One line on stderr when some of ``fig``'s characters will show as boxes."""
+    missing = missing_glyphs(fig)
+    if missing:
+        shown = " ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        print(f"note: {len(missing)} character(s) have no glyph in the figure's font and show "
+              f"as boxes: {shown}", file=sys.stderr)
 
 
 def _tick_size(n: int) -> float:
@@ -258,9 +315,8 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     try:
         path = check_figure_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with warnings.catch_warnings():  # a glyph missing from the font draws as a box: fine
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-            fig.savefig(path, dpi=dpi)
+        note_missing_glyphs(fig)
+        fig.savefig(path, dpi=dpi)
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
     finally:

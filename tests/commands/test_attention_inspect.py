@@ -129,6 +129,37 @@ def test_attention_unknown_replace(runs, tmp_path, capsys):
     assert "over 3 tokens" in capsys.readouterr().out
 
 
+def test_characters_missing_from_the_font_are_one_note_not_a_warning_each(runs, tmp_path):
+    """matplotlib warns of each character its font lacks (CJK in DejaVu Sans), from each place
+    that lays the text out; the command says it once, in words, and nothing else on stderr."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "a.png"
+    said = subprocess.run(
+        [sys.executable, "-m", "scratchgpt", "attention", "--checkpoint", str(runs["gpt"]),
+         "--text", "ab你好😀你", "--unknown", "replace", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert said.returncode == 0 and out.read_bytes().startswith(PNG)
+    assert "Warning" not in said.stderr
+    # 😀 is one DejaVu Sans draws; 你 is named once though the text has it twice
+    assert said.stderr == ("note: 2 character(s) have no glyph in the figure's font and show "
+                           "as boxes: 你 好\n")
+
+
+def test_missing_glyphs_are_the_visible_texts_characters_no_font_has():
+    from scratchgpt.viz import missing_glyphs, pyplot
+
+    fig, ax = pyplot().subplots()
+    ax.set_title("é 😀 你")
+    ax.set_xticks([0, 1], ["好", "ab"])
+    ax.text(0, 0, "猫", visible=False)  # not drawn: no box to explain
+    try:
+        assert sorted(missing_glyphs(fig)) == ["你", "好"]
+    finally:
+        pyplot().close(fig)
+
+
 def test_attention_refuses_a_model_without_attention(runs, tmp_path, capsys):
     line = error_of(capsys, ["attention", "--checkpoint", str(runs["lstm"]), "--text",
                                    "abc", "--out", str(tmp_path / "a.png")])
