@@ -186,3 +186,21 @@ def test_config_validation():
         Seq2SeqConfig("transformer", 5, 5, d_model=10, n_head=4)
     with pytest.raises(ScratchGPTError):
         Seq2SeqConfig("lstm", 5, 5, dropout=1.5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_searches_never_emit_the_ids_no_target_holds(arch):
+    """<pad>, <bos> and <unk> are never training targets; a model that ranks them first (one
+    early in training, here one whose output layer favours them) still decodes text without
+    them, in greedy and beam search alike."""
+    from scratchgpt.tokenizers.seq2seq import BOS_ID, UNK_ID
+
+    m = _model(arch)
+    with torch.no_grad():
+        m.head.bias[[PAD_ID, BOS_ID, UNK_ID]] += 100.0  # first everywhere, without the mask
+        logp, _ = m.step(m.start(*_batch()), torch.full((4,), BOS_ID))
+    assert set(logp.argmax(-1).tolist()) <= {PAD_ID, BOS_ID, UNK_ID}
+    src, lengths = _batch()
+    for out in (m.greedy_decode(src, lengths, 6)[0], m.beam_decode(src, lengths, 3, 6)[0]):
+        assert all(len(ids) > 0 for ids in out)
+        assert not {PAD_ID, BOS_ID, UNK_ID} & {t for ids in out for t in ids}

@@ -11,7 +11,8 @@ All three share one interface (:class:`Seq2Seq`):
 
 Sources are right-padded with ``<pad>``; ``src_lengths`` counts the real tokens. A model decodes
 through ``start`` (encode once) and ``step`` (one target token for every row), and the two search
-routines here only ever call those, so they work for every architecture.
+routines here only ever call those (through ``next_token_logp``, which rules out the ids no
+target holds), so they work for every architecture.
 
 The ``lstm`` architecture is the attention LSTM with attention switched off: the decoder sees the
 final encoder state only (Sutskever et al. / Cho et al.), the fixed-size bottleneck that attention
@@ -56,10 +57,11 @@ class Seq2SeqConfig:
     bidirectional: bool = True  # lstm encoders only
     max_positions: int = 512  # transformer: longest sequence the position table covers
     # The ids the tokenizers reserve: padding (ignored by attention and loss), start of the
-    # target, end of the target.
+    # target, end of the target, and the stand-in for a character unseen in training.
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    unk_id: int = 3
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -143,6 +145,16 @@ class Seq2Seq(nn.Module):
         updates ``state`` in place."""
         raise NotImplementedError
 
+    def next_token_logp(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`step` as the searches read it: the ids no training target holds
+        (``<pad>``, ``<bos>``, ``<unk>``) get log-probability -inf, so no output contains
+        them. A model early in training can rank them first; an ``<unk>`` then showed in the
+        text, and a ``<pad>`` or ``<bos>`` used up a step and vanished from it."""
+        logp, attn = self.step(state, prev)  # [N, V], [N, S]
+        c = self.config
+        never = torch.tensor([c.pad_id, c.bos_id, c.unk_id], device=logp.device)
+        return logp.index_fill(-1, never, float("-inf")), attn
+
     @staticmethod
     def reorder(state: DecodeState, rows: Tensor) -> None:
         """Keep/duplicate rows of the state (beam search): row ``i`` becomes old row ``rows[i]``."""
@@ -163,7 +175,7 @@ class Seq2Seq(nn.Module):
         done = torch.zeros(n, dtype=torch.bool, device=src.device)
         tokens, attns = [], []
         for _ in range(max_len):
-            logp, attn = self.step(state, prev)
+            logp, attn = self.next_token_logp(state, prev)
             prev = logp.argmax(dim=-1)
             tokens.append(prev)
             attns.append(attn)
@@ -220,7 +232,7 @@ class _BeamSearch:
     def step(self, t: int) -> bool:
         """Expand every live beam by one token; returns True when the search is over."""
         b, k, dev = self.b, self.k, self.scores.device
-        logp, attn = self.model.step(self.state, self.prev)  # [B*K, V], [B*K, S]
+        logp, attn = self.model.next_token_logp(self.state, self.prev)  # [B*K, V], [B*K, S]
         v = logp.size(-1)
         cand = (self.scores.view(-1, 1) + logp.float()).view(b, k * v)  # [B, K*V]
         top_s, top_i = cand.topk(min(2 * k, k * v), dim=1)

@@ -52,8 +52,9 @@ class Seq2SeqTokenizer(Tokenizer):
 
     @property
     def special_ids(self) -> dict[str, int]:
-        """The ids a seq2seq model's config records (``pad_id``, ``bos_id``, ``eos_id``)."""
-        return {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+        """The ids a seq2seq model's config records (``pad_id``, ``bos_id``, ``eos_id``,
+        ``unk_id``)."""
+        return {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
 
     def encode(self, text: str, unknown: str = "replace") -> list[int]:
         """Characters -> ids; unseen characters become ``<unk>`` (``unknown="error"`` raises)."""
