@@ -34,3 +34,16 @@ def test_no_default_is_shown_as_python_spells_it():
     raw = [where for where, text in _helps(build_parser(), ["scratchgpt"])
            if any(f"default: {v})" in text for v in ("None", "False", "True", ""))]
     assert raw == [], raw
+
+
+def test_every_lora_setting_says_it_implies_lora():
+    """--lora-rank, --lora-alpha ... turn LoRA on by themselves (finetune, train): their help
+    says so, where a user looking for the switch reads."""
+    helps = dict(_helps(build_parser(), ["scratchgpt"]))
+    # (bench finetune's --lora-rank is the rank of the one suite variant that uses LoRA)
+    commands = ("scratchgpt finetune", "scratchgpt train")
+    settings = {where: text for where, text in helps.items()
+                if where.startswith(tuple(f"{c} --lora-" for c in commands))}
+    assert {where.split(" --")[0] for where in settings} == set(commands)
+    silent = [where for where, text in settings.items() if "implies --lora" not in text]
+    assert silent == [], silent

@@ -148,6 +148,11 @@ def _bad_files(d):
      "give one"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "all"],
      "--train all and --lora are two ways"),  # (LoRA silently won)
+    # a --lora-* setting alone turns LoRA on, and is named as typed
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "2", "--train", "all"],
+     "--train all and --lora-rank (which implies --lora) are two ways"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-alpha", "4", "--lora-dropout",
+      "0.1", "--train", "head"], "--train head and --lora-alpha --lora-dropout (imply --lora)"),
     (["--task", "instruct", "--data", "{d}/keys.json"], "record 2: missing key 'output'"),
     (["--task", "instruct", "--data", "{d}/role.jsonl"], "unknown role 'robot'"),
     (["--task", "instruct", "--data", "{f}/inst.json", "--train", "head"], "--train head"),
@@ -310,7 +315,8 @@ def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
                    capsys)[0] == 0
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    for flags in (["--epochs", "1"], ["--lora"], ["--train", "head"], ["--split-seed", "3"]):
+    for flags in (["--epochs", "1"], ["--lora"], ["--lora-alpha", "4"], ["--train", "head"],
+                  ["--split-seed", "3"]):
         code, _, err = run_cli(["finetune", "--out", "../run", "--resume", *flags, *SMALL],
                                capsys)
         assert f"drop {flags[0]}" in one_line_error(code, err)
@@ -454,6 +460,23 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
                             tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
                            capsys)
     assert "drop --n-layer" in one_line_error(code, err)
+
+
+def test_a_lora_setting_alone_trains_adapters(ft_dir, tmp_path, capsys):
+    """--lora-rank without --lora: the run trains LoRA adapters of that rank, as the help says;
+    train without --init-from names the flag typed in its refusal."""
+    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
+                            "--data", ft_dir / "labels.tsv", "--lora-rank", "3", "--max-iters",
+                            "1", "--out", tmp_path / "run", *SMALL], capsys)
+    assert code == 0, err
+    ckpt = load_checkpoint(tmp_path / "run")
+    assert (tmp_path / "run" / "adapter.pt").is_file() and ckpt.model_config.lora.rank == 3
+    code, _, err = run_cli(["train", "--dataset", ft_dir / "data", "--lora-rank", "3", "--out",
+                            tmp_path / "x", "--no-progress"], capsys)
+    assert one_line_error(code, err) == (
+        "scratchgpt train: error: --lora-rank (which implies --lora) adapts a pretrained "
+        "model: give --init-from RUN_OR_HF_DIR\n")
+    assert not (tmp_path / "x").exists()
 
 
 def test_hf_base_and_merged_lora_export_to_hf(ft_dir, tmp_path, capsys):

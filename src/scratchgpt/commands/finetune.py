@@ -8,10 +8,10 @@ from typing import Any
 
 from scratchgpt.commands.argtypes import non_negative_int, positive_int, seed_int
 from scratchgpt.commands.options import (
-    LORA_FLAGS,
     add_dataclass_flags,
     add_lora_flags,
     given,
+    lora_flags,
     lora_from_args,
 )
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     req = FinetuneRequest(
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
         args.overwrite, given(args, train_fields()), lora=lora,
-        given_flags=tuple(flags + (["--lora"] if lora is not None else [])), **shaping)
+        given_flags=tuple(flags + lora_flags(args)), **shaping)
     train_job = plan(req, log=print)
     before = starting_figures(train_job, log=print)
     result = job.run(train_job, progress)
@@ -165,7 +165,7 @@ def training_flags(args: argparse.Namespace) -> list[str]:
     hyperparameters): none of them applies to --merge."""
     from scratchgpt.training.config import train_fields
 
-    dests = [*RUN_SHAPING, *LORA_FLAGS, *sorted(given(args, train_fields()))]
+    dests = [*RUN_SHAPING, *sorted(given(args, train_fields()))]
     flags = [RUN_SHAPING.get(d, "--" + d.replace("_", "-")) for d in dests
              if getattr(args, d) is not None]
-    return flags + (["--lora"] if args.lora else [])
+    return flags + lora_flags(args)

@@ -65,8 +65,8 @@ LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
 
 
 def add_lora_flags(parser: argparse.ArgumentParser) -> None:
-    """``--lora`` and ``--lora-rank/-alpha/-dropout/-targets`` (any of them implies ``--lora``);
-    defaults and help from :class:`~scratchgpt.models.lora.LoRAConfig`."""
+    """``--lora`` and ``--lora-rank/-alpha/-dropout/-targets`` (any of them implies ``--lora``,
+    as each one's help says); defaults and help from :class:`~scratchgpt.models.lora.LoRAConfig`."""
     from scratchgpt.models.lora import LoRAConfig
 
     g = parser.add_argument_group(
@@ -78,7 +78,16 @@ def add_lora_flags(parser: argparse.ArgumentParser) -> None:
         typ = {"int": int, "float": float}.get(str(f.type), str)
         g.add_argument(f"--lora-{f.name}", dest=f"lora_{f.name}", type=typ, default=None,
                        metavar=f.name.upper(),
-                       help=f"{f.metadata.get('help', '')} (default: {f.default})")
+                       help=f"{f.metadata.get('help', '')} (default: {f.default}; "
+                            "implies --lora)")
+
+
+def lora_flags(args: argparse.Namespace) -> list[str]:
+    """The LoRA flags given, as typed (``--lora``, ``--lora-rank`` ...): each turns LoRA on
+    (:func:`scratchgpt.finetune.plan.lora_named` names them in an error)."""
+    return (["--lora"] if args.lora else []) + [
+        "--" + name.replace("_", "-") for name in LORA_FLAGS
+        if getattr(args, name, None) is not None]
 
 
 def lora_from_args(args: argparse.Namespace) -> Any:

@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.options import add_dataclass_flags, add_lora_flags, given, lora_from_args
+from scratchgpt.commands.options import (
+    add_dataclass_flags,
+    add_lora_flags,
+    given,
+    lora_flags,
+    lora_from_args,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -88,7 +94,7 @@ def _note_if_finished(plan: Any) -> None:
 def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
     """The job of a new run, a continued-pretraining run (--init-from) or a resumed one."""
     from scratchgpt.errors import ConfigError
-    from scratchgpt.finetune.plan import plan_continued, with_adapter_finish
+    from scratchgpt.finetune.plan import lora_named, plan_continued, with_adapter_finish
     from scratchgpt.training import job
 
     lora = lora_from_args(args)
@@ -99,7 +105,8 @@ def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
         return plan_continued(settings, args.init_from, lora, args.out, args.overwrite,
                               args.dataset, log)
     if lora is not None:
-        raise ConfigError("--lora adapts a pretrained model: give --init-from RUN_OR_HF_DIR")
+        raise ConfigError(f"{lora_named(lora_flags(args))} adapts a pretrained model: give "
+                          "--init-from RUN_OR_HF_DIR")
     plan = job.plan(settings, args.out, args.resume, args.overwrite, args.dataset, log=log)
     return with_adapter_finish(plan, verbose=log is not None)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -196,8 +197,8 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         raise ConfigError("--init-from is required: the pretrained model to fine-tune (a run "
                           "directory, a .pt file, a Hugging Face GPT-2 directory or hf:ID)")
     if req.lora is not None and (req.policy != "all" or "--train" in req.given_flags):
-        raise ConfigError(f"--train {req.policy} and --lora are two ways of choosing what "
-                          "trains; give one")
+        raise ConfigError(f"--train {req.policy} and {lora_named(req.given_flags)} are two ways "
+                          "of choosing what trains; give one")
     _check_flags_fit_the_task(req)
     name = req.dataset or Path(req.data or "data").stem
     out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
@@ -231,6 +232,15 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
                     {"finetune": {"task": req.task, "init_from": req.init_from,
                                   "epochs": req.epochs}},
                     init=init, finish=partial(finish_run, verbose=log is not None))
+
+
+def lora_named(flags: Sequence[str]) -> str:
+    """How an error names the LoRA that ``flags`` turned on: ``--lora`` when it is among
+    them, else the ``--lora-*`` flags among them, which imply it."""
+    given = [f for f in flags if f.startswith("--lora-")]
+    if "--lora" in flags or not given:
+        return "--lora"
+    return f"{' '.join(given)} ({'which implies' if len(given) == 1 else 'imply'} --lora)"
 
 
 OTHER_TASKS_FLAGS = {"classify": ("--held-out", "--eval-generate"),
