@@ -169,4 +169,4 @@ def _template_name(source: Any) -> str | None:
         return source.checkpoint.data.get("chat_template")
     from scratchgpt.checkpoints.hf import hf_chat_template
 
-    return hf_chat_template(source.hf_dir)
+    return hf_chat_template(source.hf_dir, source.hf_config)

@@ -242,6 +242,31 @@ def test_the_chat_template_survives_export_and_import(tmp_path, capsys, monkeypa
     assert template_for(load_model(plain)[1]) is None
 
 
+def test_config_json_is_read_once_per_load(tmp_path, capsys, monkeypatch):
+    """The model, its tokenizer (checked against vocab_size) and its chat template all come
+    from config.json: one load reads it once, not once for each."""
+    from scratchgpt.cli import main
+
+    hf = tmp_path / "hf"
+    assert main(["convert", "--to", "hf", "--checkpoint", str(_chat_run(tmp_path, True)),
+                 "--out", str(hf)]) == 0
+    reads = []
+    read_text = Path.read_text
+
+    def counted(path: Path, *args, **kwargs) -> str:
+        if path.parent == hf:
+            reads.append(path.name)
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    for command in (["sample", "--checkpoint", str(hf), "--chat", "--prompt", "hi",
+                     "--max-new-tokens", "2"],
+                    ["convert", "--from", "hf", str(hf), "--out", str(tmp_path / "run")]):
+        reads.clear()
+        assert main(command) == 0, capsys.readouterr().err
+        assert reads.count("config.json") == 1, (command[0], reads)
+
+
 def test_an_unknown_chat_template_in_config_json_is_named(tmp_path, capsys):
     from scratchgpt.cli import main
 

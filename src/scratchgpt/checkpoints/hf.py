@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,29 @@ def is_hf_dir(path: str | Path) -> bool:
 
 
 # ---- config
+
+@dataclass(frozen=True)
+class HFConfig:
+    """A Hugging Face directory's ``config.json``, read once per load (:func:`read_hf_config`)
+    and handed to each reader of the directory: ``settings`` is the parsed JSON, any value
+    until :func:`config_from_hf` checks it is an object of GPT-2 settings."""
+
+    settings: Any
+    path: Path
+
+    def get(self, key: str) -> Any:
+        """The setting ``key``, or None (also when the file holds no JSON object)."""
+        return self.settings.get(key) if isinstance(self.settings, dict) else None
+
+
+def read_hf_config(directory: str | Path) -> HFConfig:
+    """The parsed ``config.json`` of ``directory``; unreadable or not JSON: a CheckpointError."""
+    path = Path(directory) / CONFIG_FILE
+    try:
+        return HFConfig(json_loads(path.read_text(encoding="utf-8")), path)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not readable JSON ({e})") from None
+
 
 def config_from_hf(hf: Any, where: str = CONFIG_FILE) -> dict[str, Any]:
     """Our GPTConfig fields from a Hugging Face GPT-2 ``config.json`` dict (checked: the keys'
@@ -269,15 +293,16 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
 
 
-def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
-    """Load a Hugging Face GPT-2 directory as our GPT (eval mode, fp32, CPU).
+def load_hf(directory: str | Path, config: HFConfig | None = None) -> tuple[nn.Module, Path]:
+    """Load a Hugging Face GPT-2 directory as our GPT (eval mode, fp32, CPU), from its
+    ``config`` when the caller has read it already (else it is read here).
 
     Returns (model, the weights file read)."""
     from scratchgpt.models.gpt import GPT, GPTConfig
 
     directory = Path(directory)
-    hf, cfg_path = _read_config(directory)
-    cfg = config_from_hf(hf, str(cfg_path))
+    config = config or read_hf_config(directory)
+    cfg = config_from_hf(config.settings, str(config.path))
     weights, path = read_hf_weights(directory)
     cfg = untie_if_head_differs(weights, cfg)
     state = state_dict_from_hf(weights, cfg, str(path))
@@ -290,25 +315,16 @@ def load_hf(directory: str | Path) -> tuple[nn.Module, Path]:
     return model, path
 
 
-def _read_config(directory: Path) -> tuple[Any, Path]:
-    """(the parsed ``config.json`` of ``directory``, its path)."""
-    cfg_path = directory / CONFIG_FILE
-    try:
-        return json_loads(cfg_path.read_text(encoding="utf-8")), cfg_path
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{cfg_path} is not readable JSON ({e})") from None
-
-
-def hf_chat_template(directory: str | Path) -> str | None:
+def hf_chat_template(directory: str | Path, config: HFConfig | None = None) -> str | None:
     """The name of the chat template a Hugging Face directory's model was instruction-tuned
     with (written by :func:`save_hf`), or None: the model cannot chat. A name scratchgpt does
-    not know is a CheckpointError naming the key."""
+    not know is a CheckpointError naming the key. ``config``: as :func:`load_hf` takes it."""
     from scratchgpt.chat import TEMPLATES
 
-    hf, cfg_path = _read_config(Path(directory))
-    name = hf.get(CHAT_TEMPLATE_KEY) if isinstance(hf, dict) else None
+    config = config or read_hf_config(directory)
+    name = config.get(CHAT_TEMPLATE_KEY)
     if name is not None and (not isinstance(name, str) or name not in TEMPLATES):
-        raise CheckpointError(f"{cfg_path}: {CHAT_TEMPLATE_KEY}={name!r} is not a chat "
+        raise CheckpointError(f"{config.path}: {CHAT_TEMPLATE_KEY}={name!r} is not a chat "
                               f"template scratchgpt knows ({', '.join(TEMPLATES)})")
     return name
 
@@ -368,21 +384,23 @@ def _clear_directory(directory: Path) -> None:
 
 # ---- tokenizers
 
-def hf_tokenizer(directory: str | Path, required: bool = True) -> Any:
+def hf_tokenizer(directory: str | Path, required: bool = True,
+                 config: HFConfig | None = None) -> Any:
     """The tokenizer of a Hugging Face directory, or None when it has none and not required.
 
     Looks for, in order: ``scratchgpt-tokenizer/`` (written by :func:`save_hf`), a Hugging
     Face ``tokenizer.json``, ``vocab.json`` + ``merges.txt``, ``encoder.json`` + ``vocab.bpe``.
     The last three are GPT-2 byte-level BPE, read by ``BPETokenizer``. A tokenizer with more
     ids than config.json's ``vocab_size`` is a CheckpointError: the model could not embed
-    them (fewer is fine: GPT-2 models may pad their vocabulary)."""
+    them (fewer is fine: GPT-2 models may pad their vocabulary). ``config``: as
+    :func:`load_hf` takes it."""
     directory = Path(directory)
     tok = _read_tokenizer(directory, required)
-    hf, cfg_path = _read_config(directory)
-    vocab = hf.get("vocab_size") if isinstance(hf, dict) else None
+    config = config or read_hf_config(directory)
+    vocab = config.get("vocab_size")
     n = getattr(tok, "vocab_size", None)
     if isinstance(vocab, int) and isinstance(n, int) and n > vocab:
-        raise CheckpointError(f"{directory}: its tokenizer has {n:,} tokens but {cfg_path.name} "
+        raise CheckpointError(f"{directory}: its tokenizer has {n:,} tokens but {config.path.name} "
                               f"says vocab_size={vocab:,}; the tokenizer belongs to another "
                               "model")
     return tok
@@ -422,9 +440,10 @@ def import_hf(source: str | Path, out: str | Path,
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
                               "model.safetensors or pytorch_model.bin)")
-    model, _ = load_hf(source)
-    tok = hf_tokenizer(source, required=False)
-    template = hf_chat_template(source)
+    config = read_hf_config(source)  # read once, for the model, tokenizer and template
+    model, _ = load_hf(source, config)
+    tok = hf_tokenizer(source, required=False, config=config)
+    template = hf_chat_template(source, config)
     data = {"converted_from": str(source),
             **({"chat_template": template} if template is not None else {})}
     checkpoint = Checkpoint("gpt", model.config, model.state_dict(),

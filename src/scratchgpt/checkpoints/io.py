@@ -25,12 +25,15 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError, StorageError
+
+if TYPE_CHECKING:  # (hf imports this module)
+    from scratchgpt.checkpoints.hf import HFConfig
 
 FORMAT = "scratchgpt-checkpoint"
 ADAPTER_FORMAT = "scratchgpt-adapter"  # a LoRA adapter file (scratchgpt.finetune.adapter)
@@ -445,11 +448,14 @@ def _first_sentence(text: str, limit: int = 160) -> str:
 @dataclass
 class ModelSource:
     """Where a loaded model came from: a scratchgpt checkpoint, or a Hugging Face directory
-    (``hf_dir``, no checkpoint). ``path`` is the file the weights were read from."""
+    (``hf_dir``, no checkpoint, and its ``config.json`` as read for the model, which the
+    tokenizer and chat template are read with too). ``path`` is the file the weights were read
+    from."""
 
     path: Path
     checkpoint: Checkpoint | None = None
     hf_dir: Path | None = None
+    hf_config: HFConfig | None = None
     _tokenizer: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -466,7 +472,7 @@ class ModelSource:
             else:
                 from scratchgpt.checkpoints.hf import hf_tokenizer
 
-                self._tokenizer = hf_tokenizer(self.hf_dir)
+                self._tokenizer = hf_tokenizer(self.hf_dir, config=self.hf_config)
         return self._tokenizer
 
 
@@ -495,7 +501,7 @@ def load_model(path: str | Path, which: str | None = None) -> tuple[nn.Module, M
     pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
     ``hf:`` and a hub model id (``hf:gpt2``), downloaded once into the hub's cache
     (:mod:`scratchgpt.checkpoints.hub`)."""
-    from scratchgpt.checkpoints.hf import is_hf_dir, load_hf
+    from scratchgpt.checkpoints.hf import is_hf_dir, load_hf, read_hf_config
     from scratchgpt.checkpoints.hub import HF_PREFIX, download
 
     if str(path).startswith(HF_PREFIX):
@@ -505,8 +511,9 @@ def load_model(path: str | Path, which: str | None = None) -> tuple[nn.Module, M
             raise CheckpointError(f"{path} is a Hugging Face model directory, one model; "
                                   f"--which {which} picks a run directory's {which}.pt (drop "
                                   "--which)")
-        model, weights = load_hf(path)
-        return model, ModelSource(weights, hf_dir=Path(path))
+        config = read_hf_config(path)
+        model, weights = load_hf(path, config)
+        return model, ModelSource(weights, hf_dir=Path(path), hf_config=config)
     checkpoint = load_checkpoint(path, which)
     return model_from_checkpoint(checkpoint), ModelSource(checkpoint.path, checkpoint)
 
