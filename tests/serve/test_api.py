@@ -3,6 +3,7 @@ with its status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -409,6 +410,41 @@ def test_metrics_count_requests_by_route_not_by_the_path_sent(chat_run, monkeypa
     assert counts == {("other", "404"): 20, ("/static/{name}", "404"): 20,
                       ("/static/{name}", "200"): 1, ("/v1/models/{model:path}", "401"): 20,
                       ("/v1/models/{model:path}", "500"): 20}
+
+
+def test_a_stream_that_crashes_midway_is_counted_once(chat_run, monkeypatch):
+    """The stream began (200 sent) and then a bug ended it: one request in /metrics, a 500
+    as the server's error handler counts it, not that and a 200 as well. A stream that ends
+    well is one 200."""
+    import httpx
+
+    from scratchgpt.serve import service as svc
+
+    real = svc.stream_completion
+
+    async def crashing(service, run, texts, *args, **kwargs):
+        async for chunk in real(service, run, texts, *args, **kwargs):
+            yield chunk
+            if texts == ["crash"]:
+                raise RuntimeError("a bug after the first event")
+
+    monkeypatch.setattr(svc, "stream_completion", crashing)
+    with start_server(chat_run) as s, httpx.Client(base_url=s.url, timeout=60) as c:
+        for prompt in ("a", "crash"):
+            with c.stream("POST", "/v1/completions", json={"prompt": prompt, "max_tokens": 5,
+                                                            "stream": True}) as r:
+                assert r.status_code == 200
+                with contextlib.suppress(httpx.HTTPError):  # the crashed one ends early
+                    r.read()
+
+        def completions() -> dict:
+            counts = request_counts(c.get("/metrics").text)
+            return {k[1]: v for k, v in counts.items() if k[0] == "/v1/completions"}
+
+        # (counted as each stream ends on the server, a moment after the client saw the end)
+        wait_for(lambda: sum(completions().values()) >= 2)
+        time.sleep(0.2)  # time for a count too many to arrive
+        assert completions() == {"200": 1, "500": 1}
 
 
 def wait_for(predicate, timeout: float = 10.0) -> bool:

@@ -28,6 +28,7 @@ import dataclasses
 import hmac
 import importlib.resources
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -66,14 +67,18 @@ def error_response(e: api.ApiError) -> JSONResponse:
 
 class EventStream(StreamingResponse):
     """Server-sent events that stop as soon as the client goes away: ``on_close`` runs then
-    (or when the stream ends), whichever ASGI version the server speaks."""
+    (or when the stream ends), whichever ASGI version the server speaks. ``on_end`` (the
+    request's count) runs once the stream is over, unless a bug ended it: the server's 500
+    handler counts that request, as a 500."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]):
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.on_close = on_close
+        self.on_end: Callable[[], None] = lambda: None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        crashed = False
         try:
             async with anyio.create_task_group() as tg:
                 async def stream() -> None:
@@ -84,9 +89,14 @@ class EventStream(StreamingResponse):
                 tg.start_soon(stream)
                 await self.listen_for_disconnect(receive)
                 tg.cancel_scope.cancel()
+        except Exception:
+            crashed = True
+            raise
         finally:
             self.on_close()
             await self.body_iterator.aclose()
+            if not crashed:
+                self.on_end()
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -157,7 +167,8 @@ class Handlers:
                  public: bool = False) -> Callable[[Request], Awaitable[Response]]:
         """``fn`` with the API key check, ApiError answers and the request count, which is
         kept under the route's ``template`` (never the path a client sent: each new one
-        would be one more series, for ever)."""
+        would be one more series, for ever). A stream is counted when it ends, so that one
+        that fails midway is counted once, by the 500 handler."""
         async def handle(request: Request) -> Response:
             request.scope[ENDPOINT_KEY] = template
             try:
@@ -167,7 +178,11 @@ class Handlers:
                 response = await fn(request)
             except api.ApiError as e:
                 response = error_response(e)
-            self.service.metrics.request_done(template, response.status_code)
+            count = partial(self.service.metrics.request_done, template, response.status_code)
+            if isinstance(response, EventStream):
+                response.on_end = count
+            else:
+                count()
             return response
         return handle
 
