@@ -184,3 +184,13 @@ def test_standard_input_that_is_not_utf8_is_refused(short_run, capsys, monkeypat
     code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", "-"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and printed == "", err
     assert "standard input is not valid UTF-8 text (byte 7)" in err
+
+
+def test_file_help_says_dash_is_standard_input_and_the_text_is_utf8(capsys):
+    """--help is where a user learns both: that - reads standard input, and that bytes which
+    are not UTF-8 are refused rather than labelled."""
+    with pytest.raises(SystemExit):
+        main(["classify", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    file_help = shown.rsplit("--file FILE", 1)[1].split("--eval")[0]  # (not the usage line)
+    assert "standard input with -" in file_help and "UTF-8" in file_help, file_help

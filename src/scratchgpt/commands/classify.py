@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a classification run directory, .pt file or adapter.pt")
     add_which_flag(p)
     p.add_argument("--file", default=None,
-                   help="classify every non-empty line of this file (-: of standard input)")
+                   help="classify every non-empty line of this file, or of standard input "
+                        "with -; UTF-8 text (other bytes are refused, naming the first)")
     p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
                    help="score the model on a labelled TSV (text<TAB>label) or CSV file")
     p.add_argument("--confusion", default=None, metavar="PNG",
