@@ -328,6 +328,38 @@ def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
     assert code == 0 and printed.split()[0] in ("pos", "neg"), err
 
 
+def test_a_resume_takes_the_runs_own_task_base_and_data_given_again(ft_dir, tmp_path, capsys,
+                                                                    monkeypatch):
+    """The command that started a run, typed again with --resume, resumes it (--task,
+    --init-from and --data were refused even with the run's own values; paths are compared
+    resolved). Another task, base or data is refused in one line naming the run's, and the
+    run is left as it was."""
+    import os
+    import shutil
+
+    shutil.copy(ft_dir / "labels.tsv", tmp_path / "l.tsv")
+    shutil.copy(ft_dir / "labels.tsv", tmp_path / "other.tsv")
+    monkeypatch.chdir(tmp_path)
+    base = os.path.relpath(ft_dir / "base")
+    start = ["finetune", "--task", "classify", "--init-from", ft_dir / "base", "--data",
+             "./l.tsv", "--out", "run", *SMALL]
+    assert run_cli([*start, "--max-iters", "2"], capsys)[0] == 0
+    last = (tmp_path / "run" / "last.pt").read_bytes()
+    data, recorded_base = tmp_path.resolve() / "l.tsv", (ft_dir / "base").resolve()
+    for flags, has in ((["--task", "instruct"], "--task classify"),
+                       (["--data", "other.tsv"], f"--data {data}"),
+                       (["--dataset", "sms-spam"], f"--data {data}"),
+                       (["--init-from", tmp_path / "run"], f"--init-from {recorded_base}")):
+        code, _, err = run_cli(["finetune", "--out", "run", "--resume", *flags, *SMALL], capsys)
+        assert f"this run has {has} (drop {flags[0]}," in one_line_error(code, err)
+    assert (tmp_path / "run" / "last.pt").read_bytes() == last
+    again = ["finetune", "--task", "classify", "--init-from", base, "--data", "l.tsv",
+             "--out", "run", *SMALL]
+    code, _, err = run_cli([*again, "--max-iters", "3", "--resume"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 3
+
+
 def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):
     other = tmp_path / "other"
     assert run_cli(["train", "--dataset", ft_dir / "data", "--n-layer", "2", "--n-head", "2",

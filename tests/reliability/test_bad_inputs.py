@@ -316,6 +316,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
                 c["three_chats"], "--held-out", "0.9", "--out", c["root"] / "out" / "ft"],
      "leaves no conversation to train on"),
+    # the run's own --task, --init-from and --data pass a resume again; other ones do not
+    ("finetune --resume --data another file",
+     lambda c: ["finetune", "--out", c["classifier"], "--resume", "--task", "classify",
+                "--data", c["label_first"]], "this run has --data"),
     ("classify --eval a file written label<TAB>text",
      lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first"]],
      "are its lines label<TAB>text?"),

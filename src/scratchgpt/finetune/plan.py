@@ -308,14 +308,12 @@ def _absolute(data: str | None) -> str | None:
 def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     if not req.out:
         raise ConfigError("--resume needs --out, the run directory to continue")
-    given = [flag for flag, value in (("--task", req.task), ("--init-from", req.init_from),
-                                      ("--data", req.data), ("--dataset", req.dataset))
-             if value] + list(req.given_flags)
-    if given:
+    if req.given_flags:
         raise ConfigError(f"a resumed run keeps its task, base, data and what trains; drop "
-                          f"{' '.join(given)} (--max-iters extends it)")
+                          f"{' '.join(req.given_flags)} (--max-iters extends it)")
     checkpoint = RunDir(req.out).load_last()
     check_resumed_by(checkpoint, "finetune")
+    check_given_again(req, checkpoint.data)
     kind = checkpoint.data["task"]
     config, cfg = resumed_run(checkpoint, Settings(flags=req.train_flags))
     tokenizer = checkpoint.tokenizer("text")
@@ -324,6 +322,26 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, block_size)
     return TrainJob(Path(req.out), "resume", cfg, config, factory, {}, checkpoint,
                     finish=partial(finish_run, verbose=log is not None))
+
+
+def check_given_again(req: FinetuneRequest, recorded: dict[str, Any]) -> None:
+    """--task, --init-from, --data and --dataset given to a resume (the command that started
+    the run, typed again): the run's own values pass, paths compared resolved; another value
+    is refused, naming the run's (``recorded``: its checkpoint's data)."""
+    record = recorded[recorded["task"]]
+    data = (("--data", record["data"]) if record.get("data")
+            else ("--dataset", record.get("dataset")))
+    runs = {"--task": ("--task", recorded["task"]),
+            "--init-from": ("--init-from", (recorded.get("base") or {}).get("source")),
+            "--data": data, "--dataset": data}
+    changed = [flag for flag, value in (("--task", req.task), ("--init-from", req.init_from),
+                                        ("--data", req.data), ("--dataset", req.dataset))
+               if value is not None and runs[flag] != (flag, value)
+               and runs[flag] != (flag, str(Path(value).resolve()))]
+    if changed:
+        has = ", ".join(dict.fromkeys(f"{runs[f][0]} {runs[f][1]}" for f in changed))
+        raise ConfigError(f"a resumed run keeps its task, base and data: this run has {has} "
+                          f"(drop {' '.join(changed)}, or start a new run)")
 
 
 def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
