@@ -110,7 +110,7 @@ def test_bench_finetune_refuses_a_flag_its_suite_ignores(suite, flags, uses, tmp
 @pytest.mark.parametrize("suite, run", [("synthetic", "synthetic-sft"),
                                         ("instruction-data", "instruction-data-sft")])
 @pytest.mark.parametrize("base, says", [("missing", "does not exist"),
-                                        ("lstm.pt", "holds a lstm model"),
+                                        ("lstm.pt", "{where}: holds a lstm model"),
                                         ("its own run", "would replace the model")])
 def test_bench_finetune_checks_its_base_before_writing_anything(suite, run, base, says,
                                                                 other_models, tmp_path, capsys,
@@ -124,7 +124,9 @@ def test_bench_finetune_checks_its_base_before_writing_anything(suite, run, base
         where.mkdir(parents=True)
     line = error_of(capsys, ["bench", "finetune", "--suite", suite, "--out", str(out),
                              "--base", str(where), "--overwrite"])
-    assert says in line and "--base" in line, line
+    # (a base that is no GPT was named as finetune's --init-from, a flag nobody typed here)
+    assert says.format(where=f"--base {where}") in line and "--base" in line, line
+    assert "--init-from" not in line, line
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     assert left == (["b", f"b/{run}"] if base == "its own run" else [])
 
@@ -169,11 +171,39 @@ def other_models(tmp_path_factory):
     CharTokenizer(list("abc \n")).save(root)
     configs = {"gpt-classifier": GPTClassifierConfig(GPTConfig(
         vocab_size=5, block_size=8, n_layer=1, n_head=1, n_embd=8), 2),
-        "lstm": model_config("lstm", vocab_size=5)}
+        "lstm": model_config("lstm", vocab_size=5),
+        "gpt": model_config("gpt", vocab_size=5, block_size=8, n_layer=1, n_head=1, n_embd=8)}
     for kind, cfg in configs.items():
         save_checkpoint(root / f"{kind}.pt",
                         Checkpoint(kind, cfg, build_model(cfg).state_dict()))
     return root
+
+
+@pytest.mark.parametrize("suite", ["synthetic", "instruction-data"])
+def test_bench_finetune_tunes_the_base_it_checked_without_loading_it_again(
+        suite, other_models, tmp_path, monkeypatch):
+    """--base was loaded to be checked before anything was written, then loaded a second time
+    when the fine-tuning began (minutes, for a large base)."""
+    from scratchgpt.bench import finetune as bench
+    from scratchgpt.finetune import base as bases
+
+    loads, real = [], bases.load_base
+    monkeypatch.setattr(bases, "load_base", lambda *a, **k: loads.append(a) or real(*a, **k))
+
+    class Requested(Exception):
+        pass
+
+    def requested(args, **request):  # where the suite would fine-tune
+        raise Requested(request)
+
+    monkeypatch.setattr(bench, "finetune", requested)
+    base = str(other_models / "gpt.pt")
+    with pytest.raises(Requested) as asked:
+        main(["bench", "finetune", "--suite", suite, "--out", str(tmp_path / "b"), "--base",
+              base])
+    request = asked.value.args[0]
+    assert len(loads) == 1 and loads[0][0] == base, loads
+    assert request["init_from"] == base and request["base"].source == base, request
 
 
 @pytest.mark.parametrize("argv, needle", [

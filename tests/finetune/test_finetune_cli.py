@@ -174,6 +174,9 @@ def _bad_files(d):
      "--class-weights is for --task classify"),
     (["--task", "classify", "--init-from", "{d}/corpus.txt", "--data", "{f}/labels.tsv"],
      "not a file torch.save wrote"),
+    # a base that cannot be read is named by its flag
+    (["--task", "classify", "--init-from", "{d}/missing", "--data", "{f}/labels.tsv"],
+     "--init-from: checkpoint"),
     (["--task", "classify", "--dataset", "instruction-data"],
      "--dataset instruction-data is data for --task instruct"),
     (["--task", "instruct", "--dataset", "shakespeare"],
@@ -358,6 +361,20 @@ def test_a_resume_takes_the_runs_own_task_base_and_data_given_again(ft_dir, tmp_
     code, _, err = run_cli([*again, "--max-iters", "3", "--resume"], capsys)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 3
+
+
+def test_a_base_the_caller_loaded_is_not_loaded_again(ft_dir, tmp_path, monkeypatch):
+    """bench finetune loads its --base to check it before writing anything; the plan then
+    took it as it was rather than reading the whole model a second time."""
+    from scratchgpt.finetune import plan as planning
+    from scratchgpt.finetune.base import load_base
+
+    base = load_base(str(ft_dir / "base"))
+    monkeypatch.setattr(planning, "load_base", lambda *a, **k: pytest.fail("loaded again"))
+    job = planning.plan(planning.FinetuneRequest(
+        task="instruct", init_from=base.source, data=str(ft_dir / "inst.json"),
+        out=str(tmp_path / "run"), base=base), log=None)
+    assert job.init.identity == base.identity and job.init.base_state() is base.state
 
 
 def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):

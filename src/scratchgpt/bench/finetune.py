@@ -28,7 +28,7 @@ import json
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scratchgpt.commands.argtypes import (
     positive_int,
@@ -38,7 +38,10 @@ from scratchgpt.commands.argtypes import (
     write_results,
 )
 from scratchgpt.commands.options import given
-from scratchgpt.errors import ConfigError, ScratchGPTError
+from scratchgpt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scratchgpt.finetune.base import Base
 
 SUITES = ("sms", "synthetic", "instruction-data")
 PRETRAIN_LAYERS = 4  # the pretrained GPT's depth: --last-k trains at most that many blocks
@@ -103,7 +106,7 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
     nonsense value, a flag the suite would ignore, a --base that is no GPT, or an earlier run
     of the suite in --out without --overwrite, is one line, not a failure minutes into the
     benchmark (or a run that silently differs from what was asked). Fills in the defaults of
-    the flags some suites read."""
+    the flags some suites read, and keeps the --base it loaded as ``args.loaded_base``."""
     from scratchgpt.training.config import parse_duration
 
     _check_suite_flags(args)
@@ -129,9 +132,10 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
               "instruction-data": (*base, INSTRUCTION_RUN)}[args.suite]
     out = results_dir(args.out, writes, args.overwrite)
     json_file = results_file(args.json, args.overwrite)
+    args.loaded_base = None
     if args.base is not None:
         run_dir = SYNTHETIC_RUN if args.suite == "synthetic" else INSTRUCTION_RUN
-        _check_base(args.base, out / run_dir)
+        args.loaded_base = _check_base(args.base, out / run_dir)
     return out, json_file
 
 
@@ -149,16 +153,14 @@ def _check_suite_flags(args: argparse.Namespace) -> None:
                           "tuned as it is, not pretrained")
 
 
-def _check_base(source: str, run_dir: Path) -> None:
-    """--base is a GPT the suite's run would not replace (loaded once here, so that a wrong
-    one is refused before the synthetic data or a run directory is written)."""
+def _check_base(source: str, run_dir: Path) -> Base:
+    """--base, loaded: a GPT the suite's run would not replace (loaded here, so that a wrong
+    one is refused before the synthetic data or a run directory is written; the fine-tuning
+    then uses it as it is)."""
     from scratchgpt.finetune.base import check_out_is_not_the_base, load_base
 
     check_out_is_not_the_base(run_dir, source, "--base")
-    try:
-        load_base(source)
-    except ScratchGPTError as e:
-        raise type(e)(f"--base: {e}") from None
+    return load_base(source, "--base")
 
 
 def _load() -> str:
@@ -298,12 +300,20 @@ def _char_base(args: argparse.Namespace, out: Path) -> Path:
     return out / CHAR_BASE
 
 
+def _base(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The base a suite tunes, as fine-tuning's request names it: --base, which check_flags
+    loaded, or a character-level GPT pretrained here."""
+    if args.loaded_base is not None:
+        return {"init_from": args.loaded_base.source, "base": args.loaded_base}
+    return {"init_from": str(_char_base(args, out))}
+
+
 def synthetic_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from scratchgpt.finetune.synthetic import synthetic_records
 
-    base = Path(args.base) if args.base else _char_base(args, out)
+    base = _base(args, out)
     (out / SYNTHETIC_DATA).write_text(json.dumps(synthetic_records(args.records, seed=0)))
-    result, train_job = finetune(args, task="instruct", init_from=str(base),
+    result, train_job = finetune(args, task="instruct", **base,
                                  data=str(out / SYNTHETIC_DATA),
                                  out=str(out / SYNTHETIC_RUN), held_out=300 / args.records,
                                  eval_generate=300,
@@ -326,8 +336,7 @@ def exact_match_by_kind(ev: Any) -> dict[str, float]:
 
 
 def instruction_data_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    base = Path(args.base) if args.base else _char_base(args, out)
-    result, _ = finetune(args, task="instruct", init_from=str(base),
+    result, _ = finetune(args, task="instruct", **_base(args, out),
                          dataset="instruction-data", out=str(out / INSTRUCTION_RUN),
                          eval_generate=3)
     print(result.report)

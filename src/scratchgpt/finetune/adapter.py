@@ -85,7 +85,7 @@ def checkpoint_from_adapter(d: dict[str, Any], where: str,
         raise CheckpointError(f"{where}: damaged adapter ({e})") from None
     source = base_source or recorded["source"]
     try:
-        base = load_base(source)
+        base = load_base(source, "--init-from" if base_source else None)
     except CheckpointError as e:
         raise CheckpointError(f"{where} is an adapter over the base {source}, which cannot be "
                               f"read ({e})") from None

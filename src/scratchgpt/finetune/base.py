@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError, ScratchGPTError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.models.gpt import GPT, GPTConfig
 
@@ -57,14 +57,22 @@ class Base:
                 "identity": self.identity}
 
 
-def load_base(source: str) -> Base:
-    """The GPT at ``source`` (see the module docstring); one-line errors for anything else."""
+def load_base(source: str, flag: str | None = "--init-from") -> Base:
+    """The GPT at ``source`` (see the module docstring); one-line errors for anything else,
+    naming ``flag``, the flag that gave ``source`` (None: it came from no flag, e.g. from
+    what an adapter records)."""
     from scratchgpt.checkpoints.io import load_model
 
-    model, where = load_model(source)
+    try:
+        model, where = load_model(source)
+    except ScratchGPTError as e:
+        if flag is None:
+            raise
+        raise type(e)(f"{flag}: {e}") from None
     if not isinstance(model, GPT):
-        raise CheckpointError(f"--init-from {source}: holds a {where.model_type} model; "
-                              "fine-tuning starts from a GPT language model")
+        named = f"{flag} {source}:" if flag else f"{source}"
+        raise CheckpointError(f"{named} holds a {where.model_type} model; fine-tuning starts "
+                              "from a GPT language model")
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return Base(source, model.config, state, where.tokenizer(), weights_identity(state))
 

@@ -104,6 +104,9 @@ class FinetuneRequest:
     # the flags above given on the command line (a resume refuses them; a task those of the
     # other task), as the user wrote them: "--train", "--lora", ...
     given_flags: tuple[str, ...] = ()
+    # the base at init_from when the caller has loaded it already (bench finetune, which
+    # checks its --base before writing anything): not loaded a second time
+    base: Base | None = None
 
 
 # ---- the task of a run, made in each process that trains
@@ -205,7 +208,8 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     # refused before the base is loaded and evaluated: on a large base that is minutes
     check_out_is_not_the_base(out, req.init_from, "--init-from")
     RunDir(out).check_can_begin("overwrite" if req.overwrite else "new")
-    base = load_base(req.init_from)
+    base = req.base if req.base is not None and req.base.source == req.init_from \
+        else load_base(req.init_from)
     gpt = _gpt_config(base, {} if req.dropout is None else {"dropout": req.dropout})
     if req.max_length > gpt.block_size:  # texts are never longer than the base can read
         raise ConfigError(f"--max-length {req.max_length} is longer than the base's context "
