@@ -413,9 +413,10 @@ def test_metrics_count_requests_by_route_not_by_the_path_sent(chat_run, monkeypa
 
 
 def test_a_stream_that_crashes_midway_is_counted_once(chat_run, monkeypatch):
-    """The stream began (200 sent) and then a bug ended it: one request in /metrics, a 500
-    as the server's error handler counts it, not that and a 200 as well. A stream that ends
-    well is one 200."""
+    """The stream began (200 sent) and then a bug ended it: the client reads an error event
+    and [DONE] (its body was cut short), and /metrics holds one request, a 500 as the
+    server's error handler counts it, not that and a 200 as well. A stream that ends well is
+    one 200."""
     import httpx
 
     from scratchgpt.serve import service as svc
@@ -434,8 +435,13 @@ def test_a_stream_that_crashes_midway_is_counted_once(chat_run, monkeypatch):
             with c.stream("POST", "/v1/completions", json={"prompt": prompt, "max_tokens": 5,
                                                             "stream": True}) as r:
                 assert r.status_code == 200
+                lines: list[str] = []
                 with contextlib.suppress(httpx.HTTPError):  # the crashed one ends early
-                    r.read()
+                    lines.extend(line for line in r.iter_lines() if line)
+            # either way the client reads an end; the crashed one, an error event before it
+            assert lines[-1] == "data: [DONE]"
+            said_error = any('"internal server error"' in line for line in lines)
+            assert said_error == (prompt == "crash")
 
         def completions() -> dict:
             counts = request_counts(c.get("/metrics").text)

@@ -125,13 +125,19 @@ async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> tuple[
 
 
 async def _guarded(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The events; a failure after the stream began ends it with an error event."""
+    """The events; a failure after the stream began ends it with an error event. A bug ends
+    it so too (the client reads why its text stopped, not a body cut short), and is raised on
+    for the server to log and count as a 500."""
     try:
         async for chunk in events:
             yield chunk
     except api.ApiError as e:
         yield api.sse(e.body())
         yield api.sse("[DONE]")
+    except Exception:
+        yield api.sse(api.ApiError(500, "internal server error").body())
+        yield api.sse("[DONE]")
+        raise
 
 
 class Handlers:
