@@ -25,7 +25,7 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,19 @@ def pyplot():
     # wherever the text is laid out: save_figure says it in one line instead.
     warnings.filterwarnings("ignore", message="Glyph .* missing from font", module="scratchgpt")
     return plt
+
+
+@contextlib.contextmanager
+def literal_text() -> Iterator[None]:
+    """Text made inside (on a function: in its figure) is drawn as written. matplotlib reads
+    text between two ``$`` as math: a token, class label or prompt such as ``$$`` or
+    ``$\\frac$`` was a ParseException where the figure was laid out, and ``$x$`` lost its
+    dollars. Each text keeps the setting it was made with, so the figure saves as it was
+    drawn wherever it is saved (a notebook's other figures are left as they were)."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
 
 
 GENERIC = ("serif", "sans-serif", "cursive", "fantasy", "monospace")
@@ -153,6 +166,7 @@ def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[s
     return image
 
 
+@literal_text()
 def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
                      heads: Sequence[int], title: str = "") -> Any:
     """Attention weights ``(len(layers), len(heads), T, T)`` (query rows, key columns) as a
@@ -189,6 +203,7 @@ def _rest(probs: Sequence[float]) -> float:
     return rest if rest > 1e-6 else 0.0
 
 
+@literal_text()
 def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Sequence[float]]],
                         notes: Sequence[str] = ()) -> Any:
     """Bar charts of one next-token distribution under several settings, one panel each.
@@ -241,6 +256,7 @@ def by_context_range(curve: Sequence[float]) -> list[tuple[tuple[int, int], floa
             for lo, hi in context_ranges(len(curve))]
 
 
+@literal_text()
 def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> Any:
     """Loss against context length, one colour per split: ``curves[split][t]`` is the mean loss
     of the predictions made with t + 1 tokens of context, drawn thin (each position averages
@@ -282,6 +298,7 @@ def running_mean(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+@literal_text()
 def time_curves_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]],
                        finals: dict[str, tuple[float, float]], ylabel: str,
                        title: str = "") -> Any:
@@ -346,6 +363,7 @@ def check_figure_path(path: str | Path, overwrite: bool = True) -> Path:
     return path
 
 
+@literal_text()
 def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
                      title: str = "") -> Any:
     """A confusion matrix: true class down, predicted class across, each cell its count,

@@ -303,3 +303,28 @@ def test_time_curves_figure_draws_each_run_in_one_colour():
     assert list(line_a.get_ydata()) == [3.0, 2.0, 1.5] and list(dot_a.get_xdata()) == [2.0]
     assert line_a.get_color() == dot_a.get_color() != line_b.get_color() != dot_c.get_color()
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a: 1.4000", "b", "c: 2.0000"]
+
+
+def test_figures_draw_dollar_signs_as_written(tmp_path):
+    """Tokens, class labels and titles are the user's text: between two "$" matplotlib read
+    math, and "$$" or "$\\frac$" (a LaTeX corpus's tokens) were a ParseException when the
+    figure was laid out."""
+    from matplotlib.text import Text
+
+    from scratchgpt.training.metrics import plot_losses
+    from scratchgpt.viz import attention_figure, confusion_figure, distribution_figure, save_figure
+
+    labels = ["$$", "$\\frac$", "$x$"]
+    figures = [attention_figure(torch.full((1, 1, 3, 3), 1 / 3), labels, [0], [0], title="$$"),
+               distribution_figure(labels, [("$$", [0.5, 0.3, 0.2])]),
+               confusion_figure([[1, 0, 0], [0, 1, 0], [0, 0, 1]], labels, title="$$")]
+    for i, fig in enumerate(figures):
+        save_figure(fig, tmp_path / f"f{i}.png")
+        texts = fig.findobj(Text)
+        assert set(labels) <= {t.get_text() for t in texts}
+        assert not any(t.get_parse_math() for t in texts)
+    run = tmp_path / "run $$"
+    run.mkdir()
+    (run / "metrics.csv").write_text("step,loss,train_loss,val_loss\n1,2.0,,\n2,1.5,1.6,1.7\n")
+    plot_losses(run / "metrics.csv", run / "loss.png")  # titled with the folder's name
+    assert (run / "loss.png").stat().st_size > 0

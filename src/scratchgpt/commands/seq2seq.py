@@ -314,7 +314,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from scratchgpt.viz import check_figure_path, pyplot, save_figure
+    from scratchgpt.viz import check_figure_path, literal_text, pyplot, save_figure
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
     plt = pyplot()
@@ -343,6 +343,20 @@ def run_attention(args: argparse.Namespace) -> int:
     src_labels = [c if src_tok.stoi.get(c) is not None or c == "<eos>" else "<unk>"
                   for c in src_labels]
     tgt_labels = tgt_tok.token_strings(ids[0])
+    with literal_text():  # the user's source and its translation, as written
+        fig = _alignment_figure(plt, weights, src_labels, tgt_labels,
+                                f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
+    out = save_figure(fig, args.out, dpi=120)
+    ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
+    cut = "" if ended else f" (cut at --max-len {args.max_len}, before <eos>)"
+    print(f"{args.source!r} -> {texts[0]!r}{cut}")
+    print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
+    return 0
+
+
+def _alignment_figure(plt: Any, weights: Any, src_labels: list[str], tgt_labels: list[str],
+                      title: str) -> Any:
+    """The cross-attention of each output token [target, source] over the source tokens."""
     fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src_labels) + 1.5),
                                     max(3, 0.35 * len(tgt_labels) + 1.2)))
     ax.imshow(weights, cmap="gray", vmin=0, vmax=max(float(weights.max()), 1e-9), aspect="auto")
@@ -352,15 +366,9 @@ def run_attention(args: argparse.Namespace) -> int:
     ax.set_yticks(range(len(tgt_labels)), [_show(c) for c in tgt_labels])
     ax.set_xlabel("source")
     ax.set_ylabel("output")
-    title = f"{model.config.arch}: {args.source!r} -> {texts[0]!r}"
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    out = save_figure(fig, args.out, dpi=120)
-    ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
-    cut = "" if ended else f" (cut at --max-len {args.max_len}, before <eos>)"
-    print(f"{args.source!r} -> {texts[0]!r}{cut}")
-    print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
-    return 0
+    return fig
 
 
 def _show(c: str) -> str:

@@ -69,10 +69,14 @@ class MetricsLog:
 
 def plot_losses(metrics_csv: Path, out_png: Path, title: str = "") -> None:
     """loss.png: training loss per logged step, and periodic train/val estimates."""
-    from scratchgpt.viz import pyplot
+    from scratchgpt.viz import literal_text, pyplot
 
     plt = pyplot()
+    with literal_text():  # (the title names the run's folder, which may hold a "$")
+        _plot_losses(plt, metrics_csv, out_png, title)
 
+
+def _plot_losses(plt: Any, metrics_csv: Path, out_png: Path, title: str) -> None:
     rows = read_rows(metrics_csv)
     if not rows:
         return
