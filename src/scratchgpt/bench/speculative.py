@@ -233,7 +233,7 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
 
     from scratchgpt.checkpoints import checkpoint_tokenizer
     from scratchgpt.checkpoints.io import load_language_model
-    from scratchgpt.commands.sample import read_prompt
+    from scratchgpt.commands.prompts import read_prompt
     from scratchgpt.errors import ConfigError
     from scratchgpt.generation.speculative import check_pair
 

@@ -163,3 +163,13 @@ def write_results(file: Path | None, figures: dict[str, Any]) -> None:
         return
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def pick_index(index: int | None, count: int, flag: str) -> list[int]:
+    """All of ``range(count)``, or the one ``index`` (negative from the end), checked."""
+    if index is None:
+        return list(range(count))
+    if not -count <= index < count:
+        raise ConfigError(f"{flag} must be in [0, {count - 1}] (or negative from the end), "
+                          f"got {index}")
+    return [index % count]

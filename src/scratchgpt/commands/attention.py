@@ -17,8 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_unknown_flag, add_which_flag, encode, thread_count
-from scratchgpt.errors import CheckpointError, ConfigError, GenerationError
+from scratchgpt.commands.argtypes import (
+    add_unknown_flag,
+    add_which_flag,
+    encode,
+    pick_index,
+    thread_count,
+)
+from scratchgpt.errors import CheckpointError, GenerationError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,16 +51,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def pick(index: int | None, count: int, flag: str) -> list[int]:
-    """All of ``range(count)``, or the one ``index`` (negative from the end), checked."""
-    if index is None:
-        return list(range(count))
-    if not -count <= index < count:
-        raise ConfigError(f"{flag} must be in [0, {count - 1}] (or negative from the end), "
-                          f"got {index}")
-    return [index % count]
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -70,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raise CheckpointError(f"{args.checkpoint} holds a {source.model_type} model; attention "
                               "plots need a GPT checkpoint")
     cfg = model.config
-    layers = pick(args.layer, cfg.n_layer, "--layer")
-    heads = pick(args.head, cfg.n_head, "--head")
+    layers = pick_index(args.layer, cfg.n_layer, "--layer")
+    heads = pick_index(args.head, cfg.n_head, "--head")
     tok = checkpoint_tokenizer(source)
     ids = encode(tok, args.text, args.unknown)
     if not ids:

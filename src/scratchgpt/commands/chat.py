@@ -128,7 +128,7 @@ class ChatSession:
         """The conversation as tokens ending where the reply begins, encoded piece by piece as
         in training; the oldest turns are dropped while it leaves too little room (a note says
         when what is left is still longer than the context: the model reads its end)."""
-        from scratchgpt.commands.sample import note_long_prompts
+        from scratchgpt.commands.prompts import note_long_prompts
         from scratchgpt.finetune.instruct import encode_conversation
 
         block_size = self.model.config.block_size

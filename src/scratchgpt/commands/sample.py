@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from scratchgpt.commands.argtypes import (
     add_unknown_flag,
@@ -14,6 +13,7 @@ from scratchgpt.commands.argtypes import (
     seed_int,
     thread_count,
 )
+from scratchgpt.commands.prompts import note_long_prompts, read_prompt
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 from scratchgpt.generation.stopping import MAX_NEW_TOKENS
@@ -109,24 +109,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "draft and scoring costs (then a --seed run is exact in distribution "
                         "but not reproducible token for token, except greedy)")
     p.set_defaults(func=run)
-
-
-def read_prompt(args: argparse.Namespace) -> str | None:
-    """The prompt text (None when none was given); a byte-order mark that opens the file (as
-    Windows editors write one) is not part of it."""
-    if args.prompt_file:
-        path = Path(args.prompt_file)
-        try:
-            return path.read_text(encoding="utf-8").removeprefix("\ufeff")
-        except FileNotFoundError:
-            raise DataError(f"prompt file {path} does not exist") from None
-        except IsADirectoryError:
-            raise DataError(f"prompt file {path} is a directory; name a text file") from None
-        except UnicodeDecodeError:
-            raise DataError(f"prompt file {path} is not UTF-8 text") from None
-        except OSError as e:
-            raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
-    return args.prompt
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -325,18 +307,6 @@ def check_stops(tok, stops: list[str]) -> None:
         if tok.unknown_count(stop):
             raise ConfigError(f"--stop {stop!r} can never be generated: the model's vocabulary "
                               "lacks some of its characters")
-
-
-def note_long_prompts(model, lengths: list[int]) -> None:
-    """Say on stderr when a prompt is longer than the model's context: the model reads only its
-    last context-length tokens (the whole prompt is still printed)."""
-    from scratchgpt.generation.decode import context_length
-
-    ctx = context_length(model)
-    if ctx is not None and max(lengths) > ctx:
-        which = "the prompt has" if len(lengths) == 1 else "the longest prompt has"
-        print(f"note: {which} {max(lengths)} tokens, the model's context {ctx}: it reads the "
-              f"last {ctx}", file=sys.stderr)
 
 
 def warm_up(model) -> None:

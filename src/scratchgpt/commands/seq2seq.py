@@ -16,6 +16,7 @@ from typing import Any
 from scratchgpt.commands.argtypes import (
     finite_float,
     non_negative_int,
+    pick_index,
     positive_int,
     thread_count,
 )
@@ -27,7 +28,7 @@ from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fi
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
-NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id"}
+NOT_FLAGS = {"arch", "src_vocab", "tgt_vocab", "pad_id", "bos_id", "eos_id", "unk_id"}
 # TrainConfig fields that are not flags here: data-parallel processes (a seq2seq run is one
 # process) and the language models' token-window curricula (a batch here is whole pairs)
 NOT_TRAIN_FLAGS = {"nproc"} | LM_WINDOW_SETTINGS
@@ -319,7 +320,6 @@ def run_attention(args: argparse.Namespace) -> int:
     check_figure_path(args.out, args.overwrite)  # refused before any work
     plt = pyplot()
 
-    from scratchgpt.commands.attention import pick
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
 
@@ -329,9 +329,9 @@ def run_attention(args: argparse.Namespace) -> int:
                           "attention to draw; train --arch lstm-attention or transformer")
     if isinstance(model, TransformerSeq2Seq):
         if args.layer is not None:
-            model.attn_layer = pick(args.layer, model.config.n_layer, "--layer")[0]
+            model.attn_layer = pick_index(args.layer, model.config.n_layer, "--layer")[0]
         if args.head is not None:
-            model.attn_head = pick(args.head, model.config.n_head, "--head")[0]
+            model.attn_head = pick_index(args.head, model.config.n_head, "--head")[0]
     elif args.layer is not None or args.head is not None:
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 

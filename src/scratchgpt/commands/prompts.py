@@ -1,0 +1,40 @@
+"""Prompts, as the generating commands (``sample``, ``chat``, ``bench speculative``) read
+them and tell the user how the model will."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from scratchgpt.errors import DataError
+
+
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The prompt text (None when none was given); a byte-order mark that opens the file (as
+    Windows editors write one) is not part of it."""
+    if args.prompt_file:
+        path = Path(args.prompt_file)
+        try:
+            return path.read_text(encoding="utf-8").removeprefix("\ufeff")
+        except FileNotFoundError:
+            raise DataError(f"prompt file {path} does not exist") from None
+        except IsADirectoryError:
+            raise DataError(f"prompt file {path} is a directory; name a text file") from None
+        except UnicodeDecodeError:
+            raise DataError(f"prompt file {path} is not UTF-8 text") from None
+        except OSError as e:
+            raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
+    return args.prompt
+
+
+def note_long_prompts(model, lengths: list[int]) -> None:
+    """Say on stderr when a prompt is longer than the model's context: the model reads only its
+    last context-length tokens (the whole prompt is still printed)."""
+    from scratchgpt.generation.decode import context_length
+
+    ctx = context_length(model)
+    if ctx is not None and max(lengths) > ctx:
+        which = "the prompt has" if len(lengths) == 1 else "the longest prompt has"
+        print(f"note: {which} {max(lengths)} tokens, the model's context {ctx}: it reads the "
+              f"last {ctx}", file=sys.stderr)
