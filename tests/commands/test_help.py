@@ -47,3 +47,13 @@ def test_every_lora_setting_says_it_implies_lora():
     assert {where.split(" --")[0] for where in settings} == set(commands)
     silent = [where for where, text in settings.items() if "implies --lora" not in text]
     assert silent == [], silent
+
+
+def test_every_option_says_more_than_its_default():
+    """A config field made a flag without help text reads only "default: 3"; one that is no
+    setting at all (a tokenizer's reserved id) must not become a flag."""
+    import re
+
+    bare = [where for where, text in _helps(build_parser(), ["scratchgpt"])
+            if not re.sub(r"\(?default: [^)]*\)?", "", text).strip()]
+    assert bare == [], bare

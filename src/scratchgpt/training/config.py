@@ -106,8 +106,12 @@ class TrainConfig:
         "help": "with --optimizer muon: precision of its Newton-Schulz orthogonalization: bf16 "
                 "(torch.optim.Muon's own), fp32, or auto (bf16 where the hardware has it, else "
                 "fp32: CPUs without bf16 instructions emulate it, many times slower)"})
-    beta1: float = 0.9
-    beta2: float = 0.99
+    beta1: float = field(default=0.9, metadata={
+        "help": "AdamW's decay of its running mean of gradients (with --optimizer muon: of "
+                "the AdamW groups only)"})
+    beta2: float = field(default=0.99, metadata={
+        "help": "AdamW's decay of its running mean of squared gradients: nearer 1 averages "
+                "over more steps (steadier, slower to adapt)"})
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0 = off)"})
     eval_interval: int = field(default=250, metadata={"help": "updates between evaluations"})
     eval_iters: int = field(default=50, metadata={"help": "batches per periodic estimate"})
