@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from scratchgpt import __version__, figure_helper
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
-from scratchgpt.validation import did_you_mean
+from scratchgpt.validation import did_you_mean, rename_setting
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -200,7 +200,8 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
 def as_typed(message: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
     """``message`` with the setting it opens with named as the flag the user typed for it.
     The library names settings as its configs do ("batch_size must be >= 1"), and cannot know
-    they came from ``--batch-size``; a setting from a config file keeps the file's name.
+    they came from ``--batch-size`` (one from a config file is named so where the settings
+    are layered: :meth:`~scratchgpt.training.settings.Settings.naming_errors`).
 
     >>> p = argparse.ArgumentParser()
     >>> _ = p.add_argument("--batch-size", "--bs", type=int)
@@ -209,16 +210,13 @@ def as_typed(message: str, parser: argparse.ArgumentParser, argv: Sequence[str])
     >>> as_typed("batch_size must be >= 1, got 0", p, [])
     'batch_size must be >= 1, got 0'
     """
-    found = re.match(r"([a-z][a-z0-9_]*)(?= must |: )", message)
-    if not found:
-        return message
     typed = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
-    for action in parser._actions:
-        if action.dest == found.group(1):
-            for flag in action.option_strings:
-                if flag in typed:
-                    return flag + message[found.end():]
-    return message
+
+    def flag(setting: str) -> str | None:
+        return next((f for a in parser._actions if a.dest == setting
+                     for f in a.option_strings if f in typed), None)
+
+    return rename_setting(message, flag)
 
 
 # The flags (by their setting's name) that name a file or folder, in every command: an empty

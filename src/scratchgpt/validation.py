@@ -11,8 +11,10 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,19 @@ def _bounds(low: float, high: float, low_open: bool, high_open: bool) -> str:
         return f"{'<' if high_open else '<='} {_num(high)}"
     lo, hi = "(" if low_open else "[", ")" if high_open else "]"
     return f"in {lo}{_num(low)}, {_num(high)}{hi}"
+
+
+def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:
+    """``message`` with the setting it opens with ("batch_size must ...", "time_budget: ...")
+    named as ``rename`` calls it, where it has a name for it (not None): the configs name
+    settings by field, and only their caller knows whether the user wrote a flag or a key.
+
+    >>> rename_setting("batch_size must be >= 1, got 0", lambda k: "--" + k.replace("_", "-"))
+    '--batch-size must be >= 1, got 0'
+    """
+    found = re.match(r"([a-z][a-z0-9_]*)(?= must |: )", message)
+    name = rename(found.group(1)) if found else None
+    return message if name is None else name + message[found.end():]
 
 
 def json_loads(text: str | bytes) -> Any:

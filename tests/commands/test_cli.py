@@ -769,9 +769,9 @@ def test_range_errors_name_the_flag_typed_and_no_int64_bound(capsys, small_datas
     assert "error: --time-budget: cannot read" in error_of(capsys, [*base, "--time-budget",
                                                                      "5x"])
     conf = tmp_path / "c.toml"
-    conf.write_text("warmup_iters = -1\n")  # a file's key keeps the file's name
-    assert "error: warmup_iters must be >= 0" in error_of(capsys, [*base, "--config",
-                                                                   str(conf)])
+    conf.write_text("warmup_iters = -1\n")  # a file's key is named with the file
+    assert f"error: warmup_iters in {conf} must be >= 0" in error_of(capsys, [*base, "--config",
+                                                                          str(conf)])
     assert not (tmp_path / "r").exists()
 
 

@@ -79,7 +79,8 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
         return _plan_resume(settings, out, dataset, log)
     kind, values, train, named = new_run(settings)
     data, name = resolve_dataset(dataset or named, log=log)
-    config = finish_model_config(kind, values, data.vocab_size)
+    with settings.naming_errors():
+        config = finish_model_config(kind, values, data.vocab_size)
     out_dir = Path(out) if out else Path("runs") / name
     return _new_lm_job(data, train, config, out_dir, overwrite, settings.sources())
 

@@ -13,6 +13,8 @@ error when given with a different value.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
+from scratchgpt.validation import rename_setting
 
 # Model hyperparameters that may change when a run resumes (they hold no learned state).
 CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout", "embd_dropout"}
@@ -75,6 +78,19 @@ class Settings:
             return "--" + key.replace("_", "-")
         return f"{key} in {self.config_file}"
 
+    @contextlib.contextmanager
+    def naming_errors(self) -> Iterator[None]:
+        """A config's refusal of a setting the config file gave names the file's key and the
+        file ("batch_size in c.toml must be >= 1"); one of a flag is left for the command line
+        to name as typed."""
+        try:
+            yield
+        except ConfigError as e:
+            from_file = set(self.explicit) - set(self.flags or {})
+            raise ConfigError(rename_setting(
+                str(e), lambda k: f"{k} in {self.config_file}" if k in from_file else None)
+            ) from None
+
     def sources(self) -> dict[str, Any]:
         return {"preset": self.preset, "config_file": self.config_file}
 
@@ -92,7 +108,8 @@ def new_run(settings: Settings) -> tuple[str, dict[str, Any], TrainConfig, str |
         raise ConfigError(f"the {kind} model does not take "
                           + ", ".join(settings.name_of(k) for k in wrong))
     model_values = {k: v for k, v in given.items() if k in fields and k != "vocab_size"}
-    train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    with settings.naming_errors():
+        train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     check_flags_apply(settings.explicit, train)
     return kind, model_values, train, given.get("dataset")
 
@@ -178,8 +195,9 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
     model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
                      and k in saved_model}
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
-    config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
-    train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
+    with settings.naming_errors():
+        config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
+        train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
     check_flags_apply(settings.explicit, train)
     _check_changes_can_apply(checkpoint, train, settings)
     return config, train
