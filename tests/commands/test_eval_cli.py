@@ -205,3 +205,10 @@ def test_a_dataset_of_another_tokenizer_is_refused_with_what_to_do(run_dir, tmp_
                             str(tmp_path / "other")])
     assert "tokenized differently" in msg and "resume" not in msg
     assert f"--tokenizer-from {run_dir}" in msg
+    # the command it suggests is one prepare takes (it lacked --data and --out)
+    import re
+
+    from scratchgpt.cli import build_parser
+
+    suggested = re.search(r"\(scratchgpt (prepare [^)]*)\)", msg).group(1).split()
+    assert build_parser().parse_args(suggested).tokenizer_from == str(run_dir)

@@ -143,7 +143,8 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
                     f"{run}; use the run's own dataset "
                     f"({checkpoint.data.get('dataset', 'see its config.json')}) or prepare "
-                    f"the text with its tokenizer (scratchgpt prepare --tokenizer-from {run})")
+                    f"the text with its tokenizer (scratchgpt prepare --data TEXT "
+                    f"--tokenizer-from {run} --out DIR)")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
