@@ -85,7 +85,7 @@ def check_base_tokenizer(base: Base, tokenizer: Any, what: str) -> None:
             theirs = "a different one of the same size"
         raise DataError(f"{what} is tokenized with {mine}, but --init-from {base.source} uses "
                         f"{theirs}; prepare the text with the base's tokenizer (scratchgpt "
-                        f"prepare --tokenizer-from {base.source} ...)")
+                        f"prepare --data TEXT --tokenizer-from {base.source} --out DIR)")
 
 
 def _describe(tokenizer: Any) -> str:
