@@ -315,7 +315,8 @@ def test_figures_draw_dollar_signs_as_written(tmp_path):
     from scratchgpt.viz import attention_figure, confusion_figure, distribution_figure, save_figure
 
     labels = ["$$", "$\\frac$", "$x$"]
-    figures = [attention_figure(torch.full((1, 1, 3, 3), 1 / 3), labels, [0], [0], title="$$"),
+    weights = torch.full((1, 1, 3, 3), 1 / 3).numpy()
+    figures = [attention_figure(weights, labels, [0], [0], title="$$"),
                distribution_figure(labels, [("$$", [0.5, 0.3, 0.2])]),
                confusion_figure([[1, 0, 0], [0, 1, 0], [0, 0, 1]], labels, title="$$")]
     for i, fig in enumerate(figures):
