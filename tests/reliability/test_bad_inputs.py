@@ -267,6 +267,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: _sample(c, "--temperature", "0", "--top-k", "5"), "do not apply"),
     ("sample --temperature 0 --top-p 0.9",
      lambda c: _sample(c, "--temperature", "0", "--top-p", "0.9"), "do not apply"),
+    # chat samples as sample does: refused before the model loads (this run cannot chat)
+    ("chat --temperature 0 --top-k 5 (greedy draws nothing)",
+     lambda c: ["chat", "--checkpoint", c["run"], "--temperature", "0", "--top-k", "5"],
+     "do not apply"),
+    ("chat --temperature 0 --top-p 0.9",
+     lambda c: ["chat", "--checkpoint", c["run"], "--temperature", "0", "--top-p", "0.9"],
+     "do not apply"),
     ("sample --beam 2 --temperature 0.5",
      lambda c: _sample(c, "--beam", "2", "--temperature", "0.5"), "do not apply"),
     ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),

@@ -7,6 +7,7 @@ import re
 import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
+from scratchgpt.commands.prompts import refuse_greedy_filters
 from scratchgpt.errors import ConfigError, ScratchGPTError
 
 HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends, /help lists these)"
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    refuse_greedy_filters(args.temperature, args.top_k, args.top_p)
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
     model, source = load_for_generation(args.checkpoint, args.which, "chat")
     template = template_for(source)

@@ -1,5 +1,5 @@
 """Prompts, as the generating commands (``sample``, ``chat``, ``bench speculative``) read
-them and tell the user how the model will."""
+them and tell the user how the model will, and the sampling flags they refuse alike."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scratchgpt.errors import DataError
+from scratchgpt.errors import ConfigError, DataError
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
@@ -38,3 +38,12 @@ def note_long_prompts(model, lengths: list[int]) -> None:
         which = "the prompt has" if len(lengths) == 1 else "the longest prompt has"
         print(f"note: {which} {max(lengths)} tokens, the model's context {ctx}: it reads the "
               f"last {ctx}", file=sys.stderr)
+
+
+def refuse_greedy_filters(temperature: float | None, top_k: int | None,
+                          top_p: float | None) -> None:
+    """--temperature 0 takes the likeliest token: a --top-k or --top-p given with it would be
+    ignored, so it is refused (--top-k 0 is "off", as its default)."""
+    if temperature == 0 and (top_k or top_p is not None):
+        raise ConfigError("--temperature 0 decodes greedily (the likeliest token each time) and "
+                          "draws nothing: --top-k and --top-p do not apply to it")

@@ -13,7 +13,7 @@ from scratchgpt.commands.argtypes import (
     seed_int,
     thread_count,
 )
-from scratchgpt.commands.prompts import note_long_prompts, read_prompt
+from scratchgpt.commands.prompts import note_long_prompts, read_prompt, refuse_greedy_filters
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 from scratchgpt.generation.stopping import MAX_NEW_TOKENS
@@ -157,9 +157,8 @@ def _check_counts(args: argparse.Namespace) -> None:
         _check_beam(args)
     elif args.length_penalty is not None:
         raise ConfigError("--length-penalty scores beam search's hypotheses; it goes with --beam")
-    elif args.temperature == 0 and (args.top_k or args.top_p is not None):
-        raise ConfigError("--temperature 0 decodes greedily (the likeliest token each time) and "
-                          "draws nothing: --top-k and --top-p do not apply to it")
+    else:
+        refuse_greedy_filters(args.temperature, args.top_k, args.top_p)
 
 
 def _check_beam(args: argparse.Namespace) -> None:
