@@ -318,7 +318,7 @@ def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
                    capsys)[0] == 0
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    for flags in (["--epochs", "1"], ["--lora"], ["--lora-alpha", "4"], ["--train", "head"],
+    for flags in (["--epochs", "1"], ["--lora-alpha", "4"], ["--train", "head"],
                   ["--split-seed", "3"]):
         code, _, err = run_cli(["finetune", "--out", "../run", "--resume", *flags, *SMALL],
                                capsys)
@@ -375,6 +375,102 @@ def test_a_base_the_caller_loaded_is_not_loaded_again(ft_dir, tmp_path, monkeypa
         task="instruct", init_from=base.source, data=str(ft_dir / "inst.json"),
         out=str(tmp_path / "run"), base=base), log=None)
     assert job.init.identity == base.identity and job.init.base_state() is base.state
+
+
+# Two runs started with most of the flags that shape a run (the base has 2 layers and a
+# context of 64), and what each resume may give again: the same values as typed, or another way
+# of writing them (--max-length 0 is the whole context, --lora-targets the same layers).
+SHAPED_RUNS = {
+    "classify": (["--task", "classify", "--data", "{f}/labels.tsv", "--train", "last-k",
+                  "--last-k", "1", "--epochs", "2", "--split-seed", "3", "--class-weights",
+                  "balanced", "--max-length", "0", "--dropout", "0.05"],
+                 ["--max-length", "64"]),
+    "instruct": (["--task", "instruct", "--data", "{f}/inst.json", "--lora", "--lora-rank", "2",
+                  "--lora-alpha", "4", "--lora-dropout", "0.1", "--lora-targets", "mlp,qkv",
+                  "--held-out", "0.2", "--eval-generate", "1", "--max-length", "48",
+                  "--split-seed", "1", "--epochs", "1.5"],
+                 ["--lora-targets", "qkv,mlp"]),
+}
+
+
+def _shaped_run(kind, ft_dir, out, capsys):
+    """The run of SHAPED_RUNS[kind], 2 updates in (its starting command, and its last.pt)."""
+    start = ["finetune", "--init-from", ft_dir / "base", "--out", out,
+             *[a.format(f=ft_dir) for a in SHAPED_RUNS[kind][0]], *SMALL]
+    code, _, err = run_cli([*start, "--max-iters", "2"], capsys)
+    assert code == 0, err
+    return start, (out / "last.pt").read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPED_RUNS))
+def test_the_starting_command_typed_again_with_resume_resumes(ft_dir, tmp_path, capsys, kind):
+    """Retyping the command that started a run, every flag that shaped it included, with
+    --resume (and --max-iters) continues it: those flags were refused even with the run's
+    own values."""
+    start, _ = _shaped_run(kind, ft_dir, tmp_path / "run", capsys)
+    code, _, err = run_cli([*start, "--max-iters", "3", "--resume"], capsys)
+    assert code == 0, err
+    ckpt = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert ckpt.state.step == 3 and ckpt.data["epochs"] == float(start[start.index("--epochs")
+                                                                       + 1])
+    # the same values written another way pass too
+    code, _, err = run_cli([*start, *SHAPED_RUNS[kind][1], "--max-iters", "4", "--resume"],
+                           capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 4
+
+
+# each flag given with another value than the run's, and what the refusal says the run has
+CHANGED = {
+    "classify": [(["--epochs", "3"], "--epochs 2"), (["--train", "head"], "--train last-k"),
+                 (["--last-k", "2"], "--last-k 1"), (["--split-seed", "4"], "--split-seed 3"),
+                 (["--class-weights", "none"], "--class-weights balanced"),
+                 (["--max-length", "32"], "--max-length 64"),
+                 (["--dropout", "0.2"], "--dropout 0.05"), (["--lora"], "--train last-k"),
+                 (["--lora-rank", "2"], "--train last-k"), (["--held-out", "0.2"],
+                                                              "--task classify")],
+    "instruct": [(["--epochs", "3"], "--epochs 1.5"), (["--lora-rank", "4"], "--lora-rank 2"),
+                 (["--lora-alpha", "8"], "--lora-alpha 4"),
+                 (["--lora-dropout", "0"], "--lora-dropout 0.1"),
+                 (["--lora-targets", "attn,mlp"], "--lora-targets mlp,qkv"),
+                 (["--train", "all"], "--lora"), (["--held-out", "0.3"], "--held-out 0.2"),
+                 (["--eval-generate", "2"], "--eval-generate 1"),
+                 (["--max-length", "0"], "--max-length 48"),
+                 (["--split-seed", "0"], "--split-seed 1"), (["--dropout", "0.2"], "--dropout 0"),
+                 (["--class-weights", "none"], "--task instruct")],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPED_RUNS))
+def test_a_resume_refuses_each_flag_that_shaped_the_run_given_another_value(
+        ft_dir, tmp_path, capsys, kind):
+    """A flag that shaped the run, given to its resume with another value (or one the run
+    did not take), is refused in one line naming what the run has, and the run is left as it
+    was, even when the rest of the command is the run's own."""
+    start, last = _shaped_run(kind, ft_dir, tmp_path / "run", capsys)
+    for flags, has in CHANGED[kind]:
+        code, _, err = run_cli([*start, *flags, "--max-iters", "3", "--resume"], capsys)
+        assert f"this run has {has} (drop {flags[0]}," in one_line_error(code, err), flags
+        assert (tmp_path / "run" / "last.pt").read_bytes() == last, flags
+    code, _, err = run_cli([*start, "--epochs", "4", "--resume"], capsys)
+    assert "or start a new run; --max-iters extends it)" in one_line_error(code, err)
+
+
+def test_a_run_that_never_recorded_its_epochs_still_resumes(ft_dir, tmp_path, capsys):
+    """A run begun before last.pt recorded --epochs resumes; --epochs, which it cannot
+    compare, is refused rather than taken on trust."""
+    from scratchgpt.checkpoints.io import save_checkpoint
+
+    start, _ = _shaped_run("classify", ft_dir, tmp_path / "run", capsys)
+    old = load_checkpoint(tmp_path / "run" / "last.pt")
+    del old.data["epochs"]
+    save_checkpoint(tmp_path / "run" / "last.pt", old)
+    code, _, err = run_cli([*start, "--resume"], capsys)
+    assert "this run has no recorded --epochs (drop --epochs," in one_line_error(code, err)
+    code, _, err = run_cli(["finetune", "--out", tmp_path / "run", "--resume", "--max-iters",
+                            "3", *SMALL], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 3
 
 
 def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):

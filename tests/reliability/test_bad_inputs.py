@@ -327,6 +327,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("finetune --resume --data another file",
      lambda c: ["finetune", "--out", c["classifier"], "--resume", "--task", "classify",
                 "--data", c["label_first"]], "this run has --data"),
+    # the run's own --epochs, --split-seed ... pass a resume again; another value does not
+    ("finetune --resume --epochs other than the run's",
+     lambda c: ["finetune", "--out", c["classifier"], "--resume", "--split-seed", "0",
+                "--epochs", "2"], "this run has --epochs 3 (drop --epochs,"),
     ("classify --eval a file written label<TAB>text",
      lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first"]],
      "are its lines label<TAB>text?"),

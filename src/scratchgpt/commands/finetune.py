@@ -16,8 +16,8 @@ from scratchgpt.commands.options import (
 )
 
 # What a run is made of, besides its base and data (FinetuneRequest's field -> its flag): the
-# flags default to None, so that a resume can tell the ones given (it refuses them); those not
-# given take FinetuneRequest's defaults.
+# flags default to None, so that a resume can tell the ones given (it compares them with the
+# run's); those not given take FinetuneRequest's defaults.
 RUN_SHAPING = {"policy": "--train", "last_k": "--last-k", "epochs": "--epochs",
                "class_weights": "--class-weights", "max_length": "--max-length",
                "split_seed": "--split-seed", "held_out": "--held-out",

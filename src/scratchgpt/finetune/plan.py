@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 
-from scratchgpt.checkpoints.io import atomic_write_text, load_checkpoint, model_from_checkpoint
+from scratchgpt.checkpoints.io import (
+    Checkpoint,
+    atomic_write_text,
+    load_checkpoint,
+    model_from_checkpoint,
+)
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.errors import ConfigError
 from scratchgpt.finetune import classify, instruct
@@ -101,8 +106,8 @@ class FinetuneRequest:
     held_out: float = 0.1
     eval_generate: int = 0
     dropout: float | None = None
-    # the flags above given on the command line (a resume refuses them; a task those of the
-    # other task), as the user wrote them: "--train", "--lora", ...
+    # the flags above given on the command line (a resume refuses a value other than the
+    # run's; a task those of the other task), as the user wrote them: "--train", "--lora", ...
     given_flags: tuple[str, ...] = ()
     # the base at init_from when the caller has loaded it already (bench finetune, which
     # checks its --base before writing anything): not loaded a second time
@@ -215,7 +220,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         raise ConfigError(f"--max-length {req.max_length} is longer than the base's context "
                           f"({gpt.block_size} tokens); give at most {gpt.block_size}, or 0 "
                           "for all of it")
-    extra = {"base": base.record()}
+    extra = {"base": base.record(), "epochs": req.epochs}  # (a resume compares --epochs)
     if req.task == "classify":
         task, config = _classify(req, base, gpt, extra, log)
         n_train, n_val = len(task.train_examples), len(task.examples.splits["val"])
@@ -312,40 +317,116 @@ def _absolute(data: str | None) -> str | None:
 def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     if not req.out:
         raise ConfigError("--resume needs --out, the run directory to continue")
-    if req.given_flags:
-        raise ConfigError(f"a resumed run keeps its task, base, data and what trains; drop "
-                          f"{' '.join(req.given_flags)} (--max-iters extends it)")
     checkpoint = RunDir(req.out).load_last()
     check_resumed_by(checkpoint, "finetune")
-    check_given_again(req, checkpoint.data)
+    check_given_again(req, checkpoint)
     kind = checkpoint.data["task"]
     config, cfg = resumed_run(checkpoint, Settings(flags=req.train_flags))
     tokenizer = checkpoint.tokenizer("text")
-    extra = {"base": checkpoint.data.get("base")}
-    block_size = config.gpt.block_size if hasattr(config, "gpt") else config.block_size
-    factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, block_size)
+    extra = {k: checkpoint.data.get(k) for k in ("base", "epochs")}
+    factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, _gpt_of(config).block_size)
     return TrainJob(Path(req.out), "resume", cfg, config, factory, {}, checkpoint,
                     finish=partial(finish_run, verbose=log is not None))
 
 
-def check_given_again(req: FinetuneRequest, recorded: dict[str, Any]) -> None:
-    """--task, --init-from, --data and --dataset given to a resume (the command that started
-    the run, typed again): the run's own values pass, paths compared resolved; another value
-    is refused, naming the run's (``recorded``: its checkpoint's data)."""
-    record = recorded[recorded["task"]]
-    data = (("--data", record["data"]) if record.get("data")
-            else ("--dataset", record.get("dataset")))
-    runs = {"--task": ("--task", recorded["task"]),
-            "--init-from": ("--init-from", (recorded.get("base") or {}).get("source")),
-            "--data": data, "--dataset": data}
-    changed = [flag for flag, value in (("--task", req.task), ("--init-from", req.init_from),
-                                        ("--data", req.data), ("--dataset", req.dataset))
-               if value is not None and runs[flag] != (flag, value)
-               and runs[flag] != (flag, str(Path(value).resolve()))]
+def _gpt_of(config: ModelConfig) -> GPTConfig:
+    """The GPT of a fine-tuning run's model (a classifier's or LoRA model's backbone)."""
+    return config.gpt if hasattr(config, "gpt") else config
+
+
+def check_given_again(req: FinetuneRequest, checkpoint: Checkpoint) -> None:
+    """The flags of the command that started a run, given again to its resume: the run's own
+    values pass (paths compared resolved, --max-length 0 as the context it stands for, LoRA
+    targets as the layers they name); another value, or a flag the run did not take, is
+    refused in one line naming what the run has (from its ``last.pt``)."""
+    runs = run_flags(checkpoint)
+    given = _given_values(req, _gpt_of(checkpoint.model_config).block_size)
+    runs = {f: runs.get(f, (f"no recorded {f}", None)) for f in given}
+    changed = [flag for flag, value in given.items() if not _same(flag, value, runs[flag])]
     if changed:
-        has = ", ".join(dict.fromkeys(f"{runs[f][0]} {runs[f][1]}" for f in changed))
-        raise ConfigError(f"a resumed run keeps its task, base and data: this run has {has} "
-                          f"(drop {' '.join(changed)}, or start a new run)")
+        has = ", ".join(dict.fromkeys(_shown(*runs[f]) for f in changed))
+        longer = "; --max-iters extends it" if "--epochs" in changed else ""
+        raise ConfigError(f"a resumed run keeps the task, base, data and training it started "
+                          f"with: this run has {has} (drop {' '.join(changed)}, or start a new "
+                          f"run{longer})")
+
+
+def run_flags(checkpoint: Checkpoint) -> dict[str, tuple[str, Any]]:
+    """For each flag of ``finetune`` that shapes a run: (flag, value) as the command that
+    started the run gave it, read from its checkpoint; for one the run did not take, the flag
+    that rules it out (the --dataset of a run of --data, the --train of a LoRA run ...)."""
+    data, config = checkpoint.data, checkpoint.model_config
+    kind = data["task"]
+    record = data[kind]
+    source = ("--data", record["data"]) if record.get("data") \
+        else ("--dataset", record.get("dataset"))
+    runs = {"--task": ("--task", kind),
+            "--init-from": ("--init-from", (data.get("base") or {}).get("source")),
+            "--data": source, "--dataset": source,
+            "--max-length": ("--max-length", record["max_length"]),
+            "--split-seed": ("--split-seed", record["split_seed"]),
+            "--dropout": ("--dropout", _gpt_of(config).dropout)}
+    if data.get("epochs") is not None:  # (runs from before it was recorded have none)
+        runs["--epochs"] = ("--epochs", data["epochs"])
+    for flag in OTHER_TASKS_FLAGS[kind]:
+        runs[flag] = ("--task", kind)
+    for flag, field_name in (("--class-weights", "class_weights"), ("--held-out", "held_out"),
+                             ("--eval-generate", "eval_generate")):
+        runs.setdefault(flag, (flag, record.get(field_name)))
+    return {**_trains_flags(config), **runs}  # (--last-k of an instruct run: its --task)
+
+
+def _trains_flags(config: ModelConfig) -> dict[str, tuple[str, Any]]:
+    """:func:`run_flags` of what trains: --train and --last-k, or --lora and its settings."""
+    lora: LoRAConfig | None = getattr(config, "lora", None)
+    names = [f"--lora-{f.name}" for f in dataclasses.fields(LoRAConfig)]
+    if lora is not None:
+        return {"--lora": ("--lora", True), "--train": ("--lora", True),
+                "--last-k": ("--lora", True),
+                **{f: (f, getattr(lora, f[len("--lora-"):])) for f in names}}
+    policy = getattr(config, "train", "all")
+    train = ("--train", policy)
+    last_k = ("--last-k", config.last_k) if policy == "last-k" else train
+    return {"--train": train, "--last-k": last_k, **{f: train for f in ("--lora", *names)}}
+
+
+def _given_values(req: FinetuneRequest, block_size: int) -> dict[str, Any]:
+    """The flags ``req`` gave that :func:`run_flags` knows, with their values (--max-length 0
+    as the context it stands for, as runs record it)."""
+    given = {flag: value for flag, value in (("--task", req.task), ("--init-from", req.init_from),
+                                             ("--data", req.data), ("--dataset", req.dataset))
+             if value is not None}
+    for flag in req.given_flags:
+        if flag == "--lora":
+            given[flag] = True
+        elif flag.startswith("--lora-"):
+            given[flag] = getattr(req.lora, flag[len("--lora-"):])
+        else:
+            given[flag] = getattr(req, "policy" if flag == "--train"
+                                  else flag[2:].replace("-", "_"))
+    if given.get("--max-length") == 0:
+        given["--max-length"] = block_size
+    return given
+
+
+def _same(flag: str, value: Any, run: tuple[str, Any]) -> bool:
+    """Whether ``flag`` given ``value`` is what the run has (``run``, from :func:`run_flags`)."""
+    name, recorded = run
+    if name != flag:
+        return False
+    if flag in ("--init-from", "--data", "--dataset"):
+        return recorded in (value, str(Path(value).resolve()))
+    if flag == "--lora-targets":
+        return set(LoRAConfig(targets=value).target_layers()) == \
+            set(LoRAConfig(targets=recorded).target_layers())
+    return bool(value == recorded)
+
+
+def _shown(flag: str, value: Any) -> str:
+    """A flag with its value as a message names it (``--lora`` alone, ``--epochs 3``)."""
+    if value is True or value is None:
+        return flag
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
 
 
 def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
