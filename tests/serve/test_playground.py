@@ -4,6 +4,7 @@ heatmap and chats. Screenshots go to the test's tmp dir."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -113,6 +114,41 @@ def test_the_chat_tab_streams_the_reply(page, tmp_path):
     page.wait_for_function("!document.getElementById('chat-send').disabled")
     assert reply.inner_text() == "ok"  # what the tiny model was trained to answer
     page.screenshot(path=tmp_path / "chat.png")
+
+
+CONVERSATION = "JSON.stringify(messages)"
+
+
+def test_a_failed_chat_request_leaves_the_conversation_as_it_was(page):
+    """A message the server refuses (here one longer than the context: 413) is marked in the
+    log but not kept: the next message is sent without it, and answered. It used to stay,
+    with an empty reply after it, so every later request was refused too."""
+    page.click("[data-tab=chat]")
+    page.click("#chat-clear")
+    page.fill("#temperature", "0")
+    page.fill("#max-tokens", "20")
+    page.fill("#chat-message", "the king " * 40)
+    page.click("#chat-send")
+    page.wait_for_function("!document.getElementById('chat-send').disabled")
+    assert "at most" in page.inner_text("#chat-log .msg.assistant.error")
+    assert page.evaluate(CONVERSATION) == "[]"
+    page.fill("#chat-message", "the king")
+    page.click("#chat-send")
+    page.wait_for_function("!document.getElementById('chat-send').disabled")
+    assert page.locator("#chat-log .msg.assistant").last.inner_text() == "ok"
+    assert json.loads(page.evaluate(CONVERSATION)) == [
+        {"role": "user", "content": "the king"}, {"role": "assistant", "content": "ok"}]
+
+
+def test_new_chat_during_a_reply_starts_an_empty_conversation(page):
+    """"New chat" pressed while a reply streams: the old exchange does not reach the new
+    conversation (it used to land there when the reply ended)."""
+    page.click("[data-tab=chat]")
+    page.evaluate("() => { document.getElementById('chat-message').value = 'the king'; "
+                  "sendChat(); document.getElementById('chat-clear').click(); }")
+    page.wait_for_function("running === null")
+    assert page.evaluate(CONVERSATION) == "[]"
+    assert page.inner_text("#chat-log") == ""
 
 
 def test_the_page_works_offline():

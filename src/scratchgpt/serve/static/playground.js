@@ -199,20 +199,26 @@ function chatBubble(role, text) {
   return div;
 }
 
+// A reply is kept in the conversation when it streamed (or was stopped part-way); a request
+// that failed (a message too long for the context, a missing API key, a busy server) leaves
+// the conversation as it was, its message marked in the log, so the next message is not sent
+// after it. "New chat" during a reply stops it, and the old reply stays out of the new chat.
 async function sendChat() {
   const content = $("chat-message").value;
   if (!content.trim() || running) return;
   $("chat-message").value = "";
-  messages.push({role: "user", content});
-  chatBubble("user", content);
+  const conversation = messages;
+  const sent = [...conversation, {role: "user", content}];
+  const asked = chatBubble("user", content);
   const bubble = chatBubble("assistant", "");
-  running = new AbortController();
+  const controller = running = new AbortController();
   $("chat-send").disabled = true;
   let reply = "";
+  let failed = false;
   try {
     const response = await request("/v1/chat/completions", {
-      ...settings(), messages, stream: true, logprobs: true, top_logprobs: 5,
-    }, running.signal);
+      ...settings(), messages: sent, stream: true, logprobs: true, top_logprobs: 5,
+    }, controller.signal);
     await readEvents(response, (chunk) => {
       const choice = chunk.choices[0];
       if (!choice || !choice.delta) return;
@@ -224,13 +230,27 @@ async function sendChat() {
       reply += text;
     });
   } catch (e) {
-    bubble.classList.add("error");
-    bubble.textContent = e.name === "AbortError" ? "(stopped)" : e.message;
+    failed = e.name !== "AbortError";
+    if (failed) {
+      bubble.classList.add("error");
+      bubble.textContent = `${e.message} (not part of the conversation)`;
+      asked.classList.add("unsent");
+    } else if (!reply) {
+      bubble.textContent = "(stopped)";
+    }
   } finally {
-    messages.push({role: "assistant", content: reply});
-    running = null;
-    $("chat-send").disabled = false;
+    if (!failed && messages === conversation) {
+      messages.push(...sent.slice(conversation.length), {role: "assistant", content: reply});
+    }
+    if (running === controller) running = null;
+    $("chat-send").disabled = !!model && !model.chat_template;
   }
+}
+
+function newChat() {
+  if (running) running.abort();
+  messages = [];
+  $("chat-log").textContent = "";
 }
 
 // ---- Attention
@@ -352,7 +372,7 @@ $("chat-send").addEventListener("click", sendChat);
 $("chat-message").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); sendChat(); }
 });
-$("chat-clear").addEventListener("click", () => { messages = []; $("chat-log").textContent = ""; });
+$("chat-clear").addEventListener("click", newChat);
 $("attention-show").addEventListener("click", showAttention);
 $("api-key").value = localStorage.getItem("scratchgpt-api-key") || "";
 $("api-key").addEventListener("change", () => {
