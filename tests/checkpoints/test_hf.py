@@ -242,6 +242,32 @@ def test_the_chat_template_survives_export_and_import(tmp_path, capsys, monkeypa
     assert template_for(load_model(plain)[1]) is None
 
 
+def test_a_char_tokenizer_export_says_transformers_gets_no_tokenizer(tmp_path, capsys):
+    """A character vocabulary has no Hugging Face form: the export holds it for scratchgpt
+    only, and a note says so (AutoTokenizer loads an empty tokenizer there, silently). A BPE
+    model's export, whose tokenizer transformers reads, gets no such note."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.cli import main
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    assert main(["convert", "--to", "hf", "--checkpoint", str(_chat_run(tmp_path, True)),
+                 "--out", str(tmp_path / "hf")]) == 0
+    err = capsys.readouterr().err
+    assert "a char tokenizer has no Hugging Face form" in err
+    assert "its tokenizer and chat template have no files it reads" in err
+    assert not (tmp_path / "hf" / "vocab.json").exists()
+    tok = BPETokenizer.train("the cat sat on the mat. " * 20, 280, backend="python")
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=1,
+                          n_embd=8))
+    tok.save(tmp_path / "bpe")
+    save_checkpoint(tmp_path / "bpe" / "best.pt", Checkpoint(
+        "gpt", model.config, model.state_dict(), {"text": tok.state()}))
+    assert main(["convert", "--to", "hf", "--checkpoint", str(tmp_path / "bpe"), "--out",
+                 str(tmp_path / "bpe-hf")]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert (tmp_path / "bpe-hf" / "vocab.json").is_file()
+
+
 def test_config_json_is_read_once_per_load(tmp_path, capsys, monkeypatch):
     """The model, its tokenizer (checked against vocab_size) and its chat template all come
     from config.json: one load reads it once, not once for each."""

@@ -366,12 +366,19 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         {"bos_token_id": eos, "eos_token_id": eos}, indent=2) + "\n")
     if tokenizer is not None:
         tokenizer.save(directory / OUR_TOKENIZER_DIR)
-        if getattr(tokenizer, "kind", None) == "bpe":
+        if has_hf_form(tokenizer):
             from scratchgpt.tokenizers.bpe_files import write_hf_tokenizer
 
             write_hf_tokenizer(tokenizer, directory, cfg["block_size"],
                                TEMPLATES[chat_template].jinja if chat_template else None)
     return directory
+
+
+def has_hf_form(tokenizer: Any) -> bool:
+    """Whether :func:`save_hf` writes ``tokenizer`` in Hugging Face's own files too (vocab.json,
+    merges.txt, tokenizer_config.json with the chat template): byte-level BPE does; a
+    character vocabulary has no such form and is kept in ``scratchgpt-tokenizer/`` only."""
+    return getattr(tokenizer, "kind", None) == "bpe"
 
 
 def _clear_directory(directory: Path) -> None:

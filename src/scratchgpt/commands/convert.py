@@ -104,12 +104,24 @@ def run(args: argparse.Namespace) -> int:
     template = template_for(source)  # an instruction-tuned model's template goes along
     if args.target == "gguf":
         return export_gguf(model, tok, out, args.gguf_type or "f32", template)
-    from scratchgpt.checkpoints.hf import save_hf
+    from scratchgpt.checkpoints.hf import has_hf_form, save_hf
 
     save_hf(model, out, tok, template and template.name)
     note = "" if tok is not None else " (no tokenizer found: weights and config only)"
     print(f"wrote {out}{note}")
+    if tok is not None and not has_hf_form(tok):
+        _note_no_hf_tokenizer(tok.kind, out, template is not None)
     return 0
+
+
+def _note_no_hf_tokenizer(kind: str, out: Path, chat: bool) -> None:
+    """Say that transformers finds the weights but no tokenizer (AutoTokenizer still loads
+    something from the directory: an empty GPT-2 tokenizer, which encodes any text to no ids)."""
+    lost = "its tokenizer and chat template have" if chat else "its tokenizer has"
+    print(f"note: a {kind} tokenizer has no Hugging Face form: transformers loads the weights of "
+          f"{out}, but {lost} no files it reads (AutoTokenizer gives an empty one); "
+          f"scratchgpt's sample, chat and serve read the directory with its own tokenizer",
+          file=sys.stderr)
 
 
 def import_from(source: list[str], out: Path, overwrite: bool) -> int:
