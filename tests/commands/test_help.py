@@ -57,3 +57,24 @@ def test_every_option_says_more_than_its_default():
     bare = [where for where, text in _helps(build_parser(), ["scratchgpt"])
             if not re.sub(r"\(?default: [^)]*\)?", "", text).strip()]
     assert bare == [], bare
+
+
+def _texts(parser: argparse.ArgumentParser, path: list[str]):
+    """(where, text) for every description and help string --help prints, every command."""
+    yield " ".join(path), parser.description or ""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                yield f"{' '.join(path)} {choice.dest}", choice.help or ""
+            for name, sub in action.choices.items():
+                yield from _texts(sub, [*path, name])
+        elif action.help:
+            yield f"{' '.join(path)} {action.option_strings[0] if action.option_strings else ''}", \
+                action.help
+
+
+def test_help_shows_no_docstring_markup():
+    """Descriptions taken from a module's docstring printed its reST code marks as typed
+    (``scratchgpt serve``: ...)."""
+    marked = [where for where, text in _texts(build_parser(), ["scratchgpt"]) if "``" in text]
+    assert marked == [], marked

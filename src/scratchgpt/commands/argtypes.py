@@ -173,3 +173,14 @@ def pick_index(index: int | None, count: int, flag: str) -> list[int]:
         raise ConfigError(f"{flag} must be in [0, {count - 1}] (or negative from the end), "
                           f"got {index}")
     return [index % count]
+
+
+def help_text(doc: str) -> str:
+    """A module's docstring as ``--help`` shows it: without its doctest paragraphs, and
+    without the double backquotes that mark code in a docstring (--help prints them as typed).
+
+    >>> help_text("``scratchgpt serve``: a server.\\n\\n>>> 1 + 1\\n2\\n")
+    'scratchgpt serve: a server.'
+    """
+    return "\n\n".join(p for p in doc.strip().split("\n\n")
+                       if ">>>" not in p).replace("``", "")

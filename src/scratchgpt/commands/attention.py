@@ -21,6 +21,7 @@ from scratchgpt.commands.argtypes import (
     add_unknown_flag,
     add_which_flag,
     encode,
+    help_text,
     pick_index,
     thread_count,
 )
@@ -29,7 +30,7 @@ from scratchgpt.errors import CheckpointError, GenerationError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attention", help="plot a GPT's attention weights over a text",
-                       description=__doc__,
+                       description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="a GPT run directory, .pt file, Hugging Face GPT-2 directory, or "

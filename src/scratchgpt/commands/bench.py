@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from scratchgpt.commands.argtypes import help_text
+
 BENCHMARKS = (
     "train",
     "sample",
@@ -25,20 +27,11 @@ BENCHMARKS = (
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its figures",
-                       description=__doc__.splitlines()[0])
+                       description=help_text(__doc__.splitlines()[0]))
     names = p.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name in BENCHMARKS:
         mod = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
-        bp = names.add_parser(name, help=mod.__doc__.strip().splitlines()[0],
+        bp = names.add_parser(name, help=help_text(mod.__doc__.strip().splitlines()[0]),
                               description=help_text(mod.__doc__))
         mod.add_arguments(bp)
         bp.set_defaults(func=mod.run)
-
-
-def help_text(doc: str) -> str:
-    """A module's docstring as ``--help`` shows it: without its doctest paragraphs.
-
-    >>> help_text("Times a step.\\n\\n>>> 1 + 1\\n2\\n")
-    'Times a step.'
-    """
-    return "\n\n".join(p for p in doc.strip().split("\n\n") if ">>>" not in p)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import (
+    help_text,
     new_tokens,
     positive_int,
     results_dir,
@@ -47,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment",
                        help="small experiments: the GPT built step by step, RNN vs LSTM memory, "
                             "counting",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     kinds = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
     _add_gpt_build(kinds)
 

@@ -25,6 +25,7 @@ from scratchgpt.commands.argtypes import (
     add_which_flag,
     encode,
     figure_file,
+    help_text,
     positive_int,
 )
 
@@ -34,7 +35,7 @@ DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="the most likely next tokens, and how temperature, "
                                        "top-k and top-p reshape them",
-                       description=__doc__,
+                       description=help_text(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "

@@ -15,6 +15,7 @@ from typing import Any
 
 from scratchgpt.commands.argtypes import (
     finite_float,
+    help_text,
     non_negative_int,
     pick_index,
     positive_int,
@@ -42,7 +43,7 @@ OLD_SPELLINGS = (("--steps", "max_iters", int),
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "seq2seq", help="encoder-decoder models: train, translate, eval, attention plots",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=help_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     t = actions.add_parser(

@@ -17,14 +17,15 @@ from __future__ import annotations
 import argparse
 import os
 
-from scratchgpt.commands.argtypes import add_which_flag, finite_float, thread_count
+from scratchgpt.commands.argtypes import add_which_flag, finite_float, help_text, thread_count
 from scratchgpt.errors import ConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible HTTP API, "
                                      "with a web playground",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=help_text(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID")
     add_which_flag(p)
