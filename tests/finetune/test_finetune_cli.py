@@ -565,6 +565,39 @@ def test_chat_says_when_a_message_is_longer_than_the_context(chat_model, monkeyp
     assert err.count("the model's context 64: it reads the last 64") == 1, err
 
 
+class _Terminal(io.StringIO):
+    """Standard input as a terminal's: the chat prompts, and Ctrl-C stops a reply."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ctrl_c_at_a_terminal_stops_the_reply_not_the_chat(chat_model, monkeypatch, capsys):
+    """Ctrl-C while a reply streams (raised after its first token, as Python raises it where
+    the signal lands) ends that reply and the chat goes on: the next message is answered. It
+    used to end the command, and the conversation with it."""
+    import scratchgpt.generation.generate as generate
+
+    real, replies = generate.stream, []
+
+    def interrupted_once(*args, **kwargs):
+        replies.append(None)
+        tokens = real(*args, **kwargs)
+        if len(replies) == 1:
+            yield next(tokens)
+            raise KeyboardInterrupt
+        yield from tokens
+
+    monkeypatch.setattr(generate, "stream", interrupted_once)
+    monkeypatch.setattr("sys.stdin", _Terminal("hi\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "40", "--stats"], capsys)
+    assert code == 0, err
+    assert "reply stopped" in err and "[1 tokens, ended by Ctrl-C]" in err
+    assert err.count("ended by the end marker <|end|>") == 1
+    assert printed.count("assistant> ") == 2 and "assistant> ok\n" in printed
+
+
 def test_sample_chat_applies_the_template(chat_model, capsys):
     code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
                                   "hi", "--temperature", "0", "--max-new-tokens", "40"], capsys)

@@ -8,9 +8,10 @@ import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
 from scratchgpt.commands.prompts import refuse_greedy_filters
-from scratchgpt.errors import ConfigError, ScratchGPTError
+from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 
-HELP_LINE = "(/reset starts over, /exit or Ctrl-D ends, /help lists these)"
+HELP_LINE = ("(Ctrl-C stops a reply, /reset starts over, /exit or Ctrl-D ends, /help lists "
+             "these)")
 COMMANDS = {"/reset": "forget the conversation (the --system message stays)",
             "/exit": "end the chat (also /quit, or Ctrl-D)", "/help": "this list",
             "//word": "send '/word' as a message (the first '/' is dropped)"}
@@ -160,13 +161,28 @@ class ChatSession:
         if self.interactive:
             sys.stdout.write("assistant> ")
         printer = StreamPrinter(rule)
-        for token in stream(self.model, prompt, rule, self.cfg, self.gen):
-            printer.add(int(token[0]))
+        stopped = self._stream(printer, stream(self.model, prompt, rule, self.cfg, self.gen))
         text = printer.finish()
         sys.stdout.write("\n")
         sys.stdout.flush()
+        if stopped:
+            print("(reply stopped; it stays in the conversation. /exit, Ctrl-D or Ctrl-C at "
+                  "the prompt ends the chat)", file=sys.stderr)
         if self.args.stats:
-            ended = ("the end marker " + self.template.stop if rule.ends(printer.ids)
-                     else "the token limit")
+            ended = ("Ctrl-C" if stopped else "the end marker " + self.template.stop
+                     if rule.ends(printer.ids) else "the token limit")
             print(f"[{len(printer.ids)} tokens, ended by {ended}]", file=sys.stderr)
         return text.strip()
+
+    def _stream(self, printer, tokens) -> bool:
+        """Print the reply as it comes; True when Ctrl-C stopped it. At a terminal Ctrl-C
+        stops the reply, not the chat (whose conversation would be lost with it); SIGTERM,
+        and Ctrl-C of a chat read from a pipe, end the command as everywhere else."""
+        try:
+            for token in tokens:
+                printer.add(int(token[0]))
+        except KeyboardInterrupt as e:
+            if isinstance(e, Terminated) or not self.interactive:
+                raise
+            return True
+        return False
