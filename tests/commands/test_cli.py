@@ -801,3 +801,23 @@ def test_dataset_dot_names_its_folder_for_the_default_run_directory(small_datase
     assert resolve_dataset(".", log=None)[1] == small_dataset.name
     monkeypatch.chdir(small_dataset / "..")
     assert resolve_dataset(f"{small_dataset.name}/.", log=None)[1] == small_dataset.name
+
+
+def test_a_resume_keeps_what_config_json_says_of_how_the_run_began(small_dataset, tmp_path):
+    """config.json records the preset and config file a run began with; a resume that names
+    neither rewrote them as null (the checkpoints do not keep them)."""
+    import json
+
+    conf = tmp_path / "c.toml"
+    conf.write_text("eval_interval = 5\n")
+    out = tmp_path / "r"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--preset",
+                 "cpu-small", "--config", str(conf), "--max-iters", "5", "--batch-size", "4",
+                 *TINY, "--no-progress"]) == 0
+    began = json.loads((out / "config.json").read_text())
+    assert began["preset"] == "cpu-small" and began["config_file"] == str(conf)
+    assert main(["train", "--out", str(out), "--resume", "--max-iters", "10",
+                 "--no-progress"]) == 0
+    resumed = json.loads((out / "config.json").read_text())
+    assert (resumed["preset"], resumed["config_file"]) == ("cpu-small", str(conf))
+    assert resumed["train"]["max_iters"] == 10

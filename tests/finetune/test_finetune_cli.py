@@ -323,9 +323,12 @@ def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
         code, _, err = run_cli(["finetune", "--out", "../run", "--resume", *flags, *SMALL],
                                capsys)
         assert f"drop {flags[0]}" in one_line_error(code, err)
+    started = json.loads((tmp_path / "run" / "config.json").read_text())["finetune"]
     code, _, err = run_cli(["finetune", "--out", "../run", "--resume", "--max-iters", "3",
                             *SMALL], capsys)
     assert code == 0, err
+    # config.json still says how the run began (the resume wrote it without that section)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["finetune"] == started
     code, printed, err = run_cli(["classify", "--checkpoint", "../run/adapter.pt", "love"],
                                  capsys)
     assert code == 0 and printed.split()[0] in ("pos", "neg"), err

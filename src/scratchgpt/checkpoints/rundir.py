@@ -264,9 +264,24 @@ class RunDir:
 
     # ---- writing
 
-    def write_config(self, config: dict[str, Any]) -> None:
-        """``config.json``: the run's settings as plain data (see :func:`run_config`)."""
+    def write_config(self, config: dict[str, Any], resumed: bool = False) -> None:
+        """``config.json``: the run's settings as plain data (see :func:`run_config`). A
+        resumed run keeps what the file recorded of how the run began that this process was
+        not told again (a preset, a config file, the fine-tuning task and base): the sections
+        ``config`` lacks or leaves None."""
+        if resumed:
+            config = {**self._recorded_config(),
+                      **{k: v for k, v in config.items() if v is not None}}
         atomic_write_text(self.file(CONFIG_FILE), json.dumps(config, indent=1) + "\n")
+
+    def _recorded_config(self) -> dict[str, Any]:
+        """The run's config.json as it is, or {} where it is missing or unreadable (it is
+        for people to read; the checkpoints are the run's truth)."""
+        try:
+            found = json_loads(self.file(CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
 
     def save_tokenizer(self, tokenizer: Any) -> None:
         """The tokenizer's files (``tokenizer.json``, ``merges.txt``), each replaced atomically:

@@ -314,7 +314,7 @@ class Trainer:
         self.run.write_config(run_config(ckpt, **self.extra_config,
                                          dtype_resolved=self.dtype,
                                          device_resolved=str(self.device),
-                                         world_size=self.info.world_size))
+                                         world_size=self.info.world_size), resumed)
         text_tokenizer = self.task.tokenizers().get("text")
         if text_tokenizer is not None:
             self.run.save_tokenizer(text_tokenizer)
