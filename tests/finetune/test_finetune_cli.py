@@ -429,7 +429,7 @@ CHANGED = {
                  (["--last-k", "2"], "--last-k 1"), (["--split-seed", "4"], "--split-seed 3"),
                  (["--class-weights", "none"], "--class-weights balanced"),
                  (["--max-length", "32"], "--max-length 64"),
-                 (["--dropout", "0.2"], "--dropout 0.05"), (["--lora"], "--train last-k"),
+                 (["--lora"], "--train last-k"),
                  (["--lora-rank", "2"], "--train last-k"), (["--held-out", "0.2"],
                                                               "--task classify")],
     "instruct": [(["--epochs", "3"], "--epochs 1.5"), (["--lora-rank", "4"], "--lora-rank 2"),
@@ -439,7 +439,7 @@ CHANGED = {
                  (["--train", "all"], "--lora"), (["--held-out", "0.3"], "--held-out 0.2"),
                  (["--eval-generate", "2"], "--eval-generate 1"),
                  (["--max-length", "0"], "--max-length 48"),
-                 (["--split-seed", "0"], "--split-seed 1"), (["--dropout", "0.2"], "--dropout 0"),
+                 (["--split-seed", "0"], "--split-seed 1"),
                  (["--class-weights", "none"], "--task instruct")],
 }
 
@@ -457,6 +457,18 @@ def test_a_resume_refuses_each_flag_that_shaped_the_run_given_another_value(
         assert (tmp_path / "run" / "last.pt").read_bytes() == last, flags
     code, _, err = run_cli([*start, "--epochs", "4", "--resume"], capsys)
     assert "or start a new run; --max-iters extends it)" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("kind", ["classify", "instruct"])
+def test_a_resume_may_change_the_dropout_as_trains_may(ft_dir, tmp_path, capsys, kind):
+    """Dropout holds no learned state: a resume takes a new --dropout (train's resume always
+    did) and trains with it, in the GPT inside the classifier's or the LoRA run's config."""
+    start, _ = _shaped_run(kind, ft_dir, tmp_path / "run", capsys)
+    code, _, err = run_cli([*start, "--dropout", "0.2", "--max-iters", "3", "--resume"],
+                           capsys)
+    assert code == 0, err
+    ckpt = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert ckpt.state.step == 3 and ckpt.model_config.gpt.dropout == 0.2
 
 
 def test_a_run_that_never_recorded_its_epochs_still_resumes(ft_dir, tmp_path, capsys):
@@ -637,6 +649,18 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
     assert ckpt.model_type == "gpt-lora" and ckpt.data["base"]["source"] == str(ft_dir / "base")
     gpt = ckpt.model_config.gpt  # the base's model, with the dropouts given here
     assert (gpt.attn_dropout, gpt.embd_dropout) == (0.25, 0.05)
+    # its resume applies a new dropout to that GPT (it was ignored), refuses a change of the
+    # GPT's shape (ignored too) and LoRA flags (they asked for --init-from)
+    resume = ["train", "--out", tmp_path / "y", "--resume", "--no-progress"]
+    for flags, says in ((["--n-layer", "4"], "this run has --n-layer 2 (drop --n-layer,"),
+                        (["--hidden", "8"], "this run's gpt-lora model does not take --hidden"),
+                        (["--lora-rank", "2"], "keeps its model, adapters included: drop "
+                                               "--lora-rank")):
+        code, _, err = run_cli([*resume, "--max-iters", "4", *flags], capsys)
+        assert says in one_line_error(code, err), flags
+    code, _, err = run_cli([*resume, "--max-iters", "4", "--dropout", "0.3"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(tmp_path / "y" / "last.pt").model_config.gpt.dropout == 0.3
     code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
                             tmp_path / "same", "--out", tmp_path / "z", "--n-layer", "4"],
                            capsys)

@@ -104,6 +104,9 @@ def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
     if args.init_from:
         return plan_continued(settings, args.init_from, lora, args.out, args.overwrite,
                               args.dataset, log)
+    if lora is not None and args.resume:
+        raise ConfigError(f"a resumed run keeps its model, adapters included: drop "
+                          f"{' '.join(lora_flags(args))}, or start a new run")
     if lora is not None:
         raise ConfigError(f"{lora_named(lora_flags(args))} adapts a pretrained model: give "
                           "--init-from RUN_OR_HF_DIR")

@@ -321,7 +321,8 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     check_resumed_by(checkpoint, "finetune")
     check_given_again(req, checkpoint)
     kind = checkpoint.data["task"]
-    config, cfg = resumed_run(checkpoint, Settings(flags=req.train_flags))
+    dropout = {} if req.dropout is None else {"dropout": req.dropout}
+    config, cfg = resumed_run(checkpoint, Settings(flags={**req.train_flags, **dropout}))
     tokenizer = checkpoint.tokenizer("text")
     extra = {k: checkpoint.data.get(k) for k in ("base", "epochs")}
     factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, _gpt_of(config).block_size)
@@ -340,7 +341,9 @@ def check_given_again(req: FinetuneRequest, checkpoint: Checkpoint) -> None:
     targets as the layers they name); another value, or a flag the run did not take, is
     refused in one line naming what the run has (from its ``last.pt``)."""
     runs = run_flags(checkpoint)
-    given = _given_values(req, _gpt_of(checkpoint.model_config).block_size)
+    given = {flag: value for flag, value
+             in _given_values(req, _gpt_of(checkpoint.model_config).block_size).items()
+             if flag != "--dropout"}  # (it holds no learned state: a resume may change it)
     runs = {f: runs.get(f, (f"no recorded {f}", None)) for f in given}
     changed = [flag for flag, value in given.items() if not _same(flag, value, runs[flag])]
     if changed:
@@ -364,8 +367,7 @@ def run_flags(checkpoint: Checkpoint) -> dict[str, tuple[str, Any]]:
             "--init-from": ("--init-from", (data.get("base") or {}).get("source")),
             "--data": source, "--dataset": source,
             "--max-length": ("--max-length", record["max_length"]),
-            "--split-seed": ("--split-seed", record["split_seed"]),
-            "--dropout": ("--dropout", _gpt_of(config).dropout)}
+            "--split-seed": ("--split-seed", record["split_seed"])}
     if data.get("epochs") is not None:  # (runs from before it was recorded have none)
         runs["--epochs"] = ("--epochs", data["epochs"])
     for flag in OTHER_TASKS_FLAGS[kind]:

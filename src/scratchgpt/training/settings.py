@@ -182,25 +182,44 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
                           "be resumed (start a new run from it instead)")
     given = settings.given
     saved_model = config_dict(checkpoint.model_config)
-    # the seed too: the batches and dropout continue from the saved generators, and a new
-    # seed would change only which batches the evaluations draw (and so which step is best)
+    own = backbone_settings(saved_model)
+    _check_kept(checkpoint, own, settings)
+    own.update({k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS})
+    train_changes = {k: v for k, v in given.items() if k in train_fields()}
+    with settings.naming_errors():
+        config = model_config(checkpoint.model_type, **saved_model)  # (own is inside it)
+        train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
+    check_flags_apply(settings.explicit, train)
+    _check_changes_can_apply(checkpoint, train, settings)
+    return config, train
+
+
+def backbone_settings(saved_model: dict[str, Any]) -> dict[str, Any]:
+    """The language model's own settings in a run's model config (as :func:`config_dict`
+    gives it): the config itself, or the GPT inside a LoRA or classifier run's (the same
+    dict, so that a change made to it is made to ``saved_model``)."""
+    inner = saved_model.get("gpt")
+    return inner if isinstance(inner, dict) else saved_model
+
+
+def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings) -> None:
+    """The model (``own``: its settings), optimizer and seed stay as the run began, and a
+    model setting this run's model does not have is refused rather than ignored. The seed
+    too: the batches and dropout continue from the saved generators, and a new seed would
+    change only which batches the evaluations draw (and so which step is best)."""
+    given = settings.given
     fixed = {"model": checkpoint.model_type, "optimizer": checkpoint.train_config.optimizer,
              "seed": checkpoint.train_config.seed,
-             **{k: v for k, v in saved_model.items() if k not in CHANGEABLE_MODEL_FIELDS}}
+             **{k: v for k, v in own.items() if k not in CHANGEABLE_MODEL_FIELDS}}
     changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
     if changed:
         was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
                           f"{was} (drop {_sources(settings, changed)}, or start a new run)")
-    model_changes = {k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS
-                     and k in saved_model}
-    train_changes = {k: v for k, v in given.items() if k in train_fields()}
-    with settings.naming_errors():
-        config = model_config(checkpoint.model_type, **{**saved_model, **model_changes})
-        train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
-    check_flags_apply(settings.explicit, train)
-    _check_changes_can_apply(checkpoint, train, settings)
-    return config, train
+    foreign = sorted(k for k in given if k in model_fields() and k not in own)
+    if foreign:
+        raise ConfigError(f"this run's {checkpoint.model_type} model does not take "
+                          + ", ".join(settings.name_of(k) for k in foreign))
 
 
 def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
