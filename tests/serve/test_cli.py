@@ -86,6 +86,9 @@ def test_int8_serves_and_sigterm_finishes_the_running_stream(plain_run):
     with ServerProcess(str(plain_run), args) as server:
         card = httpx.get(server.url + "/v1/models").json()["data"][0]
         assert card["dtype"] == "int8"
+        # the prompt limit, lowered from its default to the model's context, is announced
+        assert any(f"prompts of up to {card['context_length']} tokens (the model's context)"
+                   in line for line in server.log), server.log
         body = {"prompt": "KING:", "max_tokens": 400, "temperature": 0, "stream": True}
         with httpx.stream("POST", server.url + "/v1/completions", json=body,
                           timeout=60) as r:

@@ -169,7 +169,21 @@ def run_server(cfg: ServeConfig, announce: Any = print) -> None:
     announce(f"serving {service.info.id} ({service.info.model_type}, {cfg.dtype}) on "
              f"http://{shown}:{port}  (playground: http://{shown}:{port}/ , API: "
              f"http://{shown}:{port}/v1)")
+    announce(limits_line(service.limits, cfg.limits, cfg.max_batch))
     _uvicorn_server(service, cfg.api_key, cfg.access_log).run(sockets=[sock])
+
+
+def limits_line(limits: Limits, asked: Limits, max_batch: int) -> str:
+    """What one request may ask of the server, as it starts: a prompt limit the model's
+    context lowered (``--max-prompt-tokens`` or its default) says so.
+
+    >>> limits_line(Limits(max_prompt_tokens=256), Limits(), 32)[:58]
+    "limits: prompts of up to 256 tokens (the model's context),"
+    """
+    lowered = " (the model's context)" if limits.max_prompt_tokens < asked.max_prompt_tokens \
+        else ""
+    return (f"limits: prompts of up to {limits.max_prompt_tokens} tokens{lowered}, "
+            f"{limits.max_tokens} new tokens a request, {max_batch} sequences decoded together")
 
 
 class BackgroundServer:
