@@ -273,6 +273,7 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     capsys.readouterr()
     for flags, says in ((["--modulus", "1"], "--modulus must be at least 2"),
                         (["--steps", "3"], "--overwrite"),
+                        (["--prompt", " "], "--prompt is empty; give the numbers"),
                         (["--out", str(tmp_path / "count.json"), "--steps", "3"], "is a file")):
         assert cli_main(["experiment", "count", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err.strip().splitlines()

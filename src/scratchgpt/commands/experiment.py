@@ -295,7 +295,10 @@ def run_count(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--prompt must be numbers separated by spaces, got {args.prompt!r}"
                           ) from None
-    if not prompt or any(not 0 <= k < n for k in prompt):
+    if not prompt:
+        raise ConfigError("--prompt is empty; give the numbers to continue from, e.g. "
+                          f"--prompt '0 1 2' (each in [0, {n - 1}])")
+    if any(not 0 <= k < n for k in prompt):
         raise ConfigError(f"--prompt needs numbers in [0, {n - 1}] (--modulus {n}), got "
                           f"{args.prompt!r}")
     out_dir = results_dir(args.out, (COUNT_FILE,), args.overwrite)
