@@ -289,6 +289,8 @@ def test_a_request_without_max_tokens_gets_the_default_within_the_servers_limit(
      "messages"),  # over the context once in the template
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\u4e2d"}]},
      "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"},  # out of place
+                                           {"role": "system", "content": "b"}]}, "messages[1]"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],
                               "max_completion_tokens": 5000}, "max_completion_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}],

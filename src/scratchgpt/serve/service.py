@@ -14,6 +14,7 @@ import asyncio
 import codecs
 import dataclasses
 import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -416,8 +417,9 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
                            param="messages")
     try:
         text = service.template.render(req.messages)
-    except ScratchGPTError as e:
-        raise api.ApiError(400, str(e), param="messages") from None
+    except ScratchGPTError as e:  # "messages[2]: ...": the message at fault is the param
+        at = re.match(r"messages\[\d+\]", str(e))
+        raise api.ApiError(400, str(e), param=at.group() if at else "messages") from None
     ids, _ = service.encode(text, param="messages")
     job = service.job(ids, req.gen, (service.template.stop, *req.gen.stop))
     run = Run(service, [job], len(ids))
