@@ -146,9 +146,104 @@ def test_new_chat_during_a_reply_starts_an_empty_conversation(page):
     page.click("[data-tab=chat]")
     page.evaluate("() => { document.getElementById('chat-message').value = 'the king'; "
                   "sendChat(); document.getElementById('chat-clear').click(); }")
-    page.wait_for_function("running === null")
+    page.wait_for_function("running.chat === null")
     assert page.evaluate(CONVERSATION) == "[]"
     assert page.inner_text("#chat-log") == ""
+
+
+LONG = {"temperature": 2, "max_tokens": 4000, "seed": 3}  # ~4000 tokens: seconds to stream
+
+
+def long_settings(page) -> None:
+    for name, value in LONG.items():
+        page.fill(f"#{name.replace('_', '-')}", str(value))
+
+
+def requests_to(page, path: str) -> list[str]:
+    """The URLs of the page's requests to ``path`` from now on (the list grows)."""
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url) if r.url.endswith(path) else None)
+    return seen
+
+
+def enabled(page, selector: str) -> bool:
+    return page.locator(selector).is_enabled()
+
+
+def stop_chat(page) -> None:
+    """Click the Chat tab's Stop, which a growing reply may be moving (Playwright waits for a
+    still element), and wait for the reply to end."""
+    assert page.locator("#chat-stop").is_visible() and enabled(page, "#chat-stop")
+    page.locator("#chat-stop").dispatch_event("click")
+    page.wait_for_function("running.chat === null")
+
+
+def test_stop_keeps_the_partial_chat_reply_and_enables_send(page, client):
+    """Stop in the Chat tab ends a streaming reply; what came so far stays in the
+    conversation as the assistant's reply (as Ctrl-C in ``scratchgpt chat``), and Send works
+    again. Only "New chat" could stop a reply before, losing the conversation."""
+    asked = [{"role": "user", "content": "the king"}]
+    full = client.post("/v1/chat/completions", json={**LONG, "messages": asked}).json()
+    full = full["choices"][0]["message"]["content"]
+    assert len(full) > 1000  # long enough to stop part-way
+    page.click("[data-tab=chat]")
+    page.click("#chat-clear")
+    long_settings(page)
+    assert not enabled(page, "#chat-stop")
+    page.fill("#chat-message", "the king")
+    page.click("#chat-send")
+    page.wait_for_function("document.querySelector('#chat-log .msg.assistant .tok')")
+    assert enabled(page, "#chat-stop") and not enabled(page, "#chat-send")
+    stop_chat(page)
+    shown = page.evaluate("[...document.querySelectorAll('#chat-log .msg.assistant .tok')]"
+                          ".map((s) => s.tokenText).join('')")
+    assert 0 < len(shown) < len(full) and full.startswith(shown)
+    assert json.loads(page.evaluate(CONVERSATION)) == [
+        *asked, {"role": "assistant", "content": shown}]
+    assert enabled(page, "#chat-send") and not enabled(page, "#chat-stop")
+
+
+def test_generate_again_while_generating_starts_nothing(page):
+    """Generate, clicked or Ctrl+Enter pressed while a completion streams, starts no second
+    stream into the same output (Ctrl+Enter did); Stop ends the one running."""
+    completions = requests_to(page, "/v1/completions")
+    page.click("[data-tab=complete]")
+    page.fill("#prompt", "KING:")
+    long_settings(page)
+    page.click("#generate")
+    page.wait_for_function("document.getElementById('status').textContent.includes('/s')")
+    page.click("#generate", force=True)  # disabled: the click does nothing
+    page.press("#prompt", "Control+Enter")
+    assert not enabled(page, "#generate") and enabled(page, "#stop-generating")
+    page.click("#stop-generating")
+    page.wait_for_function("!document.getElementById('generate').disabled")
+    assert len(completions) == 1
+    assert "stopped" in page.inner_text("#status") and not enabled(page, "#stop-generating")
+
+
+def test_each_tab_runs_one_request_of_its_own(page):
+    """Enter in the chat box while a reply streams sends nothing more; a completion streaming
+    in the Complete tab neither blocks a chat message (it used to be dropped) nor is stopped
+    by the Chat tab's Stop."""
+    chats = requests_to(page, "/v1/chat/completions")
+    page.click("[data-tab=complete]")
+    page.fill("#prompt", "KING:")
+    long_settings(page)
+    page.click("#generate")
+    page.click("[data-tab=chat]")
+    page.click("#chat-clear")
+    page.fill("#chat-message", "the king")
+    page.click("#chat-send")
+    page.wait_for_function("document.querySelector('#chat-log .msg.assistant .tok')")
+    page.fill("#chat-message", "the queen")
+    page.press("#chat-message", "Enter")
+    assert len(chats) == 1
+    assert page.input_value("#chat-message") == "the queen"  # kept for when Send is back
+    stop_chat(page)
+    assert page.evaluate("running.complete !== null")  # the completion streams on
+    page.click("[data-tab=complete]")
+    page.click("#stop-generating")
+    page.wait_for_function("running.complete === null")
 
 
 def test_the_page_works_offline():

@@ -5,7 +5,11 @@
 
 const $ = (id) => document.getElementById(id);
 let model = null; // the server's /v1/models entry
-let running = null; // AbortController of the request in flight
+// The request in flight in each tab (its AbortController), or null: one at a time per tab,
+// its Stop button aborts it.
+const running = {complete: null, chat: null};
+const BUTTONS = {complete: {go: "generate", stop: "stop-generating"},
+                 chat: {go: "chat-send", stop: "chat-stop"}};
 let promptText = "";
 let generatedText = "";
 let messages = []; // the chat so far
@@ -135,6 +139,32 @@ document.addEventListener("mouseout", (e) => {
   if (e.target.classList && e.target.classList.contains("tok")) $("tooltip").hidden = true;
 });
 
+// Start a request of `tab`: its AbortController, or null while one of that tab is running
+// (a second click, or Enter pressed again, starts nothing).
+function begin(tab) {
+  if (running[tab]) return null;
+  const controller = running[tab] = new AbortController();
+  $(BUTTONS[tab].go).disabled = true;
+  $(BUTTONS[tab].stop).disabled = false;
+  return controller;
+}
+
+// The request `controller` of `tab` ended (done, failed or stopped).
+function end(tab, controller) {
+  if (running[tab] !== controller) return;
+  running[tab] = null;
+  $(BUTTONS[tab].go).disabled = tab === "chat" && !chatAvailable();
+  $(BUTTONS[tab].stop).disabled = true;
+}
+
+function stop(tab) {
+  if (running[tab]) running[tab].abort();
+}
+
+function chatAvailable() {
+  return !model || !!model.chat_template;
+}
+
 function setStatus(id, text, error) {
   $(id).textContent = text;
   $(id).classList.toggle("error", !!error);
@@ -143,6 +173,8 @@ function setStatus(id, text, error) {
 // ---- Complete
 
 async function generate() {
+  const controller = begin("complete");
+  if (!controller) return;
   const out = $("output");
   out.textContent = "";
   promptText = $("prompt").value;
@@ -151,9 +183,6 @@ async function generate() {
   shown.className = "prompt";
   shown.textContent = promptText;
   out.appendChild(shown);
-  running = new AbortController();
-  $("generate").disabled = true;
-  $("stop-generating").disabled = false;
   setStatus("status", "waiting for the first token…");
   const start = performance.now();
   let count = 0;
@@ -161,7 +190,7 @@ async function generate() {
   try {
     const response = await request("/v1/completions", {
       ...settings(), prompt: promptText, stream: true, logprobs: 5,
-    }, running.signal);
+    }, controller.signal);
     await readEvents(response, (chunk) => {
       const choice = chunk.choices[0];
       if (!choice) return;
@@ -183,9 +212,7 @@ async function generate() {
     if (e.name === "AbortError") setStatus("status", `${count} tokens — stopped`);
     else setStatus("status", e.message, true);
   } finally {
-    running = null;
-    $("generate").disabled = false;
-    $("stop-generating").disabled = true;
+    end("complete", controller);
   }
 }
 
@@ -202,17 +229,19 @@ function chatBubble(role, text) {
 // A reply is kept in the conversation when it streamed (or was stopped part-way); a request
 // that failed (a message too long for the context, a missing API key, a busy server) leaves
 // the conversation as it was, its message marked in the log, so the next message is not sent
-// after it. "New chat" during a reply stops it, and the old reply stays out of the new chat.
+// after it. Stop keeps the reply so far as what the assistant said (as Ctrl-C does in
+// `scratchgpt chat`). "New chat" during a reply stops it, and the old reply stays out of the
+// new chat.
 async function sendChat() {
   const content = $("chat-message").value;
-  if (!content.trim() || running) return;
+  if (!content.trim() || !chatAvailable()) return;
+  const controller = begin("chat");
+  if (!controller) return;
   $("chat-message").value = "";
   const conversation = messages;
   const sent = [...conversation, {role: "user", content}];
   const asked = chatBubble("user", content);
   const bubble = chatBubble("assistant", "");
-  const controller = running = new AbortController();
-  $("chat-send").disabled = true;
   let reply = "";
   let failed = false;
   try {
@@ -242,13 +271,12 @@ async function sendChat() {
     if (!failed && messages === conversation) {
       messages.push(...sent.slice(conversation.length), {role: "assistant", content: reply});
     }
-    if (running === controller) running = null;
-    $("chat-send").disabled = !!model && !model.chat_template;
+    end("chat", controller);
   }
 }
 
 function newChat() {
-  if (running) running.abort();
+  stop("chat");
   messages = [];
   $("chat-log").textContent = "";
 }
@@ -348,7 +376,7 @@ async function loadModel() {
     $("model-card").textContent = `${model.id}: ${model.model_type}, vocabulary ` +
       `${model.vocab_size}${ctx}, ${model.dtype}` + (model.chat_template ? ", chat" : "");
     $("chat-unavailable").hidden = !!model.chat_template;
-    $("chat-send").disabled = !model.chat_template;
+    $("chat-send").disabled = !model.chat_template || !!running.chat;
     $("attention-unavailable").hidden = !!model.attention;
     $("attention-show").disabled = !model.attention;
     if (model.attention) {
@@ -364,11 +392,12 @@ document.querySelectorAll("#tabs button").forEach((b) => {
   b.addEventListener("click", () => showTab(b.dataset.tab));
 });
 $("generate").addEventListener("click", generate);
-$("stop-generating").addEventListener("click", () => running && running.abort());
+$("stop-generating").addEventListener("click", () => stop("complete"));
 $("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) generate();
 });
 $("chat-send").addEventListener("click", sendChat);
+$("chat-stop").addEventListener("click", () => stop("chat"));
 $("chat-message").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); sendChat(); }
 });
