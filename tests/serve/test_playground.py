@@ -203,14 +203,19 @@ def test_stop_keeps_the_partial_chat_reply_and_enables_send(page, client):
     assert enabled(page, "#chat-send") and not enabled(page, "#chat-stop")
 
 
-def test_generate_again_while_generating_starts_nothing(page):
-    """Generate, clicked or Ctrl+Enter pressed while a completion streams, starts no second
-    stream into the same output (Ctrl+Enter did); Stop ends the one running."""
-    completions = requests_to(page, "/v1/completions")
+def start_long_completion(page) -> None:
+    """A completion in the Complete tab that streams for a while."""
     page.click("[data-tab=complete]")
     page.fill("#prompt", "KING:")
     long_settings(page)
     page.click("#generate")
+
+
+def test_generate_again_while_generating_starts_nothing(page):
+    """Generate, clicked or Ctrl+Enter pressed while a completion streams, starts no second
+    stream into the same output (Ctrl+Enter did); Stop ends the one running."""
+    completions = requests_to(page, "/v1/completions")
+    start_long_completion(page)
     page.wait_for_function("document.getElementById('status').textContent.includes('/s')")
     page.click("#generate", force=True)  # disabled: the click does nothing
     page.press("#prompt", "Control+Enter")
@@ -226,10 +231,7 @@ def test_each_tab_runs_one_request_of_its_own(page):
     in the Complete tab neither blocks a chat message (it used to be dropped) nor is stopped
     by the Chat tab's Stop."""
     chats = requests_to(page, "/v1/chat/completions")
-    page.click("[data-tab=complete]")
-    page.fill("#prompt", "KING:")
-    long_settings(page)
-    page.click("#generate")
+    start_long_completion(page)
     page.click("[data-tab=chat]")
     page.click("#chat-clear")
     page.fill("#chat-message", "the king")
