@@ -258,3 +258,61 @@ def test_the_page_works_offline():
     for name, (content, _) in files.items():
         text = content.decode()
         assert "http://" not in text and "https://" not in text and '"//' not in text, name
+
+
+def chat(page, message: str) -> None:
+    page.fill("#chat-message", message)
+    page.click("#chat-send")
+    page.wait_for_function("running.chat === null")
+
+
+def dropped_bubbles(page) -> list[str]:
+    return page.evaluate("[...document.querySelectorAll('#chat-log .msg.dropped')]"
+                         ".map((m) => m.textContent)")
+
+
+def test_a_chat_longer_than_the_context_drops_its_oldest_turns(page, tmp_path):
+    """A conversation that outgrows the model's context (64 tokens here: one earlier exchange
+    of a short message fits, two do not) goes on, as in ``scratchgpt chat``: the server
+    refuses it (413), the page sends it again without its oldest exchange, and greys that in
+    the log under a note. It used to end there: every later message was refused."""
+    chats = requests_to(page, "/v1/chat/completions")
+    page.click("[data-tab=chat]")
+    page.click("#chat-clear")
+    page.fill("#temperature", "0")
+    page.fill("#max-tokens", "20")
+    asked = ["I", "we", "a", "I"]
+    for message in asked[:2]:
+        chat(page, message)
+    assert len(chats) == 2 and dropped_bubbles(page) == []  # both fit
+    assert page.locator("#chat-log .note").count() == 0
+    chat(page, asked[2])
+    assert len(chats) == 4  # refused, then sent without the first exchange
+    assert dropped_bubbles(page) == ["I", "ok"]
+    chat(page, asked[3])
+    assert len(chats) == 6
+    assert page.locator("#chat-log .msg.assistant").last.inner_text() == "ok"
+    assert dropped_bubbles(page) == ["I", "ok", "we", "ok"]
+    assert page.locator("#chat-log .note").count() == 2
+    assert "no longer fit" in page.locator("#chat-log .note").last.inner_text()
+    kept = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "I"}, {"role": "assistant", "content": "ok"}]
+    assert json.loads(page.evaluate(CONVERSATION)) == kept
+    page.screenshot(path=tmp_path / "chat-dropped.png")
+    # a message too long alone: every earlier exchange is tried away, then the server's
+    # error shows, and the conversation and its marks stay as they were
+    chat(page, "the king " * 40)
+    assert len(chats) == 9
+    assert "at most" in page.inner_text("#chat-log .msg.assistant.error")
+    assert json.loads(page.evaluate(CONVERSATION)) == kept
+    assert dropped_bubbles(page) == ["I", "ok", "we", "ok"]
+
+
+def test_dropping_turns_keeps_the_system_message_and_the_newest_message(page):
+    roles = page.evaluate("""() => {
+      const sent = [{role: "system", content: "s"}, {role: "user", content: "u"},
+                    {role: "assistant", content: "a"}, {role: "user", content: "new"}];
+      const dropped = [dropOldestTurn(sent), dropOldestTurn(sent)];
+      return [dropped, sent.map((m) => m.content)];
+    }""")
+    assert roles == [[True, False], ["s", "new"]]

@@ -12,7 +12,8 @@ const BUTTONS = {complete: {go: "generate", stop: "stop-generating"},
                  chat: {go: "chat-send", stop: "chat-stop"}};
 let promptText = "";
 let generatedText = "";
-let messages = []; // the chat so far
+let messages = []; // the chat so far, as the model sees it
+const bubbleOf = new WeakMap(); // a message of the chat: its bubble in the log
 
 // ---- talking to the server
 
@@ -30,8 +31,13 @@ async function request(path, body, signal) {
   });
   if (!response.ok) {
     let message = `${response.status} ${response.statusText}`;
-    try { message = (await response.json()).error.message; } catch (e) { /* not JSON */ }
-    throw new Error(message);
+    let code = null;
+    try {
+      const error = (await response.json()).error;
+      message = error.message;
+      code = error.code;
+    } catch (e) { /* not JSON */ }
+    throw Object.assign(new Error(message), {status: response.status, code});
   }
   return response;
 }
@@ -226,12 +232,66 @@ function chatBubble(role, text) {
   return div;
 }
 
+// True when the server refused a request for being longer than the model's context.
+function tooLong(error) {
+  return error.status === 413 && error.code === "context_length_exceeded";
+}
+
+// Drop the oldest user message and its reply from `sent` (a system message first stays, and
+// so does the newest user message): false when there is nothing left to drop.
+function dropOldestTurn(sent) {
+  const first = sent.length && sent[0].role === "system" ? 1 : 0;
+  if (sent.length - first <= 1) return false;
+  sent.splice(first, 2);
+  return true;
+}
+
+// POST the chat `sent`, dropping its oldest turns while the server answers that it outgrows
+// the context (as `scratchgpt chat` does); `sent` is left as the messages the server took.
+// Too long a newest message alone fails with the server's error.
+async function requestChat(sent, signal) {
+  for (;;) {
+    try {
+      return await request("/v1/chat/completions", {
+        ...settings(), messages: sent, stream: true, logprobs: true, top_logprobs: 5,
+      }, signal);
+    } catch (e) {
+      if (!tooLong(e) || !dropOldestTurn(sent)) throw e;
+    }
+  }
+}
+
+// Keep the exchange `sent` + `reply` as the conversation; the messages of `conversation`
+// that the request left out are greyed in the log, a note saying why.
+function keepExchange(conversation, sent, reply, asked, bubble) {
+  const kept = new Set(sent);
+  const dropped = conversation.filter((m) => !kept.has(m));
+  for (const m of dropped) {
+    const div = bubbleOf.get(m);
+    if (div) {
+      div.classList.add("dropped");
+      div.title = "left out of what the model sees: the conversation outgrew its context";
+    }
+  }
+  if (dropped.length) {
+    const note = document.createElement("div");
+    note.className = "note";
+    note.textContent = `${dropped.length} older messages no longer fit the model's context: ` +
+      "they are left out of what it sees (greyed above)";
+    $("chat-log").insertBefore(note, asked);
+  }
+  const answer = {role: "assistant", content: reply};
+  bubbleOf.set(sent[sent.length - 1], asked);
+  bubbleOf.set(answer, bubble);
+  conversation.splice(0, conversation.length, ...sent, answer);
+}
+
 // A reply is kept in the conversation when it streamed (or was stopped part-way); a request
 // that failed (a message too long for the context, a missing API key, a busy server) leaves
 // the conversation as it was, its message marked in the log, so the next message is not sent
 // after it. Stop keeps the reply so far as what the assistant said (as Ctrl-C does in
 // `scratchgpt chat`). "New chat" during a reply stops it, and the old reply stays out of the
-// new chat.
+// new chat. A conversation longer than the context loses its oldest turns (requestChat).
 async function sendChat() {
   const content = $("chat-message").value;
   if (!content.trim() || !chatAvailable()) return;
@@ -245,9 +305,7 @@ async function sendChat() {
   let reply = "";
   let failed = false;
   try {
-    const response = await request("/v1/chat/completions", {
-      ...settings(), messages: sent, stream: true, logprobs: true, top_logprobs: 5,
-    }, controller.signal);
+    const response = await requestChat(sent, controller.signal);
     await readEvents(response, (chunk) => {
       const choice = chunk.choices[0];
       if (!choice || !choice.delta) return;
@@ -269,7 +327,7 @@ async function sendChat() {
     }
   } finally {
     if (!failed && messages === conversation) {
-      messages.push(...sent.slice(conversation.length), {role: "assistant", content: reply});
+      keepExchange(conversation, sent, reply, asked, bubble);
     }
     end("chat", controller);
   }
