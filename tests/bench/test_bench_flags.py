@@ -259,3 +259,12 @@ def test_bench_finetune_stopped_while_pretraining_ends_there(tmp_path, capsys, m
     assert main(["bench", "finetune", "--suite", "synthetic", "--out", str(tmp_path / "b"),
                  "--pretrain-budget", "1s"]) == 130
     assert capsys.readouterr().err.endswith("scratchgpt bench finetune: interrupted\n")
+
+
+@pytest.mark.parametrize("budget", ["", "0s", "abc"])
+def test_bench_seq2seq_budget_is_a_positive_duration(budget, capsys):
+    """--budget '' (no budget: no time limit) ended in a TypeError traceback after the data
+    was made, and --budget 0s was refused as 'time_budget: ...', a flag no one typed."""
+    line = error_of(capsys, ["bench", "seq2seq", f"--budget={budget}", "--archs", "lstm"])
+    assert "error: argument --budget: expected a positive duration" in line
+    assert repr(budget) in line

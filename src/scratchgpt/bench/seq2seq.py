@@ -13,6 +13,7 @@ import platform
 import time
 
 from scratchgpt.commands.argtypes import (
+    duration,
     positive_int,
     results_file,
     seed_int,
@@ -25,7 +26,7 @@ ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", default="10m",
+    p.add_argument("--budget", type=duration, default="10m",
                    help="training time per model, e.g. 10m, 90s (default: 10m)")
     p.add_argument("--archs", nargs="+", choices=ARCH_ORDER, default=list(ARCH_ORDER),
                    help="which models to run (default: all three)")

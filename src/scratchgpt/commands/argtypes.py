@@ -80,6 +80,25 @@ def new_tokens(text: str) -> int:
     return _int_within(text, 1, MAX_NEW_TOKENS, f"1 to {MAX_NEW_TOKENS} new tokens")
 
 
+def duration(text: str) -> str:
+    """A wall-clock time such as ``90s``, ``10m`` or ``1.5h``, checked and kept as typed (as a
+    config's ``time_budget`` is); unlike one, never empty, which would mean no limit at all.
+
+    >>> duration("1.5m")
+    '1.5m'
+    """
+    from scratchgpt.training.config import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ConfigError:
+        seconds = None
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"expected a positive duration such as 90s, 10m or "
+                                         f"1.5h, got {text!r}")
+    return text
+
+
 def seed_int(text: str) -> int:
     """``--seed``: an integer torch's generators take, 0 to 2^64 - 1."""
     return _int_within(text, 0, SEED_MAX, "a seed from 0 to 2^64 - 1")
