@@ -147,6 +147,36 @@ def test_bench_speculative_random_and_checkpoint_flags_do_not_mix(runs, mixed, c
                                             "--tokens", "2", "--repeats", "1"])
 
 
+@pytest.mark.parametrize("ignored, needle", [
+    (["--random-target", "1,1,8", "--prompt", "hi"], "--prompt or --prompt-file"),
+    (["--checkpoint", "TARGET", "--draft", "ngram", "--prompt-len", "5"],
+     "--prompt-len shape random models"),
+    (["--checkpoint", "TARGET", "--draft", "ngram", "--vocab-size", "50", "--block-size", "8"],
+     "--vocab-size, --block-size shape random models"),
+    (["--random-target", "1,1,8", "--random-draft", "1,1,8", "--draft", "ngram"],
+     "two drafters"),
+])
+def test_bench_speculative_refuses_a_flag_its_models_ignore(runs, ignored, needle, capsys):
+    """Random models have no tokenizer, so --prompt was dropped for 64 random tokens; a
+    checkpoint has its own shape, so --prompt-len, --vocab-size and --block-size were dropped;
+    --draft ngram won over --random-draft. Each ran and reported, as if the flag had counted."""
+    from tests.cli_errors import error_of
+
+    argv = [str(runs["target"]) if a == "TARGET" else a for a in ignored]
+    assert needle in error_of(capsys, ["bench", "speculative", *argv, "--k", "1",
+                                       "--tokens", "2", "--repeats", "1"])
+
+
+def test_bench_speculative_prompt_and_prompt_file_exclude_each_other(runs, tmp_path, capsys):
+    """--prompt-file won and --prompt was dropped, as sample refuses the pair."""
+    from tests.cli_errors import error_of
+
+    (tmp_path / "p.txt").write_text("abc")
+    assert "not allowed with argument --prompt" in error_of(capsys, [
+        "bench", "speculative", "--checkpoint", str(runs["target"]), "--draft", "ngram",
+        "--prompt", "a", "--prompt-file", str(tmp_path / "p.txt"), "--k", "1"])
+
+
 def test_bench_speculative_random_gpt_shapes(capsys):
     """The way to time a GPT-2-shaped target with a small random draft, at toy size."""
     assert main(["bench", "speculative", "--random-target", "2,2,32", "--random-draft",

@@ -42,6 +42,9 @@ from typing import Any
 
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int, thread_count
 
+# the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
+RANDOM_DEFAULTS = {"vocab_size": 50257, "block_size": 1024, "prompt_len": 64}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="target model: run directory or .pt")
@@ -53,16 +56,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(GPT-2 124M: 12,12,768)")
     p.add_argument("--random-draft", default=None, metavar="L,H,D",
                    help="a random draft GPT of this shape (same vocabulary as the target)")
-    p.add_argument("--vocab-size", type=int, default=50257, help="random models' vocabulary")
-    p.add_argument("--block-size", type=int, default=1024, help="random models' context")
-    p.add_argument("--prompt-len", type=int, default=64, help="random models' prompt tokens")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help=f"random models' vocabulary (default {RANDOM_DEFAULTS['vocab_size']})")
+    p.add_argument("--block-size", type=int, default=None,
+                   help=f"random models' context (default {RANDOM_DEFAULTS['block_size']})")
+    p.add_argument("--prompt-len", type=int, default=None,
+                   help=f"random models' prompt tokens (default {RANDOM_DEFAULTS['prompt_len']})")
     p.add_argument("--k", default="1,2,3,4,5,6,7,8",
                    help="comma list of K (>= 1) and/or 'auto' (default 1..8)")
     p.add_argument("--tokens", type=new_tokens, default=200,
                    help="tokens generated per run (200)")
     p.add_argument("--repeats", type=int, default=3, help="runs per K and method (3)")
-    p.add_argument("--prompt", default="\n", help="prompt text (default: a newline)")
-    p.add_argument("--prompt-file", default=None, help="read the prompt text from this file")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", default=None,
+                     help="prompt text of checkpoints (default: a newline)")
+    src.add_argument("--prompt-file", default=None,
+                     help="read the prompt text of checkpoints from this file")
     p.add_argument("--copy-task", action="store_true",
                    help="the prompt is the text, a blank line, then its first third again, so "
                         "the continuation can copy the rest (where prompt lookup shines)")
@@ -115,13 +124,22 @@ def check_sources(args: argparse.Namespace) -> None:
     ignored."""
     from scratchgpt.errors import ConfigError
 
-    if args.random_target and (args.checkpoint or args.prompt_file
+    if args.random_target and (args.checkpoint or args.prompt_file or args.prompt is not None
                                or args.draft not in (None, "ngram")):
         raise ConfigError("--random-target times random models: give it --random-draft (or "
-                          "--draft ngram) and --prompt-len, not --checkpoint, a --draft model "
-                          "or --prompt-file")
+                          "--draft ngram) and --prompt-len, not --checkpoint, a --draft model, "
+                          "--prompt or --prompt-file")
     if args.random_draft and not args.random_target:
         raise ConfigError("--random-draft goes with --random-target")
+    if args.random_draft and args.draft == "ngram":
+        raise ConfigError("--random-draft and --draft ngram are two drafters; give one")
+    shaped = [f"--{k.replace('_', '-')}" for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
+    if shaped and not args.random_target:
+        raise ConfigError(f"{', '.join(shaped)} shape random models (--random-target); a "
+                          "checkpoint has its own, and its prompt is --prompt or --prompt-file")
+    for k, value in RANDOM_DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, value)
 
 
 def parse_ks(text: str) -> list[int | str]:
@@ -241,6 +259,8 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
         raise ConfigError("give --checkpoint and --draft (a model or 'ngram'), or "
                           "--random-target")
     text = read_prompt(args)  # one-line errors for a file that is missing or not UTF-8
+    if text is None:
+        text = "\n"
     target, tstate = load_language_model(args.checkpoint, args.which, "bench speculative")
     tok = checkpoint_tokenizer(tstate)
     draft = "ngram"
