@@ -268,3 +268,17 @@ def test_bench_seq2seq_budget_is_a_positive_duration(budget, capsys):
     line = error_of(capsys, ["bench", "seq2seq", f"--budget={budget}", "--archs", "lstm"])
     assert "error: argument --budget: expected a positive duration" in line
     assert repr(budget) in line
+
+
+def test_bench_sample_prompt_longer_than_the_context_is_refused(capsys):
+    """A --prompt-len past the model's context was cut to its last context-length tokens in
+    silence, and the figure reported for a prompt the run never had."""
+    from scratchgpt.training.config import PRESETS
+
+    ctx = PRESETS["cpu-small"]["block_size"]
+    line = error_of(capsys, ["bench", "sample", "--prompt-len", str(ctx + 1), "--tokens", "2",
+                             "--repeats", "1"])
+    assert f"--prompt-len must be in [1, {ctx}] (the model's context), got {ctx + 1}" in line
+    assert main(["bench", "sample", "--prompt-len", str(ctx), "--tokens", "2",
+                 "--repeats", "1"]) == 0
+    capsys.readouterr()

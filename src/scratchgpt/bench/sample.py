@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                                          **{k: v for k, v in preset.items() if k in fields}))
         model.eval()
         what = f"{shape} shape, random weights"
+    _check_prompt_fits(model, args.prompt_len)
     n_params = model.num_params()
     # as sample prepares it; --compile compares the compiled step with the eager one
     model = prepare_for_decode(model, args.dtype, pack=not args.compile, native=not args.compile)
@@ -105,3 +106,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"compiled: {ratio:.2f}x the eager speed; compiling took {t_compile:.1f} s "
               "(once per process)")
     return 0
+
+
+def _check_prompt_fits(model, prompt_len: int) -> None:
+    """A prompt longer than the model's context would be cut to its last context-length
+    tokens, and the figure would time a prompt other than --prompt-len's."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.generation.decode import context_length
+
+    ctx = context_length(model)
+    if ctx is not None and prompt_len > ctx:
+        raise ConfigError(f"--prompt-len must be in [1, {ctx}] (the model's context), got "
+                          f"{prompt_len}")
