@@ -382,6 +382,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("bench finetune --suite synthetic --base an LSTM run",
      lambda c: ["bench", "finetune", "--suite", "synthetic", "--base", c["lstm"], "--out",
                 c["root"] / "out" / "bf"], "lstm"),
+    # a text file is no prepared dataset: it was called "no such directory" though it exists
+    ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
+                                               c["root"] / "out" / "t", *TINY],
+     "prepare it first: scratchgpt prepare --data"),
     # prepare
     ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
                                               c["root"] / "out" / "p1"], "single character"),

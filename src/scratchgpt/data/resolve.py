@@ -47,6 +47,9 @@ def resolve_dataset(name_or_path: str | None,
         if log is not None:  # a folder of the user's own, named like a dataset
             log(f"note: the folder {path} is not a prepared dataset; using the named "
                 f"dataset {name!r}")
+    if path.is_file() and name not in sources.DATASET_NAMES:
+        raise DataError(f"--dataset {name} is a file, not a prepared dataset directory; "
+                        f"prepare it first: scratchgpt prepare --data {name} --out DIR")
     if name not in sources.DATASET_NAMES:
         raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
                         f"dataset ({', '.join(sources.DATASET_NAMES)})"
