@@ -282,3 +282,18 @@ def test_bench_sample_prompt_longer_than_the_context_is_refused(capsys):
     assert main(["bench", "sample", "--prompt-len", str(ctx), "--tokens", "2",
                  "--repeats", "1"]) == 0
     capsys.readouterr()
+
+
+def test_bench_speculative_header_reads_as_words(capsys):
+    """The header showed a Python dict of the sampling settings, "(0.00M)" for a drafter with
+    no weights and "1 threads"."""
+    from scratchgpt.bench.speculative import print_report
+
+    print_report({"target": "random GPT 1,2,32", "target_params": 12_345, "draft": "ngram",
+                  "draft_params": 0, "prompt_tokens": 64, "tokens": 8, "repeats": 1,
+                  "sampling": {"temperature": 0.8, "top_k": None, "top_p": 0.9},
+                  "threads": 1, "dtype": "fp32", "draft_dtype": "fp32", "compiled": [],
+                  "results": []})
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "draft ngram (no weights)" in header and "; 1 thread;" in header
+    assert "sampling: temperature 0.8, top-k off, top-p 0.9;" in header

@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
             if i:  # the first run warms up allocators and kernels
                 times[name].append(time.perf_counter() - t)
             assert out.shape[1] == args.prompt_len + args.tokens
+    threads = torch.get_num_threads()
     print(f"model: {what}, {n_params:,} parameters, {args.dtype}, "
-          f"{torch.get_num_threads()} threads; decode step: {describe(model)}")
+          f"{threads} thread{'s' if threads != 1 else ''}; decode step: {describe(model)}")
     for name, ts in times.items():
         med = statistics.median(ts)
         label = f"{name}: " if args.compile else ""

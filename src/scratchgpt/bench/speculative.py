@@ -402,10 +402,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(r: dict[str, Any]) -> None:
+    draft_size = f"{r['draft_params'] / 1e6:.2f}M" if r["draft_params"] else "no weights"
+    sampling = ", ".join(f"{k.replace('_', '-')} {'off' if v is None else v}"
+                         for k, v in r["sampling"].items())
+    threads = f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}"
     print(f"target {r['target']} ({r['target_params'] / 1e6:.2f}M params), draft {r['draft']} "
-          f"({r['draft_params'] / 1e6:.2f}M); prompt {r['prompt_tokens']} tokens, "
-          f"{r['tokens']} tokens x {r['repeats']} runs per K and method; sampling "
-          f"{r['sampling']}; {r['threads']} threads; target {r['dtype']}, draft "
+          f"({draft_size}); prompt {r['prompt_tokens']} tokens, "
+          f"{r['tokens']} tokens x {r['repeats']} runs per K and method; sampling: "
+          f"{sampling}; {threads}; target {r['dtype']}, draft "
           f"{r['draft_dtype']}; compiled steps: {', '.join(r['compiled']) or 'none'}")
     print(f"{'K':>4s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "
           f"{'decode ms':>9s} {'scr/dec':>7s} {'theory':>6s} {'theory*':>7s} {'measured':>8s} "
