@@ -277,11 +277,7 @@ class RunDir:
     def _recorded_config(self) -> dict[str, Any]:
         """The run's config.json as it is, or {} where it is missing or unreadable (it is
         for people to read; the checkpoints are the run's truth)."""
-        try:
-            found = json_loads(self.file(CONFIG_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return found if isinstance(found, dict) else {}
+        return _read_json_object(self.file(CONFIG_FILE))
 
     def save_tokenizer(self, tokenizer: Any) -> None:
         """The tokenizer's files (``tokenizer.json``, ``merges.txt``), each replaced atomically:
@@ -335,13 +331,19 @@ class RunDir:
         return last
 
 
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or {} where it is missing, unreadable or no object."""
+    try:
+        found = json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _is_run_config(path: Path) -> bool:
     """True if ``path`` is a config.json that :func:`run_config` wrote."""
-    try:
-        config = json_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and {"run_id", "model", "train"} <= config.keys() \
+    config = _read_json_object(path)
+    return {"run_id", "model", "train"} <= config.keys() \
         and isinstance(config["model"], dict) and "type" in config["model"]
 
 
