@@ -14,6 +14,7 @@ error when given with a different value.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +50,12 @@ class Settings:
     @property
     def explicit(self) -> dict[str, Any]:
         """What the config file and the flags set (the preset left out)."""
+        return {**self._from_file, **(self.flags or {})}
+
+    @functools.cached_property
+    def _from_file(self) -> dict[str, Any]:
+        """The config file's settings, checked; read once (a run's settings are named and
+        layered many times over)."""
         from_file = load_config_file(self.config_file) if self.config_file else {}
         unknown = set(from_file) - known_settings()
         if unknown:
@@ -61,7 +68,7 @@ class Settings:
         budget = from_file.get("time_budget")
         if isinstance(budget, (int, float)) and not isinstance(budget, bool):
             from_file["time_budget"] = f"{budget}s"  # a number in a file: seconds
-        return {**from_file, **(self.flags or {})}
+        return from_file
 
     @property
     def given(self) -> dict[str, Any]:
@@ -74,9 +81,9 @@ class Settings:
         >>> Settings(flags={"n_embd": 64}).name_of("n_embd")
         '--n-embd'
         """
-        if key in (self.flags or {}) or key not in self.explicit:
-            return "--" + key.replace("_", "-")
-        return f"{key} in {self.config_file}"
+        if key in self._from_file and key not in (self.flags or {}):
+            return f"{key} in {self.config_file}"
+        return "--" + key.replace("_", "-")
 
     @contextlib.contextmanager
     def naming_errors(self) -> Iterator[None]:
@@ -86,7 +93,7 @@ class Settings:
         try:
             yield
         except ConfigError as e:
-            from_file = set(self.explicit) - set(self.flags or {})
+            from_file = set(self._from_file) - set(self.flags or {})
             raise ConfigError(rename_setting(
                 str(e), lambda k: f"{k} in {self.config_file}" if k in from_file else None)
             ) from None
