@@ -167,14 +167,15 @@ def _guarded(argv: Sequence[str] | None, entry: bool) -> int:
 
 def _main(argv: Sequence[str] | None, entry: bool) -> int:
     command, chosen = "scratchgpt", None
+    argv = sys.argv[1:] if argv is None else list(argv)
     if entry:
-        _start_figure_helper(sys.argv[1:] if argv is None else argv)
+        _start_figure_helper(argv)
     try:
         with sigterm_stops():
             # the command modules import torch
             with signals_held(), _collector_paused(freeze_after=entry):
                 parser = build_parser()
-            if not (sys.argv[1:] if argv is None else argv):  # a bare `scratchgpt`: the map
+            if not argv:  # a bare `scratchgpt`: the map
                 parser.print_help(sys.stderr)
                 return 2
             args = parser.parse_args(argv)
@@ -183,10 +184,7 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
             refuse_empty_paths(args)
             return int(args.func(args) or 0)
     except ScratchGPTError as e:
-        if chosen is not None:
-            return _fail(command, as_typed(str(e), chosen, sys.argv[1:] if argv is None
-                                           else argv))
-        return _fail(command, str(e))
+        return _fail(command, str(e) if chosen is None else as_typed(str(e), chosen, argv))
     except KeyboardInterrupt as e:
         stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
         print(f"{command}: {stopped}", file=sys.stderr)
