@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from scratchgpt import __version__, figure_helper
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
-from scratchgpt.validation import did_you_mean, rename_setting
+from scratchgpt.validation import did_you_mean, flag_of, rename_setting
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -230,7 +230,7 @@ def refuse_empty_paths(args: argparse.Namespace) -> None:
     for name in PATH_SETTINGS:
         value = getattr(args, name, None)
         if isinstance(value, str) and not value.strip():
-            raise ConfigError(f"--{name.replace('_', '-')} is empty (an unset shell "
+            raise ConfigError(f"{flag_of(name)} is empty (an unset shell "
                               "variable?); give a value")
     source = getattr(args, "source", None)  # convert --from FORMAT PATH
     if args.command == "convert" and source and not source[1].strip():

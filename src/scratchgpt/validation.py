@@ -115,12 +115,21 @@ def _bounds(low: float, high: float, low_open: bool, high_open: bool) -> str:
     return f"in {lo}{_num(low)}, {_num(high)}{hi}"
 
 
+def flag_of(name: str) -> str:
+    """The command-line flag of the setting or argparse destination ``name``.
+
+    >>> flag_of("batch_size")
+    '--batch-size'
+    """
+    return "--" + name.replace("_", "-")
+
+
 def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:
     """``message`` with the setting it opens with ("batch_size must ...", "time_budget: ...")
     named as ``rename`` calls it, where it has a name for it (not None): the configs name
     settings by field, and only their caller knows whether the user wrote a flag or a key.
 
-    >>> rename_setting("batch_size must be >= 1, got 0", lambda k: "--" + k.replace("_", "-"))
+    >>> rename_setting("batch_size must be >= 1, got 0", flag_of)
     '--batch-size must be >= 1, got 0'
     """
     found = re.match(r"([a-z][a-z0-9_]*)(?= must |: )", message)

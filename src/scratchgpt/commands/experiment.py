@@ -27,6 +27,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import flag_of
 
 MEMORY_CSV, MEMORY_PNG = "memory.csv", "memory.png"
 MEMORY_FILES = (MEMORY_CSV, MEMORY_PNG)
@@ -40,7 +41,7 @@ def refuse_with_quick(args: argparse.Namespace, names: set[str]) -> None:
     """``--quick`` with a flag among ``names`` (what it sets itself) is refused."""
     clash = sorted(given(args, names)) if args.quick else []
     if clash:
-        flags = " and ".join("--" + n.replace("_", "-") for n in clash)
+        flags = " and ".join(flag_of(n) for n in clash)
         raise ConfigError(f"--quick sets its own {flags}; drop --quick or {flags}")
 
 

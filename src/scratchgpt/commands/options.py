@@ -8,6 +8,8 @@ import dataclasses
 import typing
 from typing import Any
 
+from scratchgpt.validation import flag_of
+
 _TYPES = {int: int, float: float, str: str}
 
 
@@ -27,7 +29,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser | Any, cls: type,
             continue
         if seen is not None:
             seen.add(f.name)
-        flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
+        flags = [flag_of(f.name), *f.metadata.get("aliases", ())]
         typ = hints[f.name]
         default = f.default if f.default is not dataclasses.MISSING else None
         default = (shown or {}).get(f.name, show_default(default))
@@ -86,7 +88,7 @@ def lora_flags(args: argparse.Namespace) -> list[str]:
     """The LoRA flags given, as typed (``--lora``, ``--lora-rank`` ...): each turns LoRA on
     (:func:`scratchgpt.finetune.plan.lora_named` names them in an error)."""
     return (["--lora"] if args.lora else []) + [
-        "--" + name.replace("_", "-") for name in LORA_FLAGS
+        flag_of(name) for name in LORA_FLAGS
         if getattr(args, name, None) is not None]
 
 

@@ -26,6 +26,7 @@ from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
+from scratchgpt.validation import flag_of
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
@@ -227,14 +228,14 @@ def data_spec(args: argparse.Namespace, seed: int):
     given_flags = {f: getattr(args, f) for f in DATA_FLAGS if getattr(args, f) is not None}
     if args.resume:
         if given_flags:
-            flags = " ".join("--" + f.replace("_", "-") for f in given_flags)
+            flags = " ".join(flag_of(f) for f in given_flags)
             raise ConfigError(f"a resumed run keeps its pairs (drop {flags}, or start a new "
                               "run)")
         return None
     sizes = {f: v for f, v in given_flags.items() if f not in ("task", "data")}
     wrong = [f for f in sizes if (f == "valid_fraction") != bool(args.data)]
     if wrong:  # a flag for the other kind of pairs would change nothing
-        raise ConfigError(f"--{wrong[0].replace('_', '-')} applies to "
+        raise ConfigError(f"{flag_of(wrong[0])} applies to "
                           f"{'generated tasks' if args.data else 'a --data file'} only")
     # the file's absolute path: eval and --resume read it again, from any directory
     path = str(Path(args.data).resolve()) if args.data else None

@@ -19,6 +19,7 @@ import os
 
 from scratchgpt.commands.argtypes import add_which_flag, finite_float, help_text, thread_count
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import flag_of
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +72,7 @@ def config_from_args(args: argparse.Namespace):
 
     for flag in ("max_batch", "max_queue", "max_body_bytes", "max_tokens_limit"):
         if getattr(args, flag) < 1:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1")
+            raise ConfigError(f"{flag_of(flag)} must be >= 1")
     if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
         raise ConfigError("--max-prompt-tokens must be >= 1")
     if not 0 <= args.port <= 65535:

@@ -32,6 +32,7 @@ from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.job import TrainJob, check_resources
 from scratchgpt.training.settings import Settings, check_resumed_by, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+from scratchgpt.validation import flag_of
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
 
@@ -334,7 +335,7 @@ def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
     unused = unused_settings(arch, flags)
     if unused:
         raise ConfigError(f"--arch {arch} does not take "
-                          + ", ".join("--" + k.replace("_", "-") for k in unused))
+                          + ", ".join(flag_of(k) for k in unused))
 
 
 # Memory a generated pair takes once made and encoded (measured: ~0.8 KiB for reverse's

@@ -24,7 +24,7 @@ from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
-from scratchgpt.validation import rename_setting
+from scratchgpt.validation import flag_of, rename_setting
 
 # Model hyperparameters that may change when a run resumes (they hold no learned state).
 CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout", "embd_dropout"}
@@ -83,7 +83,7 @@ class Settings:
         """
         if key in self._from_file and key not in (self.flags or {}):
             return f"{key} in {self.config_file}"
-        return "--" + key.replace("_", "-")
+        return flag_of(key)
 
     @contextlib.contextmanager
     def naming_errors(self) -> Iterator[None]:
@@ -136,7 +136,7 @@ def check_flags_apply(explicit: dict[str, Any], train: TrainConfig) -> None:
     for name, on, needs in DEPENDENT_SETTINGS:
         if explicit.get(name, getattr(defaults, name)) != getattr(defaults, name) \
                 and getattr(train, on) != needs:
-            raise ConfigError(f"--{name.replace('_', '-')} applies with --{on} {needs}; this "
+            raise ConfigError(f"{flag_of(name)} applies with --{on} {needs}; this "
                               f"run has --{on} {getattr(train, on)}")
 
 
@@ -220,7 +220,7 @@ def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings)
              **{k: v for k, v in own.items() if k not in CHANGEABLE_MODEL_FIELDS}}
     changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
     if changed:
-        was = ", ".join(f"--{k.replace('_', '-')} {fixed[k]}" for k in changed)
+        was = ", ".join(f"{flag_of(k)} {fixed[k]}" for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
                           f"{was} (drop {_sources(settings, changed)}, or start a new run)")
     foreign = sorted(k for k in given if k in model_fields() and k not in own)

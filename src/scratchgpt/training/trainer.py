@@ -51,7 +51,7 @@ from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, Task
-from scratchgpt.validation import offset_seed
+from scratchgpt.validation import flag_of, offset_seed
 
 LossFn = Callable[[nn.Module, Batch], Tensor]
 
@@ -390,7 +390,7 @@ def check_no_curriculum(cfg: TrainConfig) -> None:
     command that knows its task's kind checks them before its preparations)."""
     for name in ("seq_len_warmup", "batch_size_ramp"):
         if getattr(cfg, name):
-            raise ConfigError(f"--{name.replace('_', '-')} applies to language models only "
+            raise ConfigError(f"{flag_of(name)} applies to language models only "
                               "(batches of token windows); leave it at 0 here")
     if cfg.windows != "random":
         raise ConfigError("--windows applies to language models only (batches of token "
