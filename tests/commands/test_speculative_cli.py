@@ -233,3 +233,29 @@ def test_draft_dtype_needs_a_draft_model(runs, capsys):
                      "--max-new-tokens", "5", *extra])
         err = capsys.readouterr().err
         assert code == 2 and "--draft-dtype needs --draft" in err, err
+
+
+def test_bench_speculative_without_a_prompt_starts_where_sample_does(runs, capsys):
+    """Its default prompt was a newline: on a vocabulary without one (the foreign model is
+    trained on text with no newline) the run failed with "'\\n' not in the vocabulary", of a
+    prompt nobody typed, where sample starts from a space."""
+    assert main(["bench", "speculative", "--checkpoint", str(runs["foreign"]), "--draft",
+                 "ngram", "--k", "1", "--tokens", "4", "--repeats", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == 1
+    from scratchgpt.bench.speculative import prompt_ids
+    from scratchgpt.tokenizers.char import CharTokenizer
+
+    prose, lines = CharTokenizer(list("ab c")), CharTokenizer(list("ab\n c"))
+    assert prompt_ids(prose, None, False) == prose.encode(" ")
+    assert prompt_ids(lines, None, False) == lines.encode("\n")
+    assert prompt_ids(lines, "ab c", True) == lines.encode("ab c\n\na")
+
+
+def test_bench_speculative_copy_task_needs_a_prompt(runs, capsys):
+    """--copy-task without a prompt timed a copy of the default newline: nothing to look up,
+    reported as a copy task."""
+    from tests.cli_errors import error_of
+
+    line = error_of(capsys, ["bench", "speculative", "--checkpoint", str(runs["target"]),
+                             "--draft", "ngram", "--copy-task", "--k", "1", "--tokens", "2"])
+    assert "--copy-task repeats the prompt's text: give --prompt or --prompt-file" in line

@@ -69,12 +69,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per K and method (3)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default=None,
-                     help="prompt text of checkpoints (default: a newline)")
+                     help="prompt text of checkpoints (default: as sample starts without one: "
+                          "the end-of-text token, or for character models a newline, a space "
+                          "if the vocabulary has no newline)")
     src.add_argument("--prompt-file", default=None,
                      help="read the prompt text of checkpoints from this file")
     p.add_argument("--copy-task", action="store_true",
-                   help="the prompt is the text, a blank line, then its first third again, so "
-                        "the continuation can copy the rest (where prompt lookup shines)")
+                   help="the prompt is the text (of --prompt or --prompt-file), a blank line, "
+                        "then its first third again, so the continuation can copy the rest "
+                        "(where prompt lookup shines)")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="softmax temperature of target and draft (0.8; 0 = greedy)")
     p.add_argument("--top-k", type=int, default=None,
@@ -259,8 +262,8 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
         raise ConfigError("give --checkpoint and --draft (a model or 'ngram'), or "
                           "--random-target")
     text = read_prompt(args)  # one-line errors for a file that is missing or not UTF-8
-    if text is None:
-        text = "\n"
+    if text is None and args.copy_task:  # a copy of the default start is nothing to look up
+        raise ConfigError("--copy-task repeats the prompt's text: give --prompt or --prompt-file")
     target, tstate = load_language_model(args.checkpoint, args.which, "bench speculative")
     tok = checkpoint_tokenizer(tstate)
     draft = "ngram"
@@ -269,11 +272,22 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
         check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
     params = count_params(target, draft)
     target, draft = prepare_pair(target, draft, args)
-    if args.copy_task:
-        text = text + "\n\n" + text[: max(1, len(text) // 3)]
-    return Setup(target, draft, torch.tensor([tok.encode(text)]),
+    return Setup(target, draft, torch.tensor([prompt_ids(tok, text, args.copy_task)]),
                  {"target": str(tstate.path), "draft": "ngram" if draft == "ngram"
                   else str(dstate.path)}, params)
+
+
+def prompt_ids(tok, text: str | None, copy_task: bool) -> list[int]:
+    """The prompt's tokens: ``text`` (with ``copy_task``: a blank line and its first third
+    after it), or without one where ``sample`` starts (``prompt.start_of_text``), which every
+    vocabulary encodes."""
+    from scratchgpt.generation.prompt import start_of_text
+
+    if text is None:
+        return start_of_text(tok)[0]
+    if copy_task:
+        text = text + "\n\n" + text[: max(1, len(text) // 3)]
+    return tok.encode(text)
 
 
 class Runner:
