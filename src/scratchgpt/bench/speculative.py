@@ -277,7 +277,7 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
                   else str(dstate.path)}, params)
 
 
-def prompt_ids(tok, text: str | None, copy_task: bool) -> list[int]:
+def prompt_ids(tok: Any, text: str | None, copy_task: bool) -> list[int]:
     """The prompt's tokens: ``text`` (with ``copy_task``: a blank line and its first third
     after it), or without one where ``sample`` starts (``prompt.start_of_text``), which every
     vocabulary encodes."""
