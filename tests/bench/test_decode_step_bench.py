@@ -62,3 +62,29 @@ def test_bench_decode_step_reports_each_call(capsys):
 def test_bench_decode_step_rejects_unknown_variant(capsys):
     assert main(["bench", "decode-step", *SHAPE, "--variants", "fastest"]) == 2
     assert "--variants" in capsys.readouterr().err
+
+
+def test_a_context_the_model_has_no_room_for_is_refused(capsys):
+    """--context past the room the model's positions leave beside --tokens was lowered in
+    silence to that room, and the report timed a context nobody asked for."""
+    from tests.cli_errors import error_of
+
+    shape = [a for a in SHAPE if a not in ("--context", "8")]  # block size 32
+    line = error_of(capsys, ["bench", "decode-step", *shape, "--tokens", "1,3",
+                             "--context", "30"])
+    assert "--context must be in [1, 29] (the model's 32 positions less --tokens 3), got 30" \
+        in line
+    assert main(["bench", "decode-step", *shape, "--tokens", "1,3", "--context", "29",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["context"] == 29
+    # without --context: 64 cached tokens where they fit, else the room, named in the report
+    assert main(["bench", "decode-step", *shape, "--tokens", "3", "--variants", "plain"]) == 0
+    assert "29 tokens cached" in capsys.readouterr().out
+
+
+def test_decode_step_docstring_examples_run():
+    import doctest
+
+    from scratchgpt.bench import decode_step
+
+    assert doctest.testmod(decode_step, raise_on_error=True).attempted > 0

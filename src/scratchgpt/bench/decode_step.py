@@ -61,6 +61,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 VARIANTS = ("prepared", "plain", "layout", "packed", "native")
 # the random model's shape without --preset or --checkpoint: GPT-2 124M's
 RANDOM_SHAPE = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024}
+CONTEXT = 64  # cached tokens without --context (fewer where the model has less room)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,7 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", default="1",
                    help="comma list of new tokens per call (1 = a decode step; K+1 = scoring "
                         "K drafts), e.g. 1,5")
-    p.add_argument("--context", type=int, default=64, help="tokens already in the cache (64)")
+    p.add_argument("--context", type=int, default=None,
+                   help=f"tokens already in the cache (default {CONTEXT}, or as many as the "
+                        "model's positions leave room for beside --tokens)")
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed calls per variant (default: about 2 s of calls)")
     p.add_argument("--threads", type=positive_int, default=1,
@@ -349,7 +352,7 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[int]]:
         tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     except ValueError:
         raise ConfigError(f"--tokens is a comma list of integers, got {args.tokens!r}") from None
-    if not tokens or min(tokens) < 1 or args.context < 1:
+    if not tokens or min(tokens) < 1 or (args.context is not None and args.context < 1):
         raise ConfigError("--tokens and --context must be >= 1")
     return variants, tokens
 
@@ -358,18 +361,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.bench.generate import read_bandwidth
-    from scratchgpt.errors import ConfigError
 
     variants, token_counts = _parse(args)
     torch.set_num_threads(args.threads)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
     base, what = build(args)
-    room = base.config.block_size - max(token_counts)
-    if room < 1:
-        raise ConfigError(f"--tokens {max(token_counts)} leaves no room for a cached context "
-                          f"in the model's {base.config.block_size} positions")
-    if args.context > room:
-        args.context = room
+    args.context = fit_context(args.context, max(token_counts), base.config.block_size)
     with torch.inference_mode():
         models = {v: variant_model(base, v, args.dtype) for v in variants}
         profiles = profile_calls(models, token_counts, args, clock)
@@ -382,6 +379,28 @@ def run(args: argparse.Namespace) -> int:
               "sampling_ms": {k: v / 1e6 for k, v in sampling.items()}}
     print(json.dumps(report) if args.json else format_report(report))
     return 0
+
+
+def fit_context(context: int | None, tokens: int, positions: int) -> int:
+    """The cached tokens to time: ``context`` (``--context``), refused where it and the call's
+    ``tokens`` new ones outgrow the model's ``positions``; without it :data:`CONTEXT`, or the
+    room there is (the report says which).
+
+    >>> fit_context(None, 5, 32), fit_context(27, 5, 32)
+    (27, 27)
+    """
+    from scratchgpt.errors import ConfigError
+
+    room = positions - tokens
+    if room < 1:
+        raise ConfigError(f"--tokens {tokens} leaves no room for a cached context in the "
+                          f"model's {positions} positions")
+    if context is None:
+        return min(CONTEXT, room)
+    if context > room:
+        raise ConfigError(f"--context must be in [1, {room}] (the model's {positions} "
+                          f"positions less --tokens {tokens}), got {context}")
+    return context
 
 
 def profile_calls(models: dict[str, Any], token_counts: list[int], args: argparse.Namespace,
