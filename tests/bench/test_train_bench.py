@@ -87,6 +87,19 @@ def test_bench_train_rejects_counts_it_cannot_take(flag, capsys):
     assert err.count("\n") == 1 and flag[0] in err and "Traceback" not in err
 
 
+def test_bench_train_refuses_more_rounds_than_steps(capsys):
+    """--rounds past --steps was lowered to --steps in silence: the variants took fewer turns
+    than asked. Without --rounds, its default 5 is lowered to 3 steps' 3 turns, as documented."""
+    from tests.cli_errors import error_of
+
+    line = error_of(capsys, ["bench", "train", *SHAPE, "--variants", "fp32", "--rounds", "4"])
+    assert "--rounds must be in [1, 3] (at most --steps: a step at least per turn), got 4" \
+        in line
+    from scratchgpt.bench.train import turns
+
+    assert turns(None, 3) == 3 and turns(None, 200) == 5 and turns(3, 3) == 3
+
+
 @pytest.mark.skipif(attention_kernel.load() is None, reason="fused blocks need the kernel")
 def test_the_modules_variant_is_the_same_step_without_the_fused_block(monkeypatch):
     """bf16-modules and bf16-torchops (the fused block on PyTorch's operators, which it

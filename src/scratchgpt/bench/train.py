@@ -38,6 +38,7 @@ from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
 from scratchgpt.commands.argtypes import positive_int
 
 NANOGPT_VOCAB = 65  # Tiny Shakespeare's characters, the vocabulary of nanoGPT's recipe
+ROUNDS = 5  # turns without --rounds (one per step where there are fewer steps)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,8 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="MLP activation; nanoGPT uses the exact gelu (default gelu)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per variant (200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first (20)")
-    p.add_argument("--rounds", type=int, default=5,
-                   help="turns each variant takes at its timed steps (5; at most --steps)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"turns each variant takes at its timed steps, at most --steps "
+                        f"(default {ROUNDS}, or --steps where it is fewer)")
     p.add_argument("--variants", default="fp32,bf16",
                    help="comma list of PRECISION[-compile][-muon][-modules][-torchops][-torchmm]"
                         "[-calls][-static][-1thread]"
@@ -254,6 +256,26 @@ def serial_parts(results: list[dict], threads: int) -> dict[str, dict[str, float
     return parts
 
 
+def turns(rounds: int | None, steps: int) -> int:
+    """The turns each variant takes at its ``steps`` timed steps: ``rounds`` (``--rounds``),
+    refused where some turn would have no step; without it :data:`ROUNDS`, or ``steps`` where
+    they are fewer.
+
+    >>> turns(None, 200), turns(None, 3), turns(3, 3)
+    (5, 3, 3)
+    """
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.validation import check_range
+
+    if rounds is None:
+        return min(ROUNDS, steps)
+    check_range("--rounds", rounds, 1)
+    if rounds > steps:
+        raise ConfigError(f"--rounds must be in [1, {steps}] (at most --steps: a step at least "
+                          f"per turn), got {rounds}")
+    return rounds
+
+
 def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
     """Each variant's result: its steps warmed up (a compiled one compiled) one variant after
     another, then timed taking turns, ``args.rounds`` turns of ``args.steps / args.rounds``
@@ -267,7 +289,7 @@ def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
         for _ in range(args.warmup - 1):
             step()
     times: list[list[float]] = [[] for _ in variants]
-    rounds = min(args.rounds, args.steps)  # a step at least per turn
+    rounds = args.rounds  # turns() has checked it: a step at least per turn
     for r in range(rounds):
         for (step, _), own in zip(built, times, strict=True):
             for _ in range(args.steps // rounds + (r < args.steps % rounds)):
@@ -360,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--variants names a variant twice: {args.variants}")
     check_range("--steps", args.steps, 1)
-    check_range("--rounds", args.rounds, 1)
+    args.rounds = turns(args.rounds, args.steps)
     check_range("--warmup", args.warmup, 0)
     # each variant's model and optimizer live while it is timed (AdamW's state, Muon's less)
     memory.check_fits(memory.training_estimate(gpt_config(args), args.batch_size),
