@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -421,6 +422,29 @@ def test_the_starting_command_typed_again_with_resume_resumes(ft_dir, tmp_path, 
                            capsys)
     assert code == 0, err
     assert load_checkpoint(tmp_path / "run" / "last.pt").state.step == 4
+
+
+def test_a_run_started_without_out_is_resumed_by_the_same_command(ft_dir, tmp_path, capsys,
+                                                                  monkeypatch):
+    """Without --out a run goes to runs/TASK-DATA, and the same command with --resume
+    continues it there (it was refused: '--resume needs --out'). A resume given too little
+    to name that directory says which --out to give, and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    start = ["finetune", "--task", "classify", "--init-from", ft_dir / "base", "--data",
+             ft_dir / "labels.tsv", *SMALL]
+    assert run_cli([*start, "--max-iters", "2"], capsys)[0] == 0
+    run = tmp_path / "runs" / "classify-labels"
+    code, printed, err = run_cli([*start, "--max-iters", "3", "--resume"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(run / "last.pt").state.step == 3
+    assert f"in {Path('runs', 'classify-labels')}\n" in printed
+    for given, named in ((["--task", "classify"], "runs/classify-DATA"),
+                         (["--data", ft_dir / "labels.tsv"], "runs/TASK-labels")):
+        code, _, err = run_cli(["finetune", *given, "--resume", "--max-iters", "4"], capsys)
+        assert "--out DIR, or the --task and --data" in one_line_error(code, err)
+        assert f"(a run started without --out is in {named})" in err
+    assert load_checkpoint(run / "last.pt").state.step == 3
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["classify-labels"]
 
 
 # each flag given with another value than the run's, and what the refusal says the run has

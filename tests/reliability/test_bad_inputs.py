@@ -327,6 +327,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("finetune --resume --data another file",
      lambda c: ["finetune", "--out", c["classifier"], "--resume", "--task", "classify",
                 "--data", c["label_first"]], "this run has --data"),
+    # without --out a resume finds the run in runs/TASK-DATA, which --task and --data name
+    ("finetune --resume without --out or --data",
+     lambda c: ["finetune", "--resume", "--task", "classify"],
+     "--out DIR, or the --task and --data (or --dataset) it was started with (a run started "
+     "without --out is in runs/classify-DATA)"),
     # the run's own --epochs, --split-seed ... pass a resume again; another value does not
     ("finetune --resume --epochs other than the run's",
      lambda c: ["finetune", "--out", c["classifier"], "--resume", "--split-seed", "0",

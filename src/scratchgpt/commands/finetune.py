@@ -61,7 +61,9 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
                           "$SCRATCHGPT_DATA_DIR first (sms-spam as SMSSpamCollection or "
                           "sms-spam.tsv)")
     p.add_argument("--out", default=None, help="run directory (default: runs/TASK-DATA)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly (without --out: the run the same "
+                        "--task and --data or --dataset wrote to runs/TASK-DATA)")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     p.add_argument("--merge", default=None, metavar="RUN_OR_ADAPTER",
                    help="no training: fold the LoRA adapters of this run (or adapter.pt) into "

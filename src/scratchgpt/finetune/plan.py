@@ -208,8 +208,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         raise ConfigError(f"--train {req.policy} and {lora_named(req.given_flags)} are two ways "
                           "of choosing what trains; give one")
     _check_flags_fit_the_task(req)
-    name = req.dataset or Path(req.data or "data").stem
-    out = Path(req.out) if req.out else Path("runs") / f"{req.task}-{name}"
+    out = Path(req.out) if req.out else default_out(req.task, req.data, req.dataset)
     # refused before the base is loaded and evaluated: on a large base that is minutes
     check_out_is_not_the_base(out, req.init_from, "--init-from")
     RunDir(out).check_can_begin("overwrite" if req.overwrite else "new")
@@ -241,6 +240,12 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
                     {"finetune": {"task": req.task, "init_from": req.init_from,
                                   "epochs": req.epochs}},
                     init=init, finish=partial(finish_run, verbose=log is not None))
+
+
+def default_out(task: str, data: str | None, dataset: str | None) -> Path:
+    """The run directory of a run started without --out: ``runs/TASK-DATA``, DATA the
+    --dataset's name or the --data file's name without its suffix."""
+    return Path("runs") / f"{task}-{dataset or Path(data or 'data').stem}"
 
 
 def lora_named(flags: Sequence[str]) -> str:
@@ -314,10 +319,22 @@ def _absolute(data: str | None) -> str | None:
     return str(Path(data).resolve()) if data else None
 
 
+def _resumed_out(req: FinetuneRequest) -> Path:
+    """The run a resume continues: --out, else the directory the same command wrote without
+    --out (:func:`default_out`), which its --task and --data (or --dataset) name."""
+    if req.out:
+        return Path(req.out)
+    if req.task in TASKS and (req.data or req.dataset):
+        return default_out(req.task, req.data, req.dataset)
+    data = req.dataset or (Path(req.data).stem if req.data else "DATA")
+    raise ConfigError("--resume needs the run to continue: --out DIR, or the --task and --data "
+                      "(or --dataset) it was started with (a run started without --out is in "
+                      f"runs/{req.task or 'TASK'}-{data})")
+
+
 def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
-    if not req.out:
-        raise ConfigError("--resume needs --out, the run directory to continue")
-    checkpoint = RunDir(req.out).load_last()
+    out = _resumed_out(req)
+    checkpoint = RunDir(out).load_last()
     check_resumed_by(checkpoint, "finetune")
     check_given_again(req, checkpoint)
     kind = checkpoint.data["task"]
@@ -326,7 +343,7 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     tokenizer = checkpoint.tokenizer("text")
     extra = {k: checkpoint.data.get(k) for k in ("base", "epochs")}
     factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, _gpt_of(config).block_size)
-    return TrainJob(Path(req.out), "resume", cfg, config, factory, {}, checkpoint,
+    return TrainJob(out, "resume", cfg, config, factory, {}, checkpoint,
                     finish=partial(finish_run, verbose=log is not None))
 
 
