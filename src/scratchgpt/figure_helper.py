@@ -10,8 +10,14 @@ process of a data-parallel group) or it cannot draw (it died, or the drawing fai
 :func:`draw` draws in this process, so an error surfaces exactly as it would without one.
 
 The helper reads one JSON line per figure on its stdin, ``{"figure": NAME, "args": [...]}``
-(NAME one of :data:`FIGURES`), and answers each with one line on its stdout: ``ok`` or
-``failed``. It ignores Ctrl-C (the command handles it) and ends when its stdin does, so it
+(NAME one of :data:`FIGURES`), and answers each with one JSON line on its stdout:
+``{"ok": true, "stdout": TEXT, "stderr": TEXT}``, what the drawing printed (such as a note
+that the font lacks some characters), which the command prints as the drawing would have
+in-process; or ``{"ok": false}``, and the command draws the figure again itself, saying what
+went wrong (and any note) once, as it would without a helper. The helper's own stderr goes
+nowhere: if it cannot start (matplotlib fails to import) or dies, the command draws its figures
+in-process, so the user sees a working figure, or the error of drawing it, never the helper's
+traceback. It ignores Ctrl-C (the command handles it) and ends when its stdin does, so it
 never outlives the command. ``SCRATCHGPT_FIGURE_HELPER=0`` draws every figure in-process.
 
 >>> start()                                                           # doctest: +SKIP
@@ -23,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import json
 import os
 import signal
@@ -80,12 +87,28 @@ def _drawn_by_helper(figure: str, paths: tuple[Path, ...]) -> bool:
     try:
         _helper.stdin.write(request + "\n")  # type: ignore[union-attr]
         _helper.stdin.flush()  # type: ignore[union-attr]
-        answer = _helper.stdout.readline()  # type: ignore[union-attr]
+        line = _helper.stdout.readline()  # type: ignore[union-attr]
     except OSError:  # it died (a closed pipe): not asked again
-        answer = ""
-    if not answer:
+        line = ""
+    if not line:
         stop()
-    return answer.strip() == "ok"
+    answer = _answer(line)
+    if answer.get("ok") is not True:
+        return False
+    for name in ("stdout", "stderr"):  # what drawing it here would have said
+        stream = getattr(sys, name)
+        stream.write(str(answer.get(name, "")))
+        stream.flush()
+    return True
+
+
+def _answer(line: str) -> dict[str, Any]:
+    """The helper's answer on ``line``; {} for none (it died) or one it did not write."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def _function(figure: str) -> Any:
@@ -100,13 +123,20 @@ def _serve() -> None:
 
     pyplot()
     for line in sys.stdin:
-        try:
+        print(json.dumps(_drawn(line)), flush=True)
+
+
+def _drawn(line: str) -> dict[str, Any]:
+    """Draw the figure ``line`` asks for; the answer to it (see the module's doc)."""
+    said = {"stdout": io.StringIO(), "stderr": io.StringIO()}  # (stdout carries the answers)
+    try:
+        with contextlib.redirect_stdout(said["stdout"]), \
+                contextlib.redirect_stderr(said["stderr"]):
             request = json.loads(line)
             _function(request["figure"])(*(Path(p) for p in request["args"]))
-            answer = "ok"
-        except Exception:  # the command draws it again, and reports what went wrong
-            answer = "failed"
-        print(answer, flush=True)
+    except Exception:  # the command draws it again, and says what went wrong (and the notes)
+        return {"ok": False}
+    return {"ok": True, **{name: text.getvalue() for name, text in said.items()}}
 
 
 if __name__ == "__main__":

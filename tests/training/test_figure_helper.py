@@ -61,6 +61,35 @@ def test_a_figure_that_fails_fails_here_as_it_would_without_the_helper(tmp_path,
     assert figure_helper._helper is helper and (tmp_path / "loss.png").is_file()
 
 
+def _named_in_cjk(tmp_path: Path) -> Path:
+    """metrics.csv in a run folder whose name (loss.png's title) the font has no glyphs for."""
+    run = tmp_path / "你好"
+    run.mkdir()
+    return _metrics(run / "metrics.csv")
+
+
+def test_what_the_helper_says_while_drawing_is_said_here(tmp_path, helper, capsys):
+    """The note that the title's characters show as boxes reaches this process's stderr, as
+    it does when the figure is drawn here: the helper's stderr went nowhere, so the note was
+    lost (and loss.png was the one figure that gave no such note at all)."""
+    metrics = _named_in_cjk(tmp_path)
+    plot_losses(metrics, tmp_path / "here.png")
+    here = capsys.readouterr()
+    assert here.err == ("note: 2 character(s) have no glyph in the figure's font and show as "
+                        "boxes: 你 好\n")
+    assert figure_helper._drawn_by_helper("losses", (metrics, tmp_path / "there.png"))
+    assert capsys.readouterr() == here
+
+
+def test_a_figure_the_helper_fails_to_draw_is_explained_once(tmp_path, helper, capsys):
+    """The helper keeps what a failed drawing said: the drawing here that follows says it,
+    with the error, and the user reads each once."""
+    metrics = _named_in_cjk(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        figure_helper.draw("losses", metrics, tmp_path / "no such folder" / "loss.png")
+    assert capsys.readouterr().err.count("have no glyph") == 1
+
+
 def test_switched_off_no_helper_starts(monkeypatch):
     monkeypatch.setenv(figure_helper.SWITCH, "0")
     figure_helper.start()

@@ -77,6 +77,8 @@ def plot_losses(metrics_csv: Path, out_png: Path, title: str = "") -> None:
 
 
 def _plot_losses(plt: Any, metrics_csv: Path, out_png: Path, title: str) -> None:
+    from scratchgpt.viz import note_missing_glyphs
+
     rows = read_rows(metrics_csv)
     if not rows:
         return
@@ -94,6 +96,7 @@ def _plot_losses(plt: Any, metrics_csv: Path, out_png: Path, title: str) -> None
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    note_missing_glyphs(fig)  # (the title names the run's folder, which may be in any script)
     tmp = out_png.with_name(f".{out_png.name}.plot.tmp")
     fig.savefig(tmp, format="png")
     plt.close(fig)
