@@ -212,3 +212,59 @@ def test_a_dataset_of_another_tokenizer_is_refused_with_what_to_do(run_dir, tmp_
 
     suggested = re.search(r"\(scratchgpt (prepare [^)]*)\)", msg).group(1).split()
     assert build_parser().parse_args(suggested).tokenizer_from == str(run_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(run_dir, tmp_path_factory) -> Path:
+    """The run as a Hugging Face GPT-2 directory (its tokenizer beside the weights)."""
+    out = tmp_path_factory.mktemp("hf") / "model"
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(out)]) == 0
+    return out
+
+
+def test_a_hugging_face_model_is_measured_as_the_run_it_was_converted_from(
+        run_dir, hf_dir, small_dataset, capsys):
+    """eval reads a Hugging Face directory as sample does (it refused any model not trained
+    here): the same weights on the same windows give the run's own losses."""
+    assert main(["eval", "--checkpoint", str(run_dir), "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert main(["eval", "--checkpoint", str(hf_dir), "--dataset", str(small_dataset),
+                 "--json"]) == 0
+    converted = json.loads(capsys.readouterr().out)
+    assert converted["step"] is None
+    for key in ("train_loss", "val_loss"):
+        assert converted[key] == pytest.approx(own[key], abs=1e-4)
+
+
+def test_a_hugging_face_model_needs_a_dataset_of_its_tokenizer(hf_dir, tmp_path, capsys):
+    from scratchgpt.data.prepare import prepare_text
+
+    msg = error_of(capsys, ["eval", "--checkpoint", str(hf_dir)])
+    assert "records no dataset" in msg and f"--tokenizer-from {hf_dir}" in msg
+    prepare_text("text of another vocabulary, 0123456789 " * 30, tmp_path / "other", "char")
+    msg = error_of(capsys, ["eval", "--checkpoint", str(hf_dir), "--dataset",
+                            str(tmp_path / "other")])
+    assert "tokenized differently" in msg and f"--tokenizer-from {hf_dir}" in msg
+
+
+def test_a_hugging_face_model_without_tokenizer_files_is_measured_with_a_note(
+        hf_dir, small_dataset, tmp_path, capsys):
+    """Nothing can say the dataset was tokenized as such a model was trained: a note says
+    so, and ids past the model's vocabulary are refused (they would index past its
+    embedding)."""
+    import shutil
+
+    from scratchgpt.data.prepare import prepare_text
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(hf_dir / name, bare / name)
+    assert main(["eval", "--checkpoint", str(bare), "--dataset", str(small_dataset),
+                 "--max-tokens", "200"]) == 0
+    assert "has no tokenizer files" in capsys.readouterr().err
+    wide = "".join(chr(0x4E00 + i) for i in range(300))
+    prepare_text(wide * 3, tmp_path / "wide", "char")
+    msg = error_of(capsys, ["eval", "--checkpoint", str(bare), "--dataset",
+                            str(tmp_path / "wide")])
+    assert "more than the model's" in msg

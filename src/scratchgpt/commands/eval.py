@@ -17,7 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Exact loss over every non-overlapping context window of each split of the "
                     "dataset the checkpoint was trained on (or --dataset), in fp32 (or the "
                     "inference precision --dtype: what bf16 or int8 weights cost in loss).")
-    p.add_argument("--checkpoint", required=True, help="run directory or .pt file")
+    p.add_argument("--checkpoint", required=True,
+                   help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
+                        "(then --dataset, prepared with its tokenizer: prepare --tokenizer-from)")
     add_which_flag(p)
     p.add_argument("--dataset", default=None, help="prepared dataset (default: the run's)")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from scratchgpt.checkpoints.io import load_language_model
-    from scratchgpt.errors import CheckpointError, ConfigError
+    from scratchgpt.errors import ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.allocator import keep_freed_memory
     from scratchgpt.training.task import full_split_loss, loss_by_position
@@ -54,13 +56,10 @@ def run(args: argparse.Namespace) -> int:
     model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)
     ckpt = source.checkpoint
-    if ckpt is None:
-        raise CheckpointError(f"{args.checkpoint}: eval measures language models trained here "
-                              "(a scratchgpt run or .pt file)")
-    data = dataset_of(args, ckpt)
-    block = ckpt.model_config.block_size
+    data = dataset_of(args, ckpt) if ckpt is not None else hf_dataset(args, source, model)
+    block = model.config.block_size
     data.check_block_size(block, fixed=True)
-    step = ckpt.state.step if ckpt.state is not None else None
+    step = ckpt.state.step if ckpt is not None and ckpt.state is not None else None
     figures: dict = {"checkpoint": str(source.path), "step": step, "dtype": args.dtype}
     by_position = args.by_position or args.plot is not None
     curves, losses = {}, {}
@@ -116,6 +115,36 @@ def dataset_of(args: argparse.Namespace, ckpt):
     # (a named dataset prepared now says so on stderr: stdout may be --json)
     data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr))
     check_same_tokenizer(ckpt, data)
+    return data
+
+
+def hf_dataset(args: argparse.Namespace, source, model):
+    """The prepared dataset to measure a Hugging Face model on: ``--dataset`` (such a model
+    records none), tokenized by the model directory's tokenizer; a directory without
+    tokenizer files has nothing to compare the dataset's with, which a note says, and its ids
+    must at least fit the model's vocabulary."""
+    from scratchgpt.checkpoints.hf import hf_tokenizer
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.errors import ConfigError, DataError
+
+    prepare = (f"scratchgpt prepare --data TEXT --tokenizer-from {args.checkpoint} "
+               "--out DIR")
+    if args.dataset is None:
+        raise ConfigError(f"{args.checkpoint} is a Hugging Face model, which records no "
+                          f"dataset; pass --dataset DIR, a text prepared with its tokenizer "
+                          f"({prepare})")
+    data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, file=sys.stderr))
+    own = hf_tokenizer(source.hf_dir, required=False, config=source.hf_config)
+    if own is not None and not data.tokenizer().same_as(own):
+        raise DataError(f"dataset {data.directory} was tokenized differently from the model "
+                        f"in {source.hf_dir}; prepare the text with its tokenizer ({prepare})")
+    if own is None:
+        if data.vocab_size > model.config.vocab_size:
+            raise DataError(f"dataset {data.directory} has {data.vocab_size:,} token ids, "
+                            f"more than the model's {model.config.vocab_size:,}: it was "
+                            "tokenized for another model")
+        print(f"note: {source.hf_dir} has no tokenizer files: nothing says {data.directory} "
+              "was tokenized as the model was trained", file=sys.stderr)
     return data
 
 
