@@ -39,6 +39,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import flag_of
 
 if TYPE_CHECKING:
     from scratchgpt.finetune.base import Base
@@ -145,7 +146,7 @@ def _check_suite_flags(args: argparse.Namespace) -> None:
     for dest, suites in SUITE_FLAGS.items():
         if dest in given_flags and args.suite not in suites:
             only = " only" if len(suites) == 1 else ""
-            raise ConfigError(f"--{dest.replace('_', '-')} applies to --suite "
+            raise ConfigError(f"{flag_of(dest)} applies to --suite "
                               f"{' and '.join(suites)}{only}; --suite {args.suite} does not "
                               "read it")
     if args.base is not None and args.pretrain_budget is not None:

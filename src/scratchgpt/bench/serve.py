@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import positive_int, thread_count
+from scratchgpt.validation import flag_of
 
 CHARS_65 = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -221,7 +222,7 @@ def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     for flag, most in (("prompt_tokens", limits["max_prompt_tokens"]),
                        ("max_tokens", limits["max_tokens"])):
         if getattr(args, flag) > most:
-            raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: the server "
+            raise ConfigError(f"{flag_of(flag)} {getattr(args, flag)}: the server "
                               f"takes at most {most} tokens")
     return [{"model": card["id"], "prompt": prompt, "max_tokens": args.max_tokens,
              "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
@@ -380,7 +381,7 @@ def check_args(args: argparse.Namespace) -> None:
              "prompt_tokens": math.inf if args.url else limits.max_prompt_tokens,
              "max_tokens": math.inf if args.url else limits.max_tokens}
     for flag, high in highs.items():
-        check_range(f"--{flag.replace('_', '-')}", getattr(args, flag), 1, high)
+        check_range(flag_of(flag), getattr(args, flag), 1, high)
     if args.time_limit <= 0:
         raise ConfigError("--time-limit must be > 0 seconds")
     if args.engine_only and (args.url or args.soak):

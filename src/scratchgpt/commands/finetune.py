@@ -14,6 +14,7 @@ from scratchgpt.commands.options import (
     lora_flags,
     lora_from_args,
 )
+from scratchgpt.validation import flag_of
 
 # What a run is made of, besides its base and data (FinetuneRequest's field -> its flag): the
 # flags default to None, so that a resume can tell the ones given (it compares them with the
@@ -168,6 +169,6 @@ def training_flags(args: argparse.Namespace) -> list[str]:
     from scratchgpt.training.config import train_fields
 
     dests = [*RUN_SHAPING, *sorted(given(args, train_fields()))]
-    flags = [RUN_SHAPING.get(d, "--" + d.replace("_", "-")) for d in dests
+    flags = [RUN_SHAPING.get(d, flag_of(d)) for d in dests
              if getattr(args, d) is not None]
     return flags + lora_flags(args)

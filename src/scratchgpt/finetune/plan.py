@@ -58,6 +58,7 @@ from scratchgpt.training.settings import (
     resumed_run,
 )
 from scratchgpt.training.trainer import TrainResult, check_no_curriculum
+from scratchgpt.validation import flag_of
 
 TASKS = FINETUNE_TASKS
 # Training defaults of fine-tuning (flags override them). Fine-tuning takes smaller steps than
@@ -525,7 +526,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     given = settings.explicit
     fixed = sorted(k for k in given if k in model_fields() - CHANGEABLE_MODEL_FIELDS)
     if fixed or given.get("model", "gpt") != "gpt" or settings.preset:
-        flags = " ".join("--" + k.replace("_", "-") for k in fixed) or \
+        flags = " ".join(flag_of(k) for k in fixed) or \
             ("--preset" if settings.preset else "--model")
         raise ConfigError(f"the model comes from --init-from {init_from}; drop {flags}")
     if out:
