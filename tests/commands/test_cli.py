@@ -821,3 +821,26 @@ def test_a_resume_keeps_what_config_json_says_of_how_the_run_began(small_dataset
     resumed = json.loads((out / "config.json").read_text())
     assert (resumed["preset"], resumed["config_file"]) == ("cpu-small", str(conf))
     assert resumed["train"]["max_iters"] == 10
+
+
+def test_a_run_started_without_out_is_resumed_by_the_same_command(small_dataset, tmp_path,
+                                                                  monkeypatch, capsys):
+    """Without --out a run goes to runs/<dataset name>, and the same command with --resume
+    continues it there (it was refused: '--resume needs --out'); the dataset spelt as another
+    path to the same folder names the same run. Where no such run is, the refusal says
+    where it looked and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    start = ["train", "--dataset", str(small_dataset), "--max-iters", "4", *TINY]
+    assert main(start) == 0
+    run = Path("runs") / small_dataset.name
+    assert main([*start[:-len(TINY)], "--max-iters", "6", "--resume", "--no-progress"]) == 0
+    assert torch.load(run / "last.pt", weights_only=True)["state"]["step"] == 6
+    assert f"in {run}\n" in capsys.readouterr().out
+    assert main(["train", "--dataset", f"{small_dataset}/.", "--max-iters", "8", "--resume",
+                 "--no-progress"]) == 0
+    assert torch.load(run / "last.pt", weights_only=True)["state"]["step"] == 8
+    capsys.readouterr()
+    msg = error_of(capsys, ["train", "--resume", "--max-iters", "9"])
+    assert f"--resume without --out continues {Path('runs', 'python-stdlib')} " in msg
+    assert "give --out DIR" in msg
+    assert sorted(p.name for p in Path("runs").iterdir()) == [small_dataset.name]

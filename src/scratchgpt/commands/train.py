@@ -40,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out exactly, with its own settings (from its "
                         "last.pt); flags given here change what may change (iterations, "
-                        "learning rate, budget, evaluation cadence, precision)")
+                        "learning rate, budget, evaluation cadence, precision); without "
+                        "--out, the run in runs/<dataset name>, where the same command "
+                        "without --out wrote it")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a run already in --out (the old run is kept until the new one "
                         "has written its first checkpoint)")

@@ -32,6 +32,22 @@ def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
                                        f"modules from {files[0].parent}")
 
 
+def dataset_name(name_or_path: str | None) -> str:
+    """The short name :func:`resolve_dataset` gives a dataset (a run started without --out
+    goes to ``runs/NAME``), found without preparing anything: a prepared directory's own
+    name, else the named dataset's (the default corpus for None).
+
+    >>> dataset_name("data/mytext/"), dataset_name("shakespeare")
+    ('mytext', 'shakespeare')
+    """
+    name = name_or_path or sources.DEFAULT_CORPUS
+    if name in sources.DATASET_NAMES and not (Path(name) / META_FILE).is_file():
+        return name
+    # (resolved: "--dataset ." names the folder, not "", which put the default run
+    # directory at runs/ itself)
+    return Path(name).resolve().name or "dataset"
+
+
 def resolve_dataset(name_or_path: str | None,
                     log: Callable[[str], None] | None = print) -> tuple[TokenDataset, str]:
     """A prepared dataset and its short name: a prepared directory, or a named dataset
@@ -41,9 +57,7 @@ def resolve_dataset(name_or_path: str | None,
     path = Path(name)
     if path.is_dir():
         if name not in sources.DATASET_NAMES or (path / META_FILE).is_file():
-            # (resolved: "--dataset ." names the folder, not "", which put the default run
-            # directory at runs/ itself)
-            return TokenDataset(path), path.resolve().name or "dataset"
+            return TokenDataset(path), dataset_name(name)
         if log is not None:  # a folder of the user's own, named like a dataset
             log(f"note: the folder {path} is not a prepared dataset; using the named "
                 f"dataset {name!r}")

@@ -19,7 +19,7 @@ from scratchgpt import memory
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.data.resolve import resolve_dataset
+from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
 from scratchgpt.models import ModelConfig
 from scratchgpt.signals import signals_held
@@ -97,8 +97,7 @@ def _new_lm_job(data: TokenDataset, train: TrainConfig, config: ModelConfig, out
 
 def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
                  log: Callable[[str], None] | None) -> TrainJob:
-    if not out:
-        raise ConfigError("--resume needs --out, the run directory to continue")
+    out = out or _default_out_to_resume(dataset or settings.given.get("dataset"))
     checkpoint = RunDir(out).load_last()
     check_resumed_by(checkpoint, "train")
     config, train = resumed_run(checkpoint, settings)
@@ -115,6 +114,17 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
                     partial(lm_task, data.directory, config.block_size, recorded_extra,
                             train.windows),
                     settings.sources(), checkpoint)
+
+
+def _default_out_to_resume(dataset: str | None) -> str:
+    """The run a resume without --out continues: the one the same command wrote without
+    --out, in ``runs/`` under its dataset's name."""
+    out = Path("runs") / dataset_name(dataset)
+    if not out.exists():
+        raise ConfigError(f"--resume without --out continues {out} (where a run on this "
+                          "dataset started without --out goes), and there is no run there; "
+                          "give --out DIR, the run directory to continue")
+    return str(out)
 
 
 def check_resources(train: TrainConfig, config: ModelConfig) -> None:
