@@ -132,13 +132,14 @@ def missing_glyphs(fig: Any) -> list[str]:
     return list(missing)
 
 
-def note_missing_glyphs(fig: Any) -> None:
-    """One line on stderr when some of ``fig``'s characters will show as boxes."""
+def note_missing_glyphs(fig: Any, path: str | Path) -> None:
+    """One line on stderr when some of ``fig``'s characters will show as boxes in the figure
+    written to ``path`` (a command may write several)."""
     missing = missing_glyphs(fig)
     if missing:
         shown = " ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-        print(f"note: {len(missing)} character(s) have no glyph in the figure's font and show "
-              f"as boxes: {shown}", file=sys.stderr)
+        print(f"note: {len(missing)} character(s) have no glyph in the font of {path} and "
+              f"show as boxes: {shown}", file=sys.stderr)
 
 
 def _tick_size(n: int) -> float:
@@ -332,7 +333,7 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     try:
         path = check_figure_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        note_missing_glyphs(fig)
+        note_missing_glyphs(fig, path)
         fig.savefig(path, dpi=dpi)
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None

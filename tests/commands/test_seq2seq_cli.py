@@ -108,7 +108,7 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--overwrite",
                      "--source", "3 mar 99 你", "--out", str(png)]) == 0
     assert capsys.readouterr().err.endswith(
-        "note: 1 character(s) have no glyph in the figure's font and show as boxes: 你\n")
+        f"note: 1 character(s) have no glyph in the font of {png} and show as boxes: 你\n")
 
     for action in (["translate", "--source", "x"], ["eval"]):
         with pytest.raises(SystemExit) as stop:

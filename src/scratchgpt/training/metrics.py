@@ -96,7 +96,7 @@ def _plot_losses(plt: Any, metrics_csv: Path, out_png: Path, title: str) -> None
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    note_missing_glyphs(fig)  # (the title names the run's folder, which may be in any script)
+    note_missing_glyphs(fig, out_png)  # (the title names the run's folder, which may be in any script)
     tmp = out_png.with_name(f".{out_png.name}.plot.tmp")
     fig.savefig(tmp, format="png")
     plt.close(fig)
