@@ -249,6 +249,9 @@ def test_bench_speculative_without_a_prompt_starts_where_sample_does(runs, capsy
     assert prompt_ids(prose, None, False) == prose.encode(" ")
     assert prompt_ids(lines, None, False) == lines.encode("\n")
     assert prompt_ids(lines, "ab c", True) == lines.encode("ab c\n\na")
+    # the copy task's blank line was "'\n' not in the vocabulary", of a character not typed
+    assert prompt_ids(prose, "ab c", True) == prose.encode("ab c a")
+    assert prompt_ids(CharTokenizer(list("abc")), "abc", True) == [0, 1, 2, 0]
 
 
 def test_bench_speculative_copy_task_needs_a_prompt(runs, capsys):

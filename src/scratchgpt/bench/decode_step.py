@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
+from scratchgpt.validation import flag_of
 
 # Kernels by kind (the aten / extension op names a GPT's forward and the sampler run).
 KINDS: dict[str, tuple[str, ...]] = {
@@ -70,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model shape of a training preset (e.g. cpu-small, cpu-medium), random "
                         "weights, vocabulary --vocab-size (default 65 here)")
     for flag, default in RANDOM_SHAPE.items():
-        p.add_argument(f"--{flag.replace('_', '-')}", type=positive_int, default=None,
+        p.add_argument(flag_of(flag), type=positive_int, default=None,
                        help=f"of a random model without --preset (default {default})")
     p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of a random model (default 50257, or 65 with --preset)")
@@ -280,7 +281,7 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
     """The fp32 model to time (a checkpoint, a preset's shape, or the --n-* shape) and a name."""
     from scratchgpt.models.gpt import GPT, GPTConfig
 
-    given = [f"--{k.replace('_', '-')}" for k in RANDOM_SHAPE if getattr(args, k) is not None]
+    given = [flag_of(k) for k in RANDOM_SHAPE if getattr(args, k) is not None]
     if given and (args.checkpoint or args.preset):
         from scratchgpt.errors import ConfigError
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int, thread_count
+from scratchgpt.validation import flag_of
 
 # the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
 RANDOM_DEFAULTS = {"vocab_size": 50257, "block_size": 1024, "prompt_len": 64}
@@ -75,9 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt-file", default=None,
                      help="read the prompt text of checkpoints from this file")
     p.add_argument("--copy-task", action="store_true",
-                   help="the prompt is the text (of --prompt or --prompt-file), a blank line, "
-                        "then its first third again, so the continuation can copy the rest "
-                        "(where prompt lookup shines)")
+                   help="the prompt is the text (of --prompt or --prompt-file), a blank line "
+                        "(a space where the vocabulary has no newline), then its first third "
+                        "again, so the continuation can copy the rest (where prompt lookup "
+                        "shines)")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="softmax temperature of target and draft (0.8; 0 = greedy)")
     p.add_argument("--top-k", type=int, default=None,
@@ -136,7 +138,7 @@ def check_sources(args: argparse.Namespace) -> None:
         raise ConfigError("--random-draft goes with --random-target")
     if args.random_draft and args.draft == "ngram":
         raise ConfigError("--random-draft and --draft ngram are two drafters; give one")
-    shaped = [f"--{k.replace('_', '-')}" for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
+    shaped = [flag_of(k) for k in RANDOM_DEFAULTS if getattr(args, k) is not None]
     if shaped and not args.random_target:
         raise ConfigError(f"{', '.join(shaped)} shape random models (--random-target); a "
                           "checkpoint has its own, and its prompt is --prompt or --prompt-file")
@@ -279,14 +281,15 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
 
 def prompt_ids(tok: Any, text: str | None, copy_task: bool) -> list[int]:
     """The prompt's tokens: ``text`` (with ``copy_task``: a blank line and its first third
-    after it), or without one where ``sample`` starts (``prompt.start_of_text``), which every
-    vocabulary encodes."""
+    after it; a vocabulary without newlines: a space, else nothing, between them), or without
+    one where ``sample`` starts (``prompt.start_of_text``), which every vocabulary encodes."""
     from scratchgpt.generation.prompt import start_of_text
 
     if text is None:
         return start_of_text(tok)[0]
     if copy_task:
-        text = text + "\n\n" + text[: max(1, len(text) // 3)]
+        gap = next(g for g in ("\n\n", " ", "") if not tok.unknown_count(g))
+        text = text + gap + text[: max(1, len(text) // 3)]
     return tok.encode(text)
 
 
