@@ -167,7 +167,7 @@ def train_command(stage: Stage, setup: BuildSetup, dataset: str, out: str) -> li
     (the same model, settings and seed, so the same numbers): every setting that differs from
     ``train``'s defaults, as a flag.
 
-    >>> " ".join(train_command(stages(BuildSetup())[1], BuildSetup(), "shakespeare", "r")[:8])
+    >>> " ".join(train_command(stages(BuildSetup())[1], BuildSetup(), "shakespeare", "r")[:9])
     'train --dataset shakespeare --out r --model gpt --block-size 8'
     """
     args = ["train", "--dataset", dataset, "--out", out, "--model", stage.model]
