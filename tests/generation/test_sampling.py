@@ -162,6 +162,22 @@ def test_beam_search_refuses_a_length_penalty_that_ranks_nothing(penalty):
         beam_search(_model(), torch.tensor([[4, 5]]), 2, 5, length_penalty=penalty)
 
 
+@pytest.mark.parametrize("stop", [0, "rule"])
+def test_beam_search_of_no_new_tokens_is_the_empty_continuation(stop):
+    """As generate returns the prompt alone: the search failed to prefill a cache sized for
+    the tokens it would feed (one fewer than the prompt), then had no step to report."""
+    from scratchgpt.generation.stopping import StopRule
+
+    rule = StopRule(0, eos_id=3) if stop == "rule" else stop
+    assert beam_search(_model(), torch.tensor([[4, 5, 6]]), 2, rule) == [([], 0.0)]
+
+
+@pytest.mark.parametrize("beam", [2.0, True, "2"])
+def test_beam_search_refuses_a_beam_that_is_not_a_whole_number(beam):
+    with pytest.raises(ScratchGPTError, match=f"beam must be a whole number >= 1, got {beam!r}"):
+        beam_search(_model(), torch.tensor([[4, 5]]), beam, 5)
+
+
 def test_beam_search_finds_at_least_greedy_likelihood():
     model = _model()
     prompt = torch.tensor([[4, 5]])

@@ -106,15 +106,18 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     Face's ``generate(num_beams=beam, early_stopping=True)`` (tested) while the prompt and the
     new tokens fit the context; past it the window slides as sampling's does
     (:func:`~scratchgpt.generation.decode.window_start`; a prompt longer than the context
-    keeps its last ``context`` tokens). Beam 1 is greedy, sliding included.
+    keeps its last ``context`` tokens). Beam 1 is greedy, sliding included. No new tokens
+    (``stop`` 0) is one hypothesis, the empty continuation, of log-probability 0.
     """
     stop = StopRule.of(stop)
-    if beam < 1:
-        raise GenerationError(f"beam must be >= 1, got {beam}")
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise GenerationError(f"beam must be a whole number >= 1, got {beam!r}")
     check_length_penalty(length_penalty)
     if prompt.size(0) != 1:
         raise GenerationError("beam search takes a single prompt")
     n = stop.max_new_tokens
+    if n == 0:
+        return [([], 0.0)]
     ctx = context_length(model)
     prompt_tokens = prompt[0, -ctx:].tolist() if ctx else prompt[0].tolist()
     needed = len(prompt_tokens) + n - 1  # the model reads every new token but the last
