@@ -176,6 +176,19 @@ def test_stop_rule_finds_strings_spanning_tokens_and_cuts_the_text():
         StopRule(5, stop_strings=("x",))
 
 
+def test_stop_rule_refuses_one_string_given_as_its_stop_strings():
+    """A string is a sequence of strings too: "\n\n" stopped at the first newline."""
+    with pytest.raises(ScratchGPTError, match=r"stop_strings .* write \('\\n\\n',\)"):
+        StopRule(50, stop_strings="\n\n", decode=decode_words)
+
+
+@pytest.mark.parametrize("n", [2.5, "5", True])
+def test_a_number_of_new_tokens_that_is_not_an_int_is_refused_by_name(n):
+    """2.5 failed inside torch, sizing the cache; "5" in a comparison; True made 1."""
+    with pytest.raises(ScratchGPTError, match=f"max_new_tokens must be int, got {n!r}"):
+        generate(MODELS["gpt"], torch.tensor([[1, 2]]), n, GREEDY)
+
+
 def test_beam_search_ends_hypotheses_with_the_rule():
     model = MODELS["gpt"]
     prompt = torch.tensor([[4, 5]])

@@ -114,6 +114,15 @@ def test_greedy_generation_equals_argmax_of_full_forward():
     assert torch.equal(out, seq)
 
 
+@pytest.mark.parametrize("setting,value", [("temperature", "0.8"), ("top_k", 2.5),
+                                           ("top_k", True), ("top_p", "0.9")])
+def test_sampling_settings_of_the_wrong_type_are_refused_by_name(setting, value):
+    """top_k 2.5 was accepted and failed inside torch.topk at the first token; a string
+    failed in a comparison."""
+    with pytest.raises(ScratchGPTError, match=f"{setting} must be .*, got {value!r}"):
+        SamplingConfig(**{setting: value})
+
+
 def test_beam_one_equals_greedy():
     model = _model()
     prompt = torch.tensor([[4, 5]])

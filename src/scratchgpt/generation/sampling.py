@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
+from scratchgpt.validation import check_types
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class SamplingConfig:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
+        check_types(self)  # (top_k 2.5 failed inside torch; "0.8" in a comparison)
         if not 0 <= self.temperature < math.inf:  # (NaN fails too)
             raise GenerationError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scratchgpt.errors import GenerationError
+from scratchgpt.validation import check_types
 
 # The most new tokens a command generates unless told otherwise (sample's
 # --max-new-tokens-limit): past it a typo, not a wish, is the likelier cause.
@@ -41,6 +42,10 @@ class StopRule:
     decode: Callable[[Sequence[int]], str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        check_types(self)
+        if isinstance(self.stop_strings, str):  # its characters would each be a stop string
+            raise GenerationError(f"stop_strings is a tuple of strings, got the string "
+                                  f"{self.stop_strings!r}: write ({self.stop_strings!r},)")
         if self.max_new_tokens < 0:
             raise GenerationError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         object.__setattr__(self, "stop_strings", tuple(s for s in self.stop_strings if s))
