@@ -181,6 +181,32 @@ def test_refuses_to_overwrite_another_run(small_dataset, tmp_path):
     assert res.step == 2
 
 
+@pytest.mark.parametrize("model,message", [
+    ("small vocabulary", r"vocab_size is 5, smaller than the dataset's vocabulary of \d+ ids"),
+    ("none", "a new run needs a model config"),
+    ("seq2seq", "'seq2seq' model is not a language model"),
+    ("cfg dict", "cfg is a TrainConfig"),
+])
+def test_the_python_api_refuses_what_cannot_train_before_writing(small_dataset, tmp_path,
+                                                                  model, message):
+    """Each failed inside the training loop or torch (a model of a smaller vocabulary at its
+    embedding, on the first batch), not with a line naming the argument."""
+    data = TokenDataset(small_dataset)
+    args = {"small vocabulary": (cfg(), model_config("gpt", **{**MODEL, "vocab_size": 5})),
+            "none": (cfg(), None),
+            "seq2seq": (cfg(), model_config("seq2seq", arch="lstm", src_vocab=9, tgt_vocab=9)),
+            "cfg dict": ({"max_iters": 2}, gpt(data))}[model]
+    with pytest.raises(ScratchGPTError, match=message):
+        train(*args, data, tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_python_api_trains_on_a_dataset_named_by_its_directory(small_dataset, tmp_path):
+    data = TokenDataset(small_dataset)
+    res = train(cfg(max_iters=2), gpt(data), str(small_dataset), tmp_path / "r", progress=False)
+    assert res.step == 2 and (tmp_path / "r" / "last.pt").is_file()
+
+
 def test_lr_schedule_warmup_then_cosine():
     lrs = [lr_at(s, 10, 1.0, 0.1, s / 100) for s in range(101)]
     assert lrs[0] < lrs[5] < lrs[9] <= 1.0

@@ -21,7 +21,7 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
-from scratchgpt.models import ModelConfig
+from scratchgpt.models import LM_TYPES, ModelConfig, model_type
 from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
@@ -88,11 +88,28 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
 def _new_lm_job(data: TokenDataset, train: TrainConfig, config: ModelConfig, out: Path,
                 overwrite: bool, extra: dict[str, Any] | None = None) -> TrainJob:
     """A new language-model run on ``data``, checked: the command's and the Python API's."""
+    check_model_for(config, data)
     data.check_block_size(config.block_size)
     check_resources(train, config)
     return TrainJob(out, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, config.block_size, windows=train.windows),
                     extra or {})
+
+
+def check_model_for(config: ModelConfig | None, data: TokenDataset) -> None:
+    """``config`` is a language model's that reads every id of ``data`` (a model of a smaller
+    vocabulary failed inside torch's embedding, at the first batch)."""
+    if config is None:
+        raise ConfigError("a new run needs a model config (model_config('gpt', "
+                          "vocab_size=data.vocab_size, ...)); None is for resume=True")
+    kind = model_type(config)
+    if kind not in LM_TYPES:
+        raise ConfigError(f"a {kind!r} model is not a language model; train one of "
+                          f"{', '.join(LM_TYPES)}")
+    if config.vocab_size < data.vocab_size:
+        raise ConfigError(f"the model's vocab_size is {config.vocab_size}, smaller than the "
+                          f"dataset's vocabulary of {data.vocab_size} ids in {data.directory}; "
+                          "give it vocab_size=data.vocab_size")
 
 
 def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
@@ -197,18 +214,25 @@ def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
     return trainer.fit()  # from here a signal is a request to stop after a step (StopFlag)
 
 
-def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset, out: str | Path,
-          resume: bool = False, overwrite: bool = False, progress: bool = True) -> TrainResult:
+def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str | Path,
+          out: str | Path, resume: bool = False, overwrite: bool = False,
+          progress: bool = True) -> TrainResult:
     """Train a language model from Python, with the checks and safety of ``scratchgpt train``.
 
-    On ``resume`` the run's own model and optimizer are kept (``config`` may be None) and the
-    changeable settings of ``cfg`` apply.
+    ``data`` is a prepared dataset, opened or its directory. On ``resume`` the run's own model
+    and optimizer are kept (``config`` may be None) and the changeable settings of ``cfg``
+    apply.
 
     >>> from scratchgpt.models import model_config                     # doctest: +SKIP
     >>> cfg = TrainConfig(max_iters=100)                                # doctest: +SKIP
     >>> gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=2) # doctest: +SKIP
     >>> train(cfg, gpt, data, "runs/x").val_loss                        # doctest: +SKIP
     """
+    if not isinstance(cfg, TrainConfig):
+        raise ConfigError(f"cfg is a TrainConfig (TrainConfig(max_iters=100, ...)), got "
+                          f"{type(cfg).__name__}")
+    if not isinstance(data, TokenDataset):
+        data = TokenDataset(data)
     if resume:
         flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
         plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None)
