@@ -176,6 +176,44 @@ def test_stop_rule_finds_strings_spanning_tokens_and_cuts_the_text():
         StopRule(5, stop_strings=("x",))
 
 
+def _speculative(model, prompt):
+    from scratchgpt.generation.speculative import speculative_generate
+
+    return speculative_generate(model, model, prompt, 2, GREEDY, 4)
+
+
+GENERATORS = {
+    "generate": lambda model, prompt: generate(model, prompt, 4, GREEDY),
+    "beam_search": lambda model, prompt: beam_search(model, prompt, 2, 4),
+    "speculative": _speculative,
+}
+BAD_PROMPTS = {  # what the prompt is -> what the error says
+    "one row of shape (T,)": (torch.tensor([1, 2]), r"\(batch, length\) tensor .* shape \(2,\)"),
+    "a list": ([[1, 2]], r"\(batch, length\) tensor .* got list"),
+    "float ids": (torch.tensor([[1.0, 2.0]]), "token ids are integers, got a torch.float32"),
+    "an id past the vocabulary": (torch.tensor([[1, 17]]), r"token id 17, outside .* 17 ids"),
+    "a negative id": (torch.tensor([[-1, 2]]), "token id -1, outside the model's vocabulary"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_PROMPTS)
+@pytest.mark.parametrize("how", GENERATORS)
+def test_a_prompt_that_is_not_token_ids_of_the_model_is_refused_by_what_it_is(how, what):
+    """A (T,) prompt was told it 'must contain at least one token'; a list, float ids and ids
+    outside the vocabulary failed inside Python or torch's embedding."""
+    prompt, message = BAD_PROMPTS[what]
+    with pytest.raises(ScratchGPTError, match=message):
+        GENERATORS[how](MODELS["gpt"], prompt)
+
+
+def test_generate_batch_checks_ids_and_takes_a_tensor_of_rows():
+    with pytest.raises(ScratchGPTError, match="token id 40, outside"):
+        generate_batch(MODELS["gpt"], [[1, 2], [40]], 3, GREEDY)
+    rows = torch.tensor([[1, 2], [3, 4]])
+    assert generate_batch(MODELS["gpt"], rows, 3, GREEDY) == \
+        generate_batch(MODELS["gpt"], rows.tolist(), 3, GREEDY)
+
+
 def test_stop_rule_refuses_one_string_given_as_its_stop_strings():
     """A string is a sequence of strings too: "\n\n" stopped at the first newline."""
     with pytest.raises(ScratchGPTError, match=r"stop_strings .* write \('\\n\\n',\)"):

@@ -17,7 +17,14 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import context_length, prefill, prefill_rows, window_start
+from scratchgpt.generation.decode import (
+    check_ids,
+    context_length,
+    prefill,
+    prefill_rows,
+    prompt_rows,
+    window_start,
+)
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM
 
@@ -113,13 +120,15 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
         raise GenerationError(f"beam must be a whole number >= 1, got {beam!r}")
     check_length_penalty(length_penalty)
-    if prompt.size(0) != 1:
+    rows = prompt_rows(prompt)
+    if len(rows) != 1:
         raise GenerationError("beam search takes a single prompt")
+    check_ids(model, rows)
     n = stop.max_new_tokens
     if n == 0:
         return [([], 0.0)]
     ctx = context_length(model)
-    prompt_tokens = prompt[0, -ctx:].tolist() if ctx else prompt[0].tolist()
+    prompt_tokens = rows[0][-ctx:] if ctx else rows[0]
     needed = len(prompt_tokens) + n - 1  # the model reads every new token but the last
     cache = model.new_cache(beam, min(needed, ctx) if ctx else None)
     logits = prefill(model, cache, torch.tensor([prompt_tokens] * beam))  # (beam, V)

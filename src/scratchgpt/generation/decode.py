@@ -45,6 +45,34 @@ def context_length(model: CachedLM) -> int | None:
     return cfg.block_size if isinstance(cfg, GPTConfig) else None
 
 
+def prompt_rows(prompt: Tensor) -> list[list[int]]:
+    """The token ids of a prompt tensor (B, T >= 1), one list a row; anything else (one row
+    of shape (T,), a list, float ids) is a GenerationError that says what a prompt is."""
+    if not isinstance(prompt, Tensor) or prompt.dim() != 2:
+        got = f"shape {tuple(prompt.shape)}" if isinstance(prompt, Tensor) else \
+            type(prompt).__name__
+        raise GenerationError(f"the prompt is a (batch, length) tensor of token ids, such as "
+                              f"torch.tensor([ids]); got {got}")
+    if prompt.dtype.is_floating_point or prompt.dtype.is_complex or prompt.dtype == torch.bool:
+        raise GenerationError(f"the prompt's token ids are integers, got a {prompt.dtype} "
+                              "tensor")
+    if prompt.size(1) == 0:
+        raise GenerationError("the prompt must contain at least one token")
+    return prompt.tolist()
+
+
+def check_ids(model: CachedLM, rows: Sequence[Sequence[int]]) -> None:
+    """Every id of ``rows`` is one of the model's (an id beyond its vocabulary failed inside
+    torch's embedding)."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab is None:
+        return
+    bad = next((t for r in rows for t in r if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise GenerationError(f"the prompt holds token id {bad}, outside the model's "
+                              f"vocabulary of {vocab} ids (0..{vocab - 1})")
+
+
 def slide_keep(context: int) -> int:
     """How many of the newest tokens a full window keeps when it slides: 3/4 of the context."""
     return context - context // 4
@@ -125,6 +153,7 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     stop = StopRule.of(stop)
     if any(len(p) == 0 for p in prompts):
         raise GenerationError("every prompt must contain at least one token")
+    check_ids(model, prompts)
     if not prompts or stop.max_new_tokens < 1:
         return
     ctx = context_length(model)

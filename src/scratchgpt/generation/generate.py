@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import decode
+from scratchgpt.generation.decode import decode, prompt_rows
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM
@@ -35,12 +35,11 @@ def stream(model: CachedLM, prompt: Tensor, stop: int | StopRule, cfg: SamplingC
     :mod:`scratchgpt.generation.decode`).
     """
     stop = StopRule.of(stop)
-    if prompt.dim() != 2 or prompt.size(1) == 0:
-        raise GenerationError("the prompt must contain at least one token")
-    if prompt.size(0) > 1 and stop.per_row:
+    rows = prompt_rows(prompt)
+    if len(rows) > 1 and stop.per_row:
         raise GenerationError("rows that stop on their own (end-of-text, stop strings) "
                               "go through generate_batch")
-    for _, tokens in decode(model, prompt.tolist(), stop, cfg, generator):
+    for _, tokens in decode(model, rows, stop, cfg, generator):
         yield tokens
 
 
@@ -61,6 +60,8 @@ def generate_batch(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int 
     ``stop`` says so (the token it stopped on is kept as its last). Finished rows leave the
     batch, so the steps after that are cheaper.
     """
+    if isinstance(prompts, Tensor):  # (B, T): rows of one length
+        prompts = prompt_rows(prompts)
     out: list[list[int]] = [[] for _ in prompts]
     for rows, tokens in decode(model, prompts, stop, cfg, generator):
         for b, t in zip(rows, tokens.tolist(), strict=True):

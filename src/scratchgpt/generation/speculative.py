@@ -55,7 +55,14 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.generation.decode import context_length, prefill, score, window_start
+from scratchgpt.generation.decode import (
+    check_ids,
+    context_length,
+    prefill,
+    prompt_rows,
+    score,
+    window_start,
+)
 from scratchgpt.generation.drafters import Drafter, ModelDrafter
 from scratchgpt.generation.policy import FixedK, KPolicy, PhaseTimer
 from scratchgpt.generation.sampling import SamplingConfig, draw, logits_to_probs
@@ -158,18 +165,18 @@ class SpeculativeDecoder:
     def __init__(self, target: CachedLM, draft: CachedLM | Drafter, prompt: Tensor,
                  k: int | KPolicy, cfg: SamplingConfig, generator: torch.Generator | None = None,
                  timer: PhaseTimer | None = None):
-        if prompt.dim() != 2 or prompt.size(1) == 0:
-            raise GenerationError("the prompt must contain at least one token")
-        if prompt.size(0) != 1:
+        rows = prompt_rows(prompt)
+        if len(rows) != 1:
             raise GenerationError("speculative sampling takes a single prompt (batch size 1); "
                                   "run several prompts one after another")
+        check_ids(target, rows)
         self.policy: KPolicy = FixedK(k) if isinstance(k, int) else k
         if not hasattr(draft, "propose"):  # a model: it drafts by sampling
             check_pair(target, draft)
             draft = ModelDrafter(draft, cfg, generator)
         self.target, self.drafter, self.cfg, self.generator = target, draft, cfg, generator
         self.timer = timer if timer is not None or not self.policy.needs_timer else PhaseTimer()
-        self.seq: list[int] = prompt[0].tolist()
+        self.seq: list[int] = rows[0]
         self.ctx = context_length(target)
         self.cache = target.new_cache(1, self.ctx)
         if not self.cache.rewinds:
