@@ -296,6 +296,17 @@ def test_which_best_or_last_is_that_file_or_refused(tmp_path, capsys):
     assert "has no last.pt" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("which", ["worst", "best.pt", ""])
+def test_which_other_than_best_or_last_is_refused_by_name(tmp_path, which):
+    """From Python: which="worst" was told the run had no checkpoint (best.pt or last.pt),
+    beside the run's best.pt."""
+    config = model_config("bigram", vocab_size=3)
+    save_checkpoint(tmp_path / "best.pt",
+                    Checkpoint("bigram", config, build_model(config).state_dict()))
+    with pytest.raises(CheckpointError, match=f"which is 'best', 'last' or None.*got {which!r}"):
+        load_checkpoint(tmp_path, which)
+
+
 def test_files_written_atomically_are_readable_as_the_umask_allows(tmp_path):
     """0644 under the usual umask 022, as open() makes a file: they were mkstemp's private
     0600, so another user could not read a shared run's best.pt or metrics."""

@@ -326,6 +326,9 @@ def resolve_checkpoint(path: str | Path, which: str | None = None) -> Path:
     "best" or "last" insists on that file: ``path`` must then be a run directory holding it,
     as nothing else is taken in its place."""
     path = Path(path)
+    if which not in (None, "best", "last"):  # (it looked for WHICH.pt and named the others)
+        raise CheckpointError(f"which is 'best', 'last' or None (the run's best.pt, or its "
+                              f"last.pt before it has one), got {which!r}")
     if which is not None and path.is_file():
         raise CheckpointError(f"{path} is a checkpoint file; --which {which} picks a run "
                               f"directory's {which}.pt (name the directory, or drop --which)")
