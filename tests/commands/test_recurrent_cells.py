@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scratchgpt.cli import main
+from tests.cli_errors import error_of
 
 TINY = ["--model", "lstm", "--n-layer", "2", "--hidden", "16", "--block-size", "16",
         "--batch-size", "4", "--max-iters", "20", "--eval-interval", "10", "--eval-iters", "2",
@@ -96,6 +97,15 @@ def test_memory_refuses_a_forget_bias_without_an_lstm(tmp_path, capsys):
                  "5", "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cells rnn gru has no LSTM" in err[0], err
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("bias", ["nan", "inf", "-inf"])
+def test_memory_forget_bias_is_a_finite_number(bias, tmp_path, capsys):
+    """A NaN bias was refused as "must be >= -inf, got nan", a bound it does not break."""
+    err = error_of(capsys, ["experiment", "memory", "--quick", f"--forget-bias={bias}",
+                            "--out", str(tmp_path / "m")])
+    assert f"--forget-bias: expected a finite number, got '{bias}'" in err, err
     assert not (tmp_path / "m").exists()
 
 

@@ -354,6 +354,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("experiment memory --cells lstm lstm",
      lambda c: ["experiment", "memory", "--quick", "--cells", "lstm", "rnn", "lstm", "--out",
                 c["root"] / "out" / "m"], "--cells names lstm more than once"),
+    # a bias beyond float32 was a traceback, once the RNN before the LSTM had trained
+    ("experiment memory --forget-bias 1e300",
+     lambda c: ["experiment", "memory", "--quick", "--forget-bias", "1e300", "--out",
+                c["root"] / "out" / "m"], "--forget-bias must be in [-100, 100]"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import (
+    finite_float,
     help_text,
     new_tokens,
     positive_int,
@@ -76,8 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="units in each network's hidden state (default 64)")
     m.add_argument("--steps", type=positive_int, default=None,
                    help="training steps per model (default 600)")
-    m.add_argument("--forget-bias", type=float, default=None,
-                   help="initial LSTM forget-gate bias (default 1.0; torch's init is ~0)")
+    m.add_argument("--forget-bias", type=finite_float, default=None,
+                   help="initial LSTM forget-gate bias, -100 to 100 (default 1.0; torch's "
+                        "init is ~0)")
     m.add_argument("--mixed", action="store_true",
                    help="train one model on all lengths at once instead of one model per length "
                         "(the short sequences then teach the RNN what to keep, and it copes)")

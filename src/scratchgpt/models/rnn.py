@@ -39,6 +39,10 @@ from scratchgpt.validation import check_range
 CELLS = ("rnn", "lstm", "gru")
 # How the recurrence runs: torch's fused modules, or the cells below (see Recurrent).
 CELL_IMPLS = ("torch", "scratch")
+# The largest forget-gate bias taken, either sign: from about 17 on, sigmoid rounds to 1 in
+# float32, so a bias beyond 100 starts the gate no more open (or shut) than 100 does; far
+# beyond it (1e300) the bias does not fit in a float32 parameter at all.
+FORGET_BIAS_MAX = 100.0
 
 # h for rnn/gru, (h, c) for lstm; each of shape [num_layers, batch, hidden] like torch.
 HiddenState = Tensor | tuple[Tensor, Tensor]
@@ -418,7 +422,7 @@ class RecurrentClassifierConfig:
         for name in ("vocab_size", "n_classes", "hidden", "embed_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        check_range("forget_bias", self.forget_bias)
+        check_range("forget_bias", self.forget_bias, -FORGET_BIAS_MAX, FORGET_BIAS_MAX)
 
 
 class RecurrentClassifier(nn.Module):
