@@ -168,6 +168,22 @@ def file_target_problem(path: Path) -> str | None:
     return None
 
 
+def file_source_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as an input file, or None: it does not exist, or it is a
+    directory, a device or a pipe (each said as such, not "does not exist").
+
+    >>> file_source_problem(Path("/"))
+    'is a directory, not a file'
+    """
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return "is a directory, not a file"
+    if path.exists():
+        return "is not a regular file (a device, a pipe: give a file's path)"
+    return "does not exist"
+
+
 def _num(x: float) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"

@@ -42,8 +42,16 @@ def test_read_tsv_reports_file_and_line(tmp_path, text, line, what):
 
 
 def test_read_tsv_missing_file(tmp_path):
-    with pytest.raises(ScratchGPTError, match="no such file"):
+    with pytest.raises(ScratchGPTError, match="nope.tsv does not exist"):
         read_tsv(tmp_path / "nope.tsv")
+
+
+def test_read_tsv_says_a_folder_or_device_is_no_file(tmp_path):
+    """A folder was reported as "no such file", though it is there."""
+    with pytest.raises(ScratchGPTError, match="is a directory, not a file"):
+        read_tsv(tmp_path)
+    with pytest.raises(ScratchGPTError, match="/dev/null is not a regular file"):
+        read_tsv("/dev/null")
 
 
 def test_tokenizer_specials_unknowns_and_roundtrip():

@@ -315,6 +315,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("seq2seq train --resume of a language model's run",
      lambda c: ["seq2seq", "train", "--out", c["run"], "--resume"],
      "resume it with 'scratchgpt train --out"),
+    ("seq2seq train --data a folder",  # it was "no such file", though the folder is there
+     lambda c: ["seq2seq", "train", "--data", c["root"], "--out", c["root"] / "out" / "s",
+                "--no-progress"], "is a directory, not a file"),
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),

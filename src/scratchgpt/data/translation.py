@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scratchgpt.errors import DataError
+from scratchgpt.validation import file_source_problem
 
 Pair = tuple[str, str]
 
@@ -36,8 +37,9 @@ Pair = tuple[str, str]
 def read_tsv(path: str | Path) -> list[Pair]:
     """Read ``source<TAB>target`` lines. Empty or malformed lines raise ``DataError(file:line)``."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    problem = file_source_problem(path)
+    if problem is not None:  # a folder was "no such file", though it is there
+        raise DataError(f"{path} {problem}")
     try:
         # utf-8-sig: a byte-order mark (some editors write one) is not the first source's
         # first character

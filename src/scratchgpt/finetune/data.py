@@ -28,7 +28,7 @@ import torch
 from scratchgpt.chat import ROLES, Message, check_messages
 from scratchgpt.data import sources
 from scratchgpt.errors import DataError
-from scratchgpt.validation import json_loads
+from scratchgpt.validation import file_source_problem, json_loads
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
 TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
@@ -50,11 +50,9 @@ def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
     if bool(data) == bool(dataset):
         raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
     path = sources.fetch_named(dataset) if dataset else Path(data)
-    if not path.is_file():
-        what = ("is a directory, not a file" if path.is_dir() else
-                "is not a regular file (a device, a pipe: give a file's path)" if path.exists()
-                else "does not exist")
-        raise DataError(f"data file {path} {what}")
+    problem = file_source_problem(path)
+    if problem is not None:
+        raise DataError(f"data file {path} {problem}")
     raw = path.read_bytes()
     return decode_text(raw, str(path)), str(path), hashlib.sha256(raw).hexdigest()
 
