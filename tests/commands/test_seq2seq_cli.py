@@ -48,6 +48,36 @@ def test_a_run_is_refused_then_resumed_and_extended(checkpoint, tmp_path, capsys
     assert load_checkpoint(out / "last.pt").state.step == 20
 
 
+def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, capsys):
+    """An output that ran out of --max-len before <eos> was printed as if it were finished."""
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.training.seq2seq import translate
+
+    model, source = load_model(str(checkpoint))
+    src_tok, tgt_tok = source.checkpoint.tokenizer("source"), source.checkpoint.tokenizer("target")
+    sources = ["3 march 1999", "12/10/2001", "1 may 2000"]
+    notes = {}
+    for max_len in (1, 3, 64):
+        _, ids, _ = translate(model, sources, src_tok, tgt_tok, 1, max_len)
+        cut = [n for n, row in enumerate(ids, start=1) if row[-1] != model.config.eos_id]
+        capsys.readouterr()
+        assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                         "--max-len", str(max_len), *(f"--source={s}" for s in sources)]) == 0
+        said = capsys.readouterr()
+        assert len(said.out.splitlines()) == len(sources)
+        notes[max_len] = said.err
+        if cut:
+            numbers = ", ".join(map(str, cut))
+            assert f"{numbers} of 3 {'was' if len(cut) == 1 else 'were'} cut at --max-len " \
+                   f"{max_len}, before <eos>" in said.err, said.err
+        else:
+            assert "cut at" not in said.err, said.err
+    assert "translations 1, 2, 3 of 3 were cut at --max-len 1" in notes[1]  # no date is 0 long
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint), "--max-len", "1",
+                     "--source", "3 march 1999"]) == 0
+    assert capsys.readouterr().err == "note: the translation was cut at --max-len 1, before <eos>\n"
+
+
 def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, monkeypatch):
     from scratchgpt.training import seq2seq as seq2seq_training
 

@@ -274,11 +274,24 @@ def run_translate(args: argparse.Namespace) -> int:
 
     model, src_tok, tgt_tok, _ = _load(args)
     note_unseen(src_tok, args.source)
-    texts, _, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, args.max_len,
-                            length_penalty=args.length_penalty)
+    texts, ids, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, args.max_len,
+                              length_penalty=args.length_penalty)
     for text in texts:
         print(text)
+    cut = [n for n, row in enumerate(ids, start=1) if not _ended(row, model.config.eos_id)]
+    if cut:  # printed as if finished, a translation that ran out of room looked complete
+        numbers = ", ".join(map(str, cut))
+        which = ("the translation was" if len(ids) == 1 else
+                 f"translation {numbers} of {len(ids)} was" if len(cut) == 1 else
+                 f"translations {numbers} of {len(ids)} were")
+        print(f"note: {which} cut at --max-len {args.max_len}, before <eos>",
+              file=sys.stderr)
     return 0
+
+
+def _ended(ids: list[int], eos_id: int) -> bool:
+    """The decoded ``ids`` end in ``<eos>``: the output is whole, not cut at ``--max-len``."""
+    return bool(ids) and ids[-1] == eos_id
 
 
 def note_unseen(src_tok, sources: list[str]) -> None:
@@ -349,8 +362,8 @@ def run_attention(args: argparse.Namespace) -> int:
         fig = _alignment_figure(plt, weights, src_labels, tgt_labels,
                                 f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
     out = save_figure(fig, args.out, dpi=120)
-    ended = bool(ids[0]) and ids[0][-1] == model.config.eos_id
-    cut = "" if ended else f" (cut at --max-len {args.max_len}, before <eos>)"
+    cut = "" if _ended(ids[0], model.config.eos_id) else \
+        f" (cut at --max-len {args.max_len}, before <eos>)"
     print(f"{args.source!r} -> {texts[0]!r}{cut}")
     print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
     return 0
