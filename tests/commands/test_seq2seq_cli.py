@@ -302,7 +302,7 @@ def test_count_learns_to_count(cli_main, tmp_path, capsys):
     assert cli_main(["experiment", "count", "--out", str(tmp_path), "--prompt", "a b"]) == 2
     capsys.readouterr()
     for flags, says in ((["--modulus", "1"], "--modulus must be at least 2"),
-                        (["--steps", "3"], "--overwrite"),
+                        (["--steps", "3"], "holds count.json; pass --overwrite to replace it"),
                         (["--prompt", " "], "--prompt is empty; give the numbers"),
                         (["--out", str(tmp_path / "count.json"), "--steps", "3"], "is a file")):
         assert cli_main(["experiment", "count", "--out", str(tmp_path), *flags]) == 2

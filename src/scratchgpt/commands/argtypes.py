@@ -142,7 +142,7 @@ def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
     there = [name for name in files if (out_dir / name).exists()]
     if there and not overwrite:
         raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
-                          "replace them")
+                          f"replace {'it' if len(there) == 1 else 'them'}")
     return out_dir
 
 
