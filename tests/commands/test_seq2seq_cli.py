@@ -242,6 +242,8 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
                           (["--n-train", str(10**12)], "pairs needs about"),  # a petabyte
                           (["--valid-fraction", "0.2"], "a --data file only"),
                           (["--data", "x.tsv", "--n-test", "9"], "generated tasks only"),
+                          (["--data", "x.tsv", "--valid-fraction", "1"],
+                           "--valid-fraction must be in (0, 1), got 1.0"),
                           # a setting of another architecture would change nothing
                           (["--arch", "lstm", "--n-head", "3", "--d-ff", "64"],
                            "--arch lstm does not take --d-ff, --n-head"),

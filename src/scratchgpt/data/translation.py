@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scratchgpt.errors import DataError
-from scratchgpt.validation import file_source_problem
+from scratchgpt.validation import check_range, file_source_problem
 
 Pair = tuple[str, str]
 
@@ -252,8 +252,8 @@ class DataSpec:
             raise DataError(f"unknown task {self.task!r} (choose from {', '.join(TASKS)})")
         if self.n_train < 1 or self.n_test < 1:
             raise DataError("n_train and n_test must be >= 1")
-        if not 0.0 < self.valid_fraction < 1.0:
-            raise DataError(f"valid fraction must be in (0, 1), got {self.valid_fraction}")
+        # named as a setting, so that the refusal names the flag (it said "valid fraction")
+        check_range("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
 
     def load(self) -> tuple[list[Pair], list[Pair]]:
         """-> (training pairs, held-out pairs)."""
