@@ -78,3 +78,29 @@ def test_help_shows_no_docstring_markup():
     (``scratchgpt serve``: ...)."""
     marked = [where for where, text in _texts(build_parser(), ["scratchgpt"]) if "``" in text]
     assert marked == [], marked
+
+
+def test_train_states_every_model_types_own_default():
+    """A model flag is added once, from the first model type that has it: --n-layer said
+    "default: 6" (the GPT's) to a user training an LSTM, whose default is 2."""
+    import dataclasses
+    import re
+
+    from scratchgpt.commands.options import show_default
+    from scratchgpt.models import LM_TYPES
+
+    train = next(a for a in build_parser()._actions
+                 if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    helps = {a.dest: a.help for a in train._actions}
+    defaults: dict[str, dict[str, str]] = {}
+    for model, (cfg_cls, _) in LM_TYPES.items():
+        for f in dataclasses.fields(cfg_cls):
+            if f.init and f.default is not dataclasses.MISSING:
+                defaults.setdefault(f.name, {})[model] = show_default(f.default)
+    differing = {name: by_model for name, by_model in defaults.items()
+                 if len(set(by_model.values())) > 1}
+    assert "n_layer" in differing  # the case this guards; the check covers any other
+    for name, by_model in differing.items():
+        for model, value in by_model.items():
+            pattern = rf"\b{re.escape(value)} \([^)]*\b{model}\b"
+            assert re.search(pattern, " ".join(helps[name].split())), (name, model, helps[name])

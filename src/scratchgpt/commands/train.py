@@ -59,9 +59,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_dataclass_flags(hp, TrainConfig)
     mp = p.add_argument_group("model hyperparameters (each applies to the models that have it)")
     seen: set[str] = set()
+    shown = defaults_by_model(LM_TYPES)
     for cfg_cls, _ in LM_TYPES.values():
-        add_dataclass_flags(mp, cfg_cls, skip={"vocab_size"}, seen=seen)
+        add_dataclass_flags(mp, cfg_cls, skip={"vocab_size"}, seen=seen, shown=shown)
     p.set_defaults(func=run)
+
+
+def defaults_by_model(types: dict[str, tuple[type, Any]]) -> dict[str, str]:
+    """The default --help states for a setting the model types default differently, each
+    with the types it is theirs: "6 (gpt), 2 (rnn, lstm, gru)". The flag is added once, from
+    the first type that has it: --n-layer said "default: 6" to a user training an LSTM, which
+    gets 2."""
+    import dataclasses
+
+    from scratchgpt.commands.options import show_default
+
+    by_name: dict[str, dict[str, list[str]]] = {}
+    for model, (cfg_cls, _) in types.items():
+        for f in dataclasses.fields(cfg_cls):
+            if f.init and f.default is not dataclasses.MISSING:
+                by_name.setdefault(f.name, {}).setdefault(show_default(f.default), []).append(
+                    model)
+    return {name: ", ".join(f"{value} ({', '.join(models)})" for value, models in seen.items())
+            for name, seen in by_name.items() if len(seen) > 1}
 
 
 def run(args: argparse.Namespace) -> int:
