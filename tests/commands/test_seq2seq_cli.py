@@ -48,6 +48,21 @@ def test_a_run_is_refused_then_resumed_and_extended(checkpoint, tmp_path, capsys
     assert load_checkpoint(out / "last.pt").state.step == 20
 
 
+def test_resuming_a_finished_run_says_it_is_finished(checkpoint, tmp_path, capsys):
+    """A run resumed at its --max-iters trains no more: it printed a blank line (no final
+    evaluation, so no table) and the last summary, as if it had trained."""
+    import shutil
+
+    run = shutil.copytree(checkpoint, tmp_path / "run")
+    capsys.readouterr()
+    assert main(["seq2seq", "train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"note: {run} is already at step 15 of --max-iters 15; pass a "
+                        "larger --max-iters to train it further")
+    assert lines[1].startswith("15 steps in ") and len(lines) == 2, lines
+    assert load_checkpoint(run / "last.pt").state.step == 15
+
+
 def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, capsys):
     """An output that ran out of --max-len before <eos> was printed as if it were finished."""
     from scratchgpt.checkpoints import load_model

@@ -22,6 +22,7 @@ from scratchgpt.commands.argtypes import (
     thread_count,
 )
 from scratchgpt.commands.options import add_dataclass_flags, given, show_default
+from scratchgpt.commands.train import note_if_finished
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
@@ -206,12 +207,14 @@ def run_train(args: argparse.Namespace) -> int:
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
                         args.overwrite, args.label_smoothing)
+    note_if_finished(plan)  # it printed a blank line and the last summary, nothing more
     result = job.run(plan, progress=not args.no_progress)
     if result.interrupted:
         print(f"stopped at step {result.step}; saved {plan.out / 'last.pt'} (continue with "
               f"--out {plan.out} --resume)")
         return result.exit_code
-    print(result.report)
+    if result.report:  # (none from a run resumed with nothing left to train)
+        print(result.report)
     print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
           f"{result.val_loss:.4f}; run in {plan.out}")
     return 0

@@ -93,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
-    _note_if_finished(plan)
+    note_if_finished(plan)
     return report(job.run(plan, progress), plan.out)
 
 
-def _note_if_finished(plan: Any) -> None:
+def note_if_finished(plan: Any) -> None:
     """A resumed run that already reached its --max-iters (or time budget) trains no more:
     say so, and how to extend it, before its summary repeats the last one."""
     checkpoint = plan.checkpoint() if plan.mode == "resume" else None
