@@ -63,6 +63,26 @@ def test_resuming_a_finished_run_says_it_is_finished(checkpoint, tmp_path, capsy
     assert load_checkpoint(run / "last.pt").state.step == 15
 
 
+def test_attention_title_stays_within_the_figure():
+    """A long translation over a short source ran off both edges of the figure's title."""
+    import numpy as np
+
+    from scratchgpt.commands.seq2seq import _alignment_figure
+    from scratchgpt.viz import pyplot
+
+    plt = pyplot()
+    title = "transformer: 'abc' -> '" + "v" * 60 + "'"
+    fig = _alignment_figure(plt, np.full((64, 4), 0.25), [*"abc", "<eos>"], ["v"] * 64, title)
+    try:
+        fig.canvas.draw()
+        shown, frame = fig.axes[0].title, fig.bbox
+        box = shown.get_window_extent()
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+        assert shown.get_text().replace("\n", "").replace(" ", "") == title.replace(" ", "")
+    finally:
+        plt.close(fig)
+
+
 def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, capsys):
     """An output that ran out of --max-len before <eos> was printed as if it were finished."""
     from scratchgpt.checkpoints import load_model

@@ -375,8 +375,10 @@ def run_attention(args: argparse.Namespace) -> int:
 def _alignment_figure(plt: Any, weights: Any, src_labels: list[str], tgt_labels: list[str],
                       title: str) -> Any:
     """The cross-attention of each output token [target, source] over the source tokens."""
-    fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src_labels) + 1.5),
-                                    max(3, 0.35 * len(tgt_labels) + 1.2)))
+    import textwrap
+
+    width = max(4, 0.35 * len(src_labels) + 1.5)
+    fig, ax = plt.subplots(figsize=(width, max(3, 0.35 * len(tgt_labels) + 1.2)))
     ax.imshow(weights, cmap="gray", vmin=0, vmax=max(float(weights.max()), 1e-9), aspect="auto")
     ax.set_xticks(range(len(src_labels)), [_show(c) for c in src_labels])
     for label in ax.get_xticklabels():  # characters upright, "<eos>"/"<unk>" vertical
@@ -384,7 +386,9 @@ def _alignment_figure(plt: Any, weights: Any, src_labels: list[str], tgt_labels:
     ax.set_yticks(range(len(tgt_labels)), [_show(c) for c in tgt_labels])
     ax.set_xlabel("source")
     ax.set_ylabel("output")
-    ax.set_title(title, fontsize=9)
+    # in lines the figure's width holds (about 12 characters of 9 pt text an inch): a long
+    # translation over a short source ran off both edges, its start and end cut away
+    ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
     fig.tight_layout()
     return fig
 
