@@ -8,6 +8,7 @@ import torch
 
 from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.cli import main
+from tests.cli_errors import error_of
 
 TINY = ["--n-train", "300", "--n-test", "40", "--steps", "15", "--d-model", "16",
         "--batch-size", "32", "--warmup", "3", "--no-progress", "--threads", "1"]
@@ -81,6 +82,21 @@ def test_attention_title_stays_within_the_figure():
         assert shown.get_text().replace("\n", "").replace(" ", "") == title.replace(" ", "")
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("action", [["translate", "--source", "1 may"], ["eval"],
+                                    ["attention", "--source", "1 may", "--out", "a.png"]])
+def test_length_penalty_without_a_beam_is_refused(checkpoint, tmp_path, monkeypatch, capsys,
+                                                  action):
+    """Greedy decoding (--beam 1, the default) scores no hypotheses: --length-penalty was
+    taken and changed nothing; `sample` refused it already."""
+    monkeypatch.chdir(tmp_path)
+    for beam in ([], ["--beam", "1"]):
+        err = error_of(capsys, ["seq2seq", *action, "--checkpoint", str(checkpoint), *beam,
+                                "--length-penalty", "0.5"])
+        assert "--length-penalty scores beam search's hypotheses; it goes with --beam N > 1" \
+            in err, err
+    assert not (tmp_path / "a.png").exists()
 
 
 def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, capsys):

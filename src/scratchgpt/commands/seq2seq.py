@@ -191,8 +191,8 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
 def _add_decoding(p: argparse.ArgumentParser, max_len: int | None = 64,
                   max_len_help: str = "64") -> None:
     p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=finite_float, default=1.0,
-                   help="beam score = log p / length**penalty (default 1)")
+    p.add_argument("--length-penalty", type=finite_float, default=None,
+                   help="with --beam N > 1: beam score = log p / length**penalty (default 1)")
     p.add_argument("--max-len", type=positive_int, default=max_len,
                    help=f"longest output in tokens (default {max_len_help})")
 
@@ -272,13 +272,25 @@ def _load(args: argparse.Namespace):
     return model, ckpt.tokenizer("source"), ckpt.tokenizer("target"), ckpt.data.get("seq2seq")
 
 
+def length_penalty(args: argparse.Namespace) -> float:
+    """``--length-penalty``, which only beam search reads: refused with greedy decoding
+    (``--beam 1``, the default), where it was taken and changed nothing."""
+    if args.length_penalty is None:
+        return 1.0
+    if args.beam == 1:
+        raise ConfigError("--length-penalty scores beam search's hypotheses; it goes with "
+                          "--beam N > 1 (--beam 1 is greedy)")
+    return args.length_penalty
+
+
 def run_translate(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import translate
 
+    penalty = length_penalty(args)
     model, src_tok, tgt_tok, _ = _load(args)
     note_unseen(src_tok, args.source)
     texts, ids, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, args.max_len,
-                              length_penalty=args.length_penalty)
+                              length_penalty=penalty)
     for text in texts:
         print(text)
     cut = [n for n, row in enumerate(ids, start=1) if not _ended(row, model.config.eos_id)]
@@ -311,6 +323,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from scratchgpt.data.translation import DataSpec, read_tsv
     from scratchgpt.training.seq2seq import evaluate, format_eval
 
+    penalty = length_penalty(args)
     model, src_tok, tgt_tok, spec = _load(args)
     if args.data:
         pairs = read_tsv(args.data)
@@ -324,7 +337,7 @@ def run_eval(args: argparse.Namespace) -> int:
         _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
-                  length_penalty=args.length_penalty)
+                  length_penalty=penalty)
     print(format_eval(ev))
     errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
     for s, t, p in errors[: args.show_errors]:
@@ -336,6 +349,7 @@ def run_attention(args: argparse.Namespace) -> int:
     from scratchgpt.viz import check_figure_path, literal_text, pyplot, save_figure
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
+    penalty = length_penalty(args)
     plt = pyplot()
 
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
@@ -355,7 +369,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
     note_unseen(src_tok, [args.source])
     texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, args.max_len,
-                                 length_penalty=args.length_penalty)
+                                 length_penalty=penalty)
     weights = attn[0].numpy()  # [target tokens, source tokens]
     src_labels = list(args.source) + ["<eos>"]
     src_labels = [c if src_tok.stoi.get(c) is not None or c == "<eos>" else "<unk>"
