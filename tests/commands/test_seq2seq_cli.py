@@ -99,6 +99,22 @@ def test_length_penalty_without_a_beam_is_refused(checkpoint, tmp_path, monkeypa
     assert not (tmp_path / "a.png").exists()
 
 
+def test_eval_names_the_characters_the_model_never_saw(cli_main, checkpoint, tmp_path, capsys):
+    """Pairs of another kind than the training's scored 0% with no word why: translate
+    noted unseen source characters, eval did not, nor target characters no output holds."""
+    pairs = tmp_path / "odd.tsv"
+    pairs.write_text("3 march 1999 ☃\t1999-03-03\n4 may 2000\t2000-05-04☃\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data", str(pairs),
+                     "--show-errors", "0"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["note: 1 source character(s) the model never saw, read as <unk>: '☃'",
+                   "note: 1 target character(s) the model never wrote in training (a target "
+                   "holding one cannot be matched): '☃'"], err
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "5"]) == 0
+    assert "target character" not in capsys.readouterr().err  # its own dates: all written
+
+
 def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, capsys):
     """An output that ran out of --max-len before <eos> was printed as if it were finished."""
     from scratchgpt.checkpoints import load_model

@@ -309,14 +309,15 @@ def _ended(ids: list[int], eos_id: int) -> bool:
     return bool(ids) and ids[-1] == eos_id
 
 
-def note_unseen(src_tok, sources: list[str]) -> None:
-    """A note (stderr) naming the source characters the model never saw in training: they
-    are read as ``<unk>``, which the translation cannot carry over."""
-    unseen = sorted({c for text in sources for c in text if c not in src_tok.stoi})
+def note_unseen(tok, texts: list[str],
+                what: str = "source character(s) the model never saw, read as <unk>") -> None:
+    """A note (stderr) naming the characters of ``texts`` that ``tok`` never saw in training:
+    in sources they are read as ``<unk>``, which the translation cannot carry over; ``what``
+    words it for the other side (targets: characters no output of the model holds)."""
+    unseen = sorted({c for text in texts for c in text if c not in tok.stoi})
     if unseen:
         shown = " ".join(repr(c) for c in unseen[:10]) + (" ..." if len(unseen) > 10 else "")
-        print(f"note: {len(unseen)} source character(s) the model never saw, read as <unk>: "
-              f"{shown}", file=sys.stderr)
+        print(f"note: {len(unseen)} {what}: {shown}", file=sys.stderr)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -336,6 +337,10 @@ def run_eval(args: argparse.Namespace) -> int:
                                   "longer there; pass --data FILE.tsv")
         _, pairs = DataSpec(**spec).load()
     pairs = pairs[: args.limit] if args.limit else pairs
+    # pairs of another kind than the training's scored 0% with no word why
+    note_unseen(src_tok, [src for src, _ in pairs])
+    note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target character(s) the model never "
+                "wrote in training (a target holding one cannot be matched)")
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
                   length_penalty=penalty)
     print(format_eval(ev))
