@@ -318,6 +318,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("seq2seq train --data a folder",  # it was "no such file", though the folder is there
      lambda c: ["seq2seq", "train", "--data", c["root"], "--out", c["root"] / "out" / "s",
                 "--no-progress"], "is a directory, not a file"),
+    ("seq2seq train --max-positions shorter than the pairs",  # was a first step's error
+     lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["root"] / "out" / "s",
+                *S2S_TINY, "--max-positions", "8"],
+     "--max-positions 8 is shorter than the longest source or target"),
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),

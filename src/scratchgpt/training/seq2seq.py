@@ -323,6 +323,7 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     check_pairs_fit(spec)
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
+    check_positions(task, config)
     check_resources(cfg, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
@@ -341,6 +342,19 @@ def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
 # Memory a generated pair takes once made and encoded (measured: ~0.8 KiB for reverse's
 # strings of 10-60 letters, ~0.95 KiB for dates), rounded up.
 PAIR_BYTES = 1024
+
+
+def check_positions(task: Seq2SeqTask, config: Seq2SeqConfig) -> None:
+    """A transformer's position table covers every source (with its ``<eos>``) and target
+    (with its ``<bos>``) of the pairs: a longer one failed at the first step, in a message
+    that named neither --max-positions nor where the long sequence was."""
+    if config.arch != "transformer":
+        return
+    longest = max(max(len(x), len(y) + 1) for x, y in (*task.examples, *task.held_examples))
+    if longest > config.max_positions:
+        raise ConfigError(f"--max-positions {config.max_positions} is shorter than the "
+                          f"longest source or target of the pairs, {longest} tokens with its "
+                          f"<eos> or <bos>; give --max-positions {longest} or more")
 
 
 def check_pairs_fit(spec: DataSpec) -> None:
