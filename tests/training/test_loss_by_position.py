@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.errors import ConfigError
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.training.task import eval_batch_size, full_split_loss, loss_by_position
 
@@ -61,3 +63,23 @@ def test_a_cpu_batch_is_a_few_thousand_tokens_an_accelerator_batch_64_windows():
     cpu = torch.device("cpu")
     assert [eval_batch_size(b, cpu) for b in (64, 256, 1024, 4096)] == [32, 8, 2, 1]
     assert eval_batch_size(64, torch.device("meta")) == 64
+
+
+def test_the_window_and_device_default_to_the_models_own(small_dataset):
+    """A caller from Python had to repeat the model's block size and device, which the model
+    already knows; a shorter window is still a choice (and gives another loss)."""
+    data = TokenDataset(small_dataset)
+    model = _model(data.vocab_size, 16)
+    cpu = torch.device("cpu")
+    assert full_split_loss(model, data, "val") == full_split_loss(model, data, "val", 16, cpu)
+    assert full_split_loss(model, data, "val", 4) != full_split_loss(model, data, "val")
+    loss, curve = loss_by_position(model, data, "val")
+    assert loss == full_split_loss(model, data, "val") and curve.shape == (16,)
+
+
+def test_a_model_without_a_block_size_is_asked_for_one(small_dataset):
+    data = TokenDataset(small_dataset)
+    model = torch.nn.Sequential(torch.nn.Embedding(data.vocab_size, data.vocab_size))
+    with pytest.raises(ConfigError, match="Sequential has no config.block_size: pass block_size"):
+        full_split_loss(model, data, "val")
+    assert full_split_loss(model, data, "val", 8) > 0  # given one, it evaluates

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.data.dataset import TokenDataset, windows_at
+from scratchgpt.errors import ConfigError
 from scratchgpt.training.epochs import EpochWindows
 from scratchgpt.training.precision import autocast
 
@@ -190,12 +191,15 @@ def eval_batch_size(block_size: int, device: torch.device) -> int:
     return max(1, CPU_EVAL_TOKENS // block_size)
 
 
-def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size: int,
-                    device: torch.device, batch_size: int | None = None,
-                    max_tokens: int | None = None) -> float:
+def full_split_loss(model: nn.Module, data: TokenDataset, split: str,
+                    block_size: int | None = None, device: torch.device | None = None,
+                    batch_size: int | None = None, max_tokens: int | None = None) -> float:
     """Exact fp32 loss over every non-overlapping window of ``split`` (or its first
     ``max_tokens`` tokens' worth of windows): the number reported as *the* val loss.
-    ``batch_size``: windows per forward, by default :func:`eval_batch_size`'s."""
+    Windows of ``block_size`` tokens (by default the model's ``config.block_size``), on
+    ``device`` (by default the one its weights are on). ``batch_size``: windows per forward,
+    by default :func:`eval_batch_size`'s."""
+    block_size, device = _window_and_device(model, block_size, device)
     total, count = 0.0, 0
     for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
                                     max_tokens):
@@ -204,8 +208,9 @@ def full_split_loss(model: nn.Module, data: TokenDataset, split: str, block_size
     return total / count
 
 
-def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_size: int,
-                     device: torch.device, batch_size: int | None = None,
+def loss_by_position(model: nn.Module, data: TokenDataset, split: str,
+                     block_size: int | None = None, device: torch.device | None = None,
+                     batch_size: int | None = None,
                      max_tokens: int | None = None) -> tuple[float, Tensor]:
     """:func:`full_split_loss` (the same number, bit for bit) and, from the same pass, the
     loss at each position of the window averaged over those windows: float64 (T,).
@@ -214,6 +219,7 @@ def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_siz
     shows what context buys: high at the start of a window, where the model has next to
     nothing to go on, flat once more context stops helping. Its mean is the loss up to
     rounding."""
+    block_size, device = _window_and_device(model, block_size, device)
     sums = torch.zeros(block_size, dtype=torch.float64)
     total, windows = 0.0, 0
     for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
@@ -223,6 +229,19 @@ def loss_by_position(model: nn.Module, data: TokenDataset, split: str, block_siz
         sums += losses.double().sum(0).cpu()
         windows += y.size(0)
     return total / (windows * block_size), sums / windows
+
+
+def _window_and_device(model: nn.Module, block_size: int | None,
+                       device: torch.device | None) -> tuple[int, torch.device]:
+    """An evaluation's window length and device: those given, else the model's own."""
+    if block_size is None:
+        block_size = getattr(getattr(model, "config", None), "block_size", None)
+        if block_size is None:
+            raise ConfigError(f"a {type(model).__name__} has no config.block_size: pass "
+                              "block_size, the length of the windows to evaluate")
+    if device is None:
+        device = next(model.parameters()).device
+    return block_size, device
 
 
 class _eval_mode:
