@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import re
@@ -16,9 +17,11 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scratchgpt.errors import ConfigError
+
+T = TypeVar("T")
 
 
 def _allowed(annotation: Any) -> tuple[type, ...]:
@@ -198,6 +201,45 @@ def did_you_mean(word: str, choices: Any) -> str:
     "; did you mean 'shakespeare'?"
     >>> did_you_mean("zzz", ["train"])
     ''
+
+    A snake_case choice also answers to its initials, the usual abbreviation of a setting:
+
+    >>> did_you_mean("lr", ["learning_rate", "log_interval", "min_lr"])
+    "; did you mean 'learning_rate'?"
     """
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    choices = list(choices)
+    initials = [c for c in choices if isinstance(c, str) and "_" in c
+                and "".join(part[:1] for part in c.split("_")) == word]
+    close = initials[:1] if len(initials) == 1 else \
+        difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def refuse_unknown_fields(cls: type[T]) -> type[T]:
+    """Class decorator for a config dataclass that users build from Python: a keyword it does
+    not take is a one-line ConfigError naming it, with the field it nearly reads as, instead
+    of the dataclass's ``TypeError: __init__() got an unexpected keyword argument``.
+    (Put it above ``@dataclass``: it wraps the ``__init__`` that one writes.)
+
+    >>> @refuse_unknown_fields
+    ... @dataclasses.dataclass
+    ... class C:
+    ...     learning_rate: float = 1e-3
+    >>> C(learning_rat=0.1)
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.ConfigError: C does not take learning_rat; did you mean 'learning_rate'?
+    """
+    init = cls.__init__
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            tail = did_you_mean(unknown[0], names) if len(unknown) == 1 else ""
+            raise ConfigError(f"{cls.__name__} does not take {', '.join(unknown)}{tail}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = checked_init  # type: ignore[method-assign]
+    return cls

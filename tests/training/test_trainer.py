@@ -9,7 +9,9 @@ import torch
 from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ScratchGPTError
+from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.models import model_config
+from scratchgpt.models.gpt import GPTConfig
 from scratchgpt.training.config import TrainConfig, parse_duration
 from scratchgpt.training.job import train
 from scratchgpt.training.optim import lr_at
@@ -320,3 +322,21 @@ def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_data
         train(cfg(max_iters=4), None, data, tmp_path / "run", resume=True, progress=False)
     after = {f.name: f.read_bytes() for f in (tmp_path / "run").iterdir() if f.is_file()}
     assert after == before
+
+
+@pytest.mark.parametrize("make,keyword,message", [
+    (TrainConfig, "lr", "TrainConfig does not take lr; did you mean 'learning_rate'?"),
+    (TrainConfig, "max_iter", "TrainConfig does not take max_iter; did you mean 'max_iters'?"),
+    (TrainConfig, "zzz", "TrainConfig does not take zzz"),
+    (GPTConfig, "n_layers", "GPTConfig does not take n_layers; did you mean 'n_layer'?"),
+    (SamplingConfig, "temprature", "SamplingConfig does not take temprature; did you mean "
+                                   "'temperature'?"),
+    (lambda **kw: model_config("gpt", vocab_size=9, **kw), "n_layers",
+     "model 'gpt' does not take: n_layers; did you mean 'n_layer'?"),
+])
+def test_a_config_built_from_python_names_an_unknown_setting(make, keyword, message):
+    """Each was the dataclass's TypeError, '__init__() got an unexpected keyword argument',
+    which names no setting it does take (and was not a ScratchGPTError)."""
+    with pytest.raises(ScratchGPTError) as e:
+        make(**{keyword: 1})
+    assert str(e.value) == message

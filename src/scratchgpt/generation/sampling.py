@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from scratchgpt.errors import GenerationError
-from scratchgpt.validation import check_types
+from scratchgpt.validation import check_types, refuse_unknown_fields
 
 
+@refuse_unknown_fields
 @dataclass(frozen=True)
 class SamplingConfig:
     """temperature 0 means greedy (argmax); top_k 0/None and top_p 1.0/None mean off."""

@@ -38,7 +38,7 @@ from scratchgpt.models.rnn import (
     cell_config,
 )
 from scratchgpt.models.seq2seq import Seq2SeqConfig, build_seq2seq
-from scratchgpt.validation import check_values
+from scratchgpt.validation import check_values, did_you_mean
 
 # The language models, trained by ``scratchgpt train``: type -> (config class, model class).
 LM_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
@@ -80,7 +80,8 @@ def _build_config(cls: type, values: dict[str, Any], what: str) -> Any:
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     extra = set(values) - fields
     if extra:
-        raise ConfigError(f"{what} does not take: {', '.join(sorted(extra))}")
+        tail = did_you_mean(next(iter(extra)), fields) if len(extra) == 1 else ""
+        raise ConfigError(f"{what} does not take: {', '.join(sorted(extra))}{tail}")
     hints = typing.get_type_hints(cls)
     values = {k: _nested(hints[k], v, k) for k, v in values.items()}
     check_values(cls, values)

@@ -32,7 +32,7 @@ from scratchgpt.models import attention_kernel, fused_block
 from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
 from scratchgpt.models.positions import sinusoidal_positions
-from scratchgpt.validation import check_range
+from scratchgpt.validation import check_range, refuse_unknown_fields
 
 
 def _help(text: str) -> dict[str, str]:
@@ -44,6 +44,7 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "relu2")
 WEIGHT_INITS = ("gpt2", "torch")
 
 
+@refuse_unknown_fields
 @dataclass
 class GPTConfig:
     """Hyperparameters of the GPT decoder. Each field is also a ``scratchgpt train`` flag

@@ -20,6 +20,7 @@ from scratchgpt.validation import (
     check_range,
     check_types,
     json_loads,
+    refuse_unknown_fields,
 )
 
 
@@ -53,6 +54,7 @@ DEVICES = ("auto", "cpu", "cuda")
 LM_WINDOW_SETTINGS = frozenset({"seq_len_warmup", "batch_size_ramp", "windows"})
 
 
+@refuse_unknown_fields
 @dataclass
 class TrainConfig:
     """How a model is trained: every training in scratchgpt (language models, seq2seq,
