@@ -303,6 +303,8 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
 
     monkeypatch.setattr(Seq2SeqTask, "from_spec", never)
     for flags, reason in ((["--time-budget", "ten minutes"], "cannot read duration"),
+                          # no budget and no --max-iters: 10^12 updates, for ever
+                          (["--time-budget", ""], "--time-budget '' leaves this run no end"),
                           (["--learning-rate", "-1"], "--learning-rate must be > 0"),
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
                            "not divisible"),

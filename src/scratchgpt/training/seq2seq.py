@@ -289,7 +289,16 @@ def train_config(flags: dict[str, Any]) -> TrainConfig:
         values["max_iters"] = UNLIMITED_ITERS
         values.setdefault("time_budget", DEFAULT_BUDGET)
     values.setdefault("min_lr", MIN_LR_FRACTION * values["learning_rate"])
-    return TrainConfig(**values)
+    return check_ends(TrainConfig(**values))
+
+
+def check_ends(cfg: TrainConfig) -> TrainConfig:
+    """A run without --max-iters ends at its time budget: ``--time-budget ''`` (no budget)
+    there trained for ever (10^12 updates), its schedule stuck at the peak rate."""
+    if cfg.max_iters >= UNLIMITED_ITERS and not cfg.time_budget:
+        raise ConfigError("--time-budget '' leaves this run no end: it has no --max-iters; "
+                          "give --max-iters N or a --time-budget such as 10m")
+    return cfg
 
 
 def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | None,
@@ -373,6 +382,7 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
     check_resumed_by(checkpoint, "seq2seq")
     check_arch_takes(checkpoint.model_config.arch, flags)
     config, cfg = resumed_run(checkpoint, Settings(flags=flags))
+    check_ends(cfg)
     saved = checkpoint.data.get("label_smoothing")  # None: a run that did not record it
     if saved is not None and label_smoothing not in (None, saved):
         raise ConfigError(f"a resumed run keeps its label smoothing: this run has "
