@@ -128,16 +128,27 @@ def flag_of(name: str) -> str:
 
 
 def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:
-    """``message`` with the setting it opens with ("batch_size must ...", "time_budget: ...")
-    named as ``rename`` calls it, where it has a name for it (not None): the configs name
-    settings by field, and only their caller knows whether the user wrote a flag or a key.
+    """``message``, a refusal opening with a setting ("batch_size must ...", "time_budget:
+    ...", "n_embd (30) must ..."), with that setting and any other it names in snake_case
+    ("... by n_head (4)") named as ``rename`` calls them, where it has a name for one (not
+    None): the configs name settings by field, and only their caller knows whether the user
+    wrote a flag or a key.
 
     >>> rename_setting("batch_size must be >= 1, got 0", flag_of)
     '--batch-size must be >= 1, got 0'
+    >>> rename_setting("n_embd (30) must be divisible by n_head (4)", flag_of)
+    '--n-embd (30) must be divisible by --n-head (4)'
     """
-    found = re.match(r"([a-z][a-z0-9_]*)(?= must |: )", message)
-    name = rename(found.group(1)) if found else None
-    return message if name is None else name + message[found.end():]
+    found = re.match(r"([a-z][a-z0-9_]*)(?= must | \([^()]*\) must |: )", message)
+    if found is None:  # not a setting's refusal (e.g. a config file's, naming its keys)
+        return message
+    name = rename(found.group(1)) or found.group(1)
+    # the other settings it names: snake_case words, not inside a path or a file name
+    rest = _SNAKE_WORD.sub(lambda m: rename(m.group(0)) or m.group(0), message[found.end():])
+    return name + rest
+
+
+_SNAKE_WORD = re.compile(r"(?<![\w/.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w/-]|\.\w)")
 
 
 def json_loads(text: str | bytes) -> Any:

@@ -844,3 +844,18 @@ def test_a_run_started_without_out_is_resumed_by_the_same_command(small_dataset,
     assert f"--resume without --out continues {Path('runs', 'python-stdlib')} " in msg
     assert "give --out DIR" in msg
     assert sorted(p.name for p in Path("runs").iterdir()) == [small_dataset.name]
+
+
+def test_a_refusal_naming_two_settings_names_each_as_the_user_gave_it(small_dataset, tmp_path,
+                                                                      capsys):
+    """The GPT's "n_embd (30) must be divisible by n_head (4)" named neither flag: each
+    setting in it now reads as typed (a flag), and the one a config file gave as the file's
+    key; a refusal of the file itself keeps naming its keys."""
+    out = str(tmp_path / "run")
+    base = ["train", "--dataset", str(small_dataset), "--max-iters", "1", "--out", out]
+    msg = error_of(capsys, [*base, "--n-embd", "30", "--n-head", "4"])
+    assert msg.endswith("error: --n-embd (30) must be divisible by --n-head (4)"), msg
+    (tmp_path / "c.toml").write_text("n_embd = 30\n")
+    msg = error_of(capsys, [*base, "--config", str(tmp_path / "c.toml"), "--n-head", "4"])
+    assert f"n_embd in {tmp_path / 'c.toml'} (30) must be divisible by n_head (4)" in msg
+    assert not (tmp_path / "run").exists()

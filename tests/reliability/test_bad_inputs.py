@@ -221,7 +221,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 "--block-size", "100000"], "block"),
     ("train --overwrite with a shape that cannot be built",
      lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
-                "--n-embd", "15"], "n_embd"),
+                "--n-embd", "15"], "--n-embd (15) must be divisible by --n-head"),
     ("train --model lstm --optimizer muon (no hidden matrices for Muon)",
      lambda c: ["train", "--dataset", c["data"], "--out", c["root"] / "out" / "new",
                 "--model", "lstm", "--n-layer", "1", "--hidden", "8", "--max-iters", "1",

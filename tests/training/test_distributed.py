@@ -81,7 +81,7 @@ def test_bad_input_fails_before_processes_start(small_dataset, tmp_path, capsys)
     code = main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
                  "--nproc", "2", "--n-embd", "30", "--n-head", "4", "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "n_head" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--n-head (4)" in err
 
 
 def test_ctrl_c_stops_every_process_and_saves(small_dataset, tmp_path):
