@@ -11,7 +11,12 @@ from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.models import model_config
+from scratchgpt.models.bigram import BigramConfig
+from scratchgpt.models.classifier import GPTClassifierConfig
 from scratchgpt.models.gpt import GPTConfig
+from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig
+from scratchgpt.models.rnn import RecurrentClassifierConfig, RecurrentConfig
+from scratchgpt.models.seq2seq import Seq2SeqConfig
 from scratchgpt.training.config import TrainConfig, parse_duration
 from scratchgpt.training.job import train
 from scratchgpt.training.optim import lr_at
@@ -333,6 +338,16 @@ def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_data
                                    "'temperature'?"),
     (lambda **kw: model_config("gpt", vocab_size=9, **kw), "n_layers",
      "model 'gpt' does not take: n_layers; did you mean 'n_layer'?"),
+    # every other model's config too (a user may build any of them directly)
+    (BigramConfig, "vocab", "BigramConfig does not take vocab; did you mean 'vocab_size'?"),
+    (RecurrentConfig, "hiden", "RecurrentConfig does not take hiden; did you mean 'hidden'?"),
+    (RecurrentClassifierConfig, "n_clases", "RecurrentClassifierConfig does not take "
+                                            "n_clases; did you mean 'n_classes'?"),
+    (Seq2SeqConfig, "d_modle", "Seq2SeqConfig does not take d_modle; did you mean 'd_model'?"),
+    (GPTClassifierConfig, "n_clases", "GPTClassifierConfig does not take n_clases; did you "
+                                      "mean 'n_classes'?"),
+    (LoRAConfig, "rnak", "LoRAConfig does not take rnak; did you mean 'rank'?"),
+    (GPTLoRAConfig, "loras", "GPTLoRAConfig does not take loras; did you mean 'lora'?"),
 ])
 def test_a_config_built_from_python_names_an_unknown_setting(make, keyword, message):
     """Each was the dataclass's TypeError, '__init__() got an unexpected keyword argument',

@@ -13,8 +13,10 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import refuse_unknown_fields
 
 
+@refuse_unknown_fields
 @dataclass
 class BigramConfig:
     vocab_size: int = 65

@@ -32,10 +32,12 @@ from torch import Tensor, nn
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.lora import LoRAConfig, add_lora, freeze_all_but
+from scratchgpt.validation import refuse_unknown_fields
 
 TRAIN_POLICIES = ("all", "head", "last-k", "lora")
 
 
+@refuse_unknown_fields
 @dataclass
 class GPTClassifierConfig:
     """A GPT backbone (``gpt``: its base's config), ``n_classes`` outputs, and what trains."""

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.validation import check_range
+from scratchgpt.validation import check_range, refuse_unknown_fields
 
 # --lora-targets names -> the GPT Linear layers (module-name suffixes) they adapt
 TARGETS: dict[str, tuple[str, ...]] = {
@@ -46,6 +46,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
+@refuse_unknown_fields
 @dataclass
 class LoRAConfig:
     """LoRA's hyperparameters (each is a ``--lora-*`` flag)."""
@@ -188,6 +189,7 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 # pretraining (``gpt-lora`` in the registry)
 
 
+@refuse_unknown_fields
 @dataclass
 class GPTLoRAConfig:
     """A GPT (``gpt``, its base's config) whose ``lora.targets`` layers carry adapters; only

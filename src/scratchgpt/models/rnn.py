@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.dropout import Dropout, dropout
-from scratchgpt.validation import check_range
+from scratchgpt.validation import check_range, refuse_unknown_fields
 
 CELLS = ("rnn", "lstm", "gru")
 # How the recurrence runs: torch's fused modules, or the cells below (see Recurrent).
@@ -187,6 +187,7 @@ class Recurrent(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+@refuse_unknown_fields
 @dataclass
 class RecurrentConfig:
     """Shape of a :class:`RecurrentLM`. The embedding width equals ``hidden``.
@@ -401,6 +402,7 @@ class RecurrentLM(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
+@refuse_unknown_fields
 @dataclass
 class RecurrentClassifierConfig:
     """Shape of a :class:`RecurrentClassifier`: a sequence of ``vocab_size`` symbols in, one of

@@ -34,7 +34,7 @@ from scratchgpt.models.attention import MultiHeadAttention
 from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
-from scratchgpt.validation import check_range
+from scratchgpt.validation import check_range, refuse_unknown_fields
 
 ARCHS = ("transformer", "lstm-attention", "lstm")
 
@@ -42,6 +42,7 @@ ARCHS = ("transformer", "lstm-attention", "lstm")
 DecodeState = dict[str, Tensor]
 
 
+@refuse_unknown_fields
 @dataclass
 class Seq2SeqConfig:
     """Shape of a seq2seq model. ``d_model`` is the embedding and hidden width of every arch."""
