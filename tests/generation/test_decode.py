@@ -295,3 +295,14 @@ def test_prefill_runs_the_head_on_the_last_position_only(kind):
         nxt = torch.randint(0, 23, (2, 1))  # the caches hold the same state
         assert torch.allclose(model(nxt, cache=last_cache), model(nxt, cache=full_cache),
                               atol=1e-6)
+
+
+@pytest.mark.parametrize("cfg", [None, {"temperature": 0.8}])
+def test_sampling_settings_that_are_not_a_sampling_config_are_refused_by_name(cfg):
+    """generate(..., None) failed at the first step with "'NoneType' object has no attribute
+    'greedy'"; a dict of settings the same way."""
+    with pytest.raises(ScratchGPTError, match=r"cfg is a SamplingConfig .* got "
+                                              f"{type(cfg).__name__}"):
+        generate(MODELS["gpt"], torch.tensor([[1, 2]]), 3, cfg)
+    with pytest.raises(ScratchGPTError, match="cfg is a SamplingConfig"):
+        generate_batch(MODELS["gpt"], [[1, 2]], 3, cfg)

@@ -151,6 +151,10 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     ``context`` tokens.
     """
     stop = StopRule.of(stop)
+    if not isinstance(cfg, SamplingConfig):  # (None failed at the first step, 'no .greedy')
+        raise GenerationError(f"cfg is a SamplingConfig (SamplingConfig(temperature=0.8) or "
+                              f"SamplingConfig(temperature=0) for greedy), got "
+                              f"{type(cfg).__name__}")
     if any(len(p) == 0 for p in prompts):
         raise GenerationError("every prompt must contain at least one token")
     check_ids(model, prompts)
