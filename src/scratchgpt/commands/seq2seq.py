@@ -22,7 +22,6 @@ from scratchgpt.commands.argtypes import (
     thread_count,
 )
 from scratchgpt.commands.options import add_dataclass_flags, given, show_default
-from scratchgpt.commands.train import note_if_finished
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
@@ -207,7 +206,8 @@ def run_train(args: argparse.Namespace) -> int:
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
                         args.overwrite, args.label_smoothing)
-    note_if_finished(plan)  # it printed a blank line and the last summary, nothing more
+    if note := job.finished_note(plan):  # it printed a blank line and the last summary
+        print(note)
     result = job.run(plan, progress=not args.no_progress)
     if result.interrupted:
         print(f"stopped at step {result.step}; saved {plan.out / 'last.pt'} (continue with "

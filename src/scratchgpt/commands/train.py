@@ -93,24 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
-    note_if_finished(plan)
+    if note := job.finished_note(plan):
+        print(note)
     return report(job.run(plan, progress), plan.out)
-
-
-def note_if_finished(plan: Any) -> None:
-    """A resumed run that already reached its --max-iters (or time budget) trains no more:
-    say so, and how to extend it, before its summary repeats the last one."""
-    checkpoint = plan.checkpoint() if plan.mode == "resume" else None
-    state = checkpoint.state if checkpoint is not None else None
-    if state is None:
-        return
-    budget = plan.train.time_budget_s
-    if state.step >= plan.train.max_iters:
-        print(f"note: {plan.out} is already at step {state.step} of --max-iters "
-              f"{plan.train.max_iters}; pass a larger --max-iters to train it further")
-    elif budget and state.elapsed_s >= budget:
-        print(f"note: {plan.out} has already used its --time-budget of {budget:g} s; pass a "
-              "longer --time-budget to train it further")
 
 
 def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:

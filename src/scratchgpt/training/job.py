@@ -144,6 +144,24 @@ def _default_out_to_resume(dataset: str | None) -> str:
     return str(out)
 
 
+def finished_note(job: TrainJob) -> str | None:
+    """What to say of a resumed run that already reached its --max-iters (or time budget),
+    and so trains no more, before its summary repeats the last one: how to extend it. None
+    for any other run."""
+    checkpoint = job.checkpoint() if job.mode == "resume" else None
+    state = checkpoint.state if checkpoint is not None else None
+    if state is None:
+        return None
+    budget = job.train.time_budget_s
+    if state.step >= job.train.max_iters:
+        return (f"note: {job.out} is already at step {state.step} of --max-iters "
+                f"{job.train.max_iters}; pass a larger --max-iters to train it further")
+    if budget and state.elapsed_s >= budget:
+        return (f"note: {job.out} has already used its --time-budget of {budget:g} s; pass a "
+                "longer --time-budget to train it further")
+    return None
+
+
 def check_resources(train: TrainConfig, config: ModelConfig) -> None:
     """The device exists, computes the precision asked for, and has the memory the run needs
     (see :mod:`scratchgpt.memory`): checked before any file is touched."""
