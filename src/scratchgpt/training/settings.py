@@ -81,9 +81,14 @@ class Settings:
         >>> Settings(flags={"n_embd": 64}).name_of("n_embd")
         '--n-embd'
         """
+        return self._file_key(key) or flag_of(key)
+
+    def _file_key(self, key: str) -> str | None:
+        """``key`` as the config file names it ("n_layer in c.toml"), where the file set it
+        and no flag overrode it; else None."""
         if key in self._from_file and key not in (self.flags or {}):
             return f"{key} in {self.config_file}"
-        return flag_of(key)
+        return None
 
     @contextlib.contextmanager
     def naming_errors(self) -> Iterator[None]:
@@ -93,10 +98,7 @@ class Settings:
         try:
             yield
         except ConfigError as e:
-            from_file = set(self._from_file) - set(self.flags or {})
-            raise ConfigError(rename_setting(
-                str(e), lambda k: f"{k} in {self.config_file}" if k in from_file else None)
-            ) from None
+            raise ConfigError(rename_setting(str(e), self._file_key)) from None
 
     def sources(self) -> dict[str, Any]:
         return {"preset": self.preset, "config_file": self.config_file}
