@@ -9,6 +9,7 @@ The Python API, the whole loop from a text to a model's words (README.md, "Pytho
     load_model                            a trained model and its source (the tokenizer)
     SamplingConfig, StopRule              how to pick tokens and when to stop
     generate, stream, generate_batch      sampling, all at once or token by token
+    stream_text                           sampling, text piece by piece (any tokenizer)
     beam_search                           the likeliest continuations
     full_split_loss                       the exact loss over a dataset's split
     ScratchGPTError                       what every refusal of bad input raises
@@ -41,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "StopRule": "scratchgpt.generation.stopping",
     "generate": "scratchgpt.generation.generate",
     "stream": "scratchgpt.generation.generate",
+    "stream_text": "scratchgpt.generation.generate",
     "generate_batch": "scratchgpt.generation.generate",
     "beam_search": "scratchgpt.generation.beam",
     "full_split_loss": "scratchgpt.training.task",
@@ -50,8 +52,8 @@ _EXPORTS: dict[str, str] = {
 # (written out, as type checkers and linters read it; the tests hold it equal to _EXPORTS)
 __all__ = ["prepare_text", "TokenDataset", "build_tokenizer", "load_tokenizer", "model_config",
            "build_model", "GPTConfig", "TrainConfig", "train", "TrainResult", "load_model",
-           "SamplingConfig", "StopRule", "generate", "stream", "generate_batch", "beam_search",
-           "full_split_loss", "ScratchGPTError"]
+           "SamplingConfig", "StopRule", "generate", "stream", "stream_text", "generate_batch",
+           "beam_search", "full_split_loss", "ScratchGPTError"]
 
 if TYPE_CHECKING:
     from scratchgpt.checkpoints.io import load_model
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from scratchgpt.data.prepare import prepare_text
     from scratchgpt.errors import ScratchGPTError
     from scratchgpt.generation.beam import beam_search
-    from scratchgpt.generation.generate import generate, generate_batch, stream
+    from scratchgpt.generation.generate import generate, generate_batch, stream, stream_text
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.stopping import StopRule
     from scratchgpt.models import build_model, model_config

@@ -49,7 +49,7 @@ def test_the_readme_example_runs_as_written(tmp_path):
 def test_the_example_walks_the_whole_loop():
     code = readme_example()
     for name in ("prepare_text", "TokenDataset", "model_config", "TrainConfig", "train",
-                 "load_model", "generate", "stream", "beam_search", "full_split_loss"):
+                 "load_model", "generate", "stream_text", "beam_search", "full_split_loss"):
         assert f"sg.{name}(" in code, name
 
 
@@ -77,3 +77,45 @@ def test_the_api_covers_the_loop_and_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="module 'scratchgpt' has no attribute 'trian'"):
         scratchgpt.trian  # noqa: B018
     assert not hasattr(scratchgpt, "_no_such_name")
+
+
+def memorizing_gpt(ids: list[int], vocab_size: int):
+    """A tiny GPT trained until greedy decoding repeats the cycle ``ids``."""
+    import torch
+
+    torch.manual_seed(0)
+    model = scratchgpt.build_model(scratchgpt.model_config(
+        "gpt", vocab_size=vocab_size, n_layer=1, n_head=2, n_embd=32, block_size=32))
+    data = torch.tensor(ids * 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        starts = torch.randint(0, len(data) - 33, (16,))
+        x = torch.stack([data[s:s + 32] for s in starts])
+        y = torch.stack([data[s + 1:s + 33] for s in starts])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def test_stream_text_streams_a_byte_level_bpe_models_text_whole():
+    """With byte-level BPE a token can hold part of a character: decoding stream's tokens one
+    at a time breaks 'é', 'ö' and '✓' apart; stream_text's pieces join to the decoded text."""
+    import torch
+
+    line = "héllo wörld ✓\n"
+    tok = scratchgpt.build_tokenizer("bpe", line * 20, vocab_size=258)  # bytes, 1 merge, eot
+    model = memorizing_gpt(tok.encode(line), tok.vocab_size)
+    prompt = torch.tensor([tok.encode("h")])
+    greedy = scratchgpt.SamplingConfig(temperature=0)
+    new = scratchgpt.generate(model, prompt, 40, greedy)[0, 1:].tolist()
+    whole = tok.decode(new)
+    assert "wörld ✓" in whole  # the model learnt the text: tokens cut characters apart
+    per_token = "".join(tok.decode([int(t[0])]) for t in scratchgpt.stream(model, prompt, 40,
+                                                                             greedy))
+    assert per_token != whole and "\ufffd" in per_token
+    pieces = list(scratchgpt.stream_text(model, prompt, 40, greedy, decode=tok.decode))
+    assert "".join(pieces) == whole
+    assert all(pieces) and not any("\ufffd" in p for p in pieces)
+    assert len(pieces) > 10  # streamed as it came, not all at the end

@@ -306,3 +306,38 @@ def test_sampling_settings_that_are_not_a_sampling_config_are_refused_by_name(cf
         generate(MODELS["gpt"], torch.tensor([[1, 2]]), 3, cfg)
     with pytest.raises(ScratchGPTError, match="cfg is a SamplingConfig"):
         generate_batch(MODELS["gpt"], [[1, 2]], 3, cfg)
+
+
+def test_stream_text_is_the_rules_text_of_streams_tokens_and_refuses_what_it_cannot_stream():
+    """stream_text's pieces join to StopRule.text of the tokens stream yields: no end-of-text
+    token, cut before a stop string; it needs a decode function and one prompt."""
+    from scratchgpt.generation.generate import stream_text
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=17, block_size=24, n_layer=1, n_head=2, n_embd=16)).eval()
+    prompt, cfg = torch.tensor([[3, 1]]), SamplingConfig(1.0)  # a flat model: varied tokens
+    letters = [chr(ord("a") + i) * (1 + i % 3) for i in range(17)]  # tokens of 1-3 letters
+
+    def spell(ids):
+        return "".join(letters[i] for i in ids)
+
+    def seeded():
+        return torch.Generator().manual_seed(0)
+
+    full = [int(t) for t in stream(model, prompt, 20, cfg, seeded())]
+    eos, stop = full[12], spell(full[6:8])
+    texts = []
+    for rule in (StopRule(20, decode=spell), StopRule(20, eos_id=eos, decode=spell),
+                 StopRule(20, stop_strings=(stop,), decode=spell)):
+        tokens = [int(t) for t in stream(model, prompt, rule, cfg, seeded())]
+        pieces = list(stream_text(model, prompt, rule, cfg, seeded()))
+        assert "".join(pieces) == rule.text(tokens) and all(pieces)
+        assert len(pieces) > 1
+        texts.append("".join(pieces))
+    assert texts[0] == spell(full) and len(texts[1]) < len(texts[0]) > len(texts[2])
+    assert stop not in texts[2] and texts[0].startswith(texts[2])
+    assert "".join(stream_text(model, prompt, 20, cfg, seeded(), decode=spell)) == spell(full)
+    with pytest.raises(ScratchGPTError, match="decode=tok.decode"):
+        next(stream_text(model, prompt, 20, cfg))
+    with pytest.raises(ScratchGPTError, match="one prompt"):
+        next(stream_text(model, torch.tensor([[3, 1], [2, 2]]), 5, cfg, decode=spell))

@@ -334,14 +334,13 @@ class Job:
 
 
 def run_stream(job: Job) -> int:
-    """One sample, printed as it is generated."""
-    from scratchgpt.generation.generate import stream
+    """One sample, printed as it is generated (through the Python API's ``stream_text``)."""
+    from scratchgpt.generation.generate import stream_text
 
     sys.stdout.write(job.text)
-    printer = StreamPrinter(job.rule)
-    for token in stream(job.model, job.prompt(), job.rule, job.cfg, job.gen):
-        printer.add(int(token[0]))
-    printer.finish()
+    for piece in stream_text(job.model, job.prompt(), job.rule, job.cfg, job.gen):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
 

@@ -4,15 +4,16 @@ The model keeps its own memory of the past in a cache object (a KV cache for the
 state for recurrent models), so each step feeds only the newest token. All three functions
 here are views of the one loop, :func:`scratchgpt.generation.decode.decode`::
 
-    for token in stream(model, prompt, 100, SamplingConfig(0.8)):   # prompt (1, T)
-        print(tok.decode([int(token[0])]), end="")
+    for piece in stream_text(model, prompt, 100, SamplingConfig(0.8), decode=tok.decode):
+        print(piece, end="")                                         # prompt (1, T)
     rule = StopRule(100, eos_id=tok.eot_id)
     outs = generate_batch(model, [ids_a, ids_b], rule, SamplingConfig(0))  # new tokens per row
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -20,7 +21,7 @@ from torch import Tensor
 from scratchgpt.errors import GenerationError
 from scratchgpt.generation.decode import decode, prompt_rows
 from scratchgpt.generation.sampling import SamplingConfig
-from scratchgpt.generation.stopping import StopRule
+from scratchgpt.generation.stopping import StopRule, StreamText
 from scratchgpt.models.cache import CachedLM
 
 
@@ -41,6 +42,39 @@ def stream(model: CachedLM, prompt: Tensor, stop: int | StopRule, cfg: SamplingC
                               "go through generate_batch")
     for _, tokens in decode(model, rows, stop, cfg, generator):
         yield tokens
+
+
+def stream_text(model: CachedLM, prompt: Tensor, stop: int | StopRule, cfg: SamplingConfig,
+                generator: torch.Generator | None = None, *,
+                decode: Callable[[Sequence[int]], str] | None = None) -> Iterator[str]:
+    """Yield the new text of one prompt (1, T) piece by piece as it is generated; the pieces
+    join to ``decode`` of all the new tokens (without an end-of-text token, cut before a stop
+    string: :meth:`StopRule.text`).
+
+    Decoding token by token is wrong for byte-level BPE, where a token may hold part of a
+    character's UTF-8 bytes: each piece here ends where the text is final, holding back a
+    character whose bytes are still arriving and what could still become a stop string
+    (:class:`~scratchgpt.generation.stopping.StreamText`, as ``scratchgpt sample`` and
+    ``serve`` stream). ``decode`` (token ids -> text, ``tok.decode``) may be left out when
+    ``stop`` is a rule that carries one.
+    """
+    rule = StopRule.of(stop)
+    if decode is not None:
+        rule = dataclasses.replace(rule, decode=decode)
+    if rule.decode is None:
+        raise GenerationError("stream_text needs a decode function (token ids -> text), "
+                              "such as decode=tok.decode")
+    if len(prompt_rows(prompt)) != 1:
+        raise GenerationError("stream_text takes one prompt (1, T); several go through "
+                              "generate_batch")
+    text = StreamText(rule)
+    for token in stream(model, prompt, rule, cfg, generator):
+        piece = text.add(int(token[0]))[0]
+        if piece:
+            yield piece
+    piece = text.finish()[0]
+    if piece:
+        yield piece
 
 
 def generate(model: CachedLM, prompt: Tensor, stop: int | StopRule, cfg: SamplingConfig,
