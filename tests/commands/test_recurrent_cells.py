@@ -54,6 +54,37 @@ def test_scratch_cells_train_like_torch_cells(dataset, tmp_path, cell):
     assert losses(runs["torch"], "loss")[-1] < losses(runs["torch"], "loss")[0]  # it learned
 
 
+def test_a_resume_may_switch_the_cells_and_trains_on_from_the_same_weights(dataset, tmp_path):
+    """The cells of models/rnn.py read the parameters torch's modules own, in their layout: a
+    run begun on torch's kernels and resumed on the scratch cells continues as it would have
+    (it was refused as a change of the model)."""
+    schedule = [*TINY[:TINY.index("--max-iters")], *TINY[TINY.index("--max-iters") + 2:],
+                "--lr-decay-iters", "20"]
+    full, half = tmp_path / "full", tmp_path / "half"
+    assert main(["train", "--dataset", str(dataset), "--out", str(full), "--max-iters", "20",
+                 *schedule]) == 0
+    assert main(["train", "--dataset", str(dataset), "--out", str(half), "--max-iters", "10",
+                 *schedule]) == 0
+    assert main(["train", "--out", str(half), "--resume", "--max-iters", "20",
+                 "--cells", "scratch", "--no-progress"]) == 0
+    assert json.loads((half / "config.json").read_text())["model"]["cells"] == "scratch"
+    a, b = losses(full, "loss"), losses(half, "loss")  # every update's (--log-interval 1)
+    assert len(a) == len(b) == 20, (a, b)
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-4, (a, b)
+    assert abs(losses(full, "val_loss")[-1] - losses(half, "val_loss")[-1]) < 1e-4
+
+
+def test_a_gpt_resume_refuses_cells(dataset, tmp_path, capsys):
+    run = tmp_path / "gpt"
+    assert main(["train", "--dataset", str(dataset), "--out", str(run), "--n-layer", "1",
+                 "--n-head", "1", "--n-embd", "8", "--block-size", "8", "--max-iters", "2",
+                 "--eval-iters", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    err = error_of(capsys, ["train", "--out", str(run), "--resume", "--max-iters", "4",
+                            "--cells", "scratch"])
+    assert "does not take --cells" in err, err
+
+
 def test_bad_cells_value_is_a_one_line_error(dataset, tmp_path, capsys):
     assert main(["train", "--dataset", str(dataset), "--out", str(tmp_path / "r"),
                  "--cells", "cuda", *TINY]) == 2

@@ -6,7 +6,8 @@ settings (fields of :class:`TrainConfig`) and the ``dataset``.
 
 A resumed run takes everything from its ``last.pt`` (the one source of truth). Settings given
 again apply when they may change mid-run (iterations, learning rate, budget, evaluation
-cadence, precision, threads, dropout, the optimizer's betas, weight decay and rate scales);
+cadence, precision, threads, dropout, the optimizer's betas, weight decay and rate scales,
+and a recurrent model's ``cells``: its torch kernels or the equations, on the same weights);
 those that cannot (the model's type and shape, the optimizer, whose state is saved) are an
 error when given with a different value.
 """
@@ -28,6 +29,10 @@ from scratchgpt.validation import flag_of, rename_setting
 
 # Model hyperparameters that may change when a run resumes (they hold no learned state).
 CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout", "embd_dropout"}
+# ...and those that choose only how the model runs, on the parameters it has either way: a
+# recurrent model's cells (torch's fused modules own the weights that the cells written from
+# their equations read), switched on resume as the precision is.
+RESUME_SWITCHES = CHANGEABLE_MODEL_FIELDS | {"cells"}
 
 
 def model_fields() -> set[str]:
@@ -193,7 +198,7 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
     saved_model = config_dict(checkpoint.model_config)
     own = backbone_settings(saved_model)
     _check_kept(checkpoint, own, settings)
-    own.update({k: v for k, v in given.items() if k in CHANGEABLE_MODEL_FIELDS})
+    own.update({k: v for k, v in given.items() if k in RESUME_SWITCHES})
     train_changes = {k: v for k, v in given.items() if k in train_fields()}
     with settings.naming_errors():
         config = model_config(checkpoint.model_type, **saved_model)  # (own is inside it)
@@ -219,7 +224,7 @@ def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings)
     given = settings.given
     fixed = {"model": checkpoint.model_type, "optimizer": checkpoint.train_config.optimizer,
              "seed": checkpoint.train_config.seed,
-             **{k: v for k, v in own.items() if k not in CHANGEABLE_MODEL_FIELDS}}
+             **{k: v for k, v in own.items() if k not in RESUME_SWITCHES}}
     changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
     if changed:
         was = ", ".join(f"{flag_of(k)} {fixed[k]}" for k in changed)
