@@ -5,6 +5,8 @@ character vocabulary. What llama.cpp's gpt2 cannot compute is refused in one lin
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from scratchgpt.checkpoints import Checkpoint, save_checkpoint
 from scratchgpt.errors import CheckpointError
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import BPETokenizer, CharTokenizer, ProseCharTokenizer
+from tests.cli_errors import error_of
 from tests.requires import optional
 
 gguf = optional("gguf")
@@ -248,6 +251,38 @@ def test_convert_cli_writes_gguf_and_refuses_in_one_line(tmp_path, bpe, capsys, 
                      "--out", str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert "--type applies to --to gguf" in err and len(err.strip().splitlines()) == 1
+
+
+def test_convert_never_writes_a_gguf_over_a_device_or_another_tools_file(tmp_path, capsys,
+                                                                          cli_main):
+    """The file is renamed into place, so --overwrite replaced a pipe or device (as root,
+    --out /dev/null left a regular file there), a prepared dataset's meta.json or a Hugging
+    Face model's config.json with the GGUF, leaving the dataset or model unreadable."""
+    from scratchgpt.checkpoints.hf import save_hf
+    from scratchgpt.data.prepare import prepare_text
+
+    run = tmp_path / "run"
+    tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")
+    tok.save(run)
+    model = random_gpt(tok.vocab_size, n_embd=32)
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    data = tmp_path / "data"
+    prepare_text("the quick brown fox jumps over the lazy dog " * 50, data, source="test")
+    hf = save_hf(model, tmp_path / "hf", tok)
+    before = {f: f.read_bytes() for d in (data, hf) for f in d.iterdir() if f.is_file()}
+    for out, needle in ((pipe, "is not a regular file or directory (a device, a pipe)"),
+                        (data / "meta.json", "is part of) a prepared dataset"),
+                        (hf / "config.json", "is part of) a Hugging Face model"),
+                        (hf / "model.safetensors", "is part of) a Hugging Face model")):
+        msg = error_of(capsys, ["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                                str(out), "--overwrite"])
+        assert needle in msg, msg
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert {f: f.read_bytes() for d in (data, hf) for f in d.iterdir() if f.is_file()} == before
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                     str(data / "model.gguf")]) == 0  # a new file beside them is no harm
 
 
 def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from scratchgpt.cli import main
 from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import CharTokenizer
+from tests.cli_errors import error_of
 from tests.tiny_gpt import sharp_gpt
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
@@ -197,6 +200,41 @@ def test_from_hf_never_writes_into_a_hugging_face_directory(tmp_path, capsys):
         assert main(["convert", "--from", "hf", str(hf), "--out", str(hf), *extra]) == 2
         assert "holds a Hugging Face model" in capsys.readouterr().err
     assert {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()} == before
+
+
+def test_to_hf_never_writes_into_a_prepared_dataset(tmp_path, capsys):
+    """--overwrite wrote the export into the dataset's directory: its merges.txt replaced the
+    dataset's, which neither train nor eval could read any more."""
+    from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.tokenizers import load_tokenizer
+
+    data = tmp_path / "data"
+    prepare_text("the cat sat on the mat, and the dog sat on the log.\n" * 40, data, "bpe",
+                 vocab_size=300, source="test")
+    run_dir = tmp_path / "run"
+    tok = load_tokenizer(data)  # the run the dataset was prepared for
+    tok.save(run_dir)
+    model = sharp_gpt(scale=30, vocab_size=tok.vocab_size, block_size=32)
+    save_checkpoint(run_dir / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    before = {f.name: f.read_bytes() for f in data.iterdir()}
+    for extra in ([], ["--overwrite"]):
+        msg = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                                str(data), *extra])
+        assert "holds (or is part of) a prepared dataset" in msg, msg
+    assert {f.name: f.read_bytes() for f in data.iterdir()} == before
+
+
+def test_an_export_never_replaces_a_device_or_a_pipe(run_dir, tmp_path, capsys):
+    """An export is renamed into place: with --overwrite it replaced the node itself (run as
+    root, --out /dev/null left a regular file there); without, it said the pipe was 'a file,
+    not a folder'."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for extra in ([], ["--overwrite"]):
+        msg = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                                str(pipe), *extra])
+        assert "is not a regular file or directory (a device, a pipe)" in msg, msg
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
 
 
 def test_bigram_cannot_be_exported(tmp_path, capsys):

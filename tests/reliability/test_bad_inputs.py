@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -170,6 +171,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "twice.toml").write_text("n_layer = 2\n[model]\nn_layer = 3\n")
     (root / "lstm-width.toml").write_text('model = "lstm"\nqk_norm = true\n')
     (root / "plain-file").write_text("x")
+    os.mkfifo(root / "a-pipe")
     long = root / "text.txt"
     long.write_text(play_text(20_000))
     (root / "three.json").write_text(json.dumps([{"instruction": f"{i} plus 1?",
@@ -179,7 +181,7 @@ def _files(root: Path) -> dict[str, Path]:
             "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
-            "plain_file": root / "plain-file", "text": long}
+            "plain_file": root / "plain-file", "text": long, "pipe": root / "a-pipe"}
 
 
 def _train(c, *extra, out: str = "new") -> list[str]:
@@ -381,6 +383,14 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to hf into a run directory",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out", c["lstm"],
                 "--overwrite"], "run"),
+    # nor a dataset (the export's merges.txt replaced the dataset's), nor a pipe or device,
+    # which the renamed export replaced (--out /dev/null, run as root)
+    ("convert --to hf --overwrite into a prepared dataset",
+     lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out", c["data"],
+                "--overwrite"], "prepared dataset"),
+    ("convert --to gguf --overwrite over a pipe",
+     lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out", c["pipe"],
+                "--overwrite"], "not a regular file"),
     # a prepared dataset is never a run's directory, whatever the flags say
     ("train --out a prepared dataset --overwrite",
      lambda c: ["train", "--dataset", c["data"], "--out", c["data"], "--overwrite", *TINY],

@@ -43,22 +43,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "blocks of 32 with an f16 scale; 8.5 bits per weight) (default f32)")
     p.add_argument("--out", required=True,
                    help="directory to write (--from hf, --to hf) or file (--to gguf)")
-    p.add_argument("--overwrite", action="store_true", help="replace what --out holds")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --out holds: an earlier export (never a run, a prepared "
+                        "dataset, a Hugging Face model's own files, a device or a pipe)")
     p.set_defaults(func=run)
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    from scratchgpt.checkpoints.rundir import RUN_FILES
-
-    if _holds_run(out) or (out.name in RUN_FILES and _holds_run(out.parent)):
-        raise CheckpointError(f"{out} holds (or is part of) a scratchgpt run; write the "
-                              "export somewhere else (nothing was written)")
+    if out.exists() and not (out.is_file() or out.is_dir()):
+        # an export is renamed into place: it would replace the device or pipe itself
+        raise ConfigError(f"--out {out} is not a regular file or directory (a device, a pipe); "
+                          "name a file or directory for the export (nothing was written)")
+    holder = _holder(out)
+    if holder is not None:
+        raise CheckpointError(f"{out} holds (or is part of) {holder}; write the export "
+                              "somewhere else (nothing was written)")
     if overwrite or not out.exists():
         return
     if out.is_file():
         raise CheckpointError(f"{out} exists (pass --overwrite to replace it)")
     if any(out.iterdir()):
         raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
+
+
+def _holder(out: Path) -> str | None:
+    """What ``out`` holds, or is one of the files of, that no export may write over, --overwrite
+    or not: a scratchgpt run, a prepared dataset (the export's merges.txt or tokenizer.json
+    would replace the dataset's) or a Hugging Face model (a GGUF over its config.json);
+    None where the export may go. (--to hf --overwrite over an earlier export replaces it.)"""
+    from scratchgpt.checkpoints.hf import DIRECTORY_FILES, WEIGHT_FILES, is_hf_dir
+    from scratchgpt.checkpoints.rundir import RUN_FILES
+    from scratchgpt.data.prepare import OWN_FILES, is_dataset
+
+    if _holds_run(out) or (out.name in RUN_FILES and _holds_run(out.parent)):
+        return "a scratchgpt run"
+    if is_dataset(out) or (out.name in OWN_FILES and is_dataset(out.parent)):
+        return "a prepared dataset"
+    if out.name in (*DIRECTORY_FILES, *WEIGHT_FILES) and is_hf_dir(out.parent):
+        return "a Hugging Face model"
+    return None
 
 
 def _holds_run(path: Path) -> bool:
