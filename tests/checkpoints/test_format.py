@@ -99,6 +99,29 @@ def test_a_byte_changed_on_disk_is_refused_not_loaded(tmp_path):
         load_checkpoint(tmp_path / "c.pt")
 
 
+def test_a_checkpoint_cut_short_anywhere_says_so(tmp_path):
+    """A copy or download that stopped early: cut in the archive's first few kilobytes torch
+    said only '[Errno 22] Invalid argument', elsewhere it named its zip reader."""
+    config = model_config("gpt", vocab_size=5, n_layer=1, n_head=2, n_embd=8, block_size=4)
+    save_checkpoint(tmp_path / "c.pt", Checkpoint("gpt", config, build_model(config).state_dict()))
+    data = (tmp_path / "c.pt").read_bytes()
+    for length in (100, 1_000, 5_000, len(data) // 2, len(data) - 1):
+        (tmp_path / "cut.pt").write_bytes(data[:length])
+        with pytest.raises(CheckpointError) as refused:
+            load_checkpoint(tmp_path / "cut.pt")
+        assert "truncated or corrupt: a zip archive without its end" in str(refused.value), \
+            (length, str(refused.value))
+
+
+def test_a_gguf_file_given_as_a_checkpoint_says_what_it_is(tmp_path):
+    """convert --to gguf's file passed back where a checkpoint goes was 'not a file torch.save
+    wrote', which left the user to guess that scratchgpt reads no GGUF."""
+    (tmp_path / "model.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(64))
+    with pytest.raises(CheckpointError, match="is a GGUF file, for llama.cpp: scratchgpt "
+                                              "writes GGUF .* but does not read it"):
+        load_model(tmp_path / "model.gguf")
+
+
 def test_a_file_saved_without_checksums_still_loads(tmp_path):
     from torch.utils.serialization import config as serialization
 

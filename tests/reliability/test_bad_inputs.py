@@ -108,7 +108,12 @@ def _damaged_checkpoints(root: Path, run: Path) -> dict[str, Path]:
                       if v.shape[:1] == (ckpt.model_config.vocab_size - 5,) else v
                       for k, v in ckpt.model.items()}
 
-    return {"nan_run": _ckpt_copy(run, root / "nan-run", nan),
+    # a copy cut short (torch said "[Errno 22] Invalid argument"), and convert --to gguf's
+    # file given back as a checkpoint
+    (root / "cut.pt").write_bytes((run / "best.pt").read_bytes()[:5_000])
+    (root / "model.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(64))
+    return {"cut_ckpt": root / "cut.pt", "gguf_file": root / "model.gguf",
+            "nan_run": _ckpt_copy(run, root / "nan-run", nan),
             "deep_run": _ckpt_copy(run, root / "deep-run", deep),
             "vocab_run": _ckpt_copy(run, root / "vocab-run", wide_vocab),
             "small_tok_run": _ckpt_copy(run, root / "small-tok-run", small_tokenizer)}
@@ -285,6 +290,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("sample --prompt-file DIR", lambda c: _sample(c, "--prompt-file", c["a_dir"]), "directory"),
     ("sample --prompt-file LOOP", lambda c: _sample(c, "--prompt-file", c["loop"]), "loop"),
     ("sample --draft RECURRENT", lambda c: _sample(c, "--draft", c["lstm"]), "draft"),
+    # a --top-k above the vocabulary is noted, not refused: the note never comes before a
+    # refusal, which stays one line
+    ("sample --top-k 1000 --draft RECURRENT",
+     lambda c: _sample(c, "--top-k", "1000", "--draft", c["lstm"]), "draft"),
+    ("sample --top-k 1000 --prompt the vocabulary lacks",
+     lambda c: _sample(c, "--top-k", "1000", "--prompt", "\u2603"), "not in the vocabulary"),
     ("sample a NaN model", lambda c: _sample(c, run="nan_run"), "NaN"),
     ("sample a checkpoint of 1e6 layers", lambda c: _sample(c, run="deep_run"), "n_layer"),
     ("sample a checkpoint of a 1e9 vocabulary", lambda c: _sample(c, run="vocab_run"), "GiB"),
@@ -292,6 +303,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: _sample(c, run="small_tok_run"), "tokenizer"),
     ("eval --max-tokens 0", lambda c: ["eval", "--checkpoint", c["run"], "--max-tokens", "0"],
      "max-tokens"),
+    ("eval a checkpoint cut short", lambda c: ["eval", "--checkpoint", c["cut_ckpt"]],
+     "a zip archive without its end"),
+    ("sample a GGUF file", lambda c: _sample(c, run="gguf_file"), "does not read it"),
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),

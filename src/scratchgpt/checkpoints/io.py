@@ -369,9 +369,9 @@ def load_checkpoint(path: str | Path, which: str | None = None) -> Checkpoint:
 def read_torch_file(file: str | Path, what: str) -> Any:
     """``torch.load`` of ``file``, plain tensors and data only; a file it cannot read is a
     one-line :class:`CheckpointError` saying it is not a readable ``what``."""
-    if not _could_be_torch_save(file):
-        raise CheckpointError(f"{file} is not a readable {what}: not a file torch.save wrote "
-                              "(a zip archive, or a pickle from an older torch)")
+    other = _not_torch_save(file)
+    if other:
+        raise CheckpointError(f"{file} is not a readable {what}: {other}")
     damaged = _damaged_part(file)
     if damaged:
         raise CheckpointError(f"{file} is not a readable {what}: it is damaged ({damaged} does "
@@ -385,17 +385,30 @@ def read_torch_file(file: str | Path, what: str) -> Any:
         raise CheckpointError(f"{file} is not a readable {what}: {_load_failure(e)}") from None
 
 
-def _could_be_torch_save(file: str | Path) -> bool:
-    """Whether ``file`` begins as torch.save's files do: a zip archive ("PK"), or a pickle
-    (protocol 2 and later begin with 0x80) from before torch wrote archives. True when it
-    cannot be read (torch.load then says why); a text file is False, where the unpickler
-    had called it a file of Python objects."""
+GGUF_MAGIC = b"GGUF"  # the first bytes of every GGUF file
+
+
+def _not_torch_save(file: str | Path) -> str | None:
+    """Why ``file`` cannot be what ``torch.save`` wrote, from its first bytes and its end, or
+    None when it may be: torch writes a zip archive ("PK"), or before archives a pickle
+    (protocol 2 and later begin with 0x80). A text file, where the unpickler had called it a
+    file of Python objects; a GGUF file (llama.cpp's, which ``convert --to gguf`` writes); a
+    zip archive without its end, which torch reported as ``[Errno 22] Invalid argument``. A
+    file that cannot be read is None: torch.load then says why."""
     try:
         with open(file, "rb") as f:
-            head = f.read(2)
+            head = f.read(4)
     except OSError:
-        return True
-    return head.startswith((b"PK", b"\x80"))
+        return None
+    if head.startswith(GGUF_MAGIC):
+        return ("it is a GGUF file, for llama.cpp: scratchgpt writes GGUF (convert --to gguf) "
+                "but does not read it; give the run directory or .pt file it was made from")
+    if head.startswith(b"PK") and not zipfile.is_zipfile(file):
+        return ("it is truncated or corrupt: a zip archive without its end (a copy, download "
+                "or write cut short?)")
+    if not head.startswith((b"PK", b"\x80")):
+        return "not a file torch.save wrote (a zip archive, or a pickle from an older torch)"
+    return None
 
 
 def _damaged_part(file: str | Path) -> str | None:
