@@ -148,9 +148,13 @@ def run(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
     return accuracy
 
 
-def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbols: int
-         ) -> None:
-    """memory.png: accuracy recalling the first symbol against sequence length."""
+# The x values are sequence lengths T: the symbol is the first of T read, the answer comes
+# after the last, T - 1 steps later.
+X_LABEL = "sequence length T (the symbol is read T - 1 steps before the answer)"
+
+
+def figure(lengths: list[int], accuracy: dict[str, list[float]], symbols: int) -> Any:
+    """The figure of memory.png: accuracy recalling the first symbol against sequence length."""
     from scratchgpt.viz import pyplot
 
     plt = pyplot()
@@ -160,12 +164,21 @@ def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbo
     for cell, accs in accuracy.items():
         ax.plot(lengths, accs, marker="o", label=cell.upper())
     ax.axhline(1 / symbols, color="gray", linestyle="--", label="chance")
-    ax.set_xlabel("sequence length (steps between the symbol and the answer)")
+    ax.set_xlabel(X_LABEL)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # lengths are whole steps
     ax.set_ylabel("accuracy recalling the first symbol")
     ax.set_ylim(0, 1.05)
     ax.legend()
     ax.set_title("Memory over time: " + " vs ".join(cell.upper() for cell in accuracy))
     fig.tight_layout()
+    return fig
+
+
+def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbols: int
+         ) -> None:
+    """memory.png: :func:`figure`, saved."""
+    from scratchgpt.viz import pyplot
+
+    fig = figure(lengths, accuracy, symbols)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
