@@ -85,6 +85,45 @@ def test_num_samples_and_beam(run_dir, capsys):
     assert all(text.startswith("A") for text in out.split("\n---------------\n"))
 
 
+def test_a_top_k_beyond_the_vocabulary_keeps_every_token_and_says_so(run_dir, capsys):
+    """--top-k more than the model's tokens is clamped, as Hugging Face's is (one flag can
+    serve models of any vocabulary): the sample is --top-k 0's, and a note names the
+    vocabulary; a --top-k of exactly the vocabulary is no surprise and gets no note."""
+    from scratchgpt.checkpoints.io import load_model
+
+    vocab = load_model(run_dir)[0].config.vocab_size
+    outs = []
+    for k in (0, vocab + 1, vocab):
+        assert main(["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "30",
+                     "--seed", "4", "--temperature", "1.0", "--top-k", str(k)]) == 0
+        outs.append(capsys.readouterr())
+    assert outs[1].out == outs[0].out == outs[2].out
+    assert f"note: --top-k {vocab + 1} is more than the model's vocabulary of {vocab} " \
+        "tokens: it keeps every token" in outs[1].err
+    assert "note" not in outs[0].err + outs[2].err
+
+
+def test_a_beam_wider_than_the_vocabulary_finds_every_hypothesis_and_says_when_too_few(
+        run_dir, capsys):
+    """--beam V + 10 over one new token: the vocabulary's V continuations are all there is,
+    each printed once, and a note says why --num-samples V + 5 got fewer; over two tokens
+    there are V * V, and the V + 5 asked for are printed without a note."""
+    from scratchgpt.checkpoints.io import load_model
+
+    vocab = load_model(run_dir)[0].config.vocab_size
+    beam = ["sample", "--checkpoint", str(run_dir), "--prompt", "A", "--beam", str(vocab + 10),
+            "--num-samples", str(vocab + 5)]
+    assert main([*beam, "--max-new-tokens", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("--- beam score") == vocab
+    assert out.count("\n---------------\n") == vocab - 1
+    assert f"found {vocab} hypotheses, fewer than --num-samples {vocab + 5}: a vocabulary of " \
+        f"{vocab} tokens has only {vocab} continuations of 1 token" in err
+    assert main([*beam, "--max-new-tokens", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("--- beam score") == vocab + 5 and "note" not in err
+
+
 def test_greedy_cli_equals_beam_one(run_dir, capsys):
     main(["sample", "--checkpoint", str(run_dir), "--prompt", "Th", "--temperature", "0",
           "--max-new-tokens", "12"])
@@ -514,7 +553,7 @@ def _entry(code: str, *argv: str) -> list[str]:
 def test_the_process_entry_returns_mains_code_and_leaves_shutdown_no_garbage_to_search():
     code = ("import gc, sys; from scratchgpt.cli import run; sys.argv[0] = 'scratchgpt'\n"
             "c = run(); print(c, gc.get_freeze_count() > 0, gc.isenabled())")
-    # a bad flag: exit 2 through argparse, after the command modules (torch) were imported
+    # a bad flag: exit 2 through argparse (before torch is imported)
     caught = "c = 0\ntry: run()\nexcept SystemExit as e: c = e.code"
     assert _entry(code.replace("c = run()", caught), "train", "--no-such-flag") == [
         "2", "True", "True"]

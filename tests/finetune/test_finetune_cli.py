@@ -604,6 +604,27 @@ def test_chat_says_when_a_message_is_longer_than_the_context(chat_model, monkeyp
     assert err.count("the model's context 64: it reads the last 64") == 1, err
 
 
+def test_chat_notes_a_top_k_beyond_the_vocabulary_as_sample_does(chat_model, monkeypatch,
+                                                                  capsys):
+    """--top-k more than the model's tokens keeps every token: the reply is --top-k 0's, and
+    a note names the vocabulary (chat and sample treat the flag alike)."""
+    from scratchgpt.checkpoints.io import load_model
+
+    vocab = load_model(chat_model)[0].config.vocab_size
+    replies = []
+    for k in (0, vocab + 1):
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+        code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--seed", "3",
+                                      "--temperature", "2", "--top-k", k,
+                                      "--max-new-tokens", "20"], capsys)
+        assert code == 0, err
+        replies.append((printed, err))
+    assert replies[0][0] == replies[1][0]
+    assert "note" not in replies[0][1]
+    assert f"note: --top-k {vocab + 1} is more than the model's vocabulary of {vocab} " \
+        "tokens" in replies[1][1]
+
+
 class _Terminal(io.StringIO):
     """Standard input as a terminal's: the chat prompts, and Ctrl-C stops a reply."""
 

@@ -238,6 +238,28 @@ def test_beam_search_ends_hypotheses_with_the_rule():
     assert any(tokens[-1] == eos for tokens, _ in hyps)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_beam_wider_than_the_vocabulary_ranks_every_continuation_once(n):
+    """Beams beyond the vocabulary (the first step has only V continuations to keep; the
+    rest start dead and never win): over n new tokens the search returns every one of the
+    V ** n continuations once, ranked as scoring each of them in full ranks them (Hugging
+    Face's search repeats hypotheses when it has fewer than its beams)."""
+    import itertools
+
+    model, prompt, vocab = MODELS["gpt"], [4, 5], 17
+    hyps = beam_search(model, torch.tensor([prompt]), vocab ** n + 20, n)
+    with torch.no_grad():
+        def logprob(cont):
+            logits = model(torch.tensor([prompt + list(cont)]))[0, len(prompt) - 1:-1]
+            return float(torch.log_softmax(logits, -1)[range(n), list(cont)].sum()) / n
+        truth = sorted(itertools.product(range(vocab), repeat=n), key=logprob, reverse=True)
+    assert len(hyps) == vocab ** n
+    assert [tuple(tokens) for tokens, _ in hyps[:20]] == truth[:20]
+    assert {tuple(tokens) for tokens, _ in hyps} == set(truth)
+    assert [s for _, s in hyps[:20]] == pytest.approx([logprob(c) for c in truth[:20]],
+                                                      abs=1e-4)
+
+
 def test_beam_search_finds_the_hypotheses_transformers_finds(tmp_path):
     """The same GPT-2 weights, the same end-of-text: our beam search returns the texts and
     scores of transformers' generate(num_beams, early_stopping=True), search after search,

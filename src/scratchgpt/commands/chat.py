@@ -7,7 +7,7 @@ import re
 import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
-from scratchgpt.commands.prompts import refuse_greedy_filters
+from scratchgpt.commands.prompts import note_wide_top_k, refuse_greedy_filters
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 
 HELP_LINE = ("(Ctrl-C stops a reply, /reset starts over, /exit or Ctrl-D ends, /help lists "
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.checkpoint} was not instruction-tuned (it names no chat "
                           "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
+    note_wide_top_k(model, args.top_k)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     session = ChatSession(prepare_for_decode(model, args.dtype), source.tokenizer(), template,
                           cfg, gen, args)

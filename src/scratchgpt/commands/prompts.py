@@ -1,5 +1,5 @@
 """Prompts, as the generating commands (``sample``, ``chat``, ``bench speculative``) read
-them and tell the user how the model will, and the sampling flags they refuse alike."""
+them and tell the user how the model will, and the sampling flags they refuse or note alike."""
 
 from __future__ import annotations
 
@@ -47,3 +47,15 @@ def refuse_greedy_filters(temperature: float | None, top_k: int | None,
     if temperature == 0 and (top_k or top_p is not None):
         raise ConfigError("--temperature 0 decodes greedily (the likeliest token each time) and "
                           "draws nothing: --top-k and --top-p do not apply to it")
+
+
+def note_wide_top_k(model, top_k: int | None) -> None:
+    """Say on stderr when --top-k is more than the model's vocabulary: it then keeps every
+    token, as --top-k 0 does (clamped, as Hugging Face's top-k is; the same flag can serve
+    models of any vocabulary, so it is not refused)."""
+    from scratchgpt.generation.decode import vocab_size
+
+    vocab = vocab_size(model)
+    if top_k and vocab is not None and top_k > vocab:
+        print(f"note: --top-k {top_k} is more than the model's vocabulary of {vocab} tokens: "
+              "it keeps every token (as --top-k 0 does)", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from scratchgpt.commands.argtypes import (
@@ -13,7 +14,12 @@ from scratchgpt.commands.argtypes import (
     seed_int,
     thread_count,
 )
-from scratchgpt.commands.prompts import note_long_prompts, read_prompt, refuse_greedy_filters
+from scratchgpt.commands.prompts import (
+    note_long_prompts,
+    note_wide_top_k,
+    read_prompt,
+    refuse_greedy_filters,
+)
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter
 from scratchgpt.generation.stopping import MAX_NEW_TOKENS
@@ -43,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=None,
                    help=f"softmax temperature; 0 = greedy (default {TEMPERATURE})")
     p.add_argument("--top-k", type=int, default=None,
-                   help="keep the k most likely tokens (0, or not given: all of them)")
+                   help="keep the k most likely tokens (0, not given, or more than the "
+                        "vocabulary: all of them)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus: keep the most likely tokens up to this mass, in (0, 1]")
     p.add_argument("--beam", type=int, default=None,
@@ -295,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         return run_speculative(job, args)
     if args.beam:
         return run_beam(job, args)
+    note_wide_top_k(model, args.top_k)  # (after every refusal: a refusal is one line)
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
@@ -369,9 +377,27 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
 
     penalty = 1.0 if args.length_penalty is None else args.length_penalty
     hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)[: args.num_samples]
+    if len(hyps) < args.num_samples:
+        note_few_hypotheses(job.model, len(hyps), args)
     print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps],
               [f"--- beam score {score:.4f}" for _, score in hyps])
     return 0
+
+
+def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
+    """Beam search found fewer hypotheses than --num-samples asks for: say so on stderr,
+    and why when the vocabulary holds no more continuations of --max-new-tokens tokens (a
+    --beam wider than the vocabulary, over few tokens)."""
+    from scratchgpt.generation.decode import vocab_size
+
+    vocab, n, why = vocab_size(model), args.max_new_tokens, ""
+    # (vocab ** n is computed only where it is small: n may be 100,000)
+    if vocab is not None and n * math.log(vocab) <= math.log(args.num_samples) + 1 and \
+            vocab ** n < args.num_samples:
+        why = (f": a vocabulary of {vocab} tokens has only {vocab ** n} continuations of "
+               f"{n} token(s)")
+    print(f"note: beam search found {found} hypotheses, fewer than --num-samples "
+          f"{args.num_samples}{why}", file=sys.stderr)
 
 
 def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Namespace) -> int:
@@ -388,6 +414,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     ids = [x for x in encoded for _ in range(args.num_samples)]
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     note_long_prompts(model, [len(x) for x in ids])
+    note_wide_top_k(model, args.top_k)
     out = generate_batch(model, ids, rule, cfg, gen)
     print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
     return 0
@@ -418,6 +445,7 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
         check_compiled_pair(job.model, draft, args)
         warm_up(draft)
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
+    note_wide_top_k(job.model, args.top_k)
     if not args.no_stream:
         sys.stdout.write(job.text)
     printer = StreamPrinter(job.rule, out=_NullOut() if args.no_stream else None)

@@ -61,10 +61,15 @@ def prompt_rows(prompt: Tensor) -> list[list[int]]:
     return prompt.tolist()
 
 
+def vocab_size(model: CachedLM) -> int | None:
+    """How many token ids the model scores (its logits' width), where its config says."""
+    return getattr(getattr(model, "config", None), "vocab_size", None)
+
+
 def check_ids(model: CachedLM, rows: Sequence[Sequence[int]]) -> None:
     """Every id of ``rows`` is one of the model's (an id beyond its vocabulary failed inside
     torch's embedding)."""
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab = vocab_size(model)
     if vocab is None:
         return
     bad = next((t for r in rows for t in r if not 0 <= t < vocab), None)
