@@ -154,7 +154,7 @@ def run() -> int:
     :func:`main`, which tests and programs call in a process that goes on."""
     try:
         return _guarded(None, entry=True)
-    finally:  # argparse's --help and errors end in SystemExit: after torch is loaded, too
+    finally:  # argparse's --help and errors end in SystemExit
         gc.freeze()
 
 
@@ -172,7 +172,6 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
         _start_figure_helper(argv)
     try:
         with sigterm_stops():
-            # the command modules import torch
             with signals_held(), _collector_paused(freeze_after=entry):
                 parser = build_parser()
             if not argv:  # a bare `scratchgpt`: the map
@@ -182,6 +181,9 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
             chosen = _chosen_parser(parser, args)
             command = chosen.prog  # "scratchgpt seq2seq train", not "scratchgpt seq2seq"
             refuse_empty_paths(args)
+            if entry:  # the flags are good: the command will run, and import torch
+                with signals_held(), _collector_paused(freeze_after=True):
+                    import torch  # noqa: F401
             return int(args.func(args) or 0)
     except ScratchGPTError as e:
         return _fail(command, str(e) if chosen is None else as_typed(str(e), chosen, argv))

@@ -1,6 +1,10 @@
 """Every option of every command says what it does in --help."""
 
 import argparse
+import dataclasses
+import re
+import subprocess
+import sys
 
 from scratchgpt.cli import build_parser
 
@@ -104,3 +108,28 @@ def test_train_states_every_model_types_own_default():
         for model, value in by_model.items():
             pattern = rf"\b{re.escape(value)} \([^)]*\b{model}\b"
             assert re.search(pattern, " ".join(helps[name].split())), (name, model, helps[name])
+
+
+def test_building_the_parser_imports_no_torch():
+    """--help and every argparse error build the whole parser: importing torch there (the
+    model configs the flags come from lived beside the models) cost each of them a second."""
+    code = ("import sys; from scratchgpt.cli import build_parser; build_parser(); "
+            "print([m for m in sys.modules if m.split('.')[0] == 'torch'][:5])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_train_help_states_each_model_types_n_layer_default():
+    """What a user reads: ``scratchgpt train --help`` (built without the models) still gives
+    --n-layer's default for each model type, from their configs."""
+    from scratchgpt.models import LM_CONFIGS
+
+    text = subprocess.run([sys.executable, "-m", "scratchgpt", "train", "--help"],
+                          capture_output=True, text=True, check=True).stdout
+    line = " ".join(text.split("--n-layer N_LAYER", 2)[2].split("--n-head")[0].split())
+    layered = {model: f.default for model, cfg_cls in LM_CONFIGS.items()
+               for f in dataclasses.fields(cfg_cls) if f.name == "n_layer"}
+    assert len(set(layered.values())) > 1, layered  # the types differ: each must be named
+    for model, n_layer in layered.items():
+        assert re.search(rf"\b{n_layer} \([^)]*\b{model}\b", line), (model, line)

@@ -26,7 +26,7 @@ RUN_SHAPING = {"policy": "--train", "last_k": "--last-k", "epochs": "--epochs",
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from scratchgpt.finetune.plan import shown_defaults
+    from scratchgpt.finetune.defaults import shown_defaults
     from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig
 
     p = sub.add_parser(

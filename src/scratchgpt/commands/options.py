@@ -69,7 +69,7 @@ LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
 def add_lora_flags(parser: argparse.ArgumentParser) -> None:
     """``--lora`` and ``--lora-rank/-alpha/-dropout/-targets`` (any of them implies ``--lora``,
     as each one's help says); defaults and help from :class:`~scratchgpt.models.lora.LoRAConfig`."""
-    from scratchgpt.models.lora import LoRAConfig
+    from scratchgpt.models.configs.lora import LoRAConfig
 
     g = parser.add_argument_group(
         "LoRA (low-rank adapters: the base's weights stay frozen, each adapted layer learns "
@@ -94,7 +94,7 @@ def lora_flags(args: argparse.Namespace) -> list[str]:
 
 def lora_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~scratchgpt.models.lora.LoRAConfig` the flags ask for, or None."""
-    from scratchgpt.models.lora import LoRAConfig
+    from scratchgpt.models.configs.lora import LoRAConfig
 
     values = {name[len("lora_"):]: getattr(args, name) for name in LORA_FLAGS
               if getattr(args, name, None) is not None}

@@ -24,7 +24,7 @@ from scratchgpt.commands.argtypes import (
 from scratchgpt.commands.options import add_dataclass_flags, given, show_default
 from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
-from scratchgpt.models.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
+from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.validation import flag_of
 
@@ -149,12 +149,16 @@ MODEL_HELPS = {
 
 def train_defaults_shown() -> dict[str, Any]:
     """The defaults of a new seq2seq run, as its --help states them."""
-    from scratchgpt.training import seq2seq
+    from scratchgpt.training.seq2seq_defaults import (
+        DEFAULT_BUDGET,
+        MIN_LR_FRACTION,
+        TRAIN_DEFAULTS,
+    )
 
-    return {**seq2seq.TRAIN_DEFAULTS,
+    return {**TRAIN_DEFAULTS,
             "max_iters": "none, the run lasts --time-budget",
-            "time_budget": f"{seq2seq.DEFAULT_BUDGET} without --max-iters",
-            "min_lr": f"{seq2seq.MIN_LR_FRACTION} x --learning-rate"}
+            "time_budget": f"{DEFAULT_BUDGET} without --max-iters",
+            "min_lr": f"{MIN_LR_FRACTION} x --learning-rate"}
 
 
 def arch_defaults_shown() -> dict[str, str]:

@@ -16,7 +16,7 @@ from scratchgpt.commands.options import (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from scratchgpt.models import LM_TYPES
+    from scratchgpt.models import LM_CONFIGS
     from scratchgpt.training.config import PRESETS, TrainConfig
 
     p = sub.add_parser(
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a prepared dataset directory, or a named dataset, prepared on first "
                         f"use ({', '.join(DATASET_NAMES)}"
                         f"); default: {DEFAULT_CORPUS} (offline)")
-    p.add_argument("--model", default=None, choices=sorted(LM_TYPES),
+    p.add_argument("--model", default=None, choices=sorted(LM_CONFIGS),
                    help="model type (default: gpt)")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="named hyperparameter set")
@@ -59,13 +59,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_dataclass_flags(hp, TrainConfig)
     mp = p.add_argument_group("model hyperparameters (each applies to the models that have it)")
     seen: set[str] = set()
-    shown = defaults_by_model(LM_TYPES)
-    for cfg_cls, _ in LM_TYPES.values():
+    shown = defaults_by_model(LM_CONFIGS)
+    for cfg_cls in LM_CONFIGS.values():
         add_dataclass_flags(mp, cfg_cls, skip={"vocab_size"}, seen=seen, shown=shown)
     p.set_defaults(func=run)
 
 
-def defaults_by_model(types: dict[str, tuple[type, Any]]) -> dict[str, str]:
+def defaults_by_model(types: dict[str, type]) -> dict[str, str]:
     """The default --help states for a setting the model types default differently, each
     with the types it is theirs: "6 (gpt), 2 (rnn, lstm, gru)". The flag is added once, from
     the first type that has it: --n-layer said "default: 6" to a user training an LSTM, which
@@ -75,7 +75,7 @@ def defaults_by_model(types: dict[str, tuple[type, Any]]) -> dict[str, str]:
     from scratchgpt.commands.options import show_default
 
     by_name: dict[str, dict[str, list[str]]] = {}
-    for model, (cfg_cls, _) in types.items():
+    for model, cfg_cls in types.items():
         for f in dataclasses.fields(cfg_cls):
             if f.init and f.default is not dataclasses.MISSING:
                 by_name.setdefault(f.name, {}).setdefault(show_default(f.default), []).append(

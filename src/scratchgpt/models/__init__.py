@@ -20,45 +20,71 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.models.bigram import BigramConfig, BigramLM
-from scratchgpt.models.classifier import GPTClassifier, GPTClassifierConfig
-from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.models.lora import GPTLoRAConfig, build_gpt_lora
-from scratchgpt.models.rnn import (
+from scratchgpt.models.configs.bigram import BigramConfig
+from scratchgpt.models.configs.classifier import GPTClassifierConfig
+from scratchgpt.models.configs.gpt import GPTConfig
+from scratchgpt.models.configs.lora import GPTLoRAConfig
+from scratchgpt.models.configs.rnn import (
     CELLS,
-    RecurrentClassifier,
     RecurrentClassifierConfig,
     RecurrentConfig,
-    RecurrentLM,
     cell_config,
 )
-from scratchgpt.models.seq2seq import Seq2SeqConfig, build_seq2seq
+from scratchgpt.models.configs.seq2seq import Seq2SeqConfig
 from scratchgpt.validation import check_values, did_you_mean
 
-# The language models, trained by ``scratchgpt train``: type -> (config class, model class).
-LM_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
-    "gpt": (GPTConfig, GPT),
-    "bigram": (BigramConfig, BigramLM),
+if TYPE_CHECKING:
+    from torch import nn
+
+# The language models, trained by ``scratchgpt train``: type -> config class. The configs are
+# plain data (models/configs/, no torch), so that naming and checking them, as the command
+# line's --help does, imports no torch; the models are imported when one is built.
+LM_CONFIGS: dict[str, type] = {
+    "gpt": GPTConfig,
+    "bigram": BigramConfig,
     # recurrent LMs: one model class, the cell named by the type ("rnn", "lstm", "gru")
-    **{cell: (cell_config(cell), RecurrentLM) for cell in CELLS},
+    **{cell: cell_config(cell) for cell in CELLS},
 }
-# Models of other shapes: (config class, model class or builder).
-OTHER_TYPES: dict[str, tuple[type, Any]] = {
-    "seq2seq": (Seq2SeqConfig, build_seq2seq),
-    "rnn-classifier": (RecurrentClassifierConfig, RecurrentClassifier),
-    "gpt-classifier": (GPTClassifierConfig, GPTClassifier),
-    "gpt-lora": (GPTLoRAConfig, build_gpt_lora),
+# Every model type a checkpoint may hold: type -> config class.
+MODEL_TYPES: dict[str, type] = {
+    **LM_CONFIGS,
+    "seq2seq": Seq2SeqConfig,
+    "rnn-classifier": RecurrentClassifierConfig,
+    "gpt-classifier": GPTClassifierConfig,
+    "gpt-lora": GPTLoRAConfig,
 }
-# Every model type a checkpoint may hold.
-MODEL_TYPES: dict[str, type] = {t: c for t, (c, _) in {**LM_TYPES, **OTHER_TYPES}.items()}
 
 ModelConfig = GPTConfig | BigramConfig | RecurrentConfig | Seq2SeqConfig | \
     RecurrentClassifierConfig | GPTClassifierConfig | GPTLoRAConfig
+
+
+def model_builders() -> dict[str, Any]:
+    """Model type -> the model class (or builder function) its config is built into. It imports
+    torch and every model: only building a model needs them."""
+    from scratchgpt.models.bigram import BigramLM
+    from scratchgpt.models.classifier import GPTClassifier
+    from scratchgpt.models.gpt import GPT
+    from scratchgpt.models.lora import build_gpt_lora
+    from scratchgpt.models.rnn import RecurrentClassifier, RecurrentLM
+    from scratchgpt.models.seq2seq import build_seq2seq
+
+    return {"gpt": GPT, "bigram": BigramLM, **{cell: RecurrentLM for cell in CELLS},
+            "seq2seq": build_seq2seq, "rnn-classifier": RecurrentClassifier,
+            "gpt-classifier": GPTClassifier, "gpt-lora": build_gpt_lora}
+
+
+def __getattr__(name: str) -> Any:
+    """``LM_TYPES`` (the language models) and ``OTHER_TYPES`` (the rest): type -> (config
+    class, model class or builder), made on first use, since the models import torch."""
+    if name not in ("LM_TYPES", "OTHER_TYPES"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    builders = model_builders()
+    types = {t: c for t, c in MODEL_TYPES.items() if (t in LM_CONFIGS) == (name == "LM_TYPES")}
+    globals()[name] = {t: (c, builders[t]) for t, c in types.items()}
+    return globals()[name]
 
 
 def config_fields(model_type: str) -> set[str]:
@@ -113,8 +139,7 @@ def model_type(config: ModelConfig) -> str:
 
 def build_model(config: ModelConfig) -> nn.Module:
     """A freshly initialised model for ``config`` (initialisation draws from torch's RNG)."""
-    kind = model_type(config)
-    return {**LM_TYPES, **OTHER_TYPES}[kind][1](config)
+    return model_builders()[model_type(config)](config)
 
 
 def config_dict(config: ModelConfig) -> dict[str, Any]:
@@ -133,5 +158,5 @@ def _check_type(name: str) -> None:
         raise ConfigError(f"unknown model type {name!r}; choose from {', '.join(MODEL_TYPES)}")
 
 
-__all__ = ["LM_TYPES", "MODEL_TYPES", "ModelConfig", "build_model", "config_dict",
-           "config_fields", "model_config", "model_type"]
+__all__ = ["LM_CONFIGS", "LM_TYPES", "MODEL_TYPES", "ModelConfig", "build_model", "config_dict",
+           "config_fields", "model_builders", "model_config", "model_type"]

@@ -24,41 +24,12 @@ torch.Size([2, 3])
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import ConfigError
-from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.models.lora import LoRAConfig, add_lora, freeze_all_but
-from scratchgpt.validation import refuse_unknown_fields
-
-TRAIN_POLICIES = ("all", "head", "last-k", "lora")
-
-
-@refuse_unknown_fields
-@dataclass
-class GPTClassifierConfig:
-    """A GPT backbone (``gpt``: its base's config), ``n_classes`` outputs, and what trains."""
-
-    gpt: GPTConfig = field(default_factory=GPTConfig)
-    n_classes: int = 2
-    train: str = "all"  # one of TRAIN_POLICIES
-    last_k: int = 1  # with train="last-k": how many of the last blocks train
-    lora: LoRAConfig | None = None  # with train="lora"
-
-    def __post_init__(self) -> None:
-        if self.n_classes < 2:
-            raise ConfigError(f"a classifier needs at least 2 classes, got {self.n_classes}")
-        if self.train not in TRAIN_POLICIES:
-            raise ConfigError(f"--train must be one of {', '.join(TRAIN_POLICIES[:3])} (or "
-                              f"--lora), got {self.train!r}")
-        if (self.train == "lora") != (self.lora is not None):
-            raise ConfigError("train='lora' goes with a LoRA config, and only with one")
-        if not 1 <= self.last_k <= self.gpt.n_layer:
-            raise ConfigError(f"--last-k must be in [1, n_layer = {self.gpt.n_layer}], got "
-                              f"{self.last_k}")
+from scratchgpt.models.configs.classifier import GPTClassifierConfig
+from scratchgpt.models.gpt import GPT
+from scratchgpt.models.lora import add_lora, freeze_all_but
 
 
 class GPTClassifier(nn.Module):

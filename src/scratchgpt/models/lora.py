@@ -27,57 +27,15 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.models.configs.lora import GPTLoRAConfig, LoRAConfig
 from scratchgpt.models.dropout import Dropout
-from scratchgpt.models.gpt import GPT, GPTConfig
-from scratchgpt.validation import check_range, refuse_unknown_fields
-
-# --lora-targets names -> the GPT Linear layers (module-name suffixes) they adapt
-TARGETS: dict[str, tuple[str, ...]] = {
-    "qkv": ("attn.c_attn",),
-    "attn": ("attn.c_attn", "attn.c_proj"),
-    "mlp": ("mlp.c_fc", "mlp.c_proj"),
-}
-
-
-@refuse_unknown_fields
-@dataclass
-class LoRAConfig:
-    """LoRA's hyperparameters (each is a ``--lora-*`` flag)."""
-
-    rank: int = field(default=8, metadata={"help": "rank r of the update B A"})
-    alpha: float = field(default=16.0, metadata={"help": "the update is scaled by alpha / r"})
-    dropout: float = field(default=0.0, metadata={"help": "dropout on the LoRA path's input"})
-    targets: str = field(default="attn,mlp", metadata={
-        "help": "comma-separated layers to adapt: qkv (attention's input projection), attn "
-                "(qkv and attention's output projection), mlp (both MLP layers)"})
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rank, int) and self.rank < 1:
-            raise ConfigError(f"--lora-rank must be >= 1, got {self.rank} (a rank-0 update "
-                              "adapts nothing; leave out --lora to train without adapters)")
-        check_range("lora_alpha", self.alpha, 0, low_open=True)
-        check_range("lora_dropout", self.dropout, 0, 1, high_open=True)
-        self.target_layers()  # validates
-
-    def target_layers(self) -> tuple[str, ...]:
-        """The module-name suffixes to adapt."""
-        names = [t.strip() for t in self.targets.split(",") if t.strip()]
-        unknown = [t for t in names if t not in TARGETS]
-        if unknown or not names:
-            raise ConfigError(f"--lora-targets {self.targets!r}: choose from "
-                              f"{', '.join(TARGETS)} (comma-separated)")
-        return tuple(dict.fromkeys(s for t in names for s in TARGETS[t]))
-
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.rank
+from scratchgpt.models.gpt import GPT
 
 
 class LoRALinear(nn.Linear):
@@ -183,26 +141,6 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable, total) parameters (a tied matrix counted once)."""
     params = list(model.parameters())
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
-
-
-# ---- a GPT language model with adapters: the model of LoRA instruction tuning and continued
-# pretraining (``gpt-lora`` in the registry)
-
-
-@refuse_unknown_fields
-@dataclass
-class GPTLoRAConfig:
-    """A GPT (``gpt``, its base's config) whose ``lora.targets`` layers carry adapters; only
-    the adapters train."""
-
-    gpt: GPTConfig = field(default_factory=GPTConfig)
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-
-    @property
-    def block_size(self) -> int:
-        """The context of the language model (its base's): a ``gpt-lora`` is read, resumed
-        and evaluated as the GPT it adapts."""
-        return self.gpt.block_size
 
 
 def build_gpt_lora(cfg: GPTLoRAConfig) -> GPT:

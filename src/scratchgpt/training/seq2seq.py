@@ -30,6 +30,12 @@ from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2Se
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.job import TrainJob, check_resources
+from scratchgpt.training.seq2seq_defaults import (
+    DEFAULT_BUDGET,
+    MIN_LR_FRACTION,
+    TRAIN_DEFAULTS,
+    UNLIMITED_ITERS,
+)
 from scratchgpt.training.settings import Settings, check_resumed_by, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.validation import flag_of
@@ -270,17 +276,6 @@ def format_eval(ev: EvalResult) -> str:
 # ---------------------------------------------------------------------------------------------
 # A seq2seq training job
 # ---------------------------------------------------------------------------------------------
-
-# Training defaults of seq2seq runs (flags override them); tuned on the dates task on a 2-core
-# CPU (docs/bench_seq2seq.md). Without --max-iters a run lasts --time-budget, 10 minutes by
-# default.
-TRAIN_DEFAULTS: dict[str, Any] = dict(
-    batch_size=64, learning_rate=2e-3, warmup_iters=200, weight_decay=0.01,
-    eval_interval=250, eval_iters=20, log_interval=10, seed=0)
-DEFAULT_BUDGET = "10m"
-UNLIMITED_ITERS = 10**12
-MIN_LR_FRACTION = 0.05  # the cosine ends at this fraction of the peak rate unless --min-lr
-
 
 def train_config(flags: dict[str, Any]) -> TrainConfig:
     """The training settings of a new seq2seq run: :data:`TRAIN_DEFAULTS` < ``flags``."""

@@ -1,0 +1,16 @@
+"""The training defaults of seq2seq runs: data, no torch, so that ``scratchgpt seq2seq train
+--help`` states them without importing the training job (``training/seq2seq.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Training defaults of seq2seq runs (flags override them); tuned on the dates task on a 2-core
+# CPU (docs/bench_seq2seq.md). Without --max-iters a run lasts --time-budget, 10 minutes by
+# default.
+TRAIN_DEFAULTS: dict[str, Any] = dict(
+    batch_size=64, learning_rate=2e-3, warmup_iters=200, weight_decay=0.01,
+    eval_interval=250, eval_iters=20, log_interval=10, seed=0)
+DEFAULT_BUDGET = "10m"
+UNLIMITED_ITERS = 10**12
+MIN_LR_FRACTION = 0.05  # the cosine ends at this fraction of the peak rate unless --min-lr
