@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import json
 
 from scratchgpt.cli import main
-from scratchgpt.experiments import memory
+from scratchgpt.experiments import count, memory
+from tests.cli_errors import error_of
 
 
 def test_memory_plots_the_sequence_lengths_it_trained_on_and_says_how_far_back_that_is(
@@ -38,3 +40,58 @@ def test_memory_plots_the_sequence_lengths_it_trained_on_and_says_how_far_back_t
     assert list(ax.lines[0].get_xdata()) == lengths
     label = ax.get_xlabel()
     assert label.startswith("sequence length T") and "T - 1 steps before the answer" in label
+
+
+def test_memory_records_the_settings_that_produced_its_results(tmp_path, monkeypatch):
+    """memory.csv and memory.png read alike whatever the sizes, steps or seed: two runs could
+    not be told apart. settings.json beside them names each setting as its flag."""
+    figures = []
+    real_figure = memory.figure
+    monkeypatch.setattr(memory, "figure",
+                        lambda *a, **k: figures.append(real_figure(*a, **k)) or figures[-1])
+    out = tmp_path / "m"
+    assert main(["experiment", "memory", "--quick", "--cells", "lstm", "rnn", "--min-len", "3",
+                 "--max-len", "4", "--hidden", "5", "--symbols", "3", "--batch-size", "6",
+                 "--lr", "0.02", "--forget-bias", "2.5", "--mixed", "--seed", "11",
+                 "--threads", "1", "--impl", "scratch", "--out", str(out)]) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings == {"cells": ["lstm", "rnn"], "impl": "scratch", "min_len": 3,
+                        "max_len": 4, "mixed": True, "symbols": 3, "hidden": 5,
+                        "steps": 20, "batch_size": 6, "learning_rate": 0.02,
+                        "forget_bias": 2.5, "eval_samples": 100, "seed": 11, "threads": 1}
+    caption = " ".join(t.get_text() for t in figures[0].texts).replace("\n", " ")
+    for part in ("one model for all lengths", "hidden 5", "20 steps", "batch 6", "lr 0.02",
+                 "3 symbols", "forget bias 2.5", "100 tests per length", "seed 11",
+                 "scratch cells"):
+        assert part in caption, (part, caption)
+    # without an LSTM there is no forget gate to record; the defaults are recorded too
+    assert main(["experiment", "memory", "--cells", "gru", "--min-len", "2", "--max-len", "2",
+                 "--hidden", "4", "--steps", "3", "--eval-samples", "7", "--out", str(out),
+                 "--overwrite"]) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["forget_bias"] is None and "forget bias" not in memory.caption(settings)
+    assert (settings["steps"], settings["eval_samples"], settings["seed"]) == (3, 7, 0)
+    assert (settings["symbols"], settings["mixed"], settings["impl"]) == (8, False, "torch")
+
+
+def test_memory_keeps_settings_json_of_an_earlier_run_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "settings.json").write_text("{}")
+    err = error_of(capsys, ["experiment", "memory", "--quick", "--out", str(out)])
+    assert "holds settings.json; pass --overwrite" in err, err
+    assert (out / "settings.json").read_text() == "{}"
+
+
+def test_count_records_the_settings_that_produced_its_result(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(["experiment", "count", "--out", str(out), "--cell", "lstm", "--modulus", "7",
+                 "--hidden", "6", "--steps", "5", "--seed", "4", "--prompt", "5 6",
+                 "--generate", "3"]) == 0
+    result = json.loads((out / "count.json").read_text())
+    assert result["settings"] == {"cell": "lstm", "modulus": 7, "hidden": 6, "steps": 5,
+                                  "seed": 4, "threads": 1, "batch_size": count.BATCH,
+                                  "row_length": count.ROW, "learning_rate": count.LEARNING_RATE}
+    assert result["prompt"] == [5, 6] and len(result["generated"]) == 3
+    said = capsys.readouterr().out
+    assert f"loss {result['first_loss']:.3f} -> {result['final_loss']:.3f}" in said

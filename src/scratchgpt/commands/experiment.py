@@ -30,8 +30,8 @@ from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError
 from scratchgpt.validation import flag_of
 
-MEMORY_CSV, MEMORY_PNG = "memory.csv", "memory.png"
-MEMORY_FILES = (MEMORY_CSV, MEMORY_PNG)
+MEMORY_CSV, MEMORY_SETTINGS, MEMORY_PNG = "memory.csv", "settings.json", "memory.png"
+MEMORY_FILES = (MEMORY_CSV, MEMORY_SETTINGS, MEMORY_PNG)
 COUNT_FILE = "count.json"
 # what --quick sets itself, so a flag among them given beside it would be ignored
 MEMORY_QUICK = {"steps", "eval_samples"}
@@ -59,9 +59,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "memory", help="recall the first symbol: RNN vs LSTM accuracy by sequence length",
         description="Train a tanh RNN and an LSTM to output the first symbol of a random "
                     "sequence after reading all of it (lengths --min-len..--max-len), then write "
-                    "accuracy by length as memory.csv and memory.png into --out.")
+                    "accuracy by length as memory.csv and memory.png into --out, with the "
+                    "settings that produced them in settings.json.")
     m.add_argument("--out", required=True, metavar="DIR",
-                   help="folder for memory.csv and memory.png (made if missing)")
+                   help=f"folder for {', '.join(MEMORY_FILES)} (made if missing)")
     m.add_argument("--cells", nargs="+", choices=("rnn", "lstm", "gru"), default=["rnn", "lstm"],
                    help="which recurrent networks to compare (default: rnn lstm)")
     m.add_argument("--impl", choices=("torch", "scratch"), default="torch",
@@ -103,7 +104,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train a small recurrent language model on sequences 'k k+1 k+2 ...' "
                     "(mod --modulus) and continue a prompt one token at a time.")
     c.add_argument("--out", required=True, metavar="DIR",
-                   help=f"folder for the result, {COUNT_FILE} (made if missing)")
+                   help=f"folder for the result, {COUNT_FILE}: the settings, the losses, the "
+                        "accuracy and the generated numbers (made if missing)")
     c.add_argument("--cell", choices=("rnn", "lstm", "gru"), default="gru",
                    help="the recurrent cell (default gru)")
     c.add_argument("--modulus", type=positive_int, default=20,
@@ -247,22 +249,11 @@ def _build_setup(args: argparse.Namespace, gpt_build: Any) -> Any:
 
 
 def run_memory(args: argparse.Namespace) -> int:
-
     import torch
 
     from scratchgpt.experiments import memory
 
-    if args.min_len > args.max_len:
-        raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
-    if args.symbols < 2:
-        raise ConfigError("--symbols must be at least 2")
-    twice = sorted({c for c in args.cells if args.cells.count(c) > 1})
-    if twice:  # one column and one curve per cell
-        raise ConfigError(f"--cells names {', '.join(twice)} more than once")
-    refuse_with_quick(args, MEMORY_QUICK)
-    if args.forget_bias is not None and "lstm" not in args.cells:  # a gate of LSTMs alone
-        raise ConfigError(f"--forget-bias sets the LSTM's forget gate; --cells "
-                          f"{' '.join(args.cells)} has no LSTM")
+    _check_memory_flags(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     steps, n_eval = (20, 100) if args.quick else (args.steps or 600, args.eval_samples or 1000)
@@ -274,21 +265,38 @@ def run_memory(args: argparse.Namespace) -> int:
     out_dir = results_dir(args.out, MEMORY_FILES, args.overwrite)
     accuracy = memory.run(setup, args.cells, lengths, args.mixed,
                           log=lambda line: print(line, flush=True))
+    settings = memory.recorded_settings(setup, args.cells, lengths, args.mixed, args.threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / MEMORY_CSV, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", *args.cells])
         for i, t in enumerate(lengths):
             w.writerow([t, *(f"{accuracy[c][i]:.4f}" for c in args.cells)])
-    memory.plot(out_dir / MEMORY_PNG, lengths, accuracy, args.symbols)
-    print(f"wrote {out_dir / MEMORY_CSV} and {out_dir / MEMORY_PNG}")
+    (out_dir / MEMORY_SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
+    memory.plot(out_dir / MEMORY_PNG, lengths, accuracy, args.symbols, memory.caption(settings))
+    print(f"wrote {', '.join(str(out_dir / name) for name in MEMORY_FILES)}")
     return 0
+
+
+def _check_memory_flags(args: argparse.Namespace) -> None:
+    """The memory experiment's flags that cannot run together, refused before anything runs."""
+    if args.min_len > args.max_len:
+        raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
+    if args.symbols < 2:
+        raise ConfigError("--symbols must be at least 2")
+    twice = sorted({c for c in args.cells if args.cells.count(c) > 1})
+    if twice:  # one column and one curve per cell
+        raise ConfigError(f"--cells names {', '.join(twice)} more than once")
+    refuse_with_quick(args, MEMORY_QUICK)
+    if args.forget_bias is not None and "lstm" not in args.cells:  # a gate of LSTMs alone
+        raise ConfigError(f"--forget-bias sets the LSTM's forget gate; --cells "
+                          f"{' '.join(args.cells)} has no LSTM")
 
 
 def run_count(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.experiments.count import continue_counting, train_counter
+    from scratchgpt.experiments.count import continue_counting, recorded_settings, train_counter
 
     n = args.modulus
     if n < 2:
@@ -310,8 +318,8 @@ def run_count(args: argparse.Namespace) -> int:
     model, metrics, first = train_counter(args.cell, n, args.hidden, args.steps, args.seed)
     generated = continue_counting(model, prompt, args.generate)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"cell": args.cell, "modulus": n, "steps": args.steps,
-              "final_loss": metrics["val_loss"],
+    settings = recorded_settings(args.cell, n, args.hidden, args.steps, args.seed, args.threads)
+    result = {"settings": settings, "first_loss": first, "final_loss": metrics["val_loss"],
               "next_number_accuracy": metrics["next_number_accuracy"], "prompt": prompt,
               "generated": generated}
     (out_dir / COUNT_FILE).write_text(json.dumps(result, indent=1))

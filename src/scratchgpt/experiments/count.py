@@ -20,6 +20,7 @@ from scratchgpt.training.trainer import Trainer
 
 ROW = 17  # numbers per training row: 16 inputs, each with its next number as target
 BATCH = 32  # rows per training step
+LEARNING_RATE = 1e-2  # Adam's, constant
 
 
 class CountingTask:
@@ -75,9 +76,10 @@ class CountingTask:
 def train_counter(cell: str, modulus: int, hidden: int, steps: int, seed: int
                   ) -> tuple[nn.Module, dict[str, float], float]:
     """Train a one-layer recurrent LM to count; returns (model, final metrics, first loss)."""
-    cfg = TrainConfig(batch_size=BATCH, max_iters=steps, learning_rate=1e-2, min_lr=1e-2,
-                      warmup_iters=0, weight_decay=0.0, grad_clip=0.0, eval_iters=1,
-                      eval_interval=steps + 1, log_interval=steps + 1, dtype="fp32", seed=seed)
+    cfg = TrainConfig(batch_size=BATCH, max_iters=steps, learning_rate=LEARNING_RATE,
+                      min_lr=LEARNING_RATE, warmup_iters=0, weight_decay=0.0, grad_clip=0.0,
+                      eval_iters=1, eval_interval=steps + 1, log_interval=steps + 1,
+                      dtype="fp32", seed=seed)
     config = RecurrentConfig(vocab_size=modulus, cell=cell, n_layer=1, hidden=hidden)
     check_fits(config)
     task = CountingTask(modulus)
@@ -86,6 +88,15 @@ def train_counter(cell: str, modulus: int, hidden: int, steps: int, seed: int
     result = trainer.fit()
     result.raise_if_stopped()
     return trainer.model.eval(), result.metrics, first
+
+
+def recorded_settings(cell: str, modulus: int, hidden: int, steps: int, seed: int,
+                      threads: int) -> dict[str, Any]:
+    """What produced a result, named as the flags that set it (and the fixed batch, row and
+    learning rate): two runs' count.json otherwise read alike whatever their sizes or seed."""
+    return {"cell": cell, "modulus": modulus, "hidden": hidden, "steps": steps, "seed": seed,
+            "threads": threads, "batch_size": BATCH, "row_length": ROW,
+            "learning_rate": LEARNING_RATE}
 
 
 def check_fits(config: RecurrentConfig) -> None:

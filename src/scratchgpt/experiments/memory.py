@@ -148,19 +148,45 @@ def run(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
     return accuracy
 
 
+def recorded_settings(setup: MemorySetup, cells: list[str], lengths: list[int], mixed: bool,
+                      threads: int) -> dict[str, Any]:
+    """What produced a result, named as the flags that set it (settings.json beside memory.csv):
+    two runs' files otherwise read alike whatever their sizes, steps or seed."""
+    return {"cells": cells, "impl": setup.cells, "min_len": lengths[0], "max_len": lengths[-1],
+            "mixed": mixed, "symbols": setup.symbols, "hidden": setup.hidden,
+            "steps": setup.steps, "batch_size": setup.batch_size,
+            "learning_rate": setup.learning_rate,
+            "forget_bias": setup.forget_bias if "lstm" in cells else None,
+            "eval_samples": setup.eval_samples, "seed": setup.seed, "threads": threads}
+
+
+def caption(settings: dict[str, Any]) -> str:
+    """One line of the settings for the plot, so that two runs' figures differ where they do."""
+    parts = ["one model for all lengths" if settings["mixed"] else "a model per length",
+             f"hidden {settings['hidden']}", f"{settings['steps']:,} steps",
+             f"batch {settings['batch_size']}", f"lr {settings['learning_rate']:g}",
+             f"{settings['symbols']} symbols"]
+    if settings["forget_bias"] is not None:
+        parts.append(f"forget bias {settings['forget_bias']:g}")
+    parts += [f"{settings['eval_samples']:,} tests per length", f"seed {settings['seed']}",
+              f"{settings['impl']} cells"]
+    return ", ".join(parts)
+
+
 # The x values are sequence lengths T: the symbol is the first of T read, the answer comes
 # after the last, T - 1 steps later.
 X_LABEL = "sequence length T (the symbol is read T - 1 steps before the answer)"
 
 
-def figure(lengths: list[int], accuracy: dict[str, list[float]], symbols: int) -> Any:
+def figure(lengths: list[int], accuracy: dict[str, list[float]], symbols: int,
+           subtitle: str = "") -> Any:
     """The figure of memory.png: accuracy recalling the first symbol against sequence length."""
     from scratchgpt.viz import pyplot
 
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     for cell, accs in accuracy.items():
         ax.plot(lengths, accs, marker="o", label=cell.upper())
     ax.axhline(1 / symbols, color="gray", linestyle="--", label="chance")
@@ -170,15 +196,22 @@ def figure(lengths: list[int], accuracy: dict[str, list[float]], symbols: int) -
     ax.set_ylim(0, 1.05)
     ax.legend()
     ax.set_title("Memory over time: " + " vs ".join(cell.upper() for cell in accuracy))
-    fig.tight_layout()
+    if subtitle:
+        import textwrap
+
+        fig.text(0.5, 0.005, "\n".join(textwrap.wrap(subtitle, 115)), ha="center",
+                 va="bottom", fontsize=7, color="dimgray")
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
-def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbols: int
-         ) -> None:
+def plot(path: Path, lengths: list[int], accuracy: dict[str, list[float]], symbols: int,
+         subtitle: str = "") -> None:
     """memory.png: :func:`figure`, saved."""
     from scratchgpt.viz import pyplot
 
-    fig = figure(lengths, accuracy, symbols)
+    fig = figure(lengths, accuracy, symbols, subtitle)
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
