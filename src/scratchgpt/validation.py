@@ -15,7 +15,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -226,6 +226,21 @@ def did_you_mean(word: str, choices: Any) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def refuse_unknown(given: Iterable[str], known: Collection[str], what: str) -> None:
+    """A ConfigError naming the settings in ``given`` that ``what`` (a config, a model) does
+    not take, and the one of ``known`` a lone unknown setting nearly reads as.
+
+    >>> refuse_unknown(["n_layers"], ["n_layer", "n_head"], "model 'gpt'")
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.ConfigError: model 'gpt' does not take n_layers; did you mean 'n_layer'?
+    """
+    unknown = [name for name in given if name not in known]
+    if unknown:
+        tail = did_you_mean(unknown[0], known) if len(unknown) == 1 else ""
+        raise ConfigError(f"{what} does not take {', '.join(unknown)}{tail}")
+
+
 def refuse_unknown_fields(cls: type[T]) -> type[T]:
     """Class decorator for a config dataclass that users build from Python: a keyword it does
     not take is a one-line ConfigError naming it, with the field it nearly reads as, instead
@@ -246,10 +261,7 @@ def refuse_unknown_fields(cls: type[T]) -> type[T]:
 
     @functools.wraps(init)
     def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = [k for k in kwargs if k not in names]
-        if unknown:
-            tail = did_you_mean(unknown[0], names) if len(unknown) == 1 else ""
-            raise ConfigError(f"{cls.__name__} does not take {', '.join(unknown)}{tail}")
+        refuse_unknown(kwargs, names, cls.__name__)
         init(self, *args, **kwargs)
 
     cls.__init__ = checked_init  # type: ignore[method-assign]

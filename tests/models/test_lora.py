@@ -114,7 +114,8 @@ def test_nested_configs_round_trip_as_plain_data(tmp_path):
     torch.save(plain, tmp_path / "c.pt")
     loaded = torch.load(tmp_path / "c.pt", weights_only=True)
     assert model_config("gpt-classifier", **loaded) == cfg
-    with pytest.raises(ConfigError, match="gpt does not take: bogus"):
+    with pytest.raises(ConfigError, match="^the gpt of model 'gpt-classifier' does not take "
+                                          "bogus$"):
         model_config("gpt-classifier", **{**loaded, "gpt": {**loaded["gpt"], "bogus": 1}})
 
 

@@ -337,7 +337,7 @@ def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_data
     (SamplingConfig, "temprature", "SamplingConfig does not take temprature; did you mean "
                                    "'temperature'?"),
     (lambda **kw: model_config("gpt", vocab_size=9, **kw), "n_layers",
-     "model 'gpt' does not take: n_layers; did you mean 'n_layer'?"),
+     "model 'gpt' does not take n_layers; did you mean 'n_layer'?"),
     # every other model's config too (a user may build any of them directly)
     (BigramConfig, "vocab", "BigramConfig does not take vocab; did you mean 'vocab_size'?"),
     (RecurrentConfig, "hiden", "RecurrentConfig does not take hiden; did you mean 'hidden'?"),

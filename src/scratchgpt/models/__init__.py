@@ -34,7 +34,7 @@ from scratchgpt.models.configs.rnn import (
     cell_config,
 )
 from scratchgpt.models.configs.seq2seq import Seq2SeqConfig
-from scratchgpt.validation import check_values, did_you_mean
+from scratchgpt.validation import check_values, refuse_unknown
 
 if TYPE_CHECKING:
     from torch import nn
@@ -103,13 +103,9 @@ def model_config(model_type: str, **values: Any) -> ModelConfig:
 def _build_config(cls: type, values: dict[str, Any], what: str) -> Any:
     """``cls(**values)``, checked; a field typed as a config dataclass may be given as a dict
     (as a checkpoint saves it), built the same way."""
-    fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    extra = set(values) - fields
-    if extra:
-        tail = did_you_mean(next(iter(extra)), fields) if len(extra) == 1 else ""
-        raise ConfigError(f"{what} does not take: {', '.join(sorted(extra))}{tail}")
+    refuse_unknown(values, [f.name for f in dataclasses.fields(cls) if f.init], what)
     hints = typing.get_type_hints(cls)
-    values = {k: _nested(hints[k], v, k) for k, v in values.items()}
+    values = {k: _nested(hints[k], v, f"the {k} of {what}") for k, v in values.items()}
     check_values(cls, values)
     try:
         return cls(**values)
@@ -117,13 +113,13 @@ def _build_config(cls: type, values: dict[str, Any], what: str) -> Any:
         raise ConfigError(f"{what}: {e}") from None
 
 
-def _nested(annotation: Any, value: Any, name: str) -> Any:
+def _nested(annotation: Any, value: Any, what: str) -> Any:
     """``value``, or the config dataclass of ``annotation`` built from it when it is a dict."""
     if not isinstance(value, Mapping):
         return value
     options = typing.get_args(annotation) or (annotation,)
     cls = next((t for t in options if dataclasses.is_dataclass(t)), None)
-    return value if cls is None else _build_config(cls, dict(value), name)
+    return value if cls is None else _build_config(cls, dict(value), what)
 
 
 def model_type(config: ModelConfig) -> str:
