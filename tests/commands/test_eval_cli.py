@@ -247,6 +247,21 @@ def test_a_hugging_face_model_needs_a_dataset_of_its_tokenizer(hf_dir, tmp_path,
     assert "tokenized differently" in msg and f"--tokenizer-from {hf_dir}" in msg
 
 
+def test_a_converted_run_is_told_how_to_get_a_dataset(hf_dir, small_dataset, tmp_path,
+                                                      capsys):
+    """A run imported with convert --from hf records no dataset, as the directory did not: it
+    was 'the checkpoint does not record its dataset; pass --dataset', naming neither the run
+    nor how to prepare a text with its tokenizer, which the directory itself was told."""
+    back = tmp_path / "back"
+    assert main(["convert", "--from", "hf", str(hf_dir), "--out", str(back)]) == 0
+    capsys.readouterr()
+    msg = error_of(capsys, ["eval", "--checkpoint", str(back)])
+    assert f"{back / 'best.pt'} records no dataset (it was converted from {hf_dir})" in msg, msg
+    assert f"--tokenizer-from {back}" in msg, msg
+    assert main(["eval", "--checkpoint", str(back), "--dataset", str(small_dataset),
+                 "--max-tokens", "200"]) == 0
+
+
 def test_a_hugging_face_model_without_tokenizer_files_is_measured_with_a_note(
         hf_dir, small_dataset, tmp_path, capsys):
     """Nothing can say the dataset was tokenized as such a model was trained: a note says

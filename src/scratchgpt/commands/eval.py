@@ -105,8 +105,11 @@ def dataset_of(args: argparse.Namespace, ckpt):
     from scratchgpt.training.job import check_same_tokenizer
 
     dataset = args.dataset or ckpt.data.get("dataset")
-    if not dataset:
-        raise CheckpointError("the checkpoint does not record its dataset; pass --dataset")
+    if not dataset:  # a converted model, or one fine-tuned on conversations or labels
+        origin = ckpt.data.get("converted_from")
+        why = f" (it was converted from {origin})" if origin else ""
+        raise CheckpointError(f"{ckpt.path} records no dataset{why}; pass --dataset DIR, a text "
+                              f"prepared with its tokenizer ({_prepare(args.checkpoint)})")
     if args.dataset is None and not Path(dataset).is_dir() and \
             dataset not in sources.DATASET_NAMES:
         raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
@@ -127,8 +130,7 @@ def hf_dataset(args: argparse.Namespace, source, model):
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import ConfigError, DataError
 
-    prepare = (f"scratchgpt prepare --data TEXT --tokenizer-from {args.checkpoint} "
-               "--out DIR")
+    prepare = _prepare(args.checkpoint)
     if args.dataset is None:
         raise ConfigError(f"{args.checkpoint} is a Hugging Face model, which records no "
                           f"dataset; pass --dataset DIR, a text prepared with its tokenizer "
@@ -146,6 +148,11 @@ def hf_dataset(args: argparse.Namespace, source, model):
         print(f"note: {source.hf_dir} has no tokenizer files: nothing says {data.directory} "
               "was tokenized as the model was trained", file=sys.stderr)
     return data
+
+
+def _prepare(checkpoint: str) -> str:
+    """The command that prepares a text with ``checkpoint``'s tokenizer, for eval to read."""
+    return f"scratchgpt prepare --data TEXT --tokenizer-from {checkpoint} --out DIR"
 
 
 def perplexity(loss: float) -> float:
