@@ -10,6 +10,7 @@ so that ``" the"`` and ``"the"`` look different on an axis.
 * :func:`heatmap` draws one weight matrix on an axis, labels on both axes (usable for any
   query x key attention: a GPT head, an encoder-decoder's cross-attention).
 * :func:`attention_figure` lays out many heads: a grid of layers x heads, or one head large.
+* :func:`alignment_figure` draws an encoder-decoder's cross-attention, output x source.
 * :func:`distribution_figure` shows how sampling settings reshape a next-token distribution.
 * :func:`context_loss_figure` draws a model's loss against the context it had (``scratchgpt
   eval --plot``).
@@ -194,6 +195,28 @@ def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
                 ax.set_title(f"layer {layer}, head {head}", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+@literal_text()
+def alignment_figure(weights: Any, source: Sequence[str], output: Sequence[str],
+                     title: str = "") -> Any:
+    """An encoder-decoder's cross-attention ``(len(output), len(source))`` as a figure: a row
+    per output token, its weights over the source tokens, with a colour bar, in the colours
+    of :func:`attention_figure`. A long ``title`` (a translation) wraps to the figure's
+    width."""
+    import textwrap
+
+    plt = pyplot()
+    width = max(4.0, 0.35 * len(source) + 2.5)
+    fig, ax = plt.subplots(figsize=(width, max(3.0, 0.35 * len(output) + 1.2)))
+    image = heatmap(ax, weights, source, output)
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
+    if title:  # about 12 characters of 9 pt text an inch
+        ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
     fig.tight_layout()
     return fig
 

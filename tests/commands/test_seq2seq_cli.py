@@ -64,16 +64,35 @@ def test_resuming_a_finished_run_says_it_is_finished(checkpoint, tmp_path, capsy
     assert load_checkpoint(run / "last.pt").state.step == 15
 
 
+def test_attention_figure_has_a_colour_scale():
+    """The heatmap was shades of grey with no scale, each figure stretched to its own largest
+    weight: how much attention a shade meant could not be read off it."""
+    import numpy as np
+
+    from scratchgpt.viz import alignment_figure, pyplot
+
+    plt = pyplot()
+    weights = np.array([[0.9, 0.1, 0.0], [0.2, 0.3, 0.5]])
+    fig = alignment_figure(weights, ["a", "b", "<eos>"], ["x", "<eos>"], "lstm: 'ab' -> 'x'")
+    try:
+        heat, bar = fig.axes
+        assert bar.get_ylabel() == "attention weight"
+        image = heat.get_images()[0]
+        assert image.get_clim() == (0.0, 1.0)  # one scale for every figure, as `attention`'s
+        assert [t.get_text() for t in heat.get_xticklabels()] == ["a", "b", "<eos>"]
+    finally:
+        plt.close(fig)
+
+
 def test_attention_title_stays_within_the_figure():
     """A long translation over a short source ran off both edges of the figure's title."""
     import numpy as np
 
-    from scratchgpt.commands.seq2seq import _alignment_figure
-    from scratchgpt.viz import pyplot
+    from scratchgpt.viz import alignment_figure, pyplot
 
     plt = pyplot()
     title = "transformer: 'abc' -> '" + "v" * 60 + "'"
-    fig = _alignment_figure(plt, np.full((64, 4), 0.25), [*"abc", "<eos>"], ["v"] * 64, title)
+    fig = alignment_figure(np.full((64, 4), 0.25), [*"abc", "<eos>"], ["v"] * 64, title)
     try:
         fig.canvas.draw()
         shown, frame = fig.axes[0].title, fig.bbox

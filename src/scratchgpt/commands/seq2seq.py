@@ -355,11 +355,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from scratchgpt.viz import check_figure_path, literal_text, pyplot, save_figure
+    from scratchgpt.viz import alignment_figure, check_figure_path, save_figure, visible
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
     penalty = length_penalty(args)
-    plt = pyplot()
 
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
@@ -380,41 +379,14 @@ def run_attention(args: argparse.Namespace) -> int:
     texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, args.max_len,
                                  length_penalty=penalty)
     weights = attn[0].numpy()  # [target tokens, source tokens]
-    src_labels = list(args.source) + ["<eos>"]
-    src_labels = [c if src_tok.stoi.get(c) is not None or c == "<eos>" else "<unk>"
-                  for c in src_labels]
-    tgt_labels = tgt_tok.token_strings(ids[0])
-    with literal_text():  # the user's source and its translation, as written
-        fig = _alignment_figure(plt, weights, src_labels, tgt_labels,
-                                f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
+    src_labels = [visible(c) if src_tok.stoi.get(c) is not None else "<unk>"
+                  for c in args.source] + ["<eos>"]
+    tgt_labels = [visible(t) for t in tgt_tok.token_strings(ids[0])]
+    fig = alignment_figure(weights, src_labels, tgt_labels,
+                           f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
     out = save_figure(fig, args.out, dpi=120)
     cut = "" if _ended(ids[0], model.config.eos_id) else \
         f" (cut at --max-len {args.max_len}, before <eos>)"
     print(f"{args.source!r} -> {texts[0]!r}{cut}")
     print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
     return 0
-
-
-def _alignment_figure(plt: Any, weights: Any, src_labels: list[str], tgt_labels: list[str],
-                      title: str) -> Any:
-    """The cross-attention of each output token [target, source] over the source tokens."""
-    import textwrap
-
-    width = max(4, 0.35 * len(src_labels) + 1.5)
-    fig, ax = plt.subplots(figsize=(width, max(3, 0.35 * len(tgt_labels) + 1.2)))
-    ax.imshow(weights, cmap="gray", vmin=0, vmax=max(float(weights.max()), 1e-9), aspect="auto")
-    ax.set_xticks(range(len(src_labels)), [_show(c) for c in src_labels])
-    for label in ax.get_xticklabels():  # characters upright, "<eos>"/"<unk>" vertical
-        label.set_rotation(90 if len(label.get_text()) > 1 else 0)
-    ax.set_yticks(range(len(tgt_labels)), [_show(c) for c in tgt_labels])
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
-    # in lines the figure's width holds (about 12 characters of 9 pt text an inch): a long
-    # translation over a short source ran off both edges, its start and end cut away
-    ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def _show(c: str) -> str:
-    return "␣" if c == " " else c
