@@ -95,3 +95,16 @@ def test_count_records_the_settings_that_produced_its_result(tmp_path, capsys):
     assert result["prompt"] == [5, 6] and len(result["generated"]) == 3
     said = capsys.readouterr().out
     assert f"loss {result['first_loss']:.3f} -> {result['final_loss']:.3f}" in said
+
+
+def test_memory_curves_that_coincide_all_show(tmp_path):
+    """Every curve was the same size of circle: where the LSTM and the RNN both scored 100%,
+    the later drawn hid the other, and the plot showed one network where there were two."""
+    accuracy = {"rnn": [1.0, 1.0, 0.5], "lstm": [1.0, 1.0, 1.0], "gru": [1.0, 1.0, 1.0]}
+    lines = memory.figure([3, 4, 5], accuracy, 8).axes[0].lines[:3]
+    assert [line.get_label() for line in lines] == ["RNN", "LSTM", "GRU"]
+    assert len({line.get_marker() for line in lines}) == 3
+    sizes = [line.get_markersize() for line in lines]
+    widths = [line.get_linewidth() for line in lines]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3, sizes
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3, widths

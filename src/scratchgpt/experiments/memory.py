@@ -187,8 +187,9 @@ def figure(lengths: list[int], accuracy: dict[str, list[float]], symbols: int,
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.4))
-    for cell, accs in accuracy.items():
-        ax.plot(lengths, accs, marker="o", label=cell.upper())
+    for k, (cell, accs) in enumerate(accuracy.items()):  # each drawn smaller than the one
+        ax.plot(lengths, accs, marker="os^"[k % 3], markersize=9 - 2.5 * (k % 3),  # before,
+                linewidth=2.6 - 0.8 * (k % 3), label=cell.upper())  # so equal points all show
     ax.axhline(1 / symbols, color="gray", linestyle="--", label="chance")
     ax.set_xlabel(X_LABEL)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # lengths are whole steps
