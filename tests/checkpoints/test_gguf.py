@@ -206,7 +206,9 @@ def test_model_vocab_larger_than_tokenizer_is_padded(tmp_path, bpe):
 @pytest.mark.parametrize("change,needle", [
     (dict(bias=False), "--no-bias"),
     (dict(pos_encoding="sinusoidal"), "--pos-encoding sinusoidal"),
-    (dict(activation="gelu"), "tanh-approximated GELU"),
+    # (it said activation='gelu', a name no flag has, and not what to train with instead)
+    (dict(activation="gelu"), "--activation gelu: llama.cpp computes GPT-2's "
+                              "tanh-approximated GELU; train with --activation gelu_tanh"),
     # written as a plain GPT-2 (their tensors dropped, or a KeyError) before they were refused
     (dict(qk_norm=True), "--qk-norm"),
     (dict(value_embeds=1), "--value-embeds"),

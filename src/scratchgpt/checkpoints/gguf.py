@@ -103,8 +103,9 @@ def check_exportable(cfg: dict[str, Any]) -> None:
     if why is not None:
         raise CheckpointError(f"cannot be exported to GGUF (llama.cpp's gpt2): {why}")
     if cfg.get("activation", "gelu_tanh") != "gelu_tanh":
-        raise CheckpointError(f"activation={cfg['activation']!r} cannot be exported to GGUF: "
-                              "llama.cpp's gpt2 computes GPT-2's tanh-approximated GELU")
+        raise CheckpointError(f"cannot be exported to GGUF (llama.cpp's gpt2): --activation "
+                              f"{cfg['activation']}: llama.cpp computes GPT-2's "
+                              "tanh-approximated GELU; train with --activation gelu_tanh")
 
 
 # ---- tokenizer
