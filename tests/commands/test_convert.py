@@ -237,6 +237,17 @@ def test_an_export_never_replaces_a_device_or_a_pipe(run_dir, tmp_path, capsys):
     assert stat.S_ISFIFO(pipe.stat().st_mode)
 
 
+def test_from_hf_of_our_own_run_says_it_needs_no_converting(run_dir, tmp_path, capsys):
+    """A user importing a run (or its .pt) was told only that it is no Hugging Face
+    directory, not that nothing needs converting, nor how to make one of it."""
+    for source, what in ((run_dir, "run"), (run_dir / "best.pt", "checkpoint")):
+        msg = error_of(capsys, ["convert", "--from", "hf", str(source), "--out",
+                                str(tmp_path / "out")])
+        assert f"it is a scratchgpt {what}, which every command reads as it is" in msg, msg
+        assert f"convert --to hf --checkpoint {source} --out DIR" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
     save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))

@@ -435,6 +435,20 @@ def _read_tokenizer(directory: Path, required: bool) -> Any:
     return BPETokenizer.from_gpt2_files(directory / found[0], directory / found[1])
 
 
+def _ours_already(source: str | Path) -> str:
+    """``"; it is a scratchgpt run ..."`` when ``source`` is a run directory or a ``.pt`` file,
+    which a user may take for what ``--from hf`` reads: nothing needs converting."""
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    path = Path(source)
+    what = ("run" if RunDir(path).has_checkpoint()
+            else "checkpoint" if path.is_file() and path.suffix == ".pt" else None)
+    if what is None:
+        return ""
+    return (f": it is a scratchgpt {what}, which every command reads as it is (for a Hugging "
+            f"Face directory of it: convert --to hf --checkpoint {path} --out DIR)")
+
+
 def import_hf(source: str | Path, out: str | Path,
               overwrite: bool = False) -> tuple[Path, bool]:
     """Write the Hugging Face GPT-2 directory ``source`` as our run directory ``out``
@@ -446,7 +460,7 @@ def import_hf(source: str | Path, out: str | Path,
 
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
-                              "model.safetensors or pytorch_model.bin)")
+                              f"model.safetensors or pytorch_model.bin){_ours_already(source)}")
     config = read_hf_config(source)  # read once, for the model, tokenizer and template
     model, _ = load_hf(source, config)
     tok = hf_tokenizer(source, required=False, config=config)
