@@ -381,6 +381,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("experiment memory --forget-bias 1e300",
      lambda c: ["experiment", "memory", "--quick", "--forget-bias", "1e300", "--out",
                 c["root"] / "out" / "m"], "--forget-bias must be in [-100, 100]"),
+    # an infinite rate was refused as "must be > 0, got inf", a bound it does not break
+    ("experiment memory --learning-rate inf",
+     lambda c: ["experiment", "memory", "--quick", "--learning-rate", "inf", "--out",
+                c["root"] / "out" / "m"], "--learning-rate/--lr: expected a finite number"),
+    ("experiment gpt-build --lr inf",
+     lambda c: ["experiment", "gpt-build", "--quick", "--lr", "inf", "--out",
+                c["root"] / "out" / "g"], "--learning-rate/--lr: expected a finite number"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],
@@ -447,7 +454,10 @@ def test_bad_input_gets_one_line_and_exit_code_2(ctx, name, argv, word, capsys, 
                                 "classifier")]
     before = [snapshot(p) for p in watched]
     capsys.readouterr()
-    code = main(args)
+    try:
+        code = main(args)
+    except SystemExit as stop:  # argparse's own refusals: a flag's type or choices
+        code = stop.code
     err = capsys.readouterr().err
     figures.exit_codes[name] = code
     lines = err.strip().splitlines()

@@ -86,7 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(the short sequences then teach the RNN what to keep, and it copes)")
     m.add_argument("--batch-size", type=positive_int, default=64,
                    help="sequences per training step (default 64)")
-    m.add_argument("--learning-rate", "--lr", type=float, default=3e-3,
+    m.add_argument("--learning-rate", "--lr", type=finite_float, default=3e-3,
                    help="Adam learning rate (default 3e-3)")
     m.add_argument("--eval-samples", type=positive_int, default=None,
                    help="test sequences per length (default 1000)")
@@ -181,7 +181,7 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                    help="width of stages 2-7 (default 32, the lecture's)")
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="windows per step, every stage (default 32, the lecture's)")
-    g.add_argument("--learning-rate", "--lr", type=float, default=1e-3,
+    g.add_argument("--learning-rate", "--lr", type=finite_float, default=1e-3,
                    help="AdamW peak learning rate of every stage, with a cosine down to a "
                         "tenth of it (default 1e-3, the lecture's)")
     g.add_argument("--eval-interval", type=positive_int, default=None,
