@@ -122,6 +122,20 @@ def test_quick_build_trains_every_stage_and_writes_the_report(quick_build, small
     assert (quick_build / "gpt_build.png").stat().st_size > 10_000
 
 
+def test_the_plots_curves_are_the_estimates_one_point_per_evaluation(quick_build):
+    """Each curve ended in a vertical drop: the final evaluation on the whole val split, at the
+    step of the last estimate, was drawn as one more point of the estimates."""
+    for run in sorted(p for p in quick_build.iterdir() if p.is_dir()):
+        rows = list(csv.DictReader((run / "metrics.csv").open()))
+        estimates = [(float(r["step"]), float(r["val_loss"])) for r in rows
+                     if r["val_loss"] and r["lr"]]
+        assert len(estimates) < len(val_estimates(run))  # the final one is in the file...
+        points = gpt_build.curve(run, by_time=False)
+        assert points == estimates and len(points) >= 2  # ...and not on the curve
+        steps = [step for step, _ in points]
+        assert steps == sorted(set(steps)), steps
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

@@ -353,10 +353,13 @@ def write_tables(results: Sequence[StageResult], out: Path) -> tuple[Path, Path]
 
 
 def curve(run_dir: Path, by_time: bool) -> list[tuple[float, float]]:
-    """A stage's val-loss estimates from its ``metrics.csv``: (seconds or step, loss)."""
+    """A stage's val-loss estimates from its ``metrics.csv``: (seconds or step, loss). The
+    final evaluation on the whole split, the row without a learning rate, is left out: it is
+    the left panel's figure, of another measure, and at the last estimate's step it drew a
+    vertical drop at the end of every curve."""
     key = "elapsed_s" if by_time else "step"
     return [(float(r[key]), float(r["val_loss"])) for r in read_rows(run_dir / "metrics.csv")
-            if r["val_loss"]]
+            if r["val_loss"] and r["lr"]]
 
 
 def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
