@@ -136,6 +136,30 @@ def test_the_plots_curves_are_the_estimates_one_point_per_evaluation(quick_build
         assert steps == sorted(set(steps)), steps
 
 
+def test_the_plots_steps_read_as_plain_numbers_and_its_legend_covers_no_curve(
+        quick_build, tmp_path, monkeypatch):
+    """On the log axis of steps, step 20 read '2 x 10^1' and step 10 '10^1', and the legend
+    covered the curves."""
+    import scratchgpt.viz
+
+    setup = gpt_build.quick_setup()
+    results = gpt_build.earlier_results(setup, quick_build, set())
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure", lambda fig, path: drawn.append(fig))
+    gpt_build.plot(results, tmp_path / "p.png", by_time=False)
+    right = drawn[0].axes[1]
+    drawn[0].canvas.draw()
+    labels = [t.get_text() for minor in (False, True)
+              for t in right.get_xticklabels(minor=minor) if t.get_text()]
+    low, high = right.get_xlim()
+    shown = [float(x) for x in labels if low <= float(x) <= high]  # each a plain number
+    assert 10.0 in shown and 20.0 in shown, labels
+    # the legend of eight stages stands beside the curves, not over them
+    renderer = drawn[0].canvas.get_renderer()
+    box, axes = right.get_legend().get_window_extent(renderer), right.get_window_extent(renderer)
+    assert box.x0 >= axes.x1 and box.x1 <= drawn[0].bbox.x1, (box, axes)
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

@@ -385,8 +385,13 @@ def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
             right.plot(*zip(*points, strict=True), ".-", label=r.stage.name, lw=1.2, ms=3)
     right.set_xlabel("training time (s)" if by_time else "step")
     right.set_xscale("log")
+    from matplotlib.ticker import LogFormatter
+
+    for ticks in (right.xaxis.set_major_formatter, right.xaxis.set_minor_formatter):
+        ticks(LogFormatter())  # 20 and 1000 as such, not 2 x 10^1 and 10^3
     right.set_ylabel("val loss estimate")
     right.set_title("val loss during training")
-    right.legend(fontsize=8)
+    # beside the axes: eight stages' names inside them covered the curves they name
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return save_figure(fig, path)
