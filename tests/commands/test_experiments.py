@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from scratchgpt.cli import main
 from scratchgpt.experiments import count, memory
 from tests.cli_errors import error_of
@@ -108,3 +110,14 @@ def test_memory_curves_that_coincide_all_show(tmp_path):
     widths = [line.get_linewidth() for line in lines]
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3, sizes
     assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3, widths
+
+
+def test_memory_help_says_which_networks_it_trains_and_what_threads_0_is(capsys):
+    """It said 'Train a tanh RNN and an LSTM' whatever --cells chose, and --threads took a 0
+    it did not explain."""
+    with pytest.raises(SystemExit):
+        main(["experiment", "memory", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Train each network of --cells (default: a tanh RNN and an LSTM)" in text
+    assert "Train a tanh RNN and an LSTM" not in text
+    assert "0: torch's own choice" in text

@@ -35,6 +35,7 @@ MEMORY_FILES = (MEMORY_CSV, MEMORY_SETTINGS, MEMORY_PNG)
 COUNT_FILE = "count.json"
 # what --quick sets itself, so a flag among them given beside it would be ignored
 MEMORY_QUICK = {"steps", "eval_samples"}
+THREADS_HELP = "torch CPU threads (default 1; 0: torch's own choice)"
 BUILD_QUICK = {"time_budget", "max_iters", "scaled", "batch_size", "eval_interval", "eval_iters"}
 
 
@@ -57,8 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     m = kinds.add_parser(
         "memory", help="recall the first symbol: RNN vs LSTM accuracy by sequence length",
-        description="Train a tanh RNN and an LSTM to output the first symbol of a random "
-                    "sequence after reading all of it (lengths --min-len..--max-len), then write "
+        description="Train each network of --cells (default: a tanh RNN and an LSTM) to output "
+                    "the first symbol of a random sequence after reading all of it (lengths "
+                    "--min-len..--max-len), then write "
                     "accuracy by length as memory.csv and memory.png into --out, with the "
                     "settings that produced them in settings.json.")
     m.add_argument("--out", required=True, metavar="DIR",
@@ -94,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a few seconds: 20 steps, 100 test sequences (for smoke tests)")
     m.add_argument("--seed", type=seed_int, default=0,
                    help="seed for the data, the weights and the test sets (default 0)")
-    m.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
+    m.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     m.add_argument("--overwrite", action="store_true",
                    help=f"replace the results already in --out ({', '.join(MEMORY_FILES)})")
     m.set_defaults(func=run_memory)
@@ -119,7 +121,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="numbers to generate (default 10)")
     c.add_argument("--seed", type=seed_int, default=0,
                    help="seed for the data and the weights (default 0)")
-    c.add_argument("--threads", type=thread_count, default=1, help="torch CPU threads (default 1)")
+    c.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     c.add_argument("--overwrite", action="store_true",
                    help=f"replace the result already in --out ({COUNT_FILE})")
     c.set_defaults(func=run_count)
