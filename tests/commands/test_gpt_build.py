@@ -220,7 +220,10 @@ def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
     setup = gpt_build.quick_setup(max_iters=7)
     assert setup.train_config().max_iters == 7 and not setup.train_config().time_budget
     for bad, words in ((["--time-budget", "soon"], "duration"), (["--dropout", "1.5"], "dropout"),
-                       (["--n-embd", "30"], "divisible"), (["--stages", "9"], "no stage"),
+                       # it said "divisible by n_head (4)", a setting gpt-build has no flag for
+                       (["--n-embd", "30"], "--n-embd (30) must be a multiple of 4, the heads of "
+                                            "stages 3-7"),
+                       (["--stages", "9"], "no stage"),
                        # --quick's own 20 steps would have run, the flag ignored
                        (["--quick", "--max-iters", "500"], "--quick sets its own --max-iters"),
                        (["--quick", "--batch-size", "64"], "--batch-size")):

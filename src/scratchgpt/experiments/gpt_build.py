@@ -110,6 +110,9 @@ class BuildSetup:
     def __post_init__(self) -> None:
         if self.scaled not in SCALED:
             raise ConfigError(f"scaled must be one of {', '.join(SCALED)}, got {self.scaled!r}")
+        if self.n_embd % self.n_head:  # (the GPT's own refusal named n_head, no flag here)
+            raise ConfigError(f"n_embd ({self.n_embd}) must be a multiple of {self.n_head}, the "
+                              "heads of stages 3-7")
 
     def train_config(self) -> TrainConfig:
         """The training settings of every stage: only the model differs between stages."""
