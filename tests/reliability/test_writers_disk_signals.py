@@ -29,6 +29,7 @@ from tests.reliability.procs import (
     wait_until_torch_loads,
 )
 from tests.reliability.test_kill9 import check_run
+from tests.requires import optional
 
 LONG = ["--max-iters", "1000000", "--eval-interval", "1", "--log-interval", "1"]
 
@@ -116,6 +117,35 @@ def test_a_full_disk_fails_in_one_line_and_loses_nothing(run, tiny_data, tmp_pat
     # and with room again, the run resumes
     assert main(["train", "--out", str(run), "--resume", "--max-iters", "4"]) == 0
     figures.count("full_disk_commands_failed_cleanly", 5)
+
+
+def test_a_full_disk_fails_an_export_in_one_line_and_keeps_the_earlier_one(run, tmp_path):
+    """convert --to hf --overwrite cleared the earlier export before writing the new one, so a
+    full disk lost it, with safetensors' traceback; a new export left an empty folder."""
+    hf = tmp_path / "hf"
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run), "--out", str(hf)]) == 0
+    old = snapshot(hf)
+    msg = _full_disk(["convert", "--to", "hf", "--checkpoint", run, "--out", hf,
+                      "--overwrite"], tmp_path, "hf-over")
+    assert f"cannot write {hf}" in msg and "(the previous export is intact)" in msg, msg
+    assert snapshot(hf) == old  # and no temporary folder beside it
+    _full_disk(["convert", "--to", "hf", "--checkpoint", run, "--out", tmp_path / "new-hf"],
+               tmp_path, "hf-new")
+    assert not (tmp_path / "new-hf").exists()
+
+
+def test_a_full_disk_fails_a_gguf_export_in_one_line_naming_the_file(run, tmp_path):
+    """numpy's short write, 'OSError: 3072 requested and 536 written', was the whole line."""
+    optional("gguf")
+    out = tmp_path / "m.gguf"
+    assert main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out", str(out)]) == 0
+    old = out.read_bytes()
+    msg = _full_disk(["convert", "--to", "gguf", "--checkpoint", run, "--out", out,
+                      "--overwrite"], tmp_path, "gguf-over")
+    assert f"cannot write {out}: only part of it was written" in msg, msg
+    assert "is the disk full? (the previous file is intact)" in msg, msg
+    assert out.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 @pytest.mark.parametrize("nproc", [1, 2])

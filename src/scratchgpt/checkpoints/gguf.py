@@ -289,6 +289,7 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     ``gpt2`` architecture; ``qtype`` is one of :data:`GGUF_TYPES`; an instruction-tuned
     model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
     written to a temporary name and renamed, so a failure leaves no partial file at ``path``."""
+    from scratchgpt.checkpoints.io import write_failure
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
@@ -319,9 +320,11 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
         w.write_tensors_to_file()
         w.close()
         tmp.replace(path)
-    except BaseException:
+    except BaseException as e:
         w.close()
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk: numpy's short write names no file
+            raise write_failure(path, e) from None
         raise
     return GGUFExport(path, qtype, len(names), notes)
 

@@ -33,8 +33,10 @@ neither can chat. Where the export writes Hugging Face tokenizer files (byte-lev
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +45,8 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt import memory
-from scratchgpt.checkpoints.io import read_torch_file
-from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.checkpoints.io import TEMP_SUFFIX, fsync_dir, read_torch_file, write_failure
+from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 from scratchgpt.validation import json_loads
 
 CONFIG_FILE = "config.json"
@@ -340,24 +342,51 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     :func:`scratchgpt.tokenizers.bpe_files.write_hf_tokenizer`). ``chat_template``, the name
     of an instruction-tuned model's template, goes into ``config.json`` (read back by
     :func:`hf_chat_template`), and the template itself, in Jinja, into the Hugging Face
-    tokenizer's ``tokenizer_config.json``, where ``apply_chat_template`` finds it."""
-    from safetensors.torch import save_file
+    tokenizer's ``tokenizer_config.json``, where ``apply_chat_template`` finds it.
 
-    from scratchgpt.chat import TEMPLATES
+    The files are written into a temporary folder inside ``directory`` and moved into place
+    once all are written, so a write that fails (a full disk) is a one-line
+    :class:`~scratchgpt.errors.StorageError` that leaves an earlier export there whole."""
     from scratchgpt.models.gpt import GPT
 
     if not isinstance(model, GPT):
         raise CheckpointError(f"only GPT models can be exported to Hugging Face format, not "
                         f"{type(model).__name__}")
+    directory = Path(directory)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".export.", suffix=TEMP_SUFFIX))
+    try:
+        _write_hf_files(model, staging, tokenizer, chat_template)
+    except BaseException as e:  # Ctrl-C too: no temporary folder, no new empty directory
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(e, ScratchGPTError) or not isinstance(e, Exception):
+            raise
+        # a full disk: an OSError, or safetensors' own error, naming the temporary folder
+        raise write_failure(directory, e, "export") from None
+    if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
+        _clear_directory(directory)
+    for f in staging.iterdir():
+        os.replace(f, directory / f.name)
+    staging.rmdir()
+    fsync_dir(directory)
+    return directory
+
+
+def _write_hf_files(model: nn.Module, directory: Path, tokenizer: Any,
+                    chat_template: str | None) -> None:
+    """The files of :func:`save_hf`, written into the empty ``directory``."""
+    from safetensors.torch import save_file
+
+    from scratchgpt.chat import TEMPLATES
+
     cfg = model.config.to_dict()
     eos = getattr(tokenizer, "eot_id", None)
     hf_cfg = config_to_hf(cfg, eos)
     if chat_template is not None:
         hf_cfg[CHAT_TEMPLATE_KEY] = chat_template
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
-        _clear_directory(directory)
     tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
     save_file({k: v.float() for k, v in tensors.items()}, str(directory / "model.safetensors"),
               metadata={"format": "pt"})
@@ -371,7 +400,6 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
 
             write_hf_tokenizer(tokenizer, directory, cfg["block_size"],
                                TEMPLATES[chat_template].jinja if chat_template else None)
-    return directory
 
 
 def has_hf_form(tokenizer: Any) -> bool:

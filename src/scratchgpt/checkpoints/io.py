@@ -59,13 +59,24 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        raise StorageError(f"cannot write {path}: {e.strerror or e}"
-                           + (" (the previous file is intact)" if path.exists() else "")
-                           ) from None
+        raise write_failure(path, e) from None
     finally:
         if tmp is not None and Path(tmp).exists():
             Path(tmp).unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def write_failure(path: Path, e: Exception, previous: str = "file") -> StorageError:
+    """The one-line :class:`StorageError` of a write to ``path`` that failed with ``e`` (a full
+    disk, a file size limit, a read-only directory), saying that the ``previous`` one there is
+    intact. A short write with no error number (numpy's "3072 requested and 536 written"), or
+    a library's own error, is said as such, with what usually causes it."""
+    reason = getattr(e, "strerror", None)
+    if not reason:
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        reason = f"only part of it was written ({text}): is the disk full?"
+    intact = f" (the previous {previous} is intact)" if path.exists() else ""
+    return StorageError(f"cannot write {path}: {reason}{intact}")
 
 
 def current_umask() -> int:
