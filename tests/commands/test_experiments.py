@@ -121,3 +121,15 @@ def test_memory_help_says_which_networks_it_trains_and_what_threads_0_is(capsys)
     assert "Train each network of --cells (default: a tanh RNN and an LSTM)" in text
     assert "Train a tanh RNN and an LSTM" not in text
     assert "0: torch's own choice" in text
+
+
+@pytest.mark.parametrize("lengths", [[5], [3, 4], list(range(4, 21)), list(range(2, 200))])
+def test_memory_plots_whole_lengths_only(lengths):
+    """--min-len 5 --max-len 5 put ticks at 4.74, 4.80 ... 5.22 under the one point."""
+    fig = memory.figure(lengths, {"gru": [0.5] * len(lengths)}, 8)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(t == int(t) for t in ticks), ticks
+    assert set(lengths) <= set(ticks) or len(lengths) > 12, ticks
