@@ -145,6 +145,25 @@ def test_only_gpt_models_export(tmp_path):
         save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
 
 
+def test_every_exported_file_is_readable_as_the_umask_allows(tmp_path):
+    """model.safetensors was safetensors' private 0600 beside 0644 for every other file, so
+    another user (a server's account, a shared folder) read the config but not the weights."""
+    import os
+
+    from scratchgpt.tokenizers import CharTokenizer
+
+    model = GPT(GPTConfig(vocab_size=4, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        saved = os.umask(umask)
+        try:
+            out = save_hf(model, tmp_path / f"hf{umask}", CharTokenizer(list("abcd")))
+        finally:
+            os.umask(saved)
+        files = [p for p in out.rglob("*") if p.is_file()]
+        assert "model.safetensors" in {p.name for p in files}
+        assert {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: mode for p in files}
+
+
 @pytest.mark.parametrize("option, flag", [
     (dict(pos_encoding="sinusoidal"), "--pos-encoding sinusoidal"),
     (dict(pos_encoding="rope"), "--pos-encoding rope"), (dict(bias=False), "--no-bias"),

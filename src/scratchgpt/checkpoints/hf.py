@@ -45,7 +45,13 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt import memory
-from scratchgpt.checkpoints.io import TEMP_SUFFIX, fsync_dir, read_torch_file, write_failure
+from scratchgpt.checkpoints.io import (
+    TEMP_SUFFIX,
+    current_umask,
+    fsync_dir,
+    read_torch_file,
+    write_failure,
+)
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 from scratchgpt.validation import json_loads
 
@@ -388,8 +394,9 @@ def _write_hf_files(model: nn.Module, directory: Path, tokenizer: Any,
     if chat_template is not None:
         hf_cfg[CHAT_TEMPLATE_KEY] = chat_template
     tensors = state_dict_to_hf(model.state_dict(), cfg["tie_weights"])
-    save_file({k: v.float() for k, v in tensors.items()}, str(directory / "model.safetensors"),
-              metadata={"format": "pt"})
+    weights = directory / "model.safetensors"
+    save_file({k: v.float() for k, v in tensors.items()}, str(weights), metadata={"format": "pt"})
+    os.chmod(weights, 0o666 & ~current_umask())  # safetensors makes it 0600, unlike the rest
     (directory / CONFIG_FILE).write_text(json.dumps(hf_cfg, indent=2) + "\n")
     (directory / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": eos, "eos_token_id": eos}, indent=2) + "\n")
