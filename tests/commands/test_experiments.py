@@ -133,3 +133,16 @@ def test_memory_plots_whole_lengths_only(lengths):
     ticks = [t for t in ax.get_xticks() if low <= t <= high]
     assert ticks and all(t == int(t) for t in ticks), ticks
     assert set(lengths) <= set(ticks) or len(lengths) > 12, ticks
+
+
+def test_count_without_a_prompt_counts_from_3_modulo_any_modulus(tmp_path, capsys):
+    """The default prompt '3 4 5' was refused below --modulus 6, naming a --prompt nobody
+    gave."""
+    out = tmp_path / "c"
+    assert main(["experiment", "count", "--modulus", "4", "--steps", "3", "--generate", "2",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "count.json").read_text())["prompt"] == [3, 0, 1]
+    assert "3 0 1 -> " in capsys.readouterr().out
+    err = error_of(capsys, ["experiment", "count", "--modulus", "4", "--prompt", "3 4",
+                            "--out", str(tmp_path / "d")])  # a prompt given is still checked
+    assert "--prompt needs numbers in [0, 3] (--modulus 4), got '3 4'" in err, err

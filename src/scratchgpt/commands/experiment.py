@@ -116,7 +116,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="training steps (default 300)")
     c.add_argument("--hidden", type=positive_int, default=32,
                    help="units in the hidden state (default 32)")
-    c.add_argument("--prompt", default="3 4 5", help="numbers to continue (default '3 4 5')")
+    c.add_argument("--prompt", default=None,
+                   help="numbers to continue (default '3 4 5', each modulo --modulus: '3 0 1' "
+                        "for --modulus 4)")
     c.add_argument("--generate", type=new_tokens, default=10,
                    help="numbers to generate (default 10)")
     c.add_argument("--seed", type=seed_int, default=0,
@@ -295,6 +297,24 @@ def _check_memory_flags(args: argparse.Namespace) -> None:
                           f"{' '.join(args.cells)} has no LSTM")
 
 
+def count_prompt(text: str | None, n: int) -> list[int]:
+    """``--prompt``'s numbers, each in [0, n); by default 3 4 5 modulo n (they were 3 4 5
+    whatever n, refused below --modulus 6 though the user gave no prompt)."""
+    if text is None:
+        return [k % n for k in (3, 4, 5)]
+    try:
+        prompt = [int(tok) for tok in text.split()]
+    except ValueError:
+        raise ConfigError(f"--prompt must be numbers separated by spaces, got {text!r}"
+                          ) from None
+    if not prompt:
+        raise ConfigError("--prompt is empty; give the numbers to continue from, e.g. "
+                          f"--prompt '0 1 2' (each in [0, {n - 1}])")
+    if any(not 0 <= k < n for k in prompt):
+        raise ConfigError(f"--prompt needs numbers in [0, {n - 1}] (--modulus {n}), got {text!r}")
+    return prompt
+
+
 def run_count(args: argparse.Namespace) -> int:
     import torch
 
@@ -303,17 +323,7 @@ def run_count(args: argparse.Namespace) -> int:
     n = args.modulus
     if n < 2:
         raise ConfigError(f"--modulus must be at least 2 (numbers 0..N-1 to count), got {n}")
-    try:
-        prompt = [int(tok) for tok in args.prompt.split()]
-    except ValueError:
-        raise ConfigError(f"--prompt must be numbers separated by spaces, got {args.prompt!r}"
-                          ) from None
-    if not prompt:
-        raise ConfigError("--prompt is empty; give the numbers to continue from, e.g. "
-                          f"--prompt '0 1 2' (each in [0, {n - 1}])")
-    if any(not 0 <= k < n for k in prompt):
-        raise ConfigError(f"--prompt needs numbers in [0, {n - 1}] (--modulus {n}), got "
-                          f"{args.prompt!r}")
+    prompt = count_prompt(args.prompt, n)
     out_dir = results_dir(args.out, (COUNT_FILE,), args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
