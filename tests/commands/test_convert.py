@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -246,6 +247,31 @@ def test_from_hf_of_our_own_run_says_it_needs_no_converting(run_dir, tmp_path, c
         assert f"it is a scratchgpt {what}, which every command reads as it is" in msg, msg
         assert f"convert --to hf --checkpoint {source} --out DIR" in msg, msg
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unwritable_export_folder_is_named_not_its_temporary(run_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    """The files go through a temporary folder: its name, not --out, was the message. (The
+    folder is made unwritable by the OS's own refusal: tests may run as root, whom chmod does
+    not stop.)"""
+    import tempfile
+
+    hf = tmp_path / "hf"
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    before = {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()}
+
+    def refused(dir=None, **_):  # noqa: A002 - mkdtemp's own name
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), f"{dir}/.export.x.tmp")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    msg = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                            str(hf), "--overwrite"])
+    assert msg.endswith(f"cannot write {hf}: Permission denied (the previous export is intact)")
+    assert {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()} == before
+    msg = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                            str(tmp_path / "new")])
+    assert msg.endswith(f"cannot write {tmp_path / 'new'}: Permission denied"), msg
+    assert not (tmp_path / "new").exists()
 
 
 def test_bigram_cannot_be_exported(tmp_path, capsys):

@@ -361,17 +361,21 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     directory = Path(directory)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".export.", suffix=TEMP_SUFFIX))
+    earlier = "export" if is_hf_dir(directory) else None
+    staging = None
     try:
+        staging = Path(tempfile.mkdtemp(dir=directory, prefix=".export.", suffix=TEMP_SUFFIX))
         _write_hf_files(model, staging, tokenizer, chat_template)
     except BaseException as e:  # Ctrl-C too: no temporary folder, no new empty directory
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         if created:
             shutil.rmtree(directory, ignore_errors=True)
         if isinstance(e, ScratchGPTError) or not isinstance(e, Exception):
             raise
-        # a full disk: an OSError, or safetensors' own error, naming the temporary folder
-        raise write_failure(directory, e, "export") from None
+        # a full disk or no permission: an OSError, or safetensors' own error, naming the
+        # temporary folder
+        raise write_failure(directory, e, earlier) from None
     if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
         _clear_directory(directory)
     for f in staging.iterdir():

@@ -66,16 +66,17 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     fsync_dir(path.parent)
 
 
-def write_failure(path: Path, e: Exception, previous: str = "file") -> StorageError:
+def write_failure(path: Path, e: Exception, previous: str | None = "file") -> StorageError:
     """The one-line :class:`StorageError` of a write to ``path`` that failed with ``e`` (a full
     disk, a file size limit, a read-only directory), saying that the ``previous`` one there is
-    intact. A short write with no error number (numpy's "3072 requested and 536 written"), or
-    a library's own error, is said as such, with what usually causes it."""
+    intact (None: nothing to say of what is there). A short write with no error number
+    (numpy's "3072 requested and 536 written"), or a library's own error, is said as such,
+    with what usually causes it."""
     reason = getattr(e, "strerror", None)
     if not reason:
         text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         reason = f"only part of it was written ({text}): is the disk full?"
-    intact = f" (the previous {previous} is intact)" if path.exists() else ""
+    intact = f" (the previous {previous} is intact)" if previous and path.exists() else ""
     return StorageError(f"cannot write {path}: {reason}{intact}")
 
 
