@@ -4,10 +4,12 @@ stop on SIGTERM while a stream is running."""
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,6 +104,46 @@ def test_int8_serves_and_sigterm_finishes_the_running_stream(plain_run):
         # command does on SIGTERM: one line and exit code 143
         assert server.proc.wait(30) == 143
         assert "Traceback" not in "".join(server.log)
+
+
+def _as_at_a_terminal() -> None:
+    """In the child: Ctrl-C raises KeyboardInterrupt, as at a terminal (a background job
+    started from a shell ignores SIGINT, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_second_ctrl_c_ends_the_running_stream_at_once_and_cleanly(plain_run):
+    """The first Ctrl-C gives running requests their grace; a second one (the user in a
+    hurry, as uvicorn's 'CTRL+C to force quit' invites) ends them now, as a stopping server
+    does: the stream gets its error event and [DONE]. It was uvicorn's force quit: every
+    stream cut mid-chunk and a traceback for each request in the log."""
+    httpx = optional("httpx")
+    optional("uvicorn")
+    from scratchgpt.bench.serve import ServerProcess
+
+    args = argparse.Namespace(dtype="fp32", threads=1, clients=16, soak_clients=1)
+    popen = subprocess.Popen
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess, "Popen",
+                   lambda *a, **k: popen(*a, **k, preexec_fn=_as_at_a_terminal))
+        server = ServerProcess(str(plain_run), args).__enter__()
+    try:
+        body = {"prompt": "KING:", "max_tokens": 4096, "n": 16, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/completions", json=body,
+                          timeout=60) as r:
+            lines = r.iter_lines()
+            next(line for line in lines if '"text_completion"' in line)
+            server.proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            server.proc.send_signal(signal.SIGINT)
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]"
+        # still generating when it stopped: it ends as a request to a stopping server does
+        assert "shutting down" in json.loads(rest[-2][len("data: "):])["error"]["message"]
+        assert server.proc.wait(30) == 130
+        assert "Traceback" not in "".join(server.log), "".join(server.log)
+    finally:
+        server.__exit__(None, None, None)
 
 
 def test_the_serve_extra_is_named_when_missing(monkeypatch, capsys, plain_run):

@@ -130,6 +130,7 @@ GRACE_S = 5.0  # how long a stopping server lets running requests finish
 def _uvicorn_server(service: Any, api_key: str | None, access_log: bool,
                     log_level: str = "info", grace_s: float = GRACE_S) -> Any:
     import asyncio
+    import contextlib
 
     import uvicorn
 
@@ -140,11 +141,31 @@ def _uvicorn_server(service: Any, api_key: str | None, access_log: bool,
         generating get ``grace_s`` seconds to finish; then the engine stops, and each ends as
         a request to a stopping server does (a 503; a stream, its error event and
         ``[DONE]``). uvicorn alone would cancel them mid-stream after its own timeout, the
-        client's stream cut short and a traceback in the log."""
+        client's stream cut short and a traceback in the log.
+
+        A second signal while stopping (a second Ctrl-C) cuts the grace short: generation
+        ends at once, the same way. uvicorn's own force quit would cancel every request's
+        task instead: streams cut mid-chunk and a traceback for each in the log."""
+
+        hurry: asyncio.Event | None = None  # set by a second signal
+        loop: asyncio.AbstractEventLoop | None = None
+
+        async def startup(self, sockets: Any = None) -> None:
+            self.hurry, self.loop = asyncio.Event(), asyncio.get_running_loop()
+            await super().startup(sockets)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit and self.hurry is not None and not self.hurry.is_set():
+                # a signal handler interrupts the loop between two steps: the loop sets it
+                self.loop.call_soon_threadsafe(self.hurry.set)
+                return
+            super().handle_exit(sig, frame)
 
         async def shutdown(self, sockets: Any = None) -> None:
             async def end_generation() -> None:
-                await asyncio.sleep(grace_s)
+                if self.hurry is not None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.hurry.wait(), grace_s)
                 await asyncio.to_thread(service.engine.stop)
 
             ending = asyncio.ensure_future(end_generation())
