@@ -146,3 +146,19 @@ def test_count_without_a_prompt_counts_from_3_modulo_any_modulus(tmp_path, capsy
     err = error_of(capsys, ["experiment", "count", "--modulus", "4", "--prompt", "3 4",
                             "--out", str(tmp_path / "d")])  # a prompt given is still checked
     assert "--prompt needs numbers in [0, 3] (--modulus 4), got '3 4'" in err, err
+
+
+@pytest.mark.parametrize("experiment", [["memory", "--quick", "--max-len", "5"],
+                                        ["count", "--steps", "2"]])
+def test_an_out_below_a_file_is_refused_before_anything_trains(experiment, tmp_path, capsys):
+    """The folder's mkdir, after the training, found the file in the way: the models trained
+    for nothing (minutes, by default) before the refusal."""
+    (tmp_path / "f").write_text("mine")
+    out = tmp_path / "f" / "results"
+    assert main(["experiment", *experiment, "--out", str(out)]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""  # no model was trained (each prints its accuracy)
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out} is below {tmp_path / 'f'}, a file, not a folder" \
+        in err[0], err
+    assert (tmp_path / "f").read_text() == "mine"

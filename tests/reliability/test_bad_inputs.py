@@ -388,6 +388,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("experiment gpt-build --lr inf",
      lambda c: ["experiment", "gpt-build", "--quick", "--lr", "inf", "--out",
                 c["root"] / "out" / "g"], "--learning-rate/--lr: expected a finite number"),
+    # its folder's mkdir found the file in the way only once every model had trained
+    ("experiment memory --out below a file",
+     lambda c: ["experiment", "memory", "--quick", "--out", c["plain_file"] / "m"],
+     "is below"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

@@ -134,11 +134,15 @@ def add_which_flag(p: argparse.ArgumentParser) -> None:
 
 
 def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
-    """``--out`` for a command's result files, checked before anything runs: not a file,
-    and not holding any of ``files`` already unless ``overwrite``."""
+    """``--out`` for a command's result files, checked before anything runs: not a file nor
+    below one, and not holding any of ``files`` already unless ``overwrite``."""
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out} is a file; give a directory for the results")
+    above = next((p for p in out_dir.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():  # found only by the mkdir after the work
+        raise ConfigError(f"--out {out} is below {above}, a file, not a folder; give a "
+                          "directory for the results")
     there = [name for name in files if (out_dir / name).exists()]
     if there and not overwrite:
         raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
