@@ -287,6 +287,43 @@ def test_convert_never_writes_a_gguf_over_a_device_or_another_tools_file(tmp_pat
                      str(data / "model.gguf")]) == 0  # a new file beside them is no harm
 
 
+LLAMA_GENERATES = """
+import sys
+from llama_cpp import Llama
+llm = Llama(sys.argv[1], verbose=False, n_ctx=512, n_threads=1)
+ids = llm.tokenize(b"First Citizen", add_bos=False)
+out = llm.create_completion(ids, max_tokens=int(sys.argv[2]) - len(ids), temperature=0)
+print(out["usage"]["total_tokens"])
+"""
+
+
+def test_the_export_says_llama_cpp_ends_the_process_past_the_context(tmp_path, bpe, capsys,
+                                                                     cli_main):
+    """A model of a short context ran in llama.cpp until the first position past its learned
+    table, where llama.cpp ends the whole process (SIGABRT), its own n_ctx notwithstanding;
+    the export said nothing of it."""
+    import signal
+    import subprocess
+    import sys
+
+    optional("llama_cpp")
+    run = tmp_path / "run"
+    bpe.save(run)
+    model = random_gpt(bpe.vocab_size)  # block_size 64
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    out = tmp_path / "m.gguf"
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out", str(out)]) == 0
+    assert ("note: the model has 64 learned positions: keep llama.cpp's prompt and output "
+            "within 64 tokens") in capsys.readouterr().out
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # (else ggml runs gdb for a backtrace)
+    for total, code in ((64, 0), (80, -signal.SIGABRT)):
+        done = subprocess.run([sys.executable, "-c", LLAMA_GENERATES, str(out), str(total)],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == code, (total, done.stderr[-500:])
+        assert code or int(done.stdout) == total  # all 64, the end of text never drawn
+    assert "i01 < ne01" in done.stderr
+
+
 def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
     run = tmp_path / "run"
     tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")

@@ -26,6 +26,10 @@ weights in blocks of 32 int8 values with one f16 scale, 8.5 bits per weight). As
 converter does, 1-D tensors (biases, LayerNorms) and the position table stay f32, and a matrix
 whose rows are not a multiple of 32 long is written f16 under q8_0.
 
+llama.cpp reads a position past GPT-2's learned table with an assertion that ends the process
+(llama-cpp-python's too), whatever its own context size: prompt and output together must stay
+within the model's ``block_size``, which the export's notes say.
+
 What llama.cpp's ``gpt2`` cannot compute is refused with a one-line :class:`CheckpointError`:
 no biases (it requires them), sinusoidal positions (it reads a learned table), exact GELU (its
 GELU is GPT-2's tanh approximation).
@@ -309,7 +313,7 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     w = _gguf().GGUFWriter(tmp, "gpt2")
     try:
         _write_metadata(w, cfg, vocab, qtype, name, chat_template)
-        state, notes = model.state_dict(), list(vocab.notes)
+        state, notes = model.state_dict(), [*vocab.notes, context_note(cfg["block_size"])]
         names = list(gguf_tensor_names(cfg))
         for ours, theirs in names:
             data, ggml_type, note = encode_tensor(theirs, state[ours], qtype)
@@ -327,6 +331,15 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
             raise write_failure(path, e) from None
         raise
     return GGUFExport(path, qtype, len(names), notes)
+
+
+def context_note(block_size: int) -> str:
+    """What llama.cpp does past the model's context: GPT-2 learns one position embedding per
+    place, and llama.cpp reads a position past the table with an assertion that ends the
+    process (llama-cpp-python's too), whatever its own context size (``-c``, ``n_ctx``)."""
+    return (f"the model has {block_size} learned positions: keep llama.cpp's prompt and output "
+            f"within {block_size} tokens, as llama.cpp ends the process with an assertion "
+            "past them (GGML_ASSERT ... i01 < ne01)")
 
 
 def padded(vocab: GGUFVocab, vocab_size: int) -> GGUFVocab:
