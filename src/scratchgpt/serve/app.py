@@ -312,8 +312,10 @@ def create_app(service: svc.Service, api_key: str | None = None) -> Starlette:
             await asyncio.to_thread(service.engine.stop)
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
+        # a 405 keeps the Allow header that names the methods the route takes
         response = error_response(api.ApiError(exc.status_code, f"{request.method} "
-                                               f"{request.url.path}: {exc.detail}"))
+                                               f"{request.url.path}: {exc.detail}",
+                                               headers=exc.headers))
         service.metrics.request_done(UNMATCHED, exc.status_code)
         return response
 
