@@ -236,6 +236,32 @@ def test_chat_replies_and_stops_at_the_end_of_turn(client):
     assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in tokens)
 
 
+def test_a_developer_message_is_the_system_message(client):
+    """OpenAI's newer models call the system message 'developer' (its docs and clients use
+    it); it was refused as if the message had no role."""
+    def reply(role: str) -> dict:
+        messages = [{"role": role, "content": "Be brief."},
+                    {"role": "user", "content": "the king"}]
+        r = client.post("/v1/chat/completions", json={
+            "messages": messages, "temperature": 0, "max_tokens": 30, "logprobs": True})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    developer, system = reply("developer"), reply("system")
+    assert developer["usage"] == system["usage"]  # the same prompt, token for token
+    assert developer["choices"][0]["logprobs"] == system["choices"][0]["logprobs"]
+
+
+@pytest.mark.parametrize("message, says", [
+    ({"role": "tool", "content": "x"}, "the role 'tool' is not supported"),
+    ({"content": "x"}, "needs a 'role'"),
+])
+def test_a_message_with_a_role_the_server_lacks_is_named_for_it(client, message, says):
+    """A role the server does not take was 'needs a role', as if none had been given."""
+    error = client.post("/v1/chat/completions", json={"messages": [message]}).json()["error"]
+    assert says in error["message"] and error["param"] == "messages[0]", error
+
+
 def test_a_model_without_a_chat_template_refuses_chat(plain_run):
     import httpx
 

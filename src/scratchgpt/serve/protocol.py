@@ -213,15 +213,26 @@ def _token_ids(name: str, v: Any) -> list[int]:
     return list(v)
 
 
+def _role(where: str, m: Any) -> str:
+    """A message's role; OpenAI's ``developer`` (its newer models' name for the system
+    message) is the system message."""
+    if not isinstance(m, dict) or m.get("role") is None:
+        raise ApiError(400, f"'{where}' needs a 'role', one of {', '.join(ROLES)}",
+                       param=where)
+    role = "system" if m["role"] == "developer" else m["role"]
+    if role not in ROLES:
+        raise ApiError(400, f"'{where}': the role {m['role']!r} is not supported by this "
+                            f"server; roles are {', '.join(ROLES)}", param=where)
+    return role
+
+
 def _messages(name: str, v: Any) -> list[dict[str, str]]:
     if not isinstance(v, list) or not v:
         raise _bad(name, "a non-empty list of messages")
     out = []
     for i, m in enumerate(v):
         where = f"{name}[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise ApiError(400, f"'{where}' needs a 'role', one of {', '.join(ROLES)}",
-                           param=where)
+        role = _role(where, m)
         content = m.get("content")
         if isinstance(content, list):  # content parts: text parts only
             if not all(isinstance(p, dict) and p.get("type") == "text"
@@ -231,7 +242,7 @@ def _messages(name: str, v: Any) -> list[dict[str, str]]:
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise ApiError(400, f"'{where}' needs a text 'content'", param=where)
-        out.append({"role": m["role"], "content": content})
+        out.append({"role": role, "content": content})
     return out
 
 
