@@ -416,6 +416,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to gguf --overwrite over a pipe",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out", c["pipe"],
                 "--overwrite"], "not a regular file"),
+    # a run given to --from hf was only "not a Hugging Face directory"
+    ("convert --from hf a scratchgpt run",
+     lambda c: ["convert", "--from", "hf", c["run"], "--out", c["root"] / "out" / "h5"],
+     "a scratchgpt run, which every command reads as it is"),
     # a prepared dataset is never a run's directory, whatever the flags say
     ("train --out a prepared dataset --overwrite",
      lambda c: ["train", "--dataset", c["data"], "--out", c["data"], "--overwrite", *TINY],
