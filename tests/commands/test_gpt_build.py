@@ -160,6 +160,23 @@ def test_the_plots_steps_read_as_plain_numbers_and_its_legend_covers_no_curve(
     assert box.x0 >= axes.x1 and box.x1 <= drawn[0].bbox.x1, (box, axes)
 
 
+def test_the_plot_says_why_it_has_no_curve(small_dataset, tmp_path, monkeypatch):
+    """An --eval-interval longer than the steps leaves no estimate to draw: the panel was an
+    empty frame with an empty legend box."""
+    import scratchgpt.viz
+
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure",
+                        lambda fig, path: drawn.append(fig) or Path(path))
+    assert main(["experiment", "gpt-build", "--dataset", str(small_dataset), "--out",
+                 str(tmp_path / "gb"), "--stages", "1", "--max-iters", "4",
+                 "--eval-interval", "100", "--no-progress"]) == 0
+    right = drawn[0].axes[1]
+    assert not right.lines and right.get_legend() is None
+    said = " ".join(t.get_text() for t in right.texts)
+    assert "--eval-interval is longer than the stages' steps" in " ".join(said.split())
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

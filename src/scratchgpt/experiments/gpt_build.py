@@ -382,19 +382,32 @@ def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
     left.set_ylabel("val loss (nats/char)")
     left.set_title("final val loss per stage")
     left.legend()
+    _plot_during_training(right, results, by_time)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def _plot_during_training(right: Any, results: Sequence[StageResult], by_time: bool) -> None:
+    """The right panel: each stage's val-loss estimates over training time or steps."""
+    from matplotlib.ticker import LogFormatter
+
+    drawn = 0
     for r in results:
         points = curve(r.run_dir, by_time)
         if points:
             right.plot(*zip(*points, strict=True), ".-", label=r.stage.name, lw=1.2, ms=3)
+            drawn += 1
     right.set_xlabel("training time (s)" if by_time else "step")
-    right.set_xscale("log")
-    from matplotlib.ticker import LogFormatter
-
-    for ticks in (right.xaxis.set_major_formatter, right.xaxis.set_minor_formatter):
-        ticks(LogFormatter())  # 20 and 1000 as such, not 2 x 10^1 and 10^3
     right.set_ylabel("val loss estimate")
     right.set_title("val loss during training")
+    if not drawn:  # an empty frame and an empty legend said nothing of why
+        right.text(0.5, 0.5, "no estimate during training:\n--eval-interval is longer than "
+                   "the stages' steps", ha="center", va="center", transform=right.transAxes)
+        right.set_xticks([])
+        right.set_yticks([])
+        return
+    right.set_xscale("log")
+    for ticks in (right.xaxis.set_major_formatter, right.xaxis.set_minor_formatter):
+        ticks(LogFormatter())  # 20 and 1000 as such, not 2 x 10^1 and 10^3
     # beside the axes: eight stages' names inside them covered the curves they name
     right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    return save_figure(fig, path)
