@@ -324,6 +324,22 @@ def test_the_export_says_llama_cpp_ends_the_process_past_the_context(tmp_path, b
     assert "i01 < ne01" in done.stderr
 
 
+def test_convert_never_writes_a_gguf_over_the_checkpoint_it_exports(tmp_path, capsys):
+    """--checkpoint model.pt --out model.pt --overwrite replaced the model with its GGUF,
+    which scratchgpt cannot read back: the model was gone."""
+    tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")
+    model = random_gpt(tok.vocab_size, n_embd=32)
+    ckpt = tmp_path / "model.pt"
+    save_checkpoint(ckpt, Checkpoint("gpt", model.config, model.state_dict(),
+                                     {"text": tok.state()}))
+    before = ckpt.read_bytes()
+    for out in (ckpt, tmp_path / "." / "model.pt"):
+        msg = error_of(capsys, ["convert", "--to", "gguf", "--checkpoint", str(ckpt), "--out",
+                                str(out), "--overwrite"])
+        assert "is the --checkpoint it exports" in msg, msg
+    assert ckpt.read_bytes() == before
+
+
 def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
     run = tmp_path / "run"
     tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")

@@ -49,7 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def _check_out(out: Path, overwrite: bool, checkpoint: str | None = None) -> None:
+    if checkpoint and out.is_file() and Path(checkpoint).is_file() and out.samefile(checkpoint):
+        # scratchgpt reads no GGUF: the model would be gone
+        raise CheckpointError(f"--out {out} is the --checkpoint it exports; write the export "
+                              "beside it (nothing was written)")
     if out.exists() and not (out.is_file() or out.is_dir()):
         # an export is renamed into place: it would replace the device or pipe itself
         raise ConfigError(f"--out {out} is not a regular file or directory (a device, a pipe); "
@@ -114,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                           "e.g. model.gguf)")
     if out.is_file() and args.target == "hf":
         raise ConfigError(f"--to hf writes a directory; {out} is a file (name a directory)")
-    _check_out(out, args.overwrite)
+    _check_out(out, args.overwrite, args.checkpoint)
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
     model, source = load_model(args.checkpoint, args.which)
