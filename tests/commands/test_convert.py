@@ -274,6 +274,31 @@ def test_an_unwritable_export_folder_is_named_not_its_temporary(run_dir, tmp_pat
     assert not (tmp_path / "new").exists()
 
 
+def test_a_tokenizer_that_cannot_be_read_is_not_taken_for_none(tmp_path, capsys):
+    """A BPE checkpoint copied without the merges.txt beside it: its tokenizer's error was
+    swallowed, so --to gguf said the checkpoint held no tokenizer and --to hf wrote the
+    weights alone with 'no tokenizer found'."""
+    from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.tokenizers import load_tokenizer
+
+    prepare_text("the cat sat on the mat, and the dog sat on the log.\n" * 40,
+                 tmp_path / "data", "bpe", vocab_size=300, source="test")
+    tok = load_tokenizer(tmp_path / "data")
+    model = sharp_gpt(scale=30, vocab_size=tok.vocab_size, block_size=32)
+    alone = tmp_path / "copied" / "model.pt"
+    save_checkpoint(alone, Checkpoint("gpt", model.config, model.state_dict(),
+                                      {"text": tok.state()}))
+    for target, out in (("gguf", tmp_path / "m.gguf"), ("hf", tmp_path / "hf")):
+        msg = error_of(capsys, ["convert", "--to", target, "--checkpoint", str(alone), "--out",
+                                str(out)])
+        assert "merges" in msg and "has none" not in msg, msg
+        assert not out.exists()
+    tok.save(alone.parent)  # the merges back beside it: both export, tokenizer included
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(alone), "--out",
+                 str(tmp_path / "hf")])
+    assert (tmp_path / "hf" / "merges.txt").is_file()
+
+
 def test_bigram_cannot_be_exported(tmp_path, capsys):
     model = BigramLM(BigramConfig(vocab_size=5))
     save_checkpoint(tmp_path / "b.pt", Checkpoint("bigram", model.config, model.state_dict()))

@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from scratchgpt.commands.argtypes import add_which_flag
-from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
+from scratchgpt.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from scratchgpt.checkpoints.io import ModelSource
 
 GGUF_TYPES = ("f32", "f16", "q8_0")  # checkpoints.gguf.GGUF_TYPES, without importing numpy here
 
@@ -101,7 +105,7 @@ def _holds_run(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
+    from scratchgpt.checkpoints import load_model
 
     out = Path(args.out)
     if args.gguf_type is not None and args.target != "gguf":
@@ -122,10 +126,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
     model, source = load_model(args.checkpoint, args.which)
-    try:
-        tok = checkpoint_tokenizer(source)
-    except ScratchGPTError:
-        tok = None  # a model without a tokenizer still exports to hf; say so below
+    tok = _tokenizer_or_none(source)  # a model without one still exports to hf; said below
     from scratchgpt.chat import template_for
 
     template = template_for(source)  # an instruction-tuned model's template goes along
@@ -139,6 +140,20 @@ def run(args: argparse.Namespace) -> int:
     if tok is not None and not has_hf_form(tok):
         _note_no_hf_tokenizer(tok.kind, out, template is not None)
     return 0
+
+
+def _tokenizer_or_none(source: ModelSource) -> Any:
+    """The model's tokenizer, or None where it has none. One that is there but cannot be read
+    (a BPE checkpoint copied without the merges.txt beside it) is that error: it was taken
+    for none, and the export said the model had no tokenizer (GGUF) or wrote weights only."""
+    from scratchgpt.checkpoints.hf import hf_tokenizer
+    from scratchgpt.tokenizers.base import TOKENIZER_FILE
+
+    ckpt = source.checkpoint
+    if ckpt is None:
+        return hf_tokenizer(source.hf_dir, required=False, config=source.hf_config)
+    beside = ckpt.path is not None and (ckpt.path.parent / TOKENIZER_FILE).is_file()
+    return source.tokenizer() if "text" in ckpt.tokenizers or beside else None
 
 
 def _note_no_hf_tokenizer(kind: str, out: Path, chat: bool) -> None:
