@@ -192,6 +192,23 @@ def test_bench_serve_url_names_the_model_the_server_serves(capsys, plain_run):
     assert result["dtype"] == "fp32"
 
 
+def test_bench_serve_url_takes_the_api_address_and_names_what_answered(capsys, plain_run):
+    """The API's address, which the server prints and OpenAI clients take, was a KeyError
+    traceback ('data'): its /v1/v1/models is a 404. So was a server that wants an API key."""
+    import json
+
+    from tests.serve.conftest import start_server
+
+    bench = ["bench", "serve", "--clients", "1", "--requests", "1", "--max-tokens", "2",
+             "--prompt-tokens", "2", "--json", "--no-sequential"]
+    with start_server(plain_run) as server:
+        assert main([*bench, "--url", server.url + "/v1/"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["concurrent"]
+    with start_server(plain_run, api_key="k") as server:
+        says = error_of(capsys, [*bench, "--url", server.url])
+    assert "GET /v1/models answered 401" in says and server.url in says
+
+
 def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_run):
     import json
 

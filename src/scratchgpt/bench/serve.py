@@ -66,8 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--soak-clients", type=positive_int, default=32,
                    help="concurrent clients in the soak (32)")
     p.add_argument("--url", default=None,
-                   help="load this running server (http://127.0.0.1:PORT) instead of starting "
-                        "one (no memory figures then)")
+                   help="load this running server (http://127.0.0.1:PORT, or its API's "
+                        "address .../v1) instead of starting one (no memory figures then)")
     p.add_argument("--engine-only", action="store_true",
                    help="the same workload through the batching engine in this process, no "
                         "HTTP: what serving costs on top of the model")
@@ -397,8 +397,9 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     with tempfile.TemporaryDirectory() as tmp:
         if args.url:
-            check_reachable(args.url.rstrip("/"))
-            return report(args, args.url.rstrip("/"), lambda: 0)
+            url = server_root(args.url)
+            check_reachable(url)
+            return report(args, url, lambda: 0)
         checkpoint = args.checkpoint
         if checkpoint is None:
             checkpoint = str(Path(tmp) / "run")
@@ -409,16 +410,30 @@ def run(args: argparse.Namespace) -> int:
             return report(args, server.url, server.rss_bytes)
 
 
+def server_root(url: str) -> str:
+    """The server's address from --url: the API's address, which the server also prints
+    (``http://127.0.0.1:PORT/v1``, an OpenAI client's ``base_url``), is taken for it."""
+    url = url.rstrip("/")
+    return url.removesuffix("/v1")
+
+
 def check_reachable(url: str) -> None:
-    """A server answers at ``url`` (--url), or a ConfigError saying none does."""
+    """A scratchgpt server answers at ``url`` (--url) with its model, or a ConfigError
+    saying what answered instead."""
     import httpx
 
     from scratchgpt.errors import ConfigError
 
     try:
-        httpx.get(url + "/health", timeout=10)
+        r = httpx.get(url + "/v1/models", timeout=10)
     except httpx.HTTPError as e:
         raise ConfigError(f"--url {url}: no server answers there ({e})") from None
+    try:
+        r.json()["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ConfigError(f"--url {url}: GET /v1/models answered {r.status_code} without a "
+                          "model; give the address 'scratchgpt serve' prints, "
+                          "http://127.0.0.1:PORT") from None
 
 
 def report_engine(args: argparse.Namespace, checkpoint: str) -> int:
