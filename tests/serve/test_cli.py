@@ -253,6 +253,41 @@ def test_bench_serve_url_with_no_server_is_one_line(capsys):
                                                     f"http://127.0.0.1:{port}"])
 
 
+def _random_char_run(out, alphabet: str):
+    """A random-weight GPT run over a character vocabulary of ``alphabet``."""
+    import torch
+
+    from scratchgpt.models import build_model, model_config
+    from scratchgpt.tokenizers.char import CharTokenizer
+    from tests.serve.models import save_run
+
+    tok = CharTokenizer(list(alphabet))
+    torch.manual_seed(0)
+    model = build_model(model_config("gpt", vocab_size=tok.vocab_size, block_size=32,
+                                     n_layer=1, n_head=1, n_embd=8))
+    return save_run(model.eval(), tok, out, chat=False)
+
+
+def test_bench_serve_soak_prompts_with_words_the_model_can_encode(capsys, tmp_path):
+    """The soak's prompts were fixed words ('king', 'love', ...): against a model whose
+    characters lack some of them, every good request was a 400, and the soak FAILED the
+    server for the bench's own prompts."""
+    import json
+
+    from scratchgpt.bench.serve import prompt_words
+    from tests.serve.conftest import start_server
+
+    with start_server(_random_char_run(tmp_path / "few", "the a\n")) as server:
+        assert prompt_words(server.url) == ["the", "a"]
+        assert main(["bench", "serve", "--url", server.url, "--soak", "--soak-requests",
+                     "40", "--soak-clients", "2", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["soak"]
+        assert result["passed"] and not result["unexpected"], result
+    with start_server(_random_char_run(tmp_path / "none", "xyz\n")) as server:
+        assert "takes none of the soak's prompt words" in error_of(
+            capsys, ["bench", "serve", "--url", server.url, "--soak"])
+
+
 def test_bench_serve_refuses_prompts_the_server_refuses(capsys, plain_run):
     """Prompts past the server's limit were all answered 400, and the table showed 0 tokens/s
     and nan latencies as the figures; a load with failed requests gives no figures."""

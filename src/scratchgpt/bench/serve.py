@@ -321,9 +321,27 @@ def soak_setup(url: str) -> Any:
 
     card = model_card(url)
     limits = httpx.get(url + "/api/limits", timeout=10).json()
-    words = ["the", "king", "to", "a", "and", "of", "love", "night"]
-    return SoakSetup(words, limits["max_prompt_tokens"], limits["max_body_bytes"],
+    return SoakSetup(prompt_words(url), limits["max_prompt_tokens"], limits["max_body_bytes"],
                      card["chat_template"] is not None)
+
+
+SOAK_WORDS = ("the", "king", "to", "a", "and", "of", "love", "night")
+
+
+def prompt_words(url: str) -> list[str]:
+    """The soak's prompt words that the served model's tokenizer takes (a character-level
+    vocabulary may lack some letters: each good request would be a 400 the soak counts as
+    the server's failure), asked of the server itself; a ConfigError if it takes none."""
+    import httpx
+
+    from scratchgpt.errors import ConfigError
+
+    words = [w for w in SOAK_WORDS if httpx.post(url + "/v1/completions", timeout=60, json={
+        "prompt": w, "max_tokens": 1}).status_code == 200]
+    if not words:
+        raise ConfigError(f"the served model's tokenizer takes none of the soak's prompt "
+                          f"words ({', '.join(SOAK_WORDS)})")
+    return words
 
 
 def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
