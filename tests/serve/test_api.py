@@ -300,6 +300,17 @@ def test_bad_requests_get_openais_error_object(client, body, status, param):
     assert error["param"] == param and error["message"] and error["type"]
 
 
+@pytest.mark.parametrize("body, says", [
+    ({"prompt": "a", "best_of": 3}, "'best_of' is not supported by this server (only 1)"),
+    ({"prompt": "a", "presence_penalty": 0.5}, "'presence_penalty' is not supported by this "
+                                               "server (only 0)"),
+])
+def test_a_field_the_server_takes_one_value_of_says_so(client, body, says):
+    """best_of was "must be an integer between 1 and 1, got 3"."""
+    error = client.post("/v1/completions", json=body).json()["error"]
+    assert error["message"] == says, error
+
+
 def test_a_request_without_max_tokens_gets_the_default_within_the_servers_limit():
     """Under --max-tokens-limit 8 a request naming no max_tokens was refused for the default
     it never sent ("'max_tokens' must be at most 8, got 16")."""

@@ -162,6 +162,12 @@ def _zero_only(name: str, v: Any) -> float:
     return 0.0
 
 
+def _one_only(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v != 1:
+        raise ApiError(400, f"'{name}' is not supported by this server (only 1)", param=name)
+    return 1
+
+
 def _empty_only(name: str, v: Any) -> None:
     if v not in ({}, []):
         raise ApiError(400, f"'{name}' is not supported by this server", param=name)
@@ -255,7 +261,7 @@ COMMON: dict[str, Check] = {
     "logit_bias": _empty_only,
 }
 COMPLETION_FIELDS: dict[str, Check] = {
-    **COMMON, "prompt": _prompt, "logprobs": _int(0), "echo": _bool, "best_of": _int(1, 1),
+    **COMMON, "prompt": _prompt, "logprobs": _int(0), "echo": _bool, "best_of": _one_only,
     "suffix": _unsupported,
 }
 CHAT_FIELDS: dict[str, Check] = {
