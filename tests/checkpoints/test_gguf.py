@@ -340,6 +340,21 @@ def test_convert_never_writes_a_gguf_over_the_checkpoint_it_exports(tmp_path, ca
     assert ckpt.read_bytes() == before
 
 
+def test_an_out_ending_in_a_slash_is_a_folder_not_the_files_name(tmp_path, capsys):
+    """--out exports/ wrote the GGUF as a file named 'exports'."""
+    tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")
+    model = random_gpt(tok.vocab_size, n_embd=32)
+    ckpt = tmp_path / "model.pt"
+    save_checkpoint(ckpt, Checkpoint("gpt", model.config, model.state_dict(),
+                                     {"text": tok.state()}))
+    for out in (f"{tmp_path / 'exports'}/", str(tmp_path)):  # a new folder, an existing one
+        msg = error_of(capsys, ["convert", "--to", "gguf", "--checkpoint", str(ckpt), "--out",
+                                out])
+        assert f"--to gguf writes one file; {out} is a directory (name the file, e.g. " in msg
+        assert msg.endswith("model.gguf)"), msg
+    assert not (tmp_path / "exports").exists()
+
+
 def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
     run = tmp_path / "run"
     tok = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz ")

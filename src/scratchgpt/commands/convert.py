@@ -4,6 +4,7 @@ for llama.cpp."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--which applies to --to only; --from hf reads its PATH's "
                               "one model")
         return import_from(args.source, out, args.overwrite)
-    if out.is_dir() and args.target == "gguf":
-        raise ConfigError(f"--to gguf writes one file; {out} is a directory (name the file, "
-                          "e.g. model.gguf)")
+    if args.target == "gguf" and (out.is_dir() or args.out.endswith(("/", os.sep))):
+        # (a trailing slash names a folder: the file was written under the folder's name)
+        raise ConfigError(f"--to gguf writes one file; {args.out} is a directory (name the "
+                          f"file, e.g. {out / 'model.gguf'})")
     if out.is_file() and args.target == "hf":
         raise ConfigError(f"--to hf writes a directory; {out} is a file (name a directory)")
     _check_out(out, args.overwrite, args.checkpoint)
