@@ -50,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="directory to write (--from hf, --to hf) or file (--to gguf)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what --out holds: an earlier export (never a run, a prepared "
-                        "dataset, a Hugging Face model's own files, a device or a pipe)")
+                        "dataset, the --checkpoint, a device or a pipe; nor, with --to gguf, a "
+                        "Hugging Face model's files)")
     p.set_defaults(func=run)
 
 
