@@ -281,6 +281,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("chat --temperature 0 --top-p 0.9",
      lambda c: ["chat", "--checkpoint", c["run"], "--temperature", "0", "--top-p", "0.9"],
      "do not apply"),
+    # as sample's --max-new-tokens-limit: a reply of a billion tokens ran until Ctrl-C
+    ("chat --max-new-tokens 1000000000",
+     lambda c: ["chat", "--checkpoint", c["run"], "--max-new-tokens", "1000000000"],
+     "max-new-tokens"),
     ("sample --beam 2 --temperature 0.5",
      lambda c: _sample(c, "--beam", "2", "--temperature", "0.5"), "do not apply"),
     ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),

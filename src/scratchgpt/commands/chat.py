@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_which_flag(p)
     p.add_argument("--system", default=None, help="a system message that opens the chat")
     p.add_argument("--max-new-tokens", type=int, default=256,
-                   help="longest reply in tokens (default 256)")
+                   help="longest reply in tokens (default 256; at most 100,000)")
     p.add_argument("--temperature", type=float, default=0.7,
                    help="softmax temperature; 0 = greedy (default 0.7)")
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
@@ -50,10 +50,12 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.chat import template_for
     from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.generation.stopping import MAX_NEW_TOKENS
     from scratchgpt.models.fast_decode import prepare_for_decode
+    from scratchgpt.validation import check_range
 
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    # sample's bound: past it a typo is the likelier cause (a reply of 10**9 tokens ran on)
+    check_range("--max-new-tokens", args.max_new_tokens, 1, MAX_NEW_TOKENS)
     refuse_greedy_filters(args.temperature, args.top_k, args.top_p)
     cfg = SamplingConfig(args.temperature, args.top_k, args.top_p)
     model, source = load_for_generation(args.checkpoint, args.which, "chat")
