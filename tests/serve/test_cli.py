@@ -209,6 +209,37 @@ def test_bench_serve_url_takes_the_api_address_and_names_what_answered(capsys, p
     assert "GET /v1/models answered 401" in says and server.url in says
 
 
+def test_bench_serve_url_of_another_openai_server_is_one_line(capsys):
+    """Another OpenAI-compatible server lists its models but has no /api/limits, which the
+    bench reads: that was a KeyError traceback ('max_prompt_tokens')."""
+    import http.server
+    import threading
+
+    class OtherServer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/v1/models"
+            body = (json.dumps({"object": "list", "data": [{"id": "other"}]}) if found
+                    else '{"detail": "Not Found"}').encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OtherServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        says = error_of(capsys, ["bench", "serve", "--url", url, "--requests", "1"])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert "GET /api/limits answered 404" in says
+
+
 def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_run):
     import json
 

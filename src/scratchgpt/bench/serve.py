@@ -436,22 +436,28 @@ def server_root(url: str) -> str:
 
 
 def check_reachable(url: str) -> None:
-    """A scratchgpt server answers at ``url`` (--url) with its model, or a ConfigError
-    saying what answered instead."""
+    """A scratchgpt server answers at ``url`` (--url) with its model and its limits (its own
+    route, which other OpenAI-compatible servers lack), or a ConfigError saying what answered
+    instead."""
     import httpx
 
     from scratchgpt.errors import ConfigError
 
-    try:
-        r = httpx.get(url + "/v1/models", timeout=10)
-    except httpx.HTTPError as e:
-        raise ConfigError(f"--url {url}: no server answers there ({e})") from None
-    try:
-        r.json()["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ConfigError(f"--url {url}: GET /v1/models answered {r.status_code} without a "
-                          "model; give the address 'scratchgpt serve' prints, "
-                          "http://127.0.0.1:PORT") from None
+    for path, key, what in (("/v1/models", "data", "a model"),
+                            ("/api/limits", "max_prompt_tokens",
+                             "the limits a scratchgpt server states there")):
+        try:
+            r = httpx.get(url + path, timeout=10)
+        except httpx.HTTPError as e:
+            raise ConfigError(f"--url {url}: no server answers there ({e})") from None
+        try:
+            found = r.json()[key]
+        except (ValueError, KeyError, TypeError):
+            found = None
+        if not found:
+            raise ConfigError(f"--url {url}: GET {path} answered {r.status_code} without "
+                              f"{what}; give the address 'scratchgpt serve' prints, "
+                              "http://127.0.0.1:PORT")
 
 
 def report_engine(args: argparse.Namespace, checkpoint: str) -> int:
