@@ -1,5 +1,6 @@
 """The README's curl examples, run with curl against a server of the tiny chat model: each must
-succeed, and the streamed one must end with ``data: [DONE]``."""
+succeed, and the streamed one must end with ``data: [DONE]``; and its Python example, run as
+it is written against the servers it names."""
 
 from __future__ import annotations
 
@@ -7,19 +8,24 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.requires import optional
+
 README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def serving_section() -> str:
+    return README.read_text().split("## Serving", 1)[1].split("\n## ", 1)[0]
 
 
 def curl_commands() -> list[str]:
     """The ``curl`` commands of the README's serving section, continuation lines joined."""
-    text = README.read_text()
-    section = text.split("## Serving", 1)[1].split("\n## ", 1)[0]
     commands, current = [], ""
-    for line in section.splitlines():
+    for line in serving_section().splitlines():
         if current or line.startswith("curl "):
             current += line.rstrip("\\").strip() + " "
             if not line.endswith("\\"):
@@ -45,3 +51,20 @@ def test_the_readme_curl_example_works(server, command):
         assert out.stdout.strip().endswith("data: [DONE]")
     elif "/metrics" not in command:
         json.loads(out.stdout)  # a whole JSON answer
+
+
+def test_the_readme_python_example_runs_against_the_servers_it_names(plain_run, chat_run):
+    """Its chat call named the plain model ('mytext'), whose server answers chat with 400
+    no_chat_template (as the README says beside it): the example raised BadRequestError."""
+    optional("openai")
+    from tests.serve.conftest import start_server
+
+    code = re.search(r"```python\n(.*?)```", serving_section(), re.S).group(1)
+    with start_server(plain_run, model_name="mytext") as text, \
+            start_server(chat_run, model_name="chat") as chat:
+        code = code.replace("http://127.0.0.1:8000", text.url).replace(
+            "http://127.0.0.1:8001", chat.url)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=150)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "the example printed nothing"
