@@ -107,10 +107,20 @@ def test_waiting_updates_merge_per_choice_and_keep_prompt_scores_first():
     assert list(merged([a1])) == [a1] and list(merged([])) == []
 
 
-def test_stream_usage_comes_last_when_asked(client):
-    chunks = stream(client, "/v1/completions", {"prompt": "ab", "max_tokens": 7,
-                                                 "stream_options": {"include_usage": True}})
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 7
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "ab", "echo": True}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "ab"}]}),
+])
+def test_stream_usage_comes_last_when_asked(client, path, body):
+    """As OpenAI documents include_usage: the last chunk carries the counts, with no choices,
+    and every chunk before it "usage": null (the field was left out)."""
+    chunks = stream(client, path, {**body, "max_tokens": 7, "temperature": 0,
+                                   "stream_options": {"include_usage": True}})
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] <= 7
+    assert len(chunks) > 2 and all(c["choices"] and "usage" in c and c["usage"] is None
+                                   for c in chunks[:-1])
+    plain = stream(client, path, {**body, "max_tokens": 7, "temperature": 0})
+    assert not any("usage" in c for c in plain)  # not asked: no usage at all
 
 
 def test_stop_strings_cut_the_text_whole_and_streamed(client, server):

@@ -369,12 +369,19 @@ async def complete(service: Service, req: api.CompletionRequest) -> dict[str, An
                         api.usage(run.prompt_tokens, run.completion_tokens()))
 
 
+def with_null_usage(include_usage: bool, chunk: dict[str, Any]) -> dict[str, Any]:
+    """A chunk of a stream that asked for usage: OpenAI's carry ``"usage": null`` until the
+    last, which carries the counts."""
+    return {**chunk, "usage": None} if include_usage else chunk
+
+
 async def stream_completion(service: Service, run: Run, texts: list[str], echo: bool,
                             include_usage: bool) -> AsyncIterator[bytes]:
     """Server-sent events of a started completion run, then ``data: [DONE]``."""
     def chunk(index: int, text: str, lp: dict | None, finish: str | None) -> bytes:
-        return api.sse(api.envelope("text_completion", run.id, run.created, service.info.id,
-                                    [api.completion_choice(index, text, lp, finish)]))
+        return api.sse(with_null_usage(include_usage, api.envelope(
+            "text_completion", run.id, run.created, service.info.id,
+            [api.completion_choice(index, text, lp, finish)])))
 
     offsets = {}
     if echo:  # the prompt first, for each choice (with its scores when asked)
@@ -440,8 +447,8 @@ async def chat(service: Service, req: api.ChatRequest) -> dict[str, Any]:
 async def stream_chat(service: Service, run: Run, include_usage: bool) -> AsyncIterator[bytes]:
     """Server-sent events of a started chat run, then ``data: [DONE]``."""
     def chunk(choice: dict) -> bytes:
-        return api.sse(api.envelope("chat.completion.chunk", run.id, run.created,
-                                    service.info.id, [choice]))
+        return api.sse(with_null_usage(include_usage, api.envelope(
+            "chat.completion.chunk", run.id, run.created, service.info.id, [choice])))
 
     for c in run.choices[0]:
         yield chunk(api.chat_choice(c.index, "", None, None, delta=True, first=True))
