@@ -550,6 +550,8 @@ def test_api_key_guards_everything_but_the_page_and_health(chat_run):
         for path in ("/v1/models", "/metrics"):
             r = httpx.get(s.url + path)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+            # HTTP's 401 names the scheme that authenticates (it had no WWW-Authenticate)
+            assert r.headers["www-authenticate"] == "Bearer"
         assert httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer nope"}
                          ).status_code == 401
         ok = httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer sesame"})

@@ -180,7 +180,8 @@ class Handlers:
             try:
                 if not public and not self.authorized(request):
                     raise api.ApiError(401, "a valid API key is required (Authorization: "
-                                            "Bearer KEY)", code="invalid_api_key")
+                                            "Bearer KEY)", code="invalid_api_key",
+                                       headers={"WWW-Authenticate": "Bearer"})
                 response = await fn(request)
             except api.ApiError as e:
                 response = error_response(e)
