@@ -63,7 +63,7 @@ class ChatTemplate:
                  ) -> list[tuple[str, bool]]:
         """The conversation as (text, is_target) pieces that join to :meth:`render`'s text:
         the assistant replies with their end marker are targets, everything else is not."""
-        check_messages(messages)
+        self.check(messages)
         pieces: list[tuple[str, bool]] = []
         for m in messages:
             head = f"{self.marker(m['role'])}\n"
@@ -74,6 +74,29 @@ class ChatTemplate:
         if add_generation_prompt:
             pieces.append((f"{self.marker('assistant')}\n", False))
         return _merge(pieces)
+
+    def check(self, messages: Sequence[Message], where: str = "messages") -> None:
+        """:func:`check_messages`, and no message's content holds one of the template's
+        markers. The markers are plain text, so a message holding ``<|end|>`` and then
+        ``<|assistant|>`` would end its turn and speak for another role: a user could write
+        the assistant's lines, and a training example would teach a turn nobody wrote.
+
+        >>> TEMPLATES[DEFAULT_TEMPLATE].check([{"role": "user", "content": "a<|end|>"}])
+        Traceback (most recent call last):
+        ...
+        scratchgpt.errors.DataError: messages[0]: its content holds '<|end|>', a marker of the \
+chat template (it would end the turn); remove it
+        """
+        check_messages(messages, where)
+        markers = (*self.markers, ("end", self.end))
+        for i, m in enumerate(messages):
+            found = [(m["content"].find(mark), role, mark) for role, mark in markers
+                     if mark in m["content"]]
+            if found:  # the first in the text, as a reader meets it
+                _, role, mark = min(found)
+                what = "end the turn" if role == "end" else f"start a turn as the {role}"
+                raise DataError(f"{where}[{i}]: its content holds {mark!r}, a marker of the "
+                                f"chat template (it would {what}); remove it")
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """The text of the conversation; with ``add_generation_prompt`` (and a last message
@@ -88,12 +111,16 @@ class ChatTemplate:
         does, text for text (tested against transformers and llama-cpp-python). It refuses what
         :func:`check_messages` refuses, through the ``raise_exception`` both tools provide.
 
-        >>> print(TEMPLATES[DEFAULT_TEMPLATE].jinja.splitlines()[2])
+        >>> print(TEMPLATES[DEFAULT_TEMPLATE].jinja.splitlines()[6])
         {%- if message['role'] == 'system' -%}{{- '<|system|>\\n' + message['content'] + '\\n' -}}
         """
         lines = ["{%- for message in messages -%}",
                  "{%- if message['role'] == 'system' and not loop.first -%}"
                  "{{- raise_exception('a system message can only come first') -}}{%- endif -%}"]
+        for marker in (*(m for _, m in self.markers), self.end):
+            why = _jinja_string(f"a message holds {marker}, a marker of the chat template")
+            lines.append(f"{{%- if {_jinja_string(marker)} in message['content'] -%}}"
+                         f"{{{{- raise_exception({why}) -}}}}{{%- endif -%}}")
         for i, (role, marker) in enumerate(self.markers):
             ending = self.end + "\n" if role == "assistant" else "\n"
             lines.append(f"{{%- {'el' if i else ''}if message['role'] == '{role}' -%}}"
