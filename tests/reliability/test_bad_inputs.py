@@ -25,6 +25,7 @@ from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
 from scratchgpt.cli import main
 from tests.corpus import play_text
 from tests.reliability.conftest import TINY, snapshot
+from tests.tiny_gpt import sharp_gpt
 
 S2S_TINY = ["--n-train", "200", "--n-test", "20", "--steps", "2", "--d-model", "16",
             "--batch-size", "16", "--warmup", "1", "--no-progress", "--threads", "1"]
@@ -47,6 +48,7 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     c.update(_damaged_datasets(root, tiny_data))
     c.update(_hf_dirs(root))
     c.update(_files(root))
+    c.update(_bpe_copied(root))
     from scratchgpt.data.prepare import prepare_text
 
     c["other_data"] = root / "other-data"  # the same size of vocabulary, other characters
@@ -187,6 +189,19 @@ def _files(root: Path) -> dict[str, Path]:
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
             "plain_file": root / "plain-file", "text": long, "pipe": root / "a-pipe"}
+
+
+def _bpe_copied(root: Path) -> dict[str, Path]:
+    """A BPE run's ``best.pt`` copied on its own: its tokenizer's merges.txt stayed behind."""
+    from scratchgpt.checkpoints import Checkpoint
+    from scratchgpt.tokenizers import BPETokenizer
+
+    tok = BPETokenizer.train(play_text(5_000), 300)
+    model = sharp_gpt(vocab_size=tok.vocab_size, block_size=16)
+    alone = root / "bpe-copied" / "best.pt"
+    save_checkpoint(alone, Checkpoint("gpt", model.config, model.state_dict(),
+                                      {"text": tok.state()}))
+    return {"bpe_copied": alone}
 
 
 def _train(c, *extra, out: str = "new") -> list[str]:
@@ -454,6 +469,14 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                                               c["plain_file"] / "sub"], "plain-file"),
     ("prepare over an existing dataset", lambda c: ["prepare", "--data", c["text"], "--out",
                                                     c["data"]], "--overwrite"),
+    # a BPE checkpoint copied without the merges.txt beside it: the message was Python's
+    # "[Errno 2] No such file or directory", which did not say where the file must be
+    ("sample a BPE checkpoint copied without its merges.txt",
+     lambda c: ["sample", "--checkpoint", c["bpe_copied"], "--max-new-tokens", "4"],
+     "copy merges.txt"),
+    ("prepare --tokenizer-from a BPE checkpoint copied without its merges.txt",
+     lambda c: ["prepare", "--data", c["text"], "--tokenizer-from", c["bpe_copied"], "--out",
+                c["root"] / "out" / "p3"], "copy merges.txt"),
 ]
 
 

@@ -374,7 +374,7 @@ def test_gpt2_directory_and_save_round_trip(gpt2_files, gpt2_python, tmp_path):
 
 def test_bad_gpt2_files(gpt2_files, tmp_path):
     encoder_json, vocab_bpe = gpt2_files
-    with pytest.raises(ScratchGPTError, match="cannot read"):
+    with pytest.raises(ScratchGPTError, match="missing.json does not exist"):
         BPETokenizer.from_gpt2_files(tmp_path / "missing.json", vocab_bpe)
     short = tmp_path / "vocab.bpe"
     short.write_text("\n".join(vocab_bpe.read_text(encoding="utf-8").split("\n")[:100]) + "\n",

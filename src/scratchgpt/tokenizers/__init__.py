@@ -76,8 +76,8 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     directory = Path(directory)
     path = directory / TOKENIZER_FILE
     if not path.is_file():
-        if (directory / "encoder.json").is_file() and (directory / "vocab.bpe").is_file():
-            return BPETokenizer.from_gpt2_dir(directory)
+        if (directory / "encoder.json").is_file() or (directory / "vocab.bpe").is_file():
+            return BPETokenizer.from_gpt2_dir(directory)  # (one alone: the other is named)
         raise TokenizerError(f"no tokenizer found: {path} does not exist")
     try:
         state = json_loads(path.read_text(encoding="utf-8"))

@@ -227,9 +227,20 @@ class BPETokenizer(Tokenizer):
                                  f"(this scratchgpt reads version {FORMAT_VERSION})")
         if directory is None:
             raise TokenizerError("a BPE tokenizer needs its directory to find its merges file")
-        merges = bpe_files.read_merges(Path(directory) / d.get("merges_file", MERGES_FILE))
-        return cls(merges, d.get("special_tokens", {}), pattern=d.get("pattern", GPT2_PATTERN),
-                   byte_ids=d.get("byte_ids"), name=d.get("name", "bpe"))
+        name = d.get("merges_file", MERGES_FILE)
+        if not isinstance(name, str) or not name or Path(name).name != name:
+            # (a ValueError: tokenizer_from_dict names the file that says so)
+            raise ValueError(f"merges_file {name!r} is not the name of a file beside it")
+        path = Path(directory) / name
+        merges = bpe_files.read_merges(path)
+        try:
+            return cls(merges, d.get("special_tokens", {}),
+                       pattern=d.get("pattern", GPT2_PATTERN), byte_ids=d.get("byte_ids"),
+                       name=d.get("name", "bpe"))
+        except TokenizerError as e:  # a merges.txt of another tokenizer, or a damaged one
+            raise TokenizerError(f"{path} and the tokenizer saved with it do not fit together "
+                                 f"({e}): one is damaged, or this {name} is another "
+                                 "tokenizer's") from None
 
     # ---- queries
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scratchgpt.errors import TokenizerError
-from scratchgpt.validation import json_loads
+from scratchgpt.validation import file_source_problem, json_loads
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -89,11 +89,17 @@ def write_merges(path: Path, merges: Sequence[tuple[int, int]]) -> None:
 
 
 def read_merges(path: Path) -> list[tuple[int, int]]:
-    """Read our ``merges.txt``; a missing, foreign or other-version file is a clear error."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise TokenizerError(f"cannot read BPE merges: {e}") from None
+    """Read our ``merges.txt``; a missing, foreign or other-version file is a clear error.
+
+    A BPE tokenizer is its ``tokenizer.json`` (or the state saved in a checkpoint) *and* this
+    file beside it: a checkpoint copied on its own is the usual way to lose it, so a missing
+    one says where it must be."""
+    if not path.exists() and not path.is_symlink():
+        raise TokenizerError(
+            f"{path} is missing: a BPE tokenizer reads its merges from the {path.name} beside "
+            f"its tokenizer.json or checkpoint; copy {path.name} from the run or dataset "
+            f"directory the tokenizer was saved in into {path.parent}")
+    lines = read_vocabulary_text(path, "BPE merges file").splitlines()
     if not lines or lines[0] != MERGES_HEADER:
         head = lines[0] if lines else ""
         if head.startswith("#scratchgpt-bpe"):
@@ -106,17 +112,47 @@ def read_merges(path: Path) -> list[tuple[int, int]]:
         raise TokenizerError(f"{path}: malformed merge line (want two token ids)") from None
 
 
+# --------------------------------------------------------------------------- reading
+
+
+def read_vocabulary_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the vocabulary file ``path`` (``what`` it is, for the message); a
+    missing, unreadable or binary file is one line naming it."""
+    problem = file_source_problem(path)
+    if problem is not None:
+        raise TokenizerError(f"the {what} {path} {problem}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"the {what} {path} is not UTF-8 text (byte {e.start}); it is "
+                             "damaged or another kind of file") from None
+    except OSError as e:
+        raise TokenizerError(f"cannot read the {what} {path}: {e.strerror or e}") from None
+
+
+def _read_encoder_json(path: Path) -> dict[str, int]:
+    """GPT-2's ``encoder.json`` (or Hugging Face's ``vocab.json``): a JSON object mapping each
+    token's text to its id."""
+    try:
+        vocab = json_loads(read_vocabulary_text(path, "GPT-2 vocabulary file"))
+    except ValueError as e:
+        raise TokenizerError(f"the GPT-2 vocabulary file {path} is not valid JSON ({e})") from None
+    if not isinstance(vocab, dict) or not all(
+            type(i) is int for i in vocab.values()):  # (bool is not an id)
+        raise TokenizerError(f"the GPT-2 vocabulary file {path} is not a JSON object mapping "
+                             "each token's text to its id")
+    return vocab
+
+
 # --------------------------------------------------------------------------- GPT-2
 
 
 def read_gpt2_files(encoder_json: str | Path, vocab_bpe: str | Path) -> Vocabulary:
     """GPT-2's released ``encoder.json`` (token text -> id) and ``vocab.bpe`` (merges); also
     Hugging Face's ``vocab.json`` + ``merges.txt``, which are the same files."""
-    try:
-        vocab = json_loads(Path(encoder_json).read_text(encoding="utf-8"))
-        lines = Path(vocab_bpe).read_text(encoding="utf-8").split("\n")
-    except (OSError, ValueError) as e:
-        raise TokenizerError(f"cannot read GPT-2 vocabulary files: {e}") from None
+    encoder_json, vocab_bpe = Path(encoder_json), Path(vocab_bpe)
+    vocab = _read_encoder_json(encoder_json)
+    lines = read_vocabulary_text(vocab_bpe, "GPT-2 merges file (vocab.bpe)").split("\n")
     # vocab.bpe: a "#version" line, then "left right" per merge, then a trailing newline.
     # (Only the first line is a comment: "#" is an ordinary token in the merges.)
     if lines and lines[0].startswith("#version"):
