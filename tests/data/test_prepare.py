@@ -10,6 +10,7 @@ from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.prepare import prepare_text, token_dtype
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import load_tokenizer
+from tests.cli_errors import error_of
 
 
 def test_prepare_writes_split_tokens_and_meta(tmp_path, english_text):
@@ -377,3 +378,57 @@ def test_text_encoded_in_pieces_gets_the_whole_texts_ids(kind, english_text):
     whole = np.asarray(prepare.encode_corpus(tok, text), dtype=np.uint16)
     ids = prepare.encode_to_array(tok, text, np.dtype(np.uint16), piece_chars=50)
     assert ids.dtype == np.uint16 and ids.tolist() == whole.tolist()
+
+
+@pytest.mark.parametrize("spelt,flags", [
+    ("bpe:768", "--tokenizer bpe --vocab-size 768?"),
+    ("bpe:768:drop0.1x16", "--tokenizer bpe --vocab-size 768 --bpe-dropout 0.1 "
+                           "--train-copies 16?"),
+])
+def test_a_tokenizer_spelt_as_the_speedrun_spells_it_is_given_the_flags(tmp_path, capsys,
+                                                                        spelt, flags):
+    """BENCHMARKS.md's speedrun commands say --tokenizer bpe:768; prepare took it for a typo
+    of 'bpe' and dropped the vocabulary size from its suggestion."""
+    (tmp_path / "t.txt").write_text("some text to train on. " * 40, encoding="utf-8")
+    msg = error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer", spelt,
+                            "--out", str(tmp_path / "d")])
+    assert msg.endswith(f"did you mean {flags}"), msg
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_dataset_name_that_is_no_dataset_says_what_it_may_be(tmp_path, capsys, monkeypatch,
+                                                               english_text):
+    """prepare --dataset of a typo, a text file, a folder of text or a prepared dataset: each
+    was "unknown dataset", with no word of --data or of the name nearly typed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text(english_text[:5_000], encoding="utf-8")
+    (tmp_path / "texts").mkdir()
+    prepare_text(english_text[:5_000], tmp_path / "ready", "char")
+    for name, hint in (("shakespear", "did you mean 'shakespeare'?"),
+                       ("t.txt", "a file: give it as --data t.txt"),
+                       ("texts", "a folder: give it as --data texts"),
+                       ("ready", "a prepared dataset, which train and eval read as --dataset "
+                                 "ready")):
+        msg = error_of(capsys, ["prepare", "--dataset", name, "--out", "d"])
+        assert msg.endswith(hint) and "unknown dataset" in msg, msg
+    assert not (tmp_path / "d").exists()
+
+
+def test_bpe_dropout_with_a_char_models_tokenizer_names_the_flag(tmp_path, capsys, english_text):
+    """--tokenizer-from a char model with --bpe-dropout: the refusal came once the text was
+    read, from the library, naming neither the flag nor the model."""
+    from scratchgpt.checkpoints import Checkpoint, save_checkpoint
+    from scratchgpt.tokenizers import CharTokenizer
+    from tests.tiny_gpt import sharp_gpt
+
+    tok = CharTokenizer.train(english_text[:5_000])
+    model = sharp_gpt(vocab_size=tok.vocab_size, block_size=16)
+    save_checkpoint(tmp_path / "run" / "best.pt",
+                    Checkpoint("gpt", model.config, model.state_dict(), {"text": tok.state()}))
+    (tmp_path / "t.txt").write_text(english_text[:5_000], encoding="utf-8")
+    msg = error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer-from",
+                            str(tmp_path / "run"), "--bpe-dropout", "0.1", "--out",
+                            str(tmp_path / "d")])
+    assert msg.endswith(f"--bpe-dropout needs a BPE tokenizer; the tokenizer of "
+                        f"{tmp_path / 'run'} is char"), msg
+    assert not (tmp_path / "d").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from scratchgpt.commands.argtypes import bpe_vocab_size
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tokenizer not in BUILD_KINDS:
         raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}"
-                          + did_you_mean(args.tokenizer, BUILD_KINDS))
+                          + (_spelt_as_speedrun(args.tokenizer)
+                             or did_you_mean(args.tokenizer, BUILD_KINDS)))
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
     if not 0.0 < args.val_fraction < 1.0:
@@ -83,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--tokenizer-from takes the model's tokenizer; drop --tokenizer "
                               "and --vocab-size")
         tokenizer = load_model(args.tokenizer_from)[1].tokenizer()
+        if args.bpe_dropout and tokenizer.kind != "bpe":  # before the text is read
+            raise ConfigError(f"--bpe-dropout needs a BPE tokenizer; the tokenizer of "
+                              f"{args.tokenizer_from} is {tokenizer.kind}")
     text, desc = load_source(args.data, args.dataset)
     meta = prepare_text(text, args.out, tokenizer=tokenizer, vocab_size=args.vocab_size,
                         val_fraction=args.val_fraction, source=desc,
@@ -96,6 +101,23 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer == "bpe":
         report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
+
+
+def _spelt_as_speedrun(tokenizer: str) -> str:
+    """The flags that say ``bpe:N`` (and ``bpe:N:dropPxK``), as benchmarks/speedrun.sh spells a
+    tokenizer, or "" for anything else.
+
+    >>> _spelt_as_speedrun("bpe:768:drop0.1x4")
+    '; did you mean --tokenizer bpe --vocab-size 768 --bpe-dropout 0.1 --train-copies 4?'
+    """
+    match = re.fullmatch(r"bpe:(\d+)(?::drop([\d.]+)(?:x(\d+))?)?", tokenizer)
+    if match is None:
+        return ""
+    size, drop, copies = match.groups()
+    flags = f"--tokenizer bpe --vocab-size {size}"
+    flags += f" --bpe-dropout {drop}" if drop else ""
+    flags += f" --train-copies {copies}" if copies else ""
+    return f"; did you mean {flags}?"
 
 
 def report_short_vocabulary(learned: int, asked: int | None) -> None:

@@ -194,7 +194,8 @@ def download_member(url: str, member: str, dest: Path, timeout: float = 30.0) ->
 def fetch_named(name: str) -> Path:
     """Path of the verified raw file of named dataset ``name`` (downloading it if needed)."""
     if name not in DATASETS:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}")
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASET_NAMES)}"
+                        + _unknown_hint(name))
     ds = DATASETS[name]
     data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
     for local in (ds.filename, *ds.local_names):
@@ -220,6 +221,21 @@ def fetch_named(name: str) -> Path:
     except DataError:
         cached.unlink(missing_ok=True)
         raise
+
+
+def _unknown_hint(name: str) -> str:
+    """What a name that is no dataset's may mean: a file or folder of text (which ``--data``
+    reads), a dataset prepared already, or a typo of a dataset's name."""
+    from scratchgpt.data.prepare import META_FILE
+    from scratchgpt.validation import did_you_mean
+
+    path = Path(name)
+    if (path / META_FILE).is_file():
+        return (f"; {name} is a prepared dataset, which train and eval read as --dataset "
+                f"{name}")
+    if path.is_dir() or path.is_file():
+        return f"; {name} is a {'folder' if path.is_dir() else 'file'}: give it as --data {name}"
+    return did_you_mean(name, DATASET_NAMES)
 
 
 # "*** START OF THE PROJECT GUTENBERG EBOOK ...", or "OF THIS" in files made before 2020
