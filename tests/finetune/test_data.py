@@ -58,6 +58,9 @@ def test_json_nested_too_deeply_is_a_data_error(text):
     ("good\tpos\nbad\n", "line 2: no tab"),
     ("good\tpos\nfine\tpos\n", "at least two labels, found 1 (pos)"),
     ("\tpos\nbad\tneg\n", "f line 1: the text is empty"),
+    # read as they are, they were four classes, the texts of each label split between two
+    ("good\tpos\nbad\tneg\nfine\tPos \nugly\tNEG\n",
+     "f: labels 'NEG' and 'neg' differ only in case, and would be different classes"),
 ])
 def test_bad_labelled_data(text, needle):
     with pytest.raises(DataError, match=re.escape(needle)):

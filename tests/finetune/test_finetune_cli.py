@@ -134,6 +134,8 @@ def _bad_files(d):
     (d / "flipped.tsv").write_text("".join(f"{label}\t{i} {text}\n"
                                            for i, (text, label) in enumerate(flipped)))
     (d / "three.json").write_text(json.dumps(addition_records(3)))
+    # a header other than text<TAB>label was a row: its names a third class of one text
+    (d / "header.tsv").write_text("review\tsentiment\n" + "\n".join(labelled_lines(40)))
     (d / "adir").mkdir()
     (d / "corpus.txt").write_text("First Citizen:\nBefore we proceed any further.\n")
 
@@ -163,6 +165,9 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/eight.tsv"], "the val split would be empty"),
     (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
     (["--task", "classify", "--data", "{d}/adir"], "is a directory"),
+    (["--task", "classify", "--data", "{d}/header.tsv"],
+     "the label 'sentiment' has one text ('review'), which no validation or test split can "
+     "hold. Is the first row a header?"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--nproc", "0"], "nproc"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--grad-accum", "0"], "--grad-accum"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--split-seed", "1" + "0" * 20],

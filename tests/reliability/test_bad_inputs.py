@@ -183,7 +183,11 @@ def _files(root: Path) -> dict[str, Path]:
     long.write_text(play_text(20_000))
     (root / "three.json").write_text(json.dumps([{"instruction": f"{i} plus 1?",
                                                   "output": str(i + 1)} for i in range(3)]))
+    words = play_text(2_000, seed=4).split()
+    (root / "header.tsv").write_text("review\tsentiment\n" + "".join(
+        f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
     return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
+            "header_tsv": root / "header.tsv",
             "one_char": root / "one-char.txt", "loop": root / "loop",
             "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
@@ -365,6 +369,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
                 c["three_chats"], "--held-out", "0.9", "--out", c["root"] / "out" / "ft"],
      "leaves no conversation to train on"),
+    # a header other than text<TAB>label was read as a text: a class of one, never tested
+    ("finetune --task classify --data a TSV whose header is review<TAB>sentiment",
+     lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
+                c["header_tsv"], "--out", c["root"] / "out" / "ft"],
+     "Is the first row a header?"),
     # the run's own --task, --init-from and --data pass a resume again; other ones do not
     ("finetune --resume --data another file",
      lambda c: ["finetune", "--out", c["classifier"], "--resume", "--task", "classify",

@@ -15,6 +15,7 @@ the confusion matrix (:class:`ClassReport`, printed by :func:`format_report`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -117,6 +118,22 @@ def check_labels_come_last(pairs: Sequence[tuple[str, str]], where: str,
                         f"its labels are not: {LABEL_FIRST_HINT}")
 
 
+def check_no_label_stands_alone(pairs: Sequence[tuple[str, str]], where: str) -> None:
+    """Refuse a label only one text has: the split keeps it in training alone, so it is never
+    validated nor tested, and a header the reader does not know (``review<TAB>sentiment``) is
+    such a text, its names a class of their own."""
+    counts = Counter(label for _, label in pairs)
+    alone = next((i for i, (_, label) in enumerate(pairs) if counts[label] == 1), None)
+    if alone is None:
+        return
+    text, label = pairs[alone]
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    header = (" Is the first row a header? Only text<TAB>label (text,label in a CSV) is read "
+              "as one" if alone == 0 else " Give it more texts, or leave it out")
+    raise DataError(f"{where}: the label {label!r} has one text ({shown!r}), which no "
+                    f"validation or test split can hold.{header}")
+
+
 def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = None
               ) -> ClassifyData:
     """Read, check, split (seeded, stratified) and encode ``spec``'s data. A resumed run's
@@ -126,6 +143,7 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
         raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
                         f"recorded {spec.sha256[:12]}…)")
     check_labels_come_last(pairs, where)
+    check_no_label_stands_alone(pairs, where)
     labels = sorted({label for _, label in pairs})
     if spec.labels and labels != spec.labels:
         raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")

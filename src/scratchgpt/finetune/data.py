@@ -92,10 +92,23 @@ def parse_labelled(text: str, where: str, csv_format: bool = False, label_first:
         form = "a text,label row" if csv_format else "a line of text<TAB>label"
         raise DataError(f"{where} holds no labelled text ({form})")
     labels = {label for _, label in pairs}
+    _check_labels_are_spelt_one_way(labels, where)
     if len(labels) < min_labels:
         raise DataError(f"{where}: a classifier needs at least two labels, found "
                         f"{len(labels)}{' (' + next(iter(labels)) + ')' if labels else ''}")
     return pairs
+
+
+def _check_labels_are_spelt_one_way(labels: set[str], where: str) -> None:
+    """Labels that differ only in case (``pos`` and ``Pos``) are refused: read as they are,
+    each would be a class of its own, and the texts of one label split among them."""
+    spellings: dict[str, list[str]] = {}
+    for label in sorted(labels):
+        spellings.setdefault(label.casefold(), []).append(label)
+    clash = next((s for s in spellings.values() if len(s) > 1), None)
+    if clash:
+        raise DataError(f"{where}: labels {' and '.join(repr(s) for s in clash)} differ only "
+                        "in case, and would be different classes; write each label one way")
 
 
 def _tsv_rows(text: str, label_first: bool) -> list[tuple[int, tuple[str, str]]]:
