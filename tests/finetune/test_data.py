@@ -96,10 +96,35 @@ def test_alpaca_and_chat_records():
      "unknown role 'bot'"),
     ([{"messages": [{"role": "user", "content": "x"}]}], "f record 1: no assistant message"),
     ([["not", "a", "record"]], "f record 1: expected a JSON object"),
+    # keys that are not read were left out in silence: the input of this record was lost
+    ([{"instruction": "a", "output": "b"}, {"instruction": "c", "Input": "d", "output": "e"}],
+     "f record 2: key 'Input' is not read .*; did you mean 'input'\\?"),
+    ([{"instruction": "a", "outputs": "b"}], "f record 1: key 'outputs' is not read"),
 ])
 def test_bad_instruction_records_name_the_record(records, needle):
     with pytest.raises(DataError, match=needle):
         parse_conversations(json.dumps(records), "f")
+
+
+def test_a_dataset_s_own_keys_pass():
+    """Keys unlike Alpaca's are a dataset's own (Hugging Face's Alpaca has 'text')."""
+    records = [{"instruction": "a", "input": "b", "output": "c", "text": "a b c", "id": 7}]
+    assert parse_conversations(json.dumps(records), "f")[0][0]["content"] == "a\n\nb"
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_file_that_is_one_json_object_is_named_so(indent):
+    """Records wrapped in an object were 'line 1 is not valid JSON' (its first line read as
+    JSONL), or, on one line, a record missing 'instruction' and 'output'."""
+    records = [{"instruction": "a", "output": "b"}] * 2
+    wrapped = json.dumps({"data": records}, indent=indent)
+    with pytest.raises(DataError, match=re.escape(
+            "f is one JSON object (keys: 'data'), not records: give a JSON list of records")
+            + ".*is 'data' the list of records"):
+        parse_conversations(wrapped, "f")
+    # one record alone, written over several lines, is that record
+    one = json.dumps(records[0], indent=indent)
+    assert parse_conversations(one, "f") == parse_conversations(json.dumps(records[:1]), "f")
 
 
 def test_splits_are_seeded_disjoint_and_stratified():

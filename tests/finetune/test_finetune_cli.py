@@ -136,6 +136,7 @@ def _bad_files(d):
     (d / "three.json").write_text(json.dumps(addition_records(3)))
     # a header other than text<TAB>label was a row: its names a third class of one text
     (d / "header.tsv").write_text("review\tsentiment\n" + "\n".join(labelled_lines(40)))
+    (d / "wrapped.json").write_text(json.dumps({"data": addition_records(10)}, indent=2))
     (d / "adir").mkdir()
     (d / "corpus.txt").write_text("First Citizen:\nBefore we proceed any further.\n")
 
@@ -168,6 +169,8 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/header.tsv"],
      "the label 'sentiment' has one text ('review'), which no validation or test split can "
      "hold. Is the first row a header?"),
+    (["--task", "instruct", "--data", "{d}/wrapped.json"],
+     "is one JSON object (keys: 'data'), not records"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--nproc", "0"], "nproc"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--grad-accum", "0"], "--grad-accum"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--split-seed", "1" + "0" * 20],

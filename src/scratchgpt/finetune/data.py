@@ -28,7 +28,7 @@ import torch
 from scratchgpt.chat import ROLES, Message, check_messages
 from scratchgpt.data import sources
 from scratchgpt.errors import DataError
-from scratchgpt.validation import file_source_problem, json_loads
+from scratchgpt.validation import did_you_mean, file_source_problem, json_loads
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
 TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
@@ -221,6 +221,7 @@ def conversation(record: Any, where: str) -> list[Message]:
             raise DataError(f"{where}: no assistant message (nothing to learn); roles are "
                             f"{', '.join(ROLES)}")
         return [{"role": m["role"], "content": m["content"]} for m in messages]
+    _check_no_key_is_misspelt(record, where)
     missing = [k for k in ("instruction", "output") if k not in record]
     if missing:
         raise DataError(f"{where}: missing key {', '.join(repr(k) for k in missing)} (an "
@@ -232,6 +233,22 @@ def conversation(record: Any, where: str) -> list[Message]:
     return alpaca_messages(record)
 
 
+ALPACA_KEYS = ("instruction", "input", "output")
+
+
+def _check_no_key_is_misspelt(record: dict[str, Any], where: str) -> None:
+    """A key that reads as an Alpaca key the record lacks (``Input``, ``inputs``) is refused:
+    other keys are not read, so its text would be left out of the conversation in silence.
+    Keys unlike them (``text``, ``id``, ``category``) are a dataset's own, and pass."""
+    lacking = [k for k in ALPACA_KEYS if k not in record]
+    for key in record:
+        if key not in ALPACA_KEYS and isinstance(key, str):
+            tail = did_you_mean(key.lower(), lacking)
+            if tail:
+                raise DataError(f"{where}: key {key!r} is not read (an Alpaca record has "
+                                f"'instruction', 'input' and 'output'){tail}")
+
+
 def parse_conversations(text: str, where: str) -> list[list[Message]]:
     """Every record of a JSON list or a JSONL file, as messages (records counted from 1)."""
     stripped = text.lstrip()
@@ -240,6 +257,8 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
             records = json_loads(text)
         except ValueError as e:
             raise DataError(f"{where} is not valid JSON ({e})") from None
+    elif (whole := _one_object(stripped)) is not None:
+        records = [_object_as_record(whole, where)]
     else:
         records = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -251,6 +270,34 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
     if not records:
         raise DataError(f"{where} holds no records")
     return [conversation(r, f"{where} record {i}") for i, r in enumerate(records, 1)]
+
+
+def _one_object(text: str) -> dict[str, Any] | None:
+    """``text`` read as one JSON object, or None when it is not one (JSONL is read line by
+    line: a file of one record a line is no single document)."""
+    if not text.startswith("{"):
+        return None
+    try:
+        document = json_loads(text)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+RECORD_KEYS = ("messages", "instruction", "output")
+
+
+def _object_as_record(document: dict[str, Any], where: str) -> dict[str, Any]:
+    """A file that is one JSON object: a record on its own, or (say ``{"data": [...]}``) a
+    wrapper around the records, refused in words that say so (its first line was read as a
+    line of JSONL: 'not valid JSON', though it is)."""
+    if any(key in document for key in RECORD_KEYS):
+        return document
+    keys = ", ".join(repr(k) for k in list(document)[:5]) or "none"
+    lists = [k for k, v in document.items() if isinstance(v, list)]
+    hint = f" (is {lists[0]!r} the list of records? write it alone)" if lists else ""
+    raise DataError(f"{where} is one JSON object (keys: {keys}), not records: give a JSON list "
+                    f"of records, [{{...}}, ...], or JSONL, one record a line{hint}")
 
 
 def read_conversations(data: str | None, dataset: str | None) -> tuple[list[list[Message]],
