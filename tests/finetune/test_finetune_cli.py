@@ -209,6 +209,16 @@ def test_bad_input_is_one_line_and_writes_nothing(ft_dir, tmp_path, capsys, args
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("epochs", ["0", "nan"])
+def test_epochs_are_checked_before_the_data_is_read(ft_dir, tmp_path, capsys, epochs):
+    """--epochs 0 was refused only once the data was read, split and summed up on stdout."""
+    code, printed, err = run_cli(["finetune", "--task", "classify", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "labels.tsv", "--out",
+                                  tmp_path / "run", "--epochs", epochs, *SMALL], capsys)
+    assert f"--epochs must be > 0, got {epochs}" in one_line_error(code, err)
+    assert printed == "" and not (tmp_path / "run").exists()
+
+
 def test_an_occupied_out_is_refused_before_the_base_is_evaluated(ft_dir, tmp_path, capsys):
     """Refused at once, not after the data was read and the base evaluated (minutes on a
     large base) as it was; nothing of the run there changes."""

@@ -134,13 +134,18 @@ def make_task(kind: str, record: dict[str, Any], tokenizer: Any, extra: dict[str
 # ---- settings
 
 
+def check_epochs(epochs: float) -> None:
+    """--epochs is a finite number of passes above 0."""
+    if not 0 < epochs < math.inf:
+        raise ConfigError(f"--epochs must be > 0, got {epochs:g}")
+
+
 def train_config(kind: str, policy: str, n_train: int, n_val: int, flags: dict[str, Any],
                  epochs: float) -> TrainConfig:
     """Training settings: :data:`TRAIN_DEFAULTS` < flags, with ``epochs`` passes over the
     training split (unless --max-iters), an evaluation per epoch and over all of the
     validation split, unless flags say otherwise."""
-    if not 0 < epochs < math.inf:
-        raise ConfigError(f"--epochs must be > 0, got {epochs}")
+    check_epochs(epochs)
     values = {**TRAIN_DEFAULTS[kind], "learning_rate": LEARNING_RATES[policy], **flags}
     TrainConfig(**values)  # the flags checked (a batch size of 0 ...) before they divide
     batch = values["batch_size"]
@@ -252,6 +257,7 @@ def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
     if "--last-k" in req.given_flags and req.policy != "last-k":
         raise ConfigError(f"--last-k chooses the blocks --train last-k trains; with "
                           f"--train {req.policy} it has no use")
+    check_epochs(req.epochs)  # (before the data is read and summed up)
     cfg = TrainConfig(**{**TRAIN_DEFAULTS[req.task], **req.train_flags})
     check_no_curriculum(cfg)  # (a fine-tuning task goes through its examples epoch by epoch)
     resolve_device(cfg.device)  # --device cuda without a GPU
