@@ -21,7 +21,7 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
-from scratchgpt.models import LM_TYPES, ModelConfig, model_type
+from scratchgpt.models import LM_CONFIGS, ModelConfig, model_type
 from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
@@ -103,9 +103,9 @@ def check_model_for(config: ModelConfig | None, data: TokenDataset) -> None:
         raise ConfigError("a new run needs a model config (model_config('gpt', "
                           "vocab_size=data.vocab_size, ...)); None is for resume=True")
     kind = model_type(config)
-    if kind not in LM_TYPES:
+    if kind not in LM_CONFIGS:
         raise ConfigError(f"a {kind!r} model is not a language model; train one of "
-                          f"{', '.join(LM_TYPES)}")
+                          f"{', '.join(LM_CONFIGS)}")
     if config.vocab_size < data.vocab_size:
         raise ConfigError(f"the model's vocab_size is {config.vocab_size}, smaller than the "
                           f"dataset's vocabulary of {data.vocab_size} ids in {data.directory}; "

@@ -19,13 +19,15 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.errors import CheckpointError, ConfigError
-from scratchgpt.models import LM_TYPES, ModelConfig, config_dict, config_fields, model_config
+from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
 from scratchgpt.validation import flag_of, rename_setting
+
+if TYPE_CHECKING:  # (the settings are named and checked without torch, which it imports)
+    from scratchgpt.checkpoints.io import Checkpoint
 
 # Model hyperparameters that may change when a run resumes (they hold no learned state).
 CHANGEABLE_MODEL_FIELDS = {"dropout", "attn_dropout", "embd_dropout"}
@@ -37,7 +39,7 @@ RESUME_SWITCHES = CHANGEABLE_MODEL_FIELDS | {"cells"}
 
 def model_fields() -> set[str]:
     """Every hyperparameter name of every language model (except the data's vocab_size)."""
-    return set().union(*(config_fields(t) for t in LM_TYPES)) - {"vocab_size"}
+    return set().union(*(config_fields(t) for t in LM_CONFIGS)) - {"vocab_size"}
 
 
 def known_settings() -> set[str]:
@@ -114,8 +116,8 @@ def new_run(settings: Settings) -> tuple[str, dict[str, Any], TrainConfig, str |
     config is built once the dataset gives its vocabulary size (:func:`finish_model_config`)."""
     given = settings.given
     kind = given.get("model", "gpt")
-    if kind not in LM_TYPES:
-        raise ConfigError(f"unknown model {kind!r}; choose from {', '.join(LM_TYPES)}")
+    if kind not in LM_CONFIGS:
+        raise ConfigError(f"unknown model {kind!r}; choose from {', '.join(LM_CONFIGS)}")
     fields = config_fields(kind)
     wrong = sorted(k for k in settings.explicit if k in model_fields() - fields)
     if wrong:
