@@ -15,7 +15,9 @@ The Python API, the whole loop from a text to a model's words (README.md, "Pytho
     ScratchGPTError                       what every refusal of bad input raises
 
 Each name is imported from its module on first use, so ``import scratchgpt`` (which the
-command line does) costs no torch import.
+command line does) costs no torch import; nor do the configs, ``GPTConfig``, ``TrainConfig``,
+``StopRule`` and ``model_config``, which are plain data (the model and sampling code is what
+imports torch).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "load_tokenizer": "scratchgpt.tokenizers",
     "model_config": "scratchgpt.models",
     "build_model": "scratchgpt.models",
-    "GPTConfig": "scratchgpt.models.gpt",
+    "GPTConfig": "scratchgpt.models.configs.gpt",
     "TrainConfig": "scratchgpt.training.config",
     "train": "scratchgpt.training.job",
     "TrainResult": "scratchgpt.training.trainer",
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.stopping import StopRule
     from scratchgpt.models import build_model, model_config
-    from scratchgpt.models.gpt import GPTConfig
+    from scratchgpt.models.configs.gpt import GPTConfig
     from scratchgpt.tokenizers import build_tokenizer, load_tokenizer
     from scratchgpt.training.config import TrainConfig
     from scratchgpt.training.job import train

@@ -119,3 +119,16 @@ def test_stream_text_streams_a_byte_level_bpe_models_text_whole():
     assert "".join(pieces) == whole
     assert all(pieces) and not any("\ufffd" in p for p in pieces)
     assert len(pieces) > 10  # streamed as it came, not all at the end
+
+
+def test_the_exported_configs_import_no_torch(tmp_path):
+    """A config is plain data: ``scratchgpt.GPTConfig`` came from the module of the GPT itself,
+    and so imported torch and every layer to name a model's hyperparameters."""
+    done = run_python("import sys, scratchgpt\n"
+                      "cfg = scratchgpt.GPTConfig(vocab_size=65, n_layer=2)\n"
+                      "for name in ('TrainConfig', 'StopRule', 'model_config'):\n"
+                      "    getattr(scratchgpt, name)\n"
+                      "print(cfg.n_layer, sorted(m for m in sys.modules "
+                      "if m.split('.')[0] == 'torch'))", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2 []"
