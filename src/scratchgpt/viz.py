@@ -407,8 +407,19 @@ def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
     ax.set_ylabel("true")
     if title:
         ax.set_title(title, fontsize=9)
+    _upright_crowded_ticks(fig, ax)
     fig.tight_layout()
     return fig
+
+
+def _upright_crowded_ticks(fig: Any, ax: Any) -> None:
+    """Turn the x tick labels upright when, level, any two overlap (class names wider than their
+    column were written over each other, unreadable)."""
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+    if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False)):
+        for tick in ax.get_xticklabels():
+            tick.set(rotation=90)
 
 
 def plot_confusion(confusion: Sequence[Sequence[int]], labels: Sequence[str],

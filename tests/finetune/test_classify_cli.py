@@ -194,3 +194,24 @@ def test_file_help_says_dash_is_standard_input_and_the_text_is_utf8(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     file_help = shown.rsplit("--file FILE", 1)[1].split("--eval")[0]  # (not the usage line)
     assert "standard input with -" in file_help and "UTF-8" in file_help, file_help
+
+
+@pytest.mark.parametrize("labels", [
+    ["a very long label name number one", "second_category_with_underscores", "x",
+     "politics & world", "science/tech"],
+    ["pos", "neg"],
+])
+def test_the_confusion_matrix_s_class_names_never_overlap(labels):
+    """Class names wider than their column were written over each other along the x axis."""
+    from scratchgpt.viz import confusion_figure
+
+    n = len(labels)
+    fig = confusion_figure([[int(t == p) for p in range(n)] for t in range(n)], labels)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ticks = fig.axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks] == labels
+    boxes = [t.get_window_extent(renderer) for t in ticks]
+    assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(fig.bbox.contains(b.x0, b.y0) and fig.bbox.contains(b.x1, b.y1)
+               for b in boxes)  # (and none is cut off by the figure's edge)
