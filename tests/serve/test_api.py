@@ -301,13 +301,37 @@ def test_a_model_without_a_chat_template_refuses_chat(plain_run):
     ({"prompt": [10**6]}, 400, "prompt"),
     ({"prompt": "a\u00e9\u4e2d"}, 400, "prompt"),  # characters the vocabulary lacks
     ({"prompt": "a", "model": "gpt-4"}, 404, "model"),
-    ({"prompt": "a" * 65}, 413, "prompt"),  # longer than the context of 64
+    ({"prompt": "a" * 65}, 400, "prompt"),  # longer than the context of 64
 ])
 def test_bad_requests_get_openais_error_object(client, body, status, param):
     r = client.post("/v1/completions", json=body)
     assert r.status_code == status
     error = r.json()["error"]
     assert error["param"] == param and error["message"] and error["type"]
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": "a" * 65}, "prompt"),
+    ("/v1/completions", {"prompt": [[1], [1] * 65]}, "prompt"),  # the second of two
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 80}]},
+     "messages"),
+])
+def test_a_prompt_longer_than_the_server_takes_is_openais_400(client, path, body, param):
+    """As OpenAI (and vLLM, llama.cpp's server) answer it: 400 with the code
+    context_length_exceeded. It was a 413, HTTP's status for a body too large, which the
+    official client raises as its generic APIStatusError, not a BadRequestError."""
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"], error["type"]) == (
+        "context_length_exceeded", param, "invalid_request_error")
+    assert "at most 64" in error["message"]
+
+
+def test_a_body_over_the_byte_limit_stays_a_413_without_the_context_code(client):
+    """413 keeps HTTP's meaning, a body larger than the server reads (1 MiB here)."""
+    r = client.post("/v1/completions", json={"prompt": "a" * (1 << 20)})
+    assert r.status_code == 413 and r.json()["error"]["code"] is None
 
 
 @pytest.mark.parametrize("body, says", [

@@ -48,3 +48,14 @@ def test_models_and_errors_raise_the_clients_exceptions(openai_client):
         openai_client.completions.create(model="gpt-4", prompt="a")
     with pytest.raises(openai.BadRequestError, match="temperature"):
         openai_client.completions.create(model="chatty", prompt="a", temperature=5)
+
+
+def test_a_prompt_too_long_is_the_clients_bad_request_error(openai_client):
+    """Client code written for OpenAI catches BadRequestError and reads the code; a 413 was
+    raised as the generic APIStatusError, which such code misses."""
+    openai = optional("openai")
+    with pytest.raises(openai.BadRequestError) as caught:
+        openai_client.chat.completions.create(
+            model="chatty", messages=[{"role": "user", "content": "a" * 80}])
+    assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
+    assert caught.value.param == "messages"

@@ -120,7 +120,7 @@ CONVERSATION = "JSON.stringify(messages)"
 
 
 def test_a_failed_chat_request_leaves_the_conversation_as_it_was(page):
-    """A message the server refuses (here one longer than the context: 413) is marked in the
+    """A message the server refuses (here one longer than the context: 400) is marked in the
     log but not kept: the next message is sent without it, and answered. It used to stay,
     with an empty reply after it, so every later request was refused too."""
     page.click("[data-tab=chat]")
@@ -274,8 +274,9 @@ def dropped_bubbles(page) -> list[str]:
 def test_a_chat_longer_than_the_context_drops_its_oldest_turns(page, tmp_path):
     """A conversation that outgrows the model's context (64 tokens here: one earlier exchange
     of a short message fits, two do not) goes on, as in ``scratchgpt chat``: the server
-    refuses it (413), the page sends it again without its oldest exchange, and greys that in
-    the log under a note. It used to end there: every later message was refused."""
+    refuses it (400 context_length_exceeded), the page sends it again without its oldest
+    exchange, and greys that in the log under a note. It used to end there: every later
+    message was refused."""
     chats = requests_to(page, "/v1/chat/completions")
     page.click("[data-tab=chat]")
     page.click("#chat-clear")

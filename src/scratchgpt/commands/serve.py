@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="largest request body (default 1 MiB; larger: 413)")
     p.add_argument("--max-prompt-tokens", type=int, default=None,
                    help="longest prompt in tokens (default and upper bound: the model's "
-                        "context; 4096 for models without one; longer: 413)")
+                        "context; 4096 for models without one; longer: 400 "
+                        "context_length_exceeded)")
     p.add_argument("--max-tokens-limit", type=int, default=4096,
                    help="largest max_tokens a request may ask for (default 4096)")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",

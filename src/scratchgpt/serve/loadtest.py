@@ -8,7 +8,8 @@ the caller (``time_limit_s`` stops issuing new requests). ``load`` streams each 
 (``stream_options.include_usage`` gives the exact token count) and records the time to the
 first token and every gap between chunks. ``soak`` mixes good and bad requests and checks that
 each gets the status it should: good ones 200, malformed or unknown fields 400, over-long
-prompts and bodies 413, and clients that hang up mid-stream; any 5xx is a failure.
+prompts 400 (``context_length_exceeded``, as OpenAI answers them), bodies over the byte limit
+413, and clients that hang up mid-stream; any 5xx is a failure.
 """
 
 from __future__ import annotations
@@ -206,10 +207,19 @@ async def unknown_field(client: Any, rng: random.Random, setup: SoakSetup) -> in
     return await _status_of(client, "/v1/completions", json=body)
 
 
-async def too_long(client: Any, rng: random.Random, setup: SoakSetup) -> int:
-    if rng.random() < 0.5:  # a prompt of more tokens than the server takes
-        ids = [rng.randrange(2) for _ in range(setup.max_prompt_tokens + 1)]
-        return await _status_of(client, "/v1/completions", json={"prompt": ids})
+async def too_long(client: Any, rng: random.Random, setup: SoakSetup) -> int | str:
+    """A prompt of more tokens than the server takes: its status, or status and error code
+    where the code is not OpenAI's ``context_length_exceeded``."""
+    ids = [rng.randrange(2) for _ in range(setup.max_prompt_tokens + 1)]
+    response = await client.post("/v1/completions", json={"prompt": ids})
+    if response.status_code != 400:
+        return response.status_code
+    code = response.json()["error"]["code"]
+    return 400 if code == "context_length_exceeded" else f"400 {code}"
+
+
+async def too_big(client: Any, rng: random.Random, setup: SoakSetup) -> int:
+    """A body of more bytes than the server reads."""
     return await _status_of(client, "/v1/completions", json={
         "prompt": "a" * (setup.max_body_bytes + 1)})
 
@@ -235,11 +245,12 @@ KINDS: dict[str, tuple[Kind, set]] = {
     "chat": (good_chat, {200}),
     "malformed_json": (malformed_json, {400}),
     "unknown_field": (unknown_field, {400}),
-    "too_long": (too_long, {413}),
+    "too_long": (too_long, {400}),
+    "too_big": (too_big, {413}),
     "hang_up": (hang_up, {"hung up"}),
 }
 MIX = ("completion",) * 8 + ("chat",) * 3 + ("malformed_json", "unknown_field", "too_long",
-                                             "hang_up", "hang_up")
+                                             "too_big", "hang_up", "hang_up")
 
 
 async def soak(url: str, requests: int, clients: int, setup: SoakSetup, seed: int = 0,

@@ -8,8 +8,10 @@ object with the HTTP status that fits::
     {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p",
                "code": null}}
 
-    400 a field is wrong           404 no such model or route      413 body or prompt too long
-    401 missing or wrong API key   429 the queue is full (Retry-After)
+    400 a field is wrong, or the prompt is longer than the server takes (code
+        ``context_length_exceeded``, as OpenAI, vLLM and llama.cpp's server answer it)
+    401 missing or wrong API key   404 no such model or route     413 the body is too large
+    429 the queue is full (Retry-After)
     503 timed out waiting, or shutting down (Retry-After)
 
 Responses are plain dicts in OpenAI's shapes (``text_completion``, ``chat.completion`` and
@@ -49,8 +51,9 @@ class ApiError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for. ``max_prompt_tokens`` over the limit is a 413,
-    ``max_tokens`` and ``n`` over theirs a 400."""
+    """What one request may ask for. A body over ``max_body_bytes`` is a 413; a prompt over
+    ``max_prompt_tokens`` (code ``context_length_exceeded``), ``max_tokens`` and ``n`` over
+    theirs are a 400."""
 
     max_body_bytes: int = 1 << 20
     max_prompt_tokens: int = 4096

@@ -77,12 +77,13 @@ class Service:
 
     def encode(self, prompt: str | list[int], param: str = "prompt") -> tuple[list[int], str]:
         """A prompt's token ids and text; an empty prompt starts unconditionally; too long
-        a prompt is a 413. ``param``: the request's field it came from, for errors."""
+        a prompt is a 400 with OpenAI's code ``context_length_exceeded``. ``param``: the request's
+        field it came from, for errors."""
         ids, text = self.tokens(prompt, param)
         if not ids:
             ids = start_of_text(self.tokenizer)[0]
         if len(ids) > self.limits.max_prompt_tokens:
-            raise api.ApiError(413, f"the prompt has {len(ids)} tokens; this server takes at "
+            raise api.ApiError(400, f"the prompt has {len(ids)} tokens; this server takes at "
                                     f"most {self.limits.max_prompt_tokens}", param=param,
                                code="context_length_exceeded")
         return ids, text

@@ -232,9 +232,10 @@ function chatBubble(role, text) {
   return div;
 }
 
-// True when the server refused a request for being longer than the model's context.
+// True when the server refused a request for being longer than the model's context: told
+// by OpenAI's error code, since its status (400) is also that of any wrong field.
 function tooLong(error) {
-  return error.status === 413 && error.code === "context_length_exceeded";
+  return error.code === "context_length_exceeded";
 }
 
 // Drop the oldest user message and its reply from `sent` (a system message first stays, and
