@@ -91,10 +91,20 @@ def check_range(name: str, value: float, low: float = -math.inf, high: float = m
     Traceback (most recent call last):
     ...
     scratchgpt.errors.ConfigError: dropout must be in [0, 1), got 1.0
+
+    Infinity and NaN are refused as what they are, not as past a bound (``inf`` is no
+    learning rate though it is above 0; NaN is neither above nor below any):
+
+    >>> check_range("learning_rate", float("inf"), 0, low_open=True)
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.ConfigError: learning_rate must be a finite number, got inf
     """
     if value is None:
         return
-    ok = math.isfinite(value) and (value > low if low_open else value >= low) and \
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    ok = (value > low if low_open else value >= low) and \
         (value < high if high_open else value <= high)
     if not ok:
         bounds = _bounds(low, high, low_open, high_open)

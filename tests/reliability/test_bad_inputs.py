@@ -177,6 +177,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "a-list.json").write_text(json.dumps([{"n_layer": 2}]))
     (root / "twice.toml").write_text("n_layer = 2\n[model]\nn_layer = 3\n")
     (root / "lstm-width.toml").write_text('model = "lstm"\nqk_norm = true\n')
+    (root / "inf-budget.toml").write_text("time_budget = inf\n")
     (root / "plain-file").write_text("x")
     os.mkfifo(root / "a-pipe")
     long = root / "text.txt"
@@ -187,6 +188,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "header.tsv").write_text("review\tsentiment\n" + "".join(
         f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
     return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
+            "inf_budget": root / "inf-budget.toml",
             "header_tsv": root / "header.tsv",
             "one_char": root / "one-char.txt", "loop": root / "loop",
             "three_chats": root / "three.json",
@@ -220,8 +222,18 @@ def _sample(c, *extra, run: str = "run") -> list[str]:
 # (name, arguments from ctx, a word the one-line message must hold)
 CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # settings that would train to NaN weights
-    ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"), "--learning-rate"),
-    ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"), "--weight-decay"),
+    # (each was "must be > 0, got inf" or the like, a bound that infinity or NaN does not break)
+    ("train --learning-rate inf", lambda c: _train(c, "--learning-rate", "inf"),
+     "--learning-rate must be a finite number, got inf"),
+    ("train --lr nan", lambda c: _train(c, "--lr", "nan"), "--lr must be a finite number"),
+    ("train --min-lr inf", lambda c: _train(c, "--min-lr", "inf"),
+     "--min-lr must be a finite number"),
+    ("train --beta2 nan", lambda c: _train(c, "--beta2", "nan"), "--beta2 must be a finite number"),
+    ("train --decay-fraction inf", lambda c: _train(c, "--schedule", "wsd", "--decay-fraction",
+                                                    "inf"),
+     "--decay-fraction must be a finite number"),
+    ("train --weight-decay nan", lambda c: _train(c, "--weight-decay", "nan"),
+     "--weight-decay must be a finite number"),
     ("train --muon-lr-scale inf", lambda c: _train(c, "--muon-lr-scale", "inf"),
      "--muon-lr-scale"),
     ("train --embed-lr-scale inf", lambda c: _train(c, "--embed-lr-scale", "inf"),
@@ -231,8 +243,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --layer-norm-eps 0", lambda c: _train(c, "--layer-norm-eps", "0"), "--layer-norm-eps"),
     ("train --dropout 1", lambda c: _train(c, "--dropout", "1"), "dropout"),
     ("train --dropout nan", lambda c: _train(c, "--dropout", "nan"), "dropout"),
-    ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"), "--grad-clip"),
+    ("train --grad-clip nan", lambda c: _train(c, "--grad-clip", "nan"),
+     "--grad-clip must be a finite number"),
     ("train --time-budget 0s", lambda c: _train(c, "--time-budget", "0s"), "--time-budget"),
+    # a number of seconds in a file: inf was read as the duration "infs"
+    ("train --config with time_budget = inf", lambda c: _train(c, "--config", c["inf_budget"]),
+     "inf-budget.toml must be a finite number"),
     ("train --grad-accum 10^20", lambda c: _train(c, "--grad-accum", str(10**20)),
      "--grad-accum"),
     ("train --n-embd 10^20", lambda c: _train(c, "--n-embd", str(10**20)), "too large"),

@@ -3,8 +3,16 @@ without the models, and a config file's key named as the file spells it."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import subprocess
 import sys
+
+import pytest
+
+from scratchgpt.errors import ConfigError
+from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.settings import Settings, new_run
 
 
 def test_naming_and_checking_a_runs_settings_imports_no_model():
@@ -22,3 +30,29 @@ def test_naming_and_checking_a_runs_settings_imports_no_model():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "lstm {'n_layer': 2} []"
+
+
+FLOAT_SETTINGS = [f.name for f in dataclasses.fields(TrainConfig) if f.type == "float"]
+
+
+@pytest.mark.parametrize("name", FLOAT_SETTINGS)
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_every_float_setting_refuses_what_is_no_number(name, value):
+    """Infinity and NaN are refused as what they are: the learning rate's was "must be > 0,
+    got inf", a bound infinity does not break."""
+    with pytest.raises(ConfigError, match=rf"^{name} must be a finite number, got "):
+        TrainConfig(**{name: value})
+
+
+def test_a_config_files_time_budget_in_seconds_is_a_finite_number(tmp_path):
+    """A number in a file is seconds; ``inf`` was read as the duration "infs"."""
+    conf = tmp_path / "c.toml"
+    for text, message in (("inf", "must be a finite number, got inf"),
+                          ("nan", "must be a finite number, got nan"),
+                          ("-5", "must be > 0, got -5")):
+        conf.write_text(f"time_budget = {text}\n")
+        with pytest.raises(ConfigError) as refused:
+            new_run(Settings(config_file=str(conf)))
+        assert str(refused.value) == f"time_budget in {conf} {message}"
+    conf.write_text("time_budget = 90\n")
+    assert new_run(Settings(config_file=str(conf)))[2].time_budget_s == 90

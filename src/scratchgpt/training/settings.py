@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
-from scratchgpt.validation import flag_of, rename_setting
+from scratchgpt.validation import check_range, flag_of, rename_setting
 
 if TYPE_CHECKING:  # (the settings are named and checked without torch, which it imports)
     from scratchgpt.checkpoints.io import Checkpoint
@@ -74,8 +74,18 @@ class Settings:
                                   f"{from_file[name]!r}")
         budget = from_file.get("time_budget")
         if isinstance(budget, (int, float)) and not isinstance(budget, bool):
-            from_file["time_budget"] = f"{budget}s"  # a number in a file: seconds
+            from_file["time_budget"] = self._seconds(budget)  # a number in a file: seconds
         return from_file
+
+    def _seconds(self, budget: float) -> str:
+        """A config file's ``time_budget`` given as a number, checked as one (``inf`` was
+        read as the duration "infs"), as the duration of so many seconds."""
+        try:
+            check_range("time_budget", budget, 0, low_open=True)
+        except ConfigError as e:
+            raise ConfigError(rename_setting(str(e), lambda k: f"{k} in {self.config_file}")
+                              ) from None
+        return f"{budget}s"
 
     @property
     def given(self) -> dict[str, Any]:
