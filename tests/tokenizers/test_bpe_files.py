@@ -47,19 +47,37 @@ def _state(**change: object) -> Callable[[Path], None]:
     return write
 
 
+def _old_state_and(damage: Callable[[Path], None]) -> Callable[[Path], None]:
+    """``damage``, to a tokenizer.json saved before it recorded its merges' sha256: the
+    merges are then checked for what a vocabulary must be."""
+    def write(d: Path) -> None:
+        state = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+        del state["merges_sha256"]
+        (d / "tokenizer.json").write_text(json.dumps(state), encoding="utf-8")
+        damage(d)
+    return write
+
+
 # (damage to a saved BPE tokenizer, the file the message must name, words it must hold)
 OURS = {
     "merges missing": (_no_merges, "merges.txt", ("beside", "copy merges.txt")),
     "merges a folder": (_merges_a_folder, "merges.txt", ("directory",)),
     "merges not text": (_merges(b"\xff\xfe#scratchgpt"), "merges.txt", ("utf-8",)),
-    # another tokenizer's merges beside this one's tokenizer.json: fewer merges than its
-    # special token's id says, a merge of tokens not made yet, the same bytes twice
-    "merges of a smaller tokenizer": (_merges(b"#scratchgpt-bpe v1\n97 98\n"), "merges.txt",
-                                      ("another tokenizer",)),
-    "merges out of order": (_merges(b"#scratchgpt-bpe v1\n300 301\n"), "merges.txt",
-                            ("another tokenizer",)),
-    "merges twice": (_merges(b"#scratchgpt-bpe v1\n97 98\n97 98\n"), "merges.txt",
-                     ("another tokenizer",)),
+    # another tokenizer's merges beside this one's tokenizer.json: its sha256 is not the one
+    # recorded; where none is (a state saved before), the vocabulary they make is checked:
+    # fewer merges than the special token's id says, a merge of tokens not made yet, the same
+    # bytes twice
+    "merges of another tokenizer": (_merges(b"#scratchgpt-bpe v1\n97 98\n"), "merges.txt",
+                                    ("sha256", "another tokenizer's")),
+    "merges of a smaller tokenizer, old state": (
+        _old_state_and(_merges(b"#scratchgpt-bpe v1\n97 98\n")), "merges.txt",
+        ("do not fit", "another tokenizer's")),
+    "merges out of order, old state": (
+        _old_state_and(_merges(b"#scratchgpt-bpe v1\n300 301\n")), "merges.txt",
+        ("do not fit", "not defined before")),
+    "merges twice, old state": (
+        _old_state_and(_merges(b"#scratchgpt-bpe v1\n97 98\n97 98\n")), "merges.txt",
+        ("do not fit", "same bytes twice")),
     # tokenizer.json pointing at a file elsewhere: read as merges wherever it led
     "merges_file a path": (_state(merges_file="/etc/hostname"), "tokenizer.json",
                            ("merges_file",)),
@@ -136,3 +154,27 @@ def test_a_checkpoint_copied_without_its_merges_says_where_they_go(trained, tmp_
 
     assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer-from", str(alone),
                  "--out", str(tmp_path / "data")]) == 0
+
+
+def test_another_tokenizers_merges_of_the_same_size_are_refused(tmp_path, capsys):
+    """Two BPE runs of the default size, one merges.txt beside both checkpoints: the second
+    loaded the first's merges without a word, and every id it read or wrote was another
+    token. The state records the sha256 of its merges now; a state saved before, which does
+    not, still loads."""
+    trained = BPETokenizer.train(TEXT, 270, backend="python")
+    other = BPETokenizer.train(TEXT.replace("cat", "cow").replace("dog", "hen"), 270,
+                               backend="python")
+    assert other.vocab_size == trained.vocab_size and other.merges != trained.merges
+    model = sharp_gpt(scale=30, vocab_size=trained.vocab_size, block_size=32)
+    folder = tmp_path / "models"
+    save_checkpoint(folder / "cat.pt", Checkpoint("gpt", model.config, model.state_dict(),
+                                                  {"text": trained.state()}))
+    other.save(folder)  # the merges.txt (and tokenizer.json) of the other run
+    msg = error_of(capsys, ["sample", "--checkpoint", str(folder / "cat.pt"),
+                            "--max-new-tokens", "2"])
+    assert str(folder / "merges.txt") in msg and "sha256" in msg, msg
+    old = {k: v for k, v in trained.state().items() if k != "merges_sha256"}
+    trained.save(folder)
+    assert load_tokenizer(folder).same_as(trained)
+    (folder / "tokenizer.json").write_text(json.dumps(old), encoding="utf-8")
+    assert load_tokenizer(folder).same_as(trained)

@@ -210,6 +210,11 @@ def test_version_mismatch_is_a_clear_error(trained, tmp_path):
 def test_corrupt_merges_are_rejected(tmp_path):
     tok = BPETokenizer([(97, 98)], {ENDOFTEXT: 257})
     tok.save(tmp_path)
+    # a state saved before it recorded its merges' sha256: the merges themselves are checked
+    state_path = tmp_path / "tokenizer.json"
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    del state["merges_sha256"]
+    state_path.write_text(json.dumps(state), encoding="utf-8")
     merges_path = tmp_path / MERGES_FILE
     for body, message in [("97 x", "malformed"), ("97 300", "not defined before"),
                           ("97 98\n97 98", "same bytes twice")]:

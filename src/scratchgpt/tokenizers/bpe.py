@@ -25,8 +25,8 @@ is the reference; when tiktoken is installed it runs the same vocabulary (built 
 no download) as a fast backend (:mod:`~scratchgpt.tokenizers.tiktoken_backend`), with the same
 ids.
 
-Saved form (directory): ``tokenizer.json`` (kind, version, pattern, special tokens) plus our
-``merges.txt`` (``#scratchgpt-bpe v1``).
+Saved form (directory): ``tokenizer.json`` (kind, version, pattern, special tokens, the sha256 of
+the merges) plus our ``merges.txt`` (``#scratchgpt-bpe v1``).
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ class BPETokenizer(Tokenizer):
         self._pretokenizer = PreTokenizer(pattern)
         self._cache: dict[str, list[int]] = {}
         self._tiktoken: TiktokenBackend | None = None
+        self._merges_sha256: str | None = None
         self.backend = _resolve_backend(backend)
 
     # ---- construction
@@ -203,10 +204,13 @@ class BPETokenizer(Tokenizer):
     # ---- persistence
 
     def to_dict(self) -> dict[str, Any]:
+        if self._merges_sha256 is None:  # (computed once: checkpoints save it every time)
+            self._merges_sha256 = bpe_files.merges_digest(self.merges)
         d: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "name": self.name,
             "merges_file": MERGES_FILE,
+            "merges_sha256": self._merges_sha256,
             "pattern": self.pattern,
             "special_tokens": self.special_tokens,
         }
@@ -227,19 +231,21 @@ class BPETokenizer(Tokenizer):
                                  f"(this scratchgpt reads version {FORMAT_VERSION})")
         if directory is None:
             raise TokenizerError("a BPE tokenizer needs its directory to find its merges file")
-        name = d.get("merges_file", MERGES_FILE)
-        if not isinstance(name, str) or not name or Path(name).name != name:
-            # (a ValueError: tokenizer_from_dict names the file that says so)
-            raise ValueError(f"merges_file {name!r} is not the name of a file beside it")
-        path = Path(directory) / name
+        path = Path(directory) / _merges_file_name(d.get("merges_file", MERGES_FILE))
         merges = bpe_files.read_merges(path)
+        recorded = d.get("merges_sha256")  # (states saved before it was recorded have none)
+        if recorded is not None and recorded != bpe_files.merges_digest(merges):
+            raise TokenizerError(f"{path} is not the merges file saved with this tokenizer (its "
+                                 "sha256 differs from the one the tokenizer records): it is "
+                                 f"another tokenizer's, or damaged; copy the {path.name} of the "
+                                 "run or dataset this tokenizer came from")
         try:
             return cls(merges, d.get("special_tokens", {}),
                        pattern=d.get("pattern", GPT2_PATTERN), byte_ids=d.get("byte_ids"),
                        name=d.get("name", "bpe"))
         except TokenizerError as e:  # a merges.txt of another tokenizer, or a damaged one
             raise TokenizerError(f"{path} and the tokenizer saved with it do not fit together "
-                                 f"({e}): one is damaged, or this {name} is another "
+                                 f"({e}): one is damaged, or this {path.name} is another "
                                  "tokenizer's") from None
 
     # ---- queries
@@ -385,6 +391,15 @@ class BPETokenizer(Tokenizer):
         """Ids -> text. Bytes that are not valid UTF-8 (a cut-off character) become U+FFFD
         (``errors="replace"``, as tiktoken); ``errors="strict"`` raises instead."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+
+def _merges_file_name(name: Any) -> str:
+    """The ``merges_file`` a saved state names: a file's name, which sits beside the tokenizer
+    (a path would be read wherever it led). A ValueError: ``tokenizer_from_dict`` names the
+    state's file."""
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        raise ValueError(f"merges_file {name!r} is not the name of a file beside it")
+    return name
 
 
 def _resolve_backend(backend: str) -> str:

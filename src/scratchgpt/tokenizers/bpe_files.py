@@ -19,6 +19,7 @@ plus the special tokens. They differ in how a token is written:
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -82,10 +83,22 @@ def unicode_to_bytes(token: str, table: dict[str, int] | None = None) -> bytes:
 # --------------------------------------------------------------------------- ours
 
 
-def write_merges(path: Path, merges: Sequence[tuple[int, int]]) -> None:
-    """Write our ``merges.txt``: the header, then ``left right`` per merge."""
+def merges_text(merges: Sequence[tuple[int, int]]) -> str:
+    """Our ``merges.txt``: the header, then ``left right`` per merge."""
     lines = [MERGES_HEADER] + [f"{a} {b}" for a, b in merges]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "\n".join(lines) + "\n"
+
+
+def merges_digest(merges: Sequence[tuple[int, int]]) -> str:
+    """The sha256 of the merges as :func:`merges_text` writes them: a tokenizer's state records
+    it, so that the merges.txt read beside a checkpoint is known to be its own, not another
+    tokenizer's of the same size (which would load, and turn every id into another token)."""
+    return hashlib.sha256(merges_text(merges).encode("utf-8")).hexdigest()
+
+
+def write_merges(path: Path, merges: Sequence[tuple[int, int]]) -> None:
+    """Write our ``merges.txt`` (:func:`merges_text`)."""
+    path.write_text(merges_text(merges), encoding="utf-8")
 
 
 def read_merges(path: Path) -> list[tuple[int, int]]:
