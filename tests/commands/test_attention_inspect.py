@@ -254,7 +254,11 @@ def test_inspect_refuses_a_model_that_predicts_no_next_token(runs, tmp_path, cap
 
 @pytest.mark.parametrize("setting, message", [
     ("T=warm", "not a number"), ("x=1", "cannot read sampling setting"),
-    ("p=1.5", "top_p must be in (0, 1]"), ("T=-1", "temperature must be >= 0"),
+    # a value out of range is named by the key typed, not the field it sets (top_k)
+    ("p=1.5", "sampling setting 'p=1.5': p must be in (0, 1]"),
+    ("T=-1", "sampling setting 'T=-1': T must be >= 0"),
+    ("k=-1", "sampling setting 'k=-1': k must be >= 0, got -1"),
+    ("T=0.5,top-k=-2", "sampling setting 'T=0.5,top-k=-2': top-k must be >= 0"),
 ])
 def test_inspect_bad_settings(runs, capsys, setting, message):
     line = error_of(capsys, ["inspect", "--checkpoint", str(runs["bigram"]), "--prompt",

@@ -342,6 +342,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: _sample(c, run="small_tok_run"), "tokenizer"),
     ("eval --max-tokens 0", lambda c: ["eval", "--checkpoint", c["run"], "--max-tokens", "0"],
      "max-tokens"),
+    # it said "top_k must be >= 0", a name the user had not written
+    ("inspect --setting k=-1",
+     lambda c: ["inspect", "--checkpoint", c["run"], "--prompt", "a", "--setting", "k=-1"],
+     "sampling setting 'k=-1': k must be >= 0"),
     ("eval a checkpoint cut short", lambda c: ["eval", "--checkpoint", c["cut_ckpt"]],
      "a zip archive without its end"),
     ("sample a GGUF file", lambda c: _sample(c, run="gguf_file"), "does not read it"),

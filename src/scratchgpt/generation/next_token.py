@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import GenerationError
 from scratchgpt.generation.decode import context_length
 from scratchgpt.generation.sampling import SamplingConfig, logits_to_probs
+from scratchgpt.validation import rename_setting
 
 # "T=0.5,k=10,p=0.9": the short names a setting is written with, and the field each sets
 _KEYS = {"t": "temperature", "temperature": "temperature", "k": "top_k", "top-k": "top_k",
@@ -33,6 +34,7 @@ def parse_setting(text: str) -> SamplingConfig:
     if text.strip().lower() == "greedy":
         return SamplingConfig(temperature=0.0)
     values: dict[str, float | int] = {}
+    typed: dict[str, str] = {}  # field -> its key as written ("k" for top_k)
     for part in text.split(","):
         key, sep, value = part.partition("=")
         field = _KEYS.get(key.strip().lower())
@@ -41,12 +43,17 @@ def parse_setting(text: str) -> SamplingConfig:
                                   "k=40, p=0.9, combined with commas, or greedy")
         if field in values:  # the later value would silently replace the earlier
             raise GenerationError(f"sampling setting {text!r} gives {field} twice")
+        typed[field] = key.strip()
         try:
             values[field] = int(value) if field == "top_k" else float(value)
         except ValueError:
             raise GenerationError(f"sampling setting {text!r}: {value.strip()!r} is not a "
                                   "number") from None
-    return SamplingConfig(**values)
+    try:
+        return SamplingConfig(**values)
+    except GenerationError as e:  # it names the field (top_k): name the key written (k)
+        raise GenerationError(f"sampling setting {text!r}: "
+                              f"{rename_setting(str(e), typed.get)}") from None
 
 
 def setting_label(cfg: SamplingConfig) -> str:
