@@ -262,6 +262,68 @@ def test_a_developer_message_is_the_system_message(client):
     assert developer["choices"][0]["logprobs"] == system["choices"][0]["logprobs"]
 
 
+# fields some OpenAI clients send by default that change nothing this server generates
+IGNORED = {"store": False, "metadata": {"app": "notes", "run": "7"}, "service_tier": "auto",
+           "user": "u-1", "safety_identifier": "h-1", "prompt_cache_key": "k-1",
+           "prompt_cache_retention": "24h", "parallel_tool_calls": True, "seed": 1,
+           "frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {},
+           "modalities": ["text"]}
+
+
+@pytest.mark.parametrize("stream_", [False, True])
+def test_fields_that_change_nothing_generated_are_taken_and_ignored(client, stream_):
+    """store, metadata and service_tier were refused as unknown, so a client sending them
+    by default could not use the server; with them the answer is the one without them."""
+    body = {"messages": [{"role": "user", "content": "the king"}], "temperature": 0,
+            "max_tokens": 30, "logprobs": True}
+    if stream_:
+        extra = {**IGNORED, "stream_options": {"include_usage": True,
+                                               "include_obfuscation": False}}
+        plain = stream(client, "/v1/chat/completions", body)
+        given = stream(client, "/v1/chat/completions", {**body, **extra})
+        assert given[-1]["usage"] and not given[-1]["choices"]
+
+        def tokens(chunks: list) -> list:  # how they split into chunks depends on timing
+            return [t for c in chunks for ch in c["choices"] if ch["logprobs"]
+                    for t in ch["logprobs"]["content"]]
+        assert tokens(given) == tokens(plain) and len(tokens(plain)) == 2  # "o" "k"
+        return
+    plain = client.post("/v1/chat/completions", json=body).json()
+    r = client.post("/v1/chat/completions", json={**body, **IGNORED})
+    assert r.status_code == 200, r.text
+    given = r.json()
+    assert given["choices"] == plain["choices"] and given["usage"] == plain["usage"]
+    assert given["choices"][0]["message"]["content"] == "ok"
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("store", "yes", "'store' must be true or false"),
+    ("metadata", {"a": 1}, "'metadata' must be an object of at most 16 string values"),
+    ("metadata", {str(i): "x" for i in range(17)}, "'metadata' must be an object"),
+    ("service_tier", 1, "'service_tier' must be a string"),
+    ("modalities", ["text", "audio"], "'modalities': only [\"text\"] is supported"),
+    ("audio", {"voice": "alloy", "format": "wav"}, "'audio' is not supported by this server"),
+    ("reasoning_effort", "low", "'reasoning_effort' is not supported by this server"),
+    ("verbosity", "low", "'verbosity' is not supported by this server"),
+    ("prediction", {"type": "content", "content": "x"}, "'prediction' is not supported"),
+    ("web_search_options", {}, "'web_search_options' is not supported by this server"),
+    ("frequency_penalty", 0.5, "'frequency_penalty' is not supported by this server (only 0)"),
+    ("logit_bias", {"50": 5}, "'logit_bias' is not supported by this server"),
+    ("tools", [], "'tools' is not supported by this server"),
+    ("stream_options", {"include_obfuscation": "no"},
+     "'stream_options.include_obfuscation' must be true or false"),
+])
+def test_fields_the_server_cannot_honour_or_mistyped_are_a_400_naming_them(client, field,
+                                                                           value, says):
+    body = {"messages": [{"role": "user", "content": "the king"}], field: value}
+    if field == "stream_options":
+        body["stream"] = True
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert says in error["message"] and error["param"].startswith(field), error
+
+
 @pytest.mark.parametrize("message, says", [
     ({"role": "tool", "content": "x"}, "the role 'tool' is not supported"),
     ({"content": "x"}, "needs a 'role'"),

@@ -59,3 +59,12 @@ def test_a_prompt_too_long_is_the_clients_bad_request_error(openai_client):
             model="chatty", messages=[{"role": "user", "content": "a" * 80}])
     assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
     assert caught.value.param == "messages"
+
+
+def test_fields_the_client_sends_that_change_nothing_are_taken(openai_client):
+    """store, metadata and service_tier were refused as unknown arguments."""
+    r = openai_client.chat.completions.create(
+        model="chatty", messages=[{"role": "user", "content": "the king"}], temperature=0,
+        max_tokens=20, store=False, metadata={"app": "notes"}, service_tier="auto",
+        safety_identifier="h-1", prompt_cache_key="k-1", user="u-1")
+    assert r.choices[0].message.content == "ok"

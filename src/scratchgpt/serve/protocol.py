@@ -1,9 +1,12 @@
 """OpenAI's HTTP API, the parts this server speaks: request checking and response shapes.
 
 Requests are checked field by field against a table per endpoint. A field OpenAI defines that
-this server cannot honour (``tools``, a non-zero ``presence_penalty``) and a field nobody
-defines are both a 400 naming the field, as OpenAI answers. Every error is OpenAI's error
-object with the HTTP status that fits::
+this server cannot honour (``tools``, a non-zero ``presence_penalty``, ``audio``) and a field
+nobody defines are both a 400 naming the field, as OpenAI answers. Fields that change nothing
+this server generates (:data:`IGNORED_CHAT_FIELDS`: ``store``, ``metadata``, ``service_tier``,
+the ids for OpenAI's caches and abuse checks), which some clients send by default, are checked
+for their type and ignored. Every error is OpenAI's error object with the HTTP status that
+fits::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p",
                "code": null}}
@@ -186,9 +189,29 @@ def _text_format(name: str, v: Any) -> None:
 
 
 def _stream_options(name: str, v: Any) -> bool:
-    if not isinstance(v, dict) or set(v) - {"include_usage"}:
-        raise _bad(name, 'an object {"include_usage": true|false}')
+    """Whether to send usage; ``include_obfuscation`` (OpenAI's padding of chunks against
+    side channels) is taken and ignored: no chunk carries an ``obfuscation`` field."""
+    if not isinstance(v, dict) or set(v) - {"include_usage", "include_obfuscation"}:
+        raise _bad(name, 'an object {"include_usage": true|false, "include_obfuscation": '
+                         'true|false}')
+    if v.get("include_obfuscation") is not None:
+        _bool(f"{name}.include_obfuscation", v["include_obfuscation"])
     return _bool(f"{name}.include_usage", v.get("include_usage", False))
+
+
+def _metadata(name: str, v: Any) -> None:
+    """OpenAI's ``metadata``: up to 16 pairs of strings (keys up to 64 characters, values
+    up to 512)."""
+    if not (isinstance(v, dict) and len(v) <= 16 and all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(x, str) and len(x) <= 512
+            for k, x in v.items())):
+        raise _bad(name, "an object of at most 16 string values (keys of at most 64 "
+                         "characters, values of at most 512)")
+
+
+def _text_modalities(name: str, v: Any) -> None:
+    if v != ["text"]:
+        raise ApiError(400, f"'{name}': only [\"text\"] is supported", param=name)
 
 
 def _stop(name: str, v: Any) -> tuple[str, ...]:
@@ -267,11 +290,20 @@ COMPLETION_FIELDS: dict[str, Check] = {
     **COMMON, "prompt": _prompt, "logprobs": _int(0), "echo": _bool, "best_of": _one_only,
     "suffix": _unsupported,
 }
+# chat fields that change nothing this server generates: checked for their type, ignored
+# (nothing is stored; there is one service tier, no prompt cache to key, no abuse checks)
+IGNORED_CHAT_FIELDS: dict[str, Check] = {
+    "store": _bool, "metadata": _metadata, "service_tier": _string,
+    "prompt_cache_key": _string, "prompt_cache_retention": _string,
+    "safety_identifier": _string, "parallel_tool_calls": _bool,
+}
 CHAT_FIELDS: dict[str, Check] = {
-    **COMMON, "messages": _messages, "logprobs": _bool, "top_logprobs": _int(0),
-    "max_completion_tokens": _int(1), "response_format": _text_format, "tools": _unsupported,
-    "tool_choice": _unsupported, "functions": _unsupported, "function_call": _unsupported,
-    "parallel_tool_calls": _bool,
+    **COMMON, **IGNORED_CHAT_FIELDS, "messages": _messages, "logprobs": _bool,
+    "top_logprobs": _int(0), "max_completion_tokens": _int(1), "response_format": _text_format,
+    "modalities": _text_modalities, "tools": _unsupported, "tool_choice": _unsupported,
+    "functions": _unsupported, "function_call": _unsupported, "audio": _unsupported,
+    "prediction": _unsupported, "reasoning_effort": _unsupported, "verbosity": _unsupported,
+    "web_search_options": _unsupported,
 }
 
 ATTENTION_FIELDS: dict[str, Check] = {  # the playground's /api/attention
