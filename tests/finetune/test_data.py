@@ -127,6 +127,15 @@ def test_a_file_that_is_one_json_object_is_named_so(indent):
     assert parse_conversations(one, "f") == parse_conversations(json.dumps(records[:1]), "f")
 
 
+def test_a_marker_the_base_cannot_write_names_its_missing_characters():
+    from scratchgpt.finetune.instruct import check_template_spelling
+
+    tokenizer = CharTokenizer.train("abcdefghijklmnopqrstuvwxyz<>\n")
+    with pytest.raises(DataError, match=re.escape("marker '<|system|>' (its vocabulary lacks "
+                                                  "'|'); pretrain on text that contains")):
+        check_template_spelling(tokenizer, TEMPLATE)
+
+
 def test_splits_are_seeded_disjoint_and_stratified():
     labels = ["a"] * 90 + ["b"] * 10
     one = stratified_split(labels, (0.7, 0.1, 0.2), seed=3)

@@ -118,6 +118,30 @@ def test_long_texts_are_truncated_with_a_count(classifier, capsys):
     assert code == 0 and "1 of 1 texts are longer than the context (64 tokens)" in err
 
 
+def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
+    """The warning said texts had characters the tokenizer lacks, not which: the user could
+    not tell what the model would read in their place."""
+    out, _ = classifier
+    code, _, err = run_cli(["classify", "--checkpoint", out, "love ü happy", "nice"], capsys)
+    assert code == 0 and "1 of 2 texts have characters the tokenizer lacks ('ü')" in err
+    lines = labelled_lines(60)
+    lines[:3] = [f"{line.split(chr(9))[0]} ~ü~\t{line.split(chr(9))[1]}" for line in lines[:3]]
+    (tmp_path / "odd.tsv").write_text("\n".join(lines) + "\n")
+    code, printed, err = run_cli(["finetune", "--task", "classify", "--init-from",
+                                  ft_dir / "base", "--data", tmp_path / "odd.tsv", "--out",
+                                  tmp_path / "run", "--max-iters", "1", *SMALL], capsys)
+    assert code == 0, err
+    assert "3 of 60 texts have characters the tokenizer lacks ('~', 'ü')" in printed
+    records = addition_records(20)
+    records[0]["output"] += " ü"
+    (tmp_path / "odd.json").write_text(json.dumps(records))
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", tmp_path / "odd.json", "--out",
+                                  tmp_path / "chat", "--max-iters", "1", *SMALL], capsys)
+    assert code == 0, err
+    assert "1 of 20 conversations have characters the tokenizer lacks ('ü')" in printed
+
+
 def _bad_files(d):
     (d / "nolabel.tsv").write_text("good\tpos\nbad\t\n")
     (d / "one.tsv").write_text("good\tpos\nfine\tpos\n")

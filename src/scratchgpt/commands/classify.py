@@ -93,7 +93,8 @@ def read_lines(path: str) -> list[str]:
 def probabilities(model, tokenizer, texts: list[str], record: dict):
     """(N, classes) probabilities of texts cut as the run (``record``: its
     ``data["classify"]``) cut its own; warns about truncated texts and replaced characters."""
-    from scratchgpt.finetune.classify import encode_texts, predict, text_length
+    from scratchgpt.finetune.classify import encode_texts, predict, replaced_warning, text_length
+    from scratchgpt.finetune.data import lacking_characters
 
     block_size = model.config.gpt.block_size
     limit = text_length(record.get("max_length", 0), block_size)
@@ -104,8 +105,8 @@ def probabilities(model, tokenizer, texts: list[str], record: dict):
               f"({limit} tokens); each is truncated to its first {limit} tokens",
               file=sys.stderr)
     if replaced:
-        print(f"warning: {replaced} of {len(texts)} texts have characters the tokenizer "
-              "lacks; they are replaced", file=sys.stderr)
+        print(replaced_warning(replaced, len(texts), "texts",
+                               lacking_characters(tokenizer, texts)), file=sys.stderr)
     return predict(model, ids)
 
 

@@ -28,7 +28,9 @@ from scratchgpt.errors import CheckpointError, ConfigError, DataError
 from scratchgpt.finetune.data import (
     Log,
     encode_plain,
+    lacking_characters,
     read_labelled,
+    shown_characters,
     split_digest,
     stratified_split,
 )
@@ -157,7 +159,8 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
     record = {**asdict(spec), "sha256": sha, "labels": labels, "max_length": max_length,
               "source": where, "split_sizes": {k: len(v) for k, v in splits.items()},
               "split_digest": split_digest(parts)}
-    _notify(log, truncated, replaced, len(pairs), max_length)
+    lacking = lacking_characters(tokenizer, (t for t, _ in pairs)) if replaced else []
+    _notify(log, truncated, (replaced, lacking), len(pairs), max_length)
     return ClassifyData(labels, splits, record, truncated, replaced)
 
 
@@ -174,15 +177,22 @@ def _check_no_split_is_empty(splits: dict[str, list[Example]], fractions: list[f
                         "label's texts, so give more of them")
 
 
-def _notify(log: Log, truncated: int, replaced: int, n: int, max_length: int) -> None:
+def _notify(log: Log, truncated: int, replaced: tuple[int, list[str]], n: int,
+            max_length: int) -> None:
     if log is None:
         return
     if truncated:
         log(f"warning: {truncated} of {n} texts are longer than {max_length} tokens; each is "
             f"truncated to its first {max_length} tokens")
-    if replaced:
-        log(f"warning: {replaced} of {n} texts have characters the tokenizer lacks; they "
-            "are replaced")
+    if replaced[0]:
+        log(replaced_warning(replaced[0], n, "texts", replaced[1]))
+
+
+def replaced_warning(replaced: int, n: int, what: str, lacking: Sequence[str]) -> str:
+    """The warning that ``replaced`` of ``n`` texts (or conversations) had characters the
+    tokenizer lacks, naming them."""
+    return (f"warning: {replaced} of {n} {what} have characters the tokenizer lacks "
+            f"({shown_characters(lacking)}); they are replaced")
 
 
 def collate(examples: Sequence[Example], pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:

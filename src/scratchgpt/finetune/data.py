@@ -19,7 +19,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +306,23 @@ def read_conversations(data: str | None, dataset: str | None) -> tuple[list[list
     check_named_for(dataset, "instruct")
     text, where, sha = read_source(data, dataset)
     return parse_conversations(text, where), where, sha
+
+
+def lacking_characters(tokenizer: Any, texts: Iterable[str]) -> list[str]:
+    """The characters of ``texts`` the tokenizer cannot write (that :func:`encode_plain`
+    replaces), sorted: what a warning about replaced characters names."""
+    chars = sorted(set().union(*map(set, texts)))
+    return [c for c in chars if encode_plain(tokenizer, c)[1]]
+
+
+def shown_characters(chars: Sequence[str], most: int = 10) -> str:
+    """``'0', '1' and 3 more``: characters as a message names them.
+
+    >>> shown_characters(["0", "1", "2"], most=2)
+    "'0', '1' and 1 more"
+    """
+    more = f" and {len(chars) - most} more" if len(chars) > most else ""
+    return ", ".join(repr(c) for c in chars[:most]) + more
 
 
 def encode_plain(tokenizer: Any, text: str) -> tuple[list[int], bool]:

@@ -28,8 +28,10 @@ from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.finetune.data import (
     Log,
     encode_plain,
+    lacking_characters,
     random_split,
     read_conversations,
+    shown_characters,
     split_digest,
 )
 from scratchgpt.training.epochs import EpochBatches
@@ -84,9 +86,11 @@ def check_template_spelling(tokenizer: Any, template: ChatTemplate) -> None:
     for marker in (*(m for _, m in template.markers), template.end):
         ids, replaced = encode_plain(tokenizer, marker)
         if replaced or tokenizer.decode(ids) != marker:
+            lacking = lacking_characters(tokenizer, [marker])
+            why = (f"its vocabulary lacks {shown_characters(lacking)}" if lacking else
+                   "a character vocabulary without some of its characters?")
             raise DataError(f"the base's tokenizer cannot write the chat template's marker "
-                            f"{marker!r} (a character vocabulary without some of its "
-                            "characters?); pretrain on text that contains them")
+                            f"{marker!r} ({why}); pretrain on text that contains them")
 
 
 def inputs_and_targets(example: Example) -> tuple[list[int], list[int]]:
@@ -121,17 +125,21 @@ def load_data(spec: InstructSpec, tokenizer: Any, block_size: int, log: Log = No
     template = TEMPLATES[spec.template]
     check_template_spelling(tokenizer, template)
     max_length = min(spec.max_length or block_size, block_size)
-    counts = {"truncated": 0, "dropped": 0, "replaced": 0}
+    counts: dict[str, Any] = {"truncated": 0, "dropped": 0, "replaced": 0}
     encoded = [_fit(encode_conversation(tokenizer, template, c), max_length, counts)
                for c in chats]
     keep = [i for i in train_idx if encoded[i] is not None]
     held = [i for i in held_idx if encoded[i] is not None]
     _check_some_reply_fits(where, max_length, {"training": (len(keep), len(train_idx)),
                                                "held-out": (len(held), len(held_idx))})
+    if counts["replaced"] and log is not None:
+        counts["lacking"] = lacking_characters(tokenizer, (m["content"] for c in chats
+                                                           for m in c))
     _notify(log, counts, len(chats), max_length)
     record = {**asdict(spec), "sha256": sha, "max_length": max_length, "source": where,
               "split_sizes": {"train": len(keep), "val": len(held)},
-              "split_digest": split_digest([train_idx, held_idx]), **counts}
+              "split_digest": split_digest([train_idx, held_idx]),
+              **{k: counts[k] for k in ("truncated", "dropped", "replaced")}}
     return InstructData([encoded[i] for i in keep], [encoded[i] for i in held],
                         [chats[i] for i in held], record)
 
@@ -166,7 +174,9 @@ def _fit(encoded: tuple[Example, bool], max_length: int,
     return tokens, flags
 
 
-def _notify(log: Log, counts: dict[str, int], n: int, max_length: int) -> None:
+def _notify(log: Log, counts: dict[str, Any], n: int, max_length: int) -> None:
+    from scratchgpt.finetune.classify import replaced_warning
+
     if log is None:
         return
     if counts["truncated"]:
@@ -176,8 +186,7 @@ def _notify(log: Log, counts: dict[str, int], n: int, max_length: int) -> None:
         log(f"warning: {counts['dropped']} of {n} conversations have no reply within the "
             "context and are left out")
     if counts["replaced"]:
-        log(f"warning: {counts['replaced']} of {n} conversations have characters the "
-            "tokenizer lacks; they are replaced")
+        log(replaced_warning(counts["replaced"], n, "conversations", counts["lacking"]))
 
 
 def collate(examples: Sequence[Example], pad_id: int = 0) -> tuple[Tensor, Tensor]:
