@@ -66,6 +66,22 @@ def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
     assert report["accuracy"] > 0.7  # two easily told classes
 
 
+def test_a_classifier_s_loss_is_drawn_per_text(classifier, ft_dir, tmp_path, monkeypatch):
+    """loss.png said nats/token for a classifier, whose loss is one label's per text."""
+    from matplotlib.figure import Figure
+
+    from scratchgpt.training.metrics import plot_losses
+
+    drawn: list[str] = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (
+        drawn.append(fig.axes[0].get_ylabel()), save(fig, *a, **k)))
+    out, _ = classifier
+    plot_losses(out / "metrics.csv", tmp_path / "classifier.png")
+    plot_losses(ft_dir / "base" / "metrics.csv", tmp_path / "base.png")
+    assert drawn == ["cross-entropy (nats/text)", "cross-entropy (nats/token)"]
+
+
 def test_classify_command(classifier, tmp_path, capsys):
     out, _ = classifier
     code, printed, _ = run_cli(["classify", "--checkpoint", out, "love happy nice"], capsys)

@@ -29,6 +29,14 @@ def read_rows(path: Path, fields: Sequence[str] = tuple(FIELDS)) -> list[dict[st
     return rows
 
 
+def _loss_unit(path: Path) -> str:
+    """What a run's loss is averaged over: a classifier's (its metrics have ``val_acc``) over
+    texts, one label each; every other run's over the tokens it predicts."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        header = next(csv.reader(f), [])
+    return "text" if "val_acc" in header else "token"
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -91,7 +99,7 @@ def _plot_losses(plt: Any, metrics_csv: Path, out_png: Path, title: str) -> None
         if pts:
             ax.plot(*zip(*pts, strict=True), style, ms=3.5, label=key.replace("_", " "))
     ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_ylabel(f"cross-entropy (nats/{_loss_unit(metrics_csv)})")
     ax.set_title(title or metrics_csv.parent.name)
     ax.grid(alpha=0.3)
     ax.legend()
