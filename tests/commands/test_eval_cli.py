@@ -204,7 +204,7 @@ def test_a_dataset_of_another_tokenizer_is_refused_with_what_to_do(run_dir, tmp_
     msg = error_of(capsys, ["eval", "--checkpoint", str(run_dir), "--dataset",
                             str(tmp_path / "other")])
     assert "tokenized differently" in msg and "resume" not in msg
-    assert f"--tokenizer-from {run_dir}" in msg
+    assert f"--tokenizer-from {run_dir}" in msg and "use the run's own dataset (" in msg
     # the command it suggests is one prepare takes (it lacked --data and --out)
     import re
 
@@ -260,6 +260,16 @@ def test_a_converted_run_is_told_how_to_get_a_dataset(hf_dir, small_dataset, tmp
     assert f"--tokenizer-from {back}" in msg, msg
     assert main(["eval", "--checkpoint", str(back), "--dataset", str(small_dataset),
                  "--max-tokens", "200"]) == 0
+    # a dataset of another tokenizer: there is no dataset of the run's own to go back to (it
+    # said "use the run's own dataset (see its config.json)", which records none)
+    from scratchgpt.data.prepare import prepare_text
+
+    prepare_text("text of another vocabulary, 0123456789 " * 30, tmp_path / "other", "char")
+    msg = error_of(capsys, ["eval", "--checkpoint", str(back), "--dataset",
+                            str(tmp_path / "other")])
+    assert "own dataset" not in msg, msg
+    assert f"it records no dataset; prepare the text with its tokenizer (scratchgpt prepare " \
+           f"--data TEXT --tokenizer-from {back} --out DIR)" in msg, msg
 
 
 def test_a_hugging_face_model_without_tokenizer_files_is_measured_with_a_note(

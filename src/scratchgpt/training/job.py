@@ -185,11 +185,12 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
     if data.tokenizer().same_as(checkpoint.tokenizer("text")):
         return
     run = checkpoint.path.parent
+    own = checkpoint.data.get("dataset")
+    # a converted or fine-tuned run records no dataset: its tokenizer is the way
+    use = f"use the run's own dataset ({own}) or " if own else "it records no dataset; "
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                    f"{run}; use the run's own dataset "
-                    f"({checkpoint.data.get('dataset', 'see its config.json')}) or prepare "
-                    f"the text with its tokenizer (scratchgpt prepare --data TEXT "
-                    f"--tokenizer-from {run} --out DIR)")
+                    f"{run}; {use}prepare the text with its tokenizer (scratchgpt prepare "
+                    f"--data TEXT --tokenizer-from {run} --out DIR)")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
