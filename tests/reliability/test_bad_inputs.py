@@ -464,6 +464,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to gguf --overwrite over a pipe",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out", c["pipe"],
                 "--overwrite"], "not a regular file"),
+    # a pipe or device (--out /dev/null) was called "a file, not a run directory"
+    ("convert --from hf --out a pipe",
+     lambda c: ["convert", "--from", "hf", c["hf"], "--out", c["pipe"]],
+     "a-pipe is a pipe, not a run directory"),
+    ("train --out a pipe", lambda c: ["train", "--dataset", c["data"], "--out", c["pipe"], *TINY],
+     "a-pipe is a pipe, not a run directory"),
     # a run given to --from hf was only "not a Hugging Face directory"
     ("convert --from hf a scratchgpt run",
      lambda c: ["convert", "--from", "hf", c["run"], "--out", c["root"] / "out" / "h5"],

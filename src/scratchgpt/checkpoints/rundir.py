@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,8 +162,8 @@ class RunDir:
         from scratchgpt.data.prepare import is_dataset
 
         if self.path.exists() and not self.path.is_dir():
-            raise CheckpointError(f"{self.path} is a file, not a run directory; give the run "
-                                  "a directory of its own (--out)")
+            raise CheckpointError(f"{self.path} is {_kind_of(self.path)}, not a run directory; "
+                                  "give the run a directory of its own (--out)")
         if is_dataset(self.path):
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
                                   "meta.json), not a run; give the run its own --out")
@@ -377,3 +378,18 @@ def write_model_run(out: str | Path, checkpoint: Checkpoint, tokenizer: Any = No
             raise
         run.commit()
     return run.path
+
+
+def _kind_of(path: Path) -> str:
+    """What ``path``, which is there and no directory, is: "a file", "a device" (/dev/null),
+    "a pipe" or "a socket" (each was called a file).
+
+    >>> _kind_of(Path("/dev/null"))
+    'a device'
+    """
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a pipe" if stat.S_ISFIFO(mode) else "a socket"
