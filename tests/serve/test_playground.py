@@ -317,3 +317,86 @@ def test_dropping_turns_keeps_the_system_message_and_the_newest_message(page):
       return [dropped, sent.map((m) => m.content)];
     }""")
     assert roles == [[True, False], ["s", "new"]]
+
+
+SETTINGS = {"max-tokens": "12", "temperature": "0", "top-p": "1", "top-k": "0", "seed": ""}
+
+
+def setting_errors(page) -> str:
+    box = page.locator("#settings-error")
+    return box.inner_text() if box.is_visible() else ""
+
+
+def marked(page) -> list[str]:
+    return page.evaluate("[...document.querySelectorAll('#settings input.invalid')]"
+                         ".map((i) => i.id)")
+
+
+@pytest.mark.parametrize("field, name", [("max-tokens", "max tokens"),
+                                         ("temperature", "temperature"), ("top-p", "top-p"),
+                                         ("top-k", "top-k"), ("seed", "seed")])
+def test_an_empty_or_invalid_number_field_is_named_and_nothing_is_sent(page, field, name):
+    """Every number field alike: empty (but the seed's, which means random) or holding text
+    that is no number, it is marked and named under the settings, and Generate and Send send
+    nothing. An empty temperature was sent as 0 (greedy) and an empty max tokens as 16, in
+    silence."""
+    completions = requests_to(page, "/v1/completions")
+    chats = requests_to(page, "/v1/chat/completions")
+    for other, value in SETTINGS.items():
+        page.fill(f"#{other}", value)
+    assert setting_errors(page) == "" and marked(page) == []
+    page.click("[data-tab=complete]")
+    page.fill("#prompt", "KING:")
+    page.fill(f"#{field}", "")
+    if field == "seed":  # empty: a random seed, as its placeholder says
+        assert setting_errors(page) == "" and marked(page) == []
+    else:
+        assert setting_errors(page) == f"{name} is empty: write " + page.evaluate(
+            f"NUMBER_FIELDS.find((f) => f.id === '{field}').takes")
+        assert marked(page) == [field]
+    page.type(f"#{field}", "1e-")  # a number field takes the keys, but it is no number
+    assert setting_errors(page).startswith(f"{name} is not a number: write ")
+    assert marked(page) == [field]
+    page.click("#generate")
+    page.click("[data-tab=chat]")
+    page.click("#chat-clear")
+    page.fill("#chat-message", "the king")
+    page.click("#chat-send")
+    assert page.input_value("#chat-message") == "the king"  # kept, unsent
+    page.press("#chat-message", "Enter")
+    assert page.evaluate("running.complete === null && running.chat === null")
+    assert completions == [] and chats == [] and page.inner_text("#chat-log") == ""
+    page.fill(f"#{field}", SETTINGS[field])
+    assert setting_errors(page) == "" and marked(page) == []
+    page.click("#chat-send")
+    page.wait_for_function("running.chat === null")
+    assert len(chats) == 1 and page.input_value("#chat-message") == ""
+
+
+@pytest.mark.parametrize("field, value", [("max-tokens", "0"), ("max-tokens", "2.5"),
+                                          ("temperature", "2.5"), ("temperature", "-1"),
+                                          ("top-p", "0"), ("top-p", "1.5"), ("top-k", "-1"),
+                                          ("top-k", "1.5"), ("seed", "-1"), ("seed", "0.5")])
+def test_a_number_out_of_a_fields_range_is_named(page, field, value):
+    """A fractional top-k or seed was rounded, a top-p of 0 or above 1 dropped, in silence."""
+    for other, v in SETTINGS.items():
+        page.fill(f"#{other}", v)
+    page.fill(f"#{field}", value)
+    assert f"{value} is out of range: write" in setting_errors(page)
+    assert marked(page) == [field]
+    assert page.evaluate("settings()") is None
+    page.fill(f"#{field}", SETTINGS[field])
+    assert page.evaluate("settings()")["max_tokens"] == 12
+
+
+def test_the_settings_errors_show_in_the_page(page, tmp_path):
+    for other, v in SETTINGS.items():
+        page.fill(f"#{other}", v)
+    page.fill("#temperature", "")
+    page.fill("#top-k", "2.5")
+    assert marked(page) == ["temperature", "top-k"]
+    assert page.locator("#settings-error").is_visible()
+    page.screenshot(path=tmp_path / "settings-errors.png")
+    for other, v in SETTINGS.items():
+        page.fill(f"#{other}", v)
+    assert setting_errors(page) == ""

@@ -66,14 +66,60 @@ async function readEvents(response, onEvent) {
   }
 }
 
+// The number fields of the settings and what each takes. Every one must hold such a number,
+// but the seed, whose empty field means a random seed (as its placeholder says): an empty or
+// invalid field is marked and named under the settings, and nothing is sent until it is
+// fixed (an empty temperature was sent as 0, greedy; an empty max tokens as 16).
+const NUMBER_FIELDS = [
+  {id: "max-tokens", name: "max tokens", whole: true, min: 1, takes: "a whole number, 1 or more"},
+  {id: "temperature", name: "temperature", min: 0, max: 2, takes: "a number from 0 to 2 (0: greedy)"},
+  {id: "top-p", name: "top-p", min: 0, above: true, max: 1,
+   takes: "a number above 0, at most 1 (1: off)"},
+  {id: "top-k", name: "top-k", whole: true, min: 0, takes: "a whole number, 0 or more (0: off)"},
+  {id: "seed", name: "seed", whole: true, min: 0, empty: null,
+   takes: "a whole number, 0 or more, or nothing for a random seed"},
+];
+
+// A number field's value (null: empty where that is allowed), or {error} saying what is wrong.
+function readNumber(f) {
+  const input = $(f.id);
+  // a number field holding text that is no number reads as "" and flags badInput
+  if (input.validity.badInput) return {error: `${f.name} is not a number: write ${f.takes}`};
+  if (input.value.trim() === "") {
+    return "empty" in f ? {value: f.empty} : {error: `${f.name} is empty: write ${f.takes}`};
+  }
+  const v = Number(input.value);
+  const wrong = !Number.isFinite(v) || (f.whole && !Number.isInteger(v)) || v < f.min ||
+    (f.above && v === f.min) || (f.max !== undefined && v > f.max);
+  return wrong ? {error: `${f.name} ${input.value} is out of range: write ${f.takes}`} : {value: v};
+}
+
+// Check every number field: each wrong one is marked and its error shown under the
+// settings. The values by field id, or null when any is wrong.
+function checkNumbers() {
+  const values = {};
+  const errors = [];
+  for (const f of NUMBER_FIELDS) {
+    const {value, error} = readNumber(f);
+    $(f.id).classList.toggle("invalid", !!error);
+    $(f.id).setAttribute("aria-invalid", error ? "true" : "false");
+    if (error) errors.push(error);
+    else values[f.id] = value;
+  }
+  $("settings-error").textContent = errors.join("; ");
+  $("settings-error").hidden = !errors.length;
+  return errors.length ? null : values;
+}
+
+// The request's sampling settings, or null (the wrong fields marked) when a number field is
+// empty or invalid.
 function settings() {
-  const s = {max_tokens: Math.max(1, +$("max-tokens").value || 16),
-             temperature: Math.max(0, +$("temperature").value)};
-  const topP = +$("top-p").value;
-  if (topP > 0 && topP < 1) s.top_p = topP;
-  const topK = +$("top-k").value;
-  if (topK > 0) s.top_k = Math.round(topK);
-  if ($("seed").value !== "") s.seed = Math.round(+$("seed").value);
+  const n = checkNumbers();
+  if (!n) return null;
+  const s = {max_tokens: n["max-tokens"], temperature: n.temperature};
+  if (n["top-p"] < 1) s.top_p = n["top-p"];
+  if (n["top-k"] > 0) s.top_k = n["top-k"];
+  if (n.seed !== null) s.seed = n.seed;
   const stop = $("stop").value.replace(/\\n/g, "\n").replace(/\\t/g, "\t");
   if (stop) s.stop = [stop];
   if (model) s.model = model.id;
@@ -179,6 +225,9 @@ function setStatus(id, text, error) {
 // ---- Complete
 
 async function generate() {
+  if (running.complete) return;
+  const sampling = settings();
+  if (!sampling) return;
   const controller = begin("complete");
   if (!controller) return;
   const out = $("output");
@@ -195,7 +244,7 @@ async function generate() {
   let finish = null;
   try {
     const response = await request("/v1/completions", {
-      ...settings(), prompt: promptText, stream: true, logprobs: 5,
+      ...sampling, prompt: promptText, stream: true, logprobs: 5,
     }, controller.signal);
     await readEvents(response, (chunk) => {
       const choice = chunk.choices[0];
@@ -250,11 +299,11 @@ function dropOldestTurn(sent) {
 // POST the chat `sent`, dropping its oldest turns while the server answers that it outgrows
 // the context (as `scratchgpt chat` does); `sent` is left as the messages the server took.
 // Too long a newest message alone fails with the server's error.
-async function requestChat(sent, signal) {
+async function requestChat(sent, sampling, signal) {
   for (;;) {
     try {
       return await request("/v1/chat/completions", {
-        ...settings(), messages: sent, stream: true, logprobs: true, top_logprobs: 5,
+        ...sampling, messages: sent, stream: true, logprobs: true, top_logprobs: 5,
       }, signal);
     } catch (e) {
       if (!tooLong(e) || !dropOldestTurn(sent)) throw e;
@@ -295,7 +344,9 @@ function keepExchange(conversation, sent, reply, asked, bubble) {
 // new chat. A conversation longer than the context loses its oldest turns (requestChat).
 async function sendChat() {
   const content = $("chat-message").value;
-  if (!content.trim() || !chatAvailable()) return;
+  if (!content.trim() || !chatAvailable() || running.chat) return;
+  const sampling = settings(); // wrong settings: the message stays in its box, unsent
+  if (!sampling) return;
   const controller = begin("chat");
   if (!controller) return;
   $("chat-message").value = "";
@@ -306,7 +357,7 @@ async function sendChat() {
   let reply = "";
   let failed = false;
   try {
-    const response = await requestChat(sent, controller.signal);
+    const response = await requestChat(sent, sampling, controller.signal);
     await readEvents(response, (chunk) => {
       const choice = chunk.choices[0];
       if (!choice || !choice.delta) return;
@@ -462,6 +513,7 @@ $("chat-message").addEventListener("keydown", (e) => {
 });
 $("chat-clear").addEventListener("click", newChat);
 $("attention-show").addEventListener("click", showAttention);
+for (const f of NUMBER_FIELDS) $(f.id).addEventListener("input", checkNumbers);
 $("api-key").value = localStorage.getItem("scratchgpt-api-key") || "";
 $("api-key").addEventListener("change", () => {
   localStorage.setItem("scratchgpt-api-key", $("api-key").value.trim());
