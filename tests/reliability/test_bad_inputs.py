@@ -178,6 +178,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "twice.toml").write_text("n_layer = 2\n[model]\nn_layer = 3\n")
     (root / "lstm-width.toml").write_text('model = "lstm"\nqk_norm = true\n')
     (root / "inf-budget.toml").write_text("time_budget = inf\n")
+    (root / "typo.toml").write_text("n_layers = 2\n")
     (root / "plain-file").write_text("x")
     os.mkfifo(root / "a-pipe")
     long = root / "text.txt"
@@ -188,7 +189,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "header.tsv").write_text("review\tsentiment\n" + "".join(
         f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
     return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
-            "inf_budget": root / "inf-budget.toml",
+            "inf_budget": root / "inf-budget.toml", "typo": root / "typo.toml",
             "header_tsv": root / "header.tsv",
             "one_char": root / "one-char.txt", "loop": root / "loop",
             "three_chats": root / "three.json",
@@ -286,6 +287,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # one of the two values won silently, by the order of the file
     ("train --config setting n_layer twice", lambda c: _train(c, "--config", c["twice"]),
      "sets n_layer twice (at the top level and in [model])"),
+    # it was "unknown settings: n_layers", with no word of the setting meant
+    ("train --config with a key that nearly reads as a setting",
+     lambda c: _train(c, "--config", c["typo"]), "does not take n_layers; did you mean 'n_layer'?"),
     # the refusal named a flag the user had not typed
     ("train --config giving an lstm qk_norm", lambda c: _train(c, "--config", c["lstm_width"]),
      "qk_norm in"),

@@ -56,3 +56,17 @@ def test_a_config_files_time_budget_in_seconds_is_a_finite_number(tmp_path):
         assert str(refused.value) == f"time_budget in {conf} {message}"
     conf.write_text("time_budget = 90\n")
     assert new_run(Settings(config_file=str(conf)))[2].time_budget_s == 90
+
+
+def test_a_config_files_unknown_key_is_named_as_written_with_what_it_nearly_reads_as(
+        tmp_path):
+    """One check refuses what a config does not take (validation.refuse_unknown): a file's
+    typo was 'c.toml: unknown settings: n_layers', with no word of the setting meant."""
+    conf = tmp_path / "c.toml"
+    for text, message in (("n_layers = 2", "n_layers; did you mean 'n_layer'?"),
+                          ("[train]\nlr = 0.1", "lr; did you mean 'learning_rate'?"),
+                          ("zz = 1\nyy = 2", "zz, yy")):
+        conf.write_text(text + "\n")
+        with pytest.raises(ConfigError) as refused:
+            new_run(Settings(config_file=str(conf)))
+        assert str(refused.value) == f"config file {conf} does not take {message}"

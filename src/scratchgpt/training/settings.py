@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
-from scratchgpt.validation import check_range, flag_of, rename_setting
+from scratchgpt.validation import check_range, flag_of, refuse_unknown, rename_setting
 
 if TYPE_CHECKING:  # (the settings are named and checked without torch, which it imports)
     from scratchgpt.checkpoints.io import Checkpoint
@@ -64,10 +64,8 @@ class Settings:
         """The config file's settings, checked; read once (a run's settings are named and
         layered many times over)."""
         from_file = load_config_file(self.config_file) if self.config_file else {}
-        unknown = set(from_file) - known_settings()
-        if unknown:
-            raise ConfigError(f"{self.config_file}: unknown settings: "
-                              f"{', '.join(sorted(unknown))}")
+        # the keys as the file spells them, with the setting a lone typo nearly reads as
+        refuse_unknown(from_file, known_settings(), f"config file {self.config_file}")
         for name in ("model", "dataset"):  # (the rest is checked by the config classes)
             if name in from_file and not isinstance(from_file[name], str):
                 raise ConfigError(f"{self.config_file}: {name} must be a string, got "
