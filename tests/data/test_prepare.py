@@ -323,6 +323,21 @@ def test_a_utf16_file_is_named_as_such(tmp_path):
         sources.read_text_source(tmp_path / "t.txt")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_refused_not_prepared(tmp_path, capsys, encoding):
+    """ASCII saved as UTF-16 without a byte-order mark is valid UTF-8, with a NUL beside every
+    letter: it was prepared without a word, a vocabulary of the letters and NUL. A few NULs in
+    a text are kept."""
+    (tmp_path / "t.txt").write_bytes(("some text to train on.\n" * 50).encode(encoding))
+    msg = error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), "--out",
+                            str(tmp_path / "d")])
+    assert "50% NUL characters: UTF-16 text saved without a byte-order mark" in msg, msg
+    assert not (tmp_path / "d").exists()
+    (tmp_path / "t.txt").write_text("some text\0 to train on.\n" * 50, encoding="utf-8")
+    text, _ = sources.read_text_source(tmp_path / "t.txt")
+    assert text.count("\0") == 50
+
+
 def test_a_folder_of_text_follows_links_to_folders_once(tmp_path):
     """A linked subfolder's files are read as a real one's (rglob skipped them silently); a
     link back up to the folder itself is not followed round again."""

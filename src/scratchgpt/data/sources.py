@@ -276,7 +276,8 @@ def read_files(files: list[Path]) -> str:
     parts = []
     for path in files:
         try:
-            parts.append(path.read_text(encoding="utf-8").removeprefix("\ufeff"))
+            parts.append(_not_nul_padded(path.read_text(encoding="utf-8").removeprefix("\ufeff"),
+                                         path))
         except UnicodeDecodeError as e:
             utf16 = e.object[:2] in (b"\xff\xfe", b"\xfe\xff")  # its byte-order mark
             hint = ": it is UTF-16 text; save it as UTF-8" if utf16 else ""
@@ -284,6 +285,21 @@ def read_files(files: list[Path]) -> str:
         except OSError as e:
             raise DataError(f"cannot read {path}: {e.strerror}") from None
     return "\n\n".join(parts)
+
+
+# A text with this share of NUL characters or more is refused: no text holds them, and ASCII
+# saved as UTF-16 without a byte-order mark is valid UTF-8 with a NUL after every letter.
+NUL_SHARE = 0.1
+
+
+def _not_nul_padded(text: str, path: Path) -> str:
+    """``text``, unless NUL characters make up :data:`NUL_SHARE` of it or more: then a
+    DataError, since it is UTF-16 without a byte-order mark, or no text at all."""
+    nuls = text.count("\0")
+    if nuls and nuls >= NUL_SHARE * len(text):
+        raise DataError(f"{path} is {nuls / len(text):.0%} NUL characters: UTF-16 text saved "
+                        "without a byte-order mark (save it as UTF-8), or not text at all")
+    return text
 
 
 def text_files_under(folder: Path) -> list[Path]:
