@@ -179,10 +179,16 @@ def test_a_generous_budget_still_decays_the_rate_by_the_last_update(small_datase
 
 
 def test_refuses_to_overwrite_another_run(small_dataset, tmp_path):
+    """In the keywords a Python caller passes: it said "pass --resume ... or --overwrite"."""
     data = TokenDataset(small_dataset)
     train(cfg(max_iters=2, eval_interval=1), gpt(data), data, tmp_path / "r", progress=False)
-    with pytest.raises(ScratchGPTError, match="already holds a run"):
+    with pytest.raises(ScratchGPTError) as refused:
         train(cfg(max_iters=2), gpt(data), data, tmp_path / "r", progress=False)
+    assert str(refused.value) == (f"{tmp_path / 'r'} already holds a run; pass resume=True to "
+                                  "continue it or overwrite=True to replace it")
+    with pytest.raises(ScratchGPTError) as refused:
+        train(cfg(max_iters=4), None, data, tmp_path / "none", resume=True, progress=False)
+    assert str(refused.value).endswith("(start the run without resume=True)")
     res = train(cfg(max_iters=2), gpt(data), data, tmp_path / "r", overwrite=True,
                 progress=False)
     assert res.step == 2

@@ -29,7 +29,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +54,18 @@ LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
 MOVED_MARK = ".complete"  # in REPLACED_DIR once every old file is in it
 
+# How a refusal names what resumes or replaces a run: the commands' flags, or the keywords of
+# the Python API (``scratchgpt.train(..., resume=True)``), whose users have no flags to pass
+FLAGS = {"resume": "--resume", "overwrite": "--overwrite"}
+KEYWORDS = {"resume": "resume=True", "overwrite": "overwrite=True"}
+
 
 class RunDir:
     """The directory of one training run. Create it, then :meth:`lock` and :meth:`begin`."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, options: Mapping[str, str] = FLAGS):
         self.path = Path(path)
+        self.options = options  # FLAGS or KEYWORDS: how its refusals name resume, overwrite
         self._lock_fd: int | None = None
         self._uncommitted = False  # begun, with no checkpoint yet (see abort)
         self._created: list[Path] = []  # the folders acquire made, innermost first
@@ -179,14 +185,15 @@ class RunDir:
     def _occupied(self, can_resume: bool) -> str:
         """Why a new run may not start here, and what to do instead (the flags the command
         has: ``--resume`` only where ``can_resume``)."""
+        resume, overwrite = self.options["resume"], self.options["overwrite"]
         if not can_resume:
             what = "a run" if self.has_checkpoint() else "the files of a run"
-            return f"{self.path} already holds {what}; pass --overwrite to replace it"
+            return f"{self.path} already holds {what}; pass {overwrite} to replace it"
         if self.has_checkpoint():
-            return (f"{self.path} already holds a run; pass --resume to continue it or "
-                    "--overwrite to replace it")
+            return (f"{self.path} already holds a run; pass {resume} to continue it or "
+                    f"{overwrite} to replace it")
         return (f"{self.path} holds the files of a run that never wrote a checkpoint (nothing "
-                "to resume); pass --overwrite to start it again")
+                f"to resume); pass {overwrite} to start it again")
 
     def _check_resumable(self) -> None:
         self._refuse_what_is_not_a_run()  # (a resume is planned before the lock is taken)
@@ -200,9 +207,10 @@ class RunDir:
         if self.file("best.pt").is_file():
             why = "it holds best.pt alone (a model, not a run's training state)"
         elif self.holds_run():
-            why = "the run never wrote a checkpoint; start it again with --overwrite"
+            why = ("the run never wrote a checkpoint; start it again with "
+                   f"{self.options['overwrite']}")
         else:
-            why = "start the run without --resume"
+            why = f"start the run without {self.options['resume']}"
         raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist ({why})")
 
     def has_checkpoint(self) -> bool:

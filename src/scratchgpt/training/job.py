@@ -9,7 +9,7 @@ fine-tuning) plan their own jobs and run them the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import Any
 
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import Checkpoint
-from scratchgpt.checkpoints.rundir import RunDir
+from scratchgpt.checkpoints.rundir import FLAGS, KEYWORDS, RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
@@ -56,6 +56,9 @@ class TrainJob:
     # What a kind of training writes once it has finished (e.g. a LoRA run's adapter.pt), in
     # the main process, with the run's lock still held: finish(run directory, result).
     finish: Callable[[Path, TrainResult], None] | None = None
+    # How the run directory's refusals name resume and overwrite: the command's flags, or the
+    # Python API's keywords (rundir.KEYWORDS) for a job of :func:`train`
+    options: Mapping[str, str] = field(default_factory=lambda: FLAGS)
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to --nproc processes: each reads the checkpoint itself rather than receiving
@@ -64,7 +67,7 @@ class TrainJob:
 
     def checkpoint(self) -> Checkpoint | None:
         if self.mode == "resume" and self.resume_from is None:
-            self.resume_from = RunDir(self.out).load_last()
+            self.resume_from = RunDir(self.out, self.options).load_last()
         return self.resume_from
 
 
@@ -86,14 +89,15 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
 
 
 def _new_lm_job(data: TokenDataset, train: TrainConfig, config: ModelConfig, out: Path,
-                overwrite: bool, extra: dict[str, Any] | None = None) -> TrainJob:
+                overwrite: bool, extra: dict[str, Any] | None = None,
+                options: Mapping[str, str] = FLAGS) -> TrainJob:
     """A new language-model run on ``data``, checked: the command's and the Python API's."""
     check_model_for(config, data)
     data.check_block_size(config.block_size)
     check_resources(train, config)
     return TrainJob(out, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, config.block_size, windows=train.windows),
-                    extra or {})
+                    extra or {}, options=options)
 
 
 def check_model_for(config: ModelConfig | None, data: TokenDataset) -> None:
@@ -113,9 +117,10 @@ def check_model_for(config: ModelConfig | None, data: TokenDataset) -> None:
 
 
 def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
-                 log: Callable[[str], None] | None) -> TrainJob:
+                 log: Callable[[str], None] | None,
+                 options: Mapping[str, str] = FLAGS) -> TrainJob:
     out = out or _default_out_to_resume(dataset or settings.given.get("dataset"))
-    checkpoint = RunDir(out).load_last()
+    checkpoint = RunDir(out, options).load_last()
     check_resumed_by(checkpoint, "train")
     config, train = resumed_run(checkpoint, settings)
     recorded = checkpoint.data.get("dataset")
@@ -130,7 +135,7 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     return TrainJob(Path(out), "resume", train, config,
                     partial(lm_task, data.directory, config.block_size, recorded_extra,
                             train.windows),
-                    settings.sources(), checkpoint)
+                    settings.sources(), checkpoint, options=options)
 
 
 def _default_out_to_resume(dataset: str | None) -> str:
@@ -196,7 +201,7 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
     """Train ``job`` holding its run directory's lock. A run that fails before writing its
     first checkpoint leaves the directory as it found it (an overwritten run comes back)."""
-    run_dir = RunDir(job.out)
+    run_dir = RunDir(job.out, job.options)
     with run_dir.lock():
         run_dir.begin(job.mode)
         if job.mode == "resume":
@@ -228,7 +233,7 @@ def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
     with signals_held():  # setting up may import parts of torch (DDP imports torch._dynamo)
         resume = job.checkpoint()
         init = job.init() if job.init is not None and resume is None else None
-        trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out), resume,
+        trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out, job.options), resume,
                           init_weights=init, progress=progress, extra_config=job.extra)
     return trainer.fit()  # from here a signal is a request to stop after a step (StopFlag)
 
@@ -254,7 +259,8 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
         data = TokenDataset(data)
     if resume:
         flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
-        plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None)
+        plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None,
+                             KEYWORDS)
     else:
-        plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite)
+        plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite, options=KEYWORDS)
     return run(plan_, progress)
