@@ -82,6 +82,29 @@ def test_a_classifier_s_loss_is_drawn_per_text(classifier, ft_dir, tmp_path, mon
     assert drawn == ["cross-entropy (nats/text)", "cross-entropy (nats/token)"]
 
 
+def _state_values(state) -> int:
+    """The values an optimizer's saved state holds (its tensors of more than one value)."""
+    if isinstance(state, dict):
+        return sum(_state_values(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(_state_values(v) for v in state)
+    return state.numel() if isinstance(state, torch.Tensor) and state.numel() > 1 else 0
+
+
+@pytest.mark.parametrize("optimizer, name", [("adamw", "AdamW"), ("muon", "Muon and AdamW")])
+def test_the_optimizer_state_printed_is_the_one_saved(ft_dir, tmp_path, capsys, optimizer,
+                                                      name):
+    """With --optimizer muon it said 'AdamW' and counted two values a weight, where Muon keeps
+    one (its momentum) for the hidden matrices it trains."""
+    code, printed, err = run_cli(["finetune", "--task", "classify", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "labels.tsv", "--out",
+                                  tmp_path / "run", "--max-iters", "1", "--optimizer",
+                                  optimizer, *SMALL], capsys)
+    assert code == 0, err
+    saved = _state_values(load_checkpoint(tmp_path / "run" / "last.pt").optimizer)
+    assert f"optimizer state ({name}, fp32) {4 * saved / 2**20:.2f} MiB" in printed
+
+
 def test_classify_command(classifier, tmp_path, capsys):
     out, _ = classifier
     code, printed, _ = run_cli(["classify", "--checkpoint", out, "love happy nice"], capsys)

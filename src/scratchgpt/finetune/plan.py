@@ -167,11 +167,17 @@ def _gpt_config(base: Base, changes: dict[str, Any]) -> GPTConfig:
                                                if k in CHANGEABLE_MODEL_FIELDS})
 
 
-def describe_parameters(model: torch.nn.Module) -> str:
-    """'trainable parameters: N of M (p%); AdamW state X MiB' of ``model``."""
+def describe_parameters(model: torch.nn.Module, optimizer: str = "adamw") -> str:
+    """'trainable parameters: N of M (p%); optimizer state (AdamW, fp32) X MiB' of ``model``:
+    AdamW keeps two values per trainable parameter; with ``optimizer="muon"``, Muon keeps one
+    (its momentum) for each weight of the hidden matrices it trains, AdamW two for the rest."""
     trainable, total = count_parameters(model)
+    values, name = 2 * trainable, "AdamW"
+    if optimizer == "muon":
+        values -= sum(p.numel() for p in muon_matrices(model))
+        name = "Muon and AdamW"
     return (f"trainable parameters: {trainable:,} of {total:,} ({trainable / total:.2%}); "
-            f"optimizer state (AdamW, fp32) {2 * 4 * trainable / 2**20:.2f} MiB")
+            f"optimizer state ({name}, fp32) {4 * values / 2**20:.2f} MiB")
 
 
 # ---- scratchgpt finetune
@@ -218,7 +224,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if cfg.optimizer == "muon":  # (refused before the base is evaluated, not after)
         muon_matrices(model)
     if log is not None:
-        log(describe_parameters(model))
+        log(describe_parameters(model, cfg.optimizer))
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
                           task)
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
@@ -525,7 +531,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     init = BaseInit(base, config, train.seed)
     if log is not None:
-        log(describe_parameters(init.model()))
+        log(describe_parameters(init.model(), train.optimizer))
     out_dir = Path(out) if out else Path("runs") / f"{name}-continued"
     extra = {"base": base.record()}
     return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
