@@ -385,6 +385,32 @@ def test_a_merge_never_replaces_its_adapters_or_their_base(ft_dir, tmp_path, cap
     assert all(p.read_bytes() == b for p, b in before.items())
 
 
+def test_an_adapter_whose_base_moved_says_how_to_use_it_and_merge_names_a_plain_run(
+        ft_dir, tmp_path, capsys):
+    """An adapter's base that moved was 'cannot be read', with no way on; the way it now
+    names works. --merge of a run without adapters named no run ('this model')."""
+    import shutil
+
+    base, run = tmp_path / "base", tmp_path / "lora"
+    shutil.copytree(ft_dir / "base", base)
+    assert run_cli(["finetune", "--task", "classify", "--init-from", base, "--data",
+                    ft_dir / "labels.tsv", "--lora", "--max-iters", "1", "--out", run,
+                    *SMALL], capsys)[0] == 0
+    base.rename(tmp_path / "moved")
+    code, _, err = run_cli(["classify", "--checkpoint", run / "adapter.pt", "love"], capsys)
+    assert (f"if the base moved, fold the adapter into it where it is now: scratchgpt finetune "
+            f"--merge {run / 'adapter.pt'} --init-from BASE --out DIR") in one_line_error(code,
+                                                                                        err)
+    code, _, err = run_cli(["finetune", "--merge", run / "adapter.pt", "--init-from",
+                            tmp_path / "moved", "--out", tmp_path / "merged"], capsys)
+    assert code == 0, err
+    assert run_cli(["classify", "--checkpoint", tmp_path / "merged", "love"], capsys)[0] == 0
+    code, _, err = run_cli(["finetune", "--merge", tmp_path / "merged", "--out",
+                            tmp_path / "again"], capsys)
+    assert (f"{tmp_path / 'merged'} has no LoRA adapters to merge: only a run trained with "
+            "--lora (or its adapter.pt) has any") in one_line_error(code, err)
+
+
 def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
         ft_dir, tmp_path, capsys, monkeypatch):
     """A run records its data and base by absolute paths: it resumes, and its adapter finds

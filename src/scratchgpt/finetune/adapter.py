@@ -87,8 +87,11 @@ def checkpoint_from_adapter(d: dict[str, Any], where: str,
     try:
         base = load_base(source, "--init-from" if base_source else None)
     except CheckpointError as e:
+        moved = "" if base_source else (
+            f"; if the base moved, fold the adapter into it where it is now: scratchgpt "
+            f"finetune --merge {where} --init-from BASE --out DIR")
         raise CheckpointError(f"{where} is an adapter over the base {source}, which cannot be "
-                              f"read ({e})") from None
+                              f"read ({e}){moved}") from None
     if base.identity != recorded["identity"]:
         raise CheckpointError(f"{where} was trained on a base with weights sha256 "
                               f"{recorded['identity'][:12]}…, but {source} has "
@@ -107,13 +110,15 @@ def load_adapter(path: str | Path, base_source: str | None = None) -> Checkpoint
     return checkpoint_from_adapter(d, str(path), base_source)
 
 
-def merged_config(config: Any) -> tuple[str, Any]:
-    """(model type, config) of a model with its adapters folded in."""
+def merged_config(config: Any, where: str = "this model") -> tuple[str, Any]:
+    """(model type, config) of a model with its adapters folded in; ``where`` names the model
+    in the error of one without adapters."""
     if isinstance(config, GPTLoRAConfig):
         return "gpt", config.gpt
     if isinstance(config, GPTClassifierConfig) and config.lora is not None:
         return "gpt-classifier", dataclasses.replace(config, train="all", lora=None)
-    raise CheckpointError("this model has no LoRA adapters to merge")
+    raise CheckpointError(f"{where} has no LoRA adapters to merge: only a run trained with "
+                          "--lora (or its adapter.pt) has any")
 
 
 def merge_run(source: str, out: str | Path, base: str | None = None,
@@ -130,7 +135,7 @@ def merge_run(source: str, out: str | Path, base: str | None = None,
     if base and Path(source).is_dir():  # a LoRA run: its adapter.pt goes onto ``base``
         source = str(Path(source) / ADAPTER_FILE)
     checkpoint = load_adapter(source, base) if base else load_checkpoint(source)
-    kind, config = merged_config(checkpoint.model_config)
+    kind, config = merged_config(checkpoint.model_config, source)
     recorded = (checkpoint.data.get("base") or {}).get("source")
     if recorded:  # the base the adapter names: replaced, the adapter would fit nothing
         check_out_is_not_the_base(Path(out), recorded, "the adapters' base")
