@@ -66,9 +66,12 @@ def test_bench_finetune_keeps_an_earlier_run_without_overwrite(suite, there, tmp
     (["--pretrain-budget", "0s"], "--pretrain-budget"),
     (["--epochs", "0"], "--epochs"), (["--lora-rank", "0"], "--lora-rank"),
     (["--last-k", "0"], "--last-k"), (["--last-k", "5"], "--last-k"),
+    # (refused by the LoRA run, after pretraining and two other fine-tuning runs)
+    (["--lora-rank", "129"], "--lora-rank must be at most 128 (the width of the pretrained"),
     (["--base", "x"], "--base"), (["--suite", "synthetic", "--records", "5"], "--records"),
 ])
-def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_path, capsys):
+def test_bench_finetune_refuses_nonsense_before_pretraining(flags, needle, tmp_path, capsys,
+                                                           suites_must_not_run):
     """Each was found only minutes in: after pretraining, or after the first fine-tuning."""
     assert needle in error_of(capsys, ["bench", "finetune", "--out", str(tmp_path / "b"),
                                        *flags])
@@ -109,9 +112,12 @@ def test_bench_finetune_refuses_a_flag_its_suite_ignores(suite, flags, uses, tmp
 
 @pytest.mark.parametrize("suite, run", [("synthetic", "synthetic-sft"),
                                         ("instruction-data", "instruction-data-sft")])
-@pytest.mark.parametrize("base, says", [("missing", "does not exist"),
-                                        ("lstm.pt", "{where}: holds a lstm model"),
-                                        ("its own run", "would replace the model")])
+@pytest.mark.parametrize("base, says", [
+    ("missing", "does not exist"), ("lstm.pt", "{where}: holds a lstm model"),
+    ("its own run", "would replace the model"),
+    # (refused once the suite had made --out, pretrained nothing and read the data)
+    ("gpt.pt", "{where}: the base's tokenizer cannot write the chat template's marker "
+               "'<|system|>' (its vocabulary lacks")])
 def test_bench_finetune_checks_its_base_before_writing_anything(suite, run, base, says,
                                                                 other_models, tmp_path, capsys,
                                                                 suites_must_not_run):
@@ -119,7 +125,7 @@ def test_bench_finetune_checks_its_base_before_writing_anything(suite, run, base
     its generated data (and either suite had made --out)."""
     out = tmp_path / "b"
     where = {"missing": tmp_path / "missing", "lstm.pt": other_models / "lstm.pt",
-             "its own run": out / run}[base]
+             "gpt.pt": other_models / "gpt.pt", "its own run": out / run}[base]
     if base == "its own run":  # an earlier run of the suite, replaced by --overwrite
         where.mkdir(parents=True)
     line = error_of(capsys, ["bench", "finetune", "--suite", suite, "--out", str(out),
@@ -176,6 +182,12 @@ def other_models(tmp_path_factory):
     for kind, cfg in configs.items():
         save_checkpoint(root / f"{kind}.pt",
                         Checkpoint(kind, cfg, build_model(cfg).state_dict()))
+    # a GPT whose characters write the chat template, as the instruction suites need
+    chars = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> abc")
+    chars.save(root / "chat")
+    cfg = model_config("gpt", vocab_size=chars.vocab_size, block_size=8, n_layer=1, n_head=1,
+                       n_embd=8)
+    save_checkpoint(root / "chat" / "gpt.pt", Checkpoint("gpt", cfg, build_model(cfg).state_dict()))
     return root
 
 
@@ -197,7 +209,7 @@ def test_bench_finetune_tunes_the_base_it_checked_without_loading_it_again(
         raise Requested(request)
 
     monkeypatch.setattr(bench, "finetune", requested)
-    base = str(other_models / "gpt.pt")
+    base = str(other_models / "chat" / "gpt.pt")
     with pytest.raises(Requested) as asked:
         main(["bench", "finetune", "--suite", suite, "--out", str(tmp_path / "b"), "--base",
               base])

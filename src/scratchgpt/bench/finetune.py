@@ -38,7 +38,7 @@ from scratchgpt.commands.argtypes import (
     write_results,
 )
 from scratchgpt.commands.options import given
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.validation import flag_of
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 SUITES = ("sms", "synthetic", "instruction-data")
 PRETRAIN_LAYERS = 4  # the pretrained GPT's depth: --last-k trains at most that many blocks
+PRETRAIN_WIDTH = 128  # and its width: a LoRA rank above it adds no update it can make
 # What each suite writes in --out (the character-level base only when there is no --base).
 SMS_TEXT, SMS_BASE, SMS_RUNS = "sms-text", "sms-base", ("sms-full", "sms-last", "sms-lora")
 CHAR_BASE, SYNTHETIC_DATA = "stdlib-base", "synthetic.json"
@@ -72,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=None,
                    help="synthetic suite: generated records, 300 of them held out (24000)")
     p.add_argument("--lora-rank", type=positive_int, default=None,
-                   help="sms suite: LoRA rank (default 4)")
+                   help=f"sms suite: LoRA rank (default 4; at most {PRETRAIN_WIDTH})")
     p.add_argument("--last-k", type=positive_int, default=None,
                    help=f"sms suite: blocks trained by last-k (1; at most {PRETRAIN_LAYERS})")
     p.add_argument("--base", default=None,
@@ -125,6 +126,9 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if args.last_k > PRETRAIN_LAYERS:
         raise ConfigError(f"--last-k must be at most {PRETRAIN_LAYERS} (the pretrained "
                           f"model's layers), got {args.last_k}")
+    if args.lora_rank > PRETRAIN_WIDTH:  # (refused by the LoRA run, after the other two)
+        raise ConfigError(f"--lora-rank must be at most {PRETRAIN_WIDTH} (the width of the "
+                          f"pretrained model's layers), got {args.lora_rank}")
     if not 600 <= args.records <= 30_000:
         raise ConfigError(f"--records must be in [600, 30000], got {args.records}")
     base = () if args.base else (CHAR_BASE,)
@@ -155,13 +159,21 @@ def _check_suite_flags(args: argparse.Namespace) -> None:
 
 
 def _check_base(source: str, run_dir: Path) -> Base:
-    """--base, loaded: a GPT the suite's run would not replace (loaded here, so that a wrong
-    one is refused before the synthetic data or a run directory is written; the fine-tuning
-    then uses it as it is)."""
+    """--base, loaded: a GPT the suite's run would not replace, whose tokenizer can write the
+    chat template both suites tune it on (loaded here, so that a wrong one is refused before
+    the synthetic data or a run directory is written; the fine-tuning then uses it as it
+    is)."""
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
     from scratchgpt.finetune.base import check_out_is_not_the_base, load_base
+    from scratchgpt.finetune.instruct import check_template_spelling
 
     check_out_is_not_the_base(run_dir, source, "--base")
-    return load_base(source, "--base")
+    base = load_base(source, "--base")
+    try:
+        check_template_spelling(base.tokenizer, TEMPLATES[DEFAULT_TEMPLATE])
+    except DataError as e:
+        raise ConfigError(f"--base {source}: {e}") from None
+    return base
 
 
 def _load() -> str:
@@ -185,7 +197,8 @@ def pretrain(data_dir: Path, out: Path, budget: str, threads: int) -> float:
     cfg = TrainConfig(batch_size=16, max_iters=10**9, time_budget=budget, optimizer="muon",
                       learning_rate=6e-3, min_lr=0.0, warmup_iters=100, eval_interval=10**9,
                       eval_iters=20, threads=threads, dtype="fp32")
-    gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=4, n_head=4, n_embd=128,
+    gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=PRETRAIN_LAYERS, n_head=4,
+                       n_embd=PRETRAIN_WIDTH,
                        block_size=128, activation="gelu", dropout=0.0)
     result = train(cfg, gpt, data, out, overwrite=True, progress=False)
     result.raise_if_stopped()  # Ctrl-C or SIGTERM ends the bench, not this phase alone
