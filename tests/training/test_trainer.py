@@ -189,6 +189,11 @@ def test_refuses_to_overwrite_another_run(small_dataset, tmp_path):
     with pytest.raises(ScratchGPTError) as refused:
         train(cfg(max_iters=4), None, data, tmp_path / "none", resume=True, progress=False)
     assert str(refused.value).endswith("(start the run without resume=True)")
+    # both: the run was resumed and not replaced, as the command refuses --resume --overwrite
+    with pytest.raises(ScratchGPTError, match="resume=True continues .* give one of them"):
+        train(cfg(max_iters=4), None, data, tmp_path / "r", resume=True, overwrite=True,
+              progress=False)
+    assert load_checkpoint(tmp_path / "r" / "last.pt").state.step == 2
     res = train(cfg(max_iters=2), gpt(data), data, tmp_path / "r", overwrite=True,
                 progress=False)
     assert res.step == 2

@@ -255,6 +255,9 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     if not isinstance(cfg, TrainConfig):
         raise ConfigError(f"cfg is a TrainConfig (TrainConfig(max_iters=100, ...)), got "
                           f"{type(cfg).__name__}")
+    if resume and overwrite:  # (resume won, and the run was not replaced as asked)
+        raise ConfigError("resume=True continues the run in out and overwrite=True replaces "
+                          "it; give one of them")
     if not isinstance(data, TokenDataset):
         data = TokenDataset(data)
     if resume:
