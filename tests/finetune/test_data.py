@@ -12,6 +12,7 @@ import torch
 from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
 from scratchgpt.errors import DataError
 from scratchgpt.finetune.data import (
+    check_labels_are_spelt_one_way,
     parse_conversations,
     parse_labelled,
     random_split,
@@ -58,13 +59,19 @@ def test_json_nested_too_deeply_is_a_data_error(text):
     ("good\tpos\nbad\n", "line 2: no tab"),
     ("good\tpos\nfine\tpos\n", "at least two labels, found 1 (pos)"),
     ("\tpos\nbad\tneg\n", "f line 1: the text is empty"),
-    # read as they are, they were four classes, the texts of each label split between two
-    ("good\tpos\nbad\tneg\nfine\tPos \nugly\tNEG\n",
-     "f: labels 'NEG' and 'neg' differ only in case, and would be different classes"),
 ])
 def test_bad_labelled_data(text, needle):
     with pytest.raises(DataError, match=re.escape(needle)):
         parse_labelled(text, "f")
+
+
+def test_labels_that_differ_only_in_case_are_refused():
+    """Read as they are, they were four classes, the texts of each label split between two."""
+    pairs = parse_labelled("good\tpos\nbad\tneg\nfine\tPos \nugly\tNEG\n", "f")
+    with pytest.raises(DataError, match=re.escape(
+            "f: labels 'NEG' and 'neg' differ only in case, and would be different classes")):
+        check_labels_are_spelt_one_way(pairs, "f")
+    check_labels_are_spelt_one_way(pairs[:2], "f")  # one spelling each: nothing to refuse
 
 
 @pytest.mark.parametrize("min_labels", [1, 2])

@@ -139,6 +139,9 @@ def _label_first(n: int) -> list[str]:
      "label<TAB>text?"),
     # a few texts of a label the model lacks are no sign of swapped columns
     (["love\tpos", "hate\tneg", "meh\tneutral"], "label 'neutral' is not one the model knows"),
+    # texts alike but for case, read as labels, are still asked about as swapped columns
+    ([*_label_first(20), "pos\tLOVE it", "pos\tlove it"], "22 labels among 22 texts"),
+    (["love\tpos", "hate\tPOS"], "labels 'POS' and 'pos' differ only in case"),
 ])
 def test_eval_of_a_file_written_label_first_says_so(classifier, tmp_path, capsys, lines,
                                                     needle):
@@ -196,7 +199,12 @@ def _bad_files(d):
     flipped = [line.split("\t") for line in labelled_lines(40)]
     (d / "flipped.tsv").write_text("".join(f"{label}\t{i} {text}\n"
                                            for i, (text, label) in enumerate(flipped)))
+    # label first, two of its texts alike but for case (as in the SMS Spam Collection)
+    (d / "flipped-case.tsv").write_text("".join(f"{label}\t{text}\n" for text, label in
+                                                [*flipped, ("LOVE it", "pos"),
+                                                 ("love it", "pos")]))
     (d / "three.json").write_text(json.dumps(addition_records(3)))
+    (d / "cases.tsv").write_text("\n".join(labelled_lines(40) + ["glad\tPOS"] * 10) + "\n")
     # a header other than text<TAB>label was a row: its names a third class of one text
     (d / "header.tsv").write_text("review\tsentiment\n" + "\n".join(labelled_lines(40)))
     (d / "wrapped.json").write_text(json.dumps({"data": addition_records(10)}, indent=2))
@@ -228,6 +236,9 @@ def _bad_files(d):
      "--held-out 0.9 leaves no conversation to train on (3 conversations in"),
     (["--task", "classify", "--data", "{d}/eight.tsv"], "the val split would be empty"),
     (["--task", "classify", "--data", "{d}/flipped.tsv"], "are its lines label<TAB>text?"),
+    (["--task", "classify", "--data", "{d}/flipped-case.tsv"], "are its lines label<TAB>text?"),
+    (["--task", "classify", "--data", "{d}/cases.tsv"],
+     "labels 'POS' and 'pos' differ only in case, and would be different classes"),
     (["--task", "classify", "--data", "{d}/adir"], "is a directory"),
     (["--task", "classify", "--data", "{d}/header.tsv"],
      "the label 'sentiment' has one text ('review'), which no validation or test split can "

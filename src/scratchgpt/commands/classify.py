@@ -114,11 +114,12 @@ def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> i
     """``--eval``: the model's report on a labelled file; a label it does not know is an
     error."""
     from scratchgpt.finetune.classify import ClassReport, check_labels_come_last, format_report
-    from scratchgpt.finetune.data import read_labelled
+    from scratchgpt.finetune.data import check_labels_are_spelt_one_way, read_labelled
 
     labels = record["labels"]
     pairs, where, _ = read_labelled(args.eval, None, min_labels=1)
     check_labels_come_last(pairs, where, labels)
+    check_labels_are_spelt_one_way(pairs, where)
     unknown = sorted({label for _, label in pairs} - set(labels))
     if unknown:
         raise DataError(f"{where}: label {unknown[0]!r} is not one the model knows "

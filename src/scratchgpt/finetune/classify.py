@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import CheckpointError, ConfigError, DataError
 from scratchgpt.finetune.data import (
     Log,
+    check_labels_are_spelt_one_way,
     encode_plain,
     lacking_characters,
     read_labelled,
@@ -145,6 +146,7 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
         raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
                         f"recorded {spec.sha256[:12]}…)")
     check_labels_come_last(pairs, where)
+    check_labels_are_spelt_one_way(pairs, where)
     check_no_label_stands_alone(pairs, where)
     labels = sorted({label for _, label in pairs})
     if spec.labels and labels != spec.labels:

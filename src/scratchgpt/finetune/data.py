@@ -92,16 +92,17 @@ def parse_labelled(text: str, where: str, csv_format: bool = False, label_first:
         form = "a text,label row" if csv_format else "a line of text<TAB>label"
         raise DataError(f"{where} holds no labelled text ({form})")
     labels = {label for _, label in pairs}
-    _check_labels_are_spelt_one_way(labels, where)
     if len(labels) < min_labels:
         raise DataError(f"{where}: a classifier needs at least two labels, found "
                         f"{len(labels)}{' (' + next(iter(labels)) + ')' if labels else ''}")
     return pairs
 
 
-def _check_labels_are_spelt_one_way(labels: set[str], where: str) -> None:
+def check_labels_are_spelt_one_way(pairs: Sequence[tuple[str, str]], where: str) -> None:
     """Labels that differ only in case (``pos`` and ``Pos``) are refused: read as they are,
-    each would be a class of its own, and the texts of one label split among them."""
+    each would be a class of its own, and the texts of one label split among them. (Checked
+    after ``classify.check_labels_come_last``: texts read as labels differ so too.)"""
+    labels = {label for _, label in pairs}
     spellings: dict[str, list[str]] = {}
     for label in sorted(labels):
         spellings.setdefault(label.casefold(), []).append(label)
