@@ -88,15 +88,26 @@ class ChatTemplate:
 chat template (it would end the turn); remove it
         """
         check_messages(messages, where)
-        markers = (*self.markers, ("end", self.end))
         for i, m in enumerate(messages):
-            found = [(m["content"].find(mark), role, mark) for role, mark in markers
-                     if mark in m["content"]]
-            if found:  # the first in the text, as a reader meets it
-                _, role, mark = min(found)
-                what = "end the turn" if role == "end" else f"start a turn as the {role}"
-                raise DataError(f"{where}[{i}]: its content holds {mark!r}, a marker of the "
-                                f"chat template (it would {what}); remove it")
+            problem = self.marker_in(m["content"])
+            if problem:
+                raise DataError(f"{where}[{i}]: its content {problem}")
+
+    def marker_in(self, content: str) -> str | None:
+        """What is wrong with ``content`` if it holds a marker of the template (the first in
+        the text, as a reader meets it), or None.
+
+        >>> TEMPLATES[DEFAULT_TEMPLATE].marker_in("ok <|user|>")
+        "holds '<|user|>', a marker of the chat template (it would start a turn as the user); \
+remove it"
+        """
+        found = [(content.find(mark), role, mark)
+                 for role, mark in (*self.markers, ("end", self.end)) if mark in content]
+        if not found:
+            return None
+        _, role, mark = min(found)
+        what = "end the turn" if role == "end" else f"start a turn as the {role}"
+        return f"holds {mark!r}, a marker of the chat template (it would {what}); remove it"
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """The text of the conversation; with ``add_generation_prompt`` (and a last message

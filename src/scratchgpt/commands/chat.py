@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.checkpoint} was not instruction-tuned (it names no chat "
                           "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
+    if args.system and (problem := template.marker_in(args.system)):
+        raise ConfigError(f"--system {problem}")
     note_wide_top_k(model, args.top_k)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     session = ChatSession(prepare_for_decode(model, args.dtype), source.tokenizer(), template,
@@ -121,6 +123,10 @@ class ChatSession:
 
     def turn(self, text: str) -> None:
         """Add the user's message, stream the reply, keep it in the conversation."""
+        problem = self.template.marker_in(text)
+        if problem:  # it would end the user's turn and write another's
+            print(f"error: your message {problem}", file=sys.stderr)
+            return
         self.messages.append({"role": "user", "content": text})
         try:
             reply = self.reply()

@@ -237,6 +237,9 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
                           "no chat template)")
     if not text:
         raise ConfigError("--chat needs a prompt (the user's message)")
+    for what, content in (("--system", args.system), ("the prompt", text)):
+        if content and (problem := template.marker_in(content)):
+            raise ConfigError(f"--chat: {what} {problem}")
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": text}]
     (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)

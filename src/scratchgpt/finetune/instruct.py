@@ -124,6 +124,8 @@ def load_data(spec: InstructSpec, tokenizer: Any, block_size: int, log: Log = No
                           "give a smaller fraction")
     template = TEMPLATES[spec.template]
     check_template_spelling(tokenizer, template)
+    for i, chat in enumerate(chats, 1):  # a marker in a text would teach a turn nobody wrote
+        template.check(chat, f"{where} record {i}, messages")
     max_length = min(spec.max_length or block_size, block_size)
     counts: dict[str, Any] = {"truncated": 0, "dropped": 0, "replaced": 0}
     encoded = [_fit(encode_conversation(tokenizer, template, c), max_length, counts)
