@@ -281,6 +281,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["train", "--out", c["foreign"], "--resume"], "different runs"),
     ("train --resume a run killed before its first checkpoint",
      lambda c: ["train", "--out", c["no_ckpt"], "--resume"], "--overwrite"),
+    # a budget the run had already used trained nothing, without a word
+    ("train --resume --time-budget shorter than the run has trained",
+     lambda c: ["train", "--out", c["run"], "--resume", "--time-budget", "0.000001s"],
+     "already trained for"),
     ("train --config holding a list", lambda c: _train(c, "--config", c["a_list"]), "object"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),

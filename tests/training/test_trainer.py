@@ -366,3 +366,44 @@ def test_a_config_built_from_python_names_an_unknown_setting(make, keyword, mess
     with pytest.raises(ScratchGPTError) as e:
         make(**{keyword: 1})
     assert str(e.value) == message
+
+
+def _budgeted_run(cli_main, data, out) -> int:
+    """A CLI run that ends on its --time-budget of 0.3 s; returns the step it ended at."""
+    assert cli_main(["train", "--dataset", str(data), "--n-layer", "1", "--n-head", "2",
+                     "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+                     "--eval-iters", "1", "--max-iters", "1000000", "--time-budget", "0.3s",
+                     "--out", str(out), "--no-progress"]) == 0
+    step = load_checkpoint(out / "last.pt").state.step
+    assert 0 < step < 1_000_000
+    return step
+
+
+def test_a_run_ended_on_its_budget_resumes_to_a_new_max_iters(small_dataset, tmp_path,
+                                                               cli_main, capsys):
+    """--max-iters on resume extends a run that its spent --time-budget ended; without one,
+    the note says the budget is spent and how to go on."""
+    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r")
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    assert "already used its --time-budget" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "r" / "last.pt").state.step == step
+    assert cli_main(["train", "--resume", "--out", str(tmp_path / "r"), "--max-iters",
+                     str(step + 5), "--no-progress"]) == 0
+    assert load_checkpoint(tmp_path / "r" / "last.pt").state.step == step + 5
+
+
+def test_a_resume_refuses_a_budget_it_has_already_used(small_dataset, tmp_path, cli_main,
+                                                       capsys):
+    """A --time-budget shorter than the run has trained would train nothing: one line."""
+    from tests.cli_errors import error_of
+
+    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r")
+    before = (tmp_path / "r" / "last.pt").read_bytes()
+    line = error_of(capsys, ["train", "--resume", "--out", str(tmp_path / "r"),
+                             "--time-budget", "0.1s", "--max-iters", str(step + 5)])
+    assert "already trained for" in line and "--time-budget 0.1s" in line, line
+    assert (tmp_path / "r" / "last.pt").read_bytes() == before
+    assert cli_main(["train", "--resume", "--out", str(tmp_path / "r"), "--time-budget", "",
+                     "--max-iters", str(step + 3), "--no-progress"]) == 0
+    assert load_checkpoint(tmp_path / "r" / "last.pt").state.step == step + 3

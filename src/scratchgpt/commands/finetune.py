@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         args.overwrite, given(args, train_fields()), lora=lora,
         given_flags=tuple(flags + lora_flags(args)), **shaping)
     train_job = plan(req, log=print)
+    if note := job.finished_note(train_job):  # a resumed run with nothing left to train
+        print(note)
     before = starting_figures(train_job, log=print)
     result = job.run(train_job, progress)
     return report(result, train_job, before)

@@ -163,7 +163,8 @@ def finished_note(job: TrainJob) -> str | None:
                 f"{job.train.max_iters}; pass a larger --max-iters to train it further")
     if budget and state.elapsed_s >= budget:
         return (f"note: {job.out} has already used its --time-budget of {budget:g} s; pass a "
-                "longer --time-budget to train it further")
+                f"--max-iters above {state.step} (or a longer --time-budget) to train it "
+                "further")
     return None
 
 

@@ -9,7 +9,8 @@ again apply when they may change mid-run (iterations, learning rate, budget, eva
 cadence, precision, threads, dropout, the optimizer's betas, weight decay and rate scales,
 and a recurrent model's ``cells``: its torch kernels or the equations, on the same weights);
 those that cannot (the model's type and shape, the optimizer, whose state is saved) are an
-error when given with a different value.
+error when given with a different value. A run that its time budget ended, resumed with
+``--max-iters`` and no ``--time-budget``, trains on to the new ``--max-iters``.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
         train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
     check_flags_apply(settings.explicit, train)
     _check_changes_can_apply(checkpoint, train, settings)
-    return config, train
+    return config, _lift_spent_budget(checkpoint, train, settings)
 
 
 def backbone_settings(saved_model: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +259,7 @@ def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
                           f"{train.max_iters} would end it before where it is (give more than "
                           f"{step} to train on, or drop {_sources(settings, ['max_iters'])} to "
                           "finish as planned)")
+    _check_budget_can_apply(checkpoint, train, settings)
     saved, now = checkpoint.train_config.embed_lr_scale, train.embed_lr_scale
     if (now == 1.0) != (saved == 1.0):
         keeps = "1" if saved == 1.0 else "a value other than 1"
@@ -265,3 +267,30 @@ def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
                           f"(the embedding tables' optimizer group is saved as it was): this "
                           f"run has --embed-lr-scale {now:g} (drop "
                           f"{_sources(settings, ['embed_lr_scale'])}, or start a new run)")
+
+
+def _check_budget_can_apply(checkpoint: Checkpoint, train: TrainConfig,
+                            settings: Settings) -> None:
+    """A new ``--time-budget`` no longer than the run has already trained would end it where
+    it is, training nothing: refused, as a ``--max-iters`` below its step is (the budget it
+    was started with, given again, is a run that has finished as planned)."""
+    budget, elapsed = train.time_budget_s, checkpoint.state.elapsed_s
+    if budget is None or budget > elapsed or train.time_budget == \
+            checkpoint.train_config.time_budget:
+        return
+    raise ConfigError(f"this run has already trained for {elapsed:.1f} s: --time-budget "
+                      f"{train.time_budget} would end it before where it is (give more than "
+                      f"{elapsed:.1f}s, or '' for no budget, or drop "
+                      f"{_sources(settings, ['time_budget'])} to keep the run's own)")
+
+
+def _lift_spent_budget(checkpoint: Checkpoint, train: TrainConfig,
+                       settings: Settings) -> TrainConfig:
+    """A run that ended on its time budget, resumed with a larger ``--max-iters`` and no
+    ``--time-budget``, trains on to the new --max-iters: the budget it has used up would stop
+    it before a single update (a budget not yet used up still applies)."""
+    budget, step = train.time_budget_s, checkpoint.state.step
+    if budget is None or checkpoint.state.elapsed_s < budget or "time_budget" in settings.given \
+            or "max_iters" not in settings.given or train.max_iters <= step:
+        return train
+    return replace(train, time_budget="")

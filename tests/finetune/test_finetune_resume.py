@@ -1,0 +1,27 @@
+"""Resuming a fine-tuning run that its --time-budget ended."""
+
+from __future__ import annotations
+
+from scratchgpt.checkpoints import load_checkpoint
+from tests.finetune.conftest import run_cli
+
+
+def test_a_finetune_ended_on_its_budget_says_so_and_resumes_to_a_new_max_iters(
+        ft_dir, tmp_path, capsys):
+    out = tmp_path / "ft"
+    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
+                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
+                            "--eval-iters", "1", "--max-iters", "1000000", "--time-budget",
+                            "0.5s", "--no-progress"], capsys)
+    assert code == 0, err
+    step = load_checkpoint(out / "last.pt").state.step
+    assert 0 < step < 1_000_000
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
+                                 capsys)
+    assert code == 0, err
+    assert f"already used its --time-budget of 0.5 s; pass a --max-iters above {step}" \
+        in printed, printed
+    code, _, err = run_cli(["finetune", "--out", out, "--resume", "--max-iters", step + 2,
+                            "--no-progress"], capsys)
+    assert code == 0, err
+    assert load_checkpoint(out / "last.pt").state.step == step + 2
