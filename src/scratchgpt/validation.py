@@ -186,10 +186,22 @@ def file_target_problem(path: Path) -> str | None:
     """
     if path.is_dir():
         return "it is a directory"
-    folder = next(p for p in path.absolute().parents if p.exists())
-    if not folder.is_dir():
+    folder = file_above(path)
+    if folder is not None:
         return f"{folder} is a file, not a directory"
     return None
+
+
+def file_above(path: Path) -> Path | None:
+    """The nearest existing path above ``path`` where it is no folder (a file, a device), so
+    that nothing can be made at ``path``; None where the folders above it can hold it. Found
+    before any work, not by the ``mkdir`` after it ("Not a directory").
+
+    >>> file_above(Path("/dev/null/run")), file_above(Path("/tmp/run"))
+    (PosixPath('/dev/null'), None)
+    """
+    above = next(p for p in path.parents if p.exists())  # (the root or "." is there)
+    return None if above.is_dir() else above
 
 
 def file_source_problem(path: Path) -> str | None:

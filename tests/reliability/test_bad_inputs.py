@@ -510,6 +510,15 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                                           c["root"] / "out" / "p2"], "leads nowhere"),
     ("prepare --out under a file", lambda c: ["prepare", "--data", c["text"], "--out",
                                               c["plain_file"] / "sub"], "plain-file"),
+    # a run's --out below a plain file: refused by the mkdir, once the data had been read
+    ("train --out below a file",
+     lambda c: ["train", "--dataset", c["data"], "--out", c["plain_file"] / "run", *TINY],
+     "is below"),
+    ("train --resume --out below a file",
+     lambda c: ["train", "--resume", "--out", c["plain_file"] / "run"], "is below"),
+    ("finetune --out below a file",
+     lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
+                c["root"] / "labels.tsv", "--out", c["plain_file"] / "run"], "is below"),
     ("prepare over an existing dataset", lambda c: ["prepare", "--data", c["text"], "--out",
                                                     c["data"]], "--overwrite"),
     # a BPE checkpoint copied without the merges.txt beside it: the message was Python's

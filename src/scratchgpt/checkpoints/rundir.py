@@ -43,7 +43,7 @@ from scratchgpt.checkpoints.io import (
     save_checkpoint,
 )
 from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
-from scratchgpt.validation import json_loads
+from scratchgpt.validation import file_above, json_loads
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
@@ -161,15 +161,20 @@ class RunDir:
             raise CheckpointError(self._occupied(can_resume))
 
     def _refuse_what_is_not_a_run(self) -> None:
-        """A file is no run directory, and neither a prepared dataset's directory nor a
-        Hugging Face model's ever takes a run, --overwrite or not: the run's tokenizer.json
-        or config.json would replace theirs, leaving the dataset or the model unreadable."""
+        """A file is no run directory (nor is a path below one), and neither a prepared
+        dataset's directory nor a Hugging Face model's ever takes a run, --overwrite or not:
+        the run's tokenizer.json or config.json would replace theirs, leaving the dataset or
+        the model unreadable."""
         from scratchgpt.checkpoints.hf import is_hf_dir
         from scratchgpt.data.prepare import is_dataset
 
         if self.path.exists() and not self.path.is_dir():
             raise CheckpointError(f"{self.path} is {_kind_of(self.path)}, not a run directory; "
                                   "give the run a directory of its own (--out)")
+        above = file_above(self.path)
+        if above is not None:  # (found by the mkdir only once the data was read)
+            raise CheckpointError(f"{self.path} is below {above}, {_kind_of(above)}, not a "
+                                  "folder; give the run a directory of its own (--out)")
         if is_dataset(self.path):
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
                                   "meta.json), not a run; give the run its own --out")

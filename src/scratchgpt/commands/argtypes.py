@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import ConfigError, TokenizerError
-from scratchgpt.validation import SEED_MAX, THREADS_MAX, file_target_problem
+from scratchgpt.validation import SEED_MAX, THREADS_MAX, file_above, file_target_problem
 
 
 def _int_within(text: str, low: int, high: int | None, expected: str) -> int:
@@ -139,8 +139,8 @@ def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out} is a file; give a directory for the results")
-    above = next((p for p in out_dir.absolute().parents if p.exists()), None)
-    if above is not None and not above.is_dir():  # found only by the mkdir after the work
+    above = file_above(out_dir)
+    if above is not None:  # found only by the mkdir after the work
         raise ConfigError(f"--out {out} is below {above}, a file, not a folder; give a "
                           "directory for the results")
     there = [name for name in files if (out_dir / name).exists()]

@@ -81,6 +81,8 @@ def plan(settings: Settings, out: str | None, resume: bool, overwrite: bool,
     if resume:
         return _plan_resume(settings, out, dataset, log)
     kind, values, train, named = new_run(settings)
+    if out:  # (the run's own refusals, before a named dataset is prepared into the cache)
+        RunDir(out).check_can_begin("overwrite" if overwrite else "new")
     data, name = resolve_dataset(dataset or named, log=log)
     with settings.naming_errors():
         config = finish_model_config(kind, values, data.vocab_size)
