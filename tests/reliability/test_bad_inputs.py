@@ -357,6 +357,16 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("eval a checkpoint cut short", lambda c: ["eval", "--checkpoint", c["cut_ckpt"]],
      "a zip archive without its end"),
     ("sample a GGUF file", lambda c: _sample(c, run="gguf_file"), "does not read it"),
+    # a prepared dataset where a model goes was "no checkpoint (best.pt or last.pt)" in it
+    ("sample --checkpoint a prepared dataset", lambda c: _sample(c, run="data"), "not a model"),
+    ("eval --checkpoint a prepared dataset",
+     lambda c: ["eval", "--checkpoint", c["data"]], "prepared dataset"),
+    ("finetune --init-from a prepared dataset",
+     lambda c: ["finetune", "--task", "classify", "--init-from", c["data"], "--data",
+                c["root"] / "labels.tsv", "--out", c["root"] / "out" / "f"], "not a model"),
+    ("train --init-from a prepared dataset",
+     lambda c: ["train", "--init-from", c["data"], "--dataset", c["data"], "--out",
+                c["root"] / "out" / "t", *TINY[8:]], "prepared dataset"),
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),

@@ -355,7 +355,13 @@ def resolve_checkpoint(path: str | Path, which: str | None = None) -> Path:
             if (path / name).is_file():
                 return path / name
         from scratchgpt.checkpoints.rundir import REPLACED_DIR  # (rundir imports this module)
+        from scratchgpt.data.prepare import is_dataset
 
+        if is_dataset(path):  # (given where a model goes, it was "no checkpoint" in it)
+            raise CheckpointError(f"{path} holds a prepared dataset (train.bin, val.bin, "
+                                  "meta.json), not a model; give a run directory or a "
+                                  f"checkpoint (train one with scratchgpt train --dataset "
+                                  f"{path})")
         aside = (f" (an --overwrite stopped before its first checkpoint left the old run in "
                  f"{REPLACED_DIR}/: 'scratchgpt train --out DIR --resume' brings it back)"
                  if (path / REPLACED_DIR).is_dir() else "")
