@@ -141,7 +141,7 @@ def test_unsupported_config_is_named(hf_dir, tmp_path, key, value):
 
 
 def test_only_gpt_models_export(tmp_path):
-    with pytest.raises(ScratchGPTError, match="only GPT models"):
+    with pytest.raises(ScratchGPTError, match="model of type bigram cannot be exported"):
         save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
 
 

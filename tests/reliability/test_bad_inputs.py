@@ -471,6 +471,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf with a JSON list config",
      lambda c: ["convert", "--from", "hf", c["hf_json_list"], "--out", c["root"] / "out" / "h4"],
      "config.json"),
+    # it said "not GPTClassifier", a class name the user never met
+    ("convert --to hf of a classifier run",
+     lambda c: ["convert", "--checkpoint", c["classifier"], "--to", "hf", "--out",
+                c["root"] / "out" / "hc"], "gpt-classifier run (finetune --task classify)"),
+    ("convert --to gguf of an lstm run",
+     lambda c: ["convert", "--checkpoint", c["lstm"], "--to", "gguf", "--out",
+                c["root"] / "out" / "l.gguf"], "model of type lstm"),
     ("convert --to hf into a run directory",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out", c["lstm"],
                 "--overwrite"], "run"),

@@ -293,12 +293,10 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     ``gpt2`` architecture; ``qtype`` is one of :data:`GGUF_TYPES`; an instruction-tuned
     model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
     written to a temporary name and renamed, so a failure leaves no partial file at ``path``."""
+    from scratchgpt.checkpoints.hf import check_gpt_to_export
     from scratchgpt.checkpoints.io import write_failure
-    from scratchgpt.models.gpt import GPT
 
-    if not isinstance(model, GPT):
-        raise CheckpointError(f"only GPT models can be exported to GGUF, not "
-                              f"{type(model).__name__}")
+    check_gpt_to_export(model, "GGUF")
     if qtype not in GGUF_TYPES:
         raise CheckpointError(f"GGUF type {qtype!r} is not supported; choose one of "
                               f"{', '.join(GGUF_TYPES)}")

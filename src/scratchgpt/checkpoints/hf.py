@@ -353,11 +353,7 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     The files are written into a temporary folder inside ``directory`` and moved into place
     once all are written, so a write that fails (a full disk) is a one-line
     :class:`~scratchgpt.errors.StorageError` that leaves an earlier export there whole."""
-    from scratchgpt.models.gpt import GPT
-
-    if not isinstance(model, GPT):
-        raise CheckpointError(f"only GPT models can be exported to Hugging Face format, not "
-                        f"{type(model).__name__}")
+    check_gpt_to_export(model, "Hugging Face format")
     directory = Path(directory)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
@@ -509,3 +505,25 @@ def import_hf(source: str | Path, out: str | Path,
     checkpoint = Checkpoint("gpt", model.config, model.state_dict(),
                             {"text": tok.state()} if tok is not None else {}, data)
     return write_model_run(out, checkpoint, tok, overwrite), tok is not None
+
+
+def check_gpt_to_export(model: Any, target: str) -> None:
+    """Only a GPT language model exports to ``target`` ("Hugging Face format", "GGUF"), both
+    GPT-2's layout; any other is refused naming its model as the user knows it (its type and
+    the command that made it), where the model's class name was all it said."""
+    from scratchgpt.models import model_type
+    from scratchgpt.models.gpt import GPT
+
+    if isinstance(model, GPT):
+        return
+    try:
+        kind = model_type(model.config)
+    except (AttributeError, ConfigError):
+        kind = type(model).__name__
+    if kind == "gpt-classifier":
+        raise CheckpointError(f"a gpt-classifier run (finetune --task classify) ends in a "
+                              f"classification head, which GPT-2's layout in {target} cannot "
+                              "hold; only a GPT language model exports (label texts with "
+                              "scratchgpt classify)")
+    raise CheckpointError(f"a model of type {kind} cannot be exported to {target}, which holds "
+                          "GPT-2's layout: only a GPT language model exports")
