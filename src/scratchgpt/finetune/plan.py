@@ -520,8 +520,9 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
         flags = " ".join(flag_of(k) for k in fixed) or \
             ("--preset" if settings.preset else "--model")
         raise ConfigError(f"the model comes from --init-from {init_from}; drop {flags}")
-    if out:
+    if out:  # (refused before the base and the data are read, as finetune's --out is)
         check_out_is_not_the_base(Path(out), init_from, "--init-from")
+        RunDir(out).check_can_begin("overwrite" if overwrite else "new")
     base = load_base(init_from)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")

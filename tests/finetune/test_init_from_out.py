@@ -1,0 +1,20 @@
+"""train --init-from checks its --out before it reads the base and the data."""
+
+from __future__ import annotations
+
+from tests.finetune.conftest import run_cli
+
+
+def test_train_init_from_refuses_its_out_before_reading_the_base(ft_dir, tmp_path, capsys):
+    """An --out below a file, or holding a run, was refused only once the base and the data
+    had been read (and the parameters counted and printed)."""
+    (tmp_path / "file").write_text("x")
+    taken = tmp_path / "taken"
+    start = ["train", "--init-from", ft_dir / "base", "--dataset", ft_dir / "data",
+             "--max-iters", "1", "--eval-iters", "1"]
+    code, _, err = run_cli([*start, "--out", taken, "--no-progress"], capsys)
+    assert code == 0, err
+    for out, words in ((tmp_path / "file" / "run", "is below"), (taken, "--overwrite")):
+        code, printed, err = run_cli([*start, "--out", out], capsys)  # (progress: it logs)
+        assert code == 2 and words in err, err
+        assert printed == "", printed  # nothing read, nothing counted
