@@ -134,6 +134,54 @@ def test_bpe_dropout_copies_hold_the_training_text_and_leave_val_exact(tmp_path,
     assert data.chars_per_token("train") == pytest.approx(3 * 36_000 / len(train))
 
 
+def test_bpe_dropout_copies_written_piece_by_piece_are_the_copies_sampled_whole(
+        tmp_path, monkeypatch, english_text):
+    """train.bin is written a piece of text at a time: its ids are still those of each copy
+    of the training text sampled whole, one after another, from one generator seeded 0, as
+    they were when the copies were joined in memory first (documents and <|endoftext|> too)."""
+    import random
+
+    from scratchgpt.data import prepare
+    from scratchgpt.tokenizers import BPETokenizer
+
+    text = english_text[:12_000] + PIECES_TEXT
+    tok = BPETokenizer.train(text, 300, backend="python")
+    monkeypatch.setattr(prepare, "PIECE_CHARS", 500)
+    meta = prepare_text(text, tmp_path / "d", tok, bpe_dropout=0.2, train_copies=3)
+    train_text = text[:meta["train_chars"]]
+    assert len(prepare.piece_bounds(train_text, 500)) > 20  # written in many pieces
+    rng, expected = random.Random(0), []
+    for _ in range(3):
+        expected += tok.encode_with_dropout(train_text, 0.2, rng, allowed_special="all")
+    assert np.fromfile(tmp_path / "d" / "train.bin", dtype=np.uint16).tolist() == expected
+    assert meta["train_tokens"] == len(expected)
+    assert np.fromfile(tmp_path / "d" / "val.bin", dtype=np.uint16).tolist() == \
+        prepare.encode_corpus(tok, text[meta["train_chars"]:])
+
+
+def test_bpe_dropout_copies_are_not_all_held_in_memory(tmp_path, monkeypatch, english_text):
+    """Each piece of a BPE-dropout copy is written as it is sampled: the copies were joined
+    first as a list of Python ints (about 36 bytes an id above 256) and copied twice more, so
+    16 copies of a text of tens of MB ran a laptop out of memory. Now memory at its peak holds
+    less than the token file written."""
+    import tracemalloc
+
+    from scratchgpt.data import prepare
+
+    text = english_text[:100_000]
+    tok = prepare.build_tokenizer("bpe", text, vocab_size=400)
+    monkeypatch.setattr(prepare, "PIECE_CHARS", 10_000)
+    tracemalloc.start()
+    try:
+        meta = prepare_text(text, tmp_path / "d", tok, bpe_dropout=0.1, train_copies=8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    written = (tmp_path / "d" / "train.bin").stat().st_size
+    assert written == 2 * meta["train_tokens"] > 8 * 2 * 90_000 // 4  # 8 copies, uint16
+    assert peak < written, (peak, written)
+
+
 def test_bpe_dropout_needs_a_bpe_tokenizer(tmp_path, english_text):
     with pytest.raises(ScratchGPTError, match="BPE tokenizer"):
         prepare_text(english_text[:5_000], tmp_path / "d", "char", bpe_dropout=0.1)

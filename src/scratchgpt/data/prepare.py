@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 from scratchgpt.tokenizers.base import TOKENIZER_FILE
 from scratchgpt.tokenizers.bpe_files import MERGES_FILE
+
+if TYPE_CHECKING:
+    from scratchgpt.tokenizers.bpe import BPETokenizer
 
 META_FILE = "meta.json"
 META_VERSION = 1
@@ -90,31 +93,53 @@ def piece_bounds(text: str, piece_chars: int = PIECE_CHARS) -> list[tuple[int, i
     return bounds
 
 
-def encode_to_array(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = False,
-                    desc: str = "encoding", piece_chars: int = PIECE_CHARS) -> np.ndarray:
-    """:func:`encode_corpus` of ``text`` as an array of ``dtype``, the same ids, encoded a
-    piece at a time (:func:`piece_bounds`) where the tokenizer allows it (character level, or
-    byte-level BPE with GPT-2's pre-tokenizer): memory then holds the ids at 2 or 4 bytes each.
-    ``progress`` shows a bar over the pieces."""
+def _cuttable(tok: Tokenizer) -> bool:
+    """Whether ``tok`` encodes a text to the ids of its pieces (:func:`piece_bounds`) joined:
+    character level, or byte-level BPE with GPT-2's pre-tokenizer."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
     from scratchgpt.tokenizers.char import CharTokenizer
     from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN
 
-    cuttable = (type(tok) is CharTokenizer
-                or isinstance(tok, BPETokenizer) and tok.pattern == GPT2_PATTERN)
-    bounds = piece_bounds(text, piece_chars) if cuttable else [(0, len(text))]
-    arrays = [np.asarray(encode_corpus(tok, text[a:b]), dtype=dtype)
-              for a, b in _bar(bounds, progress and len(bounds) > 1, desc, "piece")]
+    return (type(tok) is CharTokenizer
+            or isinstance(tok, BPETokenizer) and tok.pattern == GPT2_PATTERN)
+
+
+def _bounds(tok: Tokenizer, text: str, piece_chars: int | None) -> list[tuple[int, int]]:
+    """The pieces ``tok`` may encode ``text`` in: :func:`piece_bounds`, or the whole text."""
+    return piece_bounds(text, piece_chars or PIECE_CHARS) if _cuttable(tok) else [(0, len(text))]
+
+
+def encode_pieces(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = False,
+                  desc: str = "encoding", piece_chars: int | None = None) -> Iterator[np.ndarray]:
+    """:func:`encode_corpus` of ``text``, a piece at a time (:func:`piece_bounds`, pieces of
+    ``piece_chars``, default :data:`PIECE_CHARS`) where the tokenizer allows it (character
+    level, or byte-level BPE with GPT-2's pre-tokenizer), else whole: one array of ``dtype``
+    a piece, whose ids joined are the whole text's. Only one piece's ids are Python ints at a
+    time. ``progress`` shows a bar over the pieces."""
+    bounds = _bounds(tok, text, piece_chars)
+    for a, b in _bar(bounds, progress and len(bounds) > 1, desc, "piece"):
+        yield np.asarray(encode_corpus(tok, text[a:b]), dtype=dtype)
+
+
+def encode_to_array(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = False,
+                    desc: str = "encoding", piece_chars: int | None = None) -> np.ndarray:
+    """:func:`encode_corpus` of ``text`` as one array of ``dtype``, encoded a piece at a time
+    (:func:`encode_pieces`): memory holds the ids at 2 or 4 bytes each."""
+    arrays = list(encode_pieces(tok, text, dtype, progress, desc, piece_chars))
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
 
-def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
-                           seed: int = 0, progress: bool = False) -> list[int]:
+def sample_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies: int,
+                           dtype: np.dtype, seed: int = 0, progress: bool = False,
+                           piece_chars: int | None = None) -> Iterator[np.ndarray]:
     """``copies`` segmentations of the training text, each sampled by BPE-dropout
-    (:meth:`~scratchgpt.tokenizers.bpe.BPETokenizer.encode_with_dropout`), one after another.
-    The trainer samples windows anywhere in ``train.bin``, so it sees each word spelt several
-    ways; a window that runs from one copy into the next reads the end of the text, then its
-    start. A literal ``<|endoftext|>`` stays the special id, as in :func:`encode_corpus`."""
+    (:meth:`~scratchgpt.tokenizers.bpe.BPETokenizer.encode_with_dropout`), one after another,
+    as arrays of ``dtype`` of a piece each (as :func:`encode_pieces` cuts the text): the ids
+    of every copy sampled whole from one ``random.Random(seed)``, without their Python ints
+    held beyond one piece, so that a prepare can write each piece as it comes. The trainer
+    samples windows anywhere in ``train.bin``, so it sees each word spelt several ways; a
+    window that runs from one copy into the next reads the end of the text, then its start. A
+    literal ``<|endoftext|>`` stays the special id, as in :func:`encode_corpus`."""
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
     if not isinstance(tok, BPETokenizer):
@@ -123,11 +148,19 @@ def encode_training_copies(tok: Tokenizer, text: str, bpe_dropout: float, copies
         raise DataError(f"BPE-dropout must be in (0, 1), got {bpe_dropout:g}")
     if copies < 1:
         raise DataError(f"the training split needs at least one copy, got {copies}")
-    rng = random.Random(seed)
-    out: list[int] = []
+    return _sampled(tok, text, bpe_dropout, copies, dtype, random.Random(seed),
+                    _bounds(tok, text, piece_chars), progress)
+
+
+def _sampled(tok: BPETokenizer, text: str, bpe_dropout: float, copies: int, dtype: np.dtype,
+             rng: random.Random, bounds: list[tuple[int, int]],
+             progress: bool) -> Iterator[np.ndarray]:
+    # (a cut is where no chunk of the pre-tokenizer spans, so the pieces draw from rng in the
+    # order the whole text does, and sample the same ids)
     for _ in _bar(range(copies), progress, "BPE-dropout copies"):
-        out += tok.encode_with_dropout(text, bpe_dropout, rng, allowed_special="all")
-    return out
+        for a, b in bounds:
+            yield np.asarray(tok.encode_with_dropout(text[a:b], bpe_dropout, rng,
+                                                     allowed_special="all"), dtype=dtype)
 
 
 def _bar(items: Sequence[T], enabled: bool, desc: str, unit: str = "copy") -> Iterable[T]:
@@ -147,7 +180,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     an existing dataset there is an error unless ``overwrite``. Returns the meta dict.
 
     ``bpe_dropout`` > 0 writes ``train_copies`` segmentations of the training split sampled by
-    BPE-dropout (:func:`encode_training_copies`); the validation split is always encoded
+    BPE-dropout (:func:`sample_training_copies`); the validation split is always encoded
     exactly, so its loss is comparable with any other run on the same tokenizer. ``progress``
     shows a bar over those copies."""
     if len(text.strip()) < 2:
@@ -173,19 +206,22 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             tokenizer, train_text, vocab_size=vocab_size)
         dtype = token_dtype(tok.vocab_size)
         sampled = bool(bpe_dropout) or train_copies != 1
-        train_ids = (np.asarray(encode_training_copies(tok, train_text, bpe_dropout,
-                                                       train_copies, progress=progress),
-                                dtype=dtype) if sampled
-                     else encode_to_array(tok, train_text, dtype, progress, "training split"))
-        val_ids = encode_to_array(tok, val_text, dtype, progress, "validation split")
-        _check_encoded(tok, {"training": train_ids, "validation": val_ids}, source)
+        # Each piece of ids is written as it is encoded: memory holds one piece's, not the
+        # split's (sixteen BPE-dropout copies of a text as Python ints ran a laptop out of it).
+        train_pieces = (sample_training_copies(tok, train_text, bpe_dropout, train_copies,
+                                               dtype, progress=progress) if sampled
+                        else encode_pieces(tok, train_text, dtype, progress, "training split"))
+        counts = {"training": _write_ids(tmp / "train.bin", train_pieces),
+                  "validation": _write_ids(tmp / "val.bin", encode_pieces(
+                      tok, val_text, dtype, progress, "validation split"))}
+        _check_encoded(tok, counts, source)
         meta = {
             "version": META_VERSION,
             "tokenizer": tok.kind,
             "vocab_size": tok.vocab_size,
             "dtype": dtype.name,
-            "train_tokens": int(train_ids.size),
-            "val_tokens": int(val_ids.size),
+            "train_tokens": counts["training"],
+            "val_tokens": counts["validation"],
             "chars": len(text),
             "train_chars": len(train_text),
             "val_chars": len(val_text),  # bits per character = nats/token * tokens / chars / ln 2
@@ -199,19 +235,17 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         if sampled:
             meta |= {"bpe_dropout": bpe_dropout, "train_copies": train_copies}
         tok.save(tmp)
-        _write_file(tmp / "train.bin", train_ids.tobytes())
-        _write_file(tmp / "val.bin", val_ids.tobytes())
         _write_file(tmp / META_FILE, json.dumps(meta, indent=1).encode())
         _move_into_place(tmp, out, overwrite)
     return meta
 
 
-def _check_encoded(tok: Tokenizer, splits: dict[str, np.ndarray], source: str) -> None:
-    """Each split holds a token: a tokenizer that folds text away (``char-prose`` drops
-    newlines and symbols) can leave a split with characters but nothing to train or evaluate
-    on, which no training run could open."""
-    for name, ids in splits.items():
-        if not ids.size:
+def _check_encoded(tok: Tokenizer, counts: dict[str, int], source: str) -> None:
+    """Each split holds a token (``counts``: tokens a split): a tokenizer that folds text away
+    (``char-prose`` drops newlines and symbols) can leave a split with characters but nothing
+    to train or evaluate on, which no training run could open."""
+    for name, count in counts.items():
+        if not count:
             raise DataError(f"the {name} split of the data ({source or 'text'}) encodes to no "
                             f"tokens: the {tok.kind} tokenizer folds all of it away; use more "
                             "data or another validation fraction (nothing was written)")
@@ -259,6 +293,19 @@ def _write_file(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _write_ids(path: Path, pieces: Iterable[np.ndarray]) -> int:
+    """Write the arrays ``pieces`` to ``path`` one after another, as they come, and sync it;
+    returns how many ids were written."""
+    count = 0
+    with open(path, "wb") as f:
+        for ids in pieces:
+            f.write(ids.tobytes())
+            count += ids.size
+        f.flush()
+        os.fsync(f.fileno())
+    return count
 
 
 @contextlib.contextmanager
