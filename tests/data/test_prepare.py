@@ -7,7 +7,7 @@ import pytest
 
 from scratchgpt.data import sources
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.data.prepare import prepare_text, token_dtype
+from scratchgpt.data.prepare import encode_corpus, prepare_text, token_dtype
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import load_tokenizer
 from tests.cli_errors import error_of
@@ -495,3 +495,40 @@ def test_bpe_dropout_with_a_char_models_tokenizer_names_the_flag(tmp_path, capsy
     assert msg.endswith(f"--bpe-dropout needs a BPE tokenizer; the tokenizer of "
                         f"{tmp_path / 'run'} is char"), msg
     assert not (tmp_path / "d").exists()
+
+
+def test_tokenizer_from_a_prepared_dataset_gives_a_second_text_its_ids(tmp_path, capsys,
+                                                                        english_text):
+    """prepare --tokenizer-from a prepared dataset was refused as "a prepared dataset, not a
+    model": a second text is prepared with the first dataset's tokenizer, whose ids the two
+    datasets then share (a BPE tokenizer: its merges too; a character one: a character the
+    first text lacks is written as its stand-in, and the note says whose vocabulary)."""
+    from scratchgpt.cli import main
+
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text(english_text[:20_000], encoding="utf-8")
+    second.write_text(english_text[200_000:210_000] + " Zoë.\n", encoding="utf-8")
+    for kind, flags in (("bpe", ["--tokenizer", "bpe", "--vocab-size", "300"]),
+                        ("char", [])):
+        one, two = tmp_path / f"{kind}-1", tmp_path / f"{kind}-2"
+        assert main(["prepare", "--data", str(first), *flags, "--out", str(one)]) == 0
+        capsys.readouterr()
+        assert main(["prepare", "--data", str(second), "--tokenizer-from", str(one),
+                     "--out", str(two)]) == 0
+        out = capsys.readouterr().out
+        tok = load_tokenizer(one)
+        assert load_tokenizer(two).state() == tok.state() and tok.kind == kind
+        for name in ("tokenizer.json", "merges.txt"):
+            assert (two / name).exists() == (one / name).exists()
+            if (one / name).exists():
+                assert (two / name).read_bytes() == (one / name).read_bytes()
+        data, text = TokenDataset(two), second.read_text(encoding="utf-8")
+        split = data.meta["train_chars"]
+        assert data.splits["train"].tolist() == encode_corpus(tok, text[:split])
+        assert data.splits["val"].tolist() == encode_corpus(tok, text[split:])
+        assert ("character(s) are not in the dataset's vocabulary" in out) == (kind == "char")
+    # the dataset's own tokenizer, the dataset replaced: read before it is written
+    before = load_tokenizer(tmp_path / "bpe-1").state()
+    assert main(["prepare", "--data", str(second), "--tokenizer-from", str(tmp_path / "bpe-1"),
+                 "--out", str(tmp_path / "bpe-1"), "--overwrite"]) == 0
+    assert load_tokenizer(tmp_path / "bpe-1").state() == before

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scratchgpt.commands.argtypes import bpe_vocab_size
 from scratchgpt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scratchgpt.tokenizers import Tokenizer
 
 # BPE-dropout copies of the training split: enough spellings of each word that a 10-minute run
 # on two cores (~17 M tokens of a 1 M-character text) reads each copy about twice.
@@ -35,10 +39,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="char, char-prose (letters, digits, space and basic punctuation; "
                         "newlines and repeated spaces folded), bpe (trained here) or gpt2 "
                         "(default: char)")
-    p.add_argument("--tokenizer-from", default=None, metavar="RUN_OR_HF_DIR",
+    p.add_argument("--tokenizer-from", default=None, metavar="RUN_OR_DATASET",
                    help="use the tokenizer of this model (a run directory, .pt file, Hugging "
                         "Face directory or hf:ID) instead of learning one: the text is then "
-                        "ready for 'train --init-from' that model")
+                        "ready for 'train --init-from' that model; or of a prepared dataset "
+                        "directory, so that a second text shares the first dataset's token ids")
     p.add_argument("--vocab-size", type=bpe_vocab_size, default=None,
                    help="vocabulary size for --tokenizer bpe (default 4096); a small text "
                         "may run out of pairs to merge first, and then gets fewer ids")
@@ -78,13 +83,12 @@ def run(args: argparse.Namespace) -> int:
     copies = train_copies(args)
     check_destination(Path(args.out), args.overwrite)  # before reading or downloading
     tokenizer = args.tokenizer
+    vocabulary = "the tokenizer's vocabulary (learned from the training split)"
     if args.tokenizer_from is not None:  # (an empty one is an error, not "learn one")
-        from scratchgpt.checkpoints import load_model
-
         if args.tokenizer != "char" or args.vocab_size is not None:
-            raise ConfigError("--tokenizer-from takes the model's tokenizer; drop --tokenizer "
-                              "and --vocab-size")
-        tokenizer = load_model(args.tokenizer_from)[1].tokenizer()
+            raise ConfigError("--tokenizer-from takes the model's or dataset's tokenizer; drop "
+                              "--tokenizer and --vocab-size")
+        tokenizer, vocabulary = tokenizer_from(args.tokenizer_from)
         if args.bpe_dropout and tokenizer.kind != "bpe":  # before the text is read
             raise ConfigError(f"--bpe-dropout needs a BPE tokenizer; the tokenizer of "
                               f"{args.tokenizer_from} is {tokenizer.kind}")
@@ -96,11 +100,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
-    report_unknown(meta, "the model's vocabulary" if args.tokenizer_from is not None else
-                   "the tokenizer's vocabulary (learned from the training split)")
+    report_unknown(meta, vocabulary)
     if args.tokenizer == "bpe":
         report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
+
+
+def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
+    """The tokenizer of ``name`` and what a note calls its vocabulary: a prepared dataset
+    directory's (prepare a second text with the ids of a first), else a model's (a run
+    directory, checkpoint, Hugging Face directory or hf:ID)."""
+    from scratchgpt.data.prepare import is_dataset
+
+    if is_dataset(Path(name)):  # (load_model refused it: "not a model")
+        from scratchgpt.data.dataset import dataset_tokenizer
+
+        return dataset_tokenizer(name), "the dataset's vocabulary"
+    from scratchgpt.checkpoints import load_model
+
+    return load_model(name)[1].tokenizer(), "the model's vocabulary"
 
 
 def _spelt_as_speedrun(tokenizer: str) -> str:

@@ -67,6 +67,20 @@ def read_meta(directory: Path) -> dict:
     return meta
 
 
+def dataset_tokenizer(directory: str | Path, vocab_size: int | None = None) -> Tokenizer:
+    """The tokenizer of the prepared dataset in ``directory``, checked against the vocabulary
+    its ``meta.json`` records (``vocab_size``, where that was read already), without opening
+    its token files."""
+    directory = Path(directory)
+    if vocab_size is None:
+        vocab_size = read_meta(directory)["vocab_size"]
+    tok = load_tokenizer(directory)
+    if tok.vocab_size != vocab_size:
+        raise DataError(f"{directory}: its tokenizer has {tok.vocab_size:,} tokens, "
+                        f"meta.json records {vocab_size:,}; prepare the dataset again")
+    return tok
+
+
 class TokenDataset:
     """Memory-mapped ``train.bin``/``val.bin`` of a prepared dataset directory, checked when
     opened: a malformed ``meta.json``, a token file of the wrong size (truncated, or written
@@ -103,11 +117,7 @@ class TokenDataset:
         return data
 
     def tokenizer(self) -> Tokenizer:
-        tok = load_tokenizer(self.directory)
-        if tok.vocab_size != self.vocab_size:
-            raise DataError(f"{self.directory}: its tokenizer has {tok.vocab_size:,} tokens, "
-                            f"meta.json records {self.vocab_size:,}; prepare the dataset again")
-        return tok
+        return dataset_tokenizer(self.directory, self.vocab_size)
 
     def chars_per_token(self, split: str) -> float:
         """Characters of text per token in ``split``: what turns a loss per token into one per
