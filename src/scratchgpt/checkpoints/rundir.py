@@ -105,10 +105,9 @@ class RunDir:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
-            raise RunInUseError(f"run {self.path} is in use by process {holder}; wait for it "
-                                "to finish (or stop it) before writing this run") from None
+            raise RunInUseError(self._in_use(holder)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
@@ -158,7 +157,32 @@ class RunDir:
         holding it."""
         self._refuse_what_is_not_a_run()
         if mode == "new" and self.holds_run():
+            holder = self._writer()  # (a run being written is said to be: --resume waits too)
+            if holder is not None:
+                raise RunInUseError(self._in_use(holder))
             raise CheckpointError(self._occupied(can_resume))
+
+    def _writer(self) -> str | None:
+        """The process writing the run (its id as the lock file records it), or None when no
+        process holds the lock; found with a shared lock taken and dropped at once, so that
+        nothing is created or left held."""
+        try:
+            fd = os.open(self.file(LOCK_FILE), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _holder(fd)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def _in_use(self, holder: str) -> str:
+        return (f"run {self.path} is in use by process {holder}; wait for it to finish (or "
+                "stop it) before writing this run")
 
     def _refuse_what_is_not_a_run(self) -> None:
         """A file is no run directory (nor is a path below one), and neither a prepared
@@ -391,6 +415,11 @@ def write_model_run(out: str | Path, checkpoint: Checkpoint, tokenizer: Any = No
             raise
         run.commit()
     return run.path
+
+
+def _holder(fd: int) -> str:
+    """The process id the lock file open at ``fd`` records ("unknown" where it is empty)."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
 
 
 def _kind_of(path: Path) -> str:
