@@ -54,6 +54,20 @@ def test_read_tsv_says_a_folder_or_device_is_no_file(tmp_path):
         read_tsv("/dev/null")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_read_tsv_refuses_utf16_without_a_byte_order_mark(tmp_path, encoding):
+    """Pairs saved as UTF-16 without a byte-order mark are valid UTF-8 with a NUL beside every
+    letter: big-endian they were read as pairs in silence, a NUL in each character's place of
+    the vocabularies. They are refused as prepare refuses such a text; a stray NUL passes."""
+    f = tmp_path / "p.tsv"
+    f.write_bytes("hello\tbonjour\ncat\tchat\n".encode(encoding))
+    with pytest.raises(ScratchGPTError, match=r"p\.tsv is 50% NUL characters: UTF-16 text "
+                                              "saved without a byte-order mark"):
+        read_tsv(f)
+    f.write_text("hello\0\tbonjour\ncat\tchat\nsun\tsoleil\n", encoding="utf-8")
+    assert read_tsv(f)[0] == ("hello\0", "bonjour")
+
+
 def test_tokenizer_specials_unknowns_and_roundtrip():
     tok = Seq2SeqTokenizer.train(["abc", "cab"])
     assert tok.vocab_size == 4 + 3

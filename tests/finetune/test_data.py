@@ -83,6 +83,33 @@ def test_a_file_without_labelled_text_says_so(min_labels):
             parse_labelled(text, "f", csv_format, min_labels=min_labels)
 
 
+@pytest.mark.parametrize("name", ["l.tsv", "l.csv", "c.json", "c.jsonl"])
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_refused_naming_the_file(tmp_path, name,
+                                                                    encoding):
+    """A TSV or CSV saved as UTF-16 without a byte-order mark is valid UTF-8 with a NUL
+    beside every letter: it was read in silence, texts and labels with NULs in them (a JSON
+    file was "not valid JSON" at a column of a line that looks right). Each is refused as
+    prepare refuses such a text, naming the file; a stray NUL in a text passes."""
+    from scratchgpt.finetune.data import read_conversations, read_labelled
+
+    rows = [(f"text number {i} is good", "ab"[i % 2]) for i in range(10)]
+    records = [{"instruction": f"say {i}", "output": str(i)} for i in range(4)]
+    body = {"l.tsv": "".join(f"{t}\t{label}\n" for t, label in rows),
+            "l.csv": "".join(f"{t},{label}\n" for t, label in rows),
+            "c.json": json.dumps(records),
+            "c.jsonl": "".join(json.dumps(r) + "\n" for r in records)}[name]
+    path = tmp_path / name
+    read = read_labelled if name.startswith("l.") else read_conversations
+    path.write_bytes(body.encode(encoding))
+    with pytest.raises(DataError, match=re.escape(f"{path} is 50% NUL characters: UTF-16 "
+                                                  "text saved without a byte-order mark")):
+        read(str(path), None)
+    if read is read_labelled:  # a few NULs in a text are kept (JSON has none unescaped)
+        path.write_text(body.replace("1", "1\0"), encoding="utf-8")
+        assert any("\0" in text for text, _ in read_labelled(str(path), None)[0])
+
+
 def test_alpaca_and_chat_records():
     alpaca = [{"instruction": "Add", "input": "1 2", "output": "3"},
               {"instruction": "Say hi", "output": "hi"}]

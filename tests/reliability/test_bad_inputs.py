@@ -188,9 +188,12 @@ def _files(root: Path) -> dict[str, Path]:
     words = play_text(2_000, seed=4).split()
     (root / "header.tsv").write_text("review\tsentiment\n" + "".join(
         f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
+    # UTF-16 without a byte-order mark: valid UTF-8, a NUL beside every letter
+    (root / "utf16.tsv").write_bytes("".join(f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n"
+                                             for i in range(40)).encode("utf-16-be"))
     return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
             "inf_budget": root / "inf-budget.toml", "typo": root / "typo.toml",
-            "header_tsv": root / "header.tsv",
+            "header_tsv": root / "header.tsv", "utf16_tsv": root / "utf16.tsv",
             "one_char": root / "one-char.txt", "loop": root / "loop",
             "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
@@ -399,6 +402,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["root"] / "out" / "s",
                 *S2S_TINY, "--max-positions", "8"],
      "--max-positions 8 is shorter than the longest source or target"),
+    # UTF-16 without a byte-order mark was read as pairs with a NUL beside every letter
+    ("seq2seq train --data pairs saved as UTF-16 without a byte-order mark",
+     lambda c: ["seq2seq", "train", "--data", c["utf16_tsv"], "--out", c["root"] / "out" / "s",
+                *S2S_TINY[4:]], "UTF-16 text saved without a byte-order mark"),
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),
@@ -412,6 +419,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
                 c["header_tsv"], "--out", c["root"] / "out" / "ft"],
      "Is the first row a header?"),
+    # UTF-16 without a byte-order mark was read as texts and labels with NULs in them
+    ("finetune --task classify --data a TSV saved as UTF-16 without a byte-order mark",
+     lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
+                c["utf16_tsv"], "--out", c["root"] / "out" / "ft"],
+     "UTF-16 text saved without a byte-order mark"),
     # the run's own --task, --init-from and --data pass a resume again; other ones do not
     ("finetune --resume --data another file",
      lambda c: ["finetune", "--out", c["classifier"], "--resume", "--task", "classify",

@@ -276,7 +276,7 @@ def read_files(files: list[Path]) -> str:
     parts = []
     for path in files:
         try:
-            parts.append(_not_nul_padded(path.read_text(encoding="utf-8").removeprefix("\ufeff"),
+            parts.append(not_nul_padded(path.read_text(encoding="utf-8").removeprefix("\ufeff"),
                                          path))
         except UnicodeDecodeError as e:
             utf16 = e.object[:2] in (b"\xff\xfe", b"\xfe\xff")  # its byte-order mark
@@ -292,12 +292,14 @@ def read_files(files: list[Path]) -> str:
 NUL_SHARE = 0.1
 
 
-def _not_nul_padded(text: str, path: Path) -> str:
+def not_nul_padded(text: str, where: str | Path) -> str:
     """``text``, unless NUL characters make up :data:`NUL_SHARE` of it or more: then a
-    DataError, since it is UTF-16 without a byte-order mark, or no text at all."""
+    DataError naming ``where`` (the file), since it is UTF-16 without a byte-order mark, or
+    no text at all. Every reader of a user's text file checks it: a corpus, fine-tuning
+    data, parallel text."""
     nuls = text.count("\0")
     if nuls and nuls >= NUL_SHARE * len(text):
-        raise DataError(f"{path} is {nuls / len(text):.0%} NUL characters: UTF-16 text saved "
+        raise DataError(f"{where} is {nuls / len(text):.0%} NUL characters: UTF-16 text saved "
                         "without a byte-order mark (save it as UTF-8), or not text at all")
     return text
 

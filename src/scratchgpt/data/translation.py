@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scratchgpt.data.sources import not_nul_padded
 from scratchgpt.errors import DataError
 from scratchgpt.validation import check_range, file_source_problem
 
@@ -46,6 +47,7 @@ def read_tsv(path: str | Path) -> list[Pair]:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e})") from None
+    not_nul_padded(text, path)  # UTF-16 without a byte-order mark split into pairs of it
     pairs = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
