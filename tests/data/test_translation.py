@@ -64,6 +64,10 @@ def test_read_tsv_refuses_utf16_without_a_byte_order_mark(tmp_path, encoding):
     with pytest.raises(ScratchGPTError, match=r"p\.tsv is 50% NUL characters: UTF-16 text "
                                               "saved without a byte-order mark"):
         read_tsv(f)
+    f.write_bytes("hello\tbonjour\n".encode("utf-16"))  # with its byte-order mark
+    with pytest.raises(ScratchGPTError, match=r"p\.tsv is not valid UTF-8 text \(byte 0\): "
+                                              "it is UTF-16 text; save it as UTF-8"):
+        read_tsv(f)
     f.write_text("hello\0\tbonjour\ncat\tchat\nsun\tsoleil\n", encoding="utf-8")
     assert read_tsv(f)[0] == ("hello\0", "bonjour")
 

@@ -105,6 +105,10 @@ def test_utf16_without_a_byte_order_mark_is_refused_naming_the_file(tmp_path, na
     with pytest.raises(DataError, match=re.escape(f"{path} is 50% NUL characters: UTF-16 "
                                                   "text saved without a byte-order mark")):
         read(str(path), None)
+    path.write_bytes(body.encode("utf-16"))  # with its byte-order mark: named as UTF-16
+    with pytest.raises(DataError, match=re.escape(f"{path} is not valid UTF-8 text (byte 0): "
+                                                  "it is UTF-16 text; save it as UTF-8")):
+        read(str(path), None)
     if read is read_labelled:  # a few NULs in a text are kept (JSON has none unescaped)
         path.write_text(body.replace("1", "1\0"), encoding="utf-8")
         assert any("\0" in text for text, _ in read_labelled(str(path), None)[0])

@@ -77,11 +77,12 @@ def read_lines(path: str) -> list[str]:
     """The non-empty lines of ``--file``, read as finetune reads its data (UTF-8, a BOM
     dropped, bytes that are not UTF-8 refused in one line, as are a missing file or a
     directory), or of standard input (``-``, read the same way)."""
-    from scratchgpt.finetune.data import decode_text, read_source
+    from scratchgpt.data.sources import decode_utf8
+    from scratchgpt.finetune.data import read_source
 
     if path == "-":
         where = "standard input"
-        text = decode_text(sys.stdin.buffer.read(), where)
+        text = decode_utf8(sys.stdin.buffer.read(), where)
     else:
         text, where, _ = read_source(path, None)
     lines = [line for line in text.splitlines() if line.strip()]

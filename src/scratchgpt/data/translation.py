@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchgpt.data.sources import not_nul_padded
+from scratchgpt.data.sources import decode_utf8
 from scratchgpt.errors import DataError
 from scratchgpt.validation import check_range, file_source_problem
 
@@ -41,13 +41,9 @@ def read_tsv(path: str | Path) -> list[Pair]:
     problem = file_source_problem(path)
     if problem is not None:  # a folder was "no such file", though it is there
         raise DataError(f"{path} {problem}")
-    try:
-        # utf-8-sig: a byte-order mark (some editors write one) is not the first source's
-        # first character
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e})") from None
-    not_nul_padded(text, path)  # UTF-16 without a byte-order mark split into pairs of it
+    # (a byte-order mark, which some editors write, is not the first source's first character;
+    # UTF-16 is refused with or without one, not split into pairs of it)
+    text = decode_utf8(path.read_bytes(), path)
     pairs = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -54,20 +54,7 @@ def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
     if problem is not None:
         raise DataError(f"data file {path} {problem}")
     raw = path.read_bytes()
-    return decode_text(raw, str(path)), str(path), hashlib.sha256(raw).hexdigest()
-
-
-def decode_text(raw: bytes, where: str) -> str:
-    """``raw`` as UTF-8 text, a byte-order mark dropped; bytes that are not UTF-8 are a
-    one-line error naming the first one's offset (never replaced in silence), and so is text
-    that is a tenth NUL characters (:func:`~scratchgpt.data.sources.not_nul_padded`: UTF-16
-    without a byte-order mark, whose lines split into texts and labels with a NUL beside
-    every letter)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{where} is not valid UTF-8 text (byte {e.start})") from None
-    return sources.not_nul_padded(text.removeprefix("\ufeff"), where)
+    return sources.decode_utf8(raw, path), str(path), hashlib.sha256(raw).hexdigest()
 
 
 # ---- labelled texts
