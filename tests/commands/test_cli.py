@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,26 @@ def test_a_prompt_file_opening_with_a_byte_order_mark(run_dir, tmp_path, capsys)
     from_file = capsys.readouterr().out
     assert main([*args, "--prompt", "the "]) == 0
     assert capsys.readouterr().out == from_file
+
+
+@pytest.mark.parametrize("encoding, says", [
+    ("utf-16", "is not valid UTF-8 text (byte 0): it is UTF-16 text; save it as UTF-8"),
+    ("utf-16-le", "is 50% NUL characters: UTF-16 text saved without a byte-order mark")])
+def test_a_prompt_file_saved_as_utf16_is_named_as_such(run_dir, tmp_path, capsys, encoding,
+                                                       says):
+    """A prompt file saved as UTF-16 was 'not UTF-8 text' (with its byte-order mark) or, without
+    one, valid UTF-8 with a NUL after every letter, sampled from in silence by a byte-level
+    tokenizer. Both are named as every text file a user gives is; Windows line endings read as
+    they did."""
+    (tmp_path / "p.txt").write_bytes("the cat\r\nsat".encode(encoding))
+    line = error_of(capsys, ["sample", "--checkpoint", str(run_dir), "--prompt-file",
+                             str(tmp_path / "p.txt")])
+    assert f"prompt file {tmp_path / 'p.txt'} {says}" in line
+    from scratchgpt.commands.prompts import read_prompt
+
+    (tmp_path / "p.txt").write_bytes(b"the cat\r\nsat\rdown")
+    assert read_prompt(argparse.Namespace(prompt_file=str(tmp_path / "p.txt"))) == \
+        "the cat\nsat\ndown"
 
 
 def test_missing_checkpoint(tmp_path, capsys):

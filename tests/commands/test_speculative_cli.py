@@ -128,7 +128,7 @@ def test_bench_speculative_prompt_file_it_cannot_read_is_one_line(runs, tmp_path
     from tests.cli_errors import error_of
 
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
-    assert "not UTF-8" in error_of(capsys, [
+    assert "latin1.txt is not valid UTF-8 text (byte 3)" in error_of(capsys, [
         "bench", "speculative", "--checkpoint", str(runs["target"]), "--draft", "ngram",
         "--prompt-file", str(tmp_path / "latin1.txt"), "--k", "1", "--tokens", "2"])
 

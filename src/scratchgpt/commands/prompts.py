@@ -12,19 +12,23 @@ from scratchgpt.errors import ConfigError, DataError
 
 def read_prompt(args: argparse.Namespace) -> str | None:
     """The prompt text (None when none was given); a byte-order mark that opens the file (as
-    Windows editors write one) is not part of it."""
+    Windows editors write one) is not part of it, and UTF-16 is refused naming the file, as
+    every text file a user gives is (:func:`~scratchgpt.data.sources.decode_utf8`)."""
+    from scratchgpt.data.sources import decode_utf8
+
     if args.prompt_file:
         path = Path(args.prompt_file)
         try:
-            return path.read_text(encoding="utf-8").removeprefix("\ufeff")
+            raw = path.read_bytes()
         except FileNotFoundError:
             raise DataError(f"prompt file {path} does not exist") from None
         except IsADirectoryError:
             raise DataError(f"prompt file {path} is a directory; name a text file") from None
-        except UnicodeDecodeError:
-            raise DataError(f"prompt file {path} is not UTF-8 text") from None
         except OSError as e:
             raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
+        # (read_text's universal newlines: a prompt saved on Windows reads as one saved here)
+        text = decode_utf8(raw, f"prompt file {path}")
+        return text.replace("\r\n", "\n").replace("\r", "\n")
     return args.prompt
 
 
