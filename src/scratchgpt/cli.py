@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from scratchgpt import __version__, figure_helper
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.signals import forget_interrupts_caught_in_exec, signals_held, sigterm_stops
-from scratchgpt.validation import did_you_mean, flag_of, rename_setting
+from scratchgpt.validation import did_you_mean, file_above, flag_of, rename_setting
 
 # Order here is the order in `scratchgpt --help`.
 COMMAND_MODULES = (
@@ -270,8 +270,7 @@ def _os_error_message(e: OSError) -> str:
         return str(e.strerror or e)
     path = Path(e.filename)
     if isinstance(e, (FileExistsError, NotADirectoryError)) and e.filename2 is None:
-        blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()),
-                        None)
+        blocking = path if path.exists() and not path.is_dir() else file_above(path)
         if blocking is not None:
             return f"cannot write under {blocking}: it is a file, not a folder"
     return f"{e.strerror or e}: {e.filename}"
