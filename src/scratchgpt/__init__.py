@@ -16,8 +16,8 @@ The Python API, the whole loop from a text to a model's words (README.md, "Pytho
 
 Each name is imported from its module on first use, so ``import scratchgpt`` (which the
 command line does) costs no torch import; nor do the configs, ``GPTConfig``, ``TrainConfig``,
-``StopRule`` and ``model_config``, which are plain data (the model and sampling code is what
-imports torch).
+``SamplingConfig``, ``StopRule`` and ``model_config``, which are plain data (the model and
+sampling code is what imports torch).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "train": "scratchgpt.training.job",
     "TrainResult": "scratchgpt.training.trainer",
     "load_model": "scratchgpt.checkpoints.io",
-    "SamplingConfig": "scratchgpt.generation.sampling",
+    "SamplingConfig": "scratchgpt.generation.sampling_config",
     "StopRule": "scratchgpt.generation.stopping",
     "generate": "scratchgpt.generation.generate",
     "stream": "scratchgpt.generation.generate",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from scratchgpt.errors import ScratchGPTError
     from scratchgpt.generation.beam import beam_search
     from scratchgpt.generation.generate import generate, generate_batch, stream, stream_text
-    from scratchgpt.generation.sampling import SamplingConfig
+    from scratchgpt.generation.sampling_config import SamplingConfig
     from scratchgpt.generation.stopping import StopRule
     from scratchgpt.models import build_model, model_config
     from scratchgpt.models.configs.gpt import GPTConfig

@@ -1,4 +1,6 @@
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -96,6 +98,29 @@ def test_the_smallest_settings_sample_the_most_likely_token(settings):
 def test_invalid_sampling_settings(bad):
     with pytest.raises(ScratchGPTError):
         SamplingConfig(**bad)
+
+
+def test_a_sampling_config_imports_no_torch():
+    """A SamplingConfig is plain data: it lived beside the sampling code, so naming one (the
+    Python API's scratchgpt.SamplingConfig, its checks included) imported torch."""
+    code = ("import sys, scratchgpt\n"
+            "cfg = scratchgpt.SamplingConfig(temperature=0.8, top_k=40, top_p=0.9)\n"
+            "try:\n"
+            "    scratchgpt.SamplingConfig(top_k=-1)\n"
+            "except scratchgpt.ScratchGPTError as e:\n"
+            "    print(e)\n"
+            "print(cfg.top_k, [m for m in sys.modules if m.split('.')[0] == 'torch'][:5])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines() == ["top_k must be >= 0, got -1", "40 []"], out
+
+
+def test_the_sampling_modules_config_is_the_same_class():
+    """Code that imports SamplingConfig from the sampling code keeps working."""
+    import scratchgpt
+    from scratchgpt.generation import sampling_config
+
+    assert SamplingConfig is sampling_config.SamplingConfig is scratchgpt.SamplingConfig
 
 
 def _model() -> GPT:
