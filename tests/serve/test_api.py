@@ -296,6 +296,34 @@ def test_fields_that_change_nothing_generated_are_taken_and_ignored(client, stre
     assert given["choices"][0]["message"]["content"] == "ok"
 
 
+@pytest.mark.parametrize("asked", ["auto", "default", "flex", None])
+def test_a_chat_answer_names_the_service_tier_that_served_it_when_asked(client, asked):
+    """OpenAI's chat answer, whole and each streamed chunk, names the tier that served a
+    request that gave a service_tier ("auto" is answered with the tier it chose); the server
+    took the field and answered without it. It has one tier, "default": a request for another
+    is served by it, and the answer says so; a request that gives none gets no field."""
+    body = {"messages": [{"role": "user", "content": "the king"}], "temperature": 0,
+            "max_tokens": 30, **({} if asked is None else {"service_tier": asked})}
+    whole = client.post("/v1/chat/completions", json=body).json()
+    chunks = stream(client, "/v1/chat/completions",
+                    {**body, "stream_options": {"include_usage": True}})
+    assert whole["choices"][0]["message"]["content"] == "ok"
+    assert chunks[-1]["usage"] == whole["usage"] and len(chunks) > 2
+    tiers = {whole.get("service_tier", "none")} | {c.get("service_tier", "none")
+                                                  for c in chunks}
+    assert tiers == {"none" if asked is None else "default"}
+
+
+def test_a_completion_names_no_service_tier(client):
+    """OpenAI's completions take no service_tier, so nor does this server's (a 400 naming
+    it), and their answers name none."""
+    r = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4,
+                                             "service_tier": "auto"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "service_tier"
+    body = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4}).json()
+    assert "service_tier" not in body
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("store", "yes", "'store' must be true or false"),
     ("metadata", {"a": 1}, "'metadata' must be an object of at most 16 string values"),

@@ -68,3 +68,20 @@ def test_fields_the_client_sends_that_change_nothing_are_taken(openai_client):
         max_tokens=20, store=False, metadata={"app": "notes"}, service_tier="auto",
         safety_identifier="h-1", prompt_cache_key="k-1", user="u-1")
     assert r.choices[0].message.content == "ok"
+
+
+def test_the_service_tier_asked_for_is_answered_with_the_one_that_served(openai_client):
+    """OpenAI names the tier that served a request that gave one, in the response and in
+    every chunk; the client read None."""
+    messages = [{"role": "user", "content": "the king"}]
+    r = openai_client.chat.completions.create(model="chatty", messages=messages,
+                                              temperature=0, max_tokens=20,
+                                              service_tier="auto")
+    assert r.service_tier == "default" and r.choices[0].message.content == "ok"
+    parts = list(openai_client.chat.completions.create(
+        model="chatty", messages=messages, temperature=0, max_tokens=20, stream=True,
+        service_tier="default"))
+    assert len(parts) > 1 and {p.service_tier for p in parts} == {"default"}
+    plain = openai_client.chat.completions.create(model="chatty", messages=messages,
+                                                  temperature=0, max_tokens=20)
+    assert plain.service_tier is None

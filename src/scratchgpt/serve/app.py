@@ -244,8 +244,8 @@ class Handlers:
         if not req.gen.stream:
             return await self._whole(request, svc.chat(self.service, req))
         run = svc.chat_run(self.service, req)
-        return await self._stream(request, run,
-                                  svc.stream_chat(self.service, run, req.gen.include_usage))
+        return await self._stream(request, run, svc.stream_chat(
+            self.service, run, req.gen.include_usage, req.service_tier))
 
     async def _whole(self, request: Request, work: Awaitable[dict]) -> Response:
         finished, body = await _unless_disconnected(request, work)

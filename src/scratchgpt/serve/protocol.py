@@ -5,7 +5,9 @@ this server cannot honour (``tools``, a non-zero ``presence_penalty``, ``audio``
 nobody defines are both a 400 naming the field, as OpenAI answers. Fields that change nothing
 this server generates (:data:`IGNORED_CHAT_FIELDS`: ``store``, ``metadata``, ``service_tier``,
 the ids for OpenAI's caches and abuse checks), which some clients send by default, are checked
-for their type and ignored. Every error is OpenAI's error object with the HTTP status that
+for their type and ignored; a chat request that names a ``service_tier`` is answered, as
+OpenAI answers it, with the tier that served it: this server's one, :data:`SERVICE_TIER`.
+Every error is OpenAI's error object with the HTTP status that
 fits::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p",
@@ -99,6 +101,13 @@ class ChatRequest:
     model: str | None
     messages: list[dict[str, str]]
     gen: Generation
+    service_tier: str | None = None  # the tier its answer names; None: it names none
+
+
+# The service tier every request is served with. OpenAI's chat answer names the tier that
+# served a request that gave a ``service_tier`` ("auto" is answered with the tier it chose,
+# "default" unless a project says otherwise), and none otherwise; this server has one tier.
+SERVICE_TIER = "default"
 
 
 # ---- parsing
@@ -291,7 +300,8 @@ COMPLETION_FIELDS: dict[str, Check] = {
     "suffix": _unsupported,
 }
 # chat fields that change nothing this server generates: checked for their type, ignored
-# (nothing is stored; there is one service tier, no prompt cache to key, no abuse checks)
+# (nothing is stored; there is one service tier, no prompt cache to key, no abuse checks);
+# a service_tier given is answered with the one tier (SERVICE_TIER)
 IGNORED_CHAT_FIELDS: dict[str, Check] = {
     "store": _bool, "metadata": _metadata, "service_tier": _string,
     "prompt_cache_key": _string, "prompt_cache_retention": _string,
@@ -379,7 +389,8 @@ def parse_chat(data: Mapping[str, Any], limits: Limits) -> ChatRequest:
     top = (f["top_logprobs"] or 0) if f["logprobs"] else None
     max_tokens = f["max_completion_tokens"] or f["max_tokens"]
     gen = _generation(f, limits, max_tokens, limits.default_chat_max_tokens, top)
-    return ChatRequest(f["model"], f["messages"], gen)
+    tier = None if f["service_tier"] is None else SERVICE_TIER  # (any tier asked: the one)
+    return ChatRequest(f["model"], f["messages"], gen, tier)
 
 
 # ---- responses
@@ -442,12 +453,15 @@ def chat_choice(index: int, text: str, logprobs: dict | None, finish: str | None
 
 
 def envelope(kind: str, rid: str, created: int, model: str, choices: list[dict],
-             usage_: dict | None = None) -> dict[str, Any]:
+             usage_: dict | None = None, service_tier: str | None = None) -> dict[str, Any]:
     """A response or chunk: ``kind`` is its ``object`` (``text_completion``,
-    ``chat.completion``, ``chat.completion.chunk``)."""
+    ``chat.completion``, ``chat.completion.chunk``); ``service_tier``, when given, the tier
+    that served it (a chat response or chunk, as OpenAI's)."""
     body = {"id": rid, "object": kind, "created": created, "model": model, "choices": choices}
     if usage_ is not None:
         body["usage"] = usage_
+    if service_tier is not None:
+        body["service_tier"] = service_tier
     return body
 
 

@@ -442,14 +442,18 @@ async def chat(service: Service, req: api.ChatRequest) -> dict[str, Any]:
     choices = [api.chat_choice(c.index, c.text, api.chat_logprobs(c.tokens) if c.logprobs
                                else None, c.finish, delta=False) for c in run.choices[0]]
     return api.envelope("chat.completion", run.id, run.created, service.info.id, choices,
-                        api.usage(run.prompt_tokens, run.completion_tokens()))
+                        api.usage(run.prompt_tokens, run.completion_tokens()),
+                        req.service_tier)
 
 
-async def stream_chat(service: Service, run: Run, include_usage: bool) -> AsyncIterator[bytes]:
-    """Server-sent events of a started chat run, then ``data: [DONE]``."""
+async def stream_chat(service: Service, run: Run, include_usage: bool,
+                      service_tier: str | None = None) -> AsyncIterator[bytes]:
+    """Server-sent events of a started chat run, then ``data: [DONE]``; each chunk names
+    ``service_tier`` when given, as OpenAI's chunks name the tier."""
     def chunk(choice: dict) -> bytes:
         return api.sse(with_null_usage(include_usage, api.envelope(
-            "chat.completion.chunk", run.id, run.created, service.info.id, [choice])))
+            "chat.completion.chunk", run.id, run.created, service.info.id, [choice],
+            service_tier=service_tier)))
 
     for c in run.choices[0]:
         yield chunk(api.chat_choice(c.index, "", None, None, delta=True, first=True))
@@ -460,6 +464,7 @@ async def stream_chat(service: Service, run: Run, include_usage: bool) -> AsyncI
     if include_usage:
         yield api.sse(api.envelope("chat.completion.chunk", run.id, run.created,
                                    service.info.id, [],
-                                   api.usage(run.prompt_tokens, run.completion_tokens())))
+                                   api.usage(run.prompt_tokens, run.completion_tokens()),
+                                   service_tier))
     yield api.sse("[DONE]")
 
