@@ -39,6 +39,9 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
          "s2s": root / "s2s"}
     assert main(["train", "--dataset", str(tiny_data), "--out", str(c["run"]), "--max-iters",
                  "2", *TINY]) == 0
+    c["budgeted"] = root / "budgeted"  # a run its --time-budget ended
+    assert main(["train", "--dataset", str(tiny_data), "--out", str(c["budgeted"]),
+                 "--max-iters", "1000000", "--time-budget", "0.2s", *TINY]) == 0
     assert main(["train", "--dataset", str(tiny_data), "--out", str(c["lstm"]), "--model",
                  "lstm", "--max-iters", "1", *TINY[6:]]) == 0
     assert main(["seq2seq", "train", "--task", "dates", "--arch", "transformer", "--out",
@@ -288,6 +291,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --resume --time-budget shorter than the run has trained",
      lambda c: ["train", "--out", c["run"], "--resume", "--time-budget", "0.000001s"],
      "already trained for"),
+    # the run's own spent budget given again stopped it before the updates asked for, in a
+    # note that the run had finished
+    ("train --resume --time-budget RUN'S-OWN-SPENT --max-iters MORE",
+     lambda c: ["train", "--out", c["budgeted"], "--resume", "--time-budget", "0.2s",
+                "--max-iters", "2000000"], "--time-budget 0.2s is used up"),
     ("train --config holding a list", lambda c: _train(c, "--config", c["a_list"]), "object"),
     ("train --config of a wrong type", lambda c: _train(c, "--config", c["bad_type"]),
      "learning_rate"),

@@ -407,3 +407,29 @@ def test_a_resume_refuses_a_budget_it_has_already_used(small_dataset, tmp_path, 
     assert cli_main(["train", "--resume", "--out", str(tmp_path / "r"), "--time-budget", "",
                      "--max-iters", str(step + 3), "--no-progress"]) == 0
     assert load_checkpoint(tmp_path / "r" / "last.pt").state.step == step + 3
+
+
+def test_a_resume_that_repeats_its_used_up_budget_with_more_iterations_is_refused(
+        small_dataset, tmp_path, cli_main, capsys):
+    """The budget the run was started with, given again with a new --max-iters, printed the
+    finished run's note and trained nothing: the spent budget stood in the way of the
+    updates asked for. One line, saying what to give (without the budget it trains on, as a
+    resume with --max-iters alone does); the run's own command repeated gets the note."""
+    from tests.cli_errors import error_of
+
+    out = tmp_path / "r"
+    step = _budgeted_run(cli_main, small_dataset, out)
+    before = (out / "last.pt").read_bytes()
+    resume = ["train", "--resume", "--out", str(out), "--time-budget", "0.3s"]
+    line = error_of(capsys, [*resume, "--max-iters", str(step + 5)])
+    assert f"--time-budget 0.3s is used up: it would stop the run before --max-iters " \
+           f"{step + 5}" in line, line
+    assert line.endswith(f"drop --time-budget to train to --max-iters {step + 5})"), line
+    assert (out / "last.pt").read_bytes() == before
+    for again in ([], ["--max-iters", "1000000"]):  # the run's own budget (and iterations)
+        assert cli_main([*resume, *again, "--no-progress"]) == 0
+        assert "already used its --time-budget" in capsys.readouterr().out
+        assert (out / "last.pt").read_bytes() == before
+    assert cli_main(["train", "--resume", "--out", str(out), "--max-iters", str(step + 5),
+                     "--no-progress"]) == 0
+    assert load_checkpoint(out / "last.pt").state.step == step + 5

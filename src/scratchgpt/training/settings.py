@@ -10,7 +10,9 @@ cadence, precision, threads, dropout, the optimizer's betas, weight decay and ra
 and a recurrent model's ``cells``: its torch kernels or the equations, on the same weights);
 those that cannot (the model's type and shape, the optimizer, whose state is saved) are an
 error when given with a different value. A run that its time budget ended, resumed with
-``--max-iters`` and no ``--time-budget``, trains on to the new ``--max-iters``.
+``--max-iters`` and no ``--time-budget``, trains on to the new ``--max-iters``; with its spent
+budget given again as well, it is refused (the budget would stop it before the updates asked
+for), as a budget no longer than it has trained is.
 """
 
 from __future__ import annotations
@@ -271,26 +273,46 @@ def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
 
 def _check_budget_can_apply(checkpoint: Checkpoint, train: TrainConfig,
                             settings: Settings) -> None:
-    """A new ``--time-budget`` no longer than the run has already trained would end it where
-    it is, training nothing: refused, as a ``--max-iters`` below its step is (the budget it
-    was started with, given again, is a run that has finished as planned)."""
+    """A ``--time-budget`` no longer than the run has already trained would end it where it
+    is, training nothing: refused, as a ``--max-iters`` below its step is. The budget it was
+    started with, given again, is a run that has finished as planned (its note says how to go
+    on), unless a new ``--max-iters`` asks it to train on: that budget is then in the way."""
     budget, elapsed = train.time_budget_s, checkpoint.state.elapsed_s
-    if budget is None or budget > elapsed or train.time_budget == \
-            checkpoint.train_config.time_budget:
+    if budget is None or budget > elapsed or "time_budget" not in settings.given:
         return
-    raise ConfigError(f"this run has already trained for {elapsed:.1f} s: --time-budget "
-                      f"{train.time_budget} would end it before where it is (give more than "
-                      f"{elapsed:.1f}s, or '' for no budget, or drop "
-                      f"{_sources(settings, ['time_budget'])} to keep the run's own)")
+    own = train.time_budget == checkpoint.train_config.time_budget
+    extends = _extends(checkpoint, train, settings)
+    if own and not (extends and train.max_iters != checkpoint.train_config.max_iters):
+        return
+    given = f"--time-budget {train.time_budget}"
+    after = (f"train to --max-iters {train.max_iters}" if extends and _lifts(checkpoint, train)
+             else "keep the run's own")
+    what = (f"{given} is used up: it would stop the run before --max-iters {train.max_iters}"
+            if own else f"{given} would end it before where it is")
+    raise ConfigError(f"this run has already trained for {elapsed:.1f} s: {what} (give more "
+                      f"than {elapsed:.1f}s, or '' for no budget, or drop "
+                      f"{_sources(settings, ['time_budget'])} to {after})")
+
+
+def _extends(checkpoint: Checkpoint, train: TrainConfig, settings: Settings) -> bool:
+    """Whether the settings ask a resumed run to train on: a ``--max-iters`` above its step."""
+    return "max_iters" in settings.given and train.max_iters > checkpoint.state.step
+
+
+def _lifts(checkpoint: Checkpoint, train: TrainConfig) -> bool:
+    """Whether the run's own time budget is used up, so that a resume that extends it and
+    gives no budget trains on without one (:func:`_lift_spent_budget`)."""
+    own = checkpoint.train_config.time_budget_s
+    return own is not None and checkpoint.state.elapsed_s >= own
 
 
 def _lift_spent_budget(checkpoint: Checkpoint, train: TrainConfig,
                        settings: Settings) -> TrainConfig:
     """A run that ended on its time budget, resumed with a larger ``--max-iters`` and no
     ``--time-budget``, trains on to the new --max-iters: the budget it has used up would stop
-    it before a single update (a budget not yet used up still applies)."""
-    budget, step = train.time_budget_s, checkpoint.state.step
-    if budget is None or checkpoint.state.elapsed_s < budget or "time_budget" in settings.given \
-            or "max_iters" not in settings.given or train.max_iters <= step:
+    it before a single update (a budget not yet used up still applies; one given again is
+    refused by :func:`_check_budget_can_apply`)."""
+    if "time_budget" in settings.given or not _extends(checkpoint, train, settings) \
+            or not _lifts(checkpoint, train):
         return train
     return replace(train, time_budget="")
