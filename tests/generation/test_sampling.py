@@ -260,3 +260,23 @@ def test_draw_follows_the_weights_and_never_picks_a_zero():
         assert torch.all(freq[p == 0] == 0)
         assert torch.all((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt() + 1e-12), (freq, p)
     assert draw(torch.tensor([0.0, 0.0, 7.0]), gen).item() == 2  # one row (V,) -> scalar
+
+
+@pytest.mark.parametrize("k", [23, 24, 10**9])
+def test_a_top_k_of_the_vocabulary_or_more_is_no_top_k(k):
+    """A top_k of the model's 23 tokens or more keeps every token, as top_k 0 does (the CLI
+    says so in a note, serve takes it as OpenAI-style clients send it): the distribution, and
+    so every seeded sample, is top_k None's, while a top_k below the vocabulary cuts it."""
+    model = _model()
+    prompt = torch.tensor([[1, 2]])
+    with torch.no_grad():
+        logits = model(prompt)[:, -1]
+    wide, off = SamplingConfig(temperature=1.3, top_k=k), SamplingConfig(temperature=1.3)
+    assert torch.equal(logits_to_probs(logits, wide), logits_to_probs(logits, off))
+    assert int((logits_to_probs(logits, SamplingConfig(top_k=22)) > 0).sum()) == 22
+
+    def sampled(cfg: SamplingConfig) -> torch.Tensor:
+        return generate(model, prompt, 40, cfg, torch.Generator().manual_seed(3))
+
+    assert torch.equal(sampled(wide), sampled(off))
+    assert not torch.equal(sampled(SamplingConfig(temperature=1.3, top_k=2)), sampled(off))

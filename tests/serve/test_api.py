@@ -217,6 +217,26 @@ def test_seeded_choices_repeat_and_differ_from_each_other(client):
     assert [c["text"] for c in other["choices"]] != texts
 
 
+@pytest.mark.parametrize("wide", ["vocab", "vocab+1", 10**9])
+def test_a_top_k_of_the_vocabulary_or_more_is_taken_as_no_top_k(client, server, wide):
+    """OpenAI-style clients send a top_k of any size: one the model's vocabulary or more keeps
+    every token, as sample's --top-k does (it notes it; an answer has no place for a note), so
+    seeded choices are those without top_k, while a top_k below the vocabulary cuts them."""
+    from scratchgpt.generation.decode import vocab_size
+
+    vocab = vocab_size(server.service.engine.batch.model)
+    top_k = {"vocab": vocab, "vocab+1": vocab + 1}.get(wide, wide)
+    body = {"prompt": "KING:", "max_tokens": 30, "temperature": 1.5, "n": 3, "seed": 5}
+
+    def texts(extra: dict) -> list[str]:
+        r = client.post("/v1/completions", json={**body, **extra})
+        assert r.status_code == 200, r.text
+        return [c["text"] for c in r.json()["choices"]]
+
+    assert texts({"top_k": top_k}) == texts({}) == texts({"top_k": 0})
+    assert texts({"top_k": 1}) != texts({})
+
+
 def test_several_prompts_and_token_id_prompts(client, server):
     ids = server.service.encode("KING:")[0]
     body = {"prompt": ["KING:", "QUEEN:"], "max_tokens": 5, "temperature": 0, "n": 2}
