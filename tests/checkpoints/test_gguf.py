@@ -197,6 +197,66 @@ def test_q8_0_writes_rows_that_are_no_multiple_of_32_as_f16(tmp_path, bpe):
     assert any("blk.0.ffn_up.weight written f16" in note for note in done.notes)
 
 
+def gguf_run(tmp_path, tok, n_embd: int):
+    """A run directory of a random GPT of width ``n_embd`` with ``tok``, for the CLI."""
+    run = tmp_path / f"run-{n_embd}"
+    tok.save(run)
+    model = random_gpt(tok.vocab_size, n_embd=n_embd)
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    return run, model
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_the_next_export_removes_a_killed_exports_temporary_not_a_live_ones(tmp_path, bpe,
+                                                                             capsys, cli_main):
+    """An export killed outright (kill -9) left its hidden temporary beside the file for good;
+    the next export to the same file removes it, and leaves one of an export still running
+    (here pid 1, which always runs)."""
+    run, _ = gguf_run(tmp_path, CharTokenizer.train("abcdefghijklmnopqrstuvwxyz "), 32)
+    out = tmp_path / "m.gguf"
+    killed = tmp_path / f".m.gguf.{dead_pid()}.0a1b2c3d.tmp"
+    live = tmp_path / ".m.gguf.1.0a1b2c3d.tmp"
+    for t in (killed, live):
+        t.write_bytes(b"GGUF part")
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                     str(out)]) == 0
+    capsys.readouterr()
+    assert out.is_file() and not killed.exists() and live.read_bytes() == b"GGUF part"
+
+
+@pytest.mark.parametrize("stop,code", [(KeyboardInterrupt, 130), ("Terminated", 143)])
+def test_ctrl_c_or_sigterm_during_the_write_leaves_nothing(tmp_path, capsys, cli_main,
+                                                         monkeypatch, stop, code):
+    """Ctrl-C, or SIGTERM (which the CLI raises as Terminated), while the tensors are being
+    written: no temporary file, no file at --out and no folder the export made for it stay."""
+    from scratchgpt.errors import Terminated
+
+    stop = Terminated if stop == "Terminated" else stop
+    run, _ = gguf_run(tmp_path, CharTokenizer.train("abcdefghijklmnopqrstuvwxyz "), 32)
+    written = []
+
+    def cut_short(self, *args, **kwargs):
+        self.fout[0].write(b"\0" * 4096)  # the file is half written
+        written.append(self.path)
+        raise stop
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensors_to_file", cut_short)
+    out = tmp_path / "exports" / "m.gguf"
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                     str(out)]) == code
+    assert written and written[0].name.startswith(".m.gguf.")  # it was stopped mid-write
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.name]
+
+
 def test_model_vocab_larger_than_tokenizer_is_padded(tmp_path, bpe):
     done = save_gguf(random_gpt(bpe.vocab_size + 6), tmp_path / "m.gguf", bpe)
     tokens = gguf.GGUFReader(done.path).fields["tokenizer.ggml.tokens"].contents()

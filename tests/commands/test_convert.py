@@ -341,3 +341,84 @@ def test_bf16_logits_are_close_and_greedy_agrees():
     sure = (top2[..., 0] - top2[..., 1]) > 2 * err
     assert torch.equal(low.argmax(-1)[sure], ref.argmax(-1)[sure])
     assert (low.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def ended_pid() -> int:
+    """The id of a process that has ended."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path, capsys):
+    """A --to hf export killed with kill -9 left its temporary folder in --out, which then was
+    'not empty (pass --overwrite ...)' for good, its folder never removed. The next export
+    removes it; a live export's (pid 1 always runs) stays, and still counts as content."""
+    hf = tmp_path / "hf"
+    killed = hf / f".export.{ended_pid()}.k1lled_x.tmp"
+    killed.mkdir(parents=True)
+    (killed / "model.safetensors").write_bytes(b"half")
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    assert not killed.exists() and (hf / "model.safetensors").is_file()
+    assert not [p for p in hf.iterdir() if p.name.endswith(".tmp")]
+    live = tmp_path / "hf2" / ".export.1.running.tmp"
+    live.mkdir(parents=True)
+    argv = ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(live.parent)]
+    assert "is not empty (pass --overwrite" in error_of(capsys, argv)
+    run(capsys, [*argv, "--overwrite"])
+    assert live.is_dir() and (live.parent / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("stop,code", [(KeyboardInterrupt, 130), ("Terminated", 143)])
+def test_ctrl_c_or_sigterm_during_an_export_leaves_nothing(run_dir, tmp_path, capsys,
+                                                           monkeypatch, stop, code):
+    """Ctrl-C, or SIGTERM (raised by the CLI as Terminated), while the weights are written:
+    neither the temporary folder nor the --out folder the export made stays."""
+    import safetensors.torch
+
+    from scratchgpt.errors import Terminated
+
+    stop = Terminated if stop == "Terminated" else stop
+    written = []
+
+    def cut_short(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 4096)
+        written.append(Path(filename))
+        raise stop
+
+    monkeypatch.setattr(safetensors.torch, "save_file", cut_short)
+    hf = tmp_path / "exports" / "hf"
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)]) == code
+    assert written and written[0].parent.name.startswith(".export.")  # stopped mid-write
+    assert not (tmp_path / "exports").exists()
+
+
+def test_ctrl_c_while_the_files_move_into_place_waits_for_the_last(run_dir, tmp_path, capsys,
+                                                                  monkeypatch):
+    """A Ctrl-C between two of the renames that move the export into --out left the
+    temporary folder with the rest of the files, and --out half an export (over --overwrite,
+    half of neither). The renames finish first, then the command stops (exit 130)."""
+    import signal
+
+    from scratchgpt.checkpoints.hf import is_hf_dir
+
+    hf = tmp_path / "hf"
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    whole = sorted(p.name for p in hf.iterdir())
+    rename = os.replace
+    moved = []
+
+    def interrupted(src, dst):
+        if Path(src).parent.name.startswith(".export.") and not moved:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the first file moves
+        moved.append(dst)
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    assert main(["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf),
+                 "--overwrite"]) == 130
+    assert len(moved) == len(whole) and is_hf_dir(hf)  # every file moved, the export whole
+    assert sorted(p.name for p in hf.iterdir()) == whole  # and no temporary folder

@@ -292,9 +292,17 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     """Write ``model`` (our GPT) and ``tokenizer`` as a GGUF file that llama.cpp loads as its
     ``gpt2`` architecture; ``qtype`` is one of :data:`GGUF_TYPES`; an instruction-tuned
     model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
-    written to a temporary name and renamed, so a failure leaves no partial file at ``path``."""
+    written to a temporary name and renamed, so a failure leaves no partial file at ``path``;
+    the name holds the process id (``.NAME.PID.X.tmp``), so that the next export to ``path``
+    removes the temporary of one killed outright (never a live export's)."""
     from scratchgpt.checkpoints.hf import check_gpt_to_export
-    from scratchgpt.checkpoints.io import write_failure
+    from scratchgpt.checkpoints.io import (
+        missing_folders,
+        remove_dead_temporaries,
+        remove_folders,
+        temporary_name,
+        write_failure,
+    )
 
     check_gpt_to_export(model, "GGUF")
     if qtype not in GGUF_TYPES:
@@ -306,8 +314,10 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
         raise CheckpointError("a GGUF file must hold the tokenizer, and this checkpoint has none")
     vocab = padded(gguf_vocab(tokenizer), cfg["vocab_size"])
     path = Path(path)
+    created = missing_folders(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    remove_dead_temporaries(path.parent, path.name)  # an export killed outright left them
+    tmp = path.with_name(temporary_name(path.name))
     w = _gguf().GGUFWriter(tmp, "gpt2")
     try:
         _write_metadata(w, cfg, vocab, qtype, name, chat_template)
@@ -322,9 +332,10 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
         w.write_tensors_to_file()
         w.close()
         tmp.replace(path)
-    except BaseException as e:
+    except BaseException as e:  # Ctrl-C and SIGTERM too: no temporary file stays
         w.close()
         tmp.unlink(missing_ok=True)
+        remove_folders(created)
         if isinstance(e, OSError):  # a full disk: numpy's short write names no file
             raise write_failure(path, e) from None
         raise

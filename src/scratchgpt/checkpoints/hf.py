@@ -49,10 +49,14 @@ from scratchgpt.checkpoints.io import (
     TEMP_SUFFIX,
     current_umask,
     fsync_dir,
+    missing_folders,
     read_torch_file,
+    remove_dead_temporaries,
+    remove_folders,
     write_failure,
 )
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
+from scratchgpt.signals import signals_held
 from scratchgpt.validation import json_loads
 
 CONFIG_FILE = "config.json"
@@ -62,6 +66,7 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
 IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
 CHAT_TEMPLATE_KEY = "scratchgpt_chat_template"  # in config.json: the name of the chat template
+STAGING = "export"  # an export's temporary folder inside --out: .export.PID.X.tmp
 # A GPT-2 directory's files besides its weights: what a hub download fetches, and what an
 # export clears first (with the weights), so that an earlier model's tokenizer never stays
 # beside a new model, where every reader would take it for the new model's.
@@ -352,31 +357,38 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
 
     The files are written into a temporary folder inside ``directory`` and moved into place
     once all are written, so a write that fails (a full disk) is a one-line
-    :class:`~scratchgpt.errors.StorageError` that leaves an earlier export there whole."""
+    :class:`~scratchgpt.errors.StorageError` that leaves an earlier export there whole; Ctrl-C
+    or SIGTERM removes the folder, or, once the files move, is held until they all have. The
+    folder's name holds the process id (``.export.PID.X.tmp``): an export killed outright
+    leaves it, and the next export into ``directory`` removes it (never a live export's)."""
     check_gpt_to_export(model, "Hugging Face format")
     directory = Path(directory)
-    created = not directory.exists()
+    created = missing_folders(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    remove_dead_temporaries(directory, STAGING)
     earlier = "export" if is_hf_dir(directory) else None
     staging = None
     try:
-        staging = Path(tempfile.mkdtemp(dir=directory, prefix=".export.", suffix=TEMP_SUFFIX))
+        staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{STAGING}.{os.getpid()}.",
+                                        suffix=TEMP_SUFFIX))
         _write_hf_files(model, staging, tokenizer, chat_template)
     except BaseException as e:  # Ctrl-C too: no temporary folder, no new empty directory
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        if created:
+        if created:  # (the folders above it too)
             shutil.rmtree(directory, ignore_errors=True)
+            remove_folders(created[1:])
         if isinstance(e, ScratchGPTError) or not isinstance(e, Exception):
             raise
         # a full disk or no permission: an OSError, or safetensors' own error, naming the
         # temporary folder
         raise write_failure(directory, e, earlier) from None
-    if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
-        _clear_directory(directory)
-    for f in staging.iterdir():
-        os.replace(f, directory / f.name)
-    staging.rmdir()
+    with signals_held():  # half moved, the directory would hold neither export
+        if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
+            _clear_directory(directory)
+        for f in staging.iterdir():
+            os.replace(f, directory / f.name)
+        staging.rmdir()
     fsync_dir(directory)
     return directory
 

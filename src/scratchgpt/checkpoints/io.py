@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import io
 import os
 import re
@@ -92,6 +93,23 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def missing_folders(path: Path) -> list[Path]:
+    """``path`` and the folders above it that do not exist yet, innermost first: what
+    ``path.mkdir(parents=True)`` makes, and a write that fails removes again
+    (:func:`remove_folders`)."""
+    return [d for d in (path, *path.parents) if not d.exists()]
+
+
+def remove_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (innermost first), each only while empty: another process may have
+    written into one since."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def fsync_dir(directory: Path) -> None:
     """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
     try:
@@ -125,11 +143,50 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
     are not stale."""
     stale = list(directory.glob(f".*{TEMP_SUFFIX}"))
     for p in stale:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+        _remove(p)
     return stale
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def temporary_name(name: str) -> str:
+    """``.NAME.PID.RANDOM.tmp``: a temporary file or folder this process writes for ``name``,
+    which a later write of ``name`` clears (:func:`remove_dead_temporaries`) once this process
+    is gone, killed before it could remove it itself."""
+    return f".{name}.{os.getpid()}.{os.urandom(4).hex()}{TEMP_SUFFIX}"
+
+
+def dead_temporaries(directory: Path, name: str) -> list[Path]:
+    """The temporaries of ``name`` in ``directory`` (``.NAME.PID.X.tmp``, as
+    :func:`temporary_name` makes them) whose process no longer runs: a live process's are
+    its own, and a name with a dot more (``NAME.5``'s) is not ``name``'s."""
+    ours = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[^.]+{re.escape(TEMP_SUFFIX)}")
+    return [p for p in directory.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}")
+            if (m := ours.fullmatch(p.name)) is not None and not process_alive(int(m[1]))]
+
+
+def remove_dead_temporaries(directory: Path, name: str) -> list[Path]:
+    """Delete :func:`dead_temporaries`; returns them."""
+    dead = dead_temporaries(directory, name)
+    for p in dead:
+        _remove(p)
+    return dead
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 @dataclass

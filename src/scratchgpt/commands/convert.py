@@ -72,8 +72,18 @@ def _check_out(out: Path, overwrite: bool, checkpoint: str | None = None) -> Non
         return
     if out.is_file():
         raise CheckpointError(f"{out} exists (pass --overwrite to replace it)")
-    if any(out.iterdir()):
+    if _holds_files(out):
         raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
+
+
+def _holds_files(directory: Path) -> bool:
+    """Whether ``directory`` holds anything but what an export killed in it left (its
+    temporary folder, which the export removes: see ``save_hf``)."""
+    from scratchgpt.checkpoints.hf import STAGING
+    from scratchgpt.checkpoints.io import dead_temporaries
+
+    left = set(dead_temporaries(directory, STAGING))
+    return any(p not in left for p in directory.iterdir())
 
 
 def _holder(out: Path) -> str | None:

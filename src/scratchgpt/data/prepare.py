@@ -20,7 +20,6 @@ An existing dataset is replaced only when asked (``overwrite``).
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import json
 import os
@@ -34,7 +33,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from scratchgpt.checkpoints.io import TEMP_SUFFIX, current_umask, exchange, fsync_dir
+from scratchgpt.checkpoints.io import (
+    TEMP_SUFFIX,
+    current_umask,
+    dead_temporaries,
+    exchange,
+    fsync_dir,
+)
 from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 from scratchgpt.tokenizers.base import TOKENIZER_FILE
@@ -358,24 +363,9 @@ def _remove_stale_staging(out: Path) -> None:
     """Temporaries of earlier prepares of ``out`` whose process no longer runs: a dataset
     moved aside by a process killed before it renamed the new one in comes back; the rest
     goes."""
-    # ".NAME.PID.RANDOM.tmp" or ".NAME.PID.old.tmp"; the temporaries of a dataset named
-    # "NAME.5" have a dot more, and are not ours
-    ours = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[^.]+{re.escape(TEMP_SUFFIX)}")
-    for tmp in out.parent.glob(f".{glob.escape(out.name)}.*{TEMP_SUFFIX}"):
-        match = ours.fullmatch(tmp.name)
-        if match is None or _alive(int(match[1])):
-            continue
+    # ".NAME.PID.RANDOM.tmp" or ".NAME.PID.old.tmp"
+    for tmp in dead_temporaries(out.parent, out.name):
         if tmp.name.endswith(f".old{TEMP_SUFFIX}") and not out.exists():
             os.replace(tmp, out)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
