@@ -206,6 +206,47 @@ def gguf_run(tmp_path, tok, n_embd: int):
     return run, model
 
 
+def test_q8_0_where_no_matrix_quantizes_is_labelled_f16(tmp_path, bpe, capsys, cli_main):
+    """--type q8_0 of a model whose rows are all 36 or 144 long (no multiple of 32) wrote f16
+    only, yet general.file_type said MOSTLY_Q8_0 and the summary q8_0, with a note for each
+    matrix. A model with some rows of 192 (4 * 48) keeps q8_0."""
+    Q, F = gguf.GGMLQuantizationType, gguf.LlamaFileType
+    for n_embd, file_type, quantized in ((36, F.MOSTLY_F16, False), (48, F.MOSTLY_Q8_0, True)):
+        run, _ = gguf_run(tmp_path, bpe, n_embd)
+        out = tmp_path / f"m{n_embd}.gguf"
+        assert cli_main(["convert", "--to", "gguf", "--type", "q8_0", "--checkpoint", str(run),
+                         "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        r = gguf.GGUFReader(out)
+        assert r.fields["general.file_type"].contents() == int(file_type)
+        assert ("general.quantization_version" in r.fields) == quantized
+        assert any(t.tensor_type == Q.Q8_0 for t in r.tensors) == quantized
+        summary = printed.splitlines()[0]
+        if quantized:
+            assert summary.startswith(f"wrote {out} (q8_0, "), printed
+            assert "blk.0.ffn_up.weight written f16" in printed
+            continue
+        assert summary.startswith(f"wrote {out} (f16, 28 tensors, "), printed
+        assert summary.endswith(" MiB): q8_0 requested, every matrix kept in f16 because q8_0 "
+                                "needs rows a multiple of 32 long and these are 36 or 144 long")
+        assert "written f16" not in printed  # one line, not one per matrix
+
+
+def test_llama_cpp_runs_a_q8_0_export_that_is_all_f16(tmp_path, bpe):
+    """The file labelled f16 where q8_0 quantized nothing loads in llama.cpp and computes our
+    logits within f16's bound."""
+    optional("llama_cpp")
+    model = random_gpt(bpe.vocab_size, n_embd=36)
+    done = save_gguf(model, tmp_path / "m.gguf", bpe, "q8_0")
+    assert done.type == "f16"
+    ids = bpe.encode(TEST_TEXT)[:48]
+    with torch.inference_mode():
+        ours = model(torch.tensor([ids]))[0]
+    theirs = llama_logits(done.path, ids)
+    assert ours.std() > 0.5
+    assert (ours - theirs).abs().max() <= 5e-3
+
+
 def dead_pid() -> int:
     """The id of a process that has ended."""
     import subprocess

@@ -24,7 +24,8 @@ writes no ``output`` tensor; llama.cpp then reuses ``token_embd``.
 ``--type``: ``f32`` (exact weights), ``f16`` (2-D weights in half precision) or ``q8_0`` (2-D
 weights in blocks of 32 int8 values with one f16 scale, 8.5 bits per weight). As llama.cpp's
 converter does, 1-D tensors (biases, LayerNorms) and the position table stay f32, and a matrix
-whose rows are not a multiple of 32 long is written f16 under q8_0.
+whose rows are not a multiple of 32 long is written f16 under q8_0. Where that is every matrix,
+the file is an f16 one: ``general.file_type`` says so, and the export's summary says why.
 
 llama.cpp reads a position past GPT-2's learned table with an assertion that ends the process
 (llama-cpp-python's too), whatever its own context size: prompt and output together must stay
@@ -249,9 +250,35 @@ class GGUFExport:
     """What :func:`save_gguf` wrote."""
 
     path: Path
-    type: str
+    type: str  # the file's type: what was written, which --type q8_0 may not be
     n_tensors: int
     notes: list[str]
+    instead: str | None = None  # why the type is not the one asked for
+
+
+# (name, data, ggml type, a note or None) of each tensor, as encode_tensor makes them
+Encoded = list[tuple[str, np.ndarray, Any, str | None]]
+
+
+def encode_tensors(model: nn.Module, cfg: dict[str, Any], qtype: str) -> Encoded:
+    """Every tensor of ``model`` under ``--type qtype``, by its GGUF name."""
+    state = model.state_dict()
+    return [(theirs, *encode_tensor(theirs, state[ours], qtype))
+            for ours, theirs in gguf_tensor_names(cfg)]
+
+
+def written_type(qtype: str, tensors: Encoded) -> tuple[str, str | None, list[str]]:
+    """(the file's type, why it is not ``qtype`` or None, the tensors' notes). ``q8_0`` where
+    no matrix could be quantized (no row a multiple of 32 long) wrote f16 only: the file is
+    f16 then, and one line says why, not one per matrix."""
+    notes = [note for *_, note in tensors if note]
+    Q = _gguf().GGMLQuantizationType
+    if qtype != "q8_0" or any(t == Q.Q8_0 for _, _, t, _ in tensors):
+        return qtype, None, notes
+    rows = sorted({data.shape[-1] for _, data, t, _ in tensors if t == Q.F16})
+    lengths = " or ".join(map(str, rows))
+    return "f16", (f"q8_0 requested, every matrix kept in f16 because q8_0 needs rows a multiple "
+                   f"of {Q8_0_BLOCK} long and these are {lengths} long"), []
 
 
 FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}
@@ -294,7 +321,11 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
     written to a temporary name and renamed, so a failure leaves no partial file at ``path``;
     the name holds the process id (``.NAME.PID.X.tmp``), so that the next export to ``path``
-    removes the temporary of one killed outright (never a live export's)."""
+    removes the temporary of one killed outright (never a live export's).
+
+    ``q8_0`` quantizes the matrices whose rows are a multiple of 32 long and writes the rest
+    f16; where that is every matrix, the file is an f16 one (``general.file_type``),
+    :attr:`GGUFExport.type` says ``f16`` and :attr:`GGUFExport.instead` why."""
     from scratchgpt.checkpoints.hf import check_gpt_to_export
     from scratchgpt.checkpoints.io import (
         missing_folders,
@@ -313,6 +344,8 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     if tokenizer is None:
         raise CheckpointError("a GGUF file must hold the tokenizer, and this checkpoint has none")
     vocab = padded(gguf_vocab(tokenizer), cfg["vocab_size"])
+    tensors = encode_tensors(model, cfg, qtype)
+    written, instead, notes = written_type(qtype, tensors)
     path = Path(path)
     created = missing_folders(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -320,13 +353,9 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     tmp = path.with_name(temporary_name(path.name))
     w = _gguf().GGUFWriter(tmp, "gpt2")
     try:
-        _write_metadata(w, cfg, vocab, qtype, name, chat_template)
-        state, notes = model.state_dict(), [*vocab.notes, context_note(cfg["block_size"])]
-        names = list(gguf_tensor_names(cfg))
-        for ours, theirs in names:
-            data, ggml_type, note = encode_tensor(theirs, state[ours], qtype)
+        _write_metadata(w, cfg, vocab, written, name, chat_template)
+        for theirs, data, ggml_type, _ in tensors:
             w.add_tensor(theirs, data, raw_dtype=ggml_type)
-            notes += [note] if note else []
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -339,7 +368,8 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
         if isinstance(e, OSError):  # a full disk: numpy's short write names no file
             raise write_failure(path, e) from None
         raise
-    return GGUFExport(path, qtype, len(names), notes)
+    return GGUFExport(path, written, len(tensors),
+                      [*vocab.notes, context_note(cfg["block_size"]), *notes], instead)
 
 
 def context_note(block_size: int) -> str:

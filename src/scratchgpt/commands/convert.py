@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_which_flag(p)
     p.add_argument("--type", dest="gguf_type", choices=GGUF_TYPES, default=None,
                    help="with --to gguf: weight precision, f32 (exact), f16, or q8_0 (int8 "
-                        "blocks of 32 with an f16 scale; 8.5 bits per weight) (default f32)")
+                        "blocks of 32 with an f16 scale; 8.5 bits per weight; a matrix whose "
+                        "rows are not a multiple of 32 long stays f16) (default f32)")
     p.add_argument("--out", required=True,
                    help="directory to write (--from hf, --to hf) or file (--to gguf)")
     p.add_argument("--overwrite", action="store_true",
@@ -205,7 +206,9 @@ def export_gguf(model, tok, out: Path, qtype: str, template=None) -> int:
     done = save_gguf(model, out, tok, qtype, chat_template=template)
     size = done.path.stat().st_size / 2**20
     chat = f", chat template {template.name}" if template is not None else ""
-    print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB{chat})")
+    instead = f": {done.instead}" if done.instead else ""  # (--type q8_0 that wrote f16)
+    print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB{chat})"
+          f"{instead}")
     if template is not None:
         print(f"note: llama.cpp stops at end of text, not at this template's end of turn: "
               f"pass {template.stop!r} as a stop string")
