@@ -41,6 +41,18 @@ def test_read_tsv_reports_file_and_line(tmp_path, text, line, what):
         read_tsv(f)
 
 
+@pytest.mark.parametrize("char", ["\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_read_tsv_ends_lines_where_an_editor_does(tmp_path, char):
+    """A pair may hold a character ``str.splitlines`` takes for a line break: the pair was
+    cut in two ("found 0" TABs), and each line after it was named one number too far."""
+    f = tmp_path / "p.tsv"
+    f.write_text(f"a{char}b\tc\r\nd\te\rf\tg\n", encoding="utf-8")
+    assert read_tsv(f) == [(f"a{char}b", "c"), ("d", "e"), ("f", "g")]
+    f.write_text(f"a{char}b\tc\nno tab here\n", encoding="utf-8")
+    with pytest.raises(ScratchGPTError, match=r"p\.tsv:2: expected exactly one TAB"):
+        read_tsv(f)
+
+
 def test_read_tsv_missing_file(tmp_path):
     with pytest.raises(ScratchGPTError, match="nope.tsv does not exist"):
         read_tsv(tmp_path / "nope.tsv")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ def read_tsv(path: str | Path) -> list[Pair]:
     # UTF-16 is refused with or without one, not split into pairs of it)
     text = decode_utf8(path.read_bytes(), path)
     pairs = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             raise DataError(f"{path}:{n}: empty line (expected 'source<TAB>target')")
         fields = line.split("\t")
@@ -62,6 +63,19 @@ def read_tsv(path: str | Path) -> list[Pair]:
     if not pairs:
         raise DataError(f"{path}: no pairs")
     return pairs
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text`` as an editor numbers them, ended by ``\\n``, ``\\r\\n`` or
+    ``\\r``. (``str.splitlines`` also ends one at ``\\x0b``, ``\\x0c``, ``\\x1c`` to
+    ``\\x1e``, ``\\x85``, ``\\u2028`` and ``\\u2029``: a pair holding one was cut in two,
+    with "found 0" TABs, and every line after it named by the wrong number.)
+
+    >>> text_lines("a\\tb\\u2028c\\r\\nd\\te\\n")
+    ['a\\tb\\u2028c', 'd\\te']
+    """
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines[-1] == "" else lines  # (no line after the last line break)
 
 
 def split_pairs(pairs: Sequence[Pair], valid_fraction: float) -> tuple[list[Pair], list[Pair]]:
