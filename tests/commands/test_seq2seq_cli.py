@@ -325,8 +325,11 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
                           # no budget and no --max-iters: 10^12 updates, for ever
                           (["--time-budget", ""], "--time-budget '' leaves this run no end"),
                           (["--learning-rate", "-1"], "--learning-rate must be > 0"),
+                          # named by the flags as typed (it said "d_model 10 is not
+                          # divisible by n_head 3")
                           (["--arch", "transformer", "--d-model", "10", "--heads", "3"],
-                           "not divisible"),
+                           "--d-model (10) must be divisible by --heads (3)"),
+                          (["--n-head", "3"], "d_model (64) must be divisible by --n-head (3)"),
                           (["--n-train", str(10**12)], "pairs needs about"),  # a petabyte
                           (["--valid-fraction", "0.2"], "a --data file only"),
                           (["--data", "x.tsv", "--n-test", "9"], "generated tasks only"),

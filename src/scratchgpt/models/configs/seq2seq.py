@@ -42,7 +42,10 @@ class Seq2SeqConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.arch == "transformer" and self.d_model % self.n_head:
-            raise ConfigError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+            # in GPTConfig's words, which the CLI turns into the flags typed (it named
+            # d_model and n_head, where the user had typed --d-model and --n-head)
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_head "
+                              f"({self.n_head})")
         check_range("dropout", self.dropout, 0, 1, high_open=True)
 
     def to_dict(self) -> dict[str, Any]:
