@@ -288,6 +288,44 @@ def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path,
     capsys.readouterr()
 
 
+def test_the_default_max_len_fits_a_small_position_table(cli_main, checkpoint, tmp_path,
+                                                         capsys, monkeypatch):
+    """translate and attention without --max-len decode 64 tokens, or as many as a
+    transformer's --max-positions holds where fewer: a model trained with --max-positions 8
+    was refused by both unless the user found a --max-len it takes ('--max-len 64 exceeds
+    the 8 positions this model can write')."""
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 2
+    (tmp_path / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
+    run = tmp_path / "run"
+    assert cli_main(["seq2seq", "train", "--data", str(tmp_path / "rev.tsv"), "--arch",
+                     "transformer", "--max-positions", "8", "--valid-fraction", "0.3",
+                     "--out", str(run), *TSV_TINY]) == 0
+    lengths = []
+    real = seq2seq_training.translate
+
+    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
+        lengths.append(max_len)
+        return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(run), "--source", "abc"]) == 0
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(run), "--source", "abc",
+                     "--out", str(tmp_path / "a.png")]) == 0
+    assert lengths == [8, 8]
+    assert "--max-len 64" not in capsys.readouterr().err
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(run), "--source", "abc",
+                     "--max-len", "9"]) == 2  # a --max-len typed is the user's: refused
+    assert "--max-len 9 exceeds the 8 positions" in capsys.readouterr().err
+    # a model with room for more keeps the default of 64
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint), "--source",
+                     "3 mar 99"]) == 0
+    assert lengths[-1] == 64
+    capsys.readouterr()
+
+
 def test_a_run_on_a_relative_tsv_path_is_evaluated_from_anywhere(cli_main, tmp_path, capsys,
                                                                   monkeypatch):
     (tmp_path / "here").mkdir()

@@ -96,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_checkpoint(tr)
     tr.add_argument("--source", action="append", required=True, metavar="TEXT",
                     help="text to translate (repeat for several)")
-    _add_decoding(tr)
+    _add_decoding(tr, DEFAULT_MAX_LEN_HELP)
     tr.set_defaults(func=run_translate)
 
     e = actions.add_parser(
@@ -108,7 +108,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--limit", type=positive_int, help="only the first N pairs")
     e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
-    _add_decoding(e, None, "twice the longest target, plus 2: room for every target")
+    _add_decoding(e, "twice the longest target, plus 2: room for every target; at most a "
+                     "transformer's --max-positions")
     e.set_defaults(func=run_eval)
 
     a = actions.add_parser(
@@ -127,7 +128,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                               "negative counts from the last)")
     a.add_argument("--head", type=int, help="transformer head (default: mean of heads; "
                                              "negative counts from the last)")
-    _add_decoding(a)
+    _add_decoding(a, DEFAULT_MAX_LEN_HELP)
     a.set_defaults(func=run_attention)
 
 
@@ -191,13 +192,28 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
                         "busy machine)")
 
 
-def _add_decoding(p: argparse.ArgumentParser, max_len: int | None = 64,
-                  max_len_help: str = "64") -> None:
+DEFAULT_MAX_LEN = 64  # translate's and attention's longest output without --max-len
+DEFAULT_MAX_LEN_HELP = (f"{DEFAULT_MAX_LEN}, or a transformer's --max-positions where that is "
+                        "fewer")
+
+
+def _add_decoding(p: argparse.ArgumentParser, max_len_help: str) -> None:
     p.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=finite_float, default=None,
                    help="with --beam N > 1: beam score = log p / length**penalty (default 1)")
-    p.add_argument("--max-len", type=positive_int, default=max_len,
+    p.add_argument("--max-len", type=positive_int, default=None,
                    help=f"longest output in tokens (default {max_len_help})")
+
+
+def max_len(args: argparse.Namespace, model) -> int:
+    """``--max-len``, or without it :data:`DEFAULT_MAX_LEN` outputs, as many as a
+    transformer's position table holds where that is fewer (``train --max-positions 40``
+    made a model that translate refused without a flag: '--max-len 64 exceeds ...')."""
+    if args.max_len is not None:
+        return args.max_len
+    if model.config.arch == "transformer":
+        return min(DEFAULT_MAX_LEN, model.config.max_positions)
+    return DEFAULT_MAX_LEN
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -293,7 +309,8 @@ def run_translate(args: argparse.Namespace) -> int:
     penalty = length_penalty(args)
     model, src_tok, tgt_tok, _ = _load(args)
     note_unseen(src_tok, args.source)
-    texts, ids, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, args.max_len,
+    longest = max_len(args, model)
+    texts, ids, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, longest,
                               length_penalty=penalty)
     for text in texts:
         print(text)
@@ -303,8 +320,7 @@ def run_translate(args: argparse.Namespace) -> int:
         which = ("the translation was" if len(ids) == 1 else
                  f"translation {numbers} of {len(ids)} was" if len(cut) == 1 else
                  f"translations {numbers} of {len(ids)} were")
-        print(f"note: {which} cut at --max-len {args.max_len}, before <eos>",
-              file=sys.stderr)
+        print(f"note: {which} cut at --max-len {longest}, before <eos>", file=sys.stderr)
     return 0
 
 
@@ -376,7 +392,8 @@ def run_attention(args: argparse.Namespace) -> int:
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 
     note_unseen(src_tok, [args.source])
-    texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, args.max_len,
+    longest = max_len(args, model)
+    texts, ids, attn = translate(model, [args.source], src_tok, tgt_tok, args.beam, longest,
                                  length_penalty=penalty)
     weights = attn[0].numpy()  # [target tokens, source tokens]
     src_labels = [visible(c) if src_tok.stoi.get(c) is not None else "<unk>"
@@ -386,7 +403,7 @@ def run_attention(args: argparse.Namespace) -> int:
                            f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
     out = save_figure(fig, args.out, dpi=120)
     cut = "" if _ended(ids[0], model.config.eos_id) else \
-        f" (cut at --max-len {args.max_len}, before <eos>)"
+        f" (cut at --max-len {longest}, before <eos>)"
     print(f"{args.source!r} -> {texts[0]!r}{cut}")
     print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
     return 0
