@@ -243,17 +243,38 @@ def serial_parts(results: list[dict], threads: int) -> dict[str, dict[str, float
     for r in results:
         dtype, options = parse_variant(r["variant"])
         timed[dtype, frozenset(options)] = r
-    parts = {}
+    parts: dict[str, dict[str, Any]] = {}
     for (dtype, options), one in timed.items():
         base = timed.get((dtype, options - {"1thread"}))
         if "1thread" in options and base is not None and threads > 1:
-            s = serial_part(base["ms_per_step"], one["ms_per_step"], threads)
-            parts[base["variant"]] = {"serial_ms": s, "of_step": s / base["ms_per_step"]}
+            t_n, t_1 = base["ms_per_step"], one["ms_per_step"]
+            if not t_1 / threads <= t_n <= t_1:  # no S in [0, T_N] fits: the law does not hold
+                parts[base["variant"]] = {"serial_ms": None, "of_step": None, "ms_per_step": t_n,
+                                          "ms_per_step_1thread": t_1}
+                continue
+            s = serial_part(t_n, t_1, threads)
+            parts[base["variant"]] = {"serial_ms": s, "of_step": s / t_n}
             if "breakdown_ms" in base and "breakdown_ms" in one:  # where it is, by kind
                 parts[base["variant"]]["by_kind_ms"] = {
                     k: serial_part(base["breakdown_ms"][k], one["breakdown_ms"][k], threads)
                     for k in base["breakdown_ms"]}
     return parts
+
+
+def serial_line(variant: str, part: dict[str, Any], threads: int) -> str:
+    """The report's line on a variant's serial part (``part`` from :func:`serial_parts`).
+    Where the step on ``threads`` threads took longer than on one (threads that waited on
+    each other: a busy machine), or under 1/``threads`` of it, no serial part fits Amdahl's
+    law: one was printed anyway, longer than the step ('30.93 ms of its step ... (165%)')."""
+    if part["serial_ms"] is not None:
+        return (f"{variant}: {part['serial_ms']:.2f} ms of its step on one core while the "
+                f"other threads wait ({part['of_step']:.0%}; Amdahl's law from 1 and {threads} "
+                "threads)")
+    t_n, t_1 = part["ms_per_step"], part["ms_per_step_1thread"]
+    how = (f"is slower than {t_1:.2f} on 1 (the threads waited on each other)" if t_n > t_1
+           else f"is under 1/{threads} of {t_1:.2f} on 1")
+    return (f"{variant}: no serial part by Amdahl's law: {t_n:.2f} ms/step on {threads} "
+            f"threads {how}")
 
 
 def turns(rounds: int | None, steps: int) -> int:
@@ -428,8 +449,7 @@ def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float
         print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
               f"{frac} {ratio:>7s}")
     for variant, part in report["serial"].items():
-        print(f"{variant}: {part['serial_ms']:.2f} ms of its step on one core while the other "
-              f"threads wait ({part['of_step']:.0%}; Amdahl's law from 1 and {threads} threads)")
+        print(serial_line(variant, part, threads))
     for r in results:
         if "breakdown_ms" in r:
             print("\n".join(format_breakdown(r["variant"], r["breakdown_ms"])))
