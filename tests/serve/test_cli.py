@@ -263,9 +263,27 @@ def test_bench_serve_engine_only_runs_every_request_to_its_length(capsys, plain_
     (["--engine-only", "--prompt-tokens", str(10**30)], "--prompt-tokens must be in [1, "),
     (["--requests", str(10**30)], "--requests must be in [1, "),
     (["--url", "http://example.com:8000"], "--url"),
+    # NaN passed '<= 0': no request was sent, and the report was 0 tokens/s and nan times
+    (["--time-limit", "nan"], "--time-limit must be > 0 seconds, got nan"),
+    (["--time-limit", "0"], "--time-limit must be > 0 seconds, got 0.0"),
 ])
 def test_bench_serve_bad_flags_are_one_line_errors(capsys, argv, says):
     assert says in error_of(capsys, ["bench", "serve", *argv])
+
+
+def test_bench_serve_gives_no_figures_for_a_phase_that_sent_no_request():
+    """A --time-limit up before the first request was sent printed a row of 0 tokens/s and
+    nan for every time, as if measured."""
+    from collections import Counter
+
+    from scratchgpt.bench.serve import answered
+    from scratchgpt.errors import GenerationError
+    from scratchgpt.serve.loadtest import LoadResult
+
+    with pytest.raises(GenerationError, match="no request was sent before the --time-limit"):
+        answered(LoadResult(4, 0, 0.001, 0, [], [], Counter()))
+    sent = answered(LoadResult(1, 1, 0.5, 8, [0.1], [0.05] * 7, Counter({200: 1})))
+    assert sent["requests"] == 1 and sent["tokens_per_s"] == 16.0
 
 
 def test_bench_serve_says_why_the_server_did_not_start(capsys, tmp_path):

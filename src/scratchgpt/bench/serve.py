@@ -255,6 +255,8 @@ def answered(result: Any) -> dict[str, Any]:
     if failed:
         raise GenerationError(f"{sum(failed.values())} of {summary['requests']} requests failed "
                            f"(HTTP status: count {failed}); no figures")
+    if not summary["requests"]:  # its row was 0 tokens/s and nan for every time
+        raise GenerationError("no request was sent before the --time-limit was up; no figures")
     return summary
 
 
@@ -400,8 +402,8 @@ def check_args(args: argparse.Namespace) -> None:
              "max_tokens": math.inf if args.url else limits.max_tokens}
     for flag, high in highs.items():
         check_range(flag_of(flag), getattr(args, flag), 1, high)
-    if args.time_limit <= 0:
-        raise ConfigError("--time-limit must be > 0 seconds")
+    if not args.time_limit > 0:  # (NaN too: it sent no request, and printed nan figures)
+        raise ConfigError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     if args.engine_only and (args.url or args.soak):
         raise ConfigError("--engine-only runs no server: it cannot go with --url or --soak")
     if args.url:
