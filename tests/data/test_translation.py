@@ -163,6 +163,20 @@ def test_split_and_spec(tmp_path):
     assert DataSpec(task=None, path=str(f), valid_fraction=0.2).load() == (train, held)
 
 
+def test_a_split_that_leaves_a_side_empty_says_which_and_by_what_fraction(tmp_path):
+    """It said "too few pairs to hold out 0%" of --valid-fraction 0.001 (rounded to 0%), and
+    neither how many pairs there were nor which side was empty."""
+    pairs = [(f"s{i}", f"t{i}") for i in range(200)]
+    f = tmp_path / "d.tsv"
+    f.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    for fraction, says in ((0.001, "held out none of its 200 pairs"),
+                           (0.9999, "held out all of its 200 pairs, leaving none to train on")):
+        train, held = split_pairs(pairs, fraction)
+        assert not (train and held)  # the split itself leaves that side empty
+        with pytest.raises(ScratchGPTError, match=rf"d\.tsv: --valid-fraction {fraction} {says}"):
+            DataSpec(task=None, path=str(f), valid_fraction=fraction).load()
+
+
 def test_reverse_task_is_reversal_with_disjoint_held_out_strings():
     from scratchgpt.data.translation import TASKS, reverse_task
 

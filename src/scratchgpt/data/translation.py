@@ -271,9 +271,15 @@ class DataSpec:
         """-> (training pairs, held-out pairs)."""
         if self.task is not None:
             return TASKS[self.task](n_train=self.n_train, n_test=self.n_test, seed=self.seed)
-        train, held = split_pairs(read_tsv(self.path), self.valid_fraction)
-        if not train or not held:
-            raise DataError(f"{self.path}: too few pairs to hold out {self.valid_fraction:.0%}")
+        pairs = read_tsv(self.path)
+        train, held = split_pairs(pairs, self.valid_fraction)
+        if not train or not held:  # (it said "too few pairs to hold out 0%" of 0.001)
+            which = (f"none of its {len(pairs)} pairs (a hash of each source picks them); "
+                     "give more pairs or a larger" if not held else
+                     f"all of its {len(pairs)} pairs, leaving none to train on; give more "
+                     "pairs or a smaller")
+            raise DataError(f"{self.path}: --valid-fraction {self.valid_fraction:g} held out "
+                            f"{which} --valid-fraction")
         return train, held
 
     def describe(self) -> str:
