@@ -15,7 +15,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -135,6 +135,38 @@ def flag_of(name: str) -> str:
     '--batch-size'
     """
     return "--" + name.replace("_", "-")
+
+
+# How a refusal names what the user gives: the commands' flags, or the keywords of the Python
+# API (``scratchgpt.train(..., resume=True)``), whose users have no flags to pass. A refusal
+# that both reach takes one of them as ``options`` and names through :func:`named`; a setting
+# not listed here is its flag (:func:`flag_of`) or its keyword (its own name).
+FLAGS: Mapping[str, str] = {"resume": "--resume", "overwrite": "--overwrite", "out": "--out"}
+KEYWORDS: Mapping[str, str] = {"resume": "resume=True", "overwrite": "overwrite=True",
+                               "out": "out directory"}
+
+
+def named(options: Mapping[str, str], name: str, *value: Any) -> str:
+    """``name``, and its ``value`` where one is given, as ``options`` names them.
+
+    >>> named(FLAGS, "max_iters", 4), named(KEYWORDS, "max_iters", 4)
+    ('--max-iters 4', 'max_iters=4')
+    >>> named(FLAGS, "overwrite"), named(KEYWORDS, "overwrite")
+    ('--overwrite', 'overwrite=True')
+    """
+    python = keywords(options)
+    if value and python:
+        return f"{name}={value[0]!r}"
+    if value:  # (a float as the user types it: 2, not 2.0)
+        shown = _num(value[0]) if isinstance(value[0], float) else value[0]
+        return f"{named(options, name)} {shown}"
+    return options.get(name) or (name if python else flag_of(name))
+
+
+def keywords(options: Mapping[str, str]) -> bool:
+    """Whether ``options`` are the Python API's :data:`KEYWORDS` (a refusal then says what to
+    give, where the command line's says which flag to drop)."""
+    return options["resume"] == KEYWORDS["resume"]
 
 
 def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:

@@ -132,3 +132,92 @@ def test_the_exported_configs_import_no_torch(tmp_path):
                       "if m.split('.')[0] == 'torch'))", tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2 []"
+
+
+# The refusals that scratchgpt.train and the command share: (TrainConfig's settings, the model
+# (type and settings), the command's flags, what the Python caller reads, what the command
+# says). Each named a flag to a Python caller, who has none to pass.
+SMALL_GPT = dict(n_layer=1, n_head=2, n_embd=16, block_size=16)
+SMALL_FLAGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16"]
+REFUSED_RUNS = {
+    "context longer than the data": (
+        {}, ("gpt", {**SMALL_GPT, "block_size": 100_000}),
+        [*SMALL_FLAGS, "--block-size", "100000"],
+        "use more data or a smaller block_size", "use more data or a smaller --block-size"),
+    "muon with no hidden matrices": (
+        {"optimizer": "muon"}, ("lstm", {"n_layer": 1, "hidden": 8, "block_size": 16}),
+        ["--model", "lstm", "--n-layer", "1", "--hidden", "8", "--block-size", "16",
+         "--optimizer", "muon"],
+        "optimizer='muon' has nothing to train", "--optimizer muon has nothing to train"),
+    "weights diverged": (
+        {"learning_rate": 1e30, "min_lr": 0.0, "grad_clip": 0.0, "warmup_iters": 0},
+        ("gpt", SMALL_GPT),
+        [*SMALL_FLAGS, "--learning-rate", "1e30", "--min-lr", "0", "--grad-clip", "0",
+         "--warmup-iters", "0"],
+        "lower learning_rate or keep grad_clip on", "lower --learning-rate or keep --grad-clip on"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_RUNS)
+def test_a_refused_run_names_keywords_to_python_and_flags_to_the_command(small_dataset,
+                                                                        tmp_path, capsys, case):
+    from tests.cli_errors import error_of
+
+    settings, (kind, shape), flags, from_python, from_cli = REFUSED_RUNS[case]
+    data = scratchgpt.TokenDataset(small_dataset)
+    cfg = scratchgpt.TrainConfig(**{"max_iters": 50, "batch_size": 2, "eval_iters": 1,
+                                    "dtype": "fp32", **settings})
+    model = scratchgpt.model_config(kind, vocab_size=data.vocab_size, **shape)
+    with pytest.raises(scratchgpt.ScratchGPTError) as refused:
+        scratchgpt.train(cfg, model, data, tmp_path / "py", progress=False)
+    assert from_python in str(refused.value) and "--" not in str(refused.value)
+    line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
+                             str(tmp_path / "cli"), "--max-iters", "50", "--batch-size", "2",
+                             "--eval-iters", "1", "--dtype", "fp32", "--no-progress", *flags])
+    assert from_cli in line, line
+    assert not (tmp_path / "py").exists() and not (tmp_path / "cli").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA GPU is here")
+def test_cuda_asked_for_where_there_is_none_is_named_as_the_caller_asked(small_dataset,
+                                                                         tmp_path, capsys):
+    from tests.cli_errors import error_of
+
+    data = scratchgpt.TokenDataset(small_dataset)
+    model = scratchgpt.model_config("gpt", vocab_size=data.vocab_size, **SMALL_GPT)
+    with pytest.raises(scratchgpt.ScratchGPTError) as refused:
+        scratchgpt.train(scratchgpt.TrainConfig(device="cuda"), model, data, tmp_path / "r")
+    assert str(refused.value) == "device='cuda' was asked for, but no CUDA GPU is available"
+    line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
+                             str(tmp_path / "r"), *SMALL_FLAGS, "--device", "cuda"])
+    assert line.endswith("--device cuda was asked for, but no CUDA GPU is available"), line
+
+
+def test_a_run_out_in_a_dataset_or_on_another_tokenizer_is_named_as_the_caller_gave_it(
+        small_dataset, tmp_path, capsys):
+    """A run written into a dataset's directory, and a resume on a dataset of another
+    tokenizer: the command's flags and `scratchgpt prepare` from the command, the keyword
+    and prepare_text from Python."""
+    from tests.cli_errors import error_of
+
+    data = scratchgpt.TokenDataset(small_dataset)
+    model = scratchgpt.model_config("gpt", vocab_size=data.vocab_size, **SMALL_GPT)
+    cfg = scratchgpt.TrainConfig(max_iters=1, batch_size=2, eval_iters=1, dtype="fp32")
+    with pytest.raises(scratchgpt.ScratchGPTError) as refused:
+        scratchgpt.train(cfg, model, data, small_dataset, progress=False)
+    assert str(refused.value).endswith("not a run; give the run its own out directory")
+    line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
+                             str(small_dataset), *SMALL_FLAGS])
+    assert line.endswith("not a run; give the run its own --out"), line
+    run = tmp_path / "run"
+    scratchgpt.train(cfg, model, data, run, progress=False)
+    other = tmp_path / "other"
+    scratchgpt.prepare_text("".join(chr(ord(c) + 200) for c in play_text(5_000)), other)
+    with pytest.raises(scratchgpt.ScratchGPTError) as refused:
+        scratchgpt.train(cfg, None, other, run, resume=True, progress=False)
+    assert str(refused.value).endswith(
+        f"prepare the text with its tokenizer (prepare_text(text, out, "
+        f"tokenizer=load_tokenizer('{run}')))")
+    line = error_of(capsys, ["train", "--out", str(run), "--resume", "--dataset", str(other)])
+    assert line.endswith(f"(scratchgpt prepare --data TEXT --tokenizer-from {run} --out DIR)")
+

@@ -291,12 +291,26 @@ def test_a_resumed_run_trains_with_the_optimizer_settings_it_is_given(small_data
     assert again.val_loss == changed.val_loss
 
 
-def test_the_embedding_rate_cannot_move_to_or_from_one_on_resume(small_dataset, tmp_path):
+def test_the_embedding_rate_cannot_move_to_or_from_one_on_resume(small_dataset, tmp_path,
+                                                                 cli_main, capsys):
+    """Named as the caller gives it: a keyword from Python (a config there gives every
+    setting, so the remedy is the run's own value, not a flag to drop), a flag from the CLI."""
+    from tests.cli_errors import error_of
+
     data = TokenDataset(small_dataset)
     train(cfg(max_iters=5), gpt(data), data, tmp_path / "run", progress=False)
-    with pytest.raises(ScratchGPTError, match="keeps 1 .*--embed-lr-scale 2"):
+    with pytest.raises(ScratchGPTError) as refused:
         train(cfg(max_iters=10, embed_lr_scale=2.0), None, data, tmp_path / "run",
               resume=True, progress=False)
+    assert str(refused.value) == (
+        "a run started with embed_lr_scale=1.0 keeps 1 (the embedding tables' optimizer group "
+        "is saved as it was): this run has embed_lr_scale=2.0 (give embed_lr_scale=1.0, or "
+        "start a new run)")
+    line = error_of(capsys, ["train", "--out", str(tmp_path / "run"), "--resume",
+                             "--embed-lr-scale", "2"])
+    assert line.endswith("a run started with --embed-lr-scale 1 keeps 1 (the embedding "
+                         "tables' optimizer group is saved as it was): this run has "
+                         "--embed-lr-scale 2 (drop --embed-lr-scale, or start a new run)"), line
     train(cfg(max_iters=5, embed_lr_scale=2.0), gpt(data), data, tmp_path / "own",
           progress=False)
     resumed = train(cfg(max_iters=10, embed_lr_scale=3.0), None, data, tmp_path / "own",
@@ -328,14 +342,26 @@ def test_a_resumed_runs_progress_bar_shows_a_loss_before_its_first_metrics_row(
     assert [r["step"] for r in rows if r["loss"]] == ["1"]  # (update 1 only: every 25)
 
 
-def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_dataset, tmp_path):
+def test_resuming_with_fewer_updates_than_the_run_has_made_is_refused(small_dataset, tmp_path,
+                                                                      capsys):
     """--max-iters below the run's step cannot be honoured: refused, the run's files (its
-    config.json, which would have recorded the smaller figure) left as they were."""
+    config.json, which would have recorded the smaller figure) left as they were. From
+    Python the refusal names the keyword (it named --max-iters and a flag to drop)."""
+    from tests.cli_errors import error_of
+
     data = TokenDataset(small_dataset)
     train(cfg(max_iters=10), gpt(data), data, tmp_path / "run", progress=False)
     before = {f.name: f.read_bytes() for f in (tmp_path / "run").iterdir() if f.is_file()}
-    with pytest.raises(ScratchGPTError, match="already at update 10: --max-iters 4"):
+    with pytest.raises(ScratchGPTError) as refused:
         train(cfg(max_iters=4), None, data, tmp_path / "run", resume=True, progress=False)
+    assert str(refused.value) == ("this run is already at update 10: max_iters=4 would end it "
+                                  "before where it is (give more than 10 to train on, or give "
+                                  "max_iters=10 to finish as planned)")
+    line = error_of(capsys, ["train", "--out", str(tmp_path / "run"), "--resume",
+                             "--max-iters", "4"])
+    assert line.endswith("this run is already at update 10: --max-iters 4 would end it before "
+                         "where it is (give more than 10 to train on, or drop --max-iters to "
+                         "finish as planned)"), line
     after = {f.name: f.read_bytes() for f in (tmp_path / "run").iterdir() if f.is_file()}
     assert after == before
 
@@ -433,3 +459,38 @@ def test_a_resume_that_repeats_its_used_up_budget_with_more_iterations_is_refuse
     assert cli_main(["train", "--resume", "--out", str(out), "--max-iters", str(step + 5),
                      "--no-progress"]) == 0
     assert load_checkpoint(out / "last.pt").state.step == step + 5
+
+
+def test_a_refused_resume_from_python_names_the_keywords_it_was_given(small_dataset, tmp_path):
+    """scratchgpt.train's refusals of a resume named flags (--seed, --schedule wsd,
+    --time-budget 0.1s) and said to drop them: a Python caller has neither, and its config
+    gives every setting. They name TrainConfig's keywords and say what to give instead (the
+    command line's own words are tested beside each command's refusal)."""
+    data = TokenDataset(small_dataset)
+    out = tmp_path / "r"
+    train(cfg(max_iters=10**6, time_budget="0.3s", eval_interval=10**6), gpt(data), data, out,
+          progress=False)
+    state = load_checkpoint(out / "last.pt").state
+    spent = f"this run has already trained for {state.elapsed_s:.1f} s"
+    cases = [
+        (dict(seed=7), "a resumed run keeps its model, optimizer and seed: this run has "
+                       "seed=1337 (give seed=1337, or start a new run)"),
+        (dict(decay_fraction=0.5), "decay_fraction applies with schedule='wsd'; this run has "
+                                   "schedule='cosine'"),
+        (dict(time_budget="0.1s"), f"{spent}: time_budget='0.1s' would end it before where it "
+                                   f"is (give more than {state.elapsed_s:.1f}s, or '' for no "
+                                   "budget)"),
+        (dict(time_budget="0.3s", max_iters=state.step + 5),
+         f"{spent}: time_budget='0.3s' is used up: it would stop the run before "
+         f"max_iters={state.step + 5} (give more than {state.elapsed_s:.1f}s, or '' for no "
+         "budget)"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ScratchGPTError) as refused:
+            train(cfg(**{"max_iters": 10**6, **change}), None, data, out, resume=True,
+                  progress=False)
+        assert str(refused.value) == message
+    assert load_checkpoint(out / "last.pt").state.step == state.step
+    resumed = train(cfg(max_iters=state.step + 2), None, data, out, resume=True,
+                    progress=False)  # TrainConfig's own time_budget, '': no budget
+    assert resumed.step == state.step + 2

@@ -43,7 +43,7 @@ from scratchgpt.checkpoints.io import (
     save_checkpoint,
 )
 from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
-from scratchgpt.validation import file_above, json_loads
+from scratchgpt.validation import FLAGS, file_above, json_loads, named
 
 CONFIG_FILE = "config.json"
 RUN_FILES = ("last.pt", "best.pt", CONFIG_FILE, "metrics.csv", "loss.png", "tokenizer.json",
@@ -54,18 +54,14 @@ LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
 MOVED_MARK = ".complete"  # in REPLACED_DIR once every old file is in it
 
-# How a refusal names what resumes or replaces a run: the commands' flags, or the keywords of
-# the Python API (``scratchgpt.train(..., resume=True)``), whose users have no flags to pass
-FLAGS = {"resume": "--resume", "overwrite": "--overwrite"}
-KEYWORDS = {"resume": "resume=True", "overwrite": "overwrite=True"}
-
 
 class RunDir:
     """The directory of one training run. Create it, then :meth:`lock` and :meth:`begin`."""
 
     def __init__(self, path: str | Path, options: Mapping[str, str] = FLAGS):
         self.path = Path(path)
-        self.options = options  # FLAGS or KEYWORDS: how its refusals name resume, overwrite
+        # validation.FLAGS or KEYWORDS: how its refusals name resume, overwrite and out
+        self.options = options
         self._lock_fd: int | None = None
         self._uncommitted = False  # begun, with no checkpoint yet (see abort)
         self._created: list[Path] = []  # the folders acquire made, innermost first
@@ -192,24 +188,25 @@ class RunDir:
         from scratchgpt.checkpoints.hf import is_hf_dir
         from scratchgpt.data.prepare import is_dataset
 
+        out = named(self.options, "out")
         if self.path.exists() and not self.path.is_dir():
             raise CheckpointError(f"{self.path} is {_kind_of(self.path)}, not a run directory; "
-                                  "give the run a directory of its own (--out)")
+                                  f"give the run its own {out}")
         above = file_above(self.path)
         if above is not None:  # (found by the mkdir only once the data was read)
             raise CheckpointError(f"{self.path} is below {above}, {_kind_of(above)}, not a "
-                                  "folder; give the run a directory of its own (--out)")
+                                  f"folder; give the run its own {out}")
         if is_dataset(self.path):
             raise CheckpointError(f"{self.path} holds a prepared dataset (train.bin, val.bin, "
-                                  "meta.json), not a run; give the run its own --out")
+                                  f"meta.json), not a run; give the run its own {out}")
         if is_hf_dir(self.path) and not self.has_checkpoint():
             raise CheckpointError(f"{self.path} holds a Hugging Face model (config.json and "
-                                  "its weights), not a run; give the run its own --out")
+                                  f"its weights), not a run; give the run its own {out}")
         if self.holds_run() and not self.is_scratchgpt_run():
             # (--overwrite would move them aside and delete them once the run checkpoints)
             found = ", ".join(f for f in RUN_FILES if self.file(f).exists())
             raise CheckpointError(f"{self.path} holds files no scratchgpt run wrote ({found}); "
-                                  "give the run its own --out")
+                                  f"give the run its own {out}")
 
     def _occupied(self, can_resume: bool) -> str:
         """Why a new run may not start here, and what to do instead (the flags the command

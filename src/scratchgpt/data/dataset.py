@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from torch import Tensor
 from scratchgpt.data.prepare import META_FILE, META_VERSION
 from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
-from scratchgpt.validation import json_loads
+from scratchgpt.validation import FLAGS, json_loads, named
 
 
 def random_windows(data: np.ndarray, batch_size: int, block_size: int,
@@ -135,10 +136,13 @@ class TokenDataset:
         """A mean loss per token of ``split`` (nats) in bits per character of its text."""
         return loss / self.chars_per_token(split) / math.log(2)
 
-    def check_block_size(self, block_size: int, fixed: bool = False) -> None:
+    def check_block_size(self, block_size: int, fixed: bool = False,
+                         options: Mapping[str, str] = FLAGS) -> None:
         """Each split must hold more than one context window (+1 for the shifted targets).
-        ``fixed``: the context is a trained model's (no --block-size can change it)."""
-        remedy = "use more data" + ("" if fixed else " or a smaller --block-size")
+        ``fixed``: the context is a trained model's (no --block-size can change it);
+        ``options`` name the setting (validation.FLAGS, or KEYWORDS from Python)."""
+        smaller = f" or a smaller {named(options, 'block_size')}"
+        remedy = "use more data" + ("" if fixed else smaller)
         for split, data in self.splits.items():
             if len(data) <= block_size:
                 raise DataError(

@@ -17,7 +17,7 @@ from typing import Any
 
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import Checkpoint
-from scratchgpt.checkpoints.rundir import FLAGS, KEYWORDS, RunDir
+from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
@@ -35,6 +35,7 @@ from scratchgpt.training.settings import (
 )
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
+from scratchgpt.validation import FLAGS, KEYWORDS, keywords
 
 
 @dataclass
@@ -57,7 +58,7 @@ class TrainJob:
     # the main process, with the run's lock still held: finish(run directory, result).
     finish: Callable[[Path, TrainResult], None] | None = None
     # How the run directory's refusals name resume and overwrite: the command's flags, or the
-    # Python API's keywords (rundir.KEYWORDS) for a job of :func:`train`
+    # Python API's keywords (validation.KEYWORDS) for a job of :func:`train`
     options: Mapping[str, str] = field(default_factory=lambda: FLAGS)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -95,8 +96,8 @@ def _new_lm_job(data: TokenDataset, train: TrainConfig, config: ModelConfig, out
                 options: Mapping[str, str] = FLAGS) -> TrainJob:
     """A new language-model run on ``data``, checked: the command's and the Python API's."""
     check_model_for(config, data)
-    data.check_block_size(config.block_size)
-    check_resources(train, config)
+    data.check_block_size(config.block_size, options=options)
+    check_resources(train, config, options)
     return TrainJob(out, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, config.block_size, windows=train.windows),
                     extra or {}, options=options)
@@ -129,11 +130,11 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     if not (dataset or recorded):
         raise CheckpointError(f"{checkpoint.path} does not record its dataset; pass --dataset")
     data, _ = resolve_dataset(dataset or recorded, log=log)
-    check_same_tokenizer(checkpoint, data)
+    check_same_tokenizer(checkpoint, data, options)
     data.check_block_size(config.block_size, fixed=True)
     # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
     recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
-    check_resources(train, config)
+    check_resources(train, config, options)
     return TrainJob(Path(out), "resume", train, config,
                     partial(lm_task, data.directory, config.block_size, recorded_extra,
                             train.windows),
@@ -170,10 +171,11 @@ def finished_note(job: TrainJob) -> str | None:
     return None
 
 
-def check_resources(train: TrainConfig, config: ModelConfig) -> None:
+def check_resources(train: TrainConfig, config: ModelConfig,
+                    options: Mapping[str, str] = FLAGS) -> None:
     """The device exists, computes the precision asked for, and has the memory the run needs
     (see :mod:`scratchgpt.memory`): checked before any file is touched."""
-    device = resolve_device(train.device)
+    device = resolve_device(train.device, options)
     resolve_dtype(train.dtype, device)
     estimate = memory.training_estimate(config, train.batch_size, train.optimizer)
     copies = train.nproc if device.type == "cpu" else 1  # each process holds a copy
@@ -185,7 +187,8 @@ def lm_task(dataset: Path, block_size: int, extra_data: dict[str, Any] | None = 
     return LanguageModelTask(TokenDataset(dataset), block_size, extra_data, windows)
 
 
-def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
+def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset,
+                         options: Mapping[str, str] = FLAGS) -> None:
     """The dataset's tokenizer must be the run's own, entry for entry (the same vocabulary
     size is not enough: ids would mean other characters): :meth:`Tokenizer.same_as`."""
     if "text" not in checkpoint.tokenizers:
@@ -196,9 +199,10 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset) -> None:
     own = checkpoint.data.get("dataset")
     # a converted or fine-tuned run records no dataset: its tokenizer is the way
     use = f"use the run's own dataset ({own}) or " if own else "it records no dataset; "
+    how = (f"prepare_text(text, out, tokenizer=load_tokenizer('{run}'))" if keywords(options)
+           else f"scratchgpt prepare --data TEXT --tokenizer-from {run} --out DIR")
     raise DataError(f"dataset {data.directory} was tokenized differently from the run in "
-                    f"{run}; {use}prepare the text with its tokenizer (scratchgpt prepare "
-                    f"--data TEXT --tokenizer-from {run} --out DIR)")
+                    f"{run}; {use}prepare the text with its tokenizer ({how})")
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
@@ -265,8 +269,8 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
         data = TokenDataset(data)
     if resume:
         flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
-        plan_ = _plan_resume(Settings(flags=flags), str(out), str(data.directory), None,
-                             KEYWORDS)
+        plan_ = _plan_resume(Settings(flags=flags, options=KEYWORDS), str(out),
+                             str(data.directory), None, KEYWORDS)
     else:
         plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite, options=KEYWORDS)
     return run(plan_, progress)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -14,6 +14,7 @@ from scratchgpt.training.adamw import AdamW
 from scratchgpt.training.config import OPTIMIZERS
 from scratchgpt.training.muon import Muon
 from scratchgpt.training.optimizer import Optimizer
+from scratchgpt.validation import FLAGS, named
 
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
@@ -35,15 +36,17 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
     return out
 
 
-def muon_matrices(model: nn.Module) -> list[nn.Parameter]:
+def muon_matrices(model: nn.Module, options: Mapping[str, str] = FLAGS) -> list[nn.Parameter]:
     """:func:`hidden_matrices`, refused when there are none: Muon would train nothing and
-    the run would silently be AdamW's."""
+    the run would silently be AdamW's (``options`` name the setting: validation.FLAGS, or
+    KEYWORDS from Python)."""
     found = hidden_matrices(model)
     if not found:
-        raise ConfigError(f"--optimizer muon has nothing to train in this "
+        raise ConfigError(f"{named(options, 'optimizer', 'muon')} has nothing to train in this "
                           f"{type(model).__name__}: it takes the trainable weights of the "
                           "nn.Linear layers inside the network (not embeddings, recurrent "
-                          "cells, the output head or LoRA's factors); use --optimizer adamw")
+                          "cells, the output head or LoRA's factors); use "
+                          f"{named(options, 'optimizer', 'adamw')}")
     return found
 
 
@@ -85,7 +88,8 @@ class ChainedOptimizer:
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
                    betas: tuple[float, float], kind: str = "adamw",
                    muon_lr_scale: float = 1.0, muon_dtype: str = "bf16",
-                   embed_lr_scale: float = 1.0) -> Optimizer | ChainedOptimizer:
+                   embed_lr_scale: float = 1.0,
+                   options: Mapping[str, str] = FLAGS) -> Optimizer | ChainedOptimizer:
     """The optimizer for ``model``: weight decay on matrices (>= 2 dims) only.
 
     ``kind="adamw"``: AdamW on everything (biases and LayerNorms undecayed).
@@ -98,12 +102,13 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
     token table, tied to the head where the model ties them, learned positions, value
     embeddings), which then form a group of their own (at 1.0 they share the matrices' group,
     so optimizer states saved before the option load as they were).
+    ``options`` name the settings in a refusal (validation.FLAGS, or KEYWORDS from Python).
     Every group carries ``lr_scale``: a schedule sets ``group["lr"] = lr * group["lr_scale"]``.
     """
     if kind not in OPTIMIZERS:
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
     params = [p for p in model.parameters() if p.requires_grad]
-    muon_params = muon_matrices(model) if kind == "muon" else []
+    muon_params = muon_matrices(model, options) if kind == "muon" else []
     in_muon = {id(p) for p in muon_params}
     rest = [p for p in params if id(p) not in in_muon]
     tables = ({id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}

@@ -9,19 +9,23 @@ refused.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.validation import FLAGS, named
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda if available, else cpu; ``cuda`` without a GPU is an error."""
+def resolve_device(name: str, options: Mapping[str, str] = FLAGS) -> torch.device:
+    """``auto`` -> cuda if available, else cpu; ``cuda`` without a GPU is an error (named as
+    ``options`` name settings: validation.FLAGS or KEYWORDS)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but no CUDA GPU is available")
+        raise ConfigError(f"{named(options, 'device', 'cuda')} was asked for, but no CUDA GPU "
+                          "is available")
     return torch.device(name)
 
 

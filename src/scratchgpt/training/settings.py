@@ -19,15 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, config_fields, model_config
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
-from scratchgpt.validation import check_range, flag_of, refuse_unknown, rename_setting
+from scratchgpt.validation import (
+    FLAGS,
+    check_range,
+    keywords,
+    named,
+    refuse_unknown,
+    rename_setting,
+)
 
 if TYPE_CHECKING:  # (the settings are named and checked without torch, which it imports)
     from scratchgpt.checkpoints.io import Checkpoint
@@ -56,6 +63,9 @@ class Settings:
     preset: str | None = None
     config_file: str | None = None
     flags: dict[str, Any] | None = None
+    # How refusals name a setting: by the command's flags (and the config file's keys), or by
+    # the Python API's keywords (validation.KEYWORDS) for scratchgpt.train
+    options: Mapping[str, str] = field(default_factory=lambda: FLAGS)
 
     @property
     def explicit(self) -> dict[str, Any]:
@@ -99,7 +109,7 @@ class Settings:
         >>> Settings(flags={"n_embd": 64}).name_of("n_embd")
         '--n-embd'
         """
-        return self._file_key(key) or flag_of(key)
+        return self._file_key(key) or named(self.options, key)
 
     def _file_key(self, key: str) -> str | None:
         """``key`` as the config file names it ("n_layer in c.toml"), where the file set it
@@ -147,7 +157,8 @@ DEPENDENT_SETTINGS = (("decay_fraction", "schedule", "wsd"),
                       ("muon_dtype", "optimizer", "muon"))
 
 
-def check_flags_apply(explicit: dict[str, Any], train: TrainConfig) -> None:
+def check_flags_apply(explicit: dict[str, Any], train: TrainConfig,
+                      options: Mapping[str, str] = FLAGS) -> None:
     """A setting given for a choice the run did not make is refused, not ignored
     (``--decay-fraction`` under the cosine schedule, ``--muon-lr-scale`` with AdamW). One at
     its default changes nothing either way (a whole config handed over, as the library's
@@ -156,8 +167,9 @@ def check_flags_apply(explicit: dict[str, Any], train: TrainConfig) -> None:
     for name, on, needs in DEPENDENT_SETTINGS:
         if explicit.get(name, getattr(defaults, name)) != getattr(defaults, name) \
                 and getattr(train, on) != needs:
-            raise ConfigError(f"{flag_of(name)} applies with --{on} {needs}; this "
-                              f"run has --{on} {getattr(train, on)}")
+            raise ConfigError(f"{named(options, name)} applies with "
+                              f"{named(options, on, needs)}; this run has "
+                              f"{named(options, on, getattr(train, on))}")
 
 
 def finish_model_config(kind: str, values: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -172,6 +184,14 @@ def _sources(settings: Settings, names: list[str]) -> str:
     if settings.preset and any(k not in explicit for k in names):
         flags.append("--preset")
     return " ".join(flags)
+
+
+def _undo(settings: Settings, names: list[str], own: Mapping[str, Any]) -> str:
+    """What gives the settings ``names`` the run's own values (``own``) back: drop their flags
+    (:func:`_sources`), or, from Python, where a config names every setting, give them."""
+    if keywords(settings.options):
+        return "give " + ", ".join(named(settings.options, k, own[k]) for k in names)
+    return f"drop {_sources(settings, names)}"
 
 
 # The tasks of 'scratchgpt finetune', as its runs record them (finetune/plan.py takes them
@@ -216,7 +236,7 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
     with settings.naming_errors():
         config = model_config(checkpoint.model_type, **saved_model)  # (own is inside it)
         train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
-    check_flags_apply(settings.explicit, train)
+    check_flags_apply(settings.explicit, train, settings.options)
     _check_changes_can_apply(checkpoint, train, settings)
     return config, _lift_spent_budget(checkpoint, train, settings)
 
@@ -240,9 +260,9 @@ def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings)
              **{k: v for k, v in own.items() if k not in RESUME_SWITCHES}}
     changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
     if changed:
-        was = ", ".join(f"{flag_of(k)} {fixed[k]}" for k in changed)
+        was = ", ".join(named(settings.options, k, fixed[k]) for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
-                          f"{was} (drop {_sources(settings, changed)}, or start a new run)")
+                          f"{was} ({_undo(settings, changed, fixed)}, or start a new run)")
     foreign = sorted(k for k in given if k in model_fields() and k not in own)
     if foreign:
         raise ConfigError(f"this run's {checkpoint.model_type} model does not take "
@@ -255,20 +275,21 @@ def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
     ``--embed-lr-scale`` to or from 1 (at 1 the embedding tables share the matrices'
     optimizer group, otherwise they have one of their own, and the saved optimizer state has
     the groups it was saved with)."""
-    step = checkpoint.state.step
+    step, own, options = checkpoint.state.step, checkpoint.train_config.to_dict(), \
+        settings.options
     if train.max_iters < step:
-        raise ConfigError(f"this run is already at update {step}: --max-iters "
-                          f"{train.max_iters} would end it before where it is (give more than "
-                          f"{step} to train on, or drop {_sources(settings, ['max_iters'])} to "
-                          "finish as planned)")
+        raise ConfigError(f"this run is already at update {step}: "
+                          f"{named(options, 'max_iters', train.max_iters)} would end it before "
+                          f"where it is (give more than {step} to train on, or "
+                          f"{_undo(settings, ['max_iters'], own)} to finish as planned)")
     _check_budget_can_apply(checkpoint, train, settings)
     saved, now = checkpoint.train_config.embed_lr_scale, train.embed_lr_scale
     if (now == 1.0) != (saved == 1.0):
         keeps = "1" if saved == 1.0 else "a value other than 1"
-        raise ConfigError(f"a run started with --embed-lr-scale {saved:g} keeps {keeps} "
-                          f"(the embedding tables' optimizer group is saved as it was): this "
-                          f"run has --embed-lr-scale {now:g} (drop "
-                          f"{_sources(settings, ['embed_lr_scale'])}, or start a new run)")
+        raise ConfigError(f"a run started with {named(options, 'embed_lr_scale', saved)} keeps "
+                          f"{keeps} (the embedding tables' optimizer group is saved as it "
+                          f"was): this run has {named(options, 'embed_lr_scale', now)} "
+                          f"({_undo(settings, ['embed_lr_scale'], own)}, or start a new run)")
 
 
 def _check_budget_can_apply(checkpoint: Checkpoint, train: TrainConfig,
@@ -284,14 +305,24 @@ def _check_budget_can_apply(checkpoint: Checkpoint, train: TrainConfig,
     extends = _extends(checkpoint, train, settings)
     if own and not (extends and train.max_iters != checkpoint.train_config.max_iters):
         return
-    given = f"--time-budget {train.time_budget}"
+    given = named(settings.options, "time_budget", train.time_budget)
+    until = named(settings.options, "max_iters", train.max_iters)
+    what = (f"{given} is used up: it would stop the run before {until}" if own
+            else f"{given} would end it before where it is")
+    raise ConfigError(f"this run has already trained for {elapsed:.1f} s: {what} (give more "
+                      f"than {elapsed:.1f}s, or '' for no budget"
+                      f"{_drop_budget(checkpoint, train, settings, extends)})")
+
+
+def _drop_budget(checkpoint: Checkpoint, train: TrainConfig, settings: Settings,
+                 extends: bool) -> str:
+    """The remedy of a budget refused on resume that drops it, and what the run then does;
+    none from Python, whose config gives every setting ('' is its default budget)."""
+    if keywords(settings.options):
+        return ""
     after = (f"train to --max-iters {train.max_iters}" if extends and _lifts(checkpoint, train)
              else "keep the run's own")
-    what = (f"{given} is used up: it would stop the run before --max-iters {train.max_iters}"
-            if own else f"{given} would end it before where it is")
-    raise ConfigError(f"this run has already trained for {elapsed:.1f} s: {what} (give more "
-                      f"than {elapsed:.1f}s, or '' for no budget, or drop "
-                      f"{_sources(settings, ['time_budget'])} to {after})")
+    return f", or drop {_sources(settings, ['time_budget'])} to {after}"
 
 
 def _extends(checkpoint: Checkpoint, train: TrainConfig, settings: Settings) -> bool:

@@ -15,7 +15,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, Task
-from scratchgpt.validation import flag_of, offset_seed
+from scratchgpt.validation import FLAGS, flag_of, named, offset_seed
 
 LossFn = Callable[[nn.Module, Batch], Tensor]
 
@@ -128,9 +128,11 @@ class Trainer:
                  init_weights: dict[str, Tensor] | None = None, progress: bool = True,
                  extra_config: dict[str, Any] | None = None):
         self.cfg, self.config, self.task, self.run = cfg, config, task, run
+        # how refusals name settings: the command's flags, or the Python API's keywords
+        self.options = run.options if run is not None else FLAGS
         _check_curriculum(cfg, task)
         self.info = distributed.current()
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, self.options)
         if self.device.type == "cuda" and self.info.enabled:
             self.device = torch.device("cuda", self.info.local_rank)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
@@ -146,7 +148,7 @@ class Trainer:
         self.opt = make_optimizer(self.model, cfg.learning_rate, cfg.weight_decay,
                                   (cfg.beta1, cfg.beta2), cfg.optimizer, cfg.muon_lr_scale,
                                   resolve_muon_dtype(cfg.muon_dtype, self.device),
-                                  cfg.embed_lr_scale)
+                                  cfg.embed_lr_scale, self.options)
         # One batch stream for the whole group: every process draws the same global batch and
         # keeps its own rows, so one saved generator state resumes all of them.
         self.batch_gen = torch.Generator().manual_seed(cfg.seed)
@@ -254,7 +256,7 @@ class Trainer:
         """Metrics rows, periodic evaluation and checkpoint, progress bar."""
         cfg, state = self.cfg, self.state
         if state.step % cfg.log_interval == 0 or state.step == 1:
-            self._last_loss = _finite(loss.item(), state.step, "training loss")
+            self._last_loss = _finite(loss.item(), state.step, "training loss", self.options)
             self._row(lr=f"{lr:.3e}", loss=f"{self._last_loss:.4f}")
         elif math.isnan(self._last_loss):  # a resumed run's bar: a loss before its first row
             self._last_loss = loss.item()
@@ -350,7 +352,7 @@ class Trainer:
 
     def _save_evaluated(self, val_loss: float) -> None:
         """last.pt after an evaluation, and best.pt too if ``val_loss`` is a new best."""
-        _finite(val_loss, self.state.step, "validation loss")
+        _finite(val_loss, self.state.step, "validation loss", self.options)
         improved = val_loss < self.state.best_val_loss
         self.state.best_val_loss = min(self.state.best_val_loss, val_loss)
         self._save(val_loss, best=improved)
@@ -363,8 +365,8 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise ConfigError(f"the weights became NaN or infinite by step {self.state.step}; "
-                              "not saved (last.pt keeps the last finite model): lower "
-                              "--learning-rate or keep --grad-clip on")
+                              "not saved (last.pt keeps the last finite model): "
+                              f"{_remedy(self.options)}")
         self.run.save(self.checkpoint(), best=best)
 
     def _gather_rng(self) -> dict[str, Any]:
@@ -397,8 +399,14 @@ def check_no_curriculum(cfg: TrainConfig) -> None:
                           "windows); this task goes through its examples epoch by epoch")
 
 
-def _finite(value: float, step: int, what: str) -> float:
+def _finite(value: float, step: int, what: str, options: Mapping[str, str] = FLAGS) -> float:
     if not math.isfinite(value):
         raise ConfigError(f"the {what} became {value} at step {step}; stopped (last.pt keeps "
-                          "the last finite model): lower --learning-rate or keep --grad-clip on")
+                          f"the last finite model): {_remedy(options)}")
     return value
+
+
+def _remedy(options: Mapping[str, str]) -> str:
+    """What to change when training diverged, as ``options`` name the settings."""
+    return (f"lower {named(options, 'learning_rate')} or keep {named(options, 'grad_clip')} "
+            "on")
