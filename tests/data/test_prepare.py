@@ -319,7 +319,7 @@ def test_out_naming_the_current_directory_is_refused_in_one_line(tmp_path, monke
     monkeypatch.chdir(tmp_path / "d")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     out = "." if spelling == "." else str(tmp_path / "d")
-    with pytest.raises(ScratchGPTError, match="is the current directory.*--out d "):
+    with pytest.raises(ScratchGPTError, match="is the current directory.*with out='d' "):
         prepare_text(text + "more", out, "char", overwrite=True)
     assert (tmp_path / "d").samefile(".") and sorted(p.name for p in tmp_path.rglob("*")) == before
 

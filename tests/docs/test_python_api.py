@@ -221,3 +221,39 @@ def test_a_run_out_in_a_dataset_or_on_another_tokenizer_is_named_as_the_caller_g
     line = error_of(capsys, ["train", "--out", str(run), "--resume", "--dataset", str(other)])
     assert line.endswith(f"(scratchgpt prepare --data TEXT --tokenizer-from {run} --out DIR)")
 
+
+def test_prepare_text_names_its_keywords_and_the_command_its_flags(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Each refusal of a destination named --out or --overwrite to a Python caller."""
+    from tests.cli_errors import error_of
+
+    text = play_text(5_000)
+    (tmp_path / "text.txt").write_text(text)
+    (tmp_path / "afile").write_text("mine")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    scratchgpt.prepare_text(text, tmp_path / "data")
+    (tmp_path / "mixed").mkdir()
+    scratchgpt.prepare_text(text, tmp_path / "mixed", overwrite=True)
+    (tmp_path / "mixed" / "notes.txt").write_text("mine")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    cases = [  # (out, overwrite, from Python, from the command)
+        (tmp_path / "afile", False, f"out='{tmp_path / 'afile'}' is a file",
+         f"--out {tmp_path / 'afile'} is a file"),
+        (tmp_path / "data", False, "pass overwrite=True to replace it",
+         "pass --overwrite to replace it"),
+        (tmp_path / "full", False, "choose another out directory", "choose another --out"),
+        (tmp_path / "mixed", True, "overwrite=True replaces the whole directory",
+         "--overwrite replaces the whole directory"),
+        (Path("."), True, "out='.' is the current directory", "--out . is the current"),
+    ]
+    for out, overwrite, from_python, from_cli in cases:
+        with pytest.raises(scratchgpt.ScratchGPTError) as refused:
+            scratchgpt.prepare_text(text, out, overwrite=overwrite)
+        assert from_python in str(refused.value) and "--" not in str(refused.value)
+        line = error_of(capsys, ["prepare", "--data", str(tmp_path / "text.txt"), "--out",
+                                 str(out), *(["--overwrite"] if overwrite else [])])
+        assert from_cli in line, line
+    assert (tmp_path / "afile").read_text() == "mine"
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.prepare import check_destination, prepare_text
     from scratchgpt.data.resolve import load_source
     from scratchgpt.tokenizers import BUILD_KINDS
-    from scratchgpt.validation import did_you_mean
+    from scratchgpt.validation import FLAGS, did_you_mean
 
     if args.tokenizer not in BUILD_KINDS:
         raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}"
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     meta = prepare_text(text, args.out, tokenizer=tokenizer, vocab_size=args.vocab_size,
                         val_fraction=args.val_fraction, source=desc,
                         overwrite=args.overwrite, bpe_dropout=args.bpe_dropout,
-                        train_copies=copies, progress=args.bpe_dropout > 0)
+                        train_copies=copies, progress=args.bpe_dropout > 0, options=FLAGS)
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")

@@ -27,7 +27,7 @@ import random
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +44,7 @@ from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 from scratchgpt.tokenizers.base import TOKENIZER_FILE
 from scratchgpt.tokenizers.bpe_files import MERGES_FILE
+from scratchgpt.validation import FLAGS, KEYWORDS, named
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -180,21 +181,22 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
                  vocab_size: int | None = None, val_fraction: float = 0.1,
                  source: str = "", progress: bool = False,
                  overwrite: bool = False, bpe_dropout: float = 0.0,
-                 train_copies: int = 1) -> dict[str, Any]:
+                 train_copies: int = 1, options: Mapping[str, str] = KEYWORDS) -> dict[str, Any]:
     """Tokenize ``text`` and write a prepared dataset into ``out`` (see the module docstring);
     an existing dataset there is an error unless ``overwrite``. Returns the meta dict.
 
     ``bpe_dropout`` > 0 writes ``train_copies`` segmentations of the training split sampled by
     BPE-dropout (:func:`sample_training_copies`); the validation split is always encoded
     exactly, so its loss is comparable with any other run on the same tokenizer. ``progress``
-    shows a bar over those copies."""
+    shows a bar over those copies. ``options``: how refusals name ``out`` and ``overwrite``
+    (the Python API's keywords; ``scratchgpt prepare`` passes its flags, validation.FLAGS)."""
     if len(text.strip()) < 2:
         raise DataError(f"the data ({source or 'text'}) is empty" if not text.strip() else
                         f"the data ({source or 'text'}) is a single character: too little "
                         "to split into training and validation text")
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    check_destination(Path(out), overwrite)
+    check_destination(Path(out), overwrite, options)
     # A symbolic link is followed, as the checks follow it: the dataset it leads to is written
     # (swapping the link itself away would leave it, unremovable, among the temporaries).
     out = Path(os.path.realpath(out))
@@ -265,32 +267,39 @@ def is_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / f).exists() for f in DATASET_FILES)
 
 
-def check_destination(out: Path, overwrite: bool) -> None:
+def check_destination(out: Path, overwrite: bool, options: Mapping[str, str] = FLAGS) -> None:
     """``out`` may receive a dataset: it does not exist, is an empty directory, or holds a
-    dataset that ``overwrite`` replaces. Anything else is left alone."""
+    dataset that ``overwrite`` replaces. Anything else is left alone. ``options`` name the
+    arguments in a refusal (validation.FLAGS, or KEYWORDS from Python)."""
     if not out.exists():
         return
     if not out.is_dir():
-        raise DataError(f"--out {out} is a file, not a directory")
+        raise DataError(f"{named(options, 'out', str(out))} is a file, not a directory")
     if out.resolve() == Path.cwd().resolve():
-        raise DataError(f"--out {out} is the current directory, which prepare would replace "
-                        "whole and leave you in a deleted directory; run it from the parent "
-                        f"directory with --out {out.resolve().name} (nothing was written)")
+        raise DataError(f"{named(options, 'out', str(out))} is the current directory, which "
+                        "prepare would replace whole and leave you in a deleted directory; run "
+                        "it from the parent directory with "
+                        f"{named(options, 'out', out.resolve().name)} (nothing was written)")
+    _check_replaceable(out, overwrite, options)
+
+
+def _check_replaceable(out: Path, overwrite: bool, options: Mapping[str, str]) -> None:
+    """The directory ``out`` holds a dataset that ``overwrite`` replaces whole, or nothing."""
     if is_dataset(out):
         if not overwrite:
-            raise DataError(f"{out} already holds a prepared dataset; pass --overwrite to "
-                            "replace it")
+            raise DataError(f"{out} already holds a prepared dataset; pass "
+                            f"{named(options, 'overwrite')} to replace it")
         others = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES)
         if others:  # the whole directory is replaced: they would go with the old dataset
             shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more"
                                              if len(others) > 5 else "")
             raise DataError(f"{out} also holds files prepare did not write ({shown}); "
-                            "--overwrite replaces the whole directory, so move them out "
-                            "first (nothing was written)")
+                            f"{named(options, 'overwrite')} replaces the whole directory, so "
+                            "move them out first (nothing was written)")
         return
     if any(out.iterdir()):
         raise DataError(f"{out} is not empty and holds no prepared dataset; choose another "
-                        "--out (nothing was written)")
+                        f"{named(options, 'out')} (nothing was written)")
 
 
 def _write_file(path: Path, data: bytes) -> None:

@@ -13,7 +13,7 @@ from scratchgpt.data import sources
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.prepare import META_FILE, prepare_text
 from scratchgpt.errors import DataError
-from scratchgpt.validation import did_you_mean
+from scratchgpt.validation import FLAGS, did_you_mean
 
 
 def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
@@ -72,7 +72,8 @@ def resolve_dataset(name_or_path: str | None,
     target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
     if not (target / META_FILE).is_file():
         text, desc = load_source(None, name)
-        meta = prepare_text(text, target, kind, source=desc, overwrite=True)  # (incomplete)
+        meta = prepare_text(text, target, kind, source=desc, overwrite=True,  # (incomplete)
+                            options=FLAGS)
         if log is not None:
             log(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
                 f"val tokens in {target}")
