@@ -326,6 +326,43 @@ def test_the_default_max_len_fits_a_small_position_table(cli_main, checkpoint, t
     capsys.readouterr()
 
 
+def test_eval_which_last_gives_the_training_report_again(cli_main, tmp_path, capsys):
+    """train reports on its final model; eval, translate and attention read best.pt, an
+    earlier model where the held-out loss rose at the end (arbitrary targets, learned by
+    heart), so eval gave other figures than the run's, with no flag to give them again. The
+    run now says so, and --which last reads the final model."""
+    import random
+
+    rng = random.Random(1)
+    pairs = ["".join(rng.choices("abcdef", k=5)) + "\t" + "".join(rng.choices("abcdef", k=3))
+             for _ in range(120)]
+    (tmp_path / "rand.tsv").write_text("\n".join(pairs) + "\n")
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "train", "--data", str(tmp_path / "rand.tsv"), "--out",
+                     str(run), "--max-iters", "60", "--eval-interval", "10", "--lr", "0.01",
+                     "--warmup-iters", "2", "--batch-size", "32", "--d-model", "32",
+                     "--valid-fraction", "0.3", "--no-progress", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    best = load_checkpoint(run / "best.pt").state
+    assert best.step < 60  # the case at hand: the loss rose after best.pt was written
+    assert out.splitlines()[-1] == (
+        "note: these are the final model's figures (last.pt); best.pt, which translate, eval "
+        "and attention read unless --which last, is an earlier one (held-out loss "
+        f"{best.val_loss:.4f} when saved)")
+    report = out[:out.index("\n60 steps in ")]  # the exact-match table, by source length
+
+    said = {}
+    for which in ("best", "last"):
+        assert cli_main(["seq2seq", "eval", "--checkpoint", str(run), "--which", which,
+                         "--show-errors", "100"]) == 0
+        said[which] = capsys.readouterr().out
+    assert said["last"].startswith(report + "\n")
+    assert said["best"] != said["last"]  # the two models decode differently
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(run), "--show-errors", "100"]) == 0
+    assert capsys.readouterr().out == said["best"]  # best.pt stays the default
+
+
 def test_a_run_on_a_relative_tsv_path_is_evaluated_from_anywhere(cli_main, tmp_path, capsys,
                                                                   monkeypatch):
     (tmp_path / "here").mkdir()

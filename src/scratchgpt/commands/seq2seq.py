@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import (
+    add_which_flag,
     finite_float,
     help_text,
     non_negative_int,
@@ -182,7 +183,9 @@ def arch_defaults_shown() -> dict[str, str]:
 
 def _add_checkpoint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="run directory written by 'seq2seq train' (its best.pt is used)")
+                   help="run directory written by 'seq2seq train' (its best.pt, or see "
+                        "--which)")
+    add_which_flag(p)  # (train's report is of the final model: --which last gives it again)
     _add_threads(p)
 
 
@@ -237,6 +240,10 @@ def run_train(args: argparse.Namespace) -> int:
         print(result.report)
     print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
           f"{result.val_loss:.4f}; run in {plan.out}")
+    if result.best_val_loss < result.val_loss:  # best.pt is an earlier model than these figures
+        print(f"note: these are the final model's figures (last.pt); best.pt, which translate, "
+              f"eval and attention read unless --which last, is an earlier one (held-out loss "
+              f"{result.best_val_loss:.4f} when saved)")
     return 0
 
 
@@ -284,7 +291,7 @@ def _load(args: argparse.Namespace):
             not (Path(args.checkpoint) / "last.pt").is_file():
         raise CheckpointError(f"{args.checkpoint} was written by an earlier scratchgpt "
                               "(seq2seq.pt); train it again with 'scratchgpt seq2seq train'")
-    model, source = load_model(args.checkpoint)
+    model, source = load_model(args.checkpoint, args.which)
     ckpt = source.checkpoint
     if ckpt is None or ckpt.model_type != "seq2seq":
         raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "
