@@ -417,6 +417,15 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("seq2seq train into an existing run",
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["s2s"], *S2S_TINY],
      "already holds a run"),
+    # it named d_model and n_head, settings nobody typed
+    ("seq2seq train --n-head that does not divide --d-model",
+     lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["root"] / "out" / "s",
+                *S2S_TINY, "--n-head", "3"], "--d-model (16) must be divisible by --n-head (3)"),
+    # it said "too few pairs to hold out 0%"
+    ("seq2seq train --data with a --valid-fraction that holds out no pair",
+     lambda c: ["seq2seq", "train", "--data", c["root"] / "labels.tsv", "--valid-fraction",
+                "0.001", "--out", c["root"] / "out" / "s", *S2S_TINY[4:]],
+     "--valid-fraction 0.001 held out none of its 40 pairs"),
     # fine-tuning
     ("finetune --task instruct --held-out 0.9 of 3 conversations (none left to train on)",
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
@@ -536,6 +545,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("bench finetune --suite synthetic --base an LSTM run",
      lambda c: ["bench", "finetune", "--suite", "synthetic", "--base", c["lstm"], "--out",
                 c["root"] / "out" / "bf"], "lstm"),
+    # NaN passed its '<= 0' check: no request was sent, and nan times were printed as figures
+    ("bench serve --time-limit nan", lambda c: ["bench", "serve", "--time-limit", "nan"],
+     "--time-limit must be > 0 seconds"),
     # a text file is no prepared dataset: it was called "no such directory" though it exists
     ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
                                                c["root"] / "out" / "t", *TINY],
