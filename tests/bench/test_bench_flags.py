@@ -282,6 +282,24 @@ def test_bench_seq2seq_budget_is_a_positive_duration(budget, capsys):
     assert repr(budget) in line
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["seq2seq", "--archs", "lstm", "transformer", "lstm", "--budget", "1s"],
+     "--archs names lstm more than once"),
+    (["recurrent", "--cells", "gru", "rnn", "gru", "rnn"], "--cells names gru, rnn more than once"),
+])
+def test_a_model_named_twice_is_refused(argv, says, tmp_path, capsys, monkeypatch):
+    """Each name ran again, a row of the table each time: another 10-minute budget of
+    training in bench seq2seq. Refused before anything is made, the --json file too."""
+    from scratchgpt.training.seq2seq import Seq2SeqTask
+
+    def never(*args, **kwargs):
+        raise AssertionError("the pairs were made before the flags were checked")
+
+    monkeypatch.setattr(Seq2SeqTask, "from_spec", never)
+    assert says in error_of(capsys, ["bench", *argv, "--json", str(tmp_path / "r.json")])
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_bench_sample_prompt_longer_than_the_context_is_refused(capsys):
     """A --prompt-len past the model's context was cut to its last context-length tokens in
     silence, and the figure reported for a prompt the run never had."""

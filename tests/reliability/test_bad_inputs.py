@@ -548,6 +548,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # NaN passed its '<= 0' check: no request was sent, and nan times were printed as figures
     ("bench serve --time-limit nan", lambda c: ["bench", "serve", "--time-limit", "nan"],
      "--time-limit must be > 0 seconds"),
+    # each ran again: another --budget of training (10 minutes), a row of the table each time
+    ("bench seq2seq --archs naming a model twice",
+     lambda c: ["bench", "seq2seq", "--archs", "lstm", "lstm"],
+     "--archs names lstm more than once"),
     # a text file is no prepared dataset: it was called "no such directory" though it exists
     ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
                                                c["root"] / "out" / "t", *TINY],

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from scratchgpt.bench import refuse_repeats
 from scratchgpt.commands.argtypes import (
     new_tokens,
     positive_int,
@@ -123,6 +124,7 @@ def measure(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    refuse_repeats("--cells", args.cells)
     json_file = results_file(args.json, args.overwrite)
     check_fits(args)
     if args.threads > 0:

@@ -12,6 +12,7 @@ import argparse
 import platform
 import time
 
+from scratchgpt.bench import refuse_repeats
 from scratchgpt.commands.argtypes import (
     duration,
     positive_int,
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.data.translation import DataSpec
     from scratchgpt.training import seq2seq
 
+    refuse_repeats("--archs", args.archs)
     json_file = results_file(args.json, args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
