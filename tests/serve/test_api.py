@@ -237,6 +237,22 @@ def test_a_top_k_of_the_vocabulary_or_more_is_taken_as_no_top_k(client, server, 
     assert texts({"top_k": 1}) != texts({})
 
 
+def test_a_top_k_of_minus_one_is_no_top_k_and_below_is_refused(client):
+    """vLLM-style clients send top_k -1 for "off": it keeps every token, as 0 does; -2 is a
+    mistake and is refused naming the field."""
+    body = {"prompt": "KING:", "max_tokens": 30, "temperature": 1.5, "n": 2, "seed": 5}
+
+    def texts(extra: dict) -> list[str]:
+        r = client.post("/v1/completions", json={**body, **extra})
+        assert r.status_code == 200, r.text
+        return [c["text"] for c in r.json()["choices"]]
+
+    assert texts({"top_k": -1}) == texts({"top_k": 0}) == texts({})
+    r = client.post("/v1/completions", json={**body, "top_k": -2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_k"
+    assert ">= -1, got -2" in r.json()["error"]["message"]
+
+
 def test_several_prompts_and_token_id_prompts(client, server):
     ids = server.service.encode("KING:")[0]
     body = {"prompt": ["KING:", "QUEEN:"], "max_tokens": 5, "temperature": 0, "n": 2}

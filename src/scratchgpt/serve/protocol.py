@@ -290,7 +290,8 @@ def _messages(name: str, v: Any) -> list[dict[str, str]]:
 Check = Callable[[str, Any], Any]
 COMMON: dict[str, Check] = {
     "model": _string, "max_tokens": _int(1), "temperature": _number(0.0, 2.0),
-    "top_p": _number(0.0, 1.0, open_low=True), "top_k": _int(0), "stop": _stop,
+    # top_k: 0, and vLLM's -1, keep every token (as a top_k of the vocabulary or more does)
+    "top_p": _number(0.0, 1.0, open_low=True), "top_k": _int(-1), "stop": _stop,
     "seed": _int(0, SEED_MAX), "n": _int(1), "stream": _bool, "stream_options": _stream_options,
     "user": _string, "presence_penalty": _zero_only, "frequency_penalty": _zero_only,
     "logit_bias": _empty_only,
@@ -357,7 +358,7 @@ def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, defau
                             f"{limits.max_stop_chars} characters", param="stop")
     if f["stream_options"] is not None and not f["stream"]:
         raise ApiError(400, "'stream_options' needs 'stream': true", param="stream_options")
-    top_k = f["top_k"] or None
+    top_k = f["top_k"] if f["top_k"] and f["top_k"] > 0 else None
     return Generation(max_tokens=max_tokens,
                       temperature=1.0 if f["temperature"] is None else f["temperature"],
                       top_p=f["top_p"], top_k=top_k, stop=stop, seed=f["seed"], n=n,
