@@ -263,6 +263,35 @@ def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     assert "/40)" in out  # every line of the file was scored
 
 
+def test_a_run_refuses_its_pairs_file_once_edited(cli_main, tmp_path, capsys):
+    """A --data file edited after the run trained on it was read in silence by --resume (its
+    new characters <unk> in the run's vocabularies) and by eval (a held-out split that was
+    not the run's). The run records its pairs' sha256; the same pairs saved with other line
+    endings pass."""
+    from tests.reliability.conftest import snapshot
+
+    pairs = tmp_path / "rev.tsv"
+    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 4
+    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
+    run = tmp_path / "run"
+    assert cli_main(["seq2seq", "train", "--data", str(pairs), "--arch", "lstm",
+                     "--valid-fraction", "0.3", "--out", str(run), *TSV_TINY]) == 0
+    capsys.readouterr()
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(run)]) == 0
+    scored = capsys.readouterr().out
+    pairs.write_bytes(pairs.read_bytes().replace(b"\n", b"\r\n"))  # the same pairs
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(run)]) == 0
+    assert capsys.readouterr().out == scored
+    with pairs.open("a") as f:
+        f.write("xyz\tzyx\r\n")
+    before = snapshot(run)
+    for argv in (["seq2seq", "eval", "--checkpoint", str(run)],
+                 ["seq2seq", "train", "--out", str(run), "--resume", "--max-iters", "20"]):
+        err = error_of(capsys, argv)
+        assert f"the pairs of {pairs} have changed since the run was trained on them" in err
+    assert snapshot(run) == before
+
+
 def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
                                                  monkeypatch):
     """A target longer than translate's default --max-len can still be matched: eval decodes

@@ -18,6 +18,7 @@ hash of the date, independent of the seed), so no held-out date is ever seen in 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import random
 import re
 import zlib
@@ -76,6 +77,16 @@ def text_lines(text: str) -> list[str]:
     """
     lines = re.split(r"\r\n|\r|\n", text)
     return lines[:-1] if lines[-1] == "" else lines  # (no line after the last line break)
+
+
+def pairs_sha256(pairs: Sequence[Pair]) -> str:
+    """A fingerprint of ``pairs`` in their order: the same for the same pairs whatever the
+    file's line endings or byte-order mark.
+
+    >>> pairs_sha256([("a", "b")]) == pairs_sha256([("a", "b")]) != pairs_sha256([("a", "c")])
+    True
+    """
+    return hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in pairs).encode()).hexdigest()
 
 
 def split_pairs(pairs: Sequence[Pair], valid_fraction: float) -> tuple[list[Pair], list[Pair]]:
@@ -247,7 +258,11 @@ TASKS = {"dates": dates_task, "numbers": numbers_task, "reverse": reverse_task}
 class DataSpec:
     """Where a seq2seq run's pairs come from: a generated ``task`` or a TSV file at ``path``.
 
-    Stored in checkpoints so that ``eval`` rebuilds exactly the same held-out pairs.
+    Stored in checkpoints so that ``eval`` rebuilds exactly the same held-out pairs. The
+    ``sha256`` of a TSV file's pairs (:func:`pairs_sha256`) is recorded by the first
+    :meth:`load` and checked by every later one: a file edited since the run trained on it was
+    read in silence, by ``--resume`` (new characters became ``<unk>`` of the run's
+    vocabularies) and by ``eval`` (on a held-out split that was not the run's).
     """
 
     task: str | None = "dates"
@@ -256,6 +271,7 @@ class DataSpec:
     n_test: int = 2_000  # generated tasks only
     seed: int = 0
     valid_fraction: float = 0.1  # TSV only: share of sources held out
+    sha256: str | None = None  # TSV only: of its pairs, once loaded (None in older runs)
 
     def __post_init__(self) -> None:
         if (self.task is None) == (self.path is None):
@@ -272,6 +288,13 @@ class DataSpec:
         if self.task is not None:
             return TASKS[self.task](n_train=self.n_train, n_test=self.n_test, seed=self.seed)
         pairs = read_tsv(self.path)
+        digest = pairs_sha256(pairs)
+        if self.sha256 is not None and digest != self.sha256:
+            raise DataError(f"the pairs of {self.path} have changed since the run was trained "
+                            "on them, so they and their held-out split are not the run's: put "
+                            "the run's file back, or train a new run on this one ('seq2seq "
+                            "eval --data' scores every pair of a file)")
+        self.sha256 = digest
         train, held = split_pairs(pairs, self.valid_fraction)
         if not train or not held:  # (it said "too few pairs to hold out 0%" of 0.001)
             which = (f"none of its {len(pairs)} pairs (a hash of each source picks them); "
