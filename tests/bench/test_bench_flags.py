@@ -4,6 +4,7 @@ runs of an earlier benchmark are kept unless --overwrite."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,22 @@ def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, caps
             if name == "finetune" else ["bench", name, "--json", str(where)]
         assert needle in error_of(capsys, argv)
     assert earlier.read_text() == "earlier results"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune"])
+def test_a_json_file_no_folder_can_hold_is_refused_before_the_benchmark(name, tmp_path,
+                                                                         capsys):
+    """A --json FILE in a folder nobody may write was found by the write after the benchmark
+    (30 minutes of bench seq2seq), its figures lost: 'Permission denied'. /proc takes no
+    new file, whoever runs the test (a read-only folder takes one from root)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    where = Path("/proc/scratchgpt-bench/figures.json")
+    argv = ["bench", name, "--json", str(where)]
+    if name == "finetune":
+        argv += ["--out", str(tmp_path / "runs")]
+    assert f"--json {where}: no file can be written in /proc (" in error_of(capsys, argv)
     assert not (tmp_path / "runs").exists()
 
 

@@ -153,17 +153,36 @@ def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
 def results_file(path: str | Path | None, overwrite: bool, flag: str = "--json") -> Path | None:
     """``flag FILE`` (None when not given), checked before anything runs, so that a long
     benchmark does not end unable to write its figures: FILE is not a directory, nor inside a
-    file (its folders may be missing: the writer makes them), and it holds no earlier results
-    unless ``overwrite``."""
+    file (its folders may be missing: the writer makes them), a file can be made in the
+    nearest of its folders that exists, and it holds no earlier results unless
+    ``overwrite``."""
     if path is None:
         return None
     file = Path(path)
     problem = file_target_problem(file)
     if problem is not None:
         raise ConfigError(f"{flag} {file}: {problem}; give a file name")
+    problem = _unwritable(file)
+    if problem is not None:
+        raise ConfigError(f"{flag} {file}: {problem}; give a file where you can write")
     if file.exists() and not overwrite:
         raise ConfigError(f"{file} already holds results; pass --overwrite to replace it")
     return file
+
+
+def _unwritable(file: Path) -> str | None:
+    """Why no file can be made beside ``file`` (in the nearest of its folders that exists),
+    found by making one and removing it; None where one can. (A read-only folder was found
+    by the write after the benchmark, its figures lost: 'Permission denied'.)"""
+    import tempfile
+
+    folder = next(p for p in (file.parent, *file.parent.parents) if p.exists())
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        return f"no file can be written in {folder} ({e.strerror})"
+    return None
 
 
 def figure_file(path: str | None, overwrite: bool, flag: str) -> Path | None:
