@@ -18,6 +18,18 @@ def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys):
         assert r["by_length"] and all(k == k.strip() for k in r["by_length"])
 
 
+def test_bench_seq2seq_names_the_machine_without_a_stray_comma(cli_main, capsys, monkeypatch):
+    """Where platform.processor() is empty (Linux, often) the first line read 'machine:
+    x86_64 , 1 torch thread(s)'."""
+    import platform
+
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert cli_main(["bench", "seq2seq", "--budget", "1s", "--archs", "lstm", "--n-train", "50",
+                     "--n-test", "5", "--no-progress"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"machine: {platform.machine()}, ")
+
+
 def test_bench_seq2seq_stopped_by_ctrl_c_writes_nothing(cli_main, tmp_path, capsys,
                                                          monkeypatch):
     import signal

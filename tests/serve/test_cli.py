@@ -271,6 +271,21 @@ def test_bench_serve_bad_flags_are_one_line_errors(capsys, argv, says):
     assert says in error_of(capsys, ["bench", "serve", *argv])
 
 
+def test_bench_serve_report_counts_one_client_as_one(capsys):
+    """--clients 1 was reported as '1 clients', in the table and the speedup line."""
+    from scratchgpt.bench.serve import print_throughput
+
+    row = {"tokens_per_s": 10.0, "ttft_p50_s": 0.1, "ttft_p99_s": 0.2, "itl_p50_s": 0.01,
+           "itl_p99_s": 0.02, "requests": 2, "tokens": 8}
+    for n in (1, 3):
+        print_throughput({"one_at_a_time": {**row, "clients": 1},
+                          "concurrent": {**row, "clients": n}, "speedup": 1.0})
+        lines = capsys.readouterr().out.splitlines()
+        label = "1 client" if n == 1 else f"{n} clients"
+        assert [line[:16].strip() for line in lines[1:3]] == ["1 client", label]
+        assert lines[3].startswith(f"aggregate tokens/s, {label} vs one at a time")
+
+
 def test_bench_serve_gives_no_figures_for_a_phase_that_sent_no_request():
     """A --time-limit up before the first request was sent printed a row of 0 tokens/s and
     nan for every time, as if measured."""

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
                                 "time_budget": args.budget, "threads": args.threads})
     data = DataSpec(task=args.task, n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     seq2seq.check_pairs_fit(data)  # before a generator makes pairs for ever
-    print(f"machine: {platform.machine()} {platform.processor() or ''}, "
+    machine = " ".join(filter(None, (platform.machine(), platform.processor())))
+    print(f"machine: {machine}, "
           f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
           f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
     rows = [_run_arch(arch, data, cfg, not args.no_progress) for arch in args.archs]

@@ -298,18 +298,23 @@ def engine_throughput(checkpoint: str, args: argparse.Namespace) -> dict[str, An
             "tokens": [n_one, n_many]}
 
 
+def clients_label(n: int) -> str:
+    """``n clients``, or ``1 client`` (the report said '1 clients' of --clients 1)."""
+    return f"{n} client{'' if n == 1 else 's'}"
+
+
 def print_throughput(result: dict[str, Any]) -> None:
     print(f"{'':16}{'tokens/s':>10}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>10}"
           f"{'ITL p99':>10}{'requests':>10}{'tokens':>8}")
     for name in ("one_at_a_time", "concurrent"):
         if name in result:
             r = result[name]
-            label = "1 client" if name == "one_at_a_time" else f"{r['clients']} clients"
+            label = clients_label(1 if name == "one_at_a_time" else r["clients"])
             print(f"{label:16}{r['tokens_per_s']:>10.1f}{r['ttft_p50_s']:>10.3f}"
                   f"{r['ttft_p99_s']:>10.3f}{r['itl_p50_s']:>10.4f}{r['itl_p99_s']:>10.4f}"
                   f"{r['requests']:>10}{r['tokens']:>8}")
     if "speedup" in result:
-        print(f"aggregate tokens/s, {result['concurrent']['clients']} clients vs one at a "
+        print(f"aggregate tokens/s, {clients_label(result['concurrent']['clients'])} vs one at a "
               f"time: {result['speedup']:.2f}x")
 
 
