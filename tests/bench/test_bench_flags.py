@@ -82,6 +82,9 @@ def test_bench_finetune_keeps_an_earlier_run_without_overwrite(suite, there, tmp
     (["--finetune-budget", "4x"], "--finetune-budget"),
     (["--pretrain-budget", "0s"], "--pretrain-budget"),
     (["--epochs", "0"], "--epochs"), (["--lora-rank", "0"], "--lora-rank"),
+    # refused as every setting refuses them (it said "--epochs must be > 0, got inf")
+    (["--epochs", "inf"], "--epochs must be a finite number, got inf"),
+    (["--epochs", "nan"], "--epochs must be a finite number, got nan"),
     (["--last-k", "0"], "--last-k"), (["--last-k", "5"], "--last-k"),
     # (refused by the LoRA run, after pretraining and two other fine-tuning runs)
     (["--lora-rank", "129"], "--lora-rank must be at most 128 (the width of the pretrained"),

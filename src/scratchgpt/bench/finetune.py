@@ -39,7 +39,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError, DataError
-from scratchgpt.validation import flag_of
+from scratchgpt.validation import check_range, flag_of
 
 if TYPE_CHECKING:
     from scratchgpt.finetune.base import Base
@@ -121,8 +121,8 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
             parse_duration(budget)
         except ConfigError as e:
             raise ConfigError(f"{flag}: {e}") from None
-    if not 0 < args.epochs < float("inf"):
-        raise ConfigError(f"--epochs must be > 0, got {args.epochs}")
+    # (inf and nan were "must be > 0, got inf": refused as every setting refuses them)
+    check_range("--epochs", args.epochs, 0, low_open=True)
     if args.last_k > PRETRAIN_LAYERS:
         raise ConfigError(f"--last-k must be at most {PRETRAIN_LAYERS} (the pretrained "
                           f"model's layers), got {args.last_k}")
