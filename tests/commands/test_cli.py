@@ -148,6 +148,18 @@ def test_a_prompt_longer_than_the_context_is_read_from_its_end_with_a_note(run_d
     assert tail.err == "" and out == long + tail.out[16:]
 
 
+def test_beam_search_notes_a_prompt_longer_than_the_context_as_sampling_does(run_dir, capsys):
+    """Beam search, too, reads the last 16 characters of a longer prompt: it says so."""
+    long = "the quick brown fox jumps over"  # 30 characters
+    argv = ["sample", "--checkpoint", str(run_dir), "--beam", "2", "--max-new-tokens", "4"]
+    assert main([*argv, "--prompt", long]) == 0
+    out, err = capsys.readouterr()
+    assert "prompt has 30 tokens, the model's context 16: it reads the last 16" in err
+    assert main([*argv, "--prompt", long[-16:]]) == 0
+    tail = capsys.readouterr()
+    assert "prompt has" not in tail.err and out == long + tail.out[16:]
+
+
 def test_a_prompt_file_it_cannot_read_is_refused_before_the_model_is_loaded(tmp_path, capsys,
                                                                            monkeypatch):
     from scratchgpt.commands import sample

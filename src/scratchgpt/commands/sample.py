@@ -299,8 +299,7 @@ def run(args: argparse.Namespace) -> int:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
     job = Job(model, tok, text, ids, rule, cfg, gen)
-    if not args.beam:  # (beam search refuses such a prompt)
-        note_long_prompts(model, [len(ids)])
+    note_long_prompts(model, [len(ids)])  # (beam search, too, reads the last context tokens)
     if args.draft is not None:
         return run_speculative(job, args)
     if args.beam:
