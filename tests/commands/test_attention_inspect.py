@@ -254,6 +254,10 @@ def test_inspect_refuses_a_model_that_predicts_no_next_token(runs, tmp_path, cap
 
 @pytest.mark.parametrize("setting, message", [
     ("T=warm", "not a number"), ("x=1", "cannot read sampling setting"),
+    # a number, but no count of tokens: it said '2.5' "is not a number"
+    ("k=2.5", "'2.5' is not a whole number (k counts tokens)"),
+    ("top-k=1e3", "'1e3' is not a whole number (top-k counts tokens)"),
+    ("k=many", "'many' is not a number"),
     # a value out of range is named by the key typed, not the field it sets (top_k)
     ("p=1.5", "sampling setting 'p=1.5': p must be in (0, 1]"),
     ("T=-1", "sampling setting 'T=-1': T must be >= 0"),

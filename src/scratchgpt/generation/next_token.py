@@ -44,16 +44,29 @@ def parse_setting(text: str) -> SamplingConfig:
         if field in values:  # the later value would silently replace the earlier
             raise GenerationError(f"sampling setting {text!r} gives {field} twice")
         typed[field] = key.strip()
-        try:
-            values[field] = int(value) if field == "top_k" else float(value)
-        except ValueError:
-            raise GenerationError(f"sampling setting {text!r}: {value.strip()!r} is not a "
-                                  "number") from None
+        values[field] = _number(value, field, key.strip(), text)
     try:
         return SamplingConfig(**values)
     except GenerationError as e:  # it names the field (top_k): name the key written (k)
         raise GenerationError(f"sampling setting {text!r}: "
                               f"{rename_setting(str(e), typed.get)}") from None
+
+
+def _number(value: str, field: str, key: str, text: str) -> float | int:
+    """A setting's value: a whole number for top-k (``k=2.5`` and ``k=1e3`` are numbers, but
+    not a count of tokens), any number for the others."""
+    try:
+        return int(value) if field == "top_k" else float(value)
+    except ValueError:
+        pass
+    what = "is not a number"
+    if field == "top_k":
+        try:
+            float(value)
+            what = f"is not a whole number ({key} counts tokens)"
+        except ValueError:
+            pass
+    raise GenerationError(f"sampling setting {text!r}: {value.strip()!r} {what}")
 
 
 def setting_label(cfg: SamplingConfig) -> str:
