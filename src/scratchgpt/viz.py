@@ -288,6 +288,8 @@ def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> 
     :func:`context_ranges` drawn over it. The x axis is logarithmic (the first few tokens of
     context matter most); a dashed line marks each curve's mean, the loss a whole-window
     evaluation reports."""
+    from matplotlib.ticker import LogFormatter
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for split, curve in curves.items():
@@ -300,6 +302,9 @@ def context_loss_figure(curves: dict[str, Sequence[float]], title: str = "") -> 
         ax.axhline(mean, ls="--", lw=0.8, color=line.get_color(),
                    label=f"{split} mean {mean:.4f}")
     ax.set_xscale("log", base=2)
+    # 1, 2, 4, ... 64 as such: the default labels are math (2^6), which literal text drew as
+    # the raw "$\\mathdefault{2^{6}}$"
+    ax.xaxis.set_major_formatter(LogFormatter(base=2))
     ax.set_xlabel("context: tokens the prediction could see")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_title(title)
