@@ -229,19 +229,25 @@ def _rest(probs: Sequence[float]) -> float:
 
 @literal_text()
 def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Sequence[float]]],
-                        notes: Sequence[str] = ()) -> Any:
+                        notes: Sequence[str] = (), others: Sequence[float] | None = None) -> Any:
     """Bar charts of one next-token distribution under several settings, one panel each.
 
     ``labels`` names the N tokens shown (in the order of the first panel's probabilities) and
     each panel is ``(title, probs)`` with N probabilities; the mass of all other tokens is drawn
-    as a last grey bar, "other". Bars carry their probability; a token a setting cuts
-    (probability 0) is marked with ×. Every panel has the same vertical scale.
-    ``notes[i]``, if given, is printed under panel i's title (e.g. kept tokens, entropy)."""
+    as a last grey bar, "other": ``others[i]`` where the caller summed it over the whole
+    distribution (then it is 0 only where the setting cut every other token), else what the N
+    leave of 1. Bars carry their probability; a token a setting cuts (probability 0) is marked
+    with ×. Every panel has the same vertical scale, with room above the tallest bar for its
+    label. ``notes[i]``, if given, is printed under panel i's title (e.g. kept tokens,
+    entropy)."""
     plt = pyplot()
     n = len(labels)
-    heights = [[*map(float, probs), _rest(probs)]
-               for _, probs in panels]  # the N tokens, then "other"
-    top = min(1.0, 1.15 * max(max(h) for h in heights)) or 1.0  # one scale for every panel
+    rests = [_rest(probs) for _, probs in panels] if others is None else list(others)
+    heights = [[*map(float, probs), float(rest)]
+               for (_, probs), rest in zip(panels, rests, strict=True)]  # then "other"
+    # one scale for every panel; above 1 where a bar reaches it, so that its label stays
+    # inside the panel rather than over the title
+    top = 1.15 * max(max(h) for h in heights) or 1.0
     fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
                              figsize=(max(7.0, 0.5 * n + 2.5), 1.9 * len(panels) + 0.8))
     xs = list(range(n + 1))
@@ -251,6 +257,7 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
         ax.bar_label(bars, [f"{p:.2f}" if p > 0 else "×" for p in heights[i]], fontsize=7,
                      padding=1)
         ax.set_ylim(0, top)
+        ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= 1.0])  # no p above 1
         ax.set_ylabel("p", rotation=0, labelpad=8)
         note = f"  ·  {notes[i]}" if i < len(notes) and notes[i] else ""
         ax.set_title(f"{title}{note}", fontsize=9, loc="left")

@@ -280,6 +280,28 @@ def test_distribution_figure_draws_the_given_probabilities():
     assert [t.get_text() for t in fig.axes[1].texts] == ["1.00", "×", "×"]
 
 
+def test_the_other_bar_is_crossed_only_where_a_setting_cut_every_other_token():
+    """A distribution whose tokens past the listed ones hold a sliver of mass (1e-8, below
+    float round-off of 1 - the listed sum): nothing was cut, so its "other" bar reads 0.00, not
+    ×, the mark of a cut; top-k=1 cuts them all. A bar at 1.0 keeps its label in its panel."""
+    from scratchgpt.commands.inspect import draw, report
+    from scratchgpt.generation.next_token import parse_setting
+
+    tok = CharTokenizer(list("abcdefgh"))
+    logits = torch.tensor([20.0, 2.0] + [0.0] * 6)
+    rep = report(tok, logits, [parse_setting("k=1")], top=2)
+    assert rep["kept"] == {"model": 8, "top-k=1": 1}
+    assert 0 < rep["others"]["model"] < 1e-6 and rep["others"]["top-k=1"] == 0
+    figures = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("scratchgpt.viz.save_figure", lambda fig, out: figures.append(fig))
+        draw(rep, "next.png")
+    model, top_k = figures[0].axes
+    assert [t.get_text() for t in model.texts][-1] == "0.00"  # "other": a sliver, not cut
+    assert [t.get_text() for t in top_k.texts] == ["1.00", "×", "×"]
+    assert top_k.get_ylim()[1] > 1.0 and max(top_k.get_yticks()) <= 1.0
+
+
 def test_visible_labels():
     from scratchgpt.tokenizers import BPETokenizer
     from scratchgpt.viz import token_labels, visible

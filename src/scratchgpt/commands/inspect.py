@@ -68,11 +68,14 @@ def report(tok: Any, logits: Any, settings: list[Any], top: int) -> dict[str, An
     names = ["model"] + [setting_label(cfg) for cfg in settings]
     probs = distributions(logits, [SamplingConfig(), *settings])  # (1 + S, vocab)
     order = probs[0].argsort(descending=True, stable=True)[:top].tolist()
+    rest = probs.clone()
+    rest[:, order] = 0  # the tokens not listed: 0 where a setting cut every one of them
     labels = token_labels(tok, order)
     rows = [{"rank": r + 1, "id": i, "token": tok.decode([i]), "label": labels[r],
              "probs": {n: float(probs[s, i]) for s, n in enumerate(names)}}
             for r, i in enumerate(order)]
     return {"settings": names, "vocab_size": int(probs.size(1)), "top": rows,
+            "others": {n: float(rest[s].sum()) for s, n in enumerate(names)},
             "kept": {n: int((probs[s] > 0).sum()) for s, n in enumerate(names)},
             "entropy": {n: entropy(probs[s]) for s, n in enumerate(names)}}
 
@@ -89,8 +92,7 @@ def print_table(rep: dict[str, Any]) -> None:
     line("rank", "token", names)
     for r in rep["top"]:
         line(str(r["rank"]), r["label"], [f"{r['probs'][n]:.4f}" for n in names])
-    rest = [max(0.0, 1.0 - sum(r["probs"][n] for r in rep["top"])) for n in names]
-    line("", "(all others)", [f"{x:.4f}" for x in rest])
+    line("", "(all others)", [f"{rep['others'][n]:.4f}" for n in names])
     line("", f"kept of {rep['vocab_size']}", [str(rep["kept"][n]) for n in names])
     line("", "entropy", [f"{rep['entropy'][n]:.3f}" for n in names])
 
@@ -105,7 +107,8 @@ def draw(rep: dict[str, Any], out: str) -> None:
     notes = [f"{rep['kept'][n]} of {rep['vocab_size']} tokens kept, entropy "
              f"{rep['entropy'][n]:.2f} nats (like {math.exp(rep['entropy'][n]):.1f} "
              "equally likely)" for n in names]
-    save_figure(distribution_figure([r["label"] for r in rep["top"]], panels, notes), out)
+    save_figure(distribution_figure([r["label"] for r in rep["top"]], panels, notes,
+                                    [rep["others"][n] for n in names]), out)
 
 
 def run(args: argparse.Namespace) -> int:
