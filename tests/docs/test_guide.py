@@ -88,3 +88,21 @@ def test_readme_points_learners_to_the_guide_and_notebooks():
     notebooks = sorted(p.name for p in (DOCS / "notebooks").glob("*.ipynb"))
     guide = (DOCS / "GUIDE.md").read_text()
     assert len(notebooks) == 5 and all(name in guide for name in notebooks)
+
+
+def test_the_gpt_build_token_counts_are_steps_times_windows():
+    """experiment_gpt_build.md's tokens for the scaled stage are its steps x the experiment's
+    batch x stage 8's context (as the experiment's CSV counts them), and the lecture's are
+    5,000 steps of 64 x 256."""
+    from scratchgpt.experiments.gpt_build import SCALED, BuildSetup
+
+    text = " ".join((DOCS / "experiment_gpt_build.md").read_text().split())
+    ours = re.search(r"managed ([\d,]+) steps, ([\d.]+) million tokens", text)
+    assert ours, "experiment_gpt_build.md no longer gives the scaled stage's tokens"
+    setup = BuildSetup()
+    tokens = int(ours[1].replace(",", "")) * setup.batch_size * SCALED[setup.scaled]["block_size"]
+    assert f"{tokens / 1e6:.{len(ours[2].split('.')[1])}f}" == ours[2]
+    lecture = re.search(r"batch (\d+) x (\d+) characters, ([\d,]+) steps: (\d+) million", text)
+    assert lecture, "experiment_gpt_build.md no longer gives the lecture's tokens"
+    batch, context, steps = (int(g.replace(",", "")) for g in lecture.groups()[:3])
+    assert round(batch * context * steps / 1e6) == int(lecture[4])
