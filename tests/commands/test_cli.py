@@ -191,6 +191,30 @@ def test_prompt_from_file(run_dir, tmp_path, capsys):
     assert capsys.readouterr().out.startswith("KING:")
 
 
+def test_prompt_file_dash_reads_standard_input(run_dir, capsys, monkeypatch):
+    """--prompt-file - reads the prompt from standard input (as classify --file - reads its
+    texts): it was refused as 'prompt file - does not exist'; --batch-prompts reads its lines
+    there too, and a refusal names standard input, not a file called '-'."""
+    import io
+
+    def stdin(raw: bytes) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
+
+    argv = ["sample", "--checkpoint", str(run_dir), "--temperature", "0",
+            "--max-new-tokens", "5"]
+    assert main([*argv, "--prompt", "KING:"]) == 0
+    typed = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", stdin(b"KING:"))
+    assert main([*argv, "--prompt-file", "-"]) == 0
+    assert capsys.readouterr().out == typed
+    monkeypatch.setattr("sys.stdin", stdin(b"KING:\n\nKING:\n"))
+    assert main([*argv, "--prompt-file", "-", "--batch-prompts"]) == 0
+    assert capsys.readouterr().out.split("\n---------------\n") == [typed, typed]
+    monkeypatch.setattr("sys.stdin", stdin(b"\n\n"))
+    line = error_of(capsys, [*argv, "--prompt-file", "-", "--batch-prompts"])
+    assert "standard input has no non-empty line" in line
+
+
 # ---- bad input: one line, exit code 2, nothing lost ----
 
 def test_missing_data(tmp_path, capsys):

@@ -11,25 +11,35 @@ from scratchgpt.errors import ConfigError, DataError
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
-    """The prompt text (None when none was given); a byte-order mark that opens the file (as
-    Windows editors write one) is not part of it, and UTF-16 is refused naming the file, as
-    every text file a user gives is (:func:`~scratchgpt.data.sources.decode_utf8`)."""
+    """The prompt text (None when none was given): ``--prompt``, or ``--prompt-file`` (``-``:
+    standard input, as ``classify --file -`` reads it); a byte-order mark that opens the file
+    (as Windows editors write one) is not part of it, and UTF-16 is refused naming the file,
+    as every text file a user gives is (:func:`~scratchgpt.data.sources.decode_utf8`)."""
     from scratchgpt.data.sources import decode_utf8
 
-    if args.prompt_file:
-        path = Path(args.prompt_file)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise DataError(f"prompt file {path} does not exist") from None
-        except IsADirectoryError:
-            raise DataError(f"prompt file {path} is a directory; name a text file") from None
-        except OSError as e:
-            raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
-        # (read_text's universal newlines: a prompt saved on Windows reads as one saved here)
-        text = decode_utf8(raw, f"prompt file {path}")
-        return text.replace("\r\n", "\n").replace("\r", "\n")
-    return args.prompt
+    if not args.prompt_file:
+        return args.prompt
+    raw = (sys.stdin.buffer.read() if args.prompt_file == "-"
+           else _read_prompt_file(Path(args.prompt_file)))
+    # (read_text's universal newlines: a prompt saved on Windows reads as one saved here)
+    text = decode_utf8(raw, prompt_source(args.prompt_file))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def prompt_source(prompt_file: str) -> str:
+    """``--prompt-file`` as a message names it: ``prompt file FILE``, or ``standard input``."""
+    return "standard input" if prompt_file == "-" else f"prompt file {prompt_file}"
+
+
+def _read_prompt_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"prompt file {path} does not exist") from None
+    except IsADirectoryError:
+        raise DataError(f"prompt file {path} is a directory; name a text file") from None
+    except OSError as e:
+        raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
 
 
 def note_long_prompts(model, lengths: list[int]) -> None:

@@ -17,6 +17,7 @@ from scratchgpt.commands.argtypes import (
 from scratchgpt.commands.prompts import (
     note_long_prompts,
     note_wide_top_k,
+    prompt_source,
     read_prompt,
     refuse_greedy_filters,
 )
@@ -42,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default=None,
                      help="text to continue (default: none, unconditional generation)")
-    src.add_argument("--prompt-file", default=None, help="read the prompt from this file")
+    src.add_argument("--prompt-file", default=None,
+                     help="read the prompt from this UTF-8 file (-: standard input)")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate (500)")
     p.add_argument("--max-new-tokens-limit", type=int, default=MAX_NEW_TOKENS,
                    help="refuse --max-new-tokens above this (default 100000)")
@@ -410,7 +412,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
 
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
-        raise DataError(f"prompt file {args.prompt_file} has no non-empty line")
+        raise DataError(f"{prompt_source(args.prompt_file)} has no non-empty line")
     encoded = [encode_line(tok, line, args, n) or start_of_text(tok)[0] for n, line in numbered]
     rows = [line for _, line in numbered for _ in range(args.num_samples)]
     ids = [x for x in encoded for _ in range(args.num_samples)]
@@ -429,7 +431,7 @@ def encode_line(tok, line: str, args: argparse.Namespace, n: int) -> list[int]:
     try:
         return encode(tok, line, args.unknown)
     except TokenizerError as e:
-        raise TokenizerError(f"prompt file {args.prompt_file}, line {n}: {e}") from None
+        raise TokenizerError(f"{prompt_source(args.prompt_file)}, line {n}: {e}") from None
 
 
 def run_speculative(job: Job, args: argparse.Namespace) -> int:
