@@ -226,6 +226,15 @@ def test_inspect_reads_only_the_gpt_context(runs, capsys):
     assert rep == {**inspect_json(capsys, runs["gpt"], long[-16:]), "prompt": long}
 
 
+def test_an_empty_prompt_shows_the_first_token_sample_draws_without_one(runs, capsys):
+    """sample without a prompt starts a character model from a newline; inspect --prompt ''
+    shows that distribution (it was refused as empty), and says what it read."""
+    rep = inspect_json(capsys, runs["gpt"], "")
+    assert rep == {**inspect_json(capsys, runs["gpt"], "\n"), "prompt": ""}
+    assert main(["inspect", "--checkpoint", str(runs["gpt"]), "--prompt", ""]) == 0
+    assert capsys.readouterr().out.startswith("next token after '\\n' (gpt, 1 tokens read)")
+
+
 def test_inspect_table_and_figure(runs, tmp_path, capsys):
     out = tmp_path / "d.png"
     assert main(["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "ab", "--out",

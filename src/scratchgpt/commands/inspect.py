@@ -43,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_which_flag(p)
     p.add_argument("--prompt", required=True,
                    help="the text before the predicted token (a GPT reads only its last "
-                        "context-length tokens; a notice says so)")
+                        "context-length tokens; a notice says so); empty: the first token "
+                        "'sample' draws without a prompt, after the end-of-text token (a "
+                        "newline for character models)")
     add_unknown_flag(p, "prompt")
     p.add_argument("--top", type=positive_int, default=10, metavar="N",
                    help="how many of the most likely tokens to list (default 10)")
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import checkpoint_tokenizer
     from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.next_token import next_token_logits, parse_setting, setting_label
+    from scratchgpt.generation.prompt import start_of_text
 
     figure_file(args.out, args.overwrite, "--out")  # refused before any work
     settings = [parse_setting(s) for s in (args.setting or DEFAULT_SETTINGS)]
@@ -126,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
     settings = list(firsts.values())
     model, source = load_for_generation(args.checkpoint, args.which, "inspect")
     tok = checkpoint_tokenizer(source)
-    ids = encode(tok, args.prompt, args.unknown)
+    ids, shown = encode(tok, args.prompt, args.unknown), args.prompt
+    if not ids:  # where sample starts without a prompt
+        ids = start_of_text(tok)[0]
+        shown = tok.decode(ids)
     logits, used = next_token_logits(model, ids)
     if used < len(ids):
         print(f"note: the prompt has {len(ids)} tokens, the model's context {used}: it reads "
@@ -138,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
         return 0
-    print(f"next token after {args.prompt[-40:]!r} ({source.model_type}, {used} tokens read)")
+    print(f"next token after {shown[-40:]!r} ({source.model_type}, {used} tokens read)")
     print_table(rep)
     if args.out:
         print(f"wrote {args.out}")
