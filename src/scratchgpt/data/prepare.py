@@ -2,7 +2,7 @@
 
 A prepared dataset is a directory::
 
-    train.bin   tokens of the first 90% of the text (uint16, or uint32 for vocabularies > 65535);
+    train.bin   tokens of the first 90% of the text (uint16, or uint32 for vocabularies > 65536);
                 with BPE-dropout, several sampled segmentations of it, one after another
     val.bin     tokens of the last 10%
     meta.json   tokenizer kind, vocab size, dtype, token and character counts, sha256 of the
