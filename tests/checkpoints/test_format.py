@@ -344,3 +344,21 @@ def test_files_written_atomically_are_readable_as_the_umask_allows(tmp_path):
         finally:
             os.umask(saved)
         assert (tmp_path / f"f{umask}.json").stat().st_mode & 0o777 == mode
+
+
+def test_a_loaded_models_source_prints_in_a_few_lines(tmp_path):
+    """``print(source)`` after ``load_model`` printed every weight and the optimizer's state,
+    some 100 KB of tensors for a 2-layer GPT: it names what was loaded and from where."""
+    config = model_config("gpt", vocab_size=7, n_layer=2, n_head=2, n_embd=16, block_size=8)
+    model = build_model(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
+    optimizer.step()
+    saved = Checkpoint("gpt", config, model.state_dict(), {"text": CharTokenizer("abc").state()},
+                       {"dataset": "data/x"}, "run-1", TrainConfig(max_iters=9), TrainState(),
+                       optimizer.state_dict())
+    save_checkpoint(tmp_path / "best.pt", saved)
+    _, source = load_model(tmp_path)
+    shown = repr(source)
+    assert len(shown) < 2000, shown[:3000]
+    assert "best.pt" in shown and "n_layer=2" in shown and "run-1" in shown

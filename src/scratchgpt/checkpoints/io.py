@@ -201,13 +201,15 @@ class Checkpoint:
 
     model_type: str
     model_config: Any  # the typed config of ``model_type`` (see scratchgpt.models)
-    model: dict[str, Tensor]
+    # (the weights and the optimizer's state stay out of the repr: printing a load_model
+    # source gave ~100 KB of tensors for a 2-layer model)
+    model: dict[str, Tensor] = field(repr=False)
     tokenizers: dict[str, dict[str, Any]] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     run_id: str = ""
     train_config: Any = None  # scratchgpt.training.config.TrainConfig, for runs that resume
     state: Any = None  # scratchgpt.training.state.TrainState
-    optimizer: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | None = field(default=None, repr=False)
     path: Path | None = None
     file_version: tuple[int, int, int] | None = None  # see RunDir.last_version (not saved)
 
