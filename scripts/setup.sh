@@ -3,7 +3,10 @@
 #   scripts/setup.sh        -> core install (torch, numpy, tqdm, matplotlib)
 #   scripts/setup.sh dev    -> plus test and parity tools (pytest, ruff, transformers, tiktoken)
 #   scripts/setup.sh dev,gguf -> plus GGUF export and llama.cpp (compiled once, ~10 minutes)
-# PyTorch is pinned to the CPU build 2.13.0 first, so that nothing pulls a CUDA build.
+# PyTorch 2.13.0 is installed first, and a torch 2.13.0 already in .venv is kept: make .venv
+# with the CPU build (pip install torch==2.13.0 --index-url
+# https://download.pytorch.org/whl/cpu) to avoid PyPI's Linux wheel, the CUDA build with its
+# NVIDIA libraries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
