@@ -99,6 +99,15 @@ def test_count_records_the_settings_that_produced_its_result(tmp_path, capsys):
     assert f"loss {result['first_loss']:.3f} -> {result['final_loss']:.3f}" in said
 
 
+def test_count_memory_check_counts_each_training_row_once(monkeypatch):
+    """A GRU of 1,024 units counting modulo 20 needs ~0.15 GiB; the estimate multiplied its
+    16-token rows by the config's 256-token context as well, and refused it below 8.6 GiB."""
+    from scratchgpt.models.rnn import RecurrentConfig
+
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "1GiB")
+    count.check_fits(RecurrentConfig(vocab_size=20, cell="gru", n_layer=1, hidden=1024))
+
+
 def test_memory_curves_that_coincide_all_show(tmp_path):
     """Every curve was the same size of circle: where the LSTM and the RNN both scored 100%,
     the later drawn hid the other, and the plot showed one network where there were two."""

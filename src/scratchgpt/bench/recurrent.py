@@ -11,6 +11,7 @@ torch is, and checks that both give the same logits (the largest difference is p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -94,8 +95,9 @@ def check_fits(args: argparse.Namespace) -> None:
     built (a huge --hidden or --seq-len is refused, not an allocation failure)."""
     from scratchgpt import memory
 
-    for cell in args.cells:  # (a recurrent estimate counts tokens: batch x sequence length)
-        estimate = memory.training_estimate(_config(cell, args), args.batch_size * args.seq_len)
+    for cell in args.cells:  # rows of --seq-len tokens: the config's context, as training's
+        config = dataclasses.replace(_config(cell, args), block_size=args.seq_len)
+        estimate = memory.training_estimate(config, args.batch_size)
         memory.check_fits(estimate, f"timing the {cell}")
 
 

@@ -7,6 +7,7 @@ forward one token at a time (the state holds everything the model remembers).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -103,7 +104,8 @@ def check_fits(config: RecurrentConfig) -> None:
     """Training and the evaluation fit in memory, checked before anything is built. The
     evaluation reads a row from every start at once: ``modulus x 16`` tokens, each with
     ``modulus`` logits, which is what grows fastest."""
-    train = memory.training_estimate(config, BATCH * (ROW - 1))  # (an RNN's: per token)
+    rows = dataclasses.replace(config, block_size=ROW - 1)  # a training row's inputs
+    train = memory.training_estimate(rows, BATCH)
     tokens = config.vocab_size * (ROW - 1)
     per_token = 3 * config.vocab_size + memory.ACTIVATION_FLOATS * config.hidden
     estimate = memory.Estimate({**train.parts, "evaluation": memory.FP32 * tokens * per_token})
