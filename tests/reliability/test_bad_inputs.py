@@ -577,6 +577,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 c["root"] / "labels.tsv", "--out", c["plain_file"] / "run"], "is below"),
     ("prepare over an existing dataset", lambda c: ["prepare", "--data", c["text"], "--out",
                                                     c["data"]], "--overwrite"),
+    # a character count given as --vocab-size was refused as not above 256 (a BPE's byte
+    # tokens), and only a size above 256 was then told that the flag is BPE's alone
+    ("prepare --tokenizer char --vocab-size 65",
+     lambda c: ["prepare", "--data", c["text"], "--tokenizer", "char", "--vocab-size", "65",
+                "--out", c["root"] / "out" / "p4"], "applies to --tokenizer bpe only"),
     # a BPE checkpoint copied without the merges.txt beside it: the message was Python's
     # "[Errno 2] No such file or directory", which did not say where the file must be
     ("sample a BPE checkpoint copied without its merges.txt",

@@ -37,14 +37,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                        "against its sha256 where one is pinned")
     p.add_argument("--tokenizer", default="char",
                    help="char, char-prose (letters, digits, space and basic punctuation; "
-                        "newlines and repeated spaces folded), bpe (trained here) or gpt2 "
+                        "any other character a space, runs of spaces folded), bpe (trained "
+                        "here) or gpt2 "
                         "(default: char)")
     p.add_argument("--tokenizer-from", default=None, metavar="RUN_OR_DATASET",
                    help="use the tokenizer of this model (a run directory, .pt file, Hugging "
                         "Face directory or hf:ID) instead of learning one: the text is then "
                         "ready for 'train --init-from' that model; or of a prepared dataset "
                         "directory, so that a second text shares the first dataset's token ids")
-    p.add_argument("--vocab-size", type=bpe_vocab_size, default=None,
+    p.add_argument("--vocab-size", default=None,  # (checked in run, once --tokenizer is known)
                    help="vocabulary size for --tokenizer bpe (default 4096); a small text "
                         "may run out of pairs to merge first, and then gets fewer ids")
     p.add_argument("--bpe-dropout", type=float, default=0.0, metavar="P",
@@ -76,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--tokenizer {args.tokenizer}: choose one of {', '.join(BUILD_KINDS)}"
                           + (_spelt_as_speedrun(args.tokenizer)
                              or did_you_mean(args.tokenizer, BUILD_KINDS)))
-    if args.vocab_size is not None and args.tokenizer != "bpe":
-        raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    args.vocab_size = vocab_size(args)
     if not 0.0 < args.val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be between 0 and 1, got {args.val_fraction:g}")
     copies = train_copies(args)
@@ -104,6 +104,20 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer == "bpe":
         report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
+
+
+def vocab_size(args: argparse.Namespace) -> int | None:
+    """``--vocab-size``, checked once ``--tokenizer`` says whether it applies: with
+    ``--tokenizer char`` a size such as 65 was refused as not above 256 (a BPE's byte tokens)
+    rather than as a flag of BPE's alone."""
+    if args.vocab_size is None:
+        return None
+    if args.tokenizer != "bpe":
+        raise ConfigError("--vocab-size applies to --tokenizer bpe only")
+    try:
+        return bpe_vocab_size(args.vocab_size)
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError(f"--vocab-size: {e}") from None
 
 
 def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
