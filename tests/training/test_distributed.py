@@ -131,3 +131,21 @@ def test_torchrun_launch_equals_nproc(small_dataset, tmp_path):
     a, b = weights(tmp_path / "spawned"), weights(tmp_path / "torchrun")
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+def test_a_run_with_a_progress_bar_ends_without_a_leaked_semaphore(small_dataset, tmp_path):
+    """tqdm's bar made a multiprocessing lock in rank 0, which ends by os._exit: every --nproc
+    run with a bar ended with the resource tracker's 'leaked semaphore objects' warning."""
+    import os
+    import subprocess
+    import sys
+
+    args = [a for a in ARGS if a != "--no-progress"]
+    cmd = [sys.executable, "-m", "scratchgpt", "train", "--dataset", str(small_dataset),
+           "--out", str(tmp_path / "run"), "--max-iters", "4", "--batch-size", "4", *args,
+           "--nproc", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "4/4" in done.stderr, done.stderr  # the bar was drawn
+    assert "leaked semaphore" not in done.stderr, done.stderr

@@ -130,6 +130,7 @@ def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        _thread_lock_for_bars()
         init_from_env(device)
         with process_group():
             out = fn(*args)
@@ -139,6 +140,18 @@ def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any
         results.put(("error", _portable(e, rank)))
         exit_process(1)
     exit_process(0)
+
+
+def _thread_lock_for_bars() -> None:
+    """tqdm's first bar makes a multiprocessing lock, a named semaphore that the resource
+    tracker follows; a training process ends by :func:`exit_process`, which never releases it,
+    so every ``--nproc`` run with a progress bar ended with the tracker's warning of a leaked
+    semaphore. One process draws the bar: a thread lock is all it needs."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def _portable(e: BaseException, rank: int) -> BaseException:
