@@ -215,6 +215,25 @@ def test_prompt_file_dash_reads_standard_input(run_dir, capsys, monkeypatch):
     assert "standard input has no non-empty line" in line
 
 
+@pytest.mark.parametrize("draft", [[], ["--draft", "ngram"]])
+def test_ctrl_c_mid_stream_ends_the_line_before_saying_interrupted(run_dir, capsys,
+                                                                   monkeypatch, draft):
+    """The text streamed so far keeps its line: 'interrupted' was written on after the last
+    token (at a terminal, on the same line), and a file it went to lacked its newline."""
+    from scratchgpt.generation import generate, speculative
+
+    def stopped(*args, **kwargs):
+        yield "ab" if not draft else 1
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "stream_text", stopped)
+    monkeypatch.setattr(speculative.SpeculativeDecoder, "stream", stopped)
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "KING:", *draft])
+    out, err = capsys.readouterr()
+    assert code == 130 and err.endswith("scratchgpt sample: interrupted\n")
+    assert out.startswith("KING:") and out.endswith("\n") and len(out) > len("KING:\n")
+
+
 # ---- bad input: one line, exit code 2, nothing lost ----
 
 def test_missing_data(tmp_path, capsys):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
+from collections.abc import Iterator
 
 from scratchgpt.commands.argtypes import (
     add_unknown_flag,
@@ -345,14 +347,28 @@ class Job:
         return torch.tensor([self.ids], dtype=torch.long)
 
 
+@contextlib.contextmanager
+def line_ended_if_stopped() -> Iterator[None]:
+    """Ctrl-C or SIGTERM in the middle of a streamed text ends its line first: the command's
+    'interrupted' was written on after the last token, and a file the text went to ended
+    without its newline."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        raise
+
+
 def run_stream(job: Job) -> int:
     """One sample, printed as it is generated (through the Python API's ``stream_text``)."""
     from scratchgpt.generation.generate import stream_text
 
     sys.stdout.write(job.text)
-    for piece in stream_text(job.model, job.prompt(), job.rule, job.cfg, job.gen):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
+    with line_ended_if_stopped():
+        for piece in stream_text(job.model, job.prompt(), job.rule, job.cfg, job.gen):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
 
@@ -453,8 +469,9 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     if not args.no_stream:
         sys.stdout.write(job.text)
     printer = StreamPrinter(job.rule, out=_NullOut() if args.no_stream else None)
-    for token in dec.stream(job.rule):
-        printer.add(token)
+    with line_ended_if_stopped() if not args.no_stream else contextlib.nullcontext():
+        for token in dec.stream(job.rule):
+            printer.add(token)
     text = printer.finish()
     if args.no_stream:
         sys.stdout.write(job.text + text)
