@@ -5,6 +5,7 @@ commands' flag types), and ``errors.py`` is the leaf the other leaves stand on."
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "scratchgpt"
@@ -73,3 +74,18 @@ def test_models_and_tokenizers_stand_on_the_leaves_alone() -> None:
             outside = {m for m in imported(path)
                        if m not in leaves and not m.startswith(f"scratchgpt.{part}")}
             assert not outside, (str(path.relative_to(PACKAGE)), outside)
+
+
+def test_the_readmes_layout_names_every_module_of_the_parts_it_lists_file_by_file() -> None:
+    """README.md's Layout lists these parts' modules one by one; it had fallen behind (the
+    optimizers, the curriculum, the block kernels were missing)."""
+    readme = (PACKAGE.parents[1] / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"[A-Za-z_0-9]+", layout))
+    missing = [f"{part}/{path.name}"
+               for part in ("models", "training", "generation", "data", "tokenizers",
+                            "checkpoints")
+               for path in sorted((PACKAGE / part).glob("*.[pch]*"))
+               if path.suffix in (".py", ".c", ".h") and path.stem != "__init__"
+               and path.stem not in named]
+    assert not missing, missing
