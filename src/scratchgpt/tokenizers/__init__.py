@@ -2,7 +2,9 @@
 
 One concept per module:
 
-- ``base``: the :class:`Tokenizer` interface; ``char``: one id per character.
+- ``base``: the :class:`Tokenizer` interface; ``char``: one id per character, and
+  :class:`ProseCharTokenizer` (``char-prose``) over prose folded to letters, digits and basic
+  punctuation; ``seq2seq``: characters after four special tokens (pad, bos, eos, unk).
 - ``bpe``: :class:`BPETokenizer`, byte-level BPE as GPT-2 has it: training, encoding, decoding,
   the special-token policy, saving.
 - ``bpe_algorithm``: BPE itself, on lists of ids: pair counts, merges, learning them, and
