@@ -782,6 +782,32 @@ def test_ctrl_c_at_a_terminal_stops_the_reply_not_the_chat(chat_model, monkeypat
     assert printed.count("assistant> ") == 2 and "assistant> ok\n" in printed
 
 
+@pytest.mark.parametrize("terminal, stop", [(False, KeyboardInterrupt), (True, "Terminated")])
+def test_a_chat_stopped_mid_reply_ends_the_replys_line(chat_model, monkeypatch, capsys,
+                                                       terminal, stop):
+    """Ctrl-C of a chat read from a pipe, or SIGTERM, ends the command: the reply streamed so
+    far keeps its line ('interrupted' was written on after its last token)."""
+    import scratchgpt.generation.generate as generate
+    from scratchgpt.errors import Terminated
+
+    real = generate.stream
+
+    def stopped(*args, **kwargs):
+        tokens = real(*args, **kwargs)
+        yield next(tokens)
+        yield next(tokens)
+        raise Terminated if stop == "Terminated" else KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "stream", stopped)
+    monkeypatch.setattr("sys.stdin", (_Terminal if terminal else io.StringIO)("hi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0"],
+                                 capsys)
+    assert code == (143 if terminal else 130), err
+    # (its two tokens are held back, as either could begin the end marker <|end|>)
+    assert printed.endswith("\n" if not terminal else "assistant> \n"), printed
+    assert err.endswith("terminated\n" if terminal else "interrupted\n")
+
+
 def test_a_message_holding_a_marker_of_the_template_is_refused(chat_model, monkeypatch,
                                                               capsys):
     """The markers are plain text: a message that writes '<|end|>' then '<|assistant|>' ended

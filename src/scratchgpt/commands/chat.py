@@ -187,11 +187,14 @@ class ChatSession:
         """Print the reply as it comes; True when Ctrl-C stopped it. At a terminal Ctrl-C
         stops the reply, not the chat (whose conversation would be lost with it); SIGTERM,
         and Ctrl-C of a chat read from a pipe, end the command as everywhere else."""
+        from scratchgpt.generation.printer import line_ended_if_stopped
+
         try:
             for token in tokens:
                 printer.add(int(token[0]))
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated) or not self.interactive:
-                raise
+                with line_ended_if_stopped():  # (the reply's line ends, as sample's does)
+                    raise
             return True
         return False

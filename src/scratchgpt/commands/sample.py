@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import math
 import sys
-from collections.abc import Iterator
 
 from scratchgpt.commands.argtypes import (
     add_unknown_flag,
@@ -24,7 +23,7 @@ from scratchgpt.commands.prompts import (
     refuse_greedy_filters,
 )
 from scratchgpt.errors import ConfigError, DataError, GenerationError
-from scratchgpt.generation.printer import StreamPrinter
+from scratchgpt.generation.printer import StreamPrinter, line_ended_if_stopped
 from scratchgpt.generation.stopping import MAX_NEW_TOKENS
 
 TEMPERATURE = 0.8  # when --temperature is not given (beam search takes none)
@@ -345,19 +344,6 @@ class Job:
         import torch
 
         return torch.tensor([self.ids], dtype=torch.long)
-
-
-@contextlib.contextmanager
-def line_ended_if_stopped() -> Iterator[None]:
-    """Ctrl-C or SIGTERM in the middle of a streamed text ends its line first: the command's
-    'interrupted' was written on after the last token, and a file the text went to ended
-    without its newline."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        raise
 
 
 def run_stream(job: Job) -> int:

@@ -9,7 +9,9 @@ held back, so nothing printed needs to be erased. ``sample`` and ``chat`` stream
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 from scratchgpt.generation.stopping import StopRule, StreamText
@@ -40,3 +42,16 @@ class StreamPrinter:
         if piece:
             self.out.write(piece)
             self.out.flush()
+
+
+@contextlib.contextmanager
+def line_ended_if_stopped() -> Iterator[None]:
+    """Ctrl-C or SIGTERM in the middle of a text streamed to stdout ends its line before the
+    command ends: its 'interrupted' was written on after the last token, and a file the text
+    went to ended without its newline."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        raise
