@@ -388,6 +388,9 @@ def test_invalid_hyperparameters(small_dataset, tmp_path, capsys, flags, needle)
     (["--beam", "2", "--length-penalty", "inf"], "finite"),
     (["--length-penalty", "2"], "goes with --beam"),  # no beams to score: it would do nothing
     (["--stop", "\n", "--stop", "☃"], "'☃' can never be generated"),  # not in the vocabulary
+    # a limit no count can meet (it said '--max-new-tokens 500 exceeds the allowed -5')
+    (["--max-new-tokens-limit", "-5"], "--max-new-tokens-limit: expected a positive integer"),
+    (["--num-samples-limit", "0"], "--num-samples-limit: expected a positive integer"),
 ])
 def test_invalid_sampling_flags(run_dir, capsys, flags, needle):
     assert needle in error_of(capsys, ["sample", "--checkpoint", str(run_dir), *flags])

@@ -12,6 +12,7 @@ from scratchgpt.commands.argtypes import (
     add_which_flag,
     encode,
     finite_float,
+    positive_int,
     seed_int,
     thread_count,
 )
@@ -47,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--prompt-file", default=None,
                      help="read the prompt from this UTF-8 file (-: standard input)")
     p.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate (500)")
-    p.add_argument("--max-new-tokens-limit", type=int, default=MAX_NEW_TOKENS,
+    p.add_argument("--max-new-tokens-limit", type=positive_int, default=MAX_NEW_TOKENS,
                    help="refuse --max-new-tokens above this (default 100000)")
     p.add_argument("--temperature", type=float, default=None,
                    help=f"softmax temperature; 0 = greedy (default {TEMPERATURE})")
@@ -64,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --beam: beam score = logprob / length**penalty (default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
                    help="independent samples, generated together as one batch (1)")
-    p.add_argument("--num-samples-limit", type=int, default=1000,
+    p.add_argument("--num-samples-limit", type=positive_int, default=1000,
                    help="refuse --num-samples above this (default 1000)")
     p.add_argument("--seed", type=seed_int, default=None, help="seed for reproducible samples")
     p.add_argument("--stop", action="append", default=[],
