@@ -365,6 +365,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("inspect --setting k=-1",
      lambda c: ["inspect", "--checkpoint", c["run"], "--prompt", "a", "--setting", "k=-1"],
      "sampling setting 'k=-1': k must be >= 0"),
+    # it said '2.5' "is not a number"
+    ("inspect --setting k=2.5",
+     lambda c: ["inspect", "--checkpoint", c["run"], "--prompt", "a", "--setting", "k=2.5"],
+     "not a whole number"),
+    # it was taken, and the default --max-new-tokens blamed: "500 exceeds the allowed -5"
+    ("sample --max-new-tokens-limit -5",
+     lambda c: _sample(c, "--max-new-tokens-limit", "-5"), "expected a positive integer"),
     ("eval a checkpoint cut short", lambda c: ["eval", "--checkpoint", c["cut_ckpt"]],
      "a zip archive without its end"),
     ("sample a GGUF file", lambda c: _sample(c, run="gguf_file"), "does not read it"),
