@@ -120,11 +120,13 @@ def test_unreachable_hub_is_one_line(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.parametrize("source, message", [
     ("bad//id", "neither a local directory nor a Hugging Face hub model id"),
-    ("hf:", "neither a local directory nor a Hugging Face hub model id"),
+    ("hf:", "'hf:' names no model; give a hub id after it, such as hf:gpt2"),  # not " is ..."
 ])
 def test_invalid_ids(hub, tmp_path, capsys, source, message):
     assert message in error_of(capsys, ["convert", "--from", "hf", source, "--out",
                                           str(tmp_path / "o")])
+    if source.startswith("hf:"):  # (a path without it is a path to sample)
+        assert message in error_of(capsys, ["sample", "--checkpoint", source])
 
 
 def test_snapshot_without_weights(hub, tmp_path, capsys):

@@ -81,6 +81,9 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     Raises :class:`CheckpointError` when huggingface_hub is missing, the id is unknown, the hub
     is unreachable (or ``HF_HUB_OFFLINE`` is set) and the model is not cached, or the model has
     no weights in a format we read."""
+    if not repo_id.strip():  # 'hf:' alone (the hub's refusal would name a blank id)
+        raise CheckpointError(f"'{HF_PREFIX}' names no model; give a hub id after it, such as "
+                              f"{HF_PREFIX}gpt2")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
