@@ -65,6 +65,28 @@ def test_bad_labelled_data(text, needle):
         parse_labelled(text, "f")
 
 
+@pytest.mark.parametrize("char", ["\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_labelled_lines_end_where_an_editor_ends_them(char):
+    """A text may hold a character ``str.splitlines`` takes for a line break: the line was
+    cut in two ('line 1: no tab'), and each line after it named one number too far."""
+    assert parse_labelled(f"a{char}b\tpos\r\nc\tneg\rd\tneg\n", "f") == \
+        [(f"a{char}b", "pos"), ("c", "neg"), ("d", "neg")]
+    with pytest.raises(DataError, match=re.escape("line 3: no tab")):
+        parse_labelled(f"a{char}b\tpos\nc\tneg\nno tab here\n", "f")
+
+
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])  # (JSON escapes the others)
+def test_jsonl_records_end_where_an_editor_ends_lines(char):
+    """A JSON string may hold these characters unescaped: a record holding one was cut in
+    two ('line 1 is not valid JSON'), and later records named by the wrong line."""
+    record = json.dumps({"instruction": f"a{char}b", "output": "c"}, ensure_ascii=False)
+    assert char in record
+    chats = parse_conversations(f"{record}\r\n{record}\n", "f")
+    assert [chat[0]["content"] for chat in chats] == [f"a{char}b"] * 2
+    with pytest.raises(DataError, match=re.escape("f line 3 is not valid JSON")):
+        parse_conversations(f"{record}\n{record}\nnot json\n", "f")
+
+
 def test_labels_that_differ_only_in_case_are_refused():
     """Read as they are, they were four classes, the texts of each label split between two."""
     pairs = parse_labelled("good\tpos\nbad\tneg\nfine\tPos \nugly\tNEG\n", "f")

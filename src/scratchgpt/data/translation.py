@@ -20,13 +20,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import random
-import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scratchgpt.data.sources import decode_utf8
+from scratchgpt.data.sources import decode_utf8, text_lines
 from scratchgpt.errors import DataError
 from scratchgpt.validation import check_range, file_source_problem
 
@@ -64,19 +63,6 @@ def read_tsv(path: str | Path) -> list[Pair]:
     if not pairs:
         raise DataError(f"{path}: no pairs")
     return pairs
-
-
-def text_lines(text: str) -> list[str]:
-    """The lines of ``text`` as an editor numbers them, ended by ``\\n``, ``\\r\\n`` or
-    ``\\r``. (``str.splitlines`` also ends one at ``\\x0b``, ``\\x0c``, ``\\x1c`` to
-    ``\\x1e``, ``\\x85``, ``\\u2028`` and ``\\u2029``: a pair holding one was cut in two,
-    with "found 0" TABs, and every line after it named by the wrong number.)
-
-    >>> text_lines("a\\tb\\u2028c\\r\\nd\\te\\n")
-    ['a\\tb\\u2028c', 'd\\te']
-    """
-    lines = re.split(r"\r\n|\r|\n", text)
-    return lines[:-1] if lines[-1] == "" else lines  # (no line after the last line break)
 
 
 def pairs_sha256(pairs: Sequence[Pair]) -> str:

@@ -104,7 +104,7 @@ def check_labels_are_spelt_one_way(pairs: Sequence[tuple[str, str]], where: str)
 
 def _tsv_rows(text: str, label_first: bool) -> list[tuple[int, tuple[str, str]]]:
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(sources.text_lines(text), 1):
         if not line.strip():
             continue
         if "\t" not in line:
@@ -252,7 +252,7 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
         records = [_object_as_record(whole, where)]
     else:
         records = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(sources.text_lines(text), 1):
             if line.strip():
                 try:
                     records.append(json_loads(line))
