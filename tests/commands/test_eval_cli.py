@@ -59,6 +59,29 @@ def test_the_printed_loss_is_the_exact_loss_to_four_places(run_dir, capsys, monk
     assert json.loads(capsys.readouterr().out)["val_loss"] == 2.28695  # its own 5 places
 
 
+def test_bits_per_character_are_trains_own(small_dataset, tmp_path, capsys):
+    """train ends with its val loss in nats per token and bits per character; eval reported
+    the former alone, so a run could not be compared with its own report, or with a run of
+    another tokenizer, in the unit that compares them. Now each split has both."""
+    import re
+
+    out = tmp_path / "r"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters",
+                 "4", "--eval-interval", "4", "--n-layer", "1", "--n-head", "2", "--n-embd",
+                 "16", "--block-size", str(BLOCK), "--batch-size", "4", "--eval-iters", "1",
+                 "--no-progress", "--dtype", "fp32"]) == 0
+    trained = re.search(r"val loss ([\d.]+) \(full val split, ([\d.]+) bits/char\)",
+                        capsys.readouterr().out)
+    assert main(["eval", "--checkpoint", str(out)]) == 0
+    val = capsys.readouterr().out.splitlines()[2].split()
+    assert val[0] == "val" and (val[2], val[5], val[6]) == (*trained.groups(), "bits/char")
+    assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert f"{figures['val_bpc']:.4f}" == trained.group(2) and figures["train_bpc"] > 0
+    assert main(["eval", "--checkpoint", str(out), "--json", "--max-tokens", "50"]) == 0
+    assert "val_bpc" not in json.loads(capsys.readouterr().out)  # of part of the split: none
+
+
 def test_max_tokens_is_the_loss_of_the_first_windows_that_fit(run_dir, capsys):
     """--max-tokens N scores the first N // BLOCK windows of each split, no more (at least
     one); the same loss as computed here window by window."""

@@ -16,7 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "eval", help="train/val loss and perplexity of a checkpoint",
         description="Exact loss over every non-overlapping context window of each split of the "
                     "dataset the checkpoint was trained on (or --dataset), in fp32 (or the "
-                    "inference precision --dtype: what bf16 or int8 weights cost in loss).")
+                    "inference precision --dtype: what bf16 or int8 weights cost in loss), "
+                    "and in bits per character of the split's text, as train reports its val "
+                    "loss (which compares models with different tokenizers).")
     p.add_argument("--checkpoint", required=True,
                    help="run directory, .pt file, Hugging Face GPT-2 directory, or hf:ID "
                         "(then --dataset, prepared with its tokenizer: prepare --tokenizer-from)")
@@ -77,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         losses[split] = loss
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(perplexity(loss), 4)
+        if args.max_tokens is None:  # (the split's characters per token: of all of it)
+            figures[f"{split}_bpc"] = round(data.bits_per_char(split, loss), 5)
     if args.plot is not None:
         from scratchgpt.viz import context_loss_figure, save_figure
 
@@ -87,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{figures['checkpoint']} ({when(step, args.dtype)})")
     for split in ("train", "val"):  # from the exact losses: rounding twice could move a digit
+        per_char = (f"   {data.bits_per_char(split, losses[split]):.4f} bits/char"
+                    if args.max_tokens is None else "")
         print(f"  {split:5s} loss {losses[split]:.4f}   "
-              f"perplexity {perplexity(losses[split]):.3f}")
+              f"perplexity {perplexity(losses[split]):.3f}{per_char}")
     if by_position:
         print(position_table(curves))
     if args.plot is not None:
