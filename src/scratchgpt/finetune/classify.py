@@ -371,8 +371,13 @@ class ClassReport:
 
     @property
     def macro_f1(self) -> float:
-        """The unweighted mean of the classes' F1 (scikit-learn's ``average="macro"``)."""
-        return sum(self.f1(c) for c in range(len(self.labels))) / max(len(self.labels), 1)
+        """The unweighted mean of the F1 of the classes the set has or the model predicted
+        (scikit-learn's ``average="macro"``): a class that is neither has no F1 to count (0/0),
+        where a 0 would halve the score of a two-class model that labelled a set of one class
+        without a mistake."""
+        seen = [c for c in range(len(self.labels))
+                if sum(self.confusion[c]) or sum(row[c] for row in self.confusion)]
+        return sum(self.f1(c) for c in seen) / max(len(seen), 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "total": self.total,
