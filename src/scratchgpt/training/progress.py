@@ -7,13 +7,15 @@ from typing import Any
 
 
 class Progress:
-    """A tqdm bar showing step, loss, tokens/s and time left; ``enabled=False`` shows none."""
+    """A tqdm bar showing step, loss, tokens/s and time left; ``enabled=False`` shows none,
+    nor does a run with nothing left to train (a finished run resumed: a full bar would say
+    nothing the note about it does not)."""
 
     def __init__(self, enabled: bool, total_steps: int, step: int, budget_s: float | None,
                  elapsed_s: float):
         self.bar: Any = None
         self.budget = budget_s
-        if not enabled:
+        if not enabled or step >= total_steps or (budget_s and elapsed_s >= budget_s):
             return
         from tqdm.auto import tqdm
 
