@@ -70,7 +70,8 @@ class TrainConfig:
                 "with a final eval and checkpoint ('' = no budget, where a preset sets one)"})
     learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate",
                                                           "aliases": ["--lr"]})
-    min_lr: float = field(default=1e-4, metadata={"help": "final learning rate of the cosine"})
+    min_lr: float = field(default=1e-4, metadata={
+        "help": "final learning rate of the schedule (cosine or wsd)"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
     lr_decay_iters: int = field(default=0, metadata={
         "help": "updates over which the schedule runs (0 = max_iters)"})
