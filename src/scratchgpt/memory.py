@@ -258,13 +258,14 @@ def available_bytes(device: str | torch.device = "cpu") -> int:
 
 def check_fits(estimate: Estimate, what: str, device: str | torch.device = "cpu",
                copies: int = 1, available: int | None = None,
-               error: type[ScratchGPTError] = ConfigError) -> None:
-    """Raise ``error`` (one line: the estimate, by part, and what is available) when
-    ``copies`` x ``estimate`` does not fit in the memory available on ``device``."""
+               error: type[ScratchGPTError] = ConfigError, remedy: str = "") -> None:
+    """Raise ``error`` (one line: the estimate, by part, what is available, and ``remedy``,
+    what to do, when given) when ``copies`` x ``estimate`` does not fit in the memory
+    available on ``device``."""
     free = available_bytes(device) if available is None else available
     need = estimate.total * copies
     if need > free:
         times = f"{copies} processes x " if copies > 1 else ""
         raise error(f"{what} needs about {times}{estimate.describe()}, more than the "
-                    f"{_size(free)} of memory available")
+                    f"{_size(free)} of memory available{'; ' + remedy if remedy else ''}")
 

@@ -194,7 +194,12 @@ def _files(root: Path) -> dict[str, Path]:
     # UTF-16 without a byte-order mark: valid UTF-8, a NUL beside every letter
     (root / "utf16.tsv").write_bytes("".join(f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n"
                                              for i in range(40)).encode("utf-16-be"))
+    # thirty short pairs and one of 20,000 characters: a transformer's attention over it alone
+    # takes some 30 GiB to train
+    (root / "long-pair.tsv").write_text("".join(
+        f"{' '.join(words[i:i + 2])}\t{words[i]}\n" for i in range(30)) + "ab" * 10_000 + "\tb\n")
     return {"twice": root / "twice.toml", "lstm_width": root / "lstm-width.toml",
+            "long_pair_tsv": root / "long-pair.tsv",
             "inf_budget": root / "inf-budget.toml", "typo": root / "typo.toml",
             "header_tsv": root / "header.tsv", "utf16_tsv": root / "utf16.tsv",
             "one_char": root / "one-char.txt", "loop": root / "loop",
@@ -417,6 +422,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["seq2seq", "train", "--task", "dates", "--out", c["root"] / "out" / "s",
                 *S2S_TINY, "--max-positions", "8"],
      "--max-positions 8 is shorter than the longest source or target"),
+    # the advice of the refusal above, followed for a pair of 20,000 characters: a failed
+    # allocation of some 77 GB and a traceback, as the estimate counted no attention
+    ("seq2seq train --data with a pair of 20,000 characters and --max-positions 20001",
+     lambda c: ["seq2seq", "train", "--data", c["long_pair_tsv"], "--out",
+                c["root"] / "out" / "s", "--max-positions", "20001", "--no-progress"],
+     "(attention grows with the square of the length)"),
     # UTF-16 without a byte-order mark was read as pairs with a NUL beside every letter
     ("seq2seq train --data pairs saved as UTF-16 without a byte-order mark",
      lambda c: ["seq2seq", "train", "--data", c["utf16_tsv"], "--out", c["root"] / "out" / "s",

@@ -2,10 +2,22 @@
 
 import random
 
+import pytest
 import torch
 
+from scratchgpt import memory
+from scratchgpt.data.translation import DataSpec
+from scratchgpt.errors import ConfigError
 from scratchgpt.training.epochs import length_batches
-from scratchgpt.training.seq2seq import length_bucket, train_config
+from scratchgpt.training.seq2seq import (
+    Seq2SeqTask,
+    length_bucket,
+    longest_pair,
+    plan,
+    train_config,
+    training_memory,
+)
+from scratchgpt.training.task import EvalSetting
 
 
 def test_length_batches_cover_everything_once_and_group_lengths():
@@ -36,3 +48,73 @@ def test_train_config_defaults_to_a_time_budget_unless_iterations_are_given():
     steps = train_config({"max_iters": 50, "learning_rate": 1e-3})
     assert steps.time_budget_s is None and steps.max_iters == 50
     assert steps.min_lr == 0.05 * 1e-3
+
+
+def _tsv(path, pairs):
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    return DataSpec(task=None, path=str(path), valid_fraction=0.3)
+
+
+def test_memory_is_counted_from_the_pairs_not_the_position_table(tmp_path, monkeypatch):
+    """A position table far longer than the pairs costs nothing to train (it was counted as
+    if every pair filled it: --max-positions 20001 with dates of ~30 characters was refused
+    as needing gigabytes), while a long pair's attention is counted: every attention keeps
+    its weights, heads x length**2 per layer, for the backward pass (they were not counted,
+    and a pair of 20,000 characters failed to allocate some 77 GB)."""
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "1GiB")
+    dates = DataSpec(task="dates", n_train=200, n_test=20)
+    job = plan(dates, None, {"max_iters": 1}, {"max_positions": 20001, "d_model": 16},
+               str(tmp_path / "run"), resume=False, overwrite=False)
+    assert job.model.max_positions == 20001 and not (tmp_path / "run").exists()
+
+    words = [("abc", "cba"), ("bca", "acb"), ("cab", "bac")] * 10
+    task = Seq2SeqTask.from_spec(_tsv(tmp_path / "p.tsv", [*words, ("ab" * 1000, "ba")]))
+    config = task.model_config("transformer", max_positions=2002)
+    source, target = longest_pair(task)
+    assert (source, target) == (2001, 4)
+    fixed = {"weights": 0}
+    one = training_memory(config, fixed, 1, source, target).parts["attention"]
+    assert one >= config.n_layer * config.n_head * source**2 * 4  # the encoder's weights
+    assert training_memory(config, fixed, 8, source, target).parts["attention"] == 8 * one
+    table = task.model_config("transformer", max_positions=20001)
+    assert training_memory(table, fixed, 1, source, target) == \
+        training_memory(config, fixed, 1, source, target)
+
+
+def test_the_final_evaluation_decodes_a_training_batch_at_a_time(tmp_path, monkeypatch):
+    """The final evaluation decoded 256 held-out pairs at a time, whatever --batch-size: a
+    batch small enough to train on long pairs could not be evaluated. It decodes a training
+    batch at a time, and where even that does not fit, the run is refused before training."""
+    from scratchgpt.models.seq2seq import build_seq2seq
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    letters = "abcdefgh"
+    pairs = [(f"{a}{b}", (a + b) * 750) for a in letters for b in letters[:5]]
+    spec = _tsv(tmp_path / "long-targets.tsv", pairs)
+    task = Seq2SeqTask.from_spec(spec)
+    assert task.held_examples and max(len(y) for _, y in task.held_examples) == 1500
+    seen = []
+    real = seq2seq_training.translate
+
+    def spy(*args, batch_size=256, **kwargs):
+        seen.append(batch_size)
+        return real(*args, batch_size=batch_size, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    model = build_seq2seq(task.model_config("lstm", d_model=8))
+    setting = EvalSetting(torch.device("cpu"), "float32", 3, 0)
+    task.final_metrics(model, 1, setting)
+    assert seen == [3]
+
+    # training 4 pairs at a time fits in 1.2 GiB, decoding 4 outputs of up to 3,002 does not
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "1.2GiB")
+    flags = {"max_iters": 1, "batch_size": 4}
+    config = task.model_config("transformer", max_positions=4000)
+    parts = memory.training_estimate(config, 1).parts
+    fixed = {k: v for k, v in parts.items() if k != "activations"}
+    assert training_memory(config, fixed, 4, *longest_pair(task)).total < 1.2 * 2**30
+    with pytest.raises(ConfigError, match=r"decoding the held-out pairs for the final "
+                       r"evaluation, 4 at a time, needs about .*: give a smaller --batch-size"):
+        plan(spec, None, flags, {"max_positions": 4000}, str(tmp_path / "run"), resume=False,
+             overwrite=False)
+    assert not (tmp_path / "run").exists()

@@ -29,7 +29,8 @@ from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config, un
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
-from scratchgpt.training.job import TrainJob, check_resources
+from scratchgpt.training.job import TrainJob
+from scratchgpt.training.precision import resolve_device, resolve_dtype
 from scratchgpt.training.seq2seq_defaults import (
     DEFAULT_BUDGET,
     MIN_LR_FRACTION,
@@ -138,7 +139,8 @@ class Seq2SeqTask:
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
         """Train estimate, the loss over every held-out pair, and their greedy exact match."""
-        self.final_eval = evaluate(model, self.held_out, self.src_tok, self.tgt_tok)
+        self.final_eval = evaluate(model, self.held_out, self.src_tok, self.tgt_tok,
+                                   batch_size=setting.batch_size)  # (as check_memory counts)
         return {"train_loss": self.estimate(model, "train", iters, setting),
                 "val_loss": self.estimate(model, "val", len(self.held_examples), setting),
                 "exact_match": self.final_eval.exact_match}
@@ -233,26 +235,32 @@ def check_decode_fits(model: Seq2Seq, rows: int, source_len: int, max_len: int,
     token the attention kept for the heatmap (a source's length) and the decoder's activations
     (a transformer re-reads its outputs: about 8 x d_model per layer)."""
     c = model.config
-    per_token = source_len + 8 * c.d_model * c.n_layer
-    floats = rows * (3 * c.tgt_vocab + max_len * per_token)
-    estimate = memory.Estimate({"decoding": memory.FP32 * floats})
     what = f"decoding with --beam {beam} and --max-len {max_len}"
-    memory.check_fits(estimate, what, next(model.parameters()).device, error=GenerationError)
+    memory.check_fits(decode_estimate(c, rows, source_len, max_len), what,
+                      next(model.parameters()).device, error=GenerationError)
+
+
+def decode_estimate(c: Seq2SeqConfig, rows: int, source_len: int, max_len: int
+                    ) -> memory.Estimate:
+    """Bytes :func:`check_decode_fits` counts, with the attention of the encoder and of a
+    decoder step (:func:`attention_floats`)."""
+    per_token = source_len + 8 * c.d_model * c.n_layer
+    floats = rows * (3 * c.tgt_vocab + max_len * per_token
+                     + attention_floats(c, source_len, max_len, training=False))
+    return memory.Estimate({"decoding": memory.FP32 * floats})
 
 
 def evaluate(
     model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int | None = None,
-    length_penalty: float = 1.0,
+    length_penalty: float = 1.0, batch_size: int = 256,
 ) -> EvalResult:
-    """Exact-match accuracy of targets decoded as :func:`translate` decodes them, overall and
-    by source length."""
+    """Exact-match accuracy of targets decoded as :func:`translate` decodes them (``batch_size``
+    sources at a time), overall and by source length."""
     if max_len is None:
-        max_len = max(len(t) for _, t in pairs) * 2 + 2
-        if model.config.arch == "transformer":
-            max_len = min(max_len, model.config.max_positions)
+        max_len = eval_max_len(model.config, max(len(t) for _, t in pairs))
     preds, _, _ = translate(model, [s for s, _ in pairs], src_tok, tgt_tok, beam, max_len,
-                            length_penalty=length_penalty)
+                            batch_size=batch_size, length_penalty=length_penalty)
     by_length: dict[str, tuple[int, int]] = {}
     correct = 0
     for (s, t), p in zip(pairs, preds, strict=True):
@@ -262,6 +270,13 @@ def evaluate(
         c, n = by_length.get(key, (0, 0))
         by_length[key] = (c + ok, n + 1)
     return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), preds)
+
+
+def eval_max_len(config: Seq2SeqConfig, longest_target: int) -> int:
+    """:func:`evaluate`'s longest output without ``max_len``: twice the longest target, plus
+    2; at most a transformer's position table."""
+    max_len = longest_target * 2 + 2
+    return min(max_len, config.max_positions) if config.arch == "transformer" else max_len
 
 
 def format_eval(ev: EvalResult) -> str:
@@ -325,13 +340,14 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     check_arch_takes(arch, model_flags)
     default_config(arch, UNK_ID + 1, UNK_ID + 1, **model_flags)  # the special ids alone
     check_pairs_fit(spec)
+    mode = "overwrite" if overwrite else "new"
+    RunDir(out).check_can_begin(mode)  # (before the pairs are made, as a language model's)
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
-    check_resources(cfg, config)
+    check_memory(task, config, cfg)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
-    return TrainJob(Path(out), "overwrite" if overwrite else "new", cfg, config, make,
-                    {"arch": arch})
+    return TrainJob(Path(out), mode, cfg, config, make, {"arch": arch})
 
 
 def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
@@ -354,7 +370,7 @@ def check_positions(task: Seq2SeqTask, config: Seq2SeqConfig) -> None:
     that named neither --max-positions nor where the long sequence was."""
     if config.arch != "transformer":
         return
-    longest = max(max(len(x), len(y) + 1) for x, y in (*task.examples, *task.held_examples))
+    longest = max(longest_pair(task))
     if longest > config.max_positions:
         raise ConfigError(f"--max-positions {config.max_positions} is shorter than the "
                           f"longest source or target of the pairs, {longest} tokens with its "
@@ -383,7 +399,122 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
         raise ConfigError(f"a resumed run keeps its label smoothing: this run has "
                           f"--label-smoothing {saved} (drop --label-smoothing, or start a new "
                           "run)")
-    check_resources(cfg, config)
     smoothing = saved if saved is not None else label_smoothing or 0.0
     make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing)
+    task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
+    check_memory(task, config, cfg)
     return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: the pairs' own lengths, not the position table's
+# ---------------------------------------------------------------------------------------------
+
+# Floats per attention weight (one token attending to one other, per head) that a training
+# step keeps for the backward pass, in every attention of every layer (the probabilities and
+# the mask: measured 1.4 on a CPU), and more with attention dropout (its mask and output);
+# and those the largest attention holds on top while it is worked out, scores masked and
+# exponentiated (measured 1.75 training, 2.25 decoding).
+ATTENTION_KEPT = 1.5
+ATTENTION_DROPPED = 1.25
+ATTENTION_PEAK = 2.5
+
+
+def attention_floats(c: Seq2SeqConfig, source: int, target: int, training: bool) -> int:
+    """Floats the attention of one pair of ``source`` and ``target`` tokens takes: in a
+    training step, or in a decode step ``target`` tokens long. A transformer writes out each
+    attention's weights (``source**2`` in the encoder, ``target**2`` and ``target x source``
+    in each decoder layer), so a pair of thousands of characters takes gigabytes; the additive
+    attention of ``lstm-attention`` keeps ``source x width`` for each output token."""
+    if c.arch == "lstm-attention":
+        return (target if training else 2) * source * (c.d_model + 2)
+    if c.arch != "transformer":
+        return 0
+    sizes = (source * source, target * target, target * source)
+    if training:
+        kept = ATTENTION_KEPT + (ATTENTION_DROPPED if c.dropout > 0 else 0.0)
+        floats = c.n_layer * kept * sum(sizes) + ATTENTION_PEAK * max(sizes)
+    else:  # (a decode step returns every layer's cross-attention)
+        floats = ATTENTION_PEAK * max(sizes) + c.n_layer * target * source
+    return int(c.n_head * floats)
+
+
+def longest_pair(task: Seq2SeqTask) -> tuple[int, int]:
+    """(longest source with its ``<eos>``, longest target with its ``<bos>``), in tokens, of
+    the training and held-out pairs."""
+    pairs = (*task.examples, *task.held_examples)
+    return max(len(x) for x, _ in pairs), max(len(y) for _, y in pairs) + 1
+
+
+def training_memory(c: Seq2SeqConfig, fixed: dict[str, int], rows: int, source: int,
+                    target: int) -> memory.Estimate:
+    """Bytes a training step on ``rows`` pairs padded to ``source`` and ``target`` tokens
+    takes: ``fixed`` (weights, gradients, optimizer state), the layers' activations and
+    logits, and the attention."""
+    per_row = ((source + target) * c.n_layer * memory.ACTIVATION_FLOATS * c.d_model
+               + 3 * target * c.tgt_vocab)
+    return memory.Estimate({**fixed, "activations": memory.FP32 * rows * per_row,
+                            "attention": memory.FP32 * rows
+                            * attention_floats(c, source, target, training=True)})
+
+
+def check_memory(task: Seq2SeqTask, config: Seq2SeqConfig, cfg: TrainConfig) -> None:
+    """The device exists and computes ``--dtype``, and training and the final evaluation fit
+    in its memory, counted from the longest pair (each batch is padded to its longest) rather
+    than from ``--max-positions``: following the advice 'give --max-positions 20001' for a pair
+    of 20,000 characters ended in a failed allocation of some 77 GB, as its attention had not
+    been counted. Checked before any file is touched."""
+    device = resolve_device(cfg.device)
+    resolve_dtype(cfg.dtype, device)
+    free = memory.available_bytes(device)
+    parts = memory.training_estimate(config, 1, cfg.optimizer).parts
+    fixed = {k: v for k, v in parts.items() if k != "activations"}
+    rows = min(cfg.batch_size, max(len(task.examples), len(task.held_examples)))
+    source, target = longest_pair(task)
+    estimate = training_memory(config, fixed, rows, source, target)
+    if estimate.total > free:
+        memory.check_fits(estimate, f"training on these pairs, {rows:,} to a batch,", device,
+                          available=free, remedy=_training_remedy(config, fixed, estimate,
+                                                                  rows, (source, target), free))
+    _check_final_eval_fits(task, config, rows, fixed["weights"], device, free)
+
+
+def _training_remedy(c: Seq2SeqConfig, fixed: dict[str, int], estimate: memory.Estimate,
+                     rows: int, longest: tuple[int, int], free: int) -> str:
+    """What to do when training does not fit: the largest --batch-size that does, or, where
+    one pair alone does not, how long a pair may be."""
+    source, target = longest
+    shape = (f"the longest source has {source - 1:,} characters and the longest target "
+             f"{target - 1:,} (attention grows with the square of the length)")
+    per_row = (estimate.total - sum(fixed.values())) / rows
+    fits = int((free - sum(fixed.values())) // per_row)
+    if fits >= 1:
+        return (f"{shape}, and every pair of a batch is padded to its longest: give "
+                f"--batch-size {fits} or less, or drop the longest pairs")
+    lo, hi = 0, max(source, target)  # the longest length that fits: lo fits, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        fits_mid = training_memory(c, fixed, 1, min(source, mid), min(target, mid)).total <= free
+        lo, hi = (mid, hi) if fits_mid else (lo, mid)
+    return f"{shape}, and one such pair alone does not fit: drop the pairs longer than " \
+           f"about {max(lo - 1, 1):,} characters"
+
+
+def _check_final_eval_fits(task: Seq2SeqTask, c: Seq2SeqConfig, batch: int, weights: int,
+                           device: torch.device, free: int) -> None:
+    """The final evaluation's greedy decodes of the held-out pairs, ``batch`` at a time (as
+    :meth:`Seq2SeqTask.final_metrics` runs them), fit in memory: checked before training
+    rather than failing after it."""
+    held = task.held_examples
+    rows = min(batch, len(held))
+    if not rows:
+        return
+    source = max(len(x) for x, _ in held)
+    max_len = eval_max_len(c, max(len(y) for _, y in held))
+    estimate = memory.Estimate({"weights": weights,
+                                **decode_estimate(c, rows, source, max_len).parts})
+    memory.check_fits(estimate, f"decoding the held-out pairs for the final evaluation, "
+                      f"{rows:,} at a time,", device, available=free,
+                      remedy=f"their longest source has {source - 1:,} characters and an "
+                      f"output may run to {max_len:,} tokens: give a smaller --batch-size, or "
+                      "drop the longest pairs")
