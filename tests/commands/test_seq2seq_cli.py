@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 
 import pytest
 import torch
@@ -557,3 +558,32 @@ def test_train_help_states_seq2seq_defaults_per_arch(capsys):
            f"(default: {TRAIN_DEFAULTS['batch_size']})" in text
     assert f"(default: {ARCH_DEFAULTS['transformer']['n_head']} (transformer only))" in text
     assert "--nproc" not in text and "--windows" not in text  # a seq2seq run has neither
+
+
+def _long_pair_tsv(path, long_source: int = 20_000):
+    """Thirty short pairs and one of ``long_source`` characters."""
+    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 3
+    rows = [f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)]
+    rows.append(f"{'abc' * (long_source // 3)}\tabc\n")
+    path.write_text("".join(rows))
+    return path
+
+
+@pytest.mark.parametrize("limit, remedy", [
+    ("8GiB", "one such pair alone does not fit: drop the pairs longer than about"),
+    ("200GiB", "every pair of a batch is padded to its longest: give --batch-size"),
+])
+def test_a_pair_whose_attention_cannot_fit_is_refused_before_anything(
+        cli_main, tmp_path, capsys, monkeypatch, limit, remedy):
+    """'give --max-positions 20001 or more' for a pair of 20,000 characters was followed by
+    a failed allocation of some 77 GB and a traceback: the estimate counted no attention.
+    The refusal counts it from the longest pair and the batch, and says what to do."""
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", limit)
+    pairs = _long_pair_tsv(tmp_path / "long.tsv")
+    out = tmp_path / "run"
+    err = error_of(capsys, ["seq2seq", "train", "--data", str(pairs), "--out", str(out),
+                            "--max-positions", "20001", *TSV_TINY])
+    assert re.search(r"training on these pairs, 2\d to a batch, needs about [\d,.]+ GiB", err)
+    assert "attention" in err and "the longest source has 19,998 characters" in err
+    assert remedy in err
+    assert not out.exists()
