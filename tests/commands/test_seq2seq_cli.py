@@ -587,3 +587,22 @@ def test_a_pair_whose_attention_cannot_fit_is_refused_before_anything(
     assert "attention" in err and "the longest source has 19,998 characters" in err
     assert remedy in err
     assert not out.exists()
+
+
+def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys):
+    """--batch-size 100000000 with a few dozen pairs was refused as needing some 790,000 GiB,
+    while 'bench seq2seq' trained on the same settings: the batch is every training pair, as
+    the batches are drawn, and a note says so once."""
+    pairs = tmp_path / "rev.tsv"
+    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 4
+    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
+    out = tmp_path / "run"
+    argv = ["seq2seq", "train", "--data", str(pairs), "--out", str(out), *TSV_TINY]
+    argv[argv.index("--batch-size") + 1] = "100000000"
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err
+    n = load_checkpoint(out / "last.pt").train_config.batch_size
+    assert 20 < n < 40  # the training pairs: all but the held-out ones
+    assert err.count("note: --batch-size") == 1
+    assert f"note: --batch-size 100,000,000 is more than the {n} training pairs; each batch is " \
+           "all of them" in err

@@ -10,8 +10,9 @@ source length.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -345,7 +346,10 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
+    cfg, note = whole_set(cfg, task)
     check_memory(task, config, cfg)
+    if note:  # (once nothing is left to refuse: a refusal is one line)
+        print(note, file=sys.stderr)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
     return TrainJob(Path(out), mode, cfg, config, make, {"arch": arch})
 
@@ -402,8 +406,23 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
     smoothing = saved if saved is not None else label_smoothing or 0.0
     make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing)
     task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
+    cfg, note = whole_set(cfg, task)
     check_memory(task, config, cfg)
+    if note:
+        print(note, file=sys.stderr)
     return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+
+
+def whole_set(cfg: TrainConfig, task: Seq2SeqTask) -> tuple[TrainConfig, str]:
+    """(``cfg`` with a batch of at most every training pair, as the batches are drawn: an
+    epoch's one batch is all of them; a note saying so where ``--batch-size`` asks for more,
+    else ''). A batch of 10^8 pairs was refused as needing some 790,000 GiB, where ``bench
+    seq2seq`` trained on the same settings."""
+    n = len(task.examples)
+    if cfg.batch_size <= n:
+        return cfg, ""
+    return replace(cfg, batch_size=n), (f"note: --batch-size {cfg.batch_size:,} is more than "
+                                        f"the {n:,} training pairs; each batch is all of them")
 
 
 # ---------------------------------------------------------------------------------------------
