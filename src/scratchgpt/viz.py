@@ -150,20 +150,21 @@ def _tick_size(n: int) -> float:
 
 def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[str], *,
             cmap: str = "viridis", vmax: float | None = 1.0, show_x: bool = True,
-            show_y: bool = True) -> Any:
-    """Draw ``weights`` (rows x columns, e.g. queries x keys) on ``ax`` with the labels as ticks.
+            show_y: bool = True, every: tuple[int, int] = (1, 1)) -> Any:
+    """Draw ``weights`` (rows x columns, e.g. queries x keys) on ``ax`` with the labels as ticks
+    (every ``every[0]``-th column's and ``every[1]``-th row's, from the first).
 
     Single characters stay upright; longer labels on the x axis turn vertical. ``vmax`` None
     scales the colours to the largest weight. Returns the image (for a colour bar)."""
-    rows, cols = len(y_labels), len(x_labels)
+    (cols, kx), (rows, ky) = (len(x_labels), every[0]), (len(y_labels), every[1])
     image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                       interpolation="nearest")
-    ax.set_xticks(range(cols), list(x_labels) if show_x else [""] * cols,
-                  fontsize=_tick_size(cols))
+    ax.set_xticks(range(0, cols, kx), list(x_labels)[::kx] if show_x else [""] * -(-cols // kx),
+                  fontsize=_tick_size(-(-cols // kx)))
     for label in ax.get_xticklabels():
         label.set_rotation(90 if len(label.get_text()) > 1 else 0)
-    ax.set_yticks(range(rows), list(y_labels) if show_y else [""] * rows,
-                  fontsize=_tick_size(rows))
+    ax.set_yticks(range(0, rows, ky), list(y_labels)[::ky] if show_y else [""] * -(-rows // ky),
+                  fontsize=_tick_size(-(-rows // ky)))
     ax.tick_params(length=0)
     return image
 
@@ -205,13 +206,18 @@ def alignment_figure(weights: Any, source: Sequence[str], output: Sequence[str],
     """An encoder-decoder's cross-attention ``(len(output), len(source))`` as a figure: a row
     per output token, its weights over the source tokens, with a colour bar, in the colours
     of :func:`attention_figure`. A long ``title`` (a translation) wraps to the figure's
-    width."""
+    width. The figure grows with the tokens up to :data:`ALIGNMENT_MAX_INCHES`, and an axis
+    with more tokens than can be read there labels every k-th (a source of 480 characters
+    drew a 20,502 x 12,744 PNG in 1m45s, its labels as many as its tokens)."""
     import textwrap
 
     plt = pyplot()
-    width = max(4.0, 0.35 * len(source) + 2.5)
-    fig, ax = plt.subplots(figsize=(width, max(3.0, 0.35 * len(output) + 1.2)))
-    image = heatmap(ax, weights, source, output)
+    most_w, most_h = ALIGNMENT_MAX_INCHES
+    width = min(most_w, max(4.0, 0.35 * len(source) + 2.5))
+    height = min(most_h, max(3.0, 0.35 * len(output) + 1.2))
+    fig, ax = plt.subplots(figsize=(width, height))
+    every = (_label_step(len(source), width - 2.5), _label_step(len(output), height - 1.2))
+    image = heatmap(ax, weights, source, output, every=every)
     ax.set_xlabel("source")
     ax.set_ylabel("output")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
@@ -219,6 +225,20 @@ def alignment_figure(weights: Any, source: Sequence[str], output: Sequence[str],
         ax.set_title("\n".join(textwrap.wrap(title, int(width * 12))), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+ALIGNMENT_MAX_INCHES = (16.0, 12.0)  # an alignment figure's largest (width, height)
+LABELS_PER_INCH = 12  # tick labels an axis of an alignment figure shows at most (at 5 pt)
+
+
+def _label_step(n: int, inches: float) -> int:
+    """The k of every k-th of ``n`` tick labels an axis ``inches`` long shows: the smallest
+    that leaves no more than :data:`LABELS_PER_INCH` an inch (1 where all of them fit).
+
+    >>> _label_step(8, 0.5), _label_step(6, 0.5), _label_step(480, 13.5)
+    (2, 1, 3)
+    """
+    return max(1, -(-n // max(1, int(inches * LABELS_PER_INCH))))
 
 
 def _rest(probs: Sequence[float]) -> float:

@@ -104,6 +104,39 @@ def test_attention_title_stays_within_the_figure():
         plt.close(fig)
 
 
+def test_a_long_alignment_is_drawn_at_a_readable_size(tmp_path):
+    """The figure grew with the tokens: a source of 480 characters drew a 20,502 x 12,744 PNG
+    in 1m45s, a label per token. It stops growing at ALIGNMENT_MAX_INCHES and labels every
+    k-th token where all would not be readable; a short one is drawn as before."""
+    import numpy as np
+    from PIL import Image
+
+    from scratchgpt.viz import (
+        ALIGNMENT_MAX_INCHES,
+        LABELS_PER_INCH,
+        alignment_figure,
+        save_figure,
+    )
+
+    source = [chr(ord("a") + i % 26) for i in range(479)] + ["<eos>"]
+    output = ["x"] * 299 + ["<eos>"]
+    weights = np.random.default_rng(0).dirichlet(np.ones(len(source)), len(output))
+    fig = alignment_figure(weights, source, output, "transformer: " + "v" * 300)
+    width, height = fig.get_size_inches()
+    assert (width, height) == ALIGNMENT_MAX_INCHES
+    heat = fig.axes[0]
+    shown = [t.get_text() for t in heat.get_xticklabels()]
+    k = int(heat.get_xticks()[1])  # every k-th source token is labelled, from the first
+    assert 40 <= len(shown) <= LABELS_PER_INCH * width and shown == source[::k]
+    assert len(heat.get_yticklabels()) <= LABELS_PER_INCH * height
+    out = save_figure(fig, tmp_path / "long.png", dpi=120)
+    assert Image.open(out).size == (int(width * 120), int(height * 120))
+
+    short = alignment_figure(weights[:8, :10], source[:10], output[:8])
+    assert [t.get_text() for t in short.axes[0].get_xticklabels()] == source[:10]
+    assert Image.open(save_figure(short, tmp_path / "short.png", dpi=120)).size == (720, 480)
+
+
 @pytest.mark.parametrize("action", [["translate", "--source", "1 may"], ["eval"],
                                     ["attention", "--source", "1 may", "--out", "a.png"]])
 def test_length_penalty_without_a_beam_is_refused(checkpoint, tmp_path, monkeypatch, capsys,
