@@ -46,6 +46,24 @@ def test_json_has_a_curve_per_split_whose_mean_is_the_loss(run_dir, capsys):
     assert "val_by_position" not in plain and plain["val_loss"] == figures["val_loss"]
 
 
+def test_split_val_gives_the_val_figures_alone(run_dir, capsys, tmp_path):
+    """--split val evaluates the held-out split only (the quick look: the training split is
+    nine tenths of the text), with the figures both splits' evaluation gives it."""
+    assert main(["eval", "--checkpoint", str(run_dir), "--by-position", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main(["eval", "--checkpoint", str(run_dir), "--by-position", "--json",
+                 "--split", "val"]) == 0
+    val = json.loads(capsys.readouterr().out)
+    assert not [k for k in val if k.startswith("train")]
+    assert {k: v for k, v in both.items() if not k.startswith("train")} == val
+    plot = tmp_path / "ctx.png"
+    assert main(["eval", "--checkpoint", str(run_dir), "--split", "val", "--plot",
+                 str(plot)]) == 0
+    out = capsys.readouterr().out
+    body = out.split("\n", 1)[1]  # (below the checkpoint's path)
+    assert plot.exists() and "  val " in body and "train" not in body
+
+
 def test_the_printed_loss_is_the_exact_loss_to_four_places(run_dir, capsys, monkeypatch):
     """The lines show each loss itself to 4 places, as train's report does, not the JSON's
     5-place figure rounded again: 2.2869493 is 2.2869, where 2.28695 would print 2.2870."""

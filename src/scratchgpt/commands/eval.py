@@ -30,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="evaluate the model as sample --dtype runs it: fp32, bf16 weights and "
                         "activations, or int8 weight-only (default fp32)")
+    p.add_argument("--split", choices=("train", "val", "both"), default="both",
+                   help="which split to evaluate (default: both); the training split is "
+                        "usually the larger (90%% of the text by default), so 'val' alone is "
+                        "the quick look")
     p.add_argument("--by-position", action="store_true",
                    help="also the loss at each position of the window, i.e. by how many tokens "
                         "of context the model had: where a longer context would still pay, and "
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     by_position = args.by_position or args.plot is not None
     curves, losses = {}, {}
     device = next(model.parameters()).device
-    for split in ("train", "val"):
+    splits = ("train", "val") if args.split == "both" else (args.split,)
+    for split in splits:
         with torch.inference_mode():
             if by_position:  # the same loss, and the curve from the same pass
                 loss, curve = loss_by_position(model, data, split, block, device,
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     print(f"{figures['checkpoint']} ({when(step, args.dtype)})")
-    for split in ("train", "val"):  # from the exact losses: rounding twice could move a digit
+    for split in splits:  # from the exact losses: rounding twice could move a digit
         per_char = (f"   {data.bits_per_char(split, losses[split]):.4f} bits/char"
                     if args.max_tokens is None else "")
         print(f"  {split:5s} loss {losses[split]:.4f}   "
