@@ -1,8 +1,9 @@
 """Where training text comes from: user files, named datasets, and the offline default corpus.
 
 Named datasets carry a canonical URL and, once pinned, a sha256. They are looked up, in order,
-in ``$SCRATCHGPT_DATA_DIR``, then in the cache directory (``$SCRATCHGPT_CACHE_DIR`` or
-``~/.cache/scratchgpt``), and only then downloaded into the cache. A checksum mismatch is always
+in ``$SCRATCHGPT_DATA_DIR``, then in the cache directory (:func:`scratchgpt.paths.cache_dir`:
+``$SCRATCHGPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/scratchgpt``, else ``~/.cache/scratchgpt``),
+and only then downloaded into the cache. A checksum mismatch is always
 an error: a corrupt or different file is never used silently. A download that fails (an error
 status, no network, a transfer cut short) is a one-line error and leaves nothing in the cache.
 A dataset whose ``sha256`` is None is *not pinned* (nobody here could download it to measure
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scratchgpt.errors import DataError
+from scratchgpt.paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,6 @@ DATASETS: dict[str, NamedDataset] = {
 DEFAULT_CORPUS = "python-stdlib"
 # every name --dataset takes: the downloadable ones, and the offline default
 DATASET_NAMES = (*DATASETS, DEFAULT_CORPUS)
-
-
-def cache_dir() -> Path:
-    """The per-user cache for downloads and implicitly prepared datasets."""
-    env = os.environ.get("SCRATCHGPT_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "scratchgpt"
 
 
 def sha256_file(path: Path) -> str:

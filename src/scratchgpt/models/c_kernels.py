@@ -11,7 +11,8 @@ compiled together: a training block's forward and backward in one call each,
 :mod:`~scratchgpt.models.block_kernel`). All are written for x86 CPUs with AVX-512.
 
 Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC``) into
-``~/.cache/scratchgpt/kernels`` (``$XDG_CACHE_HOME`` is honoured), named by a hash of the
+``kernels/`` of scratchgpt's cache (:func:`scratchgpt.paths.cache_dir`: ``$SCRATCHGPT_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/scratchgpt``, else ``~/.cache/scratchgpt``), named by a hash of the
 source, the flags, the compiler and the CPU's features, so a home directory shared by
 machines of different kinds gets one build for each. Built with OpenMP: PyTorch has already
 loaded its libgomp, so the kernels run on PyTorch's own threads. The training kernels share
@@ -40,14 +41,15 @@ from typing import Any
 
 import torch
 
+from scratchgpt.paths import cache_dir as scratchgpt_cache
+
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 SHARES_SWITCH = "SCRATCHGPT_SHARES"  # =static: no thread takes over another's rows (shares.h)
 
 
 def cache_dir() -> Path:
-    """Where compiled kernels are kept."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "scratchgpt" / "kernels"
+    """Where compiled kernels are kept: ``kernels/`` in scratchgpt's one cache."""
+    return scratchgpt_cache() / "kernels"
 
 
 def has_avx512() -> bool:
