@@ -15,6 +15,7 @@ import pytest
 from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.cli import main
 from scratchgpt.finetune.data import read_labelled, split_digest, stratified_split
+from tests.cli_errors import error_of
 from tests.finetune.conftest import NEGATIVE, POSITIVE, run_cli
 
 MAX_LENGTH = 8  # tokens, i.e. characters (the base is char-level): a word or two of a text
@@ -186,6 +187,43 @@ def test_standard_input_that_is_not_utf8_is_refused(short_run, capsys, monkeypat
     assert "standard input is not valid UTF-8 text (byte 7)" in err
 
 
+def test_file_splits_lines_where_an_editor_ends_them(short_run, tmp_path, capsys):
+    """A form feed, U+2028 or \\x85 inside a text keeps it one text, as finetune's data does
+    (str.splitlines broke it in two)."""
+    run, _ = short_run
+    texts = tmp_path / "texts.txt"
+    texts.write_text("love\x0cgood\nhate\u2028sad\x85storm\r\nawful\n", newline="")
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", texts, "--json"],
+                                 capsys)
+    assert code == 0, err
+    assert [r["text"] for r in json.loads(printed)] == \
+        ["love\x0cgood", "hate\u2028sad\x85storm", "awful"]
+
+
+def test_eval_dash_reads_standard_input(short_run, capsys, monkeypatch):
+    """--eval - scores the labelled lines of standard input, as --eval FILE scores a file's."""
+    run, data = short_run
+    code, from_file, err = run_cli(["classify", "--checkpoint", run, "--eval", data, "--json"],
+                                   capsys)
+    assert code == 0, err
+    monkeypatch.setattr("sys.stdin", _stdin(data.read_bytes()))
+    code, from_stdin, err = run_cli(["classify", "--checkpoint", run, "--eval", "-",
+                                     "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(from_stdin) == json.loads(from_file)
+    monkeypatch.setattr("sys.stdin", _stdin(b"love\tpos\nhate\tcheerful\n"))
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--eval", "-"], capsys)
+    assert code == 2 and "standard input: label 'cheerful' is not one the model knows" in err
+
+
+def test_file_dash_and_eval_dash_together_are_refused_in_one_line(short_run, capsys,
+                                                                 monkeypatch):
+    run, _ = short_run
+    monkeypatch.setattr("sys.stdin", _stdin(b"love\tpos\n"))
+    line = error_of(capsys, ["classify", "--checkpoint", str(run), "--file", "-", "--eval", "-"])
+    assert "--file - and --eval - would both read standard input" in line
+
+
 def test_file_help_says_dash_is_standard_input_and_the_text_is_utf8(capsys):
     """--help is where a user learns both: that - reads standard input, and that bytes which
     are not UTF-8 are refused rather than labelled."""
@@ -194,6 +232,8 @@ def test_file_help_says_dash_is_standard_input_and_the_text_is_utf8(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     file_help = shown.rsplit("--file FILE", 1)[1].split("--eval")[0]  # (not the usage line)
     assert "standard input with -" in file_help and "UTF-8" in file_help, file_help
+    eval_help = shown.rsplit("--eval LABELLED_FILE", 1)[1].split("--confusion")[0]
+    assert "standard input with -" in eval_help and "UTF-8" in eval_help, eval_help
 
 
 @pytest.mark.parametrize("labels", [

@@ -475,6 +475,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("classify --eval a file written label<TAB>text",
      lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first"]],
      "are its lines label<TAB>text?"),
+    # both would read standard input: one of them would find it already read, and empty
+    ("classify --file - --eval -",
+     lambda c: ["classify", "--checkpoint", c["classifier"], "--file", "-", "--eval", "-"],
+     "would both read standard input"),
     # experiments: sizes beyond any memory, counts beyond any wait
     ("experiment count --modulus 1e5", lambda c: ["experiment", "count", "--modulus", "100000",
                                                   "--out", c["root"] / "out" / "c"], "GiB"),

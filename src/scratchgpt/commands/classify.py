@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="classify every non-empty line of this file, or of standard input "
                         "with -; UTF-8 text (other bytes are refused, naming the first)")
     p.add_argument("--eval", default=None, metavar="LABELLED_FILE",
-                   help="score the model on a labelled TSV (text<TAB>label) or CSV file")
+                   help="score the model on a labelled TSV (text<TAB>label) or CSV file, or "
+                        "on TSV lines of standard input with -; UTF-8 text")
     p.add_argument("--confusion", default=None, metavar="PNG",
                    help="with --eval: also draw the confusion matrix into this file (.png, "
                         ".svg, .pdf ...)")
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import load_model
     from scratchgpt.models.classifier import GPTClassifier
 
+    if args.file == "-" and args.eval == "-":
+        raise ConfigError("--file - and --eval - would both read standard input; give one of "
+                          "them")
     if sum(map(bool, (args.texts, args.file, args.eval))) != 1:
         raise ConfigError("give texts, --file FILE or --eval FILE (one of them)")
     if args.confusion and not args.eval:
@@ -77,15 +81,11 @@ def read_lines(path: str) -> list[str]:
     """The non-empty lines of ``--file``, read as finetune reads its data (UTF-8, a BOM
     dropped, bytes that are not UTF-8 refused in one line, as are a missing file or a
     directory), or of standard input (``-``, read the same way)."""
-    from scratchgpt.data.sources import decode_utf8
+    from scratchgpt.data.sources import text_lines
     from scratchgpt.finetune.data import read_source
 
-    if path == "-":
-        where = "standard input"
-        text = decode_utf8(sys.stdin.buffer.read(), where)
-    else:
-        text, where, _ = read_source(path, None)
-    lines = [line for line in text.splitlines() if line.strip()]
+    text, where, _ = read_source(path, None, stdin=True)
+    lines = [line for line in text_lines(text) if line.strip()]
     if not lines:
         raise DataError(f"{where} has no non-empty line")
     return lines
@@ -118,7 +118,7 @@ def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> i
     from scratchgpt.finetune.data import check_labels_are_spelt_one_way, read_labelled
 
     labels = record["labels"]
-    pairs, where, _ = read_labelled(args.eval, None, min_labels=1)
+    pairs, where, _ = read_labelled(args.eval, None, min_labels=1, stdin=True)
     check_labels_come_last(pairs, where, labels)
     check_labels_are_spelt_one_way(pairs, where)
     unknown = sorted({label for _, label in pairs} - set(labels))

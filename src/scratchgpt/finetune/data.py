@@ -19,6 +19,7 @@ import csv
 import hashlib
 import io
 import json
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,19 @@ def check_named_for(dataset: str | None, task: str) -> None:
                         f"{TASK_DATASETS[task]} or --data FILE")
 
 
-def read_source(data: str | None, dataset: str | None) -> tuple[str, str, str]:
-    """(text, where it came from, sha256 of its bytes) of ``--data FILE`` or a named dataset."""
+STDIN = "-"  # a file name that reads standard input, where a reader takes it (stdin=True)
+
+
+def read_source(data: str | None, dataset: str | None,
+                stdin: bool = False) -> tuple[str, str, str]:
+    """(text, where it came from, sha256 of its bytes) of ``--data FILE`` or a named dataset;
+    with ``stdin``, ``-`` reads standard input (decoded as a file is)."""
     if bool(data) == bool(dataset):
         raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
+    if stdin and data == STDIN:
+        raw = sys.stdin.buffer.read()
+        where = "standard input"
+        return sources.decode_utf8(raw, where), where, hashlib.sha256(raw).hexdigest()
     path = sources.fetch_named(dataset) if dataset else Path(data)
     problem = file_source_problem(path)
     if problem is not None:
@@ -135,11 +145,12 @@ def _csv_rows(text: str) -> list[tuple[int, tuple[str, str]]]:
     return rows
 
 
-def read_labelled(data: str | None, dataset: str | None,
-                  min_labels: int = 2) -> tuple[list[tuple[str, str]], str, str]:
-    """(pairs, where, sha256) of labelled data (see the module docstring)."""
+def read_labelled(data: str | None, dataset: str | None, min_labels: int = 2,
+                  stdin: bool = False) -> tuple[list[tuple[str, str]], str, str]:
+    """(pairs, where, sha256) of labelled data (see the module docstring); with ``stdin``,
+    ``-`` reads them from standard input (as TSV)."""
     check_named_for(dataset, "classify")
-    text, where, sha = read_source(data, dataset)
+    text, where, sha = read_source(data, dataset, stdin)
     csv_format = bool(data) and Path(data).suffix.lower() == ".csv"
     try:
         pairs = parse_labelled(text, where, csv_format, dataset in LABEL_FIRST_DATASETS,
