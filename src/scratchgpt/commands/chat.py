@@ -194,7 +194,7 @@ class ChatSession:
                 printer.add(int(token[0]))
         except KeyboardInterrupt as e:
             if isinstance(e, Terminated) or not self.interactive:
-                with line_ended_if_stopped():  # (the reply's line ends, as sample's does)
+                with line_ended_if_stopped(printer):  # (as sample's: held-back text, "\n")
                     raise
             return True
         return False

@@ -45,13 +45,16 @@ class StreamPrinter:
 
 
 @contextlib.contextmanager
-def line_ended_if_stopped() -> Iterator[None]:
+def line_ended_if_stopped(printer: StreamPrinter | None = None) -> Iterator[None]:
     """Ctrl-C or SIGTERM in the middle of a text streamed to stdout ends its line before the
     command ends: its 'interrupted' was written on after the last token, and a file the text
-    went to ended without its newline."""
+    went to ended without its newline. The text ``printer`` held back first comes out (what
+    could have begun a stop string: it did not, and the model generated it)."""
     try:
         yield
     except KeyboardInterrupt:
+        if printer is not None:
+            printer.finish()
         sys.stdout.write("\n")
         sys.stdout.flush()
         raise
