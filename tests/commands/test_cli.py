@@ -215,23 +215,102 @@ def test_prompt_file_dash_reads_standard_input(run_dir, capsys, monkeypatch):
     assert "standard input has no non-empty line" in line
 
 
+def _tokenizer(run_dir: Path):
+    from scratchgpt.checkpoints import checkpoint_tokenizer
+    from scratchgpt.checkpoints.io import load_for_generation
+
+    return checkpoint_tokenizer(load_for_generation(run_dir)[1])
+
+
+def _stopped_after(monkeypatch, ids: list[int], rows: int = 1) -> None:
+    """Every way sample generates yields ``ids`` (in each of ``rows`` rows), then Ctrl-C."""
+    from scratchgpt.generation import decode, generate, speculative
+
+    def tokens(*args, **kwargs):
+        yield from ids
+        raise KeyboardInterrupt
+
+    def steps(*args, **kwargs):
+        for t in tokens():
+            yield list(range(rows)), torch.tensor([t] * rows)
+
+    monkeypatch.setattr(generate, "stream", lambda *a, **k: (torch.tensor([t]) for t in tokens()))
+    monkeypatch.setattr(decode, "decode", steps)
+    monkeypatch.setattr(speculative.SpeculativeDecoder, "stream", tokens)
+
+
 @pytest.mark.parametrize("draft", [[], ["--draft", "ngram"]])
 def test_ctrl_c_mid_stream_ends_the_line_before_saying_interrupted(run_dir, capsys,
                                                                    monkeypatch, draft):
     """The text streamed so far keeps its line: 'interrupted' was written on after the last
     token (at a terminal, on the same line), and a file it went to lacked its newline."""
-    from scratchgpt.generation import generate, speculative
-
-    def stopped(*args, **kwargs):
-        yield "ab" if not draft else 1
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(generate, "stream_text", stopped)
-    monkeypatch.setattr(speculative.SpeculativeDecoder, "stream", stopped)
+    _stopped_after(monkeypatch, _tokenizer(run_dir).encode("ab"))
     code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "KING:", *draft])
     out, err = capsys.readouterr()
     assert code == 130 and err.endswith("scratchgpt sample: interrupted\n")
-    assert out.startswith("KING:") and out.endswith("\n") and len(out) > len("KING:\n")
+    assert out == "KING:ab\n"
+
+
+@pytest.mark.parametrize("draft", [[], ["--draft", "ngram"]])
+def test_ctrl_c_prints_the_text_held_back_for_a_stop_string(run_dir, capsys, monkeypatch,
+                                                            draft):
+    """What could have begun a --stop string is held back while the text streams; once Ctrl-C
+    ends it, it did not, and it is text the model generated: it is printed before the line
+    ends (it was lost, up to the stop string's length less one characters)."""
+    _stopped_after(monkeypatch, _tokenizer(run_dir).encode("KING"))
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "A:", "--stop", "KING:",
+                 *draft])
+    out, err = capsys.readouterr()
+    assert code == 130 and err.endswith("scratchgpt sample: interrupted\n")
+    assert out == "A:KING\n"
+
+
+@pytest.mark.parametrize("flags", [["--no-stream"], ["--no-stream", "--draft", "ngram"],
+                                   ["--num-samples", "2"]])
+def test_ctrl_c_of_a_sample_printed_at_the_end_prints_it_as_far_as_it_got(run_dir, capsys,
+                                                                          monkeypatch, flags):
+    """--no-stream and --num-samples print once every sample has ended: Ctrl-C lost every
+    token generated. Each sample is printed as far as it got, a note on stderr that it was
+    cut off, before the command says it was interrupted."""
+    n = 2 if "--num-samples" in flags else 1
+    _stopped_after(monkeypatch, _tokenizer(run_dir).encode("ab"), rows=n)
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "KING:", *flags])
+    out, err = capsys.readouterr()
+    assert code == 130 and err.endswith("scratchgpt sample: interrupted\n")
+    assert out.split("\n---------------\n") == ["KING:ab\n"] * n
+    assert err.count("--- cut off after 2 new tokens\n") == n
+
+
+def test_ctrl_c_prints_finished_samples_as_they_are(run_dir, tmp_path, capsys, monkeypatch):
+    """Of a batch, a sample that had ended (here on its --stop string) is printed whole and
+    without a note; one still generating is cut off, and so noted."""
+    from scratchgpt.generation import decode
+
+    tok = _tokenizer(run_dir)
+    a, b = tok.encode("x."), tok.encode("yz")
+
+    def steps(*args, **kwargs):
+        yield [0, 1], torch.tensor([a[0], b[0]])
+        yield [0, 1], torch.tensor([a[1], b[1]])  # row 0 completes its stop string
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(decode, "decode", steps)
+    (tmp_path / "p.txt").write_text("A\nB\n")
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt-file",
+                 str(tmp_path / "p.txt"), "--batch-prompts", "--stop", "."])
+    out, err = capsys.readouterr()
+    assert code == 130 and out.split("\n---------------\n") == ["Ax\n", "Byz\n"]
+    assert err.count("cut off") == 1 and "--- cut off after 2 new tokens\n" in err
+
+
+def test_ctrl_c_before_any_token_prints_no_sample(run_dir, capsys, monkeypatch):
+    """Interrupted before its first token, a batch has nothing to show: no copies of the
+    prompt, each noted as cut off after 0 tokens."""
+    _stopped_after(monkeypatch, [], rows=3)
+    code = main(["sample", "--checkpoint", str(run_dir), "--prompt", "KING:",
+                 "--num-samples", "3"])
+    out, err = capsys.readouterr()
+    assert code == 130 and out == "" and "cut off" not in err
 
 
 # ---- bad input: one line, exit code 2, nothing lost ----

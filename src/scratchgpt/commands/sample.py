@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
+from collections.abc import Iterable, Iterator, Sequence
 
 from scratchgpt.commands.argtypes import (
     add_unknown_flag,
@@ -26,6 +26,7 @@ from scratchgpt.commands.prompts import (
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter, line_ended_if_stopped
 from scratchgpt.generation.stopping import MAX_NEW_TOKENS
+from scratchgpt.wording import plural
 
 TEMPERATURE = 0.8  # when --temperature is not given (beam search takes none)
 
@@ -348,34 +349,69 @@ class Job:
 
 
 def run_stream(job: Job) -> int:
-    """One sample, printed as it is generated (through the Python API's ``stream_text``)."""
-    from scratchgpt.generation.generate import stream_text
+    """One sample, printed as it is generated."""
+    from scratchgpt.generation.generate import stream
 
-    sys.stdout.write(job.text)
-    with line_ended_if_stopped():
-        for piece in stream_text(job.model, job.prompt(), job.rule, job.cfg, job.gen):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-    sys.stdout.write("\n")
+    tokens = stream(job.model, job.prompt(), job.rule, job.cfg, job.gen)
+    print_streamed(job, (int(t[0]) for t in tokens))
     return 0
 
 
-def print_all(texts: list[str], notes: list[str] | None = None) -> None:
+def print_streamed(job: Job, tokens: Iterable[int]) -> None:
+    """The prompt, then the text of ``tokens`` as they come. Ctrl-C or SIGTERM writes the
+    text held back for a stop string too before it ends the line."""
+    sys.stdout.write(job.text)
+    printer = StreamPrinter(job.rule)
+    with line_ended_if_stopped(printer):
+        for token in tokens:
+            printer.add(token)
+    printer.finish()
+    sys.stdout.write("\n")
+
+
+def print_all(texts: list[str], notes: Sequence[str | None] | None = None) -> None:
     """The texts, separated by lines of dashes; each one's note (if any) on stderr after it."""
     for i, text in enumerate(texts):
         if i:
             print("\n---------------")
         print(text, flush=notes is not None)
-        if notes is not None:
+        if notes is not None and notes[i] is not None:
             print(notes[i], file=sys.stderr, flush=True)
+
+
+def print_samples(texts: list[str], steps: Iterable[tuple[Sequence[int], Sequence[int]]],
+                  rule) -> None:
+    """Each prompt text with its row's new tokens, gathered from ``steps`` ((rows, their next
+    tokens) a step, as ``decode`` yields), printed once all rows have stopped. Ctrl-C or
+    SIGTERM prints what there is before the command ends: finished samples as they are, the
+    others as far as they got, each with a note on stderr that it was cut off."""
+    out: list[list[int]] = [[] for _ in texts]
+    try:
+        for rows, tokens in steps:
+            for b, t in zip(rows, tokens, strict=True):
+                out[b].append(t)
+    except KeyboardInterrupt:
+        if any(out):
+            print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)],
+                      [None if rule.done(ids) else
+                       f"--- cut off after {plural(len(ids), 'new token')}" for ids in out])
+        raise
+    print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)])
+
+
+def batch_steps(model, ids: list[list[int]], rule, cfg, gen
+                ) -> Iterator[tuple[list[int], list[int]]]:
+    """``decode``'s steps of a left-padded batch: (rows, their next tokens) as lists."""
+    from scratchgpt.generation.decode import decode
+
+    for rows, tokens in decode(model, ids, rule, cfg, gen):
+        yield rows, tokens.tolist()
 
 
 def run_samples(job: Job, n: int) -> int:
     """``n`` samples of one prompt, generated as one batch; each stops on its own."""
-    from scratchgpt.generation.generate import generate_batch
-
-    out = generate_batch(job.model, [job.ids] * n, job.rule, job.cfg, job.gen)
-    print_all([job.text + job.rule.text(new_ids) for new_ids in out])
+    print_samples([job.text] * n, batch_steps(job.model, [job.ids] * n, job.rule, job.cfg,
+                                              job.gen), job.rule)
     return 0
 
 
@@ -410,7 +446,6 @@ def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
 def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Namespace) -> int:
     """Generate for every prompt line (each ``--num-samples`` times) in one left-padded batch;
     print in order."""
-    from scratchgpt.generation.generate import generate_batch
     from scratchgpt.generation.prompt import start_of_text
 
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
@@ -422,8 +457,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     note_long_prompts(model, [len(x) for x in ids])
     note_wide_top_k(model, args.top_k)
-    out = generate_batch(model, ids, rule, cfg, gen)
-    print_all([text + rule.text(new_ids) for text, new_ids in zip(rows, out, strict=True)])
+    print_samples(rows, batch_steps(model, ids, rule, cfg, gen), rule)
     return 0
 
 
@@ -453,16 +487,10 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
         warm_up(draft)
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     note_wide_top_k(job.model, args.top_k)
-    if not args.no_stream:
-        sys.stdout.write(job.text)
-    printer = StreamPrinter(job.rule, out=_NullOut() if args.no_stream else None)
-    with line_ended_if_stopped() if not args.no_stream else contextlib.nullcontext():
-        for token in dec.stream(job.rule):
-            printer.add(token)
-    text = printer.finish()
     if args.no_stream:
-        sys.stdout.write(job.text + text)
-    sys.stdout.write("\n")
+        print_samples([job.text], (([0], [t]) for t in dec.stream(job.rule)), job.rule)
+    else:
+        print_streamed(job, dec.stream(job.rule))
     st = dec.stats
     picked = getattr(policy, "history", None)
     chosen = (f"K picked per round: mean {sum(picked) / max(len(picked), 1):.2f}"
@@ -489,11 +517,3 @@ def check_compiled_pair(target, draft, args: argparse.Namespace) -> None:
     if not isinstance(target, CompiledGPT):
         print(f"--compile: the draft's steps are compiled; the target's stay eager "
               f"({compile_refusal(target)})", file=sys.stderr)
-
-
-class _NullOut:
-    def write(self, text: str) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
