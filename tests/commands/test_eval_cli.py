@@ -152,8 +152,8 @@ def test_a_run_that_recorded_a_named_dataset_is_evaluated_on_it(run_dir, tmp_pat
     ckpt = load_checkpoint(run_dir)
     real = resolve.resolve_dataset
     monkeypatch.setattr(sources, "DATASET_NAMES", (*sources.DATASET_NAMES, "tiny-named"))
-    monkeypatch.setattr(resolve, "resolve_dataset", lambda name, log=print: real(
-        ckpt.data["dataset"] if name == "tiny-named" else name, log))
+    monkeypatch.setattr(resolve, "resolve_dataset", lambda name, log=print, **kw: real(
+        ckpt.data["dataset"] if name == "tiny-named" else name, log, **kw))
     named = write_model_run(tmp_path / "run", Checkpoint(
         ckpt.model_type, ckpt.model_config, ckpt.model, ckpt.tokenizers,
         {"dataset": "tiny-named"}, ckpt.run_id))
@@ -166,9 +166,9 @@ def test_json_stays_json_when_a_named_dataset_is_prepared_first(run_dir, capsys,
 
     real = resolve.resolve_dataset
 
-    def preparing(name, log=print):
+    def preparing(name, log=print, **kw):
         log(f"prepared {name}: (as a named dataset's first use reports it)")
-        return real(name, log)
+        return real(name, log, **kw)
 
     monkeypatch.setattr(resolve, "resolve_dataset", preparing)
     assert main(["eval", "--checkpoint", str(run_dir), "--json", "--max-tokens", "100"]) == 0
@@ -334,3 +334,46 @@ def test_a_hugging_face_model_without_tokenizer_files_is_measured_with_a_note(
     msg = error_of(capsys, ["eval", "--checkpoint", str(bare), "--dataset",
                             str(tmp_path / "wide")])
     assert "more than the model's" in msg
+
+
+def test_a_named_dataset_is_prepared_with_the_runs_tokenizer(run_dir, tmp_path, capsys,
+                                                             monkeypatch):
+    """eval --dataset NAME on a run of another vocabulary prepared the name with a tokenizer
+    learned from its text into the cache, then refused it: two lines, and a cache entry no
+    run could read. It is prepared with the run's own tokenizer (its own cache entry), once."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.data.dataset import TokenDataset
+    from tests.corpus import play_text
+    from tests.named_datasets import fake_named_dataset
+
+    monkeypatch.setenv("SCRATCHGPT_CACHE_DIR", str(tmp_path / "cache"))
+    fake_named_dataset(monkeypatch, tmp_path / "data", "tiny-other",
+                       " 0123456789 " * 20 + play_text(20_000, seed=5))  # digits: not the run's
+    own = load_checkpoint(run_dir).tokenizer()
+    argv = ["eval", "--checkpoint", str(run_dir), "--dataset", "tiny-other", "--max-tokens",
+            "100", "--json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "val_loss" in json.loads(out) and "stand-in character" in err
+    entries = list((tmp_path / "cache" / "datasets").iterdir())
+    assert [e.name.rsplit("-", 1)[0] for e in entries] == ["tiny-other-char"], entries
+    assert TokenDataset(entries[0]).tokenizer().same_as(own)
+    assert main(argv) == 0  # the entry is used again, not prepared again
+    assert "prepared" not in capsys.readouterr().err
+    assert list((tmp_path / "cache" / "datasets").iterdir()) == entries
+
+
+def test_a_hugging_face_model_reads_a_named_dataset_with_its_tokenizer(hf_dir, tmp_path,
+                                                                       capsys, monkeypatch):
+    from scratchgpt.checkpoints.hf import hf_tokenizer
+    from scratchgpt.data.dataset import TokenDataset
+    from tests.corpus import play_text
+    from tests.named_datasets import fake_named_dataset
+
+    monkeypatch.setenv("SCRATCHGPT_CACHE_DIR", str(tmp_path / "cache"))
+    fake_named_dataset(monkeypatch, tmp_path / "data", "tiny-other",
+                       " 0123456789 " * 20 + play_text(20_000, seed=5))
+    assert main(["eval", "--checkpoint", str(hf_dir), "--dataset", "tiny-other",
+                 "--max-tokens", "100"]) == 0
+    [entry] = (tmp_path / "cache" / "datasets").iterdir()
+    assert TokenDataset(entry).tokenizer().same_as(hf_tokenizer(hf_dir))

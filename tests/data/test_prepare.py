@@ -532,3 +532,27 @@ def test_tokenizer_from_a_prepared_dataset_gives_a_second_text_its_ids(tmp_path,
     assert main(["prepare", "--data", str(second), "--tokenizer-from", str(tmp_path / "bpe-1"),
                  "--out", str(tmp_path / "bpe-1"), "--overwrite"]) == 0
     assert load_tokenizer(tmp_path / "bpe-1").state() == before
+
+
+def test_a_named_dataset_has_a_cache_entry_per_tokenizer(tmp_path, monkeypatch):
+    """Given a tokenizer (a run's, to read the run), a named dataset uses its own entry where
+    that entry's tokenizer is the one given, and is otherwise prepared with it into an entry
+    of its own; the entry of the dataset's own tokenizer is left as it was."""
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.tokenizers import build_tokenizer
+    from tests.corpus import play_text
+    from tests.named_datasets import fake_named_dataset
+
+    monkeypatch.setenv("SCRATCHGPT_CACHE_DIR", str(tmp_path / "cache"))
+    fake_named_dataset(monkeypatch, tmp_path / "data", "tiny-play", play_text(8_000))
+    own, _ = resolve_dataset("tiny-play", log=None)
+    again, _ = resolve_dataset("tiny-play", log=None, tokenizer=own.tokenizer())
+    assert again.directory == own.directory == tmp_path / "cache" / "datasets" / "tiny-play-char"
+    other = build_tokenizer("char", "0123456789 " + play_text(3_000, seed=9))
+    assert not other.same_as(own.tokenizer())
+    theirs, _ = resolve_dataset("tiny-play", log=None, tokenizer=other)
+    assert theirs.directory.parent == own.directory.parent != theirs.directory
+    assert theirs.tokenizer().same_as(other) and not own.tokenizer().same_as(other)
+    assert theirs.directory.name.startswith("tiny-play-char-")
+    assert resolve_dataset("tiny-play", log=None, tokenizer=other)[0].directory == \
+        theirs.directory

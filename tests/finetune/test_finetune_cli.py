@@ -1058,3 +1058,30 @@ def test_muon_with_nothing_to_train_is_refused_before_the_base_is_evaluated(
     assert "use --optimizer adamw" in one_line_error(code, err)
     assert "before fine-tuning" not in printed
     assert not (tmp_path / "run").exists()
+
+
+def test_a_named_dataset_is_prepared_with_the_bases_tokenizer(ft_dir, tmp_path, capsys,
+                                                              monkeypatch):
+    """train --init-from BASE --dataset NAME, and --resume of that run: the name is prepared
+    with the base's tokenizer, not one learned from its text (which was refused after it had
+    been written into the cache)."""
+    from scratchgpt.data.dataset import TokenDataset
+    from tests.corpus import play_text
+    from tests.named_datasets import fake_named_dataset
+
+    monkeypatch.setenv("SCRATCHGPT_CACHE_DIR", str(tmp_path / "cache"))
+    fake_named_dataset(monkeypatch, tmp_path / "data", "tiny-other",
+                       "~|" * 50 + play_text(20_000, seed=7))  # ~ and |: not the base's
+    out = tmp_path / "run"
+    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset", "tiny-other",
+                            "--out", out, "--max-iters", "2", "--eval-interval", "2",
+                            "--eval-iters", "1", *SMALL], capsys)
+    assert code == 0, err
+    entries = list((tmp_path / "cache" / "datasets").iterdir())
+    assert [e.name.rsplit("-", 1)[0] for e in entries] == ["tiny-other-char"], entries
+    base = load_checkpoint(ft_dir / "base").tokenizer()
+    assert TokenDataset(entries[0]).tokenizer().same_as(base)
+    code, _, err = run_cli(["train", "--resume", "--out", out, "--dataset", "tiny-other",
+                            "--max-iters", "4"], capsys)
+    assert code == 0, err
+    assert list((tmp_path / "cache" / "datasets").iterdir()) == entries

@@ -126,8 +126,11 @@ def dataset_of(args: argparse.Namespace, ckpt):
         raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
                         "pass --dataset (prepared with the run's tokenizer: prepare "
                         f"--tokenizer-from {args.checkpoint})")
-    # (a named dataset prepared now says so on stderr: stdout may be --json)
-    data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr))
+    # (a named dataset prepared now says so on stderr: stdout may be --json; it is prepared
+    # with the run's tokenizer, not one learned from its text that would then be refused)
+    own = ckpt.tokenizer("text") if "text" in ckpt.tokenizers else None
+    data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr),
+                              tokenizer=own)
     check_same_tokenizer(ckpt, data)
     return data
 
@@ -146,8 +149,9 @@ def hf_dataset(args: argparse.Namespace, source, model):
         raise ConfigError(f"{args.checkpoint} is a Hugging Face model, which records no "
                           f"dataset; pass --dataset DIR, a text prepared with its tokenizer "
                           f"({prepare})")
-    data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, file=sys.stderr))
     own = hf_tokenizer(source.hf_dir, required=False, config=source.hf_config)
+    data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, file=sys.stderr),
+                              tokenizer=own)
     if own is not None and not data.tokenizer().same_as(own):
         raise DataError(f"dataset {data.directory} was tokenized differently from the model "
                         f"in {source.hf_dir}; prepare the text with its tokenizer ({prepare})")

@@ -6,13 +6,17 @@ so every command (prepare, train, eval, fine-tuning) finds data the same way.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from scratchgpt.data import sources
-from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.data.dataset import TokenDataset, dataset_tokenizer
 from scratchgpt.data.prepare import META_FILE, prepare_text
 from scratchgpt.errors import DataError
+from scratchgpt.paths import cache_dir
+from scratchgpt.tokenizers import Tokenizer
 from scratchgpt.validation import FLAGS, did_you_mean
 
 
@@ -49,10 +53,14 @@ def dataset_name(name_or_path: str | None) -> str:
 
 
 def resolve_dataset(name_or_path: str | None,
-                    log: Callable[[str], None] | None = print) -> tuple[TokenDataset, str]:
+                    log: Callable[[str], None] | None = print,
+                    tokenizer: Tokenizer | None = None) -> tuple[TokenDataset, str]:
     """A prepared dataset and its short name: a prepared directory, or a named dataset
-    (``shakespeare``, ``python-stdlib``, ...) prepared at character level into the cache the
-    first time. ``log`` (a print-like callable, or None) reports a preparation."""
+    (``shakespeare``, ``python-stdlib``, ...) prepared into the cache the first time. A named
+    dataset is prepared with ``tokenizer`` where one is given (a run's, for a reader of the
+    run: eval, resume, continued pretraining), else with the dataset's own kind, learned from
+    its text; each tokenizer has its own cache entry. ``log`` (a print-like callable, or None)
+    reports a preparation."""
     name = name_or_path or sources.DEFAULT_CORPUS
     path = Path(name)
     if path.is_dir():
@@ -68,13 +76,37 @@ def resolve_dataset(name_or_path: str | None,
         raise DataError(f"--dataset {name}: no such prepared dataset directory, and not a named "
                         f"dataset ({', '.join(sources.DATASET_NAMES)})"
                         + did_you_mean(name, sources.DATASET_NAMES))
+    return TokenDataset(_prepared_named(name, tokenizer, log)), name
+
+
+def _prepared_named(name: str, tokenizer: Tokenizer | None,
+                    log: Callable[[str], None] | None) -> Path:
+    """The cache's entry of named dataset ``name`` (prepared now if missing): ``NAME-KIND``,
+    tokenized by the dataset's own kind, unless ``tokenizer`` is given and tokenizes
+    differently: then ``NAME-KIND-DIGEST``, by that tokenizer (the digest is of its state)."""
     kind = sources.DATASETS[name].tokenizer if name in sources.DATASETS else "char"
-    target = sources.cache_dir() / "datasets" / f"{name}-{kind}"
-    if not (target / META_FILE).is_file():
-        text, desc = load_source(None, name)
-        meta = prepare_text(text, target, kind, source=desc, overwrite=True,  # (incomplete)
-                            options=FLAGS)
-        if log is not None:
-            log(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
-                f"val tokens in {target}")
-    return TokenDataset(target), name
+    target = cache_dir() / "datasets" / f"{name}-{kind}"
+    if tokenizer is not None and not _tokenized_by(target, tokenizer):
+        state = json.dumps(tokenizer.state(), sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(state.encode("utf-8")).hexdigest()[:12]
+        target = target.with_name(f"{name}-{tokenizer.kind}-{digest}")
+    if (target / META_FILE).is_file() and (tokenizer is None or _tokenized_by(target, tokenizer)):
+        return target
+    text, desc = load_source(None, name)
+    meta = prepare_text(text, target, tokenizer or kind, source=desc,  # (an incomplete one too)
+                        overwrite=True, options=FLAGS)
+    if log is not None:
+        log(f"prepared {desc}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} "
+            f"val tokens in {target}")
+        unknown = meta.get("train_unknown_chars", 0) + meta.get("val_unknown_chars", 0)
+        if unknown:
+            log(f"note: {unknown:,} character(s) of {name} are not in the tokenizer's "
+                "vocabulary and were written as a stand-in character")
+    return target
+
+
+def _tokenized_by(directory: Path, tokenizer: Tokenizer) -> bool:
+    """``directory`` holds a prepared dataset whose tokenizer is ``tokenizer``, entry for entry."""
+    if not (directory / META_FILE).is_file():
+        return False
+    return dataset_tokenizer(directory).same_as(tokenizer)

@@ -524,7 +524,8 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
         check_out_is_not_the_base(Path(out), init_from, "--init-from")
         RunDir(out).check_can_begin("overwrite" if overwrite else "new")
     base = load_base(init_from)
-    data, name = resolve_dataset(dataset or given.get("dataset"), log=log)
+    data, name = resolve_dataset(dataset or given.get("dataset"), log=log,
+                                 tokenizer=base.tokenizer)  # (a named one: with the base's)
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
     gpt = _gpt_config(base, given)
     data.check_block_size(gpt.block_size, fixed=True)

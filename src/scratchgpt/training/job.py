@@ -129,7 +129,8 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     recorded = checkpoint.data.get("dataset")
     if not (dataset or recorded):
         raise CheckpointError(f"{checkpoint.path} does not record its dataset; pass --dataset")
-    data, _ = resolve_dataset(dataset or recorded, log=log)
+    own = checkpoint.tokenizer("text") if "text" in checkpoint.tokenizers else None
+    data, _ = resolve_dataset(dataset or recorded, log=log, tokenizer=own)  # (a name: with own)
     check_same_tokenizer(checkpoint, data, options)
     data.check_block_size(config.block_size, fixed=True)
     # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
