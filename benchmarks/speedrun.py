@@ -88,7 +88,7 @@ NANOGPT_FLAGS = ["--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--block-
                  "--warmup-iters", "100", "--beta2", "0.99", "--weight-decay", "0.1",
                  "--grad-clip", "1", "--eval-interval", "250", "--eval-iters", "20"]
 
-DONE = re.compile(r"done: (\d+) steps in ([\d.]+)s \(([\d,]+) tokens/s\); train loss ([\d.]+), "
+DONE = re.compile(r"done: (\d+) steps? in ([\d.]+)s \(([\d,]+) tokens/s\); train loss ([\d.]+), "
                   r"val loss ([\d.]+) \(full val split, ([\d.]+) bits/char\)")
 
 

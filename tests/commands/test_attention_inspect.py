@@ -62,7 +62,7 @@ def test_attention_grid_of_every_layer_and_head(runs, tmp_path, capsys):
     assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", "the cat\nsat",
                  "--out", str(out)]) == 0
     assert out.read_bytes().startswith(PNG)
-    assert "2 layer(s) x 3 head(s) over 11 tokens" in capsys.readouterr().out
+    assert "2 layers x 3 heads over 11 tokens" in capsys.readouterr().out
 
 
 def test_attention_replaces_a_figure_only_with_overwrite(runs, tmp_path, capsys):
@@ -232,7 +232,7 @@ def test_an_empty_prompt_shows_the_first_token_sample_draws_without_one(runs, ca
     rep = inspect_json(capsys, runs["gpt"], "")
     assert rep == {**inspect_json(capsys, runs["gpt"], "\n"), "prompt": ""}
     assert main(["inspect", "--checkpoint", str(runs["gpt"]), "--prompt", ""]) == 0
-    assert capsys.readouterr().out.startswith("next token after '\\n' (gpt, 1 tokens read)")
+    assert capsys.readouterr().out.startswith("next token after '\\n' (gpt, 1 token read)")
 
 
 def test_inspect_table_and_figure(runs, tmp_path, capsys):

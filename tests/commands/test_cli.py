@@ -40,6 +40,13 @@ def test_prepare_train_sample_eval(tmp_path, english_text, capsys):
     assert '"val_loss"' in capsys.readouterr().out
 
 
+def test_a_run_of_one_step_says_so_in_the_singular(small_dataset, tmp_path, capsys):
+    """'done: 1 steps in ...' read as a typo."""
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                 "--max-iters", "1", "--eval-interval", "1", *TINY]) == 0
+    assert "done: 1 step in " in capsys.readouterr().out
+
+
 def test_prepare_folder_of_txt(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.txt").write_text("hello world " * 100)

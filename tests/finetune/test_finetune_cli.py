@@ -174,6 +174,7 @@ def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
                                   tmp_path / "run", "--max-iters", "1", *SMALL], capsys)
     assert code == 0, err
     assert "3 of 60 texts have characters the tokenizer lacks ('~', 'ü')" in printed
+    assert "done: 1 step in " in printed  # (it said '1 steps')
     records = addition_records(20)
     records[0]["output"] += " ü"
     (tmp_path / "odd.json").write_text(json.dumps(records))
@@ -777,7 +778,7 @@ def test_ctrl_c_at_a_terminal_stops_the_reply_not_the_chat(chat_model, monkeypat
     code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
                                   "--max-new-tokens", "40", "--stats"], capsys)
     assert code == 0, err
-    assert "reply stopped" in err and "[1 tokens, ended by Ctrl-C]" in err
+    assert "reply stopped" in err and "[1 token, ended by Ctrl-C]" in err
     assert err.count("ended by the end marker <|end|>") == 1
     assert printed.count("assistant> ") == 2 and "assistant> ok\n" in printed
 

@@ -26,6 +26,7 @@ from scratchgpt.commands.argtypes import (
     thread_count,
 )
 from scratchgpt.errors import CheckpointError, GenerationError
+from scratchgpt.wording import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -84,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
     title = f"{Path(args.checkpoint).name}: {args.text[:60]!r}"
     fig = attention_figure(weights, token_labels(tok, ids), layers, heads, title)
     out = save_figure(fig, args.out)
-    print(f"wrote {out}: {len(layers)} layer(s) x {len(heads)} head(s) over {len(ids)} tokens")
+    print(f"wrote {out}: {plural(len(layers), 'layer')} x {plural(len(heads), 'head')} over "
+          f"{plural(len(ids), 'token')}")
     return 0

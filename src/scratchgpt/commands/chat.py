@@ -9,6 +9,7 @@ import sys
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
 from scratchgpt.commands.prompts import note_wide_top_k, refuse_greedy_filters
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
+from scratchgpt.wording import plural
 
 HELP_LINE = ("(Ctrl-C stops a reply, /reset starts over, /exit or Ctrl-D ends, /help lists "
              "these)")
@@ -180,7 +181,7 @@ class ChatSession:
         if self.args.stats:
             ended = ("Ctrl-C" if stopped else "the end marker " + self.template.stop
                      if rule.ends(printer.ids) else "the token limit")
-            print(f"[{len(printer.ids)} tokens, ended by {ended}]", file=sys.stderr)
+            print(f"[{plural(len(printer.ids), 'token')}, ended by {ended}]", file=sys.stderr)
         return text.strip()
 
     def _stream(self, printer, tokens) -> bool:

@@ -15,6 +15,7 @@ from scratchgpt.commands.options import (
     lora_from_args,
 )
 from scratchgpt.validation import flag_of
+from scratchgpt.wording import plural
 
 # What a run is made of, besides its base and data (FinetuneRequest's field -> its flag): the
 # flags default to None, so that a resume can tell the ones given (it compares them with the
@@ -135,7 +136,7 @@ def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:
         return result.exit_code
     extra = "".join(f", {k} {v:.4f}" for k, v in result.metrics.items()
                     if k not in ("train_loss", "val_loss"))
-    print(f"done: {result.step} steps in {result.elapsed_s:.1f}s; train loss "
+    print(f"done: {plural(result.step, 'step')} in {result.elapsed_s:.1f}s; train loss "
           f"{result.train_loss:.4f}, val loss {result.val_loss:.4f}{extra}")
     if "val_loss" in before:
         print(f"held-out response loss: {before['val_loss']:.4f} before, "

@@ -28,6 +28,7 @@ from scratchgpt.commands.argtypes import (
     help_text,
     positive_int,
 )
+from scratchgpt.wording import plural
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
 
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
         return 0
-    print(f"next token after {shown[-40:]!r} ({source.model_type}, {used} tokens read)")
+    print(f"next token after {shown[-40:]!r} ({source.model_type}, {plural(used, 'token')} read)")
     print_table(rep)
     if args.out:
         print(f"wrote {args.out}")

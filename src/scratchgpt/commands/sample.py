@@ -266,7 +266,8 @@ def check_memory(model, rows: int, length: int) -> None:
     from scratchgpt import memory
 
     estimate = memory.inference_estimate(model.config, rows, length)
-    memory.check_fits(estimate, f"generating {rows:,} sequence(s)", error=GenerationError)
+    memory.check_fits(estimate, f"generating {plural(rows, 'sequence', grouped=True)}",
+                      error=GenerationError)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -438,8 +439,9 @@ def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
     if vocab is not None and n * math.log(vocab) <= math.log(args.num_samples) + 1 and \
             vocab ** n < args.num_samples:
         why = (f": a vocabulary of {vocab} tokens has only {vocab ** n} continuations of "
-               f"{n} token(s)")
-    print(f"note: beam search found {found} hypotheses, fewer than --num-samples "
+               f"{plural(n, 'token')}")
+    print(f"note: beam search found {plural(found, 'hypothesis', 'hypotheses')}, fewer than "
+          f"--num-samples "
           f"{args.num_samples}{why}", file=sys.stderr)
 
 
@@ -496,10 +498,10 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     chosen = (f"K picked per round: mean {sum(picked) / max(len(picked), 1):.2f}"
               if picked is not None else f"K={policy.k}")
     print(f"--- speculative ({args.draft if args.draft == 'ngram' else 'draft model'}, "
-          f"{chosen}): {st.rounds} rounds, {st.mean_drafted:.2f} draft tokens proposed and "
-          f"{st.mean_accepted:.2f} accepted per round; {st.acceptance_rate:.2f} tokens decoded "
-          "per position the model scored (the acceptance rate r, each round's bonus token "
-          "counted)", file=sys.stderr)
+          f"{chosen}): {plural(st.rounds, 'round')}, {st.mean_drafted:.2f} draft tokens "
+          f"proposed and {st.mean_accepted:.2f} accepted per round; {st.acceptance_rate:.2f} "
+          "tokens decoded per position the model scored (the acceptance rate r, each round's "
+          "bonus token counted)", file=sys.stderr)
     return 0
 
 

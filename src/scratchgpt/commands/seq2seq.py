@@ -28,6 +28,7 @@ from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.validation import flag_of
+from scratchgpt.wording import plural
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
@@ -412,5 +413,5 @@ def run_attention(args: argparse.Namespace) -> int:
     cut = "" if _ended(ids[0], model.config.eos_id) else \
         f" (cut at --max-len {longest}, before <eos>)"
     print(f"{args.source!r} -> {texts[0]!r}{cut}")
-    print(f"wrote {out}: {len(tgt_labels)} output x {len(src_labels)} source tokens")
+    print(f"wrote {out}: {len(tgt_labels)} output x {plural(len(src_labels), 'source token')}")
     return 0

@@ -13,6 +13,7 @@ from scratchgpt.commands.options import (
     lora_flags,
     lora_from_args,
 )
+from scratchgpt.wording import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -157,7 +158,7 @@ def report(result: Any, out: Path) -> int:
     per_char = f", {bpc:.4f} bits/char" if bpc is not None else ""
     # tokens/s of this process's steps (none when a resumed run had nothing left to train)
     speed = f" ({result.tokens_per_s:,.0f} tokens/s)" if result.tokens_per_s > 0 else ""
-    print(f"done: {result.step} steps in {result.elapsed_s:.1f}s{speed}; train loss "
+    print(f"done: {plural(result.step, 'step')} in {result.elapsed_s:.1f}s{speed}; train loss "
           f"{result.train_loss:.4f}, "
           f"val loss {result.val_loss:.4f} (full val split{per_char}); "
           f"best {result.best_val_loss:.4f}")
