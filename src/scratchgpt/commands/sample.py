@@ -441,8 +441,7 @@ def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
         why = (f": a vocabulary of {vocab} tokens has only {vocab ** n} continuations of "
                f"{plural(n, 'token')}")
     print(f"note: beam search found {plural(found, 'hypothesis', 'hypotheses')}, fewer than "
-          f"--num-samples "
-          f"{args.num_samples}{why}", file=sys.stderr)
+          f"--num-samples {args.num_samples}{why}", file=sys.stderr)
 
 
 def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Namespace) -> int:
