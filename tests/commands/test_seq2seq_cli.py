@@ -639,3 +639,34 @@ def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys
     assert err.count("note: --batch-size") == 1
     assert f"note: --batch-size 100,000,000 is more than the {n} training pairs; each batch is " \
            "all of them" in err
+
+
+
+def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys,
+                                                      monkeypatch):
+    """The end of a run decoded every held-out pair (2,000 by default, minutes after a run of
+    seconds): it decodes the first --eval-pairs (256 unless given; 0 is all of them), says
+    so, and gives the figures 'seq2seq eval --which last --limit N' gives."""
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    decoded = []
+    real = seq2seq_training.translate
+
+    def spy(model, sources, *args, **kwargs):
+        decoded.append(len(sources))
+        return real(model, sources, *args, **kwargs)
+
+    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    argv = ["seq2seq", "train", "--task", "dates", *TINY]
+    argv[argv.index("--n-test") + 1] = "300"
+    reports = {}
+    for given, n in (([], 256), (["--eval-pairs", "12"], 12), (["--eval-pairs", "0"], 300)):
+        decoded.clear()
+        assert cli_main([*argv, "--out", str(tmp_path / f"run{n}"), *given]) == 0
+        reports[n] = capsys.readouterr().out
+        assert decoded == [n] and re.search(rf"^exact match \S+ \(\d+/{n}\)$", reports[n], re.M)
+        subset = f"(the first {n} of the 300 held-out pairs, --eval-pairs;"
+        assert (subset in reports[n]) == (n < 300), reports[n]
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run12"), "--which",
+                     "last", "--limit", "12", "--show-errors", "0"]) == 0
+    assert reports[12].startswith(capsys.readouterr().out)

@@ -106,15 +106,73 @@ def test_the_final_evaluation_decodes_a_training_batch_at_a_time(tmp_path, monke
     task.final_metrics(model, 1, setting)
     assert seen == [3]
 
-    # training 4 pairs at a time fits in 1.2 GiB, decoding 4 outputs of up to 3,002 does not
-    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "1.2GiB")
-    flags = {"max_iters": 1, "batch_size": 4}
+    # decoding 4 outputs of up to 1,502 tokens (the longest target plus 2; it was 3,002,
+    # which took more than training on them) takes less than training on 4 such pairs, so a
+    # run that can train can evaluate; where the decodes alone do not fit, the check says so
     config = task.model_config("transformer", max_positions=4000)
     parts = memory.training_estimate(config, 1).parts
     fixed = {k: v for k, v in parts.items() if k != "activations"}
-    assert training_memory(config, fixed, 4, *longest_pair(task)).total < 1.2 * 2**30
+    training = training_memory(config, fixed, 4, *longest_pair(task)).total
+    decoding = seq2seq_training.decode_estimate(config, 4, 3, 1502).total + fixed["weights"]
+    assert decoding < training
     with pytest.raises(ConfigError, match=r"decoding the held-out pairs for the final "
                        r"evaluation, 4 at a time, needs about .*: give a smaller --batch-size"):
-        plan(spec, None, flags, {"max_positions": 4000}, str(tmp_path / "run"), resume=False,
-             overwrite=False)
-    assert not (tmp_path / "run").exists()
+        seq2seq_training._check_final_eval_fits(task, config, 4, fixed["weights"],
+                                                torch.device("cpu"), decoding - 1)
+    seq2seq_training._check_final_eval_fits(task, config, 4, fixed["weights"],
+                                            torch.device("cpu"), decoding)
+
+
+def _ending_at_s(model, tgt_tok) -> list[int]:
+    """Make ``model`` write ``<eos>`` right after each ``s`` it writes (so its random outputs
+    end at steps that differ from row to row, and some never end); -> the number of steps
+    each decode ran (one call of ``next_token_logp`` a step)."""
+    real, s_id, steps = model.next_token_logp, tgt_tok.stoi["s"], []
+
+    def next_token_logp(state, prev):
+        logp, attn = real(state, prev)
+        steps.append(prev.shape[0])
+        logp[prev == s_id, model.config.eos_id] = 1.0  # above every log-probability
+        return logp, attn
+
+    model.next_token_logp = next_token_logp
+    return steps
+
+
+def test_a_batch_decodes_as_each_pair_alone_and_stops_once_every_row_ended():
+    """The final check decodes a batch at a time: rows that end early get the same output as
+    decoded alone, a batch whose rows have all ended stops there, and no output runs past
+    the longest target plus its <eos> and one token (it ran to twice the longest, plus 2)."""
+    from scratchgpt.models.seq2seq import build_seq2seq
+    from scratchgpt.training.seq2seq import EVAL_MARGIN, evaluate
+
+    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=24))
+    torch.manual_seed(0)
+    model = build_seq2seq(task.model_config("lstm-attention", d_model=16))
+    with torch.no_grad():
+        model.head.weight.mul_(10.0)  # outputs that differ from source to source
+    steps = _ending_at_s(model, task.tgt_tok)
+    longest = max(len(t) for _, t in task.held_out)
+    alone = evaluate(model, task.held_out, task.src_tok, task.tgt_tok, batch_size=1)
+    ended = [p for p in alone.predictions if len(p) < longest + EVAL_MARGIN]
+    assert 0 < len(ended) < len(alone.predictions)  # some rows end, at various steps
+    assert len({len(p) for p in ended}) > 1
+    assert max(steps) == 1 and len(steps) <= len(task.held_out) * (longest + EVAL_MARGIN)
+    # targets that every other ended output matches, so that exact match is neither 0 nor 1
+    pairs = [(s, p if i % 2 and p in ended else t) for i, ((s, t), p)
+             in enumerate(zip(task.held_out, alone.predictions, strict=True))]
+    matched = sum(1 for i, p in enumerate(alone.predictions) if i % 2 and p in ended)
+    assert 0 < matched < len(pairs)
+    steps.clear()
+    per_pair = evaluate(model, pairs, task.src_tok, task.tgt_tok, batch_size=1)
+    steps.clear()
+    batched = evaluate(model, pairs, task.src_tok, task.tgt_tok, batch_size=len(pairs))
+    assert batched.predictions == per_pair.predictions
+    assert (batched.correct, batched.by_length) == (per_pair.correct, per_pair.by_length)
+    assert batched.correct == matched
+    longest = max(len(t) for _, t in pairs)
+    assert len(steps) == longest + EVAL_MARGIN  # a row never ended: the longest, no more
+    ending = [pair for pair, p in zip(pairs, alone.predictions, strict=True) if p in ended]
+    steps.clear()
+    evaluate(model, ending, task.src_tok, task.tgt_tok, batch_size=len(ending))
+    assert len(steps) == max(len(p) for p in ended) + 1  # stopped at the last row's <eos>

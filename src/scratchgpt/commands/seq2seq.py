@@ -27,6 +27,7 @@ from scratchgpt.data.translation import TASKS
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
+from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
 from scratchgpt.validation import flag_of
 from scratchgpt.wording import plural
 
@@ -54,7 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train an encoder-decoder on (source, target) pairs on the training core "
                     "(progress bar, periodic held-out loss, metrics.csv, loss.png, last.pt / "
                     "best.pt, --resume, --time-budget, Ctrl-C saves), then report held-out "
-                    "exact match. Without --max-iters a run lasts --time-budget (default 10m).")
+                    f"exact match, of the first {DEFAULT_EVAL_PAIRS} held-out pairs unless "
+                    "--eval-pairs. Without --max-iters a run lasts --time-budget (default "
+                    "10m).")
     src = t.add_mutually_exclusive_group()
     src.add_argument("--task", choices=TASKS,
                      help="generated task: 'dates' (dates written many ways -> ISO, default) or "
@@ -79,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="share of a TSV file's sources held out for evaluation (default 0.1)")
     t.add_argument("--label-smoothing", type=float, default=None,
                    help="cross-entropy label smoothing in [0, 1) (default 0)")
+    t.add_argument("--eval-pairs", type=non_negative_int, default=None, metavar="N",
+                   help="held-out pairs the final check decodes for its exact match, the "
+                        f"first N (default {DEFAULT_EVAL_PAIRS}; 0 = all of them; 'seq2seq "
+                        "eval' scores all); "
+                        "the final held-out loss is over all of them either way")
     hp = t.add_argument_group("training (the settings of 'scratchgpt train', with seq2seq's "
                               "own defaults)")
     add_dataclass_flags(hp, TrainConfig, skip=NOT_TRAIN_FLAGS, shown=train_defaults_shown(),
@@ -110,8 +118,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--limit", type=positive_int, help="only the first N pairs")
     e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
-    _add_decoding(e, "twice the longest target, plus 2: room for every target; at most a "
-                     "transformer's --max-positions")
+    _add_decoding(e, "the longest target, plus 2: room for every target and its <eos>; at "
+                     "most a transformer's --max-positions")
     e.set_defaults(func=run_eval)
 
     a = actions.add_parser(
@@ -229,7 +237,7 @@ def run_train(args: argparse.Namespace) -> int:
     model_flags = given(args, model_flag_names())
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
-                        args.overwrite, args.label_smoothing)
+                        args.overwrite, args.label_smoothing, eval_pairs(args))
     if note := job.finished_note(plan):  # it printed a blank line and the last summary
         print(note)
     result = job.run(plan, progress=not args.no_progress)
@@ -246,6 +254,14 @@ def run_train(args: argparse.Namespace) -> int:
               f"eval and attention read unless --which last, is an earlier one (held-out loss "
               f"{result.best_val_loss:.4f} when saved)")
     return 0
+
+
+def eval_pairs(args: argparse.Namespace) -> int | None:
+    """The held-out pairs the final check decodes: ``--eval-pairs``, 0 for all of them (None),
+    :data:`~scratchgpt.training.seq2seq_defaults.DEFAULT_EVAL_PAIRS` without it."""
+    if args.eval_pairs is None:
+        return DEFAULT_EVAL_PAIRS
+    return args.eval_pairs or None
 
 
 DATA_FLAGS = ("task", "data", "n_train", "n_test", "valid_fraction")

@@ -2,7 +2,9 @@
 
 Training runs on the training core (``training/trainer.py``) with :class:`Seq2SeqTask`:
 teacher forcing with cross-entropy over the target tokens, batches of similar source length
-(less padding), periodic held-out loss, and at the end exact match of greedy decodes.
+(less padding), periodic held-out loss, and at the end the loss over every held-out pair and
+the exact match of greedy decodes of the first ``eval_pairs`` of them (all by default here;
+``seq2seq train`` decodes ``seq2seq_defaults.DEFAULT_EVAL_PAIRS`` unless told otherwise).
 
 Evaluation: exact match of greedy (or beam) decodes against the references, overall and by
 source length.
@@ -85,9 +87,10 @@ class Seq2SeqTask:
 
     def __init__(self, spec: DataSpec, src_tok: Seq2SeqTokenizer, tgt_tok: Seq2SeqTokenizer,
                  train_pairs: Sequence[Pair], held_out: Sequence[Pair],
-                 label_smoothing: float = 0.0):
+                 label_smoothing: float = 0.0, eval_pairs: int | None = None):
         self.spec, self.src_tok, self.tgt_tok = spec, src_tok, tgt_tok
         self.held_out = list(held_out)
+        self.eval_pairs = eval_pairs  # the final check decodes the first so many (None: all)
         self.examples = encode_pairs(train_pairs, src_tok, tgt_tok)
         self.held_examples = encode_pairs(self.held_out, src_tok, tgt_tok)
         self.label_smoothing = label_smoothing
@@ -96,15 +99,16 @@ class Seq2SeqTask:
 
     @classmethod
     def from_spec(cls, spec: DataSpec, tokenizers: dict[str, Seq2SeqTokenizer] | None = None,
-                  label_smoothing: float = 0.0) -> Seq2SeqTask:
+                  label_smoothing: float = 0.0, eval_pairs: int | None = None) -> Seq2SeqTask:
         """Pairs from ``spec``; tokenizers learned from the training pairs unless given (a
-        resumed run keeps its own)."""
+        resumed run keeps its own); ``eval_pairs`` held-out pairs decoded at the end (None:
+        all)."""
         train_pairs, held = spec.load()
         if tokenizers is None:
             tokenizers = {"source": Seq2SeqTokenizer.train(s for s, _ in train_pairs),
                           "target": Seq2SeqTokenizer.train(t for _, t in train_pairs)}
         return cls(spec, tokenizers["source"], tokenizers["target"], train_pairs, held,
-                   label_smoothing)
+                   label_smoothing, eval_pairs)
 
     def model_config(self, arch: str, **overrides: Any) -> Seq2SeqConfig:
         """The default config of ``arch`` for these vocabularies, with ``overrides``."""
@@ -137,17 +141,31 @@ class Seq2SeqTask:
                 count += n
         return total / max(count, 1)
 
+    def final_pairs(self) -> tuple[list[Pair], list[Example]]:
+        """(pairs, their ids): the held-out pairs the final check decodes, the first
+        ``eval_pairs``."""
+        n = self.eval_pairs or len(self.held_out)
+        return self.held_out[:n], self.held_examples[:n]
+
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
-        """Train estimate, the loss over every held-out pair, and their greedy exact match."""
-        self.final_eval = evaluate(model, self.held_out, self.src_tok, self.tgt_tok,
+        """Train estimate, the loss over every held-out pair, and the greedy exact match of
+        :meth:`final_pairs`."""
+        self.final_eval = evaluate(model, self.final_pairs()[0], self.src_tok, self.tgt_tok,
                                    batch_size=setting.batch_size)  # (as check_memory counts)
         return {"train_loss": self.estimate(model, "train", iters, setting),
                 "val_loss": self.estimate(model, "val", len(self.held_examples), setting),
                 "exact_match": self.final_eval.exact_match}
 
     def report(self) -> str:
-        return format_eval(self.final_eval) if self.final_eval is not None else ""
+        if self.final_eval is None:
+            return ""
+        text = format_eval(self.final_eval)
+        if self.final_eval.total < len(self.held_out):
+            text += (f"\n(the first {self.final_eval.total:,} of the {len(self.held_out):,} "
+                     "held-out pairs, --eval-pairs; 'seq2seq eval --which last' scores them "
+                     "all)")
+        return text
 
     def tokenizers(self) -> dict[str, Any]:
         return {"source": self.src_tok, "target": self.tgt_tok}
@@ -273,10 +291,17 @@ def evaluate(
     return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), preds)
 
 
+# Output tokens :func:`evaluate` decodes beyond the longest target: its ``<eos>`` and one
+# more, so that an output longer than every reference shows as longer. An output that has not
+# ended by then matches no target: decoding on would change no exact match, and an untrained
+# model (which never ends) decoded twice the longest target, plus 2, every time.
+EVAL_MARGIN = 2
+
+
 def eval_max_len(config: Seq2SeqConfig, longest_target: int) -> int:
-    """:func:`evaluate`'s longest output without ``max_len``: twice the longest target, plus
-    2; at most a transformer's position table."""
-    max_len = longest_target * 2 + 2
+    """:func:`evaluate`'s longest output without ``max_len``: the longest target plus
+    :data:`EVAL_MARGIN`; at most a transformer's position table."""
+    max_len = longest_target + EVAL_MARGIN
     return min(max_len, config.max_positions) if config.arch == "transformer" else max_len
 
 
@@ -313,25 +338,26 @@ def check_ends(cfg: TrainConfig) -> TrainConfig:
 
 
 def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | None,
-                 label_smoothing: float = 0.0) -> Seq2SeqTask:
+                 label_smoothing: float = 0.0, eval_pairs: int | None = None) -> Seq2SeqTask:
     """The task of a run (picklable for data-parallel processes): pairs from ``spec``, the
     run's saved tokenizers when resuming."""
     toks = None if tokenizers is None else {
         role: Seq2SeqTokenizer.from_dict(state) for role, state in tokenizers.items()}
-    return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing)
+    return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing, eval_pairs)
 
 
 def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
          model_flags: dict[str, Any], out: str, resume: bool, overwrite: bool,
-         label_smoothing: float | None = None) -> TrainJob:
+         label_smoothing: float | None = None, eval_pairs: int | None = None) -> TrainJob:
     """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`). ``arch`` and
-    ``label_smoothing`` None: a new run's defaults (transformer, 0), a resumed run's own."""
+    ``label_smoothing`` None: a new run's defaults (transformer, 0), a resumed run's own;
+    ``eval_pairs``: the held-out pairs the final check decodes (None: all)."""
     if resume and overwrite:
         raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
                           "give one of them")
     if resume:
         flags = {**train_flags, **model_flags, **({"arch": arch} if arch else {})}
-        return _resumed(out, flags, label_smoothing)
+        return _resumed(out, flags, label_smoothing, eval_pairs)
     spec = spec or DataSpec()
     arch = arch or "transformer"
     label_smoothing = label_smoothing or 0.0
@@ -343,14 +369,14 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     check_pairs_fit(spec)
     mode = "overwrite" if overwrite else "new"
     RunDir(out).check_can_begin(mode)  # (before the pairs are made, as a language model's)
-    task = Seq2SeqTask.from_spec(spec, None, label_smoothing)
+    task = Seq2SeqTask.from_spec(spec, None, label_smoothing, eval_pairs)
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
     cfg, note = whole_set(cfg, task)
     check_memory(task, config, cfg)
     if note:  # (once nothing is left to refuse: a refusal is one line)
         print(note, file=sys.stderr)
-    make = partial(seq2seq_task, asdict(spec), None, label_smoothing)
+    make = partial(seq2seq_task, asdict(spec), None, label_smoothing, eval_pairs)
     return TrainJob(Path(out), mode, cfg, config, make, {"arch": arch})
 
 
@@ -390,7 +416,8 @@ def check_pairs_fit(spec: DataSpec) -> None:
     memory.check_fits(memory.Estimate({"pairs": n * PAIR_BYTES}), f"generating {n:,} pairs")
 
 
-def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> TrainJob:
+def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None,
+             eval_pairs: int | None) -> TrainJob:
     """The run in ``out`` continued with its own model, pairs and label smoothing; ``flags``
     may change what a resumed run may change (see :func:`resumed_run`)."""
     checkpoint = RunDir(out).load_last()
@@ -404,7 +431,8 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None) -> 
                           f"--label-smoothing {saved} (drop --label-smoothing, or start a new "
                           "run)")
     smoothing = saved if saved is not None else label_smoothing or 0.0
-    make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing)
+    make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing,
+                   eval_pairs)
     task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
     cfg, note = whole_set(cfg, task)
     check_memory(task, config, cfg)
@@ -524,7 +552,7 @@ def _check_final_eval_fits(task: Seq2SeqTask, c: Seq2SeqConfig, batch: int, weig
     """The final evaluation's greedy decodes of the held-out pairs, ``batch`` at a time (as
     :meth:`Seq2SeqTask.final_metrics` runs them), fit in memory: checked before training
     rather than failing after it."""
-    held = task.held_examples
+    held = task.final_pairs()[1]
     rows = min(batch, len(held))
     if not rows:
         return

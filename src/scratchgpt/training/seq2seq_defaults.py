@@ -14,3 +14,10 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
 DEFAULT_BUDGET = "10m"
 UNLIMITED_ITERS = 10**12
 MIN_LR_FRACTION = 0.05  # the cosine ends at this fraction of the peak rate unless --min-lr
+
+# Held-out pairs ``seq2seq train``'s final check decodes unless --eval-pairs. An untrained
+# transformer (d=64), which never ends an output, decoded some 10 reverse pairs a second on one
+# CPU thread to twice the longest target: all 2,000 took minutes (9 on a busy machine) after a
+# run of 20 s. To the longest target plus 2 (training/seq2seq.py's EVAL_MARGIN), 256 take
+# about 6 s.
+DEFAULT_EVAL_PAIRS = 256
