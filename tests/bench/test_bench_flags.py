@@ -4,6 +4,7 @@ runs of an earlier benchmark are kept unless --overwrite."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -347,3 +348,22 @@ def test_bench_speculative_header_reads_as_words(capsys):
     header = capsys.readouterr().out.splitlines()[0]
     assert "draft ngram (no weights)" in header and "; 1 thread;" in header
     assert "sampling: temperature 0.8, top-k off, top-p 0.9;" in header
+
+
+def test_bench_seq2seq_refuses_a_batch_beyond_memory_before_training(capsys, monkeypatch):
+    """Memory is counted as 'seq2seq train' counts it, before any model trains: a huge
+    --batch-size of long reverse pairs was stopped only by the allocator, in a traceback,
+    after the models before it had trained (here the lstm, which fits: the transformer's
+    attention does not)."""
+    from scratchgpt.training.trainer import Trainer
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was built before memory was checked")
+
+    monkeypatch.setattr(Trainer, "__init__", never)
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "2.5GiB")
+    line = error_of(capsys, ["bench", "seq2seq", "--task", "reverse", "--n-train", "2000",
+                             "--n-test", "20", "--batch-size", "100000", "--archs", "lstm",
+                             "transformer", "--budget", "1s", "--no-progress"])
+    assert "training on these pairs, 2,000 to a batch, needs about" in line
+    assert re.search(r"attention [1-9]", line) and "give --batch-size" in line
