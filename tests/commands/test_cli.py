@@ -191,6 +191,17 @@ def test_batch_prompts_name_the_line_with_unknown_characters(run_dir, tmp_path, 
     assert [t[:2] for t in texts] == ["Th", "Th", "hé", "hé"]  # each line, twice, in order
 
 
+def test_batch_prompts_are_the_lines_an_editor_shows(run_dir, tmp_path, capsys):
+    """--batch-prompts splits its file where an editor ends a line (\\n, \\r\\n, \\r), as every
+    reader of a user's lines does: a form feed or U+2028 inside a line made two prompts."""
+    (tmp_path / "p.txt").write_text("Th\x0cKI\r\nQU\u2028EEN\rKING\n", encoding="utf-8")
+    assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file",
+                 str(tmp_path / "p.txt"), "--batch-prompts", "--max-new-tokens", "2",
+                 "--unknown", "replace", "--temperature", "0"]) == 0
+    texts = capsys.readouterr().out.split("\n---------------\n")
+    assert [t[:2] for t in texts] == ["Th", "QU", "KI"]
+
+
 def test_prompt_from_file(run_dir, tmp_path, capsys):
     (tmp_path / "p.txt").write_text("KING:")
     assert main(["sample", "--checkpoint", str(run_dir), "--prompt-file", str(tmp_path / "p.txt"),

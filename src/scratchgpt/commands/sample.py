@@ -296,7 +296,9 @@ def run(args: argparse.Namespace) -> int:
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     rule = StopRule(args.max_new_tokens, tok.eot_id, tuple(args.stop), tok.decode)
     if args.batch_prompts:
-        return run_batch(model, tok, text.splitlines(), rule, cfg, gen, args)
+        from scratchgpt.data.sources import text_lines  # (lines as an editor ends them)
+
+        return run_batch(model, tok, text_lines(text), rule, cfg, gen, args)
     if args.chat:
         text, ids, rule = chat_prompt(args, source, tok, text, rule)
     else:
