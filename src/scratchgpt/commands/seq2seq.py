@@ -247,7 +247,7 @@ def run_train(args: argparse.Namespace) -> int:
         return result.exit_code
     if result.report:  # (none from a run resumed with nothing left to train)
         print(result.report)
-    print(f"{result.step} steps in {result.elapsed_s:.0f}s; held-out loss "
+    print(f"{plural(result.step, 'step')} in {result.elapsed_s:.0f}s; held-out loss "
           f"{result.val_loss:.4f}; run in {plan.out}")
     if result.best_val_loss < result.val_loss:  # best.pt is an earlier model than these figures
         print(f"note: these are the final model's figures (last.pt); best.pt, which translate, "
