@@ -326,16 +326,12 @@ def test_a_run_refuses_its_pairs_file_once_edited(cli_main, tmp_path, capsys):
     assert snapshot(run) == before
 
 
-def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
-                                                 monkeypatch):
-    """A target longer than translate's default --max-len can still be matched: eval decodes
-    as far as its targets need unless --max-len says otherwise."""
+@pytest.fixture
+def decode_lengths(monkeypatch) -> list[int]:
+    """The max_len of each call of training.seq2seq.translate from here on."""
     from scratchgpt.training import seq2seq as seq2seq_training
 
-    pairs = tmp_path / "long.tsv"
-    target = "1999-03-03 " * 8  # 88 characters, beyond translate's 64
-    pairs.write_text(f"3 march 1999\t{target}\n", encoding="utf-8")
-    lengths = []
+    lengths: list[int] = []
     real = seq2seq_training.translate
 
     def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
@@ -343,6 +339,17 @@ def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path,
         return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
 
     monkeypatch.setattr(seq2seq_training, "translate", spy)
+    return lengths
+
+
+def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
+                                                 decode_lengths):
+    """A target longer than translate's default --max-len can still be matched: eval decodes
+    as far as its targets need unless --max-len says otherwise."""
+    lengths = decode_lengths
+    pairs = tmp_path / "long.tsv"
+    target = "1999-03-03 " * 8  # 88 characters, beyond translate's 64
+    pairs.write_text(f"3 march 1999\t{target}\n", encoding="utf-8")
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
                      str(pairs)]) == 0
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data",
@@ -352,27 +359,19 @@ def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path,
 
 
 def test_the_default_max_len_fits_a_small_position_table(cli_main, checkpoint, tmp_path,
-                                                         capsys, monkeypatch):
+                                                         capsys, decode_lengths):
     """translate and attention without --max-len decode 64 tokens, or as many as a
     transformer's --max-positions holds where fewer: a model trained with --max-positions 8
     was refused by both unless the user found a --max-len it takes ('--max-len 64 exceeds
     the 8 positions this model can write')."""
-    from scratchgpt.training import seq2seq as seq2seq_training
-
+    lengths = decode_lengths
     words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 2
     (tmp_path / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
     run = tmp_path / "run"
     assert cli_main(["seq2seq", "train", "--data", str(tmp_path / "rev.tsv"), "--arch",
                      "transformer", "--max-positions", "8", "--valid-fraction", "0.3",
                      "--out", str(run), *TSV_TINY]) == 0
-    lengths = []
-    real = seq2seq_training.translate
-
-    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
-        lengths.append(max_len)
-        return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
-
-    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    lengths.clear()  # (training's own final check decodes too)
     capsys.readouterr()
     assert cli_main(["seq2seq", "translate", "--checkpoint", str(run), "--source", "abc"]) == 0
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(run), "--source", "abc",
