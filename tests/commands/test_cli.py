@@ -242,7 +242,7 @@ def _tokenizer(run_dir: Path):
 
 def _stopped_after(monkeypatch, ids: list[int], rows: int = 1) -> None:
     """Every way sample generates yields ``ids`` (in each of ``rows`` rows), then Ctrl-C."""
-    from scratchgpt.generation import decode, generate, speculative
+    from scratchgpt.generation import generate, speculative
 
     def tokens(*args, **kwargs):
         yield from ids
@@ -253,7 +253,7 @@ def _stopped_after(monkeypatch, ids: list[int], rows: int = 1) -> None:
             yield list(range(rows)), torch.tensor([t] * rows)
 
     monkeypatch.setattr(generate, "stream", lambda *a, **k: (torch.tensor([t]) for t in tokens()))
-    monkeypatch.setattr(decode, "decode", steps)
+    monkeypatch.setattr(generate, "decode", steps)  # (what generate_batch calls)
     monkeypatch.setattr(speculative.SpeculativeDecoder, "stream", tokens)
 
 
@@ -302,7 +302,7 @@ def test_ctrl_c_of_a_sample_printed_at_the_end_prints_it_as_far_as_it_got(run_di
 def test_ctrl_c_prints_finished_samples_as_they_are(run_dir, tmp_path, capsys, monkeypatch):
     """Of a batch, a sample that had ended (here on its --stop string) is printed whole and
     without a note; one still generating is cut off, and so noted."""
-    from scratchgpt.generation import decode
+    from scratchgpt.generation import generate
 
     tok = _tokenizer(run_dir)
     a, b = tok.encode("x."), tok.encode("yz")
@@ -312,7 +312,7 @@ def test_ctrl_c_prints_finished_samples_as_they_are(run_dir, tmp_path, capsys, m
         yield [0, 1], torch.tensor([a[1], b[1]])  # row 0 completes its stop string
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(decode, "decode", steps)
+    monkeypatch.setattr(generate, "decode", steps)  # (what generate_batch calls)
     (tmp_path / "p.txt").write_text("A\nB\n")
     code = main(["sample", "--checkpoint", str(run_dir), "--prompt-file",
                  str(tmp_path / "p.txt"), "--batch-prompts", "--stop", "."])

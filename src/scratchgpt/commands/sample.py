@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from scratchgpt.commands.argtypes import (
     add_unknown_flag,
@@ -382,17 +382,14 @@ def print_all(texts: list[str], notes: Sequence[str | None] | None = None) -> No
             print(notes[i], file=sys.stderr, flush=True)
 
 
-def print_samples(texts: list[str], steps: Iterable[tuple[Sequence[int], Sequence[int]]],
-                  rule) -> None:
-    """Each prompt text with its row's new tokens, gathered from ``steps`` ((rows, their next
-    tokens) a step, as ``decode`` yields), printed once all rows have stopped. Ctrl-C or
+def print_samples(texts: list[str], fill: Callable[[list[list[int]]], object], rule) -> None:
+    """Each prompt text with its row's new tokens, which ``fill`` appends to the lists it is
+    given (one a text) as they are generated, printed once all rows have stopped. Ctrl-C or
     SIGTERM prints what there is before the command ends: finished samples as they are, the
     others as far as they got, each with a note on stderr that it was cut off."""
     out: list[list[int]] = [[] for _ in texts]
     try:
-        for rows, tokens in steps:
-            for b, t in zip(rows, tokens, strict=True):
-                out[b].append(t)
+        fill(out)
     except KeyboardInterrupt:
         if any(out):
             print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)],
@@ -402,19 +399,12 @@ def print_samples(texts: list[str], steps: Iterable[tuple[Sequence[int], Sequenc
     print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)])
 
 
-def batch_steps(model, ids: list[list[int]], rule, cfg, gen
-                ) -> Iterator[tuple[list[int], list[int]]]:
-    """``decode``'s steps of a left-padded batch: (rows, their next tokens) as lists."""
-    from scratchgpt.generation.decode import decode
-
-    for rows, tokens in decode(model, ids, rule, cfg, gen):
-        yield rows, tokens.tolist()
-
-
 def run_samples(job: Job, n: int) -> int:
     """``n`` samples of one prompt, generated as one batch; each stops on its own."""
-    print_samples([job.text] * n, batch_steps(job.model, [job.ids] * n, job.rule, job.cfg,
-                                              job.gen), job.rule)
+    from scratchgpt.generation.generate import generate_batch
+
+    print_samples([job.text] * n, lambda out: generate_batch(
+        job.model, [job.ids] * n, job.rule, job.cfg, job.gen, out=out), job.rule)
     return 0
 
 
@@ -449,6 +439,7 @@ def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
 def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Namespace) -> int:
     """Generate for every prompt line (each ``--num-samples`` times) in one left-padded batch;
     print in order."""
+    from scratchgpt.generation.generate import generate_batch
     from scratchgpt.generation.prompt import start_of_text
 
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
@@ -460,7 +451,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     note_long_prompts(model, [len(x) for x in ids])
     note_wide_top_k(model, args.top_k)
-    print_samples(rows, batch_steps(model, ids, rule, cfg, gen), rule)
+    print_samples(rows, lambda out: generate_batch(model, ids, rule, cfg, gen, out=out), rule)
     return 0
 
 
@@ -491,7 +482,11 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     dec = SpeculativeDecoder(job.model, draft, job.prompt(), policy, job.cfg, job.gen)
     note_wide_top_k(job.model, args.top_k)
     if args.no_stream:
-        print_samples([job.text], (([0], [t]) for t in dec.stream(job.rule)), job.rule)
+        def fill(out: list[list[int]]) -> None:
+            for t in dec.stream(job.rule):
+                out[0].append(t)
+
+        print_samples([job.text], fill, job.rule)
     else:
         print_streamed(job, dec.stream(job.rule))
     st = dec.stats

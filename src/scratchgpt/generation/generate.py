@@ -85,18 +85,19 @@ def generate(model: CachedLM, prompt: Tensor, stop: int | StopRule, cfg: Samplin
 
 
 def generate_batch(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRule,
-                   cfg: SamplingConfig, generator: torch.Generator | None = None
-                   ) -> list[list[int]]:
+                   cfg: SamplingConfig, generator: torch.Generator | None = None,
+                   out: list[list[int]] | None = None) -> list[list[int]]:
     """Generate for several prompts of different lengths at once; returns each one's new tokens.
 
     One left-padded batch (see :func:`scratchgpt.generation.decode.decode`): row ``b`` computes
     what it would alone (greedy output is the same, token for token) and stops on its own when
     ``stop`` says so (the token it stopped on is kept as its last). Finished rows leave the
-    batch, so the steps after that are cheaper.
+    batch, so the steps after that are cheaper. ``out``: empty lists, one a prompt, that the
+    tokens are appended to as they come, so that a caller stopped by Ctrl-C keeps them.
     """
     if isinstance(prompts, Tensor):  # (B, T): rows of one length
         prompts = prompt_rows(prompts)
-    out: list[list[int]] = [[] for _ in prompts]
+    out = [[] for _ in prompts] if out is None else out
     for rows, tokens in decode(model, prompts, stop, cfg, generator):
         for b, t in zip(rows, tokens.tolist(), strict=True):
             out[b].append(t)
