@@ -372,10 +372,7 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing, eval_pairs)
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
-    cfg, note = whole_set(cfg, task)
-    check_memory(task, config, cfg)
-    if note:  # (once nothing is left to refuse: a refusal is one line)
-        print(note, file=sys.stderr)
+    cfg = fitted(cfg, task, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing, eval_pairs)
     return TrainJob(Path(out), mode, cfg, config, make, {"arch": arch})
 
@@ -434,11 +431,19 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None,
     make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing,
                    eval_pairs)
     task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
+    cfg = fitted(cfg, task, config)
+    return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+
+
+def fitted(cfg: TrainConfig, task: Seq2SeqTask, config: Seq2SeqConfig) -> TrainConfig:
+    """``cfg`` with a batch of at most every training pair (:func:`whole_set`), checked to fit
+    in memory (:func:`check_memory`); the note of a smaller batch is printed once nothing is
+    left to refuse, so that a refusal stays one line."""
     cfg, note = whole_set(cfg, task)
     check_memory(task, config, cfg)
     if note:
         print(note, file=sys.stderr)
-    return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
+    return cfg
 
 
 def whole_set(cfg: TrainConfig, task: Seq2SeqTask) -> tuple[TrainConfig, str]:
