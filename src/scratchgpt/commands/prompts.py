@@ -14,16 +14,14 @@ def read_prompt(args: argparse.Namespace) -> str | None:
     """The prompt text (None when none was given): ``--prompt``, or ``--prompt-file`` (``-``:
     standard input, as ``classify --file -`` reads it); a byte-order mark that opens the file
     (as Windows editors write one) is not part of it, and UTF-16 is refused naming the file,
-    as every text file a user gives is (:func:`~scratchgpt.data.sources.decode_utf8`)."""
-    from scratchgpt.data.sources import decode_utf8
+    as every text file a user gives is (:func:`~scratchgpt.data.sources.decode_text`)."""
+    from scratchgpt.data.sources import decode_text
 
     if not args.prompt_file:
         return args.prompt
     raw = (sys.stdin.buffer.read() if args.prompt_file == "-"
            else _read_prompt_file(Path(args.prompt_file)))
-    # (read_text's universal newlines: a prompt saved on Windows reads as one saved here)
-    text = decode_utf8(raw, prompt_source(args.prompt_file))
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return decode_text(raw, prompt_source(args.prompt_file))  # (with universal newlines)
 
 
 def prompt_source(prompt_file: str) -> str:

@@ -275,9 +275,18 @@ def read_files(files: list[Path]) -> str:
             raw = path.read_bytes()
         except OSError as e:
             raise DataError(f"cannot read {path}: {e.strerror}") from None
-        # (read_text's universal newlines, as the docstring says)
-        parts.append(decode_utf8(raw, path).replace("\r\n", "\n").replace("\r", "\n"))
+        parts.append(decode_text(raw, path))
     return "\n\n".join(parts)
+
+
+def decode_text(raw: bytes, where: str | Path) -> str:
+    """:func:`decode_utf8`, with ``read_text``'s universal newlines: ``\\r\\n`` and a lone
+    ``\\r`` read as ``\\n``, so a text saved on Windows reads as one saved elsewhere.
+
+    >>> decode_text(b"a\\r\\nb\\rc\\n", "a.txt")
+    'a\\nb\\nc\\n'
+    """
+    return decode_utf8(raw, where).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def decode_utf8(raw: bytes, where: str | Path) -> str:
