@@ -56,15 +56,14 @@ def read_source(data: str | None, dataset: str | None,
     if bool(data) == bool(dataset):
         raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
     if stdin and data == STDIN:
-        raw = sys.stdin.buffer.read()
-        where = "standard input"
-        return sources.decode_utf8(raw, where), where, hashlib.sha256(raw).hexdigest()
-    path = sources.fetch_named(dataset) if dataset else Path(data)
-    problem = file_source_problem(path)
-    if problem is not None:
-        raise DataError(f"data file {path} {problem}")
-    raw = path.read_bytes()
-    return sources.decode_utf8(raw, path), str(path), hashlib.sha256(raw).hexdigest()
+        raw, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        path = sources.fetch_named(dataset) if dataset else Path(data)
+        problem = file_source_problem(path)
+        if problem is not None:
+            raise DataError(f"data file {path} {problem}")
+        raw, where = path.read_bytes(), str(path)
+    return sources.decode_utf8(raw, where), where, hashlib.sha256(raw).hexdigest()
 
 
 # ---- labelled texts
