@@ -156,15 +156,15 @@ def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[s
 
     Single characters stay upright; longer labels on the x axis turn vertical. ``vmax`` None
     scales the colours to the largest weight. Returns the image (for a colour bar)."""
-    (cols, kx), (rows, ky) = (len(x_labels), every[0]), (len(y_labels), every[1])
+    xs, ys = range(0, len(x_labels), every[0]), range(0, len(y_labels), every[1])  # labelled
     image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                       interpolation="nearest")
-    ax.set_xticks(range(0, cols, kx), list(x_labels)[::kx] if show_x else [""] * -(-cols // kx),
-                  fontsize=_tick_size(-(-cols // kx)))
+    ax.set_xticks(xs, [x_labels[i] for i in xs] if show_x else [""] * len(xs),
+                  fontsize=_tick_size(len(xs)))
     for label in ax.get_xticklabels():
         label.set_rotation(90 if len(label.get_text()) > 1 else 0)
-    ax.set_yticks(range(0, rows, ky), list(y_labels)[::ky] if show_y else [""] * -(-rows // ky),
-                  fontsize=_tick_size(-(-rows // ky)))
+    ax.set_yticks(ys, [y_labels[i] for i in ys] if show_y else [""] * len(ys),
+                  fontsize=_tick_size(len(ys)))
     ax.tick_params(length=0)
     return image
 
