@@ -14,6 +14,13 @@ from tests.cli_errors import error_of
 TINY = ["--n-train", "300", "--n-test", "40", "--steps", "15", "--d-model", "16",
         "--batch-size", "32", "--warmup", "3", "--no-progress", "--threads", "1"]
 TSV_TINY = TINY[4:]  # a --data file's pairs are its lines: no --n-train, --n-test
+WORDS = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"]
+
+
+def reversal_rows(times: int) -> list[str]:
+    """The TSV lines of ``WORDS * times``, each word with a digit (so sources differ), then
+    its reversal."""
+    return [f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(WORDS * times)]
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +294,7 @@ def test_tsv_error_is_one_line_with_file_and_line(cli_main, tmp_path, capsys):
 
 def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     pairs = tmp_path / "rev.tsv"
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 4
-    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
+    pairs.write_text("".join(reversal_rows(4)))
     out = tmp_path / "ckpt"
     assert cli_main(["seq2seq", "train", "--data", str(pairs), "--arch", "lstm-attention",
                      "--valid-fraction", "0.3", "--out", str(out), *TSV_TINY]) == 0
@@ -305,8 +311,7 @@ def test_a_run_refuses_its_pairs_file_once_edited(cli_main, tmp_path, capsys):
     from tests.reliability.conftest import snapshot
 
     pairs = tmp_path / "rev.tsv"
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 4
-    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
+    pairs.write_text("".join(reversal_rows(4)))
     run = tmp_path / "run"
     assert cli_main(["seq2seq", "train", "--data", str(pairs), "--arch", "lstm",
                      "--valid-fraction", "0.3", "--out", str(run), *TSV_TINY]) == 0
@@ -365,7 +370,7 @@ def test_the_default_max_len_fits_a_small_position_table(cli_main, checkpoint, t
     was refused by both unless the user found a --max-len it takes ('--max-len 64 exceeds
     the 8 positions this model can write')."""
     lengths = decode_lengths
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 2
+    words = WORDS * 2
     (tmp_path / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
     run = tmp_path / "run"
     assert cli_main(["seq2seq", "train", "--data", str(tmp_path / "rev.tsv"), "--arch",
@@ -429,7 +434,7 @@ def test_a_run_on_a_relative_tsv_path_is_evaluated_from_anywhere(cli_main, tmp_p
                                                                   monkeypatch):
     (tmp_path / "here").mkdir()
     (tmp_path / "elsewhere").mkdir()
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 2
+    words = WORDS * 2
     (tmp_path / "here" / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
     monkeypatch.chdir(tmp_path / "here")
     assert cli_main(["seq2seq", "train", "--data", "rev.tsv", "--arch", "lstm",
@@ -594,8 +599,7 @@ def test_train_help_states_seq2seq_defaults_per_arch(capsys):
 
 def _long_pair_tsv(path, long_source: int = 20_000):
     """Thirty short pairs and one of ``long_source`` characters."""
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 3
-    rows = [f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)]
+    rows = reversal_rows(3)
     rows.append(f"{'abc' * (long_source // 3)}\tabc\n")
     path.write_text("".join(rows))
     return path
@@ -626,8 +630,7 @@ def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys
     while 'bench seq2seq' trained on the same settings: the batch is every training pair, as
     the batches are drawn, and a note says so once."""
     pairs = tmp_path / "rev.tsv"
-    words = ["abc", "bca", "cab", "aab", "bba", "cca", "acb", "bac", "cba", "abb"] * 4
-    pairs.write_text("".join(f"{w}{i % 7}\t{w[::-1]}\n" for i, w in enumerate(words)))
+    pairs.write_text("".join(reversal_rows(4)))
     out = tmp_path / "run"
     argv = ["seq2seq", "train", "--data", str(pairs), "--out", str(out), *TSV_TINY]
     argv[argv.index("--batch-size") + 1] = "100000000"
