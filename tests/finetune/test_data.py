@@ -264,3 +264,52 @@ def test_a_side_of_the_split_without_a_reply_is_named(tmp_path, long_side, needl
     spec = InstructSpec(str(tmp_path / "i.json"), held_out=0.5)
     with pytest.raises(DataError, match=re.escape(needle)):
         load_data(spec, tok, block_size=64)
+
+
+def _refusal(read, *args) -> str:
+    with pytest.raises(DataError) as caught:
+        read(*args)
+    return str(caught.value)
+
+
+def _bad_files(tmp_path):
+    """A file of each kind a reader refuses, by name."""
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    (tmp_path / "utf16.txt").write_bytes("café\n".encode("utf-16"))
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    return ["missing.txt", "a-dir", "latin1.txt", "utf16.txt", "loop"]
+
+
+def test_a_prompt_file_and_fine_tuning_data_are_refused_in_the_same_words(tmp_path,
+                                                                         monkeypatch):
+    """--prompt-file and --data (classify --file, --eval) read a file through one reader: a
+    missing file, a directory, a symlink loop, bytes that are not UTF-8 were worded apart
+    ('is a directory; name a text file' against 'is a directory, not a file', and the data's
+    decoding error did not say 'data file')."""
+    import argparse
+    import io
+
+    from scratchgpt.commands.prompts import read_prompt
+    from scratchgpt.finetune.data import read_source
+
+    def through_both(name: str) -> tuple[str, str]:
+        prompt = _refusal(read_prompt, argparse.Namespace(prompt=None, prompt_file=name))
+        return prompt.replace("prompt file", "data file", 1), _refusal(read_source, name, None)
+
+    for name in _bad_files(tmp_path):
+        as_prompt, as_data = through_both(str(tmp_path / name))
+        assert as_prompt == as_data
+        assert as_data.count(f"data file {tmp_path / name}") == 1
+    monkeypatch.setattr("pathlib.Path.read_bytes", lambda self: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")))  # (tests run as root: chmod would not do)
+    as_prompt, as_data = through_both(str(tmp_path / "latin1.txt"))
+    assert as_prompt == as_data == f"cannot read data file {tmp_path / 'latin1.txt'}: " \
+                                   "Permission denied"
+    monkeypatch.undo()
+    for raw in (b"ha\xffte\n", "hate\n".encode("utf-16")):  # standard input, read twice
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw)))
+        as_prompt = _refusal(read_prompt, argparse.Namespace(prompt=None, prompt_file="-"))
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw)))
+        assert as_prompt == _refusal(read_source, "-", None, True)
+        assert as_prompt.startswith("standard input is not valid UTF-8 text")

@@ -5,39 +5,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.errors import ConfigError
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
     """The prompt text (None when none was given): ``--prompt``, or ``--prompt-file`` (``-``:
-    standard input, as ``classify --file -`` reads it); a byte-order mark that opens the file
-    (as Windows editors write one) is not part of it, and UTF-16 is refused naming the file,
-    as every text file a user gives is (:func:`~scratchgpt.data.sources.decode_text`)."""
-    from scratchgpt.data.sources import decode_text
+    standard input, as ``classify --file -`` reads it), read as every file a user names is
+    (:func:`~scratchgpt.data.sources.read_text_file`: a byte-order mark that opens it is
+    dropped, UTF-16 is refused naming the file, and so is a file that is missing or cannot be
+    read, in the words fine-tuning data is refused in)."""
+    from scratchgpt.data.sources import read_text_file
 
     if not args.prompt_file:
         return args.prompt
-    raw = (sys.stdin.buffer.read() if args.prompt_file == "-"
-           else _read_prompt_file(Path(args.prompt_file)))
-    return decode_text(raw, prompt_source(args.prompt_file))  # (with universal newlines)
+    return read_text_file(args.prompt_file, "prompt file")[0]  # (with universal newlines)
 
 
 def prompt_source(prompt_file: str) -> str:
     """``--prompt-file`` as a message names it: ``prompt file FILE``, or ``standard input``."""
     return "standard input" if prompt_file == "-" else f"prompt file {prompt_file}"
-
-
-def _read_prompt_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"prompt file {path} does not exist") from None
-    except IsADirectoryError:
-        raise DataError(f"prompt file {path} is a directory; name a text file") from None
-    except OSError as e:
-        raise DataError(f"cannot read prompt file {path}: {e.strerror or e}") from None
 
 
 def note_long_prompts(model, lengths: list[int]) -> None:

@@ -279,6 +279,37 @@ def read_files(files: list[Path]) -> str:
     return "\n\n".join(parts)
 
 
+STDIN = "-"  # the file name that reads standard input, where a reader takes it
+
+
+def read_text_file(name: str | Path, what: str) -> tuple[str, bytes]:
+    """(text, bytes) of the file a user named (the string ``-``: standard input; a Path is a
+    file, even one named ``-``), decoded by :func:`decode_text`. A message names it as
+    ``what`` and the name (``prompt file p.txt``; ``standard input``) and reads alike
+    whichever flag named it: the file does not exist, is a directory or not a regular file
+    (:func:`~scratchgpt.validation.file_source_problem`), cannot be read (the system's reason:
+    a symlink loop, no permission), or is not UTF-8 text. A prompt file and fine-tuning data
+    read through it."""
+    if isinstance(name, str) and name == STDIN:
+        raw, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        path, where = Path(name), f"{what} {name}"
+        raw = _read_bytes(path, where)
+    return decode_text(raw, where), raw
+
+
+def _read_bytes(path: Path, where: str) -> bytes:
+    from scratchgpt.validation import file_source_problem
+
+    problem = file_source_problem(path)
+    if problem is not None and not path.is_symlink():  # (a symlink's read says what is wrong)
+        raise DataError(f"{where} {problem}")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read {where}: {e.strerror or e}") from None
+
+
 def decode_text(raw: bytes, where: str | Path) -> str:
     """:func:`decode_utf8`, with ``read_text``'s universal newlines: ``\\r\\n`` and a lone
     ``\\r`` read as ``\\n``, so a text saved on Windows reads as one saved elsewhere.

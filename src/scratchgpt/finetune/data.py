@@ -19,7 +19,6 @@ import csv
 import hashlib
 import io
 import json
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import torch
 from scratchgpt.chat import ROLES, Message, check_messages
 from scratchgpt.data import sources
 from scratchgpt.errors import DataError
-from scratchgpt.validation import did_you_mean, file_source_problem, json_loads
+from scratchgpt.validation import did_you_mean, json_loads
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
 TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
@@ -46,24 +45,21 @@ def check_named_for(dataset: str | None, task: str) -> None:
                         f"{TASK_DATASETS[task]} or --data FILE")
 
 
-STDIN = "-"  # a file name that reads standard input, where a reader takes it (stdin=True)
-
-
 def read_source(data: str | None, dataset: str | None,
                 stdin: bool = False) -> tuple[str, str, str]:
     """(text, where it came from, sha256 of its bytes) of ``--data FILE`` or a named dataset;
-    with ``stdin``, ``-`` reads standard input (decoded as a file is)."""
+    with ``stdin``, ``-`` reads standard input. Read as a prompt file is
+    (:func:`~scratchgpt.data.sources.read_text_file`), so a bad file is refused in its words."""
     if bool(data) == bool(dataset):
         raise DataError("give the fine-tuning data as --data FILE or --dataset NAME (one)")
-    if stdin and data == STDIN:
-        raw, where = sys.stdin.buffer.read(), "standard input"
-    else:
-        path = sources.fetch_named(dataset) if dataset else Path(data)
-        problem = file_source_problem(path)
-        if problem is not None:
-            raise DataError(f"data file {path} {problem}")
-        raw, where = path.read_bytes(), str(path)
-    return sources.decode_utf8(raw, where), where, hashlib.sha256(raw).hexdigest()
+    if stdin and data == sources.STDIN:
+        source: str | Path = sources.STDIN
+        where = "standard input"
+    else:  # (a Path: a file named -, where standard input is not read)
+        source = sources.fetch_named(dataset) if dataset else Path(data)
+        where = str(source)
+    text, raw = sources.read_text_file(source, "data file")
+    return text, where, hashlib.sha256(raw).hexdigest()
 
 
 # ---- labelled texts
