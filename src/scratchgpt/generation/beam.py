@@ -7,6 +7,9 @@ beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a 
 
     hyps = beam_search(model, prompt, 4, StopRule(50, eos_id=tok.eot_id))
     best_tokens, best_score = hyps[0]
+
+A search stopped part-way (Ctrl-C) keeps its best hypothesis so far where the caller can read
+it: ``beam_search(..., out=best)`` puts it in the list ``best`` after every step.
 """
 
 from __future__ import annotations
@@ -81,6 +84,15 @@ class _Beams:
             self.seqs.append(self.seqs[0])
             self.scores.append(float("-inf"))
 
+    def best_so_far(self) -> list[Hypothesis]:
+        """What a search stopped now has: the best ended hypothesis (by the score the search
+        ranks by), else the best live beam, cut short; none before the first step."""
+        live = [(s, self.normalized(sc, len(s))) for s, sc in zip(self.seqs, self.scores,
+                                                                    strict=True)
+                if sc != float("-inf")]
+        best = max(self.finished or live, key=lambda h: h[1], default=None)
+        return [] if best is None else [best]
+
     def best(self, out_of_tokens: bool) -> list[Hypothesis]:
         """Every hypothesis, best first: the finished ones, and the live ones when the search
         ran ``out_of_tokens`` or fewer than ``beam`` finished (a search that stops early has
@@ -101,7 +113,8 @@ def check_length_penalty(length_penalty: float) -> None:
 
 @torch.inference_mode()
 def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule,
-                length_penalty: float = 1.0) -> list[Hypothesis]:
+                length_penalty: float = 1.0,
+                out: list[Hypothesis] | None = None) -> list[Hypothesis]:
     """Beam search from one prompt (1, T). Returns hypotheses (new tokens, score), best first.
 
     The score is the summed log-probability divided by ``len ** length_penalty`` (as in
@@ -115,6 +128,9 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     (:func:`~scratchgpt.generation.decode.window_start`; a prompt longer than the context
     keeps its last ``context`` tokens). Beam 1 is greedy, sliding included. No new tokens
     (``stop`` 0) is one hypothesis, the empty continuation, of log-probability 0.
+
+    ``out``: a list that holds, after every step, the best hypothesis so far (the best ended
+    one, else the best live beam), so that a caller stopped by Ctrl-C keeps it.
     """
     stop = StopRule.of(stop)
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
@@ -135,6 +151,8 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     beams = _Beams(beam, length_penalty, stop)
     for step in range(n):
         parents, tokens = beams.extend(logits)
+        if out is not None:
+            out[:] = beams.best_so_far()
         if len(beams.finished) >= beam or not parents or step == n - 1:
             break
         beams.pad(parents, tokens)
