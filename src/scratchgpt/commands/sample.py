@@ -412,12 +412,29 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
     penalty = 1.0 if args.length_penalty is None else args.length_penalty
-    hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty)[: args.num_samples]
+    best: list[tuple[list[int], float]] = []
+    try:
+        hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty,
+                           out=best)[: args.num_samples]
+    except KeyboardInterrupt:
+        print_best_so_far(job, best)
+        raise
     if len(hyps) < args.num_samples:
         note_few_hypotheses(job.model, len(hyps), args)
     print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps],
               [f"--- beam score {score:.4f}" for _, score in hyps])
     return 0
+
+
+def print_best_so_far(job: Job, best: list[tuple[list[int], float]]) -> None:
+    """Ctrl-C or SIGTERM stopped the search: its best hypothesis so far (the best ended one,
+    else the best live beam, which a note on stderr says was cut off), as ``print_samples``
+    prints a sample stopped part-way; nothing before the first step."""
+    for new_ids, score in best:
+        cut = "" if job.rule.done(new_ids) else \
+            f", cut off after {plural(len(new_ids), 'new token')}"
+        print_all([job.text + job.rule.text(new_ids)],
+                  [f"--- beam score {score:.4f}, the best so far{cut}"])
 
 
 def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
