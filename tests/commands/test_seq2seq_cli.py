@@ -3,6 +3,7 @@
 import csv
 import json
 import re
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -331,27 +332,37 @@ def test_a_run_refuses_its_pairs_file_once_edited(cli_main, tmp_path, capsys):
     assert snapshot(run) == before
 
 
+@dataclass
+class Decodes:
+    """Each call of training.seq2seq.translate: how many sources it decoded, to what
+    max_len."""
+
+    counts: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
 @pytest.fixture
-def decode_lengths(monkeypatch) -> list[int]:
-    """The max_len of each call of training.seq2seq.translate from here on."""
+def decodes(monkeypatch) -> Decodes:
+    """The calls of training.seq2seq.translate from here on."""
     from scratchgpt.training import seq2seq as seq2seq_training
 
-    lengths: list[int] = []
+    seen = Decodes()
     real = seq2seq_training.translate
 
     def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
-        lengths.append(max_len)
+        seen.counts.append(len(sources))
+        seen.lengths.append(max_len)
         return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
 
     monkeypatch.setattr(seq2seq_training, "translate", spy)
-    return lengths
+    return seen
 
 
 def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path, capsys,
-                                                 decode_lengths):
+                                                 decodes):
     """A target longer than translate's default --max-len can still be matched: eval decodes
     as far as its targets need unless --max-len says otherwise."""
-    lengths = decode_lengths
+    lengths = decodes.lengths
     pairs = tmp_path / "long.tsv"
     target = "1999-03-03 " * 8  # 88 characters, beyond translate's 64
     pairs.write_text(f"3 march 1999\t{target}\n", encoding="utf-8")
@@ -364,12 +375,12 @@ def test_eval_leaves_room_for_the_longest_target(cli_main, checkpoint, tmp_path,
 
 
 def test_the_default_max_len_fits_a_small_position_table(cli_main, checkpoint, tmp_path,
-                                                         capsys, decode_lengths):
+                                                         capsys, decodes):
     """translate and attention without --max-len decode 64 tokens, or as many as a
     transformer's --max-positions holds where fewer: a model trained with --max-positions 8
     was refused by both unless the user found a --max-len it takes ('--max-len 64 exceeds
     the 8 positions this model can write')."""
-    lengths = decode_lengths
+    lengths = decodes.lengths
     words = WORDS * 2
     (tmp_path / "rev.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
     run = tmp_path / "run"
@@ -644,21 +655,11 @@ def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys
 
 
 
-def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys,
-                                                      monkeypatch):
+def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys, decodes):
     """The end of a run decoded every held-out pair (2,000 by default, minutes after a run of
     seconds): it decodes the first --eval-pairs (256 unless given; 0 is all of them), says
     so, and gives the figures 'seq2seq eval --which last --limit N' gives."""
-    from scratchgpt.training import seq2seq as seq2seq_training
-
-    decoded = []
-    real = seq2seq_training.translate
-
-    def spy(model, sources, *args, **kwargs):
-        decoded.append(len(sources))
-        return real(model, sources, *args, **kwargs)
-
-    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    decoded = decodes.counts
     argv = ["seq2seq", "train", "--task", "dates", *TINY]
     argv[argv.index("--n-test") + 1] = "300"
     reports = {}
@@ -672,3 +673,49 @@ def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run12"), "--which",
                      "last", "--limit", "12", "--show-errors", "0"]) == 0
     assert reports[12].startswith(capsys.readouterr().out)
+
+
+def test_a_resumed_run_decodes_as_many_pairs_as_it_recorded(cli_main, tmp_path, capsys,
+                                                            decodes):
+    """--eval-pairs was not recorded: the end of a resumed run made with --eval-pairs 12
+    decoded 256 (all 40 here), and eval could not tell what the run had scored. The run
+    records it; a resume keeps it, and one that gives --eval-pairs again decodes as many,
+    and records them, as it takes a new --eval-iters."""
+    run = tmp_path / "run"
+    assert cli_main(["seq2seq", "train", "--task", "dates", "--out", str(run), *TINY,
+                     "--eval-pairs", "12"]) == 0
+    assert json.loads((run / "config.json").read_text())["data"]["eval_pairs"] == 12
+    resume = ["seq2seq", "train", "--out", str(run), "--resume", "--no-progress"]
+    for steps, given, decoded, recorded in ((20, [], 12, 12),
+                                            (25, ["--eval-pairs", "0"], 40, 0),
+                                            (30, [], 40, 0),
+                                            (35, ["--eval-pairs", "5"], 5, 5)):
+        decodes.counts.clear()
+        assert cli_main([*resume, "--max-iters", str(steps), *given]) == 0
+        assert decodes.counts == [decoded], (steps, given)
+        ckpt = load_checkpoint(run / "last.pt")
+        assert (ckpt.state.step, ckpt.data["eval_pairs"]) == (steps, recorded)
+    capsys.readouterr()
+
+
+def test_a_run_that_never_recorded_its_eval_pairs_resumes_with_the_default(
+        cli_main, tmp_path, capsys, decodes):
+    """A run from before runs recorded --eval-pairs resumes, decoding the default's 256 of
+    its 300 held-out pairs, and records them from then on."""
+    from scratchgpt.checkpoints import save_checkpoint
+    from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
+
+    run = tmp_path / "run"
+    argv = ["seq2seq", "train", "--task", "dates", "--out", str(run), *TINY]
+    argv[argv.index("--n-test") + 1] = "300"
+    assert cli_main([*argv, "--eval-pairs", "12"]) == 0
+    old = load_checkpoint(run / "last.pt")
+    del old.data["eval_pairs"]
+    save_checkpoint(run / "last.pt", old)
+    decodes.counts.clear()
+    assert cli_main(["seq2seq", "train", "--out", str(run), "--resume", "--max-iters", "20",
+                     "--no-progress"]) == 0
+    assert decodes.counts == [DEFAULT_EVAL_PAIRS] and DEFAULT_EVAL_PAIRS < 300
+    assert load_checkpoint(run / "last.pt").data["eval_pairs"] == DEFAULT_EVAL_PAIRS
+    capsys.readouterr()
+

@@ -84,8 +84,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="cross-entropy label smoothing in [0, 1) (default 0)")
     t.add_argument("--eval-pairs", type=non_negative_int, default=None, metavar="N",
                    help="held-out pairs the final check decodes for its exact match, the "
-                        f"first N (default {DEFAULT_EVAL_PAIRS}; 0 = all of them; 'seq2seq "
-                        "eval' scores all); "
+                        f"first N (default {DEFAULT_EVAL_PAIRS}, a resumed run's own; 0 = all "
+                        "of them; 'seq2seq eval' scores all); "
                         "the final held-out loss is over all of them either way")
     hp = t.add_argument_group("training (the settings of 'scratchgpt train', with seq2seq's "
                               "own defaults)")
@@ -237,7 +237,7 @@ def run_train(args: argparse.Namespace) -> int:
     model_flags = given(args, model_flag_names())
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
-                        args.overwrite, args.label_smoothing, eval_pairs(args))
+                        args.overwrite, args.label_smoothing, args.eval_pairs)
     if note := job.finished_note(plan):  # it printed a blank line and the last summary
         print(note)
     result = job.run(plan, progress=not args.no_progress)
@@ -254,14 +254,6 @@ def run_train(args: argparse.Namespace) -> int:
               f"eval and attention read unless --which last, is an earlier one (held-out loss "
               f"{result.best_val_loss:.4f} when saved)")
     return 0
-
-
-def eval_pairs(args: argparse.Namespace) -> int | None:
-    """The held-out pairs the final check decodes: ``--eval-pairs``, 0 for all of them (None),
-    :data:`~scratchgpt.training.seq2seq_defaults.DEFAULT_EVAL_PAIRS` without it."""
-    if args.eval_pairs is None:
-        return DEFAULT_EVAL_PAIRS
-    return args.eval_pairs or None
 
 
 DATA_FLAGS = ("task", "data", "n_train", "n_test", "valid_fraction")

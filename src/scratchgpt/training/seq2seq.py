@@ -4,7 +4,8 @@ Training runs on the training core (``training/trainer.py``) with :class:`Seq2Se
 teacher forcing with cross-entropy over the target tokens, batches of similar source length
 (less padding), periodic held-out loss, and at the end the loss over every held-out pair and
 the exact match of greedy decodes of the first ``eval_pairs`` of them (all by default here;
-``seq2seq train`` decodes ``seq2seq_defaults.DEFAULT_EVAL_PAIRS`` unless told otherwise).
+``seq2seq train`` decodes ``seq2seq_defaults.DEFAULT_EVAL_PAIRS`` unless told otherwise, and
+a run records how many: a resumed run decodes as many unless told otherwise).
 
 Evaluation: exact match of greedy (or beam) decodes against the references, overall and by
 source length.
@@ -36,6 +37,7 @@ from scratchgpt.training.job import TrainJob
 from scratchgpt.training.precision import resolve_device, resolve_dtype
 from scratchgpt.training.seq2seq_defaults import (
     DEFAULT_BUDGET,
+    DEFAULT_EVAL_PAIRS,
     MIN_LR_FRACTION,
     TRAIN_DEFAULTS,
     UNLIMITED_ITERS,
@@ -171,7 +173,10 @@ class Seq2SeqTask:
         return {"source": self.src_tok, "target": self.tgt_tok}
 
     def data(self) -> dict[str, Any]:
-        return {"seq2seq": asdict(self.spec), "label_smoothing": self.label_smoothing}
+        """What the run records of its data and how it is scored: the pairs, the label
+        smoothing, and ``eval_pairs``, as ``--eval-pairs`` gives it (0: all)."""
+        return {"seq2seq": asdict(self.spec), "label_smoothing": self.label_smoothing,
+                "eval_pairs": self.eval_pairs or 0}
 
     def state_dict(self) -> dict[str, Any]:
         return self.epochs.state_dict()
@@ -346,12 +351,24 @@ def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | N
     return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing, eval_pairs)
 
 
+def eval_pairs_of(given: int | None, recorded: int | None = None) -> int | None:
+    """The held-out pairs the final check decodes (None: all): ``--eval-pairs`` as given (0:
+    all), else the run's recorded one (a resumed run), else
+    :data:`~scratchgpt.training.seq2seq_defaults.DEFAULT_EVAL_PAIRS` (a new run, or one from
+    before runs recorded it)."""
+    for n in (given, recorded):
+        if n is not None:
+            return n or None
+    return DEFAULT_EVAL_PAIRS
+
+
 def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
          model_flags: dict[str, Any], out: str, resume: bool, overwrite: bool,
          label_smoothing: float | None = None, eval_pairs: int | None = None) -> TrainJob:
-    """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`). ``arch`` and
-    ``label_smoothing`` None: a new run's defaults (transformer, 0), a resumed run's own;
-    ``eval_pairs``: the held-out pairs the final check decodes (None: all)."""
+    """A checked seq2seq job (see :func:`scratchgpt.training.job.plan`). ``arch``,
+    ``label_smoothing`` and ``eval_pairs`` (the held-out pairs the final check decodes, 0 for
+    all: ``--eval-pairs``) None: a new run's defaults (transformer, 0, ``DEFAULT_EVAL_PAIRS``),
+    a resumed run's own."""
     if resume and overwrite:
         raise ConfigError("--resume continues the run in --out and --overwrite replaces it; "
                           "give one of them")
@@ -369,6 +386,7 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     check_pairs_fit(spec)
     mode = "overwrite" if overwrite else "new"
     RunDir(out).check_can_begin(mode)  # (before the pairs are made, as a language model's)
+    eval_pairs = eval_pairs_of(eval_pairs)
     task = Seq2SeqTask.from_spec(spec, None, label_smoothing, eval_pairs)
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
@@ -416,7 +434,8 @@ def check_pairs_fit(spec: DataSpec) -> None:
 def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None,
              eval_pairs: int | None) -> TrainJob:
     """The run in ``out`` continued with its own model, pairs and label smoothing; ``flags``
-    may change what a resumed run may change (see :func:`resumed_run`)."""
+    may change what a resumed run may change (see :func:`resumed_run`), and ``eval_pairs``
+    the held-out pairs its final check decodes (the run's own without it)."""
     checkpoint = RunDir(out).load_last()
     check_resumed_by(checkpoint, "seq2seq")
     check_arch_takes(checkpoint.model_config.arch, flags)
@@ -428,6 +447,7 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None,
                           f"--label-smoothing {saved} (drop --label-smoothing, or start a new "
                           "run)")
     smoothing = saved if saved is not None else label_smoothing or 0.0
+    eval_pairs = eval_pairs_of(eval_pairs, checkpoint.data.get("eval_pairs"))
     make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing,
                    eval_pairs)
     task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
