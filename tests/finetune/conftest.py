@@ -48,12 +48,13 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
 @pytest.fixture(scope="session")
 def ft_dir(tmp_path_factory) -> Path:
     """A folder with labels.tsv, inst.json and a tiny char-level base GPT (``base``) whose
-    vocabulary has every character the data and the chat template use."""
+    vocabulary has every character the data, the chat template and the chat tests' messages
+    use ('/' and '=': chat refuses a message with a character the model lacks)."""
     d = tmp_path_factory.mktemp("finetune")
     (d / "labels.tsv").write_text("\n".join(labelled_lines(240)) + "\n")
     (d / "inst.json").write_text(json.dumps(addition_records(60)))
     # the tokenizer learns its characters from the first 90%: the template's go first
-    text = TEMPLATE_TEXT * 20 + "0123456789+?\t" * 20 + play_text(20_000, seed=5)
+    text = TEMPLATE_TEXT * 20 + "0123456789+?=/\t" * 20 + play_text(20_000, seed=5)
     (d / "corpus.txt").write_text(text)
     assert main(["prepare", "--data", str(d / "corpus.txt"), "--out", str(d / "data")]) == 0
     assert main(["train", "--dataset", str(d / "data"), "--n-layer", "2", "--n-head", "2",

@@ -829,6 +829,35 @@ def test_a_message_holding_a_marker_of_the_template_is_refused(chat_model, monke
     assert "--chat: the prompt holds '<|assistant|>'" in one_line_error(code, err)
 
 
+def test_a_message_with_characters_the_model_lacks_is_refused_and_the_chat_goes_on(
+        chat_model, monkeypatch, capsys):
+    """A character vocabulary cannot write every character: chat replaced them in silence but
+    for a note, and sent the message, where serve answers 400 naming them. chat names them in
+    one line, sends nothing (the conversation is as it was) and reads the next message; a
+    --system holding one is refused before the chat starts."""
+    from scratchgpt.commands.chat import ChatSession
+
+    sent = []
+    real = ChatSession.reply
+    monkeypatch.setattr(ChatSession, "reply",
+                        lambda self: sent.append(list(self.messages)) or real(self))
+    monkeypatch.setattr("sys.stdin", io.StringIO("h\u00e9\u20ac hi\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "40", "--stats"], capsys)
+    assert code == 0, err
+    refusals = [line for line in err.splitlines() if line.startswith("error:")]
+    assert refusals == ["error: your message cannot be encoded: text has 2 character(s) not in "
+                        "the vocabulary: '\u00e9', '\u20ac'; write it without them (nothing "
+                        "was sent)"], err
+    assert "replaced" not in err
+    assert sent == [[{"role": "user", "content": "hi"}]]  # the next message, alone
+    assert printed == "ok\n"
+    code, _, err = run_cli(["chat", "--checkpoint", chat_model, "--system", "be br\u00eff"],
+                           capsys)
+    assert "--system cannot be encoded: text has 1 character(s) not in the vocabulary: " \
+           "'\u00ef'" in one_line_error(code, err)
+
+
 def test_sample_chat_applies_the_template(chat_model, capsys):
     code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
                                   "hi", "--temperature", "0", "--max-new-tokens", "40"], capsys)

@@ -65,13 +65,29 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.checkpoint} was not instruction-tuned (it names no chat "
                           "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
-    if args.system and (problem := template.marker_in(args.system)):
+    tokenizer = source.tokenizer()
+    if args.system and (problem := template.marker_in(args.system)
+                        or unknown_characters(tokenizer, args.system)):
         raise ConfigError(f"--system {problem}")
     note_wide_top_k(model, args.top_k)
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    session = ChatSession(prepare_for_decode(model, args.dtype), source.tokenizer(), template,
-                          cfg, gen, args)
+    session = ChatSession(prepare_for_decode(model, args.dtype), tokenizer, template, cfg, gen,
+                          args)
     return session.loop()
+
+
+def unknown_characters(tokenizer, text: str) -> str | None:
+    """What is wrong with ``text`` when the model's tokenizer cannot write all of it (a
+    character vocabulary lacks some of its characters), found as ``serve`` finds it, or None:
+    ``cannot be encoded: text has 1 character(s) not in the vocabulary: 'é'; write it without
+    them``."""
+    from scratchgpt.data.prepare import encode_corpus
+
+    try:
+        encode_corpus(tokenizer, text, "error")
+    except ScratchGPTError as e:
+        return f"cannot be encoded: {e}; write it without them"
+    return None
 
 
 class ChatSession:
@@ -124,9 +140,11 @@ class ChatSession:
 
     def turn(self, text: str) -> None:
         """Add the user's message, stream the reply, keep it in the conversation."""
-        problem = self.template.marker_in(text)
-        if problem:  # it would end the user's turn and write another's
-            print(f"error: your message {problem}", file=sys.stderr)
+        # a marker would end the user's turn and write another's; a character the model does
+        # not know would be replaced by another (the message is not sent: the user types again)
+        problem = self.template.marker_in(text) or unknown_characters(self.tok, text)
+        if problem:
+            print(f"error: your message {problem} (nothing was sent)", file=sys.stderr)
             return
         self.messages.append({"role": "user", "content": text})
         try:
