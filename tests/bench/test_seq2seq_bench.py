@@ -3,11 +3,16 @@
 import json
 
 
-def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys):
+def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys, monkeypatch):
+    from scratchgpt.data.translation import DataSpec
+
+    made = []  # the pairs were made for the memory check, then again for each model
+    real = DataSpec.load
+    monkeypatch.setattr(DataSpec, "load", lambda self: made.append(self) or real(self))
     out = tmp_path / "b.json"
     rc = cli_main(["bench", "seq2seq", "--budget", "1s", "--archs", "lstm", "transformer",
                    "--n-train", "200", "--n-test", "20", "--no-progress", "--json", str(out)])
-    assert rc == 0
+    assert rc == 0 and len(made) == 1
     res = json.loads(out.read_text())
     assert [r["arch"] for r in res["results"]] == ["lstm", "transformer"]
     for r in res["results"]:

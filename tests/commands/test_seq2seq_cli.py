@@ -719,3 +719,31 @@ def test_a_run_that_never_recorded_its_eval_pairs_resumes_with_the_default(
     assert load_checkpoint(run / "last.pt").data["eval_pairs"] == DEFAULT_EVAL_PAIRS
     capsys.readouterr()
 
+
+@pytest.mark.parametrize("task", ["dates", "tsv"])
+def test_a_run_makes_its_pairs_once(cli_main, tmp_path, capsys, monkeypatch, task):
+    """A new or resumed run made and encoded its pairs twice, once to check the run (its
+    batch and memory) and again to train: seconds again for dates' 200,000. The training
+    takes the task the checks built."""
+    from scratchgpt.data.translation import DataSpec
+
+    made = []
+    real = DataSpec.load
+
+    def spy(self):
+        made.append(self.task)
+        return real(self)
+
+    monkeypatch.setattr(DataSpec, "load", spy)
+    run = tmp_path / "run"
+    if task == "tsv":
+        (tmp_path / "rev.tsv").write_text("".join(reversal_rows(4)))
+        data = ["--data", str(tmp_path / "rev.tsv"), *TSV_TINY]
+    else:
+        data = ["--task", "dates", *TINY]
+    assert cli_main(["seq2seq", "train", "--out", str(run), *data]) == 0
+    assert len(made) == 1
+    assert cli_main(["seq2seq", "train", "--out", str(run), "--resume", "--max-iters", "20",
+                     "--no-progress"]) == 0
+    assert len(made) == 2 and load_checkpoint(run / "last.pt").state.step == 20
+    capsys.readouterr()

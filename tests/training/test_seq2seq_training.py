@@ -176,3 +176,28 @@ def test_a_batch_decodes_as_each_pair_alone_and_stops_once_every_row_ended():
     steps.clear()
     evaluate(model, ending, task.src_tok, task.tgt_tok, batch_size=len(ending))
     assert len(steps) == max(len(p) for p in ended) + 1  # stopped at the last row's <eos>
+
+
+def test_a_fresh_task_draws_as_a_new_one_on_the_same_pairs():
+    """bench seq2seq made the pairs again for each model it trains: each now trains on
+    task.fresh(), the pairs made and encoded once. It draws the batches a task made anew
+    draws, whatever the task it came from drew, leaves that one's draws alone, and has no
+    final evaluation."""
+    from scratchgpt.training.seq2seq import EvalResult
+
+    spec = DataSpec(task="reverse", n_train=200, n_test=24)
+
+    def first_sources(task: Seq2SeqTask) -> list[list[int]]:
+        gen = torch.Generator().manual_seed(0)
+        return [task.train_batch(16, gen)[0].tolist() for _ in range(3)]
+
+    new = first_sources(Seq2SeqTask.from_spec(spec))
+    task = Seq2SeqTask.from_spec(spec)
+    assert first_sources(task) == new
+    task.final_eval = EvalResult(1, 1, {}, ["x"])
+    drawn = task.epochs.state_dict()
+    fresh = task.fresh()
+    assert fresh.examples is task.examples and fresh.held_examples is task.held_examples
+    assert fresh.final_eval is None and task.final_eval is not None
+    assert first_sources(fresh) == new
+    assert task.epochs.state_dict() == drawn

@@ -71,12 +71,13 @@ def run(args: argparse.Namespace) -> int:
                                 "time_budget": args.budget, "threads": args.threads})
     data = DataSpec(task=args.task, n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     seq2seq.check_pairs_fit(data)  # before a generator makes pairs for ever
-    check_memory(data, args.archs, cfg)
+    task = seq2seq.Seq2SeqTask.from_spec(data)  # (made once: each model trains on a fresh copy)
+    check_memory(task, args.archs, cfg)
     machine = " ".join(filter(None, (platform.machine(), platform.processor())))
     print(f"machine: {machine}, "
           f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
           f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
-    rows = [_run_arch(arch, data, cfg, not args.no_progress) for arch in args.archs]
+    rows = [_run_arch(arch, task.fresh(), cfg, not args.no_progress) for arch in args.archs]
     print("\narch             params   steps  train s   exact match")
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
@@ -86,25 +87,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_memory(data, archs: list[str], cfg) -> None:
+def check_memory(task, archs: list[str], cfg) -> None:
     """Every model's training and final evaluation fit in memory, counted as ``seq2seq
     train`` counts them (the longest pair, the batch, attention included): checked before the
     first model trains, as a long --task reverse or a huge --batch-size was stopped only by
     the allocator, in a traceback, after the models before it had trained."""
     from scratchgpt.training import seq2seq
 
-    task = seq2seq.Seq2SeqTask.from_spec(data)  # (each model trains on a fresh one)
     for arch in archs:
         seq2seq.check_memory(task, task.model_config(arch), cfg)
 
 
-def _run_arch(arch: str, data, cfg, progress: bool) -> dict:
-    """Train one architecture from scratch (no run directory) and score it."""
-    from scratchgpt.training.seq2seq import Seq2SeqTask, format_eval
+def _run_arch(arch: str, task, cfg, progress: bool) -> dict:
+    """Train one architecture from scratch on ``task``, a fresh one (no run directory), and
+    score it."""
+    from scratchgpt.training.seq2seq import format_eval
     from scratchgpt.training.trainer import Trainer
 
     t0 = time.perf_counter()
-    task = Seq2SeqTask.from_spec(data)
     trainer = Trainer(cfg, task.model_config(arch), task, progress=progress)
     res = trainer.fit()
     res.raise_if_stopped()  # Ctrl-C, SIGTERM: no figures for a model cut short

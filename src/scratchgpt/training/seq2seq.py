@@ -13,8 +13,9 @@ source length.
 
 from __future__ import annotations
 
+import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -111,6 +112,14 @@ class Seq2SeqTask:
                           "target": Seq2SeqTokenizer.train(t for _, t in train_pairs)}
         return cls(spec, tokenizers["source"], tokenizers["target"], train_pairs, held,
                    label_smoothing, eval_pairs)
+
+    def fresh(self) -> Seq2SeqTask:
+        """This task as it was made, on the same pairs (made and encoded once): no batch
+        drawn yet and no final evaluation, for another model to train on."""
+        task = copy.copy(self)
+        task.epochs = EpochBatches(self.epochs.lengths)
+        task.final_eval = None
+        return task
 
     def model_config(self, arch: str, **overrides: Any) -> Seq2SeqConfig:
         """The default config of ``arch`` for these vocabularies, with ``overrides``."""
@@ -351,6 +360,23 @@ def seq2seq_task(spec: dict[str, Any], tokenizers: dict[str, dict[str, Any]] | N
     return Seq2SeqTask.from_spec(DataSpec(**spec), toks, label_smoothing, eval_pairs)
 
 
+class PlannedTask:
+    """``TrainJob.task`` of a seq2seq run: the task its plan built, whose pairs were made and
+    encoded to check the run (seconds for dates), reused by the training in this process;
+    made again by ``make`` in any other, to which it is not sent (picklable)."""
+
+    def __init__(self, make: Callable[[], Seq2SeqTask], task: Seq2SeqTask | None = None):
+        self.make, self.task = make, task
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "task": None}
+
+    def __call__(self) -> Seq2SeqTask:
+        if self.task is None:
+            self.task = self.make()
+        return self.task
+
+
 def eval_pairs_of(given: int | None, recorded: int | None = None) -> int | None:
     """The held-out pairs the final check decodes (None: all): ``--eval-pairs`` as given (0:
     all), else the run's recorded one (a resumed run), else
@@ -392,7 +418,7 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     check_positions(task, config)
     cfg = fitted(cfg, task, config)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing, eval_pairs)
-    return TrainJob(Path(out), mode, cfg, config, make, {"arch": arch})
+    return TrainJob(Path(out), mode, cfg, config, PlannedTask(make, task), {"arch": arch})
 
 
 def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
@@ -448,10 +474,9 @@ def _resumed(out: str, flags: dict[str, Any], label_smoothing: float | None,
                           "run)")
     smoothing = saved if saved is not None else label_smoothing or 0.0
     eval_pairs = eval_pairs_of(eval_pairs, checkpoint.data.get("eval_pairs"))
-    make = partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers, smoothing,
-                   eval_pairs)
-    task = make()  # (its pairs: a new --batch-size is checked against them as a new run's)
-    cfg = fitted(cfg, task, config)
+    make = PlannedTask(partial(seq2seq_task, checkpoint.data["seq2seq"], checkpoint.tokenizers,
+                               smoothing, eval_pairs))
+    cfg = fitted(cfg, make(), config)  # (a new --batch-size is checked as a new run's)
     return TrainJob(Path(out), "resume", cfg, config, make, {}, checkpoint)
 
 
