@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import CharTokenizer
 from tests.cli_errors import error_of
+from tests.requires import optional
 from tests.tiny_gpt import sharp_gpt
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,\n")
@@ -252,18 +254,19 @@ def test_from_hf_of_our_own_run_says_it_needs_no_converting(run_dir, tmp_path, c
 def test_an_unwritable_export_folder_is_named_not_its_temporary(run_dir, tmp_path, capsys,
                                                                 monkeypatch):
     """The files go through a temporary folder: its name, not --out, was the message. (The
-    folder is made unwritable by the OS's own refusal: tests may run as root, whom chmod does
-    not stop.)"""
-    import tempfile
-
+    OS's refusal to make that folder is stubbed: tests may run as root, whom chmod does not
+    stop.)"""
     hf = tmp_path / "hf"
     run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
     before = {f.name: f.read_bytes() for f in hf.iterdir() if f.is_file()}
+    mkdir = Path.mkdir
 
-    def refused(dir=None, **_):  # noqa: A002 - mkdtemp's own name
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), f"{dir}/.export.x.tmp")
+    def refused(self: Path, *args, **kwargs) -> None:
+        if self.name.startswith(".export."):  # the temporary folder, not --out
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        mkdir(self, *args, **kwargs)
 
-    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(Path, "mkdir", refused)
     msg = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
                             str(hf), "--overwrite"])
     assert msg.endswith(f"cannot write {hf}: Permission denied (the previous export is intact)")
@@ -343,28 +346,48 @@ def test_bf16_logits_are_close_and_greedy_agrees():
     assert (low.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
 
 
-def ended_pid() -> int:
-    """The id of a process that has ended."""
-    import subprocess
-    import sys
+def killed_as_it_writes(to: str, argv: list[str]) -> None:
+    """In a forked process: ``scratchgpt ARGV``, an export ``--to`` ``to``, killed with
+    SIGKILL as it writes the weights, so that nothing of its own clean-up runs."""
+    def kill_9(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait()
-    return child.pid
+    if to == "hf":
+        import safetensors.torch
+
+        safetensors.torch.save_file = kill_9
+    else:
+        import gguf
+
+        gguf.GGUFWriter.write_tensors_to_file = kill_9
+    main(argv)
 
 
-def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path, capsys):
-    """A --to hf export killed with kill -9 left its temporary folder in --out, which then was
-    'not empty (pass --overwrite ...)' for good, its folder never removed. The next export
-    removes it; a live export's (pid 1 always runs) stays, and still counts as content."""
-    hf = tmp_path / "hf"
-    killed = hf / f".export.{ended_pid()}.k1lled_x.tmp"
-    killed.mkdir(parents=True)
-    (killed / "model.safetensors").write_bytes(b"half")
-    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
-    assert not killed.exists() and (hf / "model.safetensors").is_file()
-    assert not [p for p in hf.iterdir() if p.name.endswith(".tmp")]
-    live = tmp_path / "hf2" / ".export.1.running.tmp"
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path, capsys, to):
+    """An export killed with kill -9 as it writes leaves its temporary (a --to hf one, in
+    --out, made --out 'not empty (pass --overwrite ...)' for good); the next export to the
+    same place removes it. The export is killed for real, so the temporary is the one it
+    names, not one a test spelt."""
+    from tests.reliability.procs import start_call
+
+    if to == "gguf":
+        optional("gguf")
+    out = tmp_path / "exports" / ("hf" if to == "hf" else "m.gguf")
+    argv = ["convert", "--to", to, "--checkpoint", str(run_dir), "--out", str(out)]
+    killed = start_call(killed_as_it_writes, (to, argv), tmp_path / "killed.log")
+    assert killed.wait() == -signal.SIGKILL, killed.output()
+    folder = out if to == "hf" else out.parent  # where the temporary is
+    left = [p.name for p in folder.iterdir()]
+    assert len(left) == 1 and left[0].endswith(".tmp"), left
+    run(capsys, argv)
+    assert out.exists() and not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_live_exports_temporary_stays_and_counts_as_content(run_dir, tmp_path, capsys):
+    """The next export never removes the temporary of one still running (pid 1 always
+    runs), and a --out holding it is not empty."""
+    live = tmp_path / "hf" / ".export.1.running.tmp"
     live.mkdir(parents=True)
     argv = ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(live.parent)]
     assert "is not empty (pass --overwrite" in error_of(capsys, argv)
@@ -401,8 +424,6 @@ def test_ctrl_c_while_the_files_move_into_place_waits_for_the_last(run_dir, tmp_
     """A Ctrl-C between two of the renames that move the export into --out left the
     temporary folder with the rest of the files, and --out half an export (over --overwrite,
     half of neither). The renames finish first, then the command stops (exit 130)."""
-    import signal
-
     from scratchgpt.checkpoints.hf import is_hf_dir
 
     hf = tmp_path / "hf"

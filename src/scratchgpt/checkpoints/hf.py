@@ -36,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,13 +45,13 @@ from torch import Tensor, nn
 
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import (
-    TEMP_SUFFIX,
     current_umask,
     fsync_dir,
     missing_folders,
     read_torch_file,
     remove_dead_temporaries,
     remove_folders,
+    temporary_name,
     write_failure,
 )
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
@@ -367,14 +366,12 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     directory.mkdir(parents=True, exist_ok=True)
     remove_dead_temporaries(directory, STAGING)
     earlier = "export" if is_hf_dir(directory) else None
-    staging = None
+    staging = directory / temporary_name(STAGING)
     try:
-        staging = Path(tempfile.mkdtemp(dir=directory, prefix=f".{STAGING}.{os.getpid()}.",
-                                        suffix=TEMP_SUFFIX))
+        staging.mkdir()
         _write_hf_files(model, staging, tokenizer, chat_template)
     except BaseException as e:  # Ctrl-C too: no temporary folder, no new empty directory
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         if created:  # (the folders above it too)
             shutil.rmtree(directory, ignore_errors=True)
             remove_folders(created[1:])
