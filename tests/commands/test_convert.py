@@ -384,6 +384,39 @@ def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path,
     assert out.exists() and not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
+def fail_as_it_writes(monkeypatch, to: str, also: Path | None = None) -> None:
+    """Make an export ``--to`` ``to`` fail with a full disk as it writes the weights, having
+    written part of them; first ``also`` is written, as another process would."""
+    def full_disk(*args: object, **kwargs: object) -> None:
+        if also is not None:
+            also.write_text("another process's file")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if to == "hf":
+        import safetensors.torch
+
+        monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    else:
+        monkeypatch.setattr(optional("gguf").GGUFWriter, "write_tensors_to_file", full_disk)
+
+
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_a_failed_export_removes_the_empty_folders_it_made_and_nothing_else(
+        run_dir, tmp_path, capsys, monkeypatch, to):
+    """An export that fails part-way removes the folders it made for --out, each only while
+    empty: a --to hf export removed the --out folder it had made with all it held, a file
+    another process had written there since included."""
+    out = tmp_path / "exports" / "new" / ("hf" if to == "hf" else "m.gguf")
+    argv = ["convert", "--to", to, "--checkpoint", str(run_dir), "--out", str(out)]
+    fail_as_it_writes(monkeypatch, to)
+    assert "No space left on device" in error_of(capsys, argv)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name]
+    folder = out if to == "hf" else out.parent  # the innermost folder the export made
+    fail_as_it_writes(monkeypatch, to, also=folder / "notes.txt")
+    assert "No space left on device" in error_of(capsys, argv)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]  # and no temporary
+
+
 def test_a_live_exports_temporary_stays_and_counts_as_content(run_dir, tmp_path, capsys):
     """The next export never removes the temporary of one still running (pid 1 always
     runs), and a --out holding it is not empty."""

@@ -372,9 +372,7 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         _write_hf_files(model, staging, tokenizer, chat_template)
     except BaseException as e:  # Ctrl-C too: no temporary folder, no new empty directory
         shutil.rmtree(staging, ignore_errors=True)
-        if created:  # (the folders above it too)
-            shutil.rmtree(directory, ignore_errors=True)
-            remove_folders(created[1:])
+        remove_folders(created)  # (only while empty: another process may have written there)
         if isinstance(e, ScratchGPTError) or not isinstance(e, Exception):
             raise
         # a full disk or no permission: an OSError, or safetensors' own error, naming the
