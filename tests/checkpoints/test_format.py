@@ -295,8 +295,9 @@ def test_which_best_or_last_is_that_file_or_refused(tmp_path, capsys):
     """--which last reads a run's last.pt, --which best its best.pt; where there is none (a
     run of the other file alone, or a checkpoint file named directly) it is refused, where it
     used to read the other file silently. Without --which, a run that has not evaluated yet
-    is read from its last.pt."""
-    from scratchgpt.cli import main
+    is read from its last.pt. From Python the refusals name the keyword, which the command
+    line's --which had been named to a caller who has no flags."""
+    from tests.cli_errors import error_of
 
     config = model_config("bigram", vocab_size=3)
     run = tmp_path / "run"
@@ -305,18 +306,26 @@ def test_which_best_or_last_is_that_file_or_refused(tmp_path, capsys):
                     Checkpoint("bigram", config, build_model(config).state_dict()))
     assert load_checkpoint(run).path == run / "last.pt"
     assert load_checkpoint(run, "last").path == run / "last.pt"
-    with pytest.raises(CheckpointError, match="has no best.pt, only last.pt .the run has not "
-                                              "evaluated yet.; drop --which best"):
+    with pytest.raises(CheckpointError) as refused:
         load_checkpoint(run, "best")
+    assert str(refused.value).endswith("has no best.pt, only last.pt (the run has not "
+                                       "evaluated yet); leave which None")
+    assert error_of(capsys, ["eval", "--checkpoint", str(run), "--which", "best"]).endswith(
+        "has no best.pt, only last.pt (the run has not evaluated yet); drop --which best")
     (run / "last.pt").rename(run / "best.pt")
     assert load_checkpoint(run).path == load_checkpoint(run, "best").path == run / "best.pt"
-    with pytest.raises(CheckpointError, match="has no last.pt, only best.pt"):
+    with pytest.raises(CheckpointError, match="has no last.pt, only best.pt; leave which None"):
         load_checkpoint(run, "last")
-    with pytest.raises(CheckpointError, match="is a checkpoint file; --which last picks"):
+    with pytest.raises(CheckpointError) as refused:
         load_checkpoint(run / "best.pt", "last")
-    assert main(["eval", "--checkpoint", str(run), "--which", "last"]) == 2
-    err = capsys.readouterr().err
-    assert "has no last.pt" in err and "Traceback" not in err, err
+    assert str(refused.value).endswith("is a checkpoint file; which='last' picks a run "
+                                       "directory's last.pt (name the directory, or leave "
+                                       "which None)")
+    line = error_of(capsys, ["eval", "--checkpoint", str(run), "--which", "last"])
+    assert line.endswith("has no last.pt, only best.pt; drop --which last"), line
+    line = error_of(capsys, ["eval", "--checkpoint", str(run / "best.pt"), "--which", "last"])
+    assert line.endswith("is a checkpoint file; --which last picks a run directory's last.pt "
+                         "(name the directory, or drop --which)"), line
 
 
 @pytest.mark.parametrize("which", ["worst", "best.pt", ""])

@@ -40,10 +40,18 @@ def hf_dir(tmp_path_factory) -> Path:
     return d
 
 
-def test_which_last_is_refused_for_a_directory_of_one_model(hf_dir):
-    """It was ignored: the only model there was used, as it is without --which."""
-    with pytest.raises(ScratchGPTError, match="--which last picks a run directory's last.pt"):
+def test_which_last_is_refused_for_a_directory_of_one_model(hf_dir, capsys):
+    """It was ignored: the only model there was used, as it is without --which. The refusal
+    names the keyword to a Python caller, and the flag to the command line's."""
+    from tests.cli_errors import error_of
+
+    with pytest.raises(ScratchGPTError) as refused:
         load_model(hf_dir, "last")
+    assert str(refused.value).endswith("one model; which='last' picks a run directory's "
+                                       "last.pt (leave which None)")
+    line = error_of(capsys, ["eval", "--checkpoint", str(hf_dir), "--which", "last"])
+    assert line.endswith("one model; --which last picks a run directory's last.pt (drop "
+                         "--which)"), line
 
 
 def test_logits_match_transformers(hf_dir):

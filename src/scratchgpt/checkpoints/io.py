@@ -23,7 +23,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError, StorageError
+from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
 
 if TYPE_CHECKING:  # (hf imports this module)
     from scratchgpt.checkpoints.hf import HFConfig
@@ -391,24 +392,27 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint,
             atomic_write(target, write)
 
 
-def resolve_checkpoint(path: str | Path, which: str | None = None) -> Path:
+def resolve_checkpoint(path: str | Path, which: str | None = None,
+                       options: Mapping[str, str] = KEYWORDS) -> Path:
     """A checkpoint file from a file path or a run directory: by default (``which`` None) the
     run's ``best.pt``, or its ``last.pt`` for a run that has not evaluated yet. ``which``
     "best" or "last" insists on that file: ``path`` must then be a run directory holding it,
-    as nothing else is taken in its place."""
+    as nothing else is taken in its place. ``options`` name ``which`` in a refusal: the
+    keyword (validation.KEYWORDS), or a command's ``--which`` (validation.FLAGS)."""
     path = Path(path)
     if which not in (None, "best", "last"):  # (it looked for WHICH.pt and named the others)
         raise CheckpointError(f"which is 'best', 'last' or None (the run's best.pt, or its "
                               f"last.pt before it has one), got {which!r}")
     if which is not None and path.is_file():
-        raise CheckpointError(f"{path} is a checkpoint file; --which {which} picks a run "
-                              f"directory's {which}.pt (name the directory, or drop --which)")
+        raise CheckpointError(f"{path} is a checkpoint file; {named(options, 'which', which)} "
+                              f"picks a run directory's {which}.pt (name the directory, or "
+                              f"{_without_which(options)})")
     if path.is_dir():
         other = {"best": "last", "last": "best"}.get(which or "")
         if other and not (path / f"{which}.pt").is_file() and (path / f"{other}.pt").is_file():
             why = " (the run has not evaluated yet)" if which == "best" else ""
-            raise CheckpointError(f"{path} has no {which}.pt, only {other}.pt{why}; drop "
-                                  f"--which {which}")
+            raise CheckpointError(f"{path} has no {which}.pt, only {other}.pt{why}; "
+                                  f"{_without_which(options, which)}")
         order = [f"{which}.pt"] if which else ["best.pt", "last.pt"]
         for name in order:
             if (path / name).is_file():
@@ -430,9 +434,17 @@ def resolve_checkpoint(path: str | Path, which: str | None = None) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, which: str | None = None) -> Checkpoint:
-    """Load and validate a checkpoint; every failure is a one-line :class:`CheckpointError`."""
-    file = resolve_checkpoint(path, which)
+def _without_which(options: Mapping[str, str], *which: str) -> str:
+    """How to stop insisting on one checkpoint of a run: drop ``--which`` (``which``, where
+    given, its value), or, from Python, leave the keyword at its default."""
+    return "leave which None" if keywords(options) else f"drop {named(options, 'which', *which)}"
+
+
+def load_checkpoint(path: str | Path, which: str | None = None,
+                    options: Mapping[str, str] = KEYWORDS) -> Checkpoint:
+    """Load and validate a checkpoint; every failure is a one-line :class:`CheckpointError`
+    (``which`` and ``options``: :func:`resolve_checkpoint`)."""
+    file = resolve_checkpoint(path, which, options)
     data = read_torch_file(file, "checkpoint")
     if isinstance(data, dict) and data.get("format") == ADAPTER_FORMAT:
         from scratchgpt.finetune.adapter import checkpoint_from_adapter
@@ -587,13 +599,15 @@ def model_from_checkpoint(checkpoint: Checkpoint) -> nn.Module:
     return model.eval()
 
 
-def load_model(path: str | Path, which: str | None = None) -> tuple[nn.Module, ModelSource]:
+def load_model(path: str | Path, which: str | None = None,
+               options: Mapping[str, str] = KEYWORDS) -> tuple[nn.Module, ModelSource]:
     """Rebuild the model saved in a checkpoint (eval mode, CPU): returns (model, source).
 
     ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
     pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
     ``hf:`` and a hub model id (``hf:gpt2``), downloaded once into the hub's cache
-    (:mod:`scratchgpt.checkpoints.hub`)."""
+    (:mod:`scratchgpt.checkpoints.hub`). ``which``: :func:`resolve_checkpoint`; a refusal
+    names it as ``options`` do (the keyword; a command passes validation.FLAGS)."""
     from scratchgpt.checkpoints.hf import is_hf_dir, load_hf, read_hf_config
     from scratchgpt.checkpoints.hub import HF_PREFIX, download
 
@@ -602,12 +616,12 @@ def load_model(path: str | Path, which: str | None = None) -> tuple[nn.Module, M
     if is_hf_dir(path):
         if which is not None:
             raise CheckpointError(f"{path} is a Hugging Face model directory, one model; "
-                                  f"--which {which} picks a run directory's {which}.pt (drop "
-                                  "--which)")
+                                  f"{named(options, 'which', which)} picks a run directory's "
+                                  f"{which}.pt ({_without_which(options)})")
         config = read_hf_config(path)
         model, weights = load_hf(path, config)
         return model, ModelSource(weights, hf_dir=Path(path), hf_config=config)
-    checkpoint = load_checkpoint(path, which)
+    checkpoint = load_checkpoint(path, which, options)
     return model_from_checkpoint(checkpoint), ModelSource(checkpoint.path, checkpoint)
 
 
@@ -621,7 +635,7 @@ def load_language_model(path: str | Path, which: str | None = None,
                         command: str = "this command") -> tuple[nn.Module, ModelSource]:
     """:func:`load_model` for ``command``, which continues text: a checkpoint of another kind
     of model (a classifier, a seq2seq model) is a ConfigError saying what to use instead."""
-    model, source = load_model(path, which)
+    model, source = load_model(path, which, FLAGS)
     if not hasattr(model, "new_cache"):
         use = NOT_LANGUAGE_MODELS.get(source.model_type, "it is not a language model")
         raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "

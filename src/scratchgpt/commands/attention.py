@@ -58,12 +58,13 @@ def run(args: argparse.Namespace) -> int:
 
     from scratchgpt.checkpoints import checkpoint_tokenizer, load_model
     from scratchgpt.models.gpt import GPT
+    from scratchgpt.validation import FLAGS
     from scratchgpt.viz import attention_figure, check_figure_path, save_figure, token_labels
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_model(args.checkpoint, args.which, FLAGS)
     if not isinstance(model, GPT):
         raise CheckpointError(f"{args.checkpoint} holds a {source.model_type} model; attention "
                               "plots need a GPT checkpoint")

@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import load_model
     from scratchgpt.models.classifier import GPTClassifier
+    from scratchgpt.validation import FLAGS
 
     if args.file == "-" and args.eval == "-":
         raise ConfigError("--file - and --eval - would both read standard input; give one of "
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     empty = next((i for i, t in enumerate(args.texts, 1) if not t.strip()), None)
     if empty is not None:  # nothing to read: the model would label a stand-in token
         raise ConfigError(f"text {empty} is empty; give each text some words")
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_model(args.checkpoint, args.which, FLAGS)
     if not isinstance(model, GPTClassifier):
         raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "
                           "classifier (make one with scratchgpt finetune --task classify)")

@@ -119,6 +119,7 @@ def _holds_run(path: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from scratchgpt.checkpoints import load_model
+    from scratchgpt.validation import FLAGS
 
     out = Path(args.out)
     if args.gguf_type is not None and args.target != "gguf":
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out, args.overwrite, args.checkpoint)
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_model(args.checkpoint, args.which, FLAGS)
     tok = _tokenizer_or_none(source)  # a model without one still exports to hf; said below
     from scratchgpt.chat import template_for
 

@@ -28,7 +28,7 @@ from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
-from scratchgpt.validation import flag_of
+from scratchgpt.validation import FLAGS, flag_of
 from scratchgpt.wording import plural
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
@@ -300,7 +300,7 @@ def _load(args: argparse.Namespace):
             not (Path(args.checkpoint) / "last.pt").is_file():
         raise CheckpointError(f"{args.checkpoint} was written by an earlier scratchgpt "
                               "(seq2seq.pt); train it again with 'scratchgpt seq2seq train'")
-    model, source = load_model(args.checkpoint, args.which)
+    model, source = load_model(args.checkpoint, args.which, FLAGS)
     ckpt = source.checkpoint
     if ckpt is None or ckpt.model_type != "seq2seq":
         raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "
