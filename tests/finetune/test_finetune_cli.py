@@ -222,7 +222,18 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "0"],
      "--lora-rank must be >= 1"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "33"],
-     "--lora-rank 33 is above the width of the layers it adapts (32)"),
+     "--lora-rank (33) must be at most the width of the layers it adapts (32)"),
+    (["--task", "instruct", "--data", "{f}/inst.json", "--lora-rank", "33"],
+     "--lora-rank (33) must be at most the width of the layers it adapts (32)"),
+    # (LoRAConfig names its fields, rank, alpha ..., as Python gives them; the command its flags)
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-alpha", "0"],
+     "--lora-alpha must be > 0, got 0"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-dropout", "1"],
+     "--lora-dropout must be in [0, 1), got 1"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-targets", "ffn"],
+     "--lora-targets must be comma-separated names from qkv, attn, mlp, got 'ffn'"),
+    (["--task", "classify", "--data", "{f}/labels.tsv", "--train", "last-k", "--last-k", "3"],
+     "--last-k must be in [1, n_layer = 2], got 3"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "head"],
      "give one"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora", "--train", "all"],
@@ -871,6 +882,19 @@ def test_chat_refuses_a_model_without_a_template(ft_dir, capsys):
 
 
 # ---- continued pretraining
+
+
+def test_train_init_from_names_a_lora_rank_wider_than_the_base_by_its_flag(ft_dir, tmp_path,
+                                                                           capsys):
+    """GPTLoRAConfig refuses the rank by its field (rank), as a Python caller gives it; the
+    command names the flag it came from."""
+    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                            ft_dir / "data", "--out", tmp_path / "x", "--lora-rank", "33",
+                            "--no-progress"], capsys)
+    assert one_line_error(code, err).strip().endswith(
+        "--lora-rank (33) must be at most the width of the layers it adapts (32): a higher "
+        "rank adds parameters, not updates it can make")
+    assert not (tmp_path / "x").exists()
 
 
 def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, capsys):

@@ -95,16 +95,43 @@ def test_only_adapters_train_and_get_gradients():
     assert n_train < 0.2 * n_total
 
 
-@pytest.mark.parametrize("values, needle", [
-    (dict(rank=0), "--lora-rank must be >= 1"),
-    (dict(alpha=0.0), "lora_alpha"),
-    (dict(dropout=1.0), "lora_dropout"),
-    (dict(targets="attn,ffn"), "--lora-targets"),
+# Each named the command's flag (--lora-rank, --lora-targets) or its destination (lora_alpha)
+# to a Python caller, who gives LoRAConfig's fields: they name the field, as GPTConfig's do
+# (the commands name their --lora-* flags: tests/finetune/test_finetune_cli.py).
+@pytest.mark.parametrize("values, message", [
+    (dict(rank=0), "rank must be >= 1, got 0 (a rank-0 update adapts nothing; train without "
+                   "adapters instead)"),
+    (dict(alpha=0.0), "alpha must be > 0, got 0.0"),
+    (dict(dropout=1.0), "dropout must be in [0, 1), got 1.0"),
+    (dict(targets="attn,ffn"), "targets must be comma-separated names from qkv, attn, mlp, "
+                               "got 'attn,ffn'"),
 ])
-def test_bad_lora_settings_are_one_line_errors(values, needle):
-    with pytest.raises(ConfigError, match=needle) as e:
+def test_bad_lora_settings_are_one_line_errors_naming_the_field(values, message):
+    with pytest.raises(ConfigError) as e:
         LoRAConfig(**values)
-    assert "\n" not in str(e.value)
+    assert str(e.value) == message
+
+
+def test_a_rank_wider_than_the_adapted_layers_is_refused_naming_the_field():
+    """A rank above the width of the layers (n_embd for a GPT's) is refused when the config
+    is made, in words of its fields, and so by add_lora for any model's layers."""
+    wide = LoRAConfig(rank=TINY.n_embd + 1)
+    message = (f"rank ({TINY.n_embd + 1}) must be at most the width of the layers it adapts "
+               f"({TINY.n_embd}): a higher rank adds parameters, not updates it can make")
+    for make in (lambda: GPTLoRAConfig(TINY, wide),
+                 lambda: GPTClassifierConfig(TINY, 2, "lora", 1, wide)):
+        with pytest.raises(ConfigError) as e:
+            make()
+        assert str(e.value) == message
+    GPTLoRAConfig(TINY, LoRAConfig(rank=TINY.n_embd))  # as wide as the layers: taken
+    block = nn.ModuleDict({"attn": nn.ModuleDict({"c_attn": nn.Linear(8, 32)})})
+    with pytest.raises(ConfigError, match=r"^rank \(9\) must be at most the width of the "
+                                          r"layers it adapts \(8\)"):
+        add_lora(block, LoRAConfig(rank=9, targets="qkv"))
+    with pytest.raises(ConfigError) as e:
+        add_lora(block, LoRAConfig(rank=2, targets="mlp"))
+    assert str(e.value) == ("targets must name layers the model has, got 'mlp' (it has no "
+                            "mlp.c_fc, mlp.c_proj)")
 
 
 def test_nested_configs_round_trip_as_plain_data(tmp_path):
@@ -153,8 +180,13 @@ def test_classifier_reads_the_last_real_token_whatever_the_padding():
 
 
 def test_classifier_policy_checks():
-    with pytest.raises(ConfigError, match="--last-k"):
+    """Its refusals name its fields (last_k, train), not the flags of scratchgpt finetune."""
+    with pytest.raises(ConfigError) as e:
         GPTClassifierConfig(TINY, 2, "last-k", 4)
+    assert str(e.value) == "last_k must be in [1, n_layer = 3], got 4"
+    with pytest.raises(ConfigError) as e:
+        GPTClassifierConfig(TINY, 2, "lastk")
+    assert str(e.value) == "train must be one of all, head, last-k, lora, got 'lastk'"
     with pytest.raises(ConfigError, match="at least 2 classes"):
         GPTClassifierConfig(TINY, 1)
 

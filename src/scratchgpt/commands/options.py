@@ -94,10 +94,12 @@ def lora_flags(args: argparse.Namespace) -> list[str]:
 
 def lora_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~scratchgpt.models.lora.LoRAConfig` the flags ask for, or None."""
+    from scratchgpt.finetune.plan import lora_flags_named
     from scratchgpt.models.configs.lora import LoRAConfig
 
     values = {name[len("lora_"):]: getattr(args, name) for name in LORA_FLAGS
               if getattr(args, name, None) is not None}
     if not (args.lora or values):
         return None
-    return LoRAConfig(**values)
+    with lora_flags_named():  # (LoRAConfig names its fields: rank must be >= 1)
+        return LoRAConfig(**values)

@@ -12,10 +12,11 @@ resume, time budgets, data-parallel processes and Ctrl-C come from the core, and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -59,7 +60,7 @@ from scratchgpt.training.settings import (
     resumed_run,
 )
 from scratchgpt.training.trainer import TrainResult, check_no_curriculum
-from scratchgpt.validation import flag_of
+from scratchgpt.validation import flag_of, rename_setting
 
 TASKS = FINETUNE_TASKS
 
@@ -279,7 +280,8 @@ def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
     # --last-k counts blocks only for --train last-k (its default, 2, would not fit a 1-layer
     # base that trains otherwise)
     last_k = req.last_k if policy == "last-k" else 1
-    config = GPTClassifierConfig(gpt, len(data.labels), policy, last_k, req.lora)
+    with lora_flags_named():  # (a --lora-rank wider than the base's layers)
+        config = GPTClassifierConfig(gpt, len(data.labels), policy, last_k, req.lora)
     if log is not None:
         sizes = data.record["split_sizes"]
         log(f"{data.record['source']}: {sum(sizes.values()):,} texts, labels "
@@ -297,12 +299,35 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
                                  held_out=req.held_out, max_length=req.max_length,
                                  eval_generate=req.eval_generate)
     data = instruct.load_data(spec, base.tokenizer, gpt.block_size, log)
-    config = gpt if req.lora is None else GPTLoRAConfig(gpt, req.lora)
+    config = gpt if req.lora is None else _with_lora(gpt, req.lora)
     if log is not None:
         sizes = data.record["split_sizes"]
         log(f"{data.record['source']}: train {sizes['train']:,} / held out {sizes['val']:,} "
             f"conversations (seed {spec.split_seed}); template {spec.template}")
     return instruct.InstructTask(data, base.tokenizer, extra), config
+
+
+@contextlib.contextmanager
+def lora_flags_named() -> Iterator[None]:
+    """A LoRA config's refusal of one of its settings, which it names by field as a Python
+    caller gives it (``rank must be >= 1``), names the ``--lora-*`` flag that gave it
+    (``--lora-rank``). Kept to where a LoRA config is built: ``dropout`` is also a flag of
+    the model's own."""
+    try:
+        yield
+    except ConfigError as e:
+        raise ConfigError(rename_setting(str(e), _lora_flag)) from None
+
+
+def _lora_flag(name: str) -> str | None:
+    return f"--lora-{name}" if name in LoRAConfig.__dataclass_fields__ else None
+
+
+def _with_lora(gpt: GPTConfig, lora: LoRAConfig) -> GPTLoRAConfig:
+    """The GPT ``gpt`` with the adapters the --lora flags ask for (a --lora-rank wider than
+    its layers named by its flag)."""
+    with lora_flags_named():
+        return GPTLoRAConfig(gpt, lora)
 
 
 def _absolute(data: str | None) -> str | None:
@@ -529,7 +554,7 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
     gpt = _gpt_config(base, given)
     data.check_block_size(gpt.block_size, fixed=True)
-    config = gpt if lora is None else GPTLoRAConfig(gpt, lora)
+    config = gpt if lora is None else _with_lora(gpt, lora)
     train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     init = BaseInit(base, config, train.seed)
     if log is not None:

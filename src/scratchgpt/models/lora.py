@@ -101,12 +101,10 @@ def add_lora(model: nn.Module, cfg: LoRAConfig) -> list[str]:
     names = [name for name, m in model.named_modules()
              if type(m) is nn.Linear and name.endswith(suffixes)]
     if not names:
-        raise ConfigError(f"--lora-targets {cfg.targets}: the model has no such layers")
-    width = min(min(m.in_features, m.out_features) for m in map(model.get_submodule, names))
-    if cfg.rank > width:  # B A of such a rank is still of rank <= width: more of the same
-        raise ConfigError(f"--lora-rank {cfg.rank} is above the width of the layers it adapts "
-                          f"({width}): a higher rank adds parameters, not updates it can "
-                          f"make; give at most {width}")
+        raise ConfigError(f"targets must name layers the model has, got {cfg.targets!r} (it "
+                          f"has no {', '.join(suffixes)})")
+    cfg.check_width(min(min(m.in_features, m.out_features)
+                        for m in map(model.get_submodule, names)))
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)

@@ -28,10 +28,12 @@ class GPTClassifierConfig:
         if self.n_classes < 2:
             raise ConfigError(f"a classifier needs at least 2 classes, got {self.n_classes}")
         if self.train not in TRAIN_POLICIES:
-            raise ConfigError(f"--train must be one of {', '.join(TRAIN_POLICIES[:3])} (or "
-                              f"--lora), got {self.train!r}")
+            raise ConfigError(f"train must be one of {', '.join(TRAIN_POLICIES)}, got "
+                              f"{self.train!r}")
         if (self.train == "lora") != (self.lora is not None):
             raise ConfigError("train='lora' goes with a LoRA config, and only with one")
         if not 1 <= self.last_k <= self.gpt.n_layer:
-            raise ConfigError(f"--last-k must be in [1, n_layer = {self.gpt.n_layer}], got "
+            raise ConfigError(f"last_k must be in [1, n_layer = {self.gpt.n_layer}], got "
                               f"{self.last_k}")
+        if self.lora is not None:
+            self.lora.check_width(self.gpt.n_embd)  # (the GPT's layers it adapts)

@@ -10,7 +10,7 @@ from scratchgpt.errors import ConfigError
 from scratchgpt.models.configs.gpt import GPTConfig
 from scratchgpt.validation import check_range, refuse_unknown_fields
 
-# --lora-targets names -> the GPT Linear layers (module-name suffixes) they adapt
+# LoRAConfig.targets' names -> the GPT Linear layers (module-name suffixes) they adapt
 TARGETS: dict[str, tuple[str, ...]] = {
     "qkv": ("attn.c_attn",),
     "attn": ("attn.c_attn", "attn.c_proj"),
@@ -21,7 +21,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
 @refuse_unknown_fields
 @dataclass
 class LoRAConfig:
-    """LoRA's hyperparameters (each is a ``--lora-*`` flag)."""
+    """LoRA's hyperparameters (each is a ``--lora-*`` flag). A refusal names the field
+    (``rank must be >= 1``), as a Python caller gives it; the commands name their flag."""
 
     rank: int = field(default=8, metadata={"help": "rank r of the update B A"})
     alpha: float = field(default=16.0, metadata={"help": "the update is scaled by alpha / r"})
@@ -32,10 +33,10 @@ class LoRAConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, int) and self.rank < 1:
-            raise ConfigError(f"--lora-rank must be >= 1, got {self.rank} (a rank-0 update "
-                              "adapts nothing; leave out --lora to train without adapters)")
-        check_range("lora_alpha", self.alpha, 0, low_open=True)
-        check_range("lora_dropout", self.dropout, 0, 1, high_open=True)
+            raise ConfigError(f"rank must be >= 1, got {self.rank} (a rank-0 update adapts "
+                              "nothing; train without adapters instead)")
+        check_range("alpha", self.alpha, 0, low_open=True)
+        check_range("dropout", self.dropout, 0, 1, high_open=True)
         self.target_layers()  # validates
 
     def target_layers(self) -> tuple[str, ...]:
@@ -43,9 +44,17 @@ class LoRAConfig:
         names = [t.strip() for t in self.targets.split(",") if t.strip()]
         unknown = [t for t in names if t not in TARGETS]
         if unknown or not names:
-            raise ConfigError(f"--lora-targets {self.targets!r}: choose from "
-                              f"{', '.join(TARGETS)} (comma-separated)")
+            raise ConfigError(f"targets must be comma-separated names from "
+                              f"{', '.join(TARGETS)}, got {self.targets!r}")
         return tuple(dict.fromkeys(s for t in names for s in TARGETS[t]))
+
+    def check_width(self, width: int) -> None:
+        """The rank is at most ``width``, the narrowest side of the layers it adapts: ``B A``
+        of a higher rank is still of rank <= width, more parameters for the same updates."""
+        if self.rank > width:
+            raise ConfigError(f"rank ({self.rank}) must be at most the width of the layers it "
+                              f"adapts ({width}): a higher rank adds parameters, not updates "
+                              "it can make")
 
     @property
     def scaling(self) -> float:
@@ -64,6 +73,9 @@ class GPTLoRAConfig:
 
     gpt: GPTConfig = field(default_factory=GPTConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+
+    def __post_init__(self) -> None:
+        self.lora.check_width(self.gpt.n_embd)  # (every layer a GPT's targets name is so wide)
 
     @property
     def block_size(self) -> int:
