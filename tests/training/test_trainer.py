@@ -461,6 +461,45 @@ def test_a_resume_that_repeats_its_used_up_budget_with_more_iterations_is_refuse
     assert load_checkpoint(out / "last.pt").state.step == step + 5
 
 
+def test_a_resume_from_python_refuses_a_model_config_other_than_the_runs(small_dataset,
+                                                                       tmp_path, capsys):
+    """train(..., resume=True) with a model config of another shape or type kept the run's
+    own in silence, as its docstring said: a caller who passed it expected that model. It is
+    refused, naming what differs by keyword, as the command refuses --n-layer 3 on a 2-layer
+    run; the run's own config, or None, resumes, and a new dropout applies as --dropout
+    does."""
+    from tests.cli_errors import error_of
+
+    data = TokenDataset(small_dataset)
+    out = tmp_path / "r"
+    train(cfg(max_iters=2, eval_interval=2, eval_iters=1), gpt(data), data, out,
+          progress=False)
+    before = (out / "last.pt").read_bytes()
+    refused = [
+        (gpt(data, n_layer=3), "this run has n_layer=2 (give n_layer=2, or start"),
+        (gpt(data, n_layer=3, n_embd=64), "this run has n_embd=32, n_layer=2 (give n_embd=32, "
+                                          "n_layer=2, or start"),
+        (model_config("lstm", vocab_size=data.vocab_size, n_layer=2, block_size=32),
+         "this run has model='gpt' (give model='gpt', or start"),
+        (model_config("gpt", **{**MODEL, "vocab_size": data.vocab_size + 1}),
+         f"this run has vocab_size={data.vocab_size}"),
+    ]
+    for config, says in refused:
+        with pytest.raises(ScratchGPTError) as e:
+            train(cfg(max_iters=4), config, data, out, resume=True, progress=False)
+        assert str(e.value).startswith(f"a resumed run keeps its model, optimizer and seed: "
+                                       f"{says}"), str(e.value)
+        assert "--" not in str(e.value) and "\n" not in str(e.value)
+        assert (out / "last.pt").read_bytes() == before
+    line = error_of(capsys, ["train", "--out", str(out), "--resume", "--n-layer", "3"])
+    assert line.endswith("this run has --n-layer 2 (drop --n-layer, or start a new run)"), line
+    assert train(cfg(max_iters=3), gpt(data), data, out, resume=True, progress=False).step == 3
+    assert train(cfg(max_iters=4), gpt(data, dropout=0.2), data, out, resume=True,
+                 progress=False).step == 4
+    assert load_checkpoint(out / "last.pt").model_config.dropout == 0.2
+    assert train(cfg(max_iters=5), None, data, out, resume=True, progress=False).step == 5
+
+
 def test_a_refused_resume_from_python_names_the_keywords_it_was_given(small_dataset, tmp_path):
     """scratchgpt.train's refusals of a resume named flags (--seed, --schedule wsd,
     --time-budget 0.1s) and said to drop them: a Python caller has neither, and its config

@@ -21,13 +21,14 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.resolve import dataset_name, resolve_dataset
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, RunInUseError
-from scratchgpt.models import LM_CONFIGS, ModelConfig, model_type
+from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, model_type
 from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.precision import resolve_device, resolve_dtype
 from scratchgpt.training.settings import (
     Settings,
+    backbone_settings,
     check_resumed_by,
     finish_model_config,
     new_run,
@@ -206,6 +207,15 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset,
                     f"{run}; {use}prepare the text with its tokenizer ({how})")
 
 
+def _model_settings(config: ModelConfig | None) -> dict[str, Any]:
+    """The settings a model config names, as the command's model flags name them (its type,
+    ``--model``, and its language model's hyperparameters, ``--n-layer`` ...): given with
+    ``resume``, each is checked against the run's own as a flag is. None names none."""
+    if config is None:
+        return {}
+    return {"model": model_type(config), **backbone_settings(config_dict(config))}
+
+
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
     """Train ``job`` holding its run directory's lock. A run that fails before writing its
     first checkpoint leaves the directory as it found it (an overwritten run comes back)."""
@@ -252,8 +262,11 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     """Train a language model from Python, with the checks and safety of ``scratchgpt train``.
 
     ``data`` is a prepared dataset, opened or its directory. On ``resume`` the run's own model
-    and optimizer are kept (``config`` may be None) and the changeable settings of ``cfg``
-    apply.
+    and optimizer are kept and the changeable settings of ``cfg`` apply. ``config`` may then
+    be None, or the run's own model config, whose dropouts may differ (and apply, as
+    ``--dropout`` does on ``scratchgpt train --resume``); one of another type or shape is
+    refused, naming what differs (``this run has n_layer=4``), as the command refuses
+    ``--n-layer 8`` on a 4-layer run.
 
     >>> from scratchgpt.models import model_config                     # doctest: +SKIP
     >>> cfg = TrainConfig(max_iters=100)                                # doctest: +SKIP
@@ -269,7 +282,8 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     if not isinstance(data, TokenDataset):
         data = TokenDataset(data)
     if resume:
-        flags = {k: v for k, v in cfg.to_dict().items() if k != "optimizer"}
+        flags = {**{k: v for k, v in cfg.to_dict().items() if k != "optimizer"},
+                 **_model_settings(config)}
         plan_ = _plan_resume(Settings(flags=flags, options=KEYWORDS), str(out),
                              str(data.directory), None, KEYWORDS)
     else:
