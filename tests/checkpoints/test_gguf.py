@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import time
 
 import pytest
 import torch
@@ -272,6 +273,26 @@ def test_the_next_export_removes_a_killed_exports_temporary_not_a_live_ones(tmp_
                      str(out)]) == 0
     capsys.readouterr()
     assert out.is_file() and not killed.exists() and live.read_bytes() == b"GGUF part"
+
+
+def test_a_temporary_from_before_the_process_id_is_cleared_once_a_day_old(tmp_path, capsys,
+                                                                          cli_main):
+    """An export killed before the temporary's name held the process id left '.NAME.tmp'
+    beside the file, never removed. Untouched for a day, it is an export's that died (a
+    writer changes its temporary as it writes): the next export to NAME removes it. A
+    younger one stays, and so does another file's."""
+    run, _ = gguf_run(tmp_path, CharTokenizer.train("abcdefghijklmnopqrstuvwxyz "), 32)
+    dead, young, other = (tmp_path / ".m.gguf.tmp", tmp_path / ".n.gguf.tmp",
+                          tmp_path / ".m.gguf.x.tmp")
+    for t, days in ((dead, 2), (young, 0.9), (other, 2)):
+        t.write_bytes(b"GGUF part")
+        when = time.time() - days * 86400
+        os.utime(t, (when, when))
+    for name in ("m.gguf", "n.gguf"):
+        assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                         str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    assert not dead.exists() and young.is_file() and other.is_file()
 
 
 @pytest.mark.parametrize("stop,code", [(KeyboardInterrupt, 130), ("Terminated", 143)])

@@ -7,6 +7,7 @@ import errno
 import os
 import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -426,6 +427,37 @@ def test_a_live_exports_temporary_stays_and_counts_as_content(run_dir, tmp_path,
     assert "is not empty (pass --overwrite" in error_of(capsys, argv)
     run(capsys, [*argv, "--overwrite"])
     assert live.is_dir() and (live.parent / "model.safetensors").is_file()
+
+
+def aged(path: Path, days: float) -> Path:
+    """``path``, and all a folder holds, last modified ``days`` ago."""
+    when = time.time() - days * 86400
+    for p in (*path.rglob("*"), path):  # (the folder last: its content's change touches it)
+        os.utime(p, (when, when))
+    return path
+
+
+def test_a_temporary_from_before_the_process_id_is_cleared_once_a_day_old(run_dir, tmp_path,
+                                                                          capsys):
+    """An export killed before the temporary's name held the process id left
+    '.export.X.tmp' (tempfile.mkdtemp's name) in --out: 'not empty (pass --overwrite ...)'
+    for good, and never removed. Untouched for a day, it is an export's that died (a writer
+    changes its temporary as it writes): the next export removes it. A younger one stays,
+    and so does an old one of another name."""
+    def left(folder: Path, days: float) -> Path:
+        (folder / "model.safetensors").parent.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"half")
+        return aged(folder, days)
+
+    dead = left(tmp_path / "hf" / ".export.k1lled_x.tmp", 2)
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                 str(dead.parent)])
+    assert not dead.exists() and (dead.parent / "model.safetensors").is_file()
+    kept = (left(tmp_path / "hf2" / ".export.stll_wrt.tmp", 0.9),
+            left(tmp_path / "hf2" / ".export.not-mkdtemps.tmp", 2))
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out",
+                 str(tmp_path / "hf2"), "--overwrite"])
+    assert all((k / "model.safetensors").is_file() for k in kept)
 
 
 @pytest.mark.parametrize("stop,code", [(KeyboardInterrupt, 130), ("Terminated", 143)])

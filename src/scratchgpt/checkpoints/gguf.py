@@ -67,6 +67,7 @@ and the tokenization of a test text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,13 +322,15 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     model's ``chat_template`` goes in as Jinja (``tokenizer.chat_template``). The file is
     written to a temporary name and renamed, so a failure leaves no partial file at ``path``;
     the name holds the process id (``.NAME.PID.X.tmp``), so that the next export to ``path``
-    removes the temporary of one killed outright (never a live export's).
+    removes the temporary of one killed outright (never a live export's), and one an older
+    scratchgpt left without the id (``.NAME.tmp``) once a day old.
 
     ``q8_0`` quantizes the matrices whose rows are a multiple of 32 long and writes the rest
     f16; where that is every matrix, the file is an f16 one (``general.file_type``),
     :attr:`GGUFExport.type` says ``f16`` and :attr:`GGUFExport.instead` why."""
     from scratchgpt.checkpoints.hf import check_gpt_to_export
     from scratchgpt.checkpoints.io import (
+        TEMP_SUFFIX,
         missing_folders,
         remove_dead_temporaries,
         remove_folders,
@@ -349,7 +352,8 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
     path = Path(path)
     created = missing_folders(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_temporaries(path.parent, path.name)  # an export killed outright left them
+    # an export killed outright left them (an older scratchgpt's without its process id)
+    remove_dead_temporaries(path.parent, path.name, re.escape(f".{path.name}{TEMP_SUFFIX}"))
     tmp = path.with_name(temporary_name(path.name))
     w = _gguf().GGUFWriter(tmp, "gpt2")
     try:

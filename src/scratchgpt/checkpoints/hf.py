@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import (
+    TEMP_SUFFIX,
     current_umask,
     fsync_dir,
     missing_folders,
@@ -66,6 +67,9 @@ GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), o
 IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
 CHAT_TEMPLATE_KEY = "scratchgpt_chat_template"  # in config.json: the name of the chat template
 STAGING = "export"  # an export's temporary folder inside --out: .export.PID.X.tmp
+# its name before it held the process id (tempfile.mkdtemp's 8 characters): see
+# io.dead_temporaries
+UNTAGGED_STAGING = rf"\.{STAGING}\.[a-z0-9_]{{8}}{re.escape(TEMP_SUFFIX)}"
 # A GPT-2 directory's files besides its weights: what a hub download fetches, and what an
 # export clears first (with the weights), so that an earlier model's tokenizer never stays
 # beside a new model, where every reader would take it for the new model's.
@@ -359,12 +363,13 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     :class:`~scratchgpt.errors.StorageError` that leaves an earlier export there whole; Ctrl-C
     or SIGTERM removes the folder, or, once the files move, is held until they all have. The
     folder's name holds the process id (``.export.PID.X.tmp``): an export killed outright
-    leaves it, and the next export into ``directory`` removes it (never a live export's)."""
+    leaves it, and the next export into ``directory`` removes it (never a live export's), and
+    one an older scratchgpt left without the id (``.export.X.tmp``) once a day old."""
     check_gpt_to_export(model, "Hugging Face format")
     directory = Path(directory)
     created = missing_folders(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    remove_dead_temporaries(directory, STAGING)
+    remove_dead_temporaries(directory, STAGING, UNTAGGED_STAGING)
     earlier = "export" if is_hf_dir(directory) else None
     staging = directory / temporary_name(STAGING)
     try:

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -162,18 +163,43 @@ def temporary_name(name: str) -> str:
     return f".{name}.{os.getpid()}.{os.urandom(4).hex()}{TEMP_SUFFIX}"
 
 
-def dead_temporaries(directory: Path, name: str) -> list[Path]:
+def dead_temporaries(directory: Path, name: str, untagged: str | None = None) -> list[Path]:
     """The temporaries of ``name`` in ``directory`` (``.NAME.PID.X.tmp``, as
     :func:`temporary_name` makes them) whose process no longer runs: a live process's are
-    its own, and a name with a dot more (``NAME.5``'s) is not ``name``'s."""
+    its own, and a name with a dot more (``NAME.5``'s) is not ``name``'s.
+
+    ``untagged``: the pattern (a regular expression of the whole name) of the temporaries an
+    older scratchgpt wrote for ``name``, before they held a process id; one of those that
+    nothing has changed in for :data:`UNTAGGED_AFTER_S` is dead too: a writer changes its
+    temporary as it writes, and no export runs for a day."""
     ours = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[^.]+{re.escape(TEMP_SUFFIX)}")
-    return [p for p in directory.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}")
+    dead = [p for p in directory.glob(f".{glob.escape(name)}.*{TEMP_SUFFIX}")
             if (m := ours.fullmatch(p.name)) is not None and not process_alive(int(m[1]))]
+    if untagged is not None:
+        old = re.compile(untagged)
+        dead += [p for p in directory.glob(f".*{TEMP_SUFFIX}")
+                 if old.fullmatch(p.name) and untouched_for(p, UNTAGGED_AFTER_S)]
+    return dead
 
 
-def remove_dead_temporaries(directory: Path, name: str) -> list[Path]:
+UNTAGGED_AFTER_S = 24 * 3600  # see dead_temporaries
+
+
+def untouched_for(path: Path, seconds: float) -> bool:
+    """Whether nothing in ``path`` (a file, or a folder and all it holds) has been modified for
+    ``seconds``; False where it changes as it is read."""
+    limit = time.time() - seconds
+    try:
+        inside = list(path.rglob("*")) if path.is_dir() and not path.is_symlink() else []
+        return all(p.lstat().st_mtime < limit for p in (path, *inside))
+    except OSError:
+        return False
+
+
+def remove_dead_temporaries(directory: Path, name: str,
+                            untagged: str | None = None) -> list[Path]:
     """Delete :func:`dead_temporaries`; returns them."""
-    dead = dead_temporaries(directory, name)
+    dead = dead_temporaries(directory, name, untagged)
     for p in dead:
         _remove(p)
     return dead

@@ -80,10 +80,10 @@ def _check_out(out: Path, overwrite: bool, checkpoint: str | None = None) -> Non
 def _holds_files(directory: Path) -> bool:
     """Whether ``directory`` holds anything but what an export killed in it left (its
     temporary folder, which the export removes: see ``save_hf``)."""
-    from scratchgpt.checkpoints.hf import STAGING
+    from scratchgpt.checkpoints.hf import STAGING, UNTAGGED_STAGING
     from scratchgpt.checkpoints.io import dead_temporaries
 
-    left = set(dead_temporaries(directory, STAGING))
+    left = set(dead_temporaries(directory, STAGING, UNTAGGED_STAGING))
     return any(p not in left for p in directory.iterdir())
 
 
