@@ -166,6 +166,44 @@ def test_bad_instruction_records_name_the_record(records, needle):
         parse_conversations(json.dumps(records), "f")
 
 
+def test_bad_instruction_records_are_named_in_a_users_words():
+    """A JSONL line's error gave the decoder's place, 'line 1 column 43', after the file's
+    'line 2'; a chat's message was 'record 1[0]'; two missing keys were 'missing key', and
+    nothing said which keys the record had (Dolly's 'response', a completion's 'prompt')."""
+    good, cut = json.dumps({"instruction": "a", "output": "b"}), '{"instruction": "c"'
+    with pytest.raises(DataError) as caught:  # (the '}' it lacks is after its last column)
+        parse_conversations(f"{good}\n{cut}\n", "f")
+    assert str(caught.value) == "f line 2 is not valid JSON (Expecting ',' delimiter at " \
+                                f"column {len(cut) + 1})"
+    chat = {"messages": [{"role": "user", "content": "x"}, {"role": "bot", "content": "y"}]}
+    with pytest.raises(DataError, match=re.escape("f record 1, messages[1]: unknown role")):
+        parse_conversations(json.dumps([chat]), "f")
+    with pytest.raises(DataError, match=re.escape(
+            "f record 1: missing keys 'instruction' and 'output' (its keys: 'prompt', "
+            "'completion'; an Alpaca record")):
+        parse_conversations(json.dumps([{"prompt": "a", "completion": "b"}]), "f")
+    with pytest.raises(DataError, match=re.escape(
+            "f record 1: missing key 'output' (its keys: 'instruction', 'response';")):
+        parse_conversations(json.dumps([{"instruction": "a", "response": "b"}]), "f")
+
+
+def test_data_of_the_other_task_is_named_as_such():
+    """Labelled text given to --task instruct was 'not valid JSON (Expecting value: line 1
+    column 1 (char 0))', and a JSONL file given to --task classify 'no tab between the text
+    and its label': each now says what the file reads as."""
+    with pytest.raises(DataError, match=re.escape(
+            "f line 1 is not valid JSON (Expecting value at column 1; a line of text<TAB>label "
+            "is labelled text, for --task classify?)")):
+        parse_conversations("good film\tpos\nawful\tneg\n", "f")
+    with pytest.raises(DataError, match=re.escape(
+            "line 1: no tab between the text and its label; it reads as JSON (instruction "
+            "data, for --task instruct?)")):
+        parse_labelled(json.dumps({"instruction": "a", "output": "b"}) + "\n", "f")
+    with pytest.raises(DataError) as caught:  # a line that is neither has no hint
+        parse_labelled("good film\n", "f")
+    assert str(caught.value) == "line 1: no tab between the text and its label"
+
+
 def test_a_dataset_s_own_keys_pass():
     """Keys unlike Alpaca's are a dataset's own (Hugging Face's Alpaca has 'text')."""
     records = [{"instruction": "a", "input": "b", "output": "c", "text": "a b c", "id": 7}]

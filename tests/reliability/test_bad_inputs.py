@@ -454,6 +454,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
                 c["header_tsv"], "--out", c["root"] / "out" / "ft"],
      "Is the first row a header?"),
+    # labelled text was 'not valid JSON (Expecting value: line 1 column 1 (char 0))'
+    ("finetune --task instruct --data a labelled TSV (classify's data)",
+     lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
+                c["header_tsv"], "--out", c["root"] / "out" / "ft"],
+     "line 1 is not valid JSON (Expecting value at column 1; a line of text<TAB>label is "
+     "labelled text, for --task classify?)"),
     # UTF-16 without a byte-order mark was read as texts and labels with NULs in them
     ("finetune --task classify --data a TSV saved as UTF-16 without a byte-order mark",
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",

@@ -113,7 +113,9 @@ def _tsv_rows(text: str, label_first: bool) -> list[tuple[int, tuple[str, str]]]
         if not line.strip():
             continue
         if "\t" not in line:
-            raise DataError(f"line {n}: no tab between the text and its label")
+            json_hint = ("; it reads as JSON (instruction data, for --task instruct?)"
+                         if line.lstrip().startswith(("{", "[")) else "")
+            raise DataError(f"line {n}: no tab between the text and its label{json_hint}")
         if label_first:
             label, body = line.split("\t", 1)
         else:
@@ -213,7 +215,7 @@ def conversation(record: Any, where: str) -> list[Message]:
         messages = record["messages"]
         if not isinstance(messages, list):
             raise DataError(f"{where}: 'messages' must be a list of messages")
-        check_messages(messages, where)
+        check_messages(messages, f"{where}, messages")  # (as the template's check names them)
         if not any(m["role"] == "assistant" for m in messages):
             raise DataError(f"{where}: no assistant message (nothing to learn); roles are "
                             f"{', '.join(ROLES)}")
@@ -221,9 +223,11 @@ def conversation(record: Any, where: str) -> list[Message]:
     _check_no_key_is_misspelt(record, where)
     missing = [k for k in ("instruction", "output") if k not in record]
     if missing:
-        raise DataError(f"{where}: missing key {', '.join(repr(k) for k in missing)} (an "
-                        "Alpaca record has 'instruction', 'input' and 'output'; a chat has "
-                        "'messages')")
+        keys = " and ".join(repr(k) for k in missing)
+        has = ", ".join(repr(k) for k in list(record)[:5]) or "none"
+        raise DataError(f"{where}: missing {'key' if len(missing) == 1 else 'keys'} {keys} "
+                        f"(its keys: {has}; an Alpaca record has 'instruction', 'input' and "
+                        "'output'; a chat has 'messages')")
     for key in ("instruction", "input", "output"):
         if key in record and not isinstance(record[key], str):
             raise DataError(f"{where}: {key!r} must be a string")
@@ -263,10 +267,25 @@ def parse_conversations(text: str, where: str) -> list[list[Message]]:
                 try:
                     records.append(json_loads(line))
                 except ValueError as e:
-                    raise DataError(f"{where} line {n} is not valid JSON ({e})") from None
+                    raise DataError(f"{where} line {n} is not valid JSON "
+                                    f"({_line_problem(e, line)})") from None
     if not records:
         raise DataError(f"{where} holds no records")
     return [conversation(r, f"{where} record {i}") for i, r in enumerate(records, 1)]
+
+
+def _line_problem(error: ValueError, line: str) -> str:
+    """Why a line of JSONL is not JSON, placed by its column (the decoder's 'line 1' is the
+    line's own first line, not the file's), with a hint where the line is labelled text.
+
+    >>> _line_problem(json.JSONDecodeError("Expecting value", "good film\tpos", 0), "")
+    'Expecting value at column 1'
+    """
+    if not isinstance(error, json.JSONDecodeError):
+        return str(error)
+    tsv = ("; a line of text<TAB>label is labelled text, for --task classify?"
+           if "\t" in line and not line.lstrip().startswith(("{", "[")) else "")
+    return f"{error.msg} at column {error.colno}{tsv}"
 
 
 def _one_object(text: str) -> dict[str, Any] | None:
