@@ -87,6 +87,28 @@ def test_jsonl_records_end_where_an_editor_ends_lines(char):
         parse_conversations(f"{record}\n{record}\nnot json\n", "f")
 
 
+def test_a_file_holding_a_label_first_dataset_is_read_as_that_dataset(tmp_path,
+                                                                      monkeypatch):
+    """--data sms-spam.tsv (the file $SCRATCHGPT_DATA_DIR holds, given by its path) was read
+    text<TAB>label, and refused as labels nearly one a text: a file with the dataset's bytes
+    is read label<TAB>text, as --dataset sms-spam is; another file is not."""
+    import dataclasses
+    import hashlib
+
+    from scratchgpt.data import sources
+    from scratchgpt.finetune.data import read_labelled
+
+    path = tmp_path / "sms-spam.tsv"
+    path.write_text("ham\tGo until jurong\nspam\tWIN a prize\n")
+    assert read_labelled(str(path), None)[0] == [("ham", "Go until jurong"),
+                                                 ("spam", "WIN a prize")]
+    pinned = dataclasses.replace(sources.DATASETS["sms-spam"],
+                                 sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    monkeypatch.setitem(sources.DATASETS, "sms-spam", pinned)
+    assert read_labelled(str(path), None)[0] == [("Go until jurong", "ham"),
+                                                 ("WIN a prize", "spam")]
+
+
 def test_labels_that_differ_only_in_case_are_refused():
     """Read as they are, they were four classes, the texts of each label split between two."""
     pairs = parse_labelled("good\tpos\nbad\tneg\nfine\tPos \nugly\tNEG\n", "f")

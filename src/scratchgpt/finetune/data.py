@@ -3,7 +3,8 @@ with a fixed seed, and turned into token ids.
 
 * Labelled texts (``--task classify``): a TSV of ``text<TAB>label`` lines (the last tab
   separates the label; an optional ``text<TAB>label`` header line), a CSV of ``text,label``
-  rows (optional header), or the named dataset ``sms-spam`` (``label<TAB>text``).
+  rows (optional header), or the named dataset ``sms-spam`` (``label<TAB>text``, as a file
+  holding its bytes is read).
 * Instructions (``--task instruct``): a JSON list or JSONL of Alpaca records (``instruction``,
   optional ``input``, ``output``) or of chats (``{"messages": [{"role": ..., "content": ...},
   ...]}``), or the named dataset ``instruction-data``. An Alpaca record is the chat
@@ -150,12 +151,19 @@ def read_labelled(data: str | None, dataset: str | None, min_labels: int = 2,
     text, where, sha = read_source(data, dataset, stdin)
     csv_format = bool(data) and Path(data).suffix.lower() == ".csv"
     try:
-        pairs = parse_labelled(text, where, csv_format, dataset in LABEL_FIRST_DATASETS,
-                               min_labels)
+        pairs = parse_labelled(text, where, csv_format, _label_first(dataset, sha), min_labels)
     except DataError as e:
         message = str(e)
         raise DataError(message if message.startswith(where) else f"{where} {message}") from None
     return pairs, where, sha
+
+
+def _label_first(dataset: str | None, sha: str) -> bool:
+    """Whether labelled data is written ``label<TAB>text``: a named dataset written so, or a
+    file holding one's very bytes (``--data sms-spam.tsv``, the copy ``$SCRATCHGPT_DATA_DIR``
+    holds, given by its path, was refused as labels nearly one a text)."""
+    return dataset in LABEL_FIRST_DATASETS or any(
+        sources.DATASETS[name].sha256 == sha for name in LABEL_FIRST_DATASETS)
 
 
 def stratified_split(labels: Sequence[str], fractions: Sequence[float],
