@@ -556,6 +556,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf a scratchgpt run",
      lambda c: ["convert", "--from", "hf", c["run"], "--out", c["root"] / "out" / "h5"],
      "a scratchgpt run, which every command reads as it is"),
+    # a GGUF file to import: "only 'hf' is supported", and "not a Hugging Face directory"
+    ("convert --from gguf a GGUF file",
+     lambda c: ["convert", "--from", "gguf", c["gguf_file"], "--out", c["root"] / "out" / "g1"],
+     "writes GGUF (convert --to gguf) but does not read it; convert reads hf alone"),
+    ("convert --from hf a GGUF file",
+     lambda c: ["convert", "--from", "hf", c["gguf_file"], "--out", c["root"] / "out" / "g2"],
+     "it is a GGUF file, for llama.cpp, and scratchgpt writes GGUF"),
     # a prepared dataset is never a run's directory, whatever the flags say
     ("train --out a prepared dataset --overwrite",
      lambda c: ["train", "--dataset", c["data"], "--out", c["data"], "--overwrite", *TINY],

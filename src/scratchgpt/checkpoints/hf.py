@@ -484,10 +484,14 @@ def _read_tokenizer(directory: Path, required: bool) -> Any:
 
 def _ours_already(source: str | Path) -> str:
     """``"; it is a scratchgpt run ..."`` when ``source`` is a run directory or a ``.pt`` file,
-    which a user may take for what ``--from hf`` reads: nothing needs converting."""
+    which a user may take for what ``--from hf`` reads: nothing needs converting. A GGUF file
+    is named so: scratchgpt does not read one."""
+    from scratchgpt.checkpoints.io import GGUF_NOT_READ, is_gguf
     from scratchgpt.checkpoints.rundir import RunDir
 
     path = Path(source)
+    if path.is_file() and is_gguf(path):
+        return f": it is a GGUF file, for llama.cpp, and {GGUF_NOT_READ}"
     what = ("run" if RunDir(path).has_checkpoint()
             else "checkpoint" if path.is_file() and path.suffix == ".pt" else None)
     if what is None:

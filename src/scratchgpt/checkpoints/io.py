@@ -501,6 +501,16 @@ def read_torch_file(file: str | Path, what: str) -> Any:
 
 
 GGUF_MAGIC = b"GGUF"  # the first bytes of every GGUF file
+GGUF_NOT_READ = "scratchgpt writes GGUF (convert --to gguf) but does not read it"
+
+
+def is_gguf(file: str | Path) -> bool:
+    """Whether ``file`` is a GGUF file (llama.cpp's); False where it cannot be read."""
+    try:
+        with open(file, "rb") as f:
+            return f.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
 
 
 def _not_torch_save(file: str | Path) -> str | None:
@@ -516,8 +526,8 @@ def _not_torch_save(file: str | Path) -> str | None:
     except OSError:
         return None
     if head.startswith(GGUF_MAGIC):
-        return ("it is a GGUF file, for llama.cpp: scratchgpt writes GGUF (convert --to gguf) "
-                "but does not read it; give the run directory or .pt file it was made from")
+        return (f"it is a GGUF file, for llama.cpp: {GGUF_NOT_READ}; give the run directory or "
+                ".pt file it was made from")
     if head.startswith(b"PK") and not zipfile.is_zipfile(file):
         return ("it is truncated or corrupt: a zip archive without its end (a copy, download "
                 "or write cut short?)")

@@ -188,7 +188,11 @@ def import_from(source: list[str], out: Path, overwrite: bool) -> int:
 
     fmt, path = source
     if fmt != "hf":
-        raise ConfigError(f"--from {fmt}: only 'hf' is supported")
+        from scratchgpt.checkpoints.io import GGUF_NOT_READ
+
+        why = f"{GGUF_NOT_READ}; " if fmt.lower() == "gguf" else ""
+        raise ConfigError(f"--from {fmt}: {why}convert reads hf alone (a Hugging Face GPT-2 "
+                          "directory or hub model id)")
     hf_dir = resolve_hf_source(path)
     _, has_tokenizer = import_hf(hf_dir, out, overwrite=overwrite)
     print(f"wrote {out / 'best.pt'}")
