@@ -1050,7 +1050,10 @@ def test_texts_longer_than_max_length_are_truncated_with_a_count(ft_dir, tmp_pat
     record = job.task().examples.record
     assert record["truncated"] == 60 and record["dropped"] == 0 and record["max_length"] == 40
     assert {len(tokens) for tokens, _ in job.task().examples.train} == {41}  # inputs fill 40
-    assert "warning: 60 of 60 conversations are longer than the context" in "\n".join(said)
+    # (it said 'each is truncated to its first 41 tokens' of a context of 40: one too many, it
+    # read, where the 41st is the last one's target)
+    assert "warning: 60 of 60 conversations are longer than the context (40 tokens); each is " \
+           "truncated to fit it: its first 40 tokens are read, each to predict the next" in said
 
 
 @pytest.mark.parametrize("kind", ["instruct", "continued"])

@@ -182,8 +182,11 @@ def _notify(log: Log, counts: dict[str, Any], n: int, max_length: int) -> None:
     if log is None:
         return
     if counts["truncated"]:
+        # (the token after the last input is kept, as a target: the count the cut keeps,
+        # context + 1, read beside the context as one token too many)
         log(f"warning: {counts['truncated']} of {n} conversations are longer than the context "
-            f"({max_length} tokens); each is truncated to its first {max_length + 1} tokens")
+            f"({max_length} tokens); each is truncated to fit it: its first {max_length} tokens "
+            "are read, each to predict the next")
     if counts["dropped"]:
         log(f"warning: {counts['dropped']} of {n} conversations have no reply within the "
             "context and are left out")
