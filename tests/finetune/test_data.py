@@ -338,7 +338,8 @@ def _bad_files(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
     (tmp_path / "utf16.txt").write_bytes("café\n".encode("utf-16"))
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    return ["missing.txt", "a-dir", "latin1.txt", "utf16.txt", "loop"]
+    (tmp_path / "dir-link").symlink_to(tmp_path / "a-dir")
+    return ["missing.txt", "a-dir", "latin1.txt", "utf16.txt", "loop", "dir-link"]
 
 
 def test_a_prompt_file_and_fine_tuning_data_are_refused_in_the_same_words(tmp_path,
@@ -361,6 +362,9 @@ def test_a_prompt_file_and_fine_tuning_data_are_refused_in_the_same_words(tmp_pa
         as_prompt, as_data = through_both(str(tmp_path / name))
         assert as_prompt == as_data
         assert as_data.count(f"data file {tmp_path / name}") == 1
+    # a link is read where it leads: to a folder, it is named as the folder is
+    assert through_both(str(tmp_path / "dir-link"))[1].endswith("is a directory, not a file")
+    assert "Too many levels of symbolic links" in through_both(str(tmp_path / "loop"))[1]
     monkeypatch.setattr("pathlib.Path.read_bytes", lambda self: (_ for _ in ()).throw(
         PermissionError(13, "Permission denied")))  # (tests run as root: chmod would not do)
     as_prompt, as_data = through_both(str(tmp_path / "latin1.txt"))

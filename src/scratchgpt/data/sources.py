@@ -302,7 +302,8 @@ def _read_bytes(path: Path, where: str) -> bytes:
     from scratchgpt.validation import file_source_problem
 
     problem = file_source_problem(path)
-    if problem is not None and not path.is_symlink():  # (a symlink's read says what is wrong)
+    # a link that leads nowhere (a loop) is no "does not exist": the read says what it is
+    if problem is not None and (path.exists() or not path.is_symlink()):
         raise DataError(f"{where} {problem}")
     try:
         return path.read_bytes()
