@@ -177,7 +177,10 @@ def test_alpaca_and_chat_records():
     ([{"messages": [{"role": "user", "content": "x"}, {"role": "bot", "content": "y"}]}],
      "unknown role 'bot'"),
     ([{"messages": [{"role": "user", "content": "x"}]}], "f record 1: no assistant message"),
-    ([["not", "a", "record"]], "f record 1: expected a JSON object"),
+    ([["not", "a", "record"]], "f record 1: expected a JSON object, got an array"),
+    # (Python's names for JSON's values: 'got NoneType', 'got str')
+    ([{"instruction": "a", "output": "b"}, None], "f record 2: expected a JSON object, got null"),
+    (["a record?"], "f record 1: expected a JSON object, got a string"),
     # keys that are not read were left out in silence: the input of this record was lost
     ([{"instruction": "a", "output": "b"}, {"instruction": "c", "Input": "d", "output": "e"}],
      "f record 2: key 'Input' is not read .*; did you mean 'input'\\?"),

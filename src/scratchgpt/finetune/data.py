@@ -218,7 +218,7 @@ def alpaca_messages(record: dict[str, Any]) -> list[Message]:
 def conversation(record: Any, where: str) -> list[Message]:
     """One record of an instruction or chat file as messages; errors name the record."""
     if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        raise DataError(f"{where}: expected a JSON object, got {json_kind(record)}")
     if "messages" in record:
         messages = record["messages"]
         if not isinstance(messages, list):
@@ -240,6 +240,19 @@ def conversation(record: Any, where: str) -> list[Message]:
         if key in record and not isinstance(record[key], str):
             raise DataError(f"{where}: {key!r} must be a string")
     return alpaca_messages(record)
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words (a message named Python's: 'got
+    NoneType' for ``null``, 'got str', 'got list').
+
+    >>> [json_kind(v) for v in (None, True, "a", 1.5, [1])]
+    ['null', 'true', 'a string', 'a number', 'an array']
+    """
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kinds = ((str, "a string"), ((int, float), "a number"), (list, "an array"))
+    return next((kind for t, kind in kinds if isinstance(value, t)), "an object")
 
 
 ALPACA_KEYS = ("instruction", "input", "output")
