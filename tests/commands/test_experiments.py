@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,21 @@ def test_an_out_below_a_file_is_refused_before_anything_trains(experiment, tmp_p
     assert len(err) == 1 and f"--out {out} is below {tmp_path / 'f'}, a file, not a folder" \
         in err[0], err
     assert (tmp_path / "f").read_text() == "mine"
+
+
+@pytest.mark.parametrize("experiment", [["memory", "--quick", "--max-len", "5"],
+                                        ["count", "--steps", "2"]])
+def test_an_out_where_nothing_can_be_written_is_refused_before_anything_trains(
+        experiment, capsys):
+    """An --out no file can be made in was found by the writes after the training: the
+    models (minutes of them, by default) trained for nothing, then 'No such file or
+    directory: /proc/m'. /proc takes no new file, whoever runs the test (a read-only folder
+    takes one from root)."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    out = Path("/proc/scratchgpt-experiment/results")
+    assert main(["experiment", *experiment, "--out", str(out)]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""  # no model was trained (each prints its accuracy)
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out}: no file can be written in /proc (" in err[0], err

@@ -515,6 +515,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("experiment memory --out below a file",
      lambda c: ["experiment", "memory", "--quick", "--out", c["plain_file"] / "m"],
      "is below"),
+    # found by the writes once every model had trained: 'No such file or directory: /proc/m'
+    ("experiment count --out where nothing can be written",
+     lambda c: ["experiment", "count", "--out", "/proc/scratchgpt-count"],
+     "no file can be written in /proc"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

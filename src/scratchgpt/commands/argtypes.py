@@ -135,7 +135,8 @@ def add_which_flag(p: argparse.ArgumentParser) -> None:
 
 def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
     """``--out`` for a command's result files, checked before anything runs: not a file nor
-    below one, and not holding any of ``files`` already unless ``overwrite``."""
+    below one, a folder where a file can be made (or the nearest folder above it that
+    exists), and not holding any of ``files`` already unless ``overwrite``."""
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out} is a file; give a directory for the results")
@@ -143,6 +144,9 @@ def results_dir(out: str | Path, files: Iterable[str], overwrite: bool) -> Path:
     if above is not None:  # found only by the mkdir after the work
         raise ConfigError(f"--out {out} is below {above}, a file, not a folder; give a "
                           "directory for the results")
+    problem = _unwritable(out_dir / "results")  # also found only by the writes after the work
+    if problem is not None:
+        raise ConfigError(f"--out {out}: {problem}; give a directory where you can write")
     there = [name for name in files if (out_dir / name).exists()]
     if there and not overwrite:
         raise ConfigError(f"{out_dir} already holds {' and '.join(there)}; pass --overwrite to "
