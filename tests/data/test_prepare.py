@@ -1,6 +1,7 @@
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,6 +250,36 @@ def test_a_dataset_directory_is_made_as_mkdir_makes_one(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_read_only_out_is_refused_not_swapped_for_a_writable_one(tmp_path, capsys,
+                                                                   monkeypatch, existing):
+    """prepare renames a new directory over --out: a read-only --out (an empty folder, or a
+    dataset given with --overwrite) was replaced by a writable one, its mode lost, where
+    train refuses a read-only --out. (The OS's answer is stubbed: tests may run as root,
+    whom chmod does not stop.)"""
+    import os
+
+    out, text = tmp_path / "data", tmp_path / "text.txt"
+    text.write_text("some text to train on. " * 40)
+    if existing:
+        prepare_text("first text " * 40, out, "char")
+    else:
+        out.mkdir()
+    out.chmod(0o555)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        not (mode & os.W_OK and Path(path) == out) and access(path, mode, **kw)))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    msg = error_of(capsys, ["prepare", "--data", str(text), "--out", str(out),
+                            *(["--overwrite"] if existing else [])])
+    assert msg.endswith(f"cannot write the dataset {out}: Permission denied (nothing was "
+                        "changed)"), msg
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert out.stat().st_mode & 0o777 == 0o555
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "text.txt"]
+    out.chmod(0o755)
 
 
 def test_validation_characters_the_vocabulary_lacks_are_counted_and_reported(tmp_path, capsys):

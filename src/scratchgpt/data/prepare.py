@@ -20,6 +20,7 @@ An existing dataset is replaced only when asked (``overwrite``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -269,8 +270,9 @@ def is_dataset(path: Path) -> bool:
 
 def check_destination(out: Path, overwrite: bool, options: Mapping[str, str] = FLAGS) -> None:
     """``out`` may receive a dataset: it does not exist, is an empty directory, or holds a
-    dataset that ``overwrite`` replaces. Anything else is left alone. ``options`` name the
-    arguments in a refusal (validation.FLAGS, or KEYWORDS from Python)."""
+    dataset that ``overwrite`` replaces, and this user may write it. Anything else is left
+    alone. ``options`` name the arguments in a refusal (validation.FLAGS, or KEYWORDS from
+    Python)."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -281,6 +283,9 @@ def check_destination(out: Path, overwrite: bool, options: Mapping[str, str] = F
                         "it from the parent directory with "
                         f"{named(options, 'out', out.resolve().name)} (nothing was written)")
     _check_replaceable(out, overwrite, options)
+    if not os.access(out, os.W_OK):  # renamed over, it would be a new, writable directory
+        raise StorageError(f"cannot write the dataset {out}: "
+                           f"{os.strerror(errno.EACCES)} (nothing was changed)")
 
 
 def _check_replaceable(out: Path, overwrite: bool, options: Mapping[str, str]) -> None:
