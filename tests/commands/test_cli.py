@@ -47,6 +47,26 @@ def test_a_run_of_one_step_says_so_in_the_singular(small_dataset, tmp_path, caps
     assert "done: 1 step in " in capsys.readouterr().out
 
 
+def test_a_run_that_ends_inside_its_warmup_says_so(small_dataset, tmp_path, capsys):
+    """--max-iters 5 with the default 100-update warmup trained at a twentieth of the rate
+    asked for, the schedule never reached, without a word: the metrics' rate only rose."""
+    import csv
+
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r"),
+                 "--max-iters", "5", "--eval-interval", "5", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("note: --warmup-iters 100 is not below --max-iters 5: the learning "
+                          "rate rises for the whole run, to 5% of --learning-rate 0.001, and "
+                          "the cosine schedule never starts; pass a smaller --warmup-iters\n"), out
+    with open(tmp_path / "r" / "metrics.csv") as f:
+        rates = [float(row["lr"]) for row in csv.DictReader(f) if row["lr"]]
+    assert rates == sorted(rates) and rates[-1] == pytest.approx(0.001 * 5 / 101, rel=1e-3)
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "r2"),
+                 "--max-iters", "5", "--eval-interval", "5", "--warmup-iters", "4",
+                 *TINY]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_prepare_folder_of_txt(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.txt").write_text("hello world " * 100)

@@ -173,6 +173,21 @@ def finished_note(job: TrainJob) -> str | None:
     return None
 
 
+def warmup_note(job: TrainJob) -> str | None:
+    """What to say of a run that ends inside its warmup (the default 100 updates, with a
+    --max-iters of 50 to try the command): the rate only rises, never reaches
+    --learning-rate, and the schedule never starts, which nothing else tells. None
+    otherwise."""
+    cfg = job.train
+    if cfg.warmup_iters < cfg.max_iters:
+        return None
+    reached = cfg.max_iters / (cfg.warmup_iters + 1)  # the rate of the last update
+    return (f"note: --warmup-iters {cfg.warmup_iters} is not below --max-iters "
+            f"{cfg.max_iters}: the learning rate rises for the whole run, to {reached:.0%} of "
+            f"--learning-rate {cfg.learning_rate:g}, and the {cfg.schedule} schedule never "
+            "starts; pass a smaller --warmup-iters")
+
+
 def check_resources(train: TrainConfig, config: ModelConfig,
                     options: Mapping[str, str] = FLAGS) -> None:
     """The device exists, computes the precision asked for, and has the memory the run needs
