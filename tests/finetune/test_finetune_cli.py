@@ -869,6 +869,27 @@ def test_a_message_with_characters_the_model_lacks_is_refused_and_the_chat_goes_
            "'\u00ef'" in one_line_error(code, err)
 
 
+def test_sample_chat_refuses_a_prompt_with_characters_the_model_lacks(chat_model, capsys):
+    """sample --chat replaced them in silence, where plain sample and chat refuse them: it
+    names them as chat does (through chat's check), and --unknown replace lets them through."""
+    code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
+                                  "hi \u2603", "--max-new-tokens", "5"], capsys)
+    assert one_line_error(code, err).strip() == (
+        "scratchgpt sample: error: --chat: the prompt cannot be encoded: text has 1 "
+        "character(s) not in the vocabulary: '\u2603'; write it without them (or use "
+        "--unknown replace to substitute them)")
+    assert printed == ""
+    code, _, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt", "hi",
+                            "--system", "be br\u00eff"], capsys)
+    assert "--chat: --system cannot be encoded: text has 1 character(s) not in the " \
+           "vocabulary: '\u00ef'" in one_line_error(code, err)
+    code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
+                                  "hi \u2603", "--unknown", "replace", "--temperature", "0",
+                                  "--max-new-tokens", "5"], capsys)
+    assert code == 0, err
+    assert printed.startswith("<|user|>\nhi \u2603\n<|assistant|>\n"), printed
+
+
 def test_sample_chat_applies_the_template(chat_model, capsys):
     code, printed, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt",
                                   "hi", "--temperature", "0", "--max-new-tokens", "40"], capsys)

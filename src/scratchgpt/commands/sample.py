@@ -243,13 +243,26 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     if not text:
         raise ConfigError("--chat needs a prompt (the user's message)")
     for what, content in (("--system", args.system), ("the prompt", text)):
-        if content and (problem := template.marker_in(content)):
+        if content and (problem := chat_text_problem(tok, template, content, args.unknown)):
             raise ConfigError(f"--chat: {what} {problem}")
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": text}]
     (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)
     rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, template.stop))
     return template.render(messages), ids, rule
+
+
+def chat_text_problem(tok, template, content: str, unknown: str) -> str | None:
+    """What keeps ``content`` out of a ``--chat`` prompt, as chat finds it (a marker of the
+    template, or, unless ``--unknown replace``, characters the tokenizer cannot write), or
+    None."""
+    from scratchgpt.commands.chat import unknown_characters
+
+    if problem := template.marker_in(content):
+        return problem
+    if unknown == "error" and (problem := unknown_characters(tok, content)):
+        return f"{problem} (or use --unknown replace to substitute them)"
+    return None
 
 
 def check_finite(model, where) -> None:
