@@ -78,7 +78,7 @@ def test_texts_are_cut_to_the_runs_max_length(short_run, tmp_path, capsys):
     texts.write_text(f"{long}\n{long[:MAX_LENGTH]}\n")
     code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", texts, "--json"],
                                  capsys)
-    assert code == 0 and "1 of 2 texts are longer than the run's --max-length" in err
+    assert code == 0 and "1 of 2 texts is longer than the run's --max-length" in err
     rows = json.loads(printed)
     assert rows[0]["probabilities"] == rows[1]["probabilities"]
     code, printed, _ = run_cli(["classify", "--checkpoint", run, long, "--json"], capsys)

@@ -155,9 +155,15 @@ def test_eval_of_a_file_written_label_first_says_so(classifier, tmp_path, capsys
 
 
 def test_long_texts_are_truncated_with_a_count(classifier, capsys):
+    """Counted in words that agree with the count (it said '1 of 1 texts are longer')."""
     out, _ = classifier
     code, _, err = run_cli(["classify", "--checkpoint", out, "love " * 100], capsys)
-    assert code == 0 and "1 of 1 texts are longer than the context (64 tokens)" in err
+    assert code == 0 and "warning: 1 of 1 text is longer than the context (64 tokens); it " \
+        "is truncated to its first 64 tokens" in err, err
+    code, _, err = run_cli(["classify", "--checkpoint", out, "love " * 100, "love " * 90,
+                            "love"], capsys)
+    assert code == 0 and "warning: 2 of 3 texts are longer than the context (64 tokens); " \
+        "each is truncated" in err, err
 
 
 def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
@@ -694,6 +700,20 @@ def test_instruct_run_records_the_template_and_the_response_loss(chat_model):
     ckpt = load_checkpoint(chat_model)
     assert ckpt.data["chat_template"] == "scratchgpt-chat-v1"
     assert ckpt.data["task"] == "instruct" and ckpt.state.val_loss < 0.1
+
+
+@pytest.mark.parametrize(("held_out", "says"), [
+    ("0.1", "train on 2 conversations, 1 held out (seed 0)"),  # (it said '1 conversations')
+    ("0.6", "train on 1 conversation, 2 held out (seed 0)")])
+def test_instruct_split_counts_conversations_in_agreeing_words(ft_dir, tmp_path, held_out,
+                                                                says, capsys):
+    (tmp_path / "three.json").write_text(json.dumps(addition_records(3)))
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", tmp_path / "three.json",
+                                  "--held-out", held_out, "--out", tmp_path / "chat",
+                                  "--max-iters", "1", *SMALL], capsys)
+    assert code == 0, err
+    assert f"three.json: {says}; template scratchgpt-chat-v1" in printed, printed
 
 
 def test_alpaca_instruct_reports_before_and_after(ft_dir, tmp_path, capsys):

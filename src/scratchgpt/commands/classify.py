@@ -9,6 +9,7 @@ import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, figure_file
 from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.wording import plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -103,8 +104,9 @@ def probabilities(model, tokenizer, texts: list[str], record: dict):
     ids, truncated, replaced = encode_texts(tokenizer, texts, limit)
     if truncated:
         what = "the context" if limit == block_size else "the run's --max-length"
-        print(f"warning: {truncated} of {len(texts)} texts are longer than {what} "
-              f"({limit} tokens); each is truncated to its first {limit} tokens",
+        print(f"warning: {truncated} of {plural(len(texts), 'text')} "
+              f"{'is' if truncated == 1 else 'are'} longer than {what} ({limit} tokens); "
+              f"{'it' if truncated == 1 else 'each'} is truncated to its first {limit} tokens",
               file=sys.stderr)
     if replaced:
         print(replaced_warning(replaced, len(texts), "texts",

@@ -61,6 +61,7 @@ from scratchgpt.training.settings import (
 )
 from scratchgpt.training.trainer import TrainResult, check_no_curriculum
 from scratchgpt.validation import flag_of, rename_setting
+from scratchgpt.wording import plural
 
 TASKS = FINETUNE_TASKS
 
@@ -302,8 +303,9 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
     config = gpt if req.lora is None else _with_lora(gpt, req.lora)
     if log is not None:
         sizes = data.record["split_sizes"]
-        log(f"{data.record['source']}: train {sizes['train']:,} / held out {sizes['val']:,} "
-            f"conversations (seed {spec.split_seed}); template {spec.template}")
+        log(f"{data.record['source']}: train on "
+            f"{plural(sizes['train'], 'conversation', grouped=True)}, {sizes['val']:,} held "
+            f"out (seed {spec.split_seed}); template {spec.template}")
     return instruct.InstructTask(data, base.tokenizer, extra), config
 
 
