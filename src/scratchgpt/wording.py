@@ -1,6 +1,12 @@
-"""Counts in messages: ``plural(1, "token")`` is '1 token', ``plural(3, "token")`` '3 tokens'."""
+"""Words in messages: counts, ``plural(1, "token")`` is '1 token', ``plural(3, "token")``
+'3 tokens'; the article of a model kind, ``a_kind("lstm")`` is 'an lstm'."""
 
 from __future__ import annotations
+
+# model kinds read letter by letter (G-R-U has a vowel, so the rule below misses it)
+SPELLED = frozenset({"gpt", "rnn", "lstm", "gru"})
+# letters whose spoken name begins with a vowel sound: "el", "ar", "en", "ef", "aitch" ...
+VOWEL_SOUNDING_LETTERS = frozenset("aefhilmnorsx")
 
 
 def plural(n: int, word: str, words: str | None = None, *, grouped: bool = False) -> str:
@@ -8,3 +14,19 @@ def plural(n: int, word: str, words: str | None = None, *, grouped: bool = False
     1; ``grouped``: ``n`` with thousands separators (``1,024 tokens``)."""
     count = f"{n:,}" if grouped else str(n)
     return f"{count} {word if n == 1 else words or word + 's'}"
+
+
+def a_kind(kind: str) -> str:
+    """``kind``, a model type's name, after the article it is spoken with: a name read letter
+    by letter (one of SPELLED, or one with no vowel) takes 'an' when its first letter's name
+    begins with a vowel sound, a word when it does.
+
+    >>> [a_kind(k) for k in ("lstm", "rnn", "gpt", "gru", "bigram", "seq2seq")]
+    ['an lstm', 'an rnn', 'a gpt', 'a gru', 'a bigram', 'a seq2seq']
+    >>> a_kind("rnn-classifier")
+    'an rnn-classifier'
+    """
+    head = kind.split("-")[0].lower()
+    spelled = head in SPELLED or not set(head) & set("aeiou")
+    vowels = VOWEL_SOUNDING_LETTERS if spelled else frozenset("aeiou")
+    return f"{'an' if head[:1] in vowels else 'a'} {kind}"

@@ -134,7 +134,7 @@ def test_bench_finetune_refuses_a_flag_its_suite_ignores(suite, flags, uses, tmp
 @pytest.mark.parametrize("suite, run", [("synthetic", "synthetic-sft"),
                                         ("instruction-data", "instruction-data-sft")])
 @pytest.mark.parametrize("base, says", [
-    ("missing", "does not exist"), ("lstm.pt", "{where}: holds a lstm model"),
+    ("missing", "does not exist"), ("lstm.pt", "{where}: holds an lstm model"),
     ("its own run", "would replace the model"),
     # (refused once the suite had made --out, pretrained nothing and read the data)
     ("gpt.pt", "{where}: the base's tokenizer cannot write the chat template's marker "

@@ -163,7 +163,7 @@ def test_missing_glyphs_are_the_visible_texts_characters_no_font_has():
 def test_attention_refuses_a_model_without_attention(runs, tmp_path, capsys):
     line = error_of(capsys, ["attention", "--checkpoint", str(runs["lstm"]), "--text",
                                    "abc", "--out", str(tmp_path / "a.png")])
-    assert "lstm model" in line and "GPT" in line
+    assert "holds an lstm model" in line and "GPT" in line  # (it said 'a lstm model')
     assert not (tmp_path / "a.png").exists()
 
 
@@ -257,7 +257,7 @@ def test_inspect_refuses_a_model_that_predicts_no_next_token(runs, tmp_path, cap
     out = tmp_path / "d.png"
     line = error_of(capsys, ["inspect", "--checkpoint", str(runs["rnn-classifier"]),
                              "--prompt", "ab", "--out", str(out)])
-    assert "rnn-classifier model" in line and "language model" in line
+    assert "holds an rnn-classifier model" in line and "language model" in line
     assert not out.exists()
 
 

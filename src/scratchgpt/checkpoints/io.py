@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError, StorageError
 from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
+from scratchgpt.wording import a_kind
 
 if TYPE_CHECKING:  # (hf imports this module)
     from scratchgpt.checkpoints.hf import HFConfig
@@ -674,7 +675,7 @@ def load_language_model(path: str | Path, which: str | None = None,
     model, source = load_model(path, which, FLAGS)
     if not hasattr(model, "new_cache"):
         use = NOT_LANGUAGE_MODELS.get(source.model_type, "it is not a language model")
-        raise ConfigError(f"{path} holds a {source.model_type} model; {command} needs a "
+        raise ConfigError(f"{path} holds {a_kind(source.model_type)} model; {command} needs a "
                           f"language model, one that predicts the next token ({use})")
     return model, source
 

@@ -26,7 +26,7 @@ from scratchgpt.commands.argtypes import (
     thread_count,
 )
 from scratchgpt.errors import CheckpointError, GenerationError
-from scratchgpt.wording import plural
+from scratchgpt.wording import a_kind, plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model, source = load_model(args.checkpoint, args.which, FLAGS)
     if not isinstance(model, GPT):
-        raise CheckpointError(f"{args.checkpoint} holds a {source.model_type} model; attention "
-                              "plots need a GPT checkpoint")
+        raise CheckpointError(f"{args.checkpoint} holds {a_kind(source.model_type)} model; "
+                              "attention plots need a GPT checkpoint")
     cfg = model.config
     layers = pick_index(args.layer, cfg.n_layer, "--layer")
     heads = pick_index(args.head, cfg.n_head, "--head")

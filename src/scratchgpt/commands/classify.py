@@ -9,7 +9,7 @@ import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, figure_file
 from scratchgpt.errors import ConfigError, DataError
-from scratchgpt.wording import plural
+from scratchgpt.wording import a_kind, plural
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"text {empty} is empty; give each text some words")
     model, source = load_model(args.checkpoint, args.which, FLAGS)
     if not isinstance(model, GPTClassifier):
-        raise ConfigError(f"{args.checkpoint} holds a {source.model_type} model, not a "
+        raise ConfigError(f"{args.checkpoint} holds {a_kind(source.model_type)} model, not a "
                           "classifier (make one with scratchgpt finetune --task classify)")
     record = source.checkpoint.data["classify"]
     labels = record["labels"]

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from scratchgpt.errors import CheckpointError, ConfigError, DataError, ScratchGPTError
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.wording import a_kind
 
 # parameter names a fine-tuned model adds to its base's (they start from the seed, not the base)
 NEW_PARAMETERS = ("lora_A", "lora_B", "head.")
@@ -71,7 +72,7 @@ def load_base(source: str, flag: str | None = "--init-from") -> Base:
         raise type(e)(f"{flag}: {e}") from None
     if not isinstance(model, GPT):
         named = f"{flag} {source}:" if flag else f"{source}"
-        raise CheckpointError(f"{named} holds a {where.model_type} model; fine-tuning starts "
+        raise CheckpointError(f"{named} holds {a_kind(where.model_type)} model; fine-tuning starts "
                               "from a GPT language model")
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return Base(source, model.config, state, where.tokenizer(), weights_identity(state))
