@@ -528,6 +528,20 @@ def test_bpe_dropout_with_a_char_models_tokenizer_names_the_flag(tmp_path, capsy
     assert not (tmp_path / "d").exists()
 
 
+def test_tokenizer_from_what_is_no_model_names_the_flag_and_what_it_takes(tmp_path, capsys):
+    """A path that does not exist was "checkpoint nosuch does not exist", though the flag
+    takes a prepared dataset too, and a file that is no model named no flag at all."""
+    text = tmp_path / "t.txt"
+    text.write_text("some text to train on. " * 40)
+    argv = ["prepare", "--data", str(text), "--out", str(tmp_path / "d"), "--tokenizer-from"]
+    msg = error_of(capsys, [*argv, str(tmp_path / "nosuch")])
+    assert msg.endswith(f"--tokenizer-from {tmp_path / 'nosuch'}: no such run, checkpoint or "
+                        "prepared dataset (a Hugging Face model is hf:ID)"), msg
+    msg = error_of(capsys, [*argv, str(text)])
+    assert f"error: --tokenizer-from: {text} is not a readable checkpoint" in msg, msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+
+
 def test_tokenizer_from_a_prepared_dataset_gives_a_second_text_its_ids(tmp_path, capsys,
                                                                         english_text):
     """prepare --tokenizer-from a prepared dataset was refused as "a prepared dataset, not a

@@ -629,6 +629,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("prepare --tokenizer-from a BPE checkpoint copied without its merges.txt",
      lambda c: ["prepare", "--data", c["text"], "--tokenizer-from", c["bpe_copied"], "--out",
                 c["root"] / "out" / "p3"], "copy merges.txt"),
+    # GPT-2's tokenizer asked for by --tokenizer-from: "checkpoint gpt2 does not exist", which
+    # named no flag and read as if the flag took checkpoints alone (it takes datasets too)
+    ("prepare --tokenizer-from gpt2",
+     lambda c: ["prepare", "--data", c["text"], "--tokenizer-from", "gpt2", "--out",
+                c["root"] / "out" / "p5"], "give --tokenizer gpt2"),
 ]
 
 

@@ -124,15 +124,33 @@ def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
     """The tokenizer of ``name`` and what a note calls its vocabulary: a prepared dataset
     directory's (prepare a second text with the ids of a first), else a model's (a run
     directory, checkpoint, Hugging Face directory or hf:ID)."""
+    from scratchgpt.checkpoints.hub import HF_PREFIX
     from scratchgpt.data.prepare import is_dataset
+    from scratchgpt.errors import ScratchGPTError
 
     if is_dataset(Path(name)):  # (load_model refused it: "not a model")
         from scratchgpt.data.dataset import dataset_tokenizer
 
         return dataset_tokenizer(name), "the dataset's vocabulary"
+    if not name.startswith(HF_PREFIX) and not Path(name).exists():
+        raise ConfigError(f"--tokenizer-from {name}: no such run, checkpoint or prepared dataset "
+                          f"(a Hugging Face model is {HF_PREFIX}ID){_built_here(name)}")
     from scratchgpt.checkpoints import load_model
 
-    return load_model(name)[1].tokenizer(), "the model's vocabulary"
+    try:
+        return load_model(name)[1].tokenizer(), "the model's vocabulary"
+    except ScratchGPTError as e:  # it said "checkpoint X does not exist", naming no flag
+        raise type(e)(f"--tokenizer-from: {e}") from None
+
+
+def _built_here(name: str) -> str:
+    """Where --tokenizer-from names a tokenizer that --tokenizer builds (``gpt2``: GPT-2's
+    own), that flag; else ""."""
+    from scratchgpt.tokenizers import BUILD_KINDS
+
+    if name.lower() not in BUILD_KINDS:
+        return ""
+    return f"; for the {name.lower()} tokenizer itself, give --tokenizer {name.lower()}"
 
 
 def _spelt_as_speedrun(tokenizer: str) -> str:
