@@ -160,6 +160,22 @@ def test_file_is_read_as_finetune_reads_its_data(short_run, tmp_path, capsys):
     assert "/dev/null is not a regular file" in err and code == 2, err  # not "does not exist"
 
 
+def test_a_labelled_file_given_as_file_gets_a_note_naming_eval(short_run, tmp_path, capsys):
+    """text<TAB>label lines given to --file were each classified whole, label and all, with no
+    word: a note names --eval. Texts that hold a tab without ending in a label get none."""
+    run, data = short_run
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--file", data], capsys)
+    assert code == 0 and len(printed.splitlines()) == len(data.read_text().splitlines())
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: every line of --file {data} ends "
+                                                   "in a tab and one of the model's labels ")
+    assert notes[0].endswith(f"give --eval {data}"), notes
+    texts = tmp_path / "tabbed.txt"
+    texts.write_text("love\tgood\nhate\tpos\n")  # ('good' is no label)
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--file", texts], capsys)
+    assert code == 0 and "--eval" not in err, err
+
+
 def _stdin(raw: bytes) -> io.TextIOWrapper:
     """Standard input holding ``raw``, decoded as a terminal's is (invalid bytes kept as
     surrogates, which would reach the tokenizer as U+FFFD)."""

@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if args.eval:
         return evaluate_file(model, source.tokenizer(), record, args)
     texts = args.texts or read_lines(args.file)
+    if args.file:
+        note_labelled_file(texts, labels, args.file)
     probs = probabilities(model, source.tokenizer(), texts, record)
     rows = [{"text": t, "label": labels[int(p.argmax())], "probability": float(p.max()),
              "probabilities": dict(zip(labels, map(float, p), strict=True))}
@@ -91,6 +93,16 @@ def read_lines(path: str) -> list[str]:
     if not lines:
         raise DataError(f"{where} has no non-empty line")
     return lines
+
+
+def note_labelled_file(lines: list[str], labels: list[str], path: str) -> None:
+    """A note on stderr when every line of ``--file`` ends in a tab and one of the model's
+    labels: the file is likely labelled, for ``--eval``. (Not refused: a text may hold a
+    tab.)"""
+    if all("\t" in line and line.rsplit("\t", 1)[1].strip() in labels for line in lines):
+        print(f"note: every line of --file {path} ends in a tab and one of the model's labels "
+              f"({', '.join(labels)}), and each was classified whole, label and all; to score "
+              f"the model on a labelled file, give --eval {path}", file=sys.stderr)
 
 
 def probabilities(model, tokenizer, texts: list[str], record: dict):
