@@ -666,8 +666,18 @@ def test_an_adapter_refuses_another_base(ft_dir, tmp_path, capsys):
                     "--out", run, *SMALL], capsys)[0] == 0
     code, _, err = run_cli(["finetune", "--merge", run / "adapter.pt", "--init-from", other,
                             "--out", tmp_path / "m"], capsys)
-    assert "an adapter only fits its own base" in one_line_error(code, err)
+    # each base named: the one it was trained over, and the one given
+    assert f"{run / 'adapter.pt'} was trained over the base {ft_dir / 'base'} (weights " \
+           f"sha256 " in one_line_error(code, err)
+    assert f"but --init-from {other} has " in err and "an adapter only fits its own base" in err
     assert not (tmp_path / "m").exists()
+    # a given base that is no base is named as the given one, not as the adapter's (it said
+    # 'adapter.pt is an adapter over the base RUN, which cannot be read')
+    code, _, err = run_cli(["finetune", "--merge", run / "adapter.pt", "--init-from", run,
+                            "--out", tmp_path / "m"], capsys)
+    assert f"--init-from {run}: holds a gpt-classifier model" in one_line_error(code, err)
+    assert f"(the base {run / 'adapter.pt'} was trained over is {ft_dir / 'base'})" in err
+    assert "an adapter over the base" not in err and not (tmp_path / "m").exists()
     # an adapter whose base is gone says so
     moved = torch.load(run / "adapter.pt", weights_only=True)
     moved["base"]["source"] = str(tmp_path / "gone")

@@ -31,7 +31,12 @@ from scratchgpt.checkpoints.io import (
     read_torch_file,
 )
 from scratchgpt.errors import CheckpointError
-from scratchgpt.finetune.base import check_out_is_not_the_base, load_base, map_base_state
+from scratchgpt.finetune.base import (
+    Base,
+    check_out_is_not_the_base,
+    load_base,
+    map_base_state,
+)
 from scratchgpt.models import build_model, config_dict, model_config
 from scratchgpt.models.classifier import GPTClassifierConfig
 from scratchgpt.models.lora import GPTLoRAConfig
@@ -83,23 +88,35 @@ def checkpoint_from_adapter(d: dict[str, Any], where: str,
         recorded, weights = dict(d["base"]), dict(d["weights"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: damaged adapter ({e})") from None
-    source = base_source or recorded["source"]
-    try:
-        base = load_base(source, "--init-from" if base_source else None)
-    except CheckpointError as e:
-        moved = "" if base_source else (
-            f"; if the base moved, fold the adapter into it where it is now: scratchgpt "
-            f"finetune --merge {where} --init-from BASE --out DIR")
-        raise CheckpointError(f"{where} is an adapter over the base {source}, which cannot be "
-                              f"read ({e}){moved}") from None
-    if base.identity != recorded["identity"]:
-        raise CheckpointError(f"{where} was trained on a base with weights sha256 "
-                              f"{recorded['identity'][:12]}…, but {source} has "
-                              f"{base.identity[:12]}…; an adapter only fits its own base")
+    base = _adapter_base(where, recorded, base_source)
     # the model is built, and the state's fit checked, by whoever loads this checkpoint
     state = {**map_base_state(base.state, d["model_type"]), **weights}
     return Checkpoint(d["model_type"], config, state, dict(d.get("tokenizers") or {}),
                       dict(d.get("data") or {}), str(d.get("run_id", "")), path=Path(where))
+
+
+def _adapter_base(where: str, recorded: dict[str, Any], given: str | None) -> Base:
+    """The base an adapter goes onto: ``given`` (``--init-from``), or the one it records,
+    refused unless it has the weights the adapter was trained over. A refusal names the
+    recorded base and, when it is another, the given one."""
+    trained_over = recorded.get("source") or "(not recorded)"
+    source = given or trained_over
+    try:
+        base = load_base(source, "--init-from" if given else None)
+    except CheckpointError as e:
+        if given:  # (the base that cannot be read is the one given, not the adapter's)
+            raise CheckpointError(f"{e} (the base {where} was trained over is "
+                                  f"{trained_over})") from None
+        raise CheckpointError(f"{where} is an adapter over the base {source}, which cannot be "
+                              f"read ({e}); if the base moved, fold the adapter into it where "
+                              f"it is now: scratchgpt finetune --merge {where} --init-from "
+                              "BASE --out DIR") from None
+    if base.identity != recorded["identity"]:
+        now = f"--init-from {source} has" if given else f"{source} now has"
+        raise CheckpointError(f"{where} was trained over the base {trained_over} "
+                              f"(weights sha256 {recorded['identity'][:12]}…), but {now} "
+                              f"{base.identity[:12]}…; an adapter only fits its own base")
+    return base
 
 
 def load_adapter(path: str | Path, base_source: str | None = None) -> Checkpoint:
