@@ -173,7 +173,7 @@ TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--vocab-size",
       "29"], "--recompute-tokens"),
     (["decode-step", "--repeats", "-1"], "--repeats"), (["decode-step", "--ops", "-1"], "--ops"),
     (["decode-step", *TINY_GPT, "--tokens", "32"], "--tokens 32"),
-    (["decode-step", "--preset", "warandpeace-lstm"], "trains a lstm model"),
+    (["decode-step", "--preset", "warandpeace-lstm"], "trains an lstm model"),
     # a random model's shape beside a preset was silently dropped for the preset's
     (["decode-step", "--preset", "cpu-small", "--n-layer", "3"], "--preset gives the shape"),
     (["decode-step", "--n-embd", "0"], "--n-embd"),

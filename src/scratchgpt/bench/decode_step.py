@@ -295,12 +295,13 @@ def build(args: argparse.Namespace) -> tuple[Any, str]:
     if args.preset:
         from scratchgpt.errors import ConfigError
         from scratchgpt.training.config import PRESETS
+        from scratchgpt.wording import a_kind
 
         if args.preset not in PRESETS:
             raise ConfigError(f"unknown preset {args.preset!r}")
         p = PRESETS[args.preset]
         if p.get("model", "gpt") != "gpt":  # its fields would shape a GPT it does not train
-            raise ConfigError(f"--preset {args.preset} trains a {p['model']} model; "
+            raise ConfigError(f"--preset {args.preset} trains {a_kind(p['model'])} model; "
                               "bench decode-step times GPT shapes")
         fields = set(GPTConfig.__dataclass_fields__) - {"vocab_size", "dropout"}
         cfg = GPTConfig(vocab_size=args.vocab_size or 65,
