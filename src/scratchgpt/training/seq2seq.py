@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -223,10 +223,28 @@ def translate(
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
     An empty source, or one longer than the model reads, is a GenerationError."""
+    texts: list[str] = []
+    all_ids: list[list[int]] = []
+    all_attn: list[Tensor] = []
+    for batch_texts, ids, attn in translate_batches(model, sources, src_tok, tgt_tok, beam,
+                                                    max_len, batch_size, length_penalty):
+        texts += batch_texts
+        all_ids += ids
+        all_attn += attn
+    return texts, all_ids, all_attn
+
+
+def translate_batches(
+    model: Seq2Seq, sources: Sequence[str], src_tok: Seq2SeqTokenizer,
+    tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int = 64, batch_size: int = 256,
+    length_penalty: float = 1.0,
+) -> Iterator[tuple[list[str], list[list[int]], list[Tensor]]]:
+    """:func:`translate` a batch at a time: yields (texts, token ids, attention) of each
+    ``batch_size`` sources in order, as soon as they are decoded, so that a caller stopped by
+    Ctrl-C has the batches before. Every source is checked before the first is decoded."""
     check_length_penalty(length_penalty)
     device = next(model.parameters()).device
     model.eval()
-    texts, all_ids, all_attn = [], [], []
     examples = [(src_tok.encode(s) + [EOS_ID], []) for s in sources]
     check_lengths(model, [len(x) for x, _ in examples], max_len)
     check_decode_fits(model, min(len(examples), batch_size) * beam,
@@ -238,10 +256,7 @@ def translate(
             ids, attn = model.greedy_decode(src, lengths, max_len)
         else:
             ids, attn = model.beam_decode(src, lengths, beam, max_len, length_penalty)
-        texts += [tgt_tok.decode(x) for x in ids]
-        all_ids += ids
-        all_attn += attn
-    return texts, all_ids, all_attn
+        yield [tgt_tok.decode(x) for x in ids], ids, attn
 
 
 def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -> None:
