@@ -1,5 +1,6 @@
 """Words in messages: counts, ``plural(1, "token")`` is '1 token', ``plural(3, "token")``
-'3 tokens'; the article of a model kind, ``a_kind("lstm")`` is 'an lstm'."""
+'3 tokens'; a part of a count with its verb, ``some_of(1, 3, "text")`` is '1 of 3 texts is';
+the article of a model kind, ``a_kind("lstm")`` is 'an lstm'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ def plural(n: int, word: str, words: str | None = None, *, grouped: bool = False
     1; ``grouped``: ``n`` with thousands separators (``1,024 tokens``)."""
     count = f"{n:,}" if grouped else str(n)
     return f"{count} {word if n == 1 else words or word + 's'}"
+
+
+def some_of(k: int, n: int, word: str, verbs: tuple[str, str] = ("is", "are")) -> str:
+    """``k`` of ``n`` ``word`` (plural unless ``n`` is 1) and the verb of ``verbs`` (singular,
+    plural) that agrees with ``k``, to go on with what they are ('longer than ...').
+
+    >>> some_of(1, 20, "text"), some_of(2, 20, "text"), some_of(1, 1, "text")
+    ('1 of 20 texts is', '2 of 20 texts are', '1 of 1 text is')
+    >>> some_of(1, 3, "conversation", ("has", "have"))
+    '1 of 3 conversations has'
+    """
+    return f"{k} of {plural(n, word)} {verbs[0] if k == 1 else verbs[1]}"
 
 
 def a_kind(kind: str) -> str:

@@ -171,7 +171,9 @@ def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
     not tell what the model would read in their place."""
     out, _ = classifier
     code, _, err = run_cli(["classify", "--checkpoint", out, "love ü happy", "nice"], capsys)
-    assert code == 0 and "1 of 2 texts have characters the tokenizer lacks ('ü')" in err
+    # (in words that agree with the count: it said '1 of 2 texts have ...; they are replaced')
+    assert code == 0 and "1 of 2 texts has characters the tokenizer lacks ('ü'); it is " \
+        "replaced" in err, err
     lines = labelled_lines(60)
     lines[:3] = [f"{line.split(chr(9))[0]} ~ü~\t{line.split(chr(9))[1]}" for line in lines[:3]]
     (tmp_path / "odd.tsv").write_text("\n".join(lines) + "\n")
@@ -179,7 +181,8 @@ def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
                                   ft_dir / "base", "--data", tmp_path / "odd.tsv", "--out",
                                   tmp_path / "run", "--max-iters", "1", *SMALL], capsys)
     assert code == 0, err
-    assert "3 of 60 texts have characters the tokenizer lacks ('~', 'ü')" in printed
+    assert "3 of 60 texts have characters the tokenizer lacks ('~', 'ü'); they are " \
+        "replaced" in printed
     assert "done: 1 step in " in printed  # (it said '1 steps')
     records = addition_records(20)
     records[0]["output"] += " ü"
@@ -188,7 +191,7 @@ def test_replaced_characters_are_named(classifier, ft_dir, tmp_path, capsys):
                                   ft_dir / "base", "--data", tmp_path / "odd.json", "--out",
                                   tmp_path / "chat", "--max-iters", "1", *SMALL], capsys)
     assert code == 0, err
-    assert "1 of 20 conversations have characters the tokenizer lacks ('ü')" in printed
+    assert "1 of 20 conversations has characters the tokenizer lacks ('ü')" in printed
 
 
 def _bad_files(d):

@@ -9,7 +9,7 @@ import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, figure_file
 from scratchgpt.errors import ConfigError, DataError
-from scratchgpt.wording import a_kind, plural
+from scratchgpt.wording import a_kind, some_of
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -116,12 +116,11 @@ def probabilities(model, tokenizer, texts: list[str], record: dict):
     ids, truncated, replaced = encode_texts(tokenizer, texts, limit)
     if truncated:
         what = "the context" if limit == block_size else "the run's --max-length"
-        print(f"warning: {truncated} of {plural(len(texts), 'text')} "
-              f"{'is' if truncated == 1 else 'are'} longer than {what} ({limit} tokens); "
-              f"{'it' if truncated == 1 else 'each'} is truncated to its first {limit} tokens",
-              file=sys.stderr)
+        print(f"warning: {some_of(truncated, len(texts), 'text')} longer than {what} "
+              f"({limit} tokens); {'it' if truncated == 1 else 'each'} is truncated to its "
+              f"first {limit} tokens", file=sys.stderr)
     if replaced:
-        print(replaced_warning(replaced, len(texts), "texts",
+        print(replaced_warning(replaced, len(texts), "text",
                                lacking_characters(tokenizer, texts)), file=sys.stderr)
     return predict(model, ids)
 

@@ -37,6 +37,7 @@ from scratchgpt.finetune.data import (
 )
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+from scratchgpt.wording import some_of
 
 SPLITS = ("train", "val", "test")
 CLASS_WEIGHTS = ("none", "balanced")
@@ -184,17 +185,19 @@ def _notify(log: Log, truncated: int, replaced: tuple[int, list[str]], n: int,
     if log is None:
         return
     if truncated:
-        log(f"warning: {truncated} of {n} texts are longer than {max_length} tokens; each is "
-            f"truncated to its first {max_length} tokens")
+        log(f"warning: {some_of(truncated, n, 'text')} longer than {max_length} tokens; "
+            f"{'it' if truncated == 1 else 'each'} is truncated to its first {max_length} "
+            "tokens")
     if replaced[0]:
-        log(replaced_warning(replaced[0], n, "texts", replaced[1]))
+        log(replaced_warning(replaced[0], n, "text", replaced[1]))
 
 
 def replaced_warning(replaced: int, n: int, what: str, lacking: Sequence[str]) -> str:
-    """The warning that ``replaced`` of ``n`` texts (or conversations) had characters the
-    tokenizer lacks, naming them."""
-    return (f"warning: {replaced} of {n} {what} have characters the tokenizer lacks "
-            f"({shown_characters(lacking)}); they are replaced")
+    """The warning that ``replaced`` of ``n`` texts (``what``: "text", or "conversation") had
+    characters the tokenizer lacks, naming them."""
+    return (f"warning: {some_of(replaced, n, what, ('has', 'have'))} characters the "
+            f"tokenizer lacks ({shown_characters(lacking)}); "
+            f"{'it is' if replaced == 1 else 'they are'} replaced")
 
 
 def collate(examples: Sequence[Example], pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:

@@ -36,6 +36,7 @@ from scratchgpt.finetune.data import (
 )
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+from scratchgpt.wording import some_of
 
 IGNORE = -100  # F.cross_entropy's ignore_index: targets that carry no loss
 Example = tuple[list[int], list[bool]]  # (tokens, whether each token is a reply token)
@@ -184,14 +185,16 @@ def _notify(log: Log, counts: dict[str, Any], n: int, max_length: int) -> None:
     if counts["truncated"]:
         # (the token after the last input is kept, as a target: the count the cut keeps,
         # context + 1, read beside the context as one token too many)
-        log(f"warning: {counts['truncated']} of {n} conversations are longer than the context "
-            f"({max_length} tokens); each is truncated to fit it: its first {max_length} tokens "
-            "are read, each to predict the next")
+        one = counts["truncated"] == 1
+        log(f"warning: {some_of(counts['truncated'], n, 'conversation')} longer than the "
+            f"context ({max_length} tokens); {'it' if one else 'each'} is truncated to fit it: "
+            f"its first {max_length} tokens are read, each to predict the next")
     if counts["dropped"]:
-        log(f"warning: {counts['dropped']} of {n} conversations have no reply within the "
-            "context and are left out")
+        one = counts["dropped"] == 1
+        log(f"warning: {some_of(counts['dropped'], n, 'conversation', ('has', 'have'))} no "
+            f"reply within the context and {'is' if one else 'are'} left out")
     if counts["replaced"]:
-        log(replaced_warning(counts["replaced"], n, "conversations", counts["lacking"]))
+        log(replaced_warning(counts["replaced"], n, "conversation", counts["lacking"]))
 
 
 def collate(examples: Sequence[Example], pad_id: int = 0) -> tuple[Tensor, Tensor]:
