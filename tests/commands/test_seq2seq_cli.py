@@ -206,6 +206,115 @@ def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, cap
     assert capsys.readouterr().err == "note: the translation was cut at --max-len 1, before <eos>\n"
 
 
+# ten sources, which translate decodes in three batches once its batch is 4 (_decodes_seen)
+SOURCES = ["abcde", "xyz", "hello", "world", "seq", "two", "quick", "brown", "fox", "jumps"]
+
+
+@pytest.fixture(scope="module")
+def reversal_run(tmp_path_factory):
+    """A --task reverse model trained long enough that its translations of SOURCES differ,
+    and that some end before the default --max-len and some (with --beam 3) do not."""
+    out = tmp_path_factory.mktemp("reverse")
+    assert main(["seq2seq", "train", "--task", "reverse", "--arch", "transformer", "--out",
+                 str(out), *TINY[:4], "--steps", "60", *TINY[6:]]) == 0
+    return out
+
+
+def _translated(run, beam: int) -> tuple[list[str], list[str]]:
+    """(lines, notes) of translating SOURCES all at once, 4 sources a batch: the lines the
+    command printed before it printed each batch as decoded, and the note (stderr) of the
+    translations --max-len cut, once 0, 4, 8 and all 10 of them are printed."""
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.training.seq2seq import translate
+
+    model, source = load_model(str(run))
+    tokens = source.checkpoint.tokenizer("source"), source.checkpoint.tokenizer("target")
+    texts, ids, _ = translate(model, SOURCES, *tokens, beam, 64, batch_size=4)
+    eos = model.config.eos_id
+    notes = []
+    for printed in (0, 4, 8, 10):
+        cut = [n for n, row in enumerate(ids[:printed], start=1) if row[-1] != eos]
+        which = (f"translation {cut[0]} of 10 was" if len(cut) == 1 else
+                 f"translations {', '.join(map(str, cut))} of 10 were")
+        notes.append(f"note: {which} cut at --max-len 64, before <eos>\n" if cut else "")
+    return [f"{text}\n" for text in texts], notes
+
+
+def _decodes_seen(monkeypatch, capsys, stop_at: int, stop: type[BaseException]) -> list[str]:
+    """translate decodes 4 sources a batch, and the model's decode of batch ``stop_at`` (from
+    0) raises ``stop``; returns the stdout the command had written when each decode began
+    (it is taken from capsys)."""
+    from scratchgpt.commands import seq2seq as command
+    from scratchgpt.models.seq2seq import TransformerSeq2Seq
+
+    monkeypatch.setattr(command, "TRANSLATE_BATCH", 4)
+    seen: list[str] = []
+    for name in ("greedy_decode", "beam_decode"):
+        real = getattr(TransformerSeq2Seq, name)
+
+        def decode(self, *args, real=real):
+            seen.append(capsys.readouterr().out)
+            if len(seen) > stop_at:
+                raise stop
+            return real(self, *args)
+
+        monkeypatch.setattr(TransformerSeq2Seq, name, decode)
+    return seen
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_prints_each_batch_once_it_is_decoded(cli_main, reversal_run, capsys,
+                                                       monkeypatch, beam):
+    """Sources of several batches are printed a batch at a time, each before the next is
+    decoded, and the whole is what decoding them all at once gives, line for line (the lines
+    were printed only once every batch was decoded)."""
+    lines, notes = _translated(reversal_run, beam)
+    assert len(set(lines)) > 5  # (the order of the lines shows)
+    seen = _decodes_seen(monkeypatch, capsys, stop_at=99, stop=KeyboardInterrupt)
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(reversal_run), "--beam",
+                     str(beam), *(f"--source={s}" for s in SOURCES)]) == 0
+    said = capsys.readouterr()
+    assert "".join(seen) + said.out == "".join(lines)
+    assert seen == ["", "".join(lines[:4]), "".join(lines[4:8])]  # one batch at a time
+    assert said.err == notes[-1]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize(("stop", "code", "word"), [(KeyboardInterrupt, 130, "interrupted"),
+                                                     ("Terminated", 143, "terminated")])
+def test_translate_stopped_keeps_the_batches_it_printed(cli_main, reversal_run, capsys,
+                                                        monkeypatch, beam, stop, code, word):
+    """Ctrl-C or SIGTERM while batch k is decoded: the k batches before stay printed (nothing
+    was: every translation was lost), the notes name the translations among them --max-len
+    cut and how many of the sources were translated, and the command ends as sample does."""
+    from scratchgpt.errors import Terminated
+
+    stop = Terminated if stop == "Terminated" else stop
+    lines, notes = _translated(reversal_run, beam)
+    for k in range(3):
+        with monkeypatch.context() as patch:
+            seen = _decodes_seen(patch, capsys, stop_at=k, stop=stop)
+            assert cli_main(["seq2seq", "translate", "--checkpoint", str(reversal_run),
+                             "--beam", str(beam), *(f"--source={s}" for s in SOURCES)]) == code
+        said = capsys.readouterr()
+        assert "".join(seen) + said.out == "".join(lines[:4 * k]), k
+        assert said.err == (f"{notes[k]}note: translated {4 * k} of 10 sources before the "
+                            f"stop\nscratchgpt seq2seq translate: {word}\n")
+
+
+def test_a_bad_source_in_a_later_batch_is_refused_before_any_is_printed(cli_main, reversal_run,
+                                                                        capsys, monkeypatch):
+    """Every source is checked before the first batch is decoded: an empty one in the last
+    batch is one error line, with no translation printed before it."""
+    seen = _decodes_seen(monkeypatch, capsys, stop_at=0, stop=AssertionError)
+    code = cli_main(["seq2seq", "translate", "--checkpoint", str(reversal_run),
+                     *(f"--source={s}" for s in SOURCES), "--source="])
+    said = capsys.readouterr()
+    assert code == 2 and seen == [] and said.out == ""
+    assert said.err == ("scratchgpt seq2seq translate: error: a source is empty; give text to "
+                        "translate\n")
+
+
 def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, monkeypatch):
     from scratchgpt.training import seq2seq as seq2seq_training
 
@@ -334,8 +443,9 @@ def test_a_run_refuses_its_pairs_file_once_edited(cli_main, tmp_path, capsys):
 
 @dataclass
 class Decodes:
-    """Each call of training.seq2seq.translate: how many sources it decoded, to what
-    max_len."""
+    """Each decode of a list of sources (a call of training.seq2seq.translate_batches, which
+    translate, eval, attention and training's final check all go through): how many sources
+    it decoded, to what max_len."""
 
     counts: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
@@ -343,18 +453,18 @@ class Decodes:
 
 @pytest.fixture
 def decodes(monkeypatch) -> Decodes:
-    """The calls of training.seq2seq.translate from here on."""
+    """The decodes of lists of sources from here on."""
     from scratchgpt.training import seq2seq as seq2seq_training
 
     seen = Decodes()
-    real = seq2seq_training.translate
+    real = seq2seq_training.translate_batches
 
-    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, **kwargs):
+    def spy(model, sources, src_tok, tgt_tok, beam=1, max_len=64, *args, **kwargs):
         seen.counts.append(len(sources))
         seen.lengths.append(max_len)
-        return real(model, sources, src_tok, tgt_tok, beam, max_len, **kwargs)
+        return real(model, sources, src_tok, tgt_tok, beam, max_len, *args, **kwargs)
 
-    monkeypatch.setattr(seq2seq_training, "translate", spy)
+    monkeypatch.setattr(seq2seq_training, "translate_batches", spy)
     return seen
 
 

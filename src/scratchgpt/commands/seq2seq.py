@@ -102,7 +102,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=run_train)
 
     tr = actions.add_parser("translate", help="decode sources with a checkpoint",
-                            description="Translate one or more sources with a trained model.")
+                            description="Translate one or more sources with a trained model: "
+                                        "one translation a line, in the order of --source, "
+                                        f"printed {TRANSLATE_BATCH} sources at a time as they "
+                                        "are decoded. Ctrl-C or SIGTERM keeps the lines "
+                                        "printed (exit 130 / 143).")
     _add_checkpoint(tr)
     tr.add_argument("--source", action="append", required=True, metavar="TEXT",
                     help="text to translate (repeat for several)")
@@ -205,6 +209,7 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_MAX_LEN = 64  # translate's and attention's longest output without --max-len
+TRANSLATE_BATCH = 256  # sources translate decodes at a time, each batch printed once decoded
 DEFAULT_MAX_LEN_HELP = (f"{DEFAULT_MAX_LEN}, or a transformer's --max-positions where that is "
                         "fewer")
 
@@ -320,24 +325,37 @@ def length_penalty(args: argparse.Namespace) -> float:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    from scratchgpt.training.seq2seq import translate
+    from scratchgpt.training.seq2seq import translate_batches
 
     penalty = length_penalty(args)
     model, src_tok, tgt_tok, _ = _load(args)
     note_unseen(src_tok, args.source)
     longest = max_len(args, model)
-    texts, ids, _ = translate(model, args.source, src_tok, tgt_tok, args.beam, longest,
-                              length_penalty=penalty)
-    for text in texts:
-        print(text)
-    cut = [n for n, row in enumerate(ids, start=1) if not _ended(row, model.config.eos_id)]
-    if cut:  # printed as if finished, a translation that ran out of room looked complete
-        numbers = ", ".join(map(str, cut))
-        which = ("the translation was" if len(ids) == 1 else
-                 f"translation {numbers} of {len(ids)} was" if len(cut) == 1 else
-                 f"translations {numbers} of {len(ids)} were")
-        print(f"note: {which} cut at --max-len {longest}, before <eos>", file=sys.stderr)
+    done: list[list[int]] = []  # the token ids of the translations printed
+    try:
+        for texts, ids, _ in translate_batches(model, args.source, src_tok, tgt_tok, args.beam,
+                                               longest, TRANSLATE_BATCH, penalty):
+            print(*texts, sep="\n", flush=True)
+            done += ids
+    except KeyboardInterrupt:  # what was printed stays; the rest was never decoded
+        note_cut(done, len(args.source), model.config.eos_id, longest)
+        print(f"note: translated {len(done)} of {plural(len(args.source), 'source')} before "
+              "the stop", file=sys.stderr)  # (ungrouped, as the numbers of the note before)
+        raise
+    note_cut(done, len(args.source), model.config.eos_id, longest)
     return 0
+
+
+def note_cut(ids: list[list[int]], total: int, eos_id: int, longest: int) -> None:
+    """A note (stderr) numbering the translations of ``ids`` (the first of ``total``) that ran
+    out of ``--max-len`` before ``<eos>``: printed as if finished, they looked complete."""
+    cut = [n for n, row in enumerate(ids, start=1) if not _ended(row, eos_id)]
+    if cut:
+        numbers = ", ".join(map(str, cut))
+        which = ("the translation was" if total == 1 else
+                 f"translation {numbers} of {total} was" if len(cut) == 1 else
+                 f"translations {numbers} of {total} were")
+        print(f"note: {which} cut at --max-len {longest}, before <eos>", file=sys.stderr)
 
 
 def _ended(ids: list[int], eos_id: int) -> bool:
