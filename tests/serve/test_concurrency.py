@@ -116,7 +116,10 @@ def test_other_models_serve_too(tmp_path, kind):
     with start_server(tmp_path) as s:
         card = httpx.get(s.url + "/v1/models").json()["data"][0]
         assert card["model_type"] == kind and card["attention"] is False
-        assert httpx.post(s.url + "/api/attention", json={"text": "ab"}).status_code == 400
+        r = httpx.post(s.url + "/api/attention", json={"text": "ab"})
+        assert r.status_code == 400  # (with the article its name is spoken with: 'a lstm')
+        assert r.json()["error"]["message"] == \
+            f"{'a bigram' if kind == 'bigram' else 'an lstm'} model has no attention to show"
         prompts = ["abc", "h", "badge ca", "."]
         alone = [complete(s.url, p, 30, stream=False) for p in prompts]
         out = {}

@@ -42,6 +42,7 @@ from scratchgpt.errors import ScratchGPTError
 from scratchgpt.serve import protocol as api
 from scratchgpt.serve import service as svc
 from scratchgpt.serve.attention import attention_map, out_of_range
+from scratchgpt.wording import a_kind
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml"}
@@ -276,7 +277,7 @@ class Handlers:
         body = await self.read_json(request)
         info, service = self.service.info, self.service
         if info.n_layer is None:
-            raise api.ApiError(400, f"a {info.model_type} model has no attention to show")
+            raise api.ApiError(400, f"{a_kind(info.model_type)} model has no attention to show")
         f = api.check_fields(body, api.ATTENTION_FIELDS)
         wrong = out_of_range(f["layer"], f["head"], info.n_layer, info.n_head or 0)
         if wrong is not None:
