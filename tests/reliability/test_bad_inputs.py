@@ -121,7 +121,9 @@ def _damaged_checkpoints(root: Path, run: Path) -> dict[str, Path]:
             "nan_run": _ckpt_copy(run, root / "nan-run", nan),
             "deep_run": _ckpt_copy(run, root / "deep-run", deep),
             "vocab_run": _ckpt_copy(run, root / "vocab-run", wide_vocab),
-            "small_tok_run": _ckpt_copy(run, root / "small-tok-run", small_tokenizer)}
+            "small_tok_run": _ckpt_copy(run, root / "small-tok-run", small_tokenizer),
+            "moved_data_run": _ckpt_copy(run, root / "moved-data-run", lambda ckpt: ckpt.data
+                                         .update(dataset=str(root / "moved-away")))}
 
 
 def _dataset_copy(src: Path, dst: Path, change: Callable[[Path], None]) -> Path:
@@ -631,6 +633,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 c["root"] / "out" / "p3"], "copy merges.txt"),
     # GPT-2's tokenizer asked for by --tokenizer-from: "checkpoint gpt2 does not exist", which
     # named no flag and read as if the flag took checkpoints alone (it takes datasets too)
+    # a run resumed after its dataset moved: refused as "--dataset DIR: no such prepared
+    # dataset directory", naming a flag the user had not given
+    ("train --resume of a run whose dataset has moved",
+     lambda c: ["train", "--out", c["moved_data_run"], "--resume", "--max-iters", "4"],
+     "is no longer there; pass --dataset"),
     ("prepare --tokenizer-from gpt2",
      lambda c: ["prepare", "--data", c["text"], "--tokenizer-from", "gpt2", "--out",
                 c["root"] / "out" / "p5"], "give --tokenizer gpt2"),

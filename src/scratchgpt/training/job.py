@@ -36,7 +36,7 @@ from scratchgpt.training.settings import (
 )
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
-from scratchgpt.validation import FLAGS, KEYWORDS, keywords
+from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
 
 
 @dataclass
@@ -130,6 +130,8 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     recorded = checkpoint.data.get("dataset")
     if not (dataset or recorded):
         raise CheckpointError(f"{checkpoint.path} does not record its dataset; pass --dataset")
+    if not dataset:
+        check_recorded_dataset(recorded, out, options)
     own = checkpoint.tokenizer("text") if "text" in checkpoint.tokenizers else None
     data, _ = resolve_dataset(dataset or recorded, log=log, tokenizer=own)  # (a name: with own)
     check_same_tokenizer(checkpoint, data, options)
@@ -141,6 +143,21 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
                     partial(lm_task, data.directory, config.block_size, recorded_extra,
                             train.windows),
                     settings.sources(), checkpoint, options=options)
+
+
+def check_recorded_dataset(recorded: str, run: str | Path,
+                           options: Mapping[str, str] = FLAGS) -> None:
+    """The dataset the run in ``run`` records (a directory, or a named dataset) is still
+    there; refused in the words ``eval`` uses. A resumed run whose dataset had moved was
+    refused as "--dataset DIR: no such prepared dataset directory", naming a flag the user
+    had not given."""
+    from scratchgpt.data.sources import DATASET_NAMES
+
+    if recorded in DATASET_NAMES or Path(recorded).is_dir():
+        return
+    raise DataError(f"the dataset the run was trained on, {recorded}, is no longer there; "
+                    f"pass {named(options, 'dataset')} (prepared with the run's tokenizer: "
+                    f"prepare --tokenizer-from {run})")
 
 
 def _default_out_to_resume(dataset: str | None) -> str:
