@@ -7,7 +7,11 @@ import re
 import sys
 
 from scratchgpt.commands.argtypes import add_which_flag, seed_int
-from scratchgpt.commands.prompts import note_wide_top_k, refuse_greedy_filters
+from scratchgpt.commands.prompts import (
+    note_wide_top_k,
+    refuse_greedy_filters,
+    unknown_characters,
+)
 from scratchgpt.errors import ConfigError, ScratchGPTError, Terminated
 from scratchgpt.wording import plural
 
@@ -74,20 +78,6 @@ def run(args: argparse.Namespace) -> int:
     session = ChatSession(prepare_for_decode(model, args.dtype), tokenizer, template, cfg, gen,
                           args)
     return session.loop()
-
-
-def unknown_characters(tokenizer, text: str) -> str | None:
-    """What is wrong with ``text`` when the model's tokenizer cannot write all of it (a
-    character vocabulary lacks some of its characters), found as ``serve`` finds it, or None:
-    ``cannot be encoded: text has 1 character(s) not in the vocabulary: 'é'; write it without
-    them``."""
-    from scratchgpt.data.prepare import encode_corpus
-
-    try:
-        encode_corpus(tokenizer, text, "error")
-    except ScratchGPTError as e:
-        return f"cannot be encoded: {e}; write it without them"
-    return None
 
 
 class ChatSession:

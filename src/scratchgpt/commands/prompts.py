@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import ConfigError, ScratchGPTError
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
@@ -58,3 +58,17 @@ def note_wide_top_k(model, top_k: int | None) -> None:
     if top_k and vocab is not None and top_k > vocab:
         print(f"note: --top-k {top_k} is more than the model's vocabulary of {vocab} tokens: "
               "it keeps every token (as --top-k 0 does)", file=sys.stderr)
+
+
+def unknown_characters(tokenizer, text: str) -> str | None:
+    """What is wrong with ``text`` when the model's tokenizer cannot write all of it (a
+    character vocabulary lacks some of its characters), found as ``serve`` finds it, or None:
+    ``cannot be encoded: text has 1 character(s) not in the vocabulary: 'é'; write it without
+    them``."""
+    from scratchgpt.data.prepare import encode_corpus
+
+    try:
+        encode_corpus(tokenizer, text, "error")
+    except ScratchGPTError as e:
+        return f"cannot be encoded: {e}; write it without them"
+    return None

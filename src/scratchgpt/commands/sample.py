@@ -22,6 +22,7 @@ from scratchgpt.commands.prompts import (
     prompt_source,
     read_prompt,
     refuse_greedy_filters,
+    unknown_characters,
 )
 from scratchgpt.errors import ConfigError, DataError, GenerationError
 from scratchgpt.generation.printer import StreamPrinter, line_ended_if_stopped
@@ -256,8 +257,6 @@ def chat_text_problem(tok, template, content: str, unknown: str) -> str | None:
     """What keeps ``content`` out of a ``--chat`` prompt, as chat finds it (a marker of the
     template, or, unless ``--unknown replace``, characters the tokenizer cannot write), or
     None."""
-    from scratchgpt.commands.chat import unknown_characters
-
     if problem := template.marker_in(content):
         return problem
     if unknown == "error" and (problem := unknown_characters(tok, content)):
