@@ -177,6 +177,25 @@ def test_the_plot_says_why_it_has_no_curve(small_dataset, tmp_path, monkeypatch)
     assert "--eval-interval is longer than the stages' steps" in " ".join(said.split())
 
 
+def test_the_plot_names_the_unit_its_losses_are_averaged_over(small_dataset, english_text,
+                                                              tmp_path, monkeypatch):
+    """The plot's axis read 'nats/char' whatever --dataset was: a BPE dataset's losses are per
+    token, several characters each."""
+    import scratchgpt.viz
+    from scratchgpt.data.prepare import prepare_text
+
+    bpe = tmp_path / "bpe"
+    prepare_text(english_text[:20_000], bpe, "bpe", vocab_size=300, source="test")
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure",
+                        lambda fig, path: drawn.append(fig) or Path(path))
+    for data, unit in ((bpe, "token"), (small_dataset, "char")):
+        assert main(["experiment", "gpt-build", "--dataset", str(data), "--out",
+                     str(tmp_path / unit), "--stages", "1", "--max-iters", "2",
+                     "--no-progress"]) == 0
+        assert drawn[-1].axes[0].get_ylabel() == f"val loss (nats/{unit})"
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

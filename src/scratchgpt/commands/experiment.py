@@ -227,7 +227,8 @@ def run_gpt_build(args: argparse.Namespace) -> int:
                   f"runs in {out_dir} (each with its own train command)")
         done = sorted([*earlier, *done], key=lambda r: r.stage.number)
         paths = gpt_build.write_tables(done, out_dir)
-        png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget))
+        png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget),
+                             unit=gpt_build.loss_unit(data))
         print(gpt_build.markdown(done), end="")
         print(f"wrote {paths[0]}, {paths[1]} and {png}")
     return results[-1].exit_code if results else 0

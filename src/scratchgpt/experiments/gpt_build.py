@@ -365,9 +365,16 @@ def curve(run_dir: Path, by_time: bool) -> list[tuple[float, float]]:
             if r["val_loss"] and r["lr"]]
 
 
-def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
+def loss_unit(data: TokenDataset) -> str:
+    """What a stage's loss is averaged over: a character of a character-level dataset (the
+    lecture's, and the default), else a token."""
+    return "char" if data.meta.get("tokenizer") == "char" else "token"
+
+
+def plot(results: Sequence[StageResult], path: Path, by_time: bool, unit: str = "char") -> Path:
     """``gpt_build.png``: each stage's final val loss beside the lecture's (left), and its
-    val-loss estimates over training time or steps (right)."""
+    val-loss estimates over training time or steps (right). ``unit``: what the losses are
+    averaged over (:func:`loss_unit`)."""
     from scratchgpt.viz import pyplot, save_figure
 
     plt = pyplot()
@@ -379,7 +386,7 @@ def plot(results: Sequence[StageResult], path: Path, by_time: bool) -> Path:
         left.plot(*zip(*lecture, strict=True), "s--", color="gray", mfc="none",
                   label="Let's build GPT")
     left.set_xticks(list(x), [r.stage.name for r in results], rotation=30, ha="right")
-    left.set_ylabel("val loss (nats/char)")
+    left.set_ylabel(f"val loss (nats/{unit})")
     left.set_title("final val loss per stage")
     left.legend()
     _plot_during_training(right, results, by_time)
