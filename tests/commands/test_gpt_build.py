@@ -196,6 +196,29 @@ def test_the_plot_names_the_unit_its_losses_are_averaged_over(small_dataset, eng
         assert drawn[-1].axes[0].get_ylabel() == f"val loss (nats/{unit})"
 
 
+@pytest.mark.parametrize("where", ["a file", "below a file", "where nothing can be written"])
+def test_an_out_that_cannot_hold_the_stages_is_refused_before_anything(where, small_dataset,
+                                                                       tmp_path, capsys):
+    """--out naming a file was found by the first stage's run directory, after the dataset
+    was read and the stage announced, as 'F/1-bigram is below F, a file, not a folder; give
+    the run its own --out', naming a folder and a flag of train's; memory and count said
+    '--out F is a file' before anything."""
+    if where.startswith("where") and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    (tmp_path / "f").write_text("mine")
+    out, said = {"a file": (tmp_path / "f", "is a file; give a directory for the results"),
+                 "below a file": (tmp_path / "f" / "gb", f"is below {tmp_path / 'f'}, a file"),
+                 "where nothing can be written": (Path("/proc/scratchgpt-gb"),
+                                                  "no file can be written in /proc (")}[where]
+    assert main(["experiment", "gpt-build", "--dataset", str(small_dataset), "--out", str(out),
+                 "--stages", "1", "--max-iters", "2", "--no-progress"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == ""  # no stage was announced
+    err = printed.err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out}" in err[0] and said in err[0], err
+    assert (tmp_path / "f").read_text() == "mine"
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

@@ -521,6 +521,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("experiment count --out where nothing can be written",
      lambda c: ["experiment", "count", "--out", "/proc/scratchgpt-count"],
      "no file can be written in /proc"),
+    # found by the first stage's run directory, in train's words ('give the run its own --out')
+    ("experiment gpt-build --out a file",
+     lambda c: ["experiment", "gpt-build", "--quick", "--stages", "1", "--dataset", c["data"],
+                "--out", c["plain_file"]], "is a file; give a directory"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.argtypes import (
@@ -214,8 +213,9 @@ def run_gpt_build(args: argparse.Namespace) -> int:
     from scratchgpt.experiments import gpt_build
 
     setup = _build_setup(args, gpt_build)
+    # (the report in --out is added to, not refused: no file of it is named here)
+    out_dir = results_dir(args.out, (), args.overwrite)
     data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, flush=True))
-    out_dir = Path(args.out)
     results = gpt_build.run(setup, data, out_dir, args.stages, args.overwrite,
                             progress=not args.no_progress,
                             log=lambda line: print(line, flush=True), dataset_name=args.dataset)
