@@ -272,6 +272,21 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_finite_checkpoints(
     figures.count("nan_runs_stopped_with_finite_checkpoints")
 
 
+def test_a_new_run_that_diverges_before_its_first_checkpoint_claims_no_last_pt(tiny_data,
+                                                                              tmp_path, capsys):
+    """It was told "last.pt keeps the last finite model", but a new run's files are removed
+    when it fails before its first checkpoint: there was no last.pt to look for."""
+    out = tmp_path / "diverged"
+    capsys.readouterr()
+    code = main(["train", "--dataset", str(tiny_data), "--out", str(out), "--max-iters", "20",
+                 "--learning-rate", "1e30", "--min-lr", "0", "--grad-clip", "0",
+                 "--eval-interval", "100", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "stopped (no checkpoint had been written yet: nothing of this run is kept)" in err, err
+    assert "last.pt" not in err and not out.exists()
+
+
 def test_an_overwrite_stands_once_it_has_written_a_checkpoint(run, tiny_data, monkeypatch):
     """A completed --overwrite leaves no trace of the old run; one that fails after its first
     checkpoint keeps the new run's checkpoints (it does not bring the old run back over them)."""

@@ -256,7 +256,7 @@ class Trainer:
         """Metrics rows, periodic evaluation and checkpoint, progress bar."""
         cfg, state = self.cfg, self.state
         if state.step % cfg.log_interval == 0 or state.step == 1:
-            self._last_loss = _finite(loss.item(), state.step, "training loss", self.options)
+            self._last_loss = self._finite(loss.item(), "training loss")
             self._row(lr=f"{lr:.3e}", loss=f"{self._last_loss:.4f}")
         elif math.isnan(self._last_loss):  # a resumed run's bar: a loss before its first row
             self._last_loss = loss.item()
@@ -352,7 +352,7 @@ class Trainer:
 
     def _save_evaluated(self, val_loss: float) -> None:
         """last.pt after an evaluation, and best.pt too if ``val_loss`` is a new best."""
-        _finite(val_loss, self.state.step, "validation loss", self.options)
+        self._finite(val_loss, "validation loss")
         improved = val_loss < self.state.best_val_loss
         self.state.best_val_loss = min(self.state.best_val_loss, val_loss)
         self._save(val_loss, best=improved)
@@ -365,9 +365,22 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise ConfigError(f"the weights became NaN or infinite by step {self.state.step}; "
-                              "not saved (last.pt keeps the last finite model): "
-                              f"{_remedy(self.options)}")
+                              f"not saved ({self._kept()}): {_remedy(self.options)}")
         self.run.save(self.checkpoint(), best=best)
+
+    def _finite(self, value: float, what: str) -> float:
+        if not math.isfinite(value):
+            raise ConfigError(f"the {what} became {value} at step {self.state.step}; stopped "
+                              f"({self._kept()}): {_remedy(self.options)}")
+        return value
+
+    def _kept(self) -> str:
+        """What a run that diverged leaves: its last.pt, or, before its first checkpoint,
+        nothing (a new run's files are removed, a run it replaced put back), where every
+        run was told that last.pt kept the last finite model."""
+        if self.run is not None and self.run.file("last.pt").is_file():
+            return "last.pt keeps the last finite model"
+        return "no checkpoint had been written yet: nothing of this run is kept"
 
     def _gather_rng(self) -> dict[str, Any]:
         rng = capture_rng(self.batch_gen, self.device)
@@ -397,13 +410,6 @@ def check_no_curriculum(cfg: TrainConfig) -> None:
     if cfg.windows != "random":
         raise ConfigError("--windows applies to language models only (batches of token "
                           "windows); this task goes through its examples epoch by epoch")
-
-
-def _finite(value: float, step: int, what: str, options: Mapping[str, str] = FLAGS) -> float:
-    if not math.isfinite(value):
-        raise ConfigError(f"the {what} became {value} at step {step}; stopped (last.pt keeps "
-                          f"the last finite model): {_remedy(options)}")
-    return value
 
 
 def _remedy(options: Mapping[str, str]) -> str:
