@@ -84,7 +84,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "init is ~0)")
     m.add_argument("--mixed", action="store_true",
                    help="train one model on all lengths at once instead of one model per length "
-                        "(the short sequences then teach the RNN what to keep, and it copes)")
+                        "(given more steps, e.g. --steps 3000, the short sequences then teach the "
+                        "RNN what to keep, and it copes; in the default 600 it stays near "
+                        "chance)")
     m.add_argument("--batch-size", type=positive_int, default=64,
                    help="sequences per training step (default 64)")
     m.add_argument("--learning-rate", "--lr", type=finite_float, default=3e-3,

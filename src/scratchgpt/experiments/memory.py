@@ -6,7 +6,7 @@ vanishes); an LSTM, whose cell state is carried forward by a gate near 1, keeps 
 
 Each (cell, length) pair trains a fresh model on the training core (no files written) and is
 scored on new random sequences; ``mixed=True`` trains one model per cell on all lengths at
-once (the short sequences then teach the RNN what to keep).
+once (given enough steps, the short sequences then teach the RNN what to keep).
 """
 
 from __future__ import annotations
