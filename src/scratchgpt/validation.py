@@ -229,11 +229,13 @@ def file_above(path: Path) -> Path | None:
     that nothing can be made at ``path``; None where the folders above it can hold it. Found
     before any work, not by the ``mkdir`` after it ("Not a directory").
 
-    >>> file_above(Path("/dev/null/run")), file_above(Path("/tmp/run"))
-    (PosixPath('/dev/null'), None)
+    >>> file_above(Path("/dev/null/run")), file_above(Path("/tmp/run")), file_above(Path("."))
+    (PosixPath('/dev/null'), None, None)
     """
-    above = next(p for p in path.parents if p.exists())  # (the root or "." is there)
-    return None if above.is_dir() else above
+    # (the root or "." is there; "." and "/" themselves have nothing above: --out . raised
+    # StopIteration)
+    above = next((p for p in path.parents if p.exists()), None)
+    return None if above is None or above.is_dir() else above
 
 
 def file_source_problem(path: Path) -> str | None:

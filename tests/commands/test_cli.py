@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.cli import build_parser, main
 from scratchgpt.models.compiled import compile_available
 from tests.cli_errors import error_of
@@ -65,6 +66,18 @@ def test_a_run_that_ends_inside_its_warmup_says_so(small_dataset, tmp_path, caps
                  "--max-iters", "5", "--eval-interval", "5", "--warmup-iters", "4",
                  *TINY]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_out_naming_the_current_directory_trains_there(small_dataset, tmp_path, capsys,
+                                                       monkeypatch):
+    """--out . (or /) has no folder above it to check for a file: the check raised
+    StopIteration, a traceback, before anything was read."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--dataset", str(small_dataset), "--out", ".", "--max-iters", "2",
+                 "--eval-interval", "2", *TINY]) == 0, capsys.readouterr().err
+    assert load_checkpoint(tmp_path / "last.pt").state.step == 2
+    assert main(["train", "--out", ".", "--resume", "--max-iters", "3", "--no-progress"]) == 0
+    assert load_checkpoint(tmp_path / "last.pt").state.step == 3
 
 
 def test_prepare_folder_of_txt(tmp_path):
