@@ -219,6 +219,27 @@ def test_an_out_that_cannot_hold_the_stages_is_refused_before_anything(where, sm
     assert (tmp_path / "f").read_text() == "mine"
 
 
+def test_the_final_losses_axis_does_not_magnify_a_few_thousandths(quick_build, tmp_path,
+                                                                   monkeypatch):
+    """One stage alone (--stages 1) drew its 2.4948 and the lecture's 2.49 on an axis from
+    2.490 to 2.495: a difference of 0.005 spanned the panel and read as a gap. The axis spans
+    at least half a nat; the full build's, wider, is left as drawn."""
+    import scratchgpt.viz
+
+    setup = gpt_build.quick_setup()
+    results = gpt_build.earlier_results(setup, quick_build, set())
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure", lambda fig, path: drawn.append(fig))
+    bigram = dataclasses.replace(results[0], val_loss=2.4948)
+    gpt_build.plot([bigram], tmp_path / "one.png", by_time=False)
+    low, high = drawn[-1].axes[0].get_ylim()
+    assert high - low >= 0.5 and low <= 2.49 < 2.4948 <= high, (low, high)
+    spread = [dataclasses.replace(r, val_loss=1.0 + 0.5 * i) for i, r in enumerate(results)]
+    gpt_build.plot(spread, tmp_path / "all.png", by_time=False)
+    low, high = drawn[-1].axes[0].get_ylim()
+    assert low < 1.0 and 4.5 < high < 5.0, (low, high)  # matplotlib's own margins
+
+
 def test_a_stage_loads_as_the_model_it_names(quick_build):
     model, source = load_model(quick_build / "5-blocks")
     assert isinstance(model, GPT) and source.model_type == "gpt"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shlex
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -388,10 +389,28 @@ def plot(results: Sequence[StageResult], path: Path, by_time: bool, unit: str = 
     left.set_xticks(list(x), [r.stage.name for r in results], rotation=30, ha="right")
     left.set_ylabel(f"val loss (nats/{unit})")
     left.set_title("final val loss per stage")
+    _at_least_a_span(left, [r.val_loss for r in results] + [loss for _, loss in lecture])
     left.legend()
     _plot_during_training(right, results, by_time)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+# The least range of the final losses' axis, in nats: a stage or two alone were drawn on an
+# axis of a few thousandths, where 2.4948 against the lecture's 2.49 spanned the whole panel.
+MIN_SPAN = 0.5
+
+
+def _at_least_a_span(ax: Any, values: Sequence[float]) -> None:
+    """Widen ``ax``'s vertical range around ``values`` to :data:`MIN_SPAN` if it is less
+    (a diverged stage's NaN or infinity aside: matplotlib leaves those out)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return
+    low, high = min(finite), max(finite)
+    if high - low < MIN_SPAN:
+        middle = (low + high) / 2
+        ax.set_ylim(middle - MIN_SPAN / 2, middle + MIN_SPAN / 2)
 
 
 def _plot_during_training(right: Any, results: Sequence[StageResult], by_time: bool) -> None:
