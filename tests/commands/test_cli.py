@@ -18,14 +18,6 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16
         "--batch-size", "4", "--eval-iters", "2", "--no-progress", "--dtype", "fp32"]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, small_dataset) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "tiny"
-    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters", "30",
-                 "--eval-interval", "15", *TINY]) == 0
-    return out
-
-
 def test_prepare_train_sample_eval(tmp_path, english_text, capsys):
     text = tmp_path / "in.txt"
     text.write_text(english_text[:30_000])

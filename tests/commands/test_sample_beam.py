@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 import torch
 
 from scratchgpt.cli import main
-from tests.commands.test_cli import TINY
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, small_dataset) -> Path:
-    out = tmp_path_factory.mktemp("runs") / "tiny"
-    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters", "20",
-                 "--eval-interval", "20", *TINY]) == 0
-    return out
 
 
 def _interrupted_after(monkeypatch, k: int) -> list:
