@@ -446,7 +446,20 @@ def test_a_prompt_file_saved_as_utf16_is_named_as_such(run_dir, tmp_path, capsys
 
 
 def test_missing_checkpoint(tmp_path, capsys):
-    assert "does not exist" in error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
+    msg = error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "x.pt")])
+    assert msg.endswith(f"checkpoint {tmp_path / 'x.pt'} does not exist"), msg  # a path: no hf:
+
+
+def test_a_bare_name_that_is_no_checkpoint_is_told_the_hub_spelling(tmp_path, monkeypatch,
+                                                                      capsys):
+    """`train --init-from gpt2` was "checkpoint gpt2 does not exist", no word of hf:gpt2."""
+    monkeypatch.chdir(tmp_path)
+    msg = error_of(capsys, ["train", "--init-from", "gpt2", "--dataset", "d", "--out", "r"])
+    assert msg.endswith("--init-from: checkpoint gpt2 does not exist (a Hugging Face model "
+                        "is hf:gpt2)"), msg
+    msg = error_of(capsys, ["sample", "--checkpoint", "distilgpt2"])
+    assert msg.endswith("(a Hugging Face model is hf:distilgpt2)"), msg
+    assert sorted(tmp_path.iterdir()) == []
 
 
 def test_truncated_checkpoint(run_dir, tmp_path, capsys):

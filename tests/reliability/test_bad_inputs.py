@@ -392,6 +392,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --init-from a prepared dataset",
      lambda c: ["train", "--init-from", c["data"], "--dataset", c["data"], "--out",
                 c["root"] / "out" / "t", *TINY[8:]], "prepared dataset"),
+    # GPT-2 named as a path: "checkpoint gpt2 does not exist", no word of hf:gpt2
+    ("train --init-from gpt2",
+     lambda c: ["train", "--init-from", "gpt2", "--dataset", c["data"], "--out",
+                c["root"] / "out" / "t", *TINY[8:]], "a Hugging Face model is hf:gpt2"),
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),

@@ -29,6 +29,21 @@ WEIGHT_CHOICES = ("model.safetensors", "pytorch_model.bin")  # preferred first
 _TRUE = ("1", "true", "yes", "on")
 
 
+def hub_spelling(name: str) -> str:
+    """How a hub model is named where a path is expected, for a refusal of ``name``: a bare
+    name (no path separator, such as ``gpt2``) as ``hf:NAME``, anything else as ``hf:ID``.
+
+    >>> hub_spelling("gpt2"), hub_spelling("runs/x")
+    ('a Hugging Face model is hf:gpt2', 'a Hugging Face model is hf:ID')
+    """
+    return f"a Hugging Face model is {HF_PREFIX}{name if is_bare(name) else 'ID'}"
+
+
+def is_bare(name: str) -> bool:
+    """Whether ``name`` has no path separator, as a hub id without an owner has none."""
+    return bool(name) and not any(sep in name for sep in ("/", os.sep, os.altsep or "/"))
+
+
 def offline() -> bool:
     """True when the environment turns the hub off (read now, not when huggingface_hub was
     imported): ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set to 1/true/yes/on."""

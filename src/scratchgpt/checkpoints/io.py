@@ -457,8 +457,16 @@ def resolve_checkpoint(path: str | Path, which: str | None = None,
                  if (path / REPLACED_DIR).is_dir() else "")
         raise CheckpointError(f"no checkpoint (best.pt or last.pt) in {path}{aside}")
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist{_hub_hint(path)}")
     return path
+
+
+def _hub_hint(path: Path) -> str:
+    """For a bare name that is no file (``gpt2``), how to name the hub model: " (a Hugging
+    Face model is hf:gpt2)"; else ""."""
+    from scratchgpt.checkpoints.hub import hub_spelling, is_bare  # (hub imports this module)
+
+    return f" ({hub_spelling(str(path))})" if is_bare(str(path)) else ""
 
 
 def _without_which(options: Mapping[str, str], *which: str) -> str:

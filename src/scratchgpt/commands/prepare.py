@@ -124,7 +124,7 @@ def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
     """The tokenizer of ``name`` and what a note calls its vocabulary: a prepared dataset
     directory's (prepare a second text with the ids of a first), else a model's (a run
     directory, checkpoint, Hugging Face directory or hf:ID)."""
-    from scratchgpt.checkpoints.hub import HF_PREFIX
+    from scratchgpt.checkpoints.hub import HF_PREFIX, hub_spelling
     from scratchgpt.data.prepare import is_dataset
     from scratchgpt.errors import ScratchGPTError
 
@@ -134,7 +134,7 @@ def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
         return dataset_tokenizer(name), "the dataset's vocabulary"
     if not name.startswith(HF_PREFIX) and not Path(name).exists():
         raise ConfigError(f"--tokenizer-from {name}: no such run, checkpoint or prepared dataset "
-                          f"(a Hugging Face model is {HF_PREFIX}ID){_built_here(name)}")
+                          f"({hub_spelling(name)}){_built_here(name)}")
     from scratchgpt.checkpoints import load_model
 
     try:
