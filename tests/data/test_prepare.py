@@ -69,6 +69,17 @@ def test_data_shorter_than_context_is_an_error(tmp_path):
         TokenDataset(tmp_path).check_block_size(64, fixed=True)
 
 
+def test_a_split_too_short_counts_its_tokens_in_words_that_agree(tmp_path):
+    """A one-token split was "the val split has 1 tokens"."""
+    prepare_text("abcdefghij" * 10, tmp_path, "char")
+    data = TokenDataset(tmp_path)
+    for kept, says in ((3, "has 3 tokens,"), (1, "has 1 token,")):
+        data.splits["val"] = data.splits["val"][:kept]
+        with pytest.raises(ScratchGPTError) as e:
+            data.check_block_size(8)
+        assert f"the val split {says} fewer than one context window of 8 + 1" in str(e.value)
+
+
 @pytest.mark.parametrize("fraction,empty", [(0.9999999, "training"), (1e-17, "validation")])
 def test_a_fraction_that_empties_a_split_names_that_split(tmp_path, english_text, fraction,
                                                           empty):

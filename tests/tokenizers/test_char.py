@@ -48,3 +48,14 @@ def test_ids_outside_the_vocabulary_are_refused(ids):
     """As BPE's decode does: a negative id is no character, not one counted from the end."""
     with pytest.raises(ScratchGPTError, match="out of range"):
         CharTokenizer.train("abc").decode(ids)
+
+
+def test_the_characters_a_text_lacks_are_counted_in_words_that_agree():
+    """One missing character was "text has 1 character(s) not in the vocabulary"."""
+    tok = CharTokenizer.train("abc")
+    with pytest.raises(ScratchGPTError, match=r"^text has 1 character not in the vocabulary: "
+                       r"'z'$"):
+        tok.encode("abz")
+    with pytest.raises(ScratchGPTError, match=r"^text has 2 characters not in the vocabulary: "
+                       r"'y', 'z'$"):
+        tok.encode("zyab")

@@ -14,6 +14,7 @@ from scratchgpt.data.prepare import META_FILE, META_VERSION
 from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
 from scratchgpt.validation import FLAGS, json_loads, named
+from scratchgpt.wording import plural
 
 
 def random_windows(data: np.ndarray, batch_size: int, block_size: int,
@@ -146,8 +147,8 @@ class TokenDataset:
         for split, data in self.splits.items():
             if len(data) <= block_size:
                 raise DataError(
-                    f"the {split} split has {len(data)} tokens, fewer than one context window "
-                    f"of {block_size} + 1; {remedy}"
+                    f"the {split} split has {plural(len(data), 'token')}, fewer than one "
+                    f"context window of {block_size} + 1; {remedy}"
                 )
 
     def get_batch(self, split: str, batch_size: int, block_size: int,

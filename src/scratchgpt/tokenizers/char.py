@@ -9,6 +9,7 @@ from typing import Any
 
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import Tokenizer
+from scratchgpt.wording import plural
 
 # Up to this many distinct missing characters are counted with one str.count each; more (text
 # in another script) with one Counter pass: 3,000 kinds in 2 M characters took 2.5 s counted
@@ -71,7 +72,7 @@ class CharTokenizer(Tokenizer):
         shown = ", ".join(repr(c) for c in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise TokenizerError(
-            f"text has {len(missing)} character(s) not in the vocabulary: {shown}{more}")
+            f"text has {plural(len(missing), 'character')} not in the vocabulary: {shown}{more}")
 
     def decode(self, ids: Sequence[int]) -> str:
         chars = self.chars
