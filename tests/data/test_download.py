@@ -214,6 +214,25 @@ def test_unreachable_server_is_a_one_line_error(server, cache, monkeypatch, tmp_
     one_line_cli_error(capsys, tmp_path)
 
 
+def test_offline_with_a_data_dir_set_says_the_file_is_not_in_it(server, cache, monkeypatch,
+                                                                 tmp_path):
+    """It said to set SCRATCHGPT_DATA_DIR though it was set (to a folder without the file)."""
+    serve_dataset(monkeypatch, server, "/good.txt")
+    server.stop()
+    monkeypatch.delenv("SCRATCHGPT_DATA_DIR", raising=False)
+    with pytest.raises(DataError) as e:
+        sources.fetch_named("testdata")
+    assert str(e.value).endswith("; put testdata.txt in a folder and set SCRATCHGPT_DATA_DIR "
+                                 "to it"), e.value
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path / "mine"))
+    with pytest.raises(DataError) as e:
+        sources.fetch_named("testdata")
+    assert str(e.value).endswith(f"; SCRATCHGPT_DATA_DIR is {tmp_path / 'mine'}, which holds "
+                                 "no testdata.txt: put it there"), e.value
+    assert files_in(cache) == [] and list((tmp_path / "mine").iterdir()) == []
+
+
 @pytest.mark.parametrize("path, needle", [("/good.txt", None), ("/short.txt", "interrupted"),
                                           ("/status/404", "HTTP 404"), ("/stall.txt", "timed out")])
 def test_download_writes_the_whole_file_or_nothing(server, tmp_path, path, needle):

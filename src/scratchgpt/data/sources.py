@@ -207,16 +207,22 @@ def fetch_named(name: str) -> Path:
         else:
             download(ds.url, cached)
     except DataError as e:
-        raise DataError(
-            f"dataset {name!r} is not available offline: {e}; "
-            f"put {' or '.join((ds.filename, *ds.local_names))} in a folder and set "
-            "SCRATCHGPT_DATA_DIR to it"
-        ) from None
+        raise DataError(f"dataset {name!r} is not available offline: {e}; "
+                        f"{_offline_remedy(ds, data_dir)}") from None
     try:
         return _verified(cached, ds)
     except DataError:
         cached.unlink(missing_ok=True)
         raise
+
+
+def _offline_remedy(ds: NamedDataset, data_dir: str | None) -> str:
+    """Where to put a named dataset's file to read it offline: in a folder named by
+    SCRATCHGPT_DATA_DIR, or, where that is set already (and holds no such file), in it."""
+    names = " or ".join((ds.filename, *ds.local_names))
+    if data_dir:
+        return f"SCRATCHGPT_DATA_DIR is {data_dir}, which holds no {names}: put it there"
+    return f"put {names} in a folder and set SCRATCHGPT_DATA_DIR to it"
 
 
 def _unknown_hint(name: str) -> str:
