@@ -73,6 +73,9 @@ def test_stages_are_chosen_by_number_key_or_name():
     assert gpt_build.select(stages, None) == stages
     with pytest.raises(ConfigError, match="no stage 'attention'"):
         gpt_build.select(stages, ["attention"])
+    for twice in (["1", "1"], ["2", "one-head", "3"]):  # trained once, as memory's --cells
+        with pytest.raises(ConfigError, match="^--stages names [12]-[a-z-]+ more than once$"):
+            gpt_build.select(stages, twice, "--stages")
     with pytest.raises(ConfigError, match="scaled must be one of"):
         gpt_build.BuildSetup(scaled="huge")
 
@@ -304,6 +307,7 @@ def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
                        (["--n-embd", "30"], "--n-embd (30) must be a multiple of 4, the heads of "
                                             "stages 3-7"),
                        (["--stages", "9"], "no stage"),
+                       (["--stages", "1", "1"], "--stages names 1-bigram more than once"),
                        # --quick's own 20 steps would have run, the flag ignored
                        (["--quick", "--max-iters", "500"], "--quick sets its own --max-iters"),
                        (["--quick", "--batch-size", "64"], "--batch-size")):

@@ -16,6 +16,7 @@ import csv
 import json
 from typing import Any
 
+from scratchgpt.bench import refuse_repeats
 from scratchgpt.commands.argtypes import (
     finite_float,
     help_text,
@@ -215,6 +216,8 @@ def run_gpt_build(args: argparse.Namespace) -> int:
     from scratchgpt.experiments import gpt_build
 
     setup = _build_setup(args, gpt_build)
+    # before the data is read (a named dataset may be downloaded)
+    gpt_build.select(gpt_build.stages(setup), args.stages, "--stages")
     # (the report in --out is added to, not refused: no file of it is named here)
     out_dir = results_dir(args.out, (), args.overwrite)
     data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, flush=True))
@@ -291,9 +294,7 @@ def _check_memory_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--min-len {args.min_len} is larger than --max-len {args.max_len}")
     if args.symbols < 2:
         raise ConfigError("--symbols must be at least 2")
-    twice = sorted({c for c in args.cells if args.cells.count(c) > 1})
-    if twice:  # one column and one curve per cell
-        raise ConfigError(f"--cells names {', '.join(twice)} more than once")
+    refuse_repeats("--cells", args.cells)  # one column and one curve per cell
     refuse_with_quick(args, MEMORY_QUICK)
     if args.forget_bias is not None and "lstm" not in args.cells:  # a gate of LSTMs alone
         raise ConfigError(f"--forget-bias sets the LSTM's forget gate; --cells "

@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.bench import refuse_repeats
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ConfigError
@@ -196,9 +197,11 @@ def _flags(values: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
     return out
 
 
-def select(all_stages: list[Stage], wanted: Sequence[str] | None) -> list[Stage]:
+def select(all_stages: list[Stage], wanted: Sequence[str] | None,
+           name: str = "wanted") -> list[Stage]:
     """The stages named in ``wanted`` (by number, key or full name), in build order; all of
-    them for None or an empty list."""
+    them for None or an empty list. A stage named twice (``1 1``, ``1 bigram``) is refused,
+    the list called ``name`` (``--stages`` from the command)."""
     if not wanted:
         return all_stages
     names = {alias: s for s in all_stages for alias in (str(s.number), s.key, s.name)}
@@ -206,6 +209,7 @@ def select(all_stages: list[Stage], wanted: Sequence[str] | None) -> list[Stage]
     if unknown:
         raise ConfigError(f"no stage {', '.join(map(repr, unknown))}; the stages are "
                           f"{', '.join(s.name for s in all_stages)}")
+    refuse_repeats(name, [names[w].name for w in wanted])
     chosen = {names[w] for w in wanted}
     return [s for s in all_stages if s in chosen]
 
