@@ -171,17 +171,20 @@ def keywords(options: Mapping[str, str]) -> bool:
 
 def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:
     """``message``, a refusal opening with a setting ("batch_size must ...", "time_budget:
-    ...", "n_embd (30) must ..."), with that setting and any other it names in snake_case
-    ("... by n_head (4)") named as ``rename`` calls them, where it has a name for one (not
-    None): the configs name settings by field, and only their caller knows whether the user
-    wrote a flag or a key.
+    ...", "n_embd (30) must ...", "unet_skips needs ..."), with that setting and any other it
+    names in snake_case ("... by n_head (4)") named as ``rename`` calls them, where it has a
+    name for one (not None): the configs name settings by field, and only their caller knows
+    whether the user wrote a flag or a key.
 
     >>> rename_setting("batch_size must be >= 1, got 0", flag_of)
     '--batch-size must be >= 1, got 0'
     >>> rename_setting("n_embd (30) must be divisible by n_head (4)", flag_of)
     '--n-embd (30) must be divisible by --n-head (4)'
+    >>> rename_setting("unet_skips needs n_layer >= 2", flag_of)
+    '--unet-skips needs --n-layer >= 2'
     """
-    found = re.match(r"([a-z][a-z0-9_]*)(?= must | \([^()]*\) must |: )", message)
+    found = re.match(r"([a-z][a-z0-9_]*)(?= (?:must|needs) | \([^()]*\) (?:must|needs) |: )",
+                     message)
     if found is None:  # not a setting's refusal (e.g. a config file's, naming its keys)
         return message
     name = rename(found.group(1)) or found.group(1)

@@ -1112,3 +1112,17 @@ def test_a_refusal_naming_two_settings_names_each_as_the_user_gave_it(small_data
     msg = error_of(capsys, [*base, "--config", str(tmp_path / "c.toml"), "--n-head", "4"])
     assert f"n_embd in {tmp_path / 'c.toml'} (30) must be divisible by n_head (4)" in msg
     assert not (tmp_path / "run").exists()
+
+
+def test_a_gpt_option_refusal_names_the_flags_typed(small_dataset, tmp_path, capsys):
+    """"pos_encoding rope rotates pairs ..." and "unet_skips needs n_layer >= 2" named the
+    config's fields, not the flags that gave them."""
+    out = str(tmp_path / "run")
+    base = ["train", "--dataset", str(small_dataset), "--max-iters", "1", "--out", out]
+    msg = error_of(capsys, [*base, "--n-embd", "30", "--n-head", "6", "--pos-encoding", "rope"])
+    assert msg.endswith("error: --pos-encoding (rope) needs an even head width, as it rotates "
+                        "pairs of features: --n-embd / --n-head = 5"), msg
+    msg = error_of(capsys, [*base, "--n-layer", "1", "--unet-skips"])
+    assert msg.endswith("error: --unet-skips needs --n-layer >= 2 (it joins first-half blocks "
+                        "to second-half ones)"), msg
+    assert not (tmp_path / "run").exists()

@@ -121,6 +121,18 @@ def test_torch_weight_init_keeps_what_each_torch_module_draws():
         GPTConfig(weight_init="xavier")
 
 
+def test_option_refusals_name_the_config_fields():
+    """From Python they name the fields; the CLI names its flags through the same words
+    (tests/commands/test_cli.py)."""
+    with pytest.raises(ConfigError) as e:
+        GPTConfig(n_embd=30, n_head=6, pos_encoding="rope")
+    assert str(e.value) == ("pos_encoding (rope) needs an even head width, as it rotates pairs "
+                            "of features: n_embd / n_head = 5")
+    with pytest.raises(ConfigError) as e:
+        GPTConfig(n_layer=1, unet_skips=True)
+    assert str(e.value).startswith("unet_skips needs n_layer >= 2 ")
+
+
 def test_parameter_count_leaves_out_every_lookup_table_but_the_head():
     model = tiny(value_embeds=2, pos_encoding="rope", qk_norm=True, unet_skips=True)
     total = sum(p.numel() for p in model.parameters())

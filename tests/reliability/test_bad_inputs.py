@@ -278,6 +278,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --overwrite with a shape that cannot be built",
      lambda c: ["train", "--dataset", c["data"], "--out", c["run"], "--overwrite", *TINY,
                 "--n-embd", "15"], "--n-embd (15) must be divisible by --n-head"),
+    # the GPT's option refusals named its fields (pos_encoding, unet_skips), not the flags
+    ("train --pos-encoding rope with an odd head width",
+     lambda c: _train(c, "--pos-encoding", "rope", "--n-embd", "12", "--n-head", "4"),
+     "--pos-encoding (rope) needs an even head width"),
+    ("train --unet-skips --n-layer 1",
+     lambda c: _train(c, "--unet-skips", "--n-layer", "1"), "--unet-skips needs --n-layer >= 2"),
     ("train --model lstm --optimizer muon (no hidden matrices for Muon)",
      lambda c: ["train", "--dataset", c["data"], "--out", c["root"] / "out" / "new",
                 "--model", "lstm", "--n-layer", "1", "--hidden", "8", "--max-iters", "1",

@@ -116,8 +116,8 @@ class GPTConfig:
     def _check_options(self) -> None:
         head_dim = self.n_embd // self.n_head
         if self.pos_encoding == "rope" and head_dim % 2:
-            raise ConfigError(f"pos_encoding rope rotates pairs of features: the head width "
-                              f"n_embd / n_head = {head_dim} must be even")
+            raise ConfigError(f"pos_encoding (rope) needs an even head width, as it rotates "
+                              f"pairs of features: n_embd / n_head = {head_dim}")
         if not 0 <= self.value_embeds <= self.n_layer:
             raise ConfigError(f"value_embeds must be in [0, n_layer = {self.n_layer}], got "
                               f"{self.value_embeds}")
