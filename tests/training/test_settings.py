@@ -70,3 +70,19 @@ def test_a_config_files_unknown_key_is_named_as_written_with_what_it_nearly_read
         with pytest.raises(ConfigError) as refused:
             new_run(Settings(config_file=str(conf)))
         assert str(refused.value) == f"config file {conf} does not take {message}"
+
+
+def test_a_run_resumed_by_another_command_is_named_with_its_article(tmp_path):
+    """It said "is a lstm run of 'scratchgpt finetune'"."""
+    from types import SimpleNamespace
+
+    from scratchgpt.errors import CheckpointError
+    from scratchgpt.training.settings import check_resumed_by
+
+    for kind, task, said in (("lstm", "classify", "is an lstm run of 'scratchgpt finetune'"),
+                             ("gpt", "instruct", "is a gpt run of 'scratchgpt finetune'")):
+        run = SimpleNamespace(model_type=kind, data={"task": task}, path=tmp_path / "last.pt")
+        with pytest.raises(CheckpointError) as e:
+            check_resumed_by(run, "train")
+        assert str(e.value).startswith(f"{tmp_path / 'last.pt'} {said}; resume it with "
+                                       f"'scratchgpt finetune --out {tmp_path} --resume'"), e.value

@@ -35,6 +35,7 @@ from scratchgpt.validation import (
     refuse_unknown,
     rename_setting,
 )
+from scratchgpt.wording import a_kind
 
 if TYPE_CHECKING:  # (the settings are named and checked without torch, which it imports)
     from scratchgpt.checkpoints.io import Checkpoint
@@ -215,7 +216,7 @@ def check_resumed_by(checkpoint: Checkpoint, kind: str) -> None:
     with the wrong task (a traceback, or an instruction run trained as plain text)."""
     own = run_kind(checkpoint)
     if own != kind:
-        raise CheckpointError(f"{checkpoint.path} is a {checkpoint.model_type} run of "
+        raise CheckpointError(f"{checkpoint.path} is {a_kind(checkpoint.model_type)} run of "
                               f"'{RESUME_COMMANDS[own]}'; resume it with "
                               f"'{RESUME_COMMANDS[own]} --out {Path(checkpoint.path).parent} "
                               "--resume'")
