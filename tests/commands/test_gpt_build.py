@@ -318,6 +318,17 @@ def test_equal_steps_budget_and_bad_flags(small_dataset, tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # nothing written before the checks
 
 
+def test_quick_promises_no_few_seconds(capsys):
+    # all eight stages, each with its final evaluation over the whole val split, took 26-82 s
+    # on a busy 2-core CPU where the help and the docstring said "a few seconds"
+    with pytest.raises(SystemExit):
+        main(["experiment", "gpt-build", "--help"])
+    quick = " ".join(capsys.readouterr().out.split("--quick")[-1].split("--no-progress")[0]
+                     .split())
+    for words in (quick, " ".join((gpt_build.quick_setup.__doc__ or "").split())):
+        assert "smoke test" in words and "seconds" not in words, words
+
+
 def test_a_stage_too_large_for_memory_is_refused_before_any_trains(small_dataset, tmp_path,
                                                                     capsys, monkeypatch):
     # as a GPT-2-tokenized corpus makes the bigram stage's table 50257 x 50257 (~40 GiB to

@@ -205,8 +205,8 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--overwrite", action="store_true",
                    help="replace the stages' runs already in --out")
     g.add_argument("--quick", action="store_true",
-                   help="a few seconds in all: 20 steps per stage and a tiny stage 8 (for "
-                        "smoke tests)")
+                   help="a smoke test, about a minute in all on a 2-core CPU: 20 steps per "
+                        "stage and a tiny stage 8")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.set_defaults(func=run_gpt_build)
 
