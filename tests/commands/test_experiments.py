@@ -201,3 +201,29 @@ def test_an_out_where_nothing_can_be_written_is_refused_before_anything_trains(
     assert said.out == ""  # no model was trained (each prints its accuracy)
     err = said.err.strip().splitlines()
     assert len(err) == 1 and f"--out {out}: no file can be written in /proc (" in err[0], err
+
+
+@pytest.mark.parametrize("experiment", ["count", "memory"])
+def test_ctrl_c_says_the_experiment_stops_without_promising_a_last_pt(experiment, tmp_path,
+                                                                     capsys, monkeypatch):
+    """Ctrl-C during training said 'stopping after this step and saving last.pt', the
+    trainer's words for a run directory; an experiment's models are kept in no file."""
+    import os
+    import signal
+
+    task = count.CountingTask if experiment == "count" else memory.FirstSymbolTask
+    real, calls = task.train_batch, {"n": 0}
+
+    def interrupting(self, *args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(task, "train_batch", interrupting)
+    argv = ["experiment", experiment, "--out", str(tmp_path / "x")]
+    argv += ["--steps", "20"] if experiment == "count" else ["--quick"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "SIGINT: stopping after this step (send it again" in err, err
+    assert "last.pt" not in err and not (tmp_path / "x").exists()
