@@ -344,6 +344,35 @@ def test_the_temporaries_of_a_dataset_named_alike_are_left_alone(tmp_path):
     assert TokenDataset(tmp_path / "d").meta["chars"] == 23 * 40
 
 
+def test_a_killed_prepares_staging_folder_is_cleared_by_the_next(tmp_path, monkeypatch):
+    """The staging folder is named by io.temporary_name, the one helper whose names the
+    cleaner (io.dead_temporaries) reads: one a killed prepare left goes with the next."""
+    import shutil
+
+    import scratchgpt.checkpoints.io as io
+    import scratchgpt.data.prepare as prepare
+
+    class Killed(Exception):
+        pass
+
+    def killed(tmp, out, overwrite):
+        raise Killed
+
+    with monkeypatch.context() as m:  # killed as it renames: nothing of its own is removed
+        m.setattr(prepare, "_move_into_place", killed)
+        m.setattr(shutil, "rmtree", lambda *a, **k: None)
+        with pytest.raises(Killed):
+            prepare_text("some text to train on. " * 40, tmp_path / "d", "char")
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and re.fullmatch(r"\.d\.\d+\.[0-9a-f]+\.tmp", left[0]), left
+    assert (tmp_path / left[0] / "meta.json").is_file()
+    prepare_text("some text to train on. " * 40, tmp_path / "d", "char")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [left[0], "d"]  # its process runs
+    monkeypatch.setattr(io, "process_alive", lambda pid: False)  # as after a kill -9
+    prepare_text("other text to train on. " * 40, tmp_path / "d", "char", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
 
 
 @pytest.mark.parametrize("spelling", [".", "absolute"])

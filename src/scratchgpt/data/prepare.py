@@ -27,7 +27,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,10 +35,10 @@ import numpy as np
 
 from scratchgpt.checkpoints.io import (
     TEMP_SUFFIX,
-    current_umask,
     dead_temporaries,
     exchange,
     fsync_dir,
+    temporary_name,
 )
 from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
@@ -336,9 +335,9 @@ def _staging(out: Path) -> Iterator[Path]:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_staging(out)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.",
-                                    suffix=TEMP_SUFFIX))
-        tmp.chmod(0o777 & ~current_umask())  # as mkdir makes a directory, not mkdtemp's 0700
+        staged = out.parent / temporary_name(out.name)  # (the name the cleaner above reads)
+        staged.mkdir()  # (tmp only once made: one already there is another prepare's)
+        tmp = staged
         yield tmp
     except OSError as e:
         raise StorageError(f"cannot write the dataset {out}: {e.strerror or e} (nothing was "
