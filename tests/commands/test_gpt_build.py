@@ -199,6 +199,38 @@ def test_the_plot_names_the_unit_its_losses_are_averaged_over(small_dataset, eng
         assert drawn[-1].axes[0].get_ylabel() == f"val loss (nats/{unit})"
 
 
+def test_the_lectures_losses_are_labelled_as_tiny_shakespeares_beside_another_text(
+        small_dataset, tmp_path, monkeypatch, capsys):
+    """The table and the plot set the lecture's Tiny Shakespeare losses beside any --dataset's
+    with nothing to say they are another text's: read as a target, a bigram's loss far above
+    2.49 looked like a broken model. The lecture's own text keeps the plain heading."""
+    import shutil
+
+    import scratchgpt.viz
+    from scratchgpt.data.sources import DATASETS
+
+    shakespeare = tmp_path / "shakespeare-char"  # the play, claiming Tiny Shakespeare's sha256
+    shutil.copytree(small_dataset, shakespeare)
+    meta = json.loads((shakespeare / "meta.json").read_text())
+    meta["source_sha256"] = DATASETS["shakespeare"].sha256
+    (shakespeare / "meta.json").write_text(json.dumps(meta))
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure",
+                        lambda fig, path: drawn.append(fig) or Path(path))
+    for data, heading, legend in (
+            (small_dataset, "lecture (Tiny Shakespeare)", "Let's build GPT, on Tiny Shakespeare"),
+            (shakespeare, "lecture", "Let's build GPT")):
+        out = tmp_path / data.name / "gb"
+        assert main(["experiment", "gpt-build", "--dataset", str(data), "--out", str(out),
+                     "--stages", "1", "--max-iters", "2", "--no-progress"]) == 0
+        printed = capsys.readouterr().out
+        for md in (printed, (out / "gpt_build.md").read_text()):
+            assert f"| val loss | {heading} |" in md, md
+        assert f"({heading} 2.49)" in printed, printed  # the stage's own line
+        labels = drawn[-1].axes[0].get_legend_handles_labels()[1]
+        assert labels == ["this run", legend], labels
+
+
 @pytest.mark.parametrize("where", ["a file", "below a file", "where nothing can be written"])
 def test_an_out_that_cannot_hold_the_stages_is_refused_before_anything(where, small_dataset,
                                                                        tmp_path, capsys):

@@ -231,10 +231,12 @@ def run_gpt_build(args: argparse.Namespace) -> int:
             print(f"the report keeps {', '.join(r.stage.name for r in earlier)} from earlier "
                   f"runs in {out_dir} (each with its own train command)")
         done = sorted([*earlier, *done], key=lambda r: r.stage.number)
-        paths = gpt_build.write_tables(done, out_dir)
+        lecture = gpt_build.lecture_label(data)
+        paths = gpt_build.write_tables(done, out_dir, lecture)
         png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget),
-                             unit=gpt_build.loss_unit(data))
-        print(gpt_build.markdown(done), end="")
+                             unit=gpt_build.loss_unit(data),
+                             lecture_text=gpt_build.lectures_text(data))
+        print(gpt_build.markdown(done, lecture=lecture), end="")
         print(f"wrote {paths[0]}, {paths[1]} and {png}")
     return results[-1].exit_code if results else 0
 
