@@ -136,7 +136,9 @@ def test_a_run_whose_dataset_is_gone_is_told_to_pass_one(run_dir, tmp_path, caps
         ckpt.model_type, ckpt.model_config, ckpt.model, ckpt.tokenizers,
         {**ckpt.data, "dataset": gone}, ckpt.run_id))
     line = error_of(capsys, ["eval", "--checkpoint", str(moved)])
-    assert gone in line and "no longer there" in line and "pass --dataset" in line
+    assert line.endswith(f"eval: error: the dataset the run was trained on, {gone}, is no "
+                         "longer there; pass --dataset (prepared with the run's tokenizer: "
+                         f"prepare --tokenizer-from {moved})"), line  # train --resume's words
     assert main(["eval", "--checkpoint", str(moved), "--dataset", ckpt.data["dataset"],
                  "--max-tokens", "100"]) == 0
 

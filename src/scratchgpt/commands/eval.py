@@ -110,10 +110,9 @@ def run(args: argparse.Namespace) -> int:
 def dataset_of(args: argparse.Namespace, ckpt):
     """The prepared dataset to evaluate on: ``--dataset``, else the run's own; its tokenizer
     must be the run's."""
-    from scratchgpt.data import sources
     from scratchgpt.data.resolve import resolve_dataset
-    from scratchgpt.errors import CheckpointError, DataError
-    from scratchgpt.training.job import check_same_tokenizer
+    from scratchgpt.errors import CheckpointError
+    from scratchgpt.training.job import check_recorded_dataset, check_same_tokenizer
 
     dataset = args.dataset or ckpt.data.get("dataset")
     if not dataset:  # a converted model, or one fine-tuned on conversations or labels
@@ -121,11 +120,8 @@ def dataset_of(args: argparse.Namespace, ckpt):
         why = f" (it was converted from {origin})" if origin else ""
         raise CheckpointError(f"{ckpt.path} records no dataset{why}; pass --dataset DIR, a text "
                               f"prepared with its tokenizer ({_prepare(args.checkpoint)})")
-    if args.dataset is None and not Path(dataset).is_dir() and \
-            dataset not in sources.DATASET_NAMES:
-        raise DataError(f"the dataset the run was trained on, {dataset}, is no longer there; "
-                        "pass --dataset (prepared with the run's tokenizer: prepare "
-                        f"--tokenizer-from {args.checkpoint})")
+    if args.dataset is None:  # (the run's own, which may have moved: train --resume's check)
+        check_recorded_dataset(dataset, args.checkpoint)
     # (a named dataset prepared now says so on stderr: stdout may be --json; it is prepared
     # with the run's tokenizer, not one learned from its text that would then be refused)
     own = ckpt.tokenizer("text") if "text" in ckpt.tokenizers else None
