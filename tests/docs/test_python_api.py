@@ -155,6 +155,16 @@ REFUSED_RUNS = {
         [*SMALL_FLAGS, "--learning-rate", "1e30", "--min-lr", "0", "--grad-clip", "0",
          "--warmup-iters", "0"],
         "lower learning_rate or keep grad_clip on", "lower --learning-rate or keep --grad-clip on"),
+    # it said to lower the learning rate, a usual 1e-3, where the decay flipped the weights
+    "weight decay diverged": (
+        {"weight_decay": 1e5, "min_lr": 0.0, "warmup_iters": 0}, ("gpt", SMALL_GPT),
+        [*SMALL_FLAGS, "--weight-decay", "1e5", "--min-lr", "0", "--warmup-iters", "0"],
+        "lower weight_decay first: each step multiplies the weights by 1 - learning rate x "
+        "weight decay = 1 - 0.001 x 100000 = -99, which zeroes them or flips their sign (keep "
+        "the product well below 1); else lower learning_rate or keep grad_clip on",
+        "lower --weight-decay first: each step multiplies the weights by 1 - learning rate x "
+        "weight decay = 1 - 0.001 x 100000 = -99, which zeroes them or flips their sign (keep "
+        "the product well below 1); else lower --learning-rate or keep --grad-clip on"),
 }
 
 

@@ -533,3 +533,18 @@ def test_a_refused_resume_from_python_names_the_keywords_it_was_given(small_data
     resumed = train(cfg(max_iters=state.step + 2), None, data, out, resume=True,
                     progress=False)  # TrainConfig's own time_budget, '': no budget
     assert resumed.step == state.step + 2
+
+
+@pytest.mark.parametrize("lr, wd, first", [(1e-3, 1e5, "weight_decay"), (0.5, 2.0, "weight_decay"),
+                                            (1e-3, 500.0, "learning_rate"),  # product 0.5
+                                            (10.0, 0.1, "learning_rate"),  # a usual decay
+                                            (1e30, 0.1, "learning_rate")])
+def test_a_diverged_run_names_the_weight_decay_first_where_it_flips_the_weights(lr, wd, first):
+    """A huge weight decay diverges through 1 - lr * wd: it was told to lower the rate."""
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.trainer import _remedy
+    from scratchgpt.validation import KEYWORDS
+
+    said = _remedy(TrainConfig(learning_rate=lr, min_lr=0.0, weight_decay=wd), KEYWORDS)
+    assert said.startswith(f"lower {first}"), said
+    assert said.endswith("lower learning_rate or keep grad_clip on"), said

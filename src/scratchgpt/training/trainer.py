@@ -365,13 +365,13 @@ class Trainer:
             return
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise ConfigError(f"the weights became NaN or infinite by step {self.state.step}; "
-                              f"not saved ({self._kept()}): {_remedy(self.options)}")
+                              f"not saved ({self._kept()}): {_remedy(self.cfg, self.options)}")
         self.run.save(self.checkpoint(), best=best)
 
     def _finite(self, value: float, what: str) -> float:
         if not math.isfinite(value):
             raise ConfigError(f"the {what} became {value} at step {self.state.step}; stopped "
-                              f"({self._kept()}): {_remedy(self.options)}")
+                              f"({self._kept()}): {_remedy(self.cfg, self.options)}")
         return value
 
     def _kept(self) -> str:
@@ -412,7 +412,17 @@ def check_no_curriculum(cfg: TrainConfig) -> None:
                           "windows); this task goes through its examples epoch by epoch")
 
 
-def _remedy(options: Mapping[str, str]) -> str:
-    """What to change when training diverged, as ``options`` name the settings."""
-    return (f"lower {named(options, 'learning_rate')} or keep {named(options, 'grad_clip')} "
-            "on")
+def _remedy(cfg: TrainConfig, options: Mapping[str, str]) -> str:
+    """What to change when training diverged, as ``options`` name the settings. The decoupled
+    weight decay multiplies each weight by 1 - lr * wd a step: from lr * wd = 1 on, that
+    zeroes the weights or flips their sign, growing them once it passes 2. A weight decay
+    above 1 (0.1 is usual) that does so is named first; a huge learning rate with a usual
+    weight decay is the learning rate's fault."""
+    lower = f"lower {named(options, 'learning_rate')} or keep {named(options, 'grad_clip')} on"
+    decay = cfg.learning_rate * cfg.weight_decay
+    if decay < 1 or cfg.weight_decay <= 1:
+        return lower
+    return (f"lower {named(options, 'weight_decay')} first: each step multiplies the weights "
+            f"by 1 - learning rate x weight decay = 1 - {cfg.learning_rate:g} x "
+            f"{cfg.weight_decay:g} = {1 - decay:.3g}, which zeroes them or flips their sign "
+            f"(keep the product well below 1); else {lower}")
