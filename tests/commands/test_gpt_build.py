@@ -24,6 +24,7 @@ from scratchgpt.experiments import gpt_build
 from scratchgpt.models import build_model, config_dict
 from scratchgpt.models.gpt import GPT
 from scratchgpt.training.task import full_split_loss
+from tests.cli_errors import error_of
 
 
 def config_of(stage: gpt_build.Stage) -> dict:
@@ -309,6 +310,46 @@ def test_existing_stage_runs_are_kept_unless_overwrite(small_dataset, tmp_path, 
     assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == before
     assert main([*args, "--overwrite"]) == 0
     assert not (tmp_path / "2-one-head").exists()  # only the stages asked for
+
+
+def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, capsys,
+                                                   monkeypatch):
+    """Ctrl-C in stage 2 keeps stage 1 (and the report of it); the same command again was
+    refused with only 'already holds a run; pass --overwrite', which trains stage 1 again. It
+    now names the stages the report lacks, and that command completes the build."""
+    import os
+    import signal
+
+    real_run, real_batch = gpt_build.train_job.run, TokenDataset.get_batch
+
+    def stage_run(job, progress):
+        if job.out.name == "2-one-head":  # Ctrl-C as the stage's third batch is drawn
+            calls = {"n": 0}
+
+            def interrupting(self, *args, **kw):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    os.kill(os.getpid(), signal.SIGINT)
+                return real_batch(self, *args, **kw)
+
+            monkeypatch.setattr(TokenDataset, "get_batch", interrupting)
+        return real_run(job, progress)
+
+    monkeypatch.setattr(gpt_build.train_job, "run", stage_run)
+    args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+            "--out", str(tmp_path), "--no-progress", "--stages"]
+    assert main([*args, "1", "2", "3"]) == 130
+    monkeypatch.undo()
+    bigram = (tmp_path / "1-bigram" / "best.pt").read_bytes()
+    capsys.readouterr()
+    said = error_of(capsys, [*args, "1", "2", "3"])
+    assert "holds 1-bigram, 2-one-head; to go on with the stages its report lacks, pass " \
+           "--stages 2 3 --overwrite (a stage cut short trains again" in said, said
+    assert main([*args, "2", "3", "--overwrite"]) == 0
+    with open(tmp_path / "gpt_build.csv") as f:
+        assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram", "2-one-head",
+                                                           "3-multi-head"]
+    assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == bigram  # kept, not retrained
 
 
 def test_a_run_of_some_stages_adds_to_the_report(small_dataset, tmp_path, capsys):

@@ -259,6 +259,8 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
     ``dataset_name``: how the stages' ``train`` commands name the data (default: its
     directory)."""
     cfg = setup.train_config()
+    if not overwrite:
+        refuse_held_runs(setup, out, chosen)
     jobs = []
     for stage in chosen:
         config = stage.config(data.vocab_size)
@@ -267,9 +269,6 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
         # allocation failure part way through the stages
         train_job.check_resources(cfg, config)
         path = out / stage.name
-        if RunDir(path).holds_run() and not overwrite:
-            raise ConfigError(f"{path} already holds a run; pass --overwrite to train the "
-                              "stages again, or --out another directory")
         task = partial(train_job.lm_task, data.directory, config.block_size)
         command = shlex.join(["scratchgpt", *train_command(
             stage, setup, dataset_name or str(data.directory), str(path))])
@@ -278,6 +277,26 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
         jobs.append((stage, train_job.TrainJob(path, "overwrite" if overwrite else "new", cfg,
                                                config, task, extra)))
     return jobs
+
+
+def refuse_held_runs(setup: BuildSetup, out: Path, chosen: list[Stage]) -> None:
+    """A chosen stage whose directory holds a run is refused (``--overwrite`` replaces it),
+    saying how to go on where a build was cut short: ``--stages`` with the stages its report
+    lacks (the one cut short with ``--overwrite``: it trains again from its start)."""
+    held = [s for s in chosen if RunDir(out / s.name).holds_run()]
+    if not held:
+        return
+    reported = {r.stage.name for r in earlier_results(setup, out, ())}
+    rest = [s for s in chosen if s.name not in reported]
+    if not rest or rest == chosen:  # all of them done, or none: nothing to go on with
+        raise ConfigError(f"{out / held[0].name} already holds a run; pass --overwrite to "
+                          "train the stages again, or --out another directory")
+    again = " --overwrite" if any(s in held for s in rest) else ""
+    raise ConfigError(
+        f"{out} already holds {', '.join(s.name for s in held)}; to go on with the stages its "
+        f"report lacks, pass --stages {' '.join(str(s.number) for s in rest)}{again}"
+        + (" (a stage cut short trains again from its start)" if again else "")
+        + ", or --overwrite to train them all again")
 
 
 def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] | None = None,
