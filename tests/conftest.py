@@ -92,6 +92,18 @@ def _isolated_env(monkeypatch, tmp_path_factory):
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _figures_closed():
+    """Close the figures a test leaves open (a test of a function that returns its figure):
+    from the 21st open figure on, matplotlib warns on stderr, in a later test whose stderr is
+    asserted, so that test passed alone and failed in the suite."""
+    yield
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture
 def cli_main():
     """The CLI entry point, ``scratchgpt.cli.main``."""

@@ -104,3 +104,14 @@ def test_the_command_line_starts_it_for_commands_that_draw(monkeypatch, argv, st
     monkeypatch.setattr(figure_helper, "start", lambda: started.append(1))
     cli._start_figure_helper(argv)
     assert bool(started) == starts
+
+
+def test_a_failed_drawing_leaves_no_figure_open(tmp_path):
+    """loss.png that cannot be written closes its figure all the same: a process that goes on
+    (a sweep, the helper) kept each one open, and matplotlib warns from the 21st."""
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    with pytest.raises(FileNotFoundError):
+        plot_losses(_metrics(tmp_path / "metrics.csv"), tmp_path / "no such folder" / "l.png")
+    assert plt.get_fignums() == []
