@@ -32,6 +32,7 @@ from typing import Any
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.validation import file_target_problem
+from scratchgpt.wording import plural
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
 
@@ -139,8 +140,10 @@ def note_missing_glyphs(fig: Any, path: str | Path) -> None:
     missing = missing_glyphs(fig)
     if missing:
         shown = " ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-        print(f"note: {len(missing)} character(s) have no glyph in the font of {path} and "
-              f"show as boxes: {shown}", file=sys.stderr)
+        one = len(missing) == 1
+        print(f"note: {plural(len(missing), 'character')} {'has' if one else 'have'} no glyph "
+              f"in the font of {path} and {'shows' if one else 'show'} as boxes: {shown}",
+              file=sys.stderr)
 
 
 def _tick_size(n: int) -> float:

@@ -143,7 +143,7 @@ def test_characters_missing_from_the_font_are_one_note_not_a_warning_each(runs, 
     assert said.returncode == 0 and out.read_bytes().startswith(PNG)
     assert "Warning" not in said.stderr
     # 😀 is one DejaVu Sans draws; 你 is named once though the text has it twice
-    assert said.stderr == (f"note: 2 character(s) have no glyph in the font of {out} and "
+    assert said.stderr == (f"note: 2 characters have no glyph in the font of {out} and "
                            "show as boxes: 你 好\n")
 
 

@@ -398,7 +398,7 @@ def test_characters_the_models_vocabulary_lacks_are_reported_as_the_models(run_d
     assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer-from", str(run_dir),
                  "--out", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
-    assert "train character(s) are not in the model's vocabulary" in out
+    assert "train characters are not in the model's vocabulary" in out
     assert "learned from the training split" not in out
 
 

@@ -169,8 +169,8 @@ def test_eval_names_the_characters_the_model_never_saw(cli_main, checkpoint, tmp
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--data", str(pairs),
                      "--show-errors", "0"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert err == ["note: 1 source character(s) the model never saw, read as <unk>: '☃'",
-                   "note: 1 target character(s) the model never wrote in training (a target "
+    assert err == ["note: 1 source character the model never saw, read as <unk>: '☃'",
+                   "note: 1 target character the model never wrote in training (a target "
                    "holding one cannot be matched): '☃'"], err
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "5"]) == 0
     assert "target character" not in capsys.readouterr().err  # its own dates: all written
@@ -328,7 +328,7 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
                      "--source", "3 march ☃ 1999 Ω☃"]) == 0
     said = capsys.readouterr()
     assert len(said.out.splitlines()) == 1
-    assert said.err == ("note: 2 source character(s) the model never saw, read as <unk>: "
+    assert said.err == ("note: 2 source characters the model never saw, read as <unk>: "
                         "'Ω' '☃'\n")
 
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(checkpoint), "--limit", "20"]) == 0
@@ -375,7 +375,7 @@ def test_translate_eval_and_attention(cli_main, checkpoint, tmp_path, capsys, mo
     assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--overwrite",
                      "--source", "3 mar 99 你", "--out", str(png)]) == 0
     assert capsys.readouterr().err.endswith(
-        f"note: 1 character(s) have no glyph in the font of {png} and show as boxes: 你\n")
+        f"note: 1 character has no glyph in the font of {png} and shows as boxes: 你\n")
 
     for action in (["translate", "--source", "x"], ["eval"]):
         with pytest.raises(SystemExit) as stop:

@@ -11,6 +11,7 @@ from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.data.prepare import encode_corpus, prepare_text, token_dtype
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.tokenizers import load_tokenizer
+from scratchgpt.wording import plural
 from tests.cli_errors import error_of
 
 
@@ -307,7 +308,8 @@ def test_validation_characters_the_vocabulary_lacks_are_counted_and_reported(tmp
     assert TokenDataset(tmp_path / "d").splits["val"].size == len(text) - len(train_text)
     (tmp_path / "t.txt").write_text(text)
     assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--out", str(tmp_path / "e")]) == 0
-    assert f"note: {lacking} val character(s) are not in" in capsys.readouterr().out
+    assert f"note: {plural(lacking, 'val character')} {'is' if lacking == 1 else 'are'} not " \
+        "in" in capsys.readouterr().out
     clean = prepare_text("abcab " * 40, tmp_path / "c", "char")
     assert not any(k.endswith("_unknown_chars") for k in clean)
 
@@ -611,7 +613,7 @@ def test_tokenizer_from_a_prepared_dataset_gives_a_second_text_its_ids(tmp_path,
         split = data.meta["train_chars"]
         assert data.splits["train"].tolist() == encode_corpus(tok, text[:split])
         assert data.splits["val"].tolist() == encode_corpus(tok, text[split:])
-        assert ("character(s) are not in the dataset's vocabulary" in out) == (kind == "char")
+        assert ("not in the dataset's vocabulary" in out) == (kind == "char")
     # the dataset's own tokenizer, the dataset replaced: read before it is written
     before = load_tokenizer(tmp_path / "bpe-1").state()
     assert main(["prepare", "--data", str(second), "--tokenizer-from", str(tmp_path / "bpe-1"),

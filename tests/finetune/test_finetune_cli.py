@@ -891,8 +891,8 @@ def test_a_message_with_characters_the_model_lacks_is_refused_and_the_chat_goes_
     assert code == 0, err
     refusals = [line for line in err.splitlines() if line.startswith("error:")]
     assert refusals == ["error: your message cannot be encoded: text has 2 characters not in "
-                        "the vocabulary: '\u00e9', '\u20ac'; write it without them (nothing "
-                        "was sent)"], err
+                        "the vocabulary: '\u00e9', '\u20ac'; write the text in characters the "
+                        "model knows (nothing was sent)"], err
     assert "replaced" not in err
     assert sent == [[{"role": "user", "content": "hi"}]]  # the next message, alone
     assert printed == "ok\n"
@@ -909,8 +909,8 @@ def test_sample_chat_refuses_a_prompt_with_characters_the_model_lacks(chat_model
                                   "hi \u2603", "--max-new-tokens", "5"], capsys)
     assert one_line_error(code, err).strip() == (
         "scratchgpt sample: error: --chat: the prompt cannot be encoded: text has 1 "
-        "character not in the vocabulary: '\u2603'; write it without them (or use "
-        "--unknown replace to substitute them)")
+        "character not in the vocabulary: '\u2603'; write the text in characters the model "
+        "knows (or use --unknown replace to substitute them)")
     assert printed == ""
     code, _, err = run_cli(["sample", "--checkpoint", chat_model, "--chat", "--prompt", "hi",
                             "--system", "be br\u00eff"], capsys)

@@ -75,7 +75,7 @@ def test_what_the_helper_says_while_drawing_is_said_here(tmp_path, helper, capsy
     metrics = _named_in_cjk(tmp_path)
     plot_losses(metrics, tmp_path / "here.png")
     here = capsys.readouterr()
-    assert here.err == (f"note: 2 character(s) have no glyph in the font of "
+    assert here.err == (f"note: 2 characters have no glyph in the font of "
                         f"{tmp_path / 'here.png'} and show as boxes: 你 好\n")
     assert figure_helper._drawn_by_helper("losses", (metrics, tmp_path / "there.png"))
     assert capsys.readouterr().err == here.err.replace("here.png", "there.png")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from scratchgpt.commands.argtypes import bpe_vocab_size
 from scratchgpt.errors import ConfigError
+from scratchgpt.wording import plural
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers import Tokenizer
@@ -185,8 +186,10 @@ def report_unknown(meta: dict, vocabulary: str) -> None:
     """A note per split that holds characters ``vocabulary`` lacks (substituted)."""
     for split in ("train", "val"):
         if meta.get(f"{split}_unknown_chars"):
-            print(f"note: {meta[f'{split}_unknown_chars']:,} {split} character(s) are not in "
-                  f"{vocabulary} and were written as a stand-in character")
+            n = meta[f"{split}_unknown_chars"]
+            print(f"note: {plural(n, f'{split} character', grouped=True)} "
+                  f"{'is' if n == 1 else 'are'} not in {vocabulary} and "
+                  f"{'was' if n == 1 else 'were'} written as a stand-in character")
 
 
 def train_copies(args: argparse.Namespace) -> int:

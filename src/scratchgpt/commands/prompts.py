@@ -63,12 +63,12 @@ def note_wide_top_k(model, top_k: int | None) -> None:
 def unknown_characters(tokenizer, text: str) -> str | None:
     """What is wrong with ``text`` when the model's tokenizer cannot write all of it (a
     character vocabulary lacks some of its characters), found as ``serve`` finds it, or None:
-    ``cannot be encoded: text has 1 character(s) not in the vocabulary: 'é'; write it without
-    them``."""
+    ``cannot be encoded: text has 1 character not in the vocabulary: 'é'; write the text in
+    characters the model knows``."""
     from scratchgpt.data.prepare import encode_corpus
 
     try:
         encode_corpus(tokenizer, text, "error")
     except ScratchGPTError as e:
-        return f"cannot be encoded: {e}; write it without them"
+        return f"cannot be encoded: {e}; write the text in characters the model knows"
     return None

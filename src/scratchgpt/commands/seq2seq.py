@@ -363,15 +363,17 @@ def _ended(ids: list[int], eos_id: int) -> bool:
     return bool(ids) and ids[-1] == eos_id
 
 
-def note_unseen(tok, texts: list[str],
-                what: str = "source character(s) the model never saw, read as <unk>") -> None:
+def note_unseen(tok, texts: list[str], side: str = "source",
+                what: str = "the model never saw, read as <unk>") -> None:
     """A note (stderr) naming the characters of ``texts`` that ``tok`` never saw in training:
-    in sources they are read as ``<unk>``, which the translation cannot carry over; ``what``
-    words it for the other side (targets: characters no output of the model holds)."""
+    in sources they are read as ``<unk>``, which the translation cannot carry over; ``side``
+    and ``what`` word it for the other side (targets: characters no output of the model
+    holds)."""
     unseen = sorted({c for text in texts for c in text if c not in tok.stoi})
     if unseen:
         shown = " ".join(repr(c) for c in unseen[:10]) + (" ..." if len(unseen) > 10 else "")
-        print(f"note: {len(unseen)} {what}: {shown}", file=sys.stderr)
+        print(f"note: {plural(len(unseen), f'{side} character')} {what}: {shown}",
+              file=sys.stderr)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -393,8 +395,8 @@ def run_eval(args: argparse.Namespace) -> int:
     pairs = pairs[: args.limit] if args.limit else pairs
     # pairs of another kind than the training's scored 0% with no word why
     note_unseen(src_tok, [src for src, _ in pairs])
-    note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target character(s) the model never "
-                "wrote in training (a target holding one cannot be matched)")
+    note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target", "the model never wrote in "
+                "training (a target holding one cannot be matched)")
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
                   length_penalty=penalty)
     print(format_eval(ev))

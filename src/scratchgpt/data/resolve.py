@@ -18,6 +18,7 @@ from scratchgpt.errors import DataError
 from scratchgpt.paths import cache_dir
 from scratchgpt.tokenizers import Tokenizer
 from scratchgpt.validation import FLAGS, did_you_mean
+from scratchgpt.wording import plural
 
 
 def load_source(data: str | None, dataset: str | None) -> tuple[str, str]:
@@ -100,8 +101,10 @@ def _prepared_named(name: str, tokenizer: Tokenizer | None,
             f"val tokens in {target}")
         unknown = meta.get("train_unknown_chars", 0) + meta.get("val_unknown_chars", 0)
         if unknown:
-            log(f"note: {unknown:,} character(s) of {name} are not in the tokenizer's "
-                "vocabulary and were written as a stand-in character")
+            one = unknown == 1
+            log(f"note: {plural(unknown, 'character', grouped=True)} of {name} "
+                f"{'is' if one else 'are'} not in the tokenizer's vocabulary and "
+                f"{'was' if one else 'were'} written as a stand-in character")
     return target
 
 
