@@ -230,6 +230,7 @@ def test_the_lectures_losses_are_labelled_as_tiny_shakespeares_beside_another_te
         assert f"({heading} 2.49)" in printed, printed  # the stage's own line
         labels = drawn[-1].axes[0].get_legend_handles_labels()[1]
         assert labels == ["this run", legend], labels
+    scratchgpt.viz.pyplot().close("all")  # kept open by the stand-in for save_figure
 
 
 @pytest.mark.parametrize("where", ["a file", "below a file", "where nothing can be written"])
