@@ -16,7 +16,6 @@ from torch import Tensor, nn
 from scratchgpt import memory
 from scratchgpt.models.rnn import RecurrentConfig
 from scratchgpt.training.config import TrainConfig
-from scratchgpt.training.stopping import nothing_saved
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, _eval_mode
 from scratchgpt.training.trainer import Trainer
 
@@ -87,8 +86,7 @@ def train_counter(cell: str, modulus: int, hidden: int, steps: int, seed: int
     task = CountingTask(modulus)
     trainer = Trainer(cfg, config, task, progress=False)
     first = task.estimate(trainer.model, "val", 1, trainer.setting)
-    with nothing_saved():  # a Ctrl-C's message promises no last.pt
-        result = trainer.fit()
+    result = trainer.fit()
     result.raise_if_stopped()
     return trainer.model.eval(), result.metrics, first
 

@@ -22,7 +22,6 @@ from torch import Tensor, nn
 from scratchgpt import memory
 from scratchgpt.models.rnn import RecurrentClassifierConfig
 from scratchgpt.training.config import TrainConfig
-from scratchgpt.training.stopping import nothing_saved
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.training.trainer import Trainer
 from scratchgpt.validation import offset_seed
@@ -126,8 +125,7 @@ def train_and_test(setup: MemorySetup, cell: str, lengths: list[int], seed: int
                       dtype="fp32", seed=seed)
     config = _config(setup, cell)
     task = FirstSymbolTask(setup.symbols, lengths, setup.eval_samples, seed)
-    with nothing_saved():  # a Ctrl-C's message promises no last.pt
-        Trainer(cfg, config, task, progress=False).fit().raise_if_stopped()
+    Trainer(cfg, config, task, progress=False).fit().raise_if_stopped()
     return task.accuracy
 
 

@@ -12,19 +12,16 @@ relays it too), not a second one.
 In a data-parallel group every process checks the flag of every other through one all-reduce
 per step (:meth:`StopFlag.agree`), so all stop after the same step.
 
-A run without a run directory (an experiment's model) saves nothing: inside
-:func:`nothing_saved` the first signal's message says only that the run stops after the step.
+A run without a run directory (an experiment's or a benchmark's model) saves nothing: its
+flag (``saves=False``) says only that the run stops after the step.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -33,29 +30,16 @@ from scratchgpt.training.distributed import DistInfo
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 REPEAT_WINDOW_S = 1.0
-# whether a stopped run saves last.pt: False inside nothing_saved()
-_SAVES: ContextVar[bool] = ContextVar("stop_saves", default=True)
-
-
-@contextlib.contextmanager
-def nothing_saved() -> Iterator[None]:
-    """Around the training of a run that keeps no files (an experiment's models): a stop
-    signal's message then says the run stops after the step, not that it saves ``last.pt``."""
-    token = _SAVES.set(False)
-    try:
-        yield
-    finally:
-        _SAVES.reset(token)
 
 
 class StopFlag:
     """Use as a context manager around the training loop."""
 
-    def __init__(self, info: DistInfo, announce: bool = True):
+    def __init__(self, info: DistInfo, announce: bool = True, saves: bool = True):
         self.info = info
         self.signum: int | None = None
         self.announce = announce
-        self.saves = _SAVES.get()  # whether the run saves last.pt when it stops
+        self.saves = saves  # whether the run saves last.pt when it stops
         self._previous: dict[int, Any] = {}
         self._at = 0.0  # when the first signal came
         self.stop_at_once = False  # set while no step is left to finish: the first signal

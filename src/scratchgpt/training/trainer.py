@@ -198,7 +198,8 @@ class Trainer:
         self._open_files(resumed=state.step > 0)
         bar = Progress(self.progress_enabled, cfg.max_iters, state.step, cfg.time_budget_s,
                        state.elapsed_s)
-        stop = StopFlag(self.info, announce=self.info.is_main)
+        # (a run with no directory, an experiment's or a benchmark's, is promised no last.pt)
+        stop = StopFlag(self.info, announce=self.info.is_main, saves=self.run is not None)
         t0 = time.perf_counter()
         self.model.train()
         params = list(self.model.parameters())  # (the same ones every step)
