@@ -318,22 +318,15 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     """Ctrl-C in stage 2 keeps stage 1 (and the report of it); the same command again was
     refused with only 'already holds a run; pass --overwrite', which trains stage 1 again. It
     now names the stages the report lacks, and that command completes the build."""
-    import os
     import signal
 
-    real_run, real_batch = gpt_build.train_job.run, TokenDataset.get_batch
+    from tests.interrupts import interrupt_at
+
+    real_run = gpt_build.train_job.run
 
     def stage_run(job, progress):
         if job.out.name == "2-one-head":  # Ctrl-C as the stage's third batch is drawn
-            calls = {"n": 0}
-
-            def interrupting(self, *args, **kw):
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    os.kill(os.getpid(), signal.SIGINT)
-                return real_batch(self, *args, **kw)
-
-            monkeypatch.setattr(TokenDataset, "get_batch", interrupting)
+            interrupt_at(monkeypatch, 3, signal.SIGINT)
         return real_run(job, progress)
 
     monkeypatch.setattr(gpt_build.train_job, "run", stage_run)

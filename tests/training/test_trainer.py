@@ -20,6 +20,7 @@ from scratchgpt.models.seq2seq import Seq2SeqConfig
 from scratchgpt.training.config import TrainConfig, parse_duration
 from scratchgpt.training.job import train
 from scratchgpt.training.optim import lr_at
+from tests.interrupts import interrupt_at
 
 MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, dropout=0.1)
 
@@ -93,21 +94,6 @@ def test_best_pt_is_the_model_of_the_lowest_val_loss_once_val_rises(small_datase
     last = load_checkpoint(tmp_path / "run" / "last.pt").model
     assert all(torch.equal(best.model[k], at_20[k]) for k in at_20)
     assert not all(torch.equal(last[k], at_20[k]) for k in at_20)
-
-
-def interrupt_at(monkeypatch, call: int, signum: int) -> None:
-    """Send ``signum`` to this process while the training loop draws its ``call``-th batch."""
-    real = TokenDataset.get_batch
-    calls = {"n": 0, "gen": None}
-
-    def interrupting(self, split, batch_size, block_size, generator, *args, **kw):
-        calls["gen"] = calls["gen"] or generator  # the first caller is the training loop
-        calls["n"] += generator is calls["gen"]
-        if calls["n"] == call:
-            os.kill(os.getpid(), signum)
-        return real(self, split, batch_size, block_size, generator, *args, **kw)
-
-    monkeypatch.setattr(TokenDataset, "get_batch", interrupting)
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
