@@ -211,7 +211,7 @@ class RunDir:
     def _occupied(self, can_resume: bool) -> str:
         """Why a new run may not start here, and what to do instead (the flags the command
         has: ``--resume`` only where ``can_resume``)."""
-        resume, overwrite = self.options["resume"], self.options["overwrite"]
+        resume, overwrite = named(self.options, "resume"), named(self.options, "overwrite")
         if not can_resume:
             what = "a run" if self.has_checkpoint() else "the files of a run"
             return f"{self.path} already holds {what}; pass {overwrite} to replace it"
@@ -234,9 +234,9 @@ class RunDir:
             why = "it holds best.pt alone (a model, not a run's training state)"
         elif self.holds_run():
             why = ("the run never wrote a checkpoint; start it again with "
-                   f"{self.options['overwrite']}")
+                   f"{named(self.options, 'overwrite')}")
         else:
-            why = f"start the run without {self.options['resume']}"
+            why = f"start the run without {named(self.options, 'resume')}"
         raise CheckpointError(f"cannot resume: {self.file('last.pt')} does not exist ({why})")
 
     def has_checkpoint(self) -> bool:
