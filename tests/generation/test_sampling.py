@@ -190,10 +190,10 @@ def test_beam_search_returns_only_whole_texts():
     assert stopped_early  # (the case in question arose)
 
 
-def test_a_search_stopped_after_k_steps_leaves_its_best_hypothesis_in_out(monkeypatch):
-    """Ctrl-C during the step after k: ``out`` holds what a search of exactly k steps ranks
-    best among its ended hypotheses, or, when none has ended, its best live beam; an ended
-    one wins even where a live beam outscores it (a live beam is cut short, not a text)."""
+def test_a_search_stopped_after_k_steps_leaves_its_hypotheses_in_out(monkeypatch):
+    """Ctrl-C during the step after k: ``out`` holds every hypothesis of a search of exactly k
+    steps, its ended ones first, best first, then its live beams, best first: an ended one
+    comes first even where a live beam outscores it (a live beam is cut short, not a text)."""
     from scratchgpt.generation import beam
     from scratchgpt.generation.stopping import StopRule
     from tests.tiny_gpt import sharp_gpt
@@ -201,7 +201,7 @@ def test_a_search_stopped_after_k_steps_leaves_its_best_hypothesis_in_out(monkey
     model, real_prefill = sharp_gpt(scale=3), beam.prefill
     torch.manual_seed(0)
     prompt = torch.randint(0, 29, (1, 3))
-    seen = {"live": 0, "ended": 0, "ended below a live beam": 0}
+    seen = {"live": 0, "ended": 0, "ended below a live beam": 0, "ended and live": 0}
     for eos in range(29):
         for k in range(1, 7):
             calls = []
@@ -222,8 +222,10 @@ def test_a_search_stopped_after_k_steps_leaves_its_best_hypothesis_in_out(monkey
             monkeypatch.setattr(beam, "prefill", real_prefill)
             hyps = beam.beam_search(model, prompt, 3, StopRule(k, eos_id=eos))
             ended = [h for h in hyps if h[0][-1] == eos]
-            assert out == [(ended or hyps)[0]], (eos, k)
+            live = [h for h in hyps if h[0][-1] != eos]
+            assert len(hyps) > 1 and out == ended + live, (eos, k)
             seen["ended" if ended else "live"] += 1
+            seen["ended and live"] += bool(ended and live)
             seen["ended below a live beam"] += bool(ended) and ended[0] != hyps[0]
     assert all(seen.values()), seen  # (every case arose)
 

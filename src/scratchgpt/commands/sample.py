@@ -424,12 +424,12 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
     from scratchgpt.generation.beam import beam_search
 
     penalty = 1.0 if args.length_penalty is None else args.length_penalty
-    best: list[tuple[list[int], float]] = []
+    so_far: list[tuple[list[int], float]] = []
     try:
         hyps = beam_search(job.model, job.prompt(), args.beam, job.rule, penalty,
-                           out=best)[: args.num_samples]
+                           out=so_far)[: args.num_samples]
     except KeyboardInterrupt:
-        print_best_so_far(job, best)
+        print_so_far(job, so_far[: args.num_samples])
         raise
     if len(hyps) < args.num_samples:
         note_few_hypotheses(job.model, len(hyps), args)
@@ -438,15 +438,18 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
     return 0
 
 
-def print_best_so_far(job: Job, best: list[tuple[list[int], float]]) -> None:
-    """Ctrl-C or SIGTERM stopped the search: its best hypothesis so far (the best ended one,
-    else the best live beam, which a note on stderr says was cut off), as ``print_samples``
-    prints a sample stopped part-way; nothing before the first step."""
-    for new_ids, score in best:
+def print_so_far(job: Job, hyps: list[tuple[list[int], float]]) -> None:
+    """Ctrl-C or SIGTERM stopped the search: its --num-samples best hypotheses so far (the
+    ended ones, best first, then the live beams, best first, each noted as cut off on
+    stderr), as ``print_samples`` prints samples stopped part-way; nothing before the first
+    step."""
+    notes = []
+    for rank, (new_ids, score) in enumerate(hyps):
         cut = "" if job.rule.done(new_ids) else \
             f", cut off after {plural(len(new_ids), 'new token')}"
-        print_all([job.text + job.rule.text(new_ids)],
-                  [f"--- beam score {score:.4f}, the best so far{cut}"])
+        notes.append(f"--- beam score {score:.4f}, the {'next ' if rank else ''}best so "
+                     f"far{cut}")
+    print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps], notes)
 
 
 def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:

@@ -8,8 +8,9 @@ beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a 
     hyps = beam_search(model, prompt, 4, StopRule(50, eos_id=tok.eot_id))
     best_tokens, best_score = hyps[0]
 
-A search stopped part-way (Ctrl-C) keeps its best hypothesis so far where the caller can read
-it: ``beam_search(..., out=best)`` puts it in the list ``best`` after every step.
+A search stopped part-way (Ctrl-C) keeps its hypotheses so far where the caller can read them:
+``beam_search(..., out=so_far)`` puts them in the list ``so_far`` after every step, the ended
+ones first.
 """
 
 from __future__ import annotations
@@ -84,14 +85,15 @@ class _Beams:
             self.seqs.append(self.seqs[0])
             self.scores.append(float("-inf"))
 
-    def best_so_far(self) -> list[Hypothesis]:
-        """What a search stopped now has: the best ended hypothesis (by the score the search
-        ranks by), else the best live beam, cut short; none before the first step."""
+    def so_far(self) -> list[Hypothesis]:
+        """What a search stopped now has: its ended hypotheses, best first (by the score the
+        search ranks by), then its live beams, cut short, best first; none before the first
+        step. An ended one comes before every live beam: a live beam is not a text."""
         live = [(s, self.normalized(sc, len(s))) for s, sc in zip(self.seqs, self.scores,
                                                                     strict=True)
                 if sc != float("-inf")]
-        best = max(self.finished or live, key=lambda h: h[1], default=None)
-        return [] if best is None else [best]
+        return [*sorted(self.finished, key=lambda h: h[1], reverse=True),
+                *sorted(live, key=lambda h: h[1], reverse=True)]
 
     def best(self, out_of_tokens: bool) -> list[Hypothesis]:
         """Every hypothesis, best first: the finished ones, and the live ones when the search
@@ -129,8 +131,9 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     keeps its last ``context`` tokens). Beam 1 is greedy, sliding included. No new tokens
     (``stop`` 0) is one hypothesis, the empty continuation, of log-probability 0.
 
-    ``out``: a list that holds, after every step, the best hypothesis so far (the best ended
-    one, else the best live beam), so that a caller stopped by Ctrl-C keeps it.
+    ``out``: a list that holds, after every step, the hypotheses so far (the ended ones, best
+    first, then the live beams, best first: ``out[0]`` is the best ended one, else the best
+    live beam), so that a caller stopped by Ctrl-C keeps them.
     """
     stop = StopRule.of(stop)
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
@@ -152,7 +155,7 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     for step in range(n):
         parents, tokens = beams.extend(logits)
         if out is not None:
-            out[:] = beams.best_so_far()
+            out[:] = beams.so_far()
         if len(beams.finished) >= beam or not parents or step == n - 1:
             break
         beams.pad(parents, tokens)
