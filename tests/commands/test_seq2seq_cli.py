@@ -768,7 +768,7 @@ def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys
 def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys, decodes):
     """The end of a run decoded every held-out pair (2,000 by default, minutes after a run of
     seconds): it decodes the first --eval-pairs (256 unless given; 0 is all of them), says
-    so, and gives the figures 'seq2seq eval --which last --limit N' gives."""
+    so, and gives the figures 'seq2seq eval --which last' gives."""
     decoded = decodes.counts
     argv = ["seq2seq", "train", "--task", "dates", *TINY]
     argv[argv.index("--n-test") + 1] = "300"
@@ -781,8 +781,38 @@ def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys
         subset = f"(the first {n} of the 300 held-out pairs, --eval-pairs;"
         assert (subset in reports[n]) == (n < 300), reports[n]
     assert cli_main(["seq2seq", "eval", "--checkpoint", str(tmp_path / "run12"), "--which",
-                     "last", "--limit", "12", "--show-errors", "0"]) == 0
-    assert reports[12].startswith(capsys.readouterr().out)
+                     "last", "--show-errors", "0"]) == 0
+    table = capsys.readouterr().out.splitlines()[:-1]  # (the last line: whose 12 they are)
+    assert reports[12].startswith("\n".join(table) + "\n(the first 12 of the 300")
+
+
+def test_eval_scores_as_many_pairs_as_the_run_recorded(cli_main, tmp_path, capsys, decodes):
+    """A run trained with --eval-pairs 12 records it, yet 'seq2seq eval' scored every held-out
+    pair: other figures than the run's report, and minutes for 2,000. It scores the run's
+    number unless --eval-pairs says otherwise (0: all), says so under the table, and scores
+    every pair of a --data file."""
+    run = tmp_path / "run"
+    assert cli_main(["seq2seq", "train", "--task", "dates", "--out", str(run), *TINY,
+                     "--eval-pairs", "12"]) == 0
+    capsys.readouterr()
+    for given, n in (([], 12), (["--eval-pairs", "5"], 5), (["--eval-pairs", "0"], 40),
+                     (["--limit", "7"], 7)):  # (--limit: the flag's earlier spelling)
+        decodes.counts.clear()
+        assert cli_main(["seq2seq", "eval", "--checkpoint", str(run), "--show-errors", "0",
+                         *given]) == 0
+        out = capsys.readouterr().out
+        assert decodes.counts == [n], given
+        assert re.search(rf"^exact match \S+ \(\d+/{n}\)$", out, re.M), out
+        whose = ("as many as the run's final check scored ('train --eval-pairs 12'); "
+                 "--eval-pairs 0 scores them all" if not given else "--eval-pairs")
+        note = f"(the first {n} of the 40 held-out pairs, {whose})"
+        assert out.splitlines()[-1] == note if n < 40 else "(the first" not in out, out
+    pairs = tmp_path / "rev.tsv"
+    pairs.write_text("".join(f"{i} may 2000\t2000-05-0{i}\n" for i in range(1, 10)))
+    decodes.counts.clear()
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(run), "--data", str(pairs),
+                     "--show-errors", "0"]) == 0
+    assert decodes.counts == [9] and "(the first" not in capsys.readouterr().out
 
 
 def test_a_resumed_run_decodes_as_many_pairs_as_it_recorded(cli_main, tmp_path, capsys,

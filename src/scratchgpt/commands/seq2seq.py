@@ -85,8 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--eval-pairs", type=non_negative_int, default=None, metavar="N",
                    help="held-out pairs the final check decodes for its exact match, the "
                         f"first N (default {DEFAULT_EVAL_PAIRS}, a resumed run's own; 0 = all "
-                        "of them; 'seq2seq eval' scores all); "
-                        "the final held-out loss is over all of them either way")
+                        "of them); the run records N, which 'seq2seq eval' scores unless told "
+                        "otherwise; the final held-out loss is over all of them either way")
     hp = t.add_argument_group("training (the settings of 'scratchgpt train', with seq2seq's "
                               "own defaults)")
     add_dataclass_flags(hp, TrainConfig, skip=NOT_TRAIN_FLAGS, shown=train_defaults_shown(),
@@ -116,10 +116,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = actions.add_parser(
         "eval", help="held-out exact match by source length",
         description="Exact match on the held-out pairs the checkpoint was trained beside "
-                    "(rebuilt from its data description), or on --data FILE.tsv.")
+                    "(rebuilt from its data description): the first --eval-pairs of them, as "
+                    "many as the run's final check scored unless given; or on --data FILE.tsv.")
     _add_checkpoint(e)
     e.add_argument("--data", metavar="FILE.tsv", help="evaluate on all pairs of this file instead")
-    e.add_argument("--limit", type=positive_int, help="only the first N pairs")
+    e.add_argument("--eval-pairs", type=non_negative_int, default=None, metavar="N",
+                   help="score the first N pairs (0 = all of them; default: as many held-out "
+                        "pairs as the run's final check scored, its 'train --eval-pairs'; every "
+                        "pair of a --data file)")
+    # the spelling of an earlier release, still accepted: the first N pairs (N > 0)
+    e.add_argument("--limit", dest="eval_pairs", type=positive_int, help=argparse.SUPPRESS)
     e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
                    help="print up to N mistakes (default 5)")
     _add_decoding(e, "the longest target, plus 2: room for every target and its <eos>; at "
@@ -294,7 +300,8 @@ def model_flag_names() -> set[str]:
 
 
 def _load(args: argparse.Namespace):
-    """(model, source tokenizer, target tokenizer, data spec or None) of a seq2seq run."""
+    """(model, source tokenizer, target tokenizer, what the run records of its data: its
+    pairs' DataSpec under 'seq2seq', 'eval_pairs', ...) of a seq2seq run."""
     import torch
 
     from scratchgpt.checkpoints import load_model
@@ -310,7 +317,7 @@ def _load(args: argparse.Namespace):
     if ckpt is None or ckpt.model_type != "seq2seq":
         raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "
                               "with 'scratchgpt seq2seq train')")
-    return model, ckpt.tokenizer("source"), ckpt.tokenizer("target"), ckpt.data.get("seq2seq")
+    return model, ckpt.tokenizer("source"), ckpt.tokenizer("target"), ckpt.data
 
 
 def length_penalty(args: argparse.Namespace) -> float:
@@ -377,22 +384,14 @@ def note_unseen(tok, texts: list[str], side: str = "source",
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from scratchgpt.data.translation import DataSpec, read_tsv
-    from scratchgpt.training.seq2seq import evaluate, format_eval
+    from scratchgpt.data.translation import read_tsv
+    from scratchgpt.training.seq2seq import evaluate, format_eval, subset_note
 
     penalty = length_penalty(args)
-    model, src_tok, tgt_tok, spec = _load(args)
-    if args.data:
-        pairs = read_tsv(args.data)
-    else:
-        if spec is None:
-            raise CheckpointError(f"{args.checkpoint}: the run does not record what it was "
-                                  "trained on; pass --data FILE.tsv")
-        if spec.get("path") and not Path(spec["path"]).is_file():
-            raise CheckpointError(f"the pairs the run was trained on, {spec['path']}, are no "
-                                  "longer there; pass --data FILE.tsv")
-        _, pairs = DataSpec(**spec).load()
-    pairs = pairs[: args.limit] if args.limit else pairs
+    model, src_tok, tgt_tok, data = _load(args)
+    all_pairs = read_tsv(args.data) if args.data else _held_out(args.checkpoint, data)
+    n, whose = eval_count(args.eval_pairs, None if args.data else data.get("eval_pairs"))
+    pairs = all_pairs[:n] if n else all_pairs
     # pairs of another kind than the training's scored 0% with no word why
     note_unseen(src_tok, [src for src, _ in pairs])
     note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target", "the model never wrote in "
@@ -400,10 +399,40 @@ def run_eval(args: argparse.Namespace) -> int:
     ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
                   length_penalty=penalty)
     print(format_eval(ev))
+    if len(pairs) < len(all_pairs):
+        print(subset_note(len(pairs), len(all_pairs), "held-out pairs" if not args.data else
+                          f"pairs of {args.data}", whose))
     errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
     for s, t, p in errors[: args.show_errors]:
         print(f"  {s!r} -> {p!r} (expected {t!r})")
     return 0
+
+
+def _held_out(checkpoint: str, data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The held-out pairs of the run in ``checkpoint``, rebuilt from its recorded ``data``."""
+    from scratchgpt.data.translation import DataSpec
+
+    spec = data.get("seq2seq")
+    if spec is None:
+        raise CheckpointError(f"{checkpoint}: the run does not record what it was "
+                              "trained on; pass --data FILE.tsv")
+    if spec.get("path") and not Path(spec["path"]).is_file():
+        raise CheckpointError(f"the pairs the run was trained on, {spec['path']}, are no "
+                              "longer there; pass --data FILE.tsv")
+    return DataSpec(**spec).load()[1]
+
+
+def eval_count(given: int | None, recorded: int | None) -> tuple[int, str]:
+    """(pairs eval scores, the first so many, 0 for all; whose number it is, for the note of
+    a subset): ``--eval-pairs`` as given, else the run's recorded ``train --eval-pairs`` (the
+    held-out pairs its final check scored: eval scored all of them, other figures than the
+    run's report), else all (a --data file, or a run from before runs recorded it)."""
+    if given is not None:
+        return given, "--eval-pairs"
+    if recorded:
+        return recorded, (f"as many as the run's final check scored ('train --eval-pairs "
+                          f"{recorded}'); --eval-pairs 0 scores them all")
+    return 0, ""
 
 
 def run_attention(args: argparse.Namespace) -> int:

@@ -173,9 +173,9 @@ class Seq2SeqTask:
             return ""
         text = format_eval(self.final_eval)
         if self.final_eval.total < len(self.held_out):
-            text += (f"\n(the first {self.final_eval.total:,} of the {len(self.held_out):,} "
-                     "held-out pairs, --eval-pairs; 'seq2seq eval --which last' scores them "
-                     "all)")
+            text += "\n" + subset_note(self.final_eval.total, len(self.held_out),
+                                       "held-out pairs", "--eval-pairs; 'seq2seq eval --which "
+                                       "last --eval-pairs 0' scores them all")
         return text
 
     def tokenizers(self) -> dict[str, Any]:
@@ -332,6 +332,12 @@ def eval_max_len(config: Seq2SeqConfig, longest_target: int) -> int:
     :data:`EVAL_MARGIN`; at most a transformer's position table."""
     max_len = longest_target + EVAL_MARGIN
     return min(max_len, config.max_positions) if config.arch == "transformer" else max_len
+
+
+def subset_note(scored: int, total: int, what: str, why: str) -> str:
+    """The line under an exact-match table of the first ``scored`` of ``total`` pairs:
+    ``(the first 12 of the 300 held-out pairs, --eval-pairs)``, ``why`` saying whose number."""
+    return f"(the first {scored:,} of the {total:,} {what}, {why})"
 
 
 def format_eval(ev: EvalResult) -> str:
