@@ -181,23 +181,29 @@ def test_the_plot_says_why_it_has_no_curve(small_dataset, tmp_path, monkeypatch)
     assert "--eval-interval is longer than the stages' steps" in " ".join(said.split())
 
 
-def test_the_plot_names_the_unit_its_losses_are_averaged_over(small_dataset, english_text,
-                                                              tmp_path, monkeypatch):
+def test_the_report_names_the_unit_its_losses_are_averaged_over(small_dataset, english_text,
+                                                                tmp_path, monkeypatch):
     """The plot's axis read 'nats/char' whatever --dataset was: a BPE dataset's losses are per
-    token, several characters each."""
+    token, several characters each. Then a char-prose dataset's read 'nats/token', though each
+    of its tokens is a character: the unit is named by the tokenizer, in the plot and the
+    table alike."""
     import scratchgpt.viz
     from scratchgpt.data.prepare import prepare_text
 
-    bpe = tmp_path / "bpe"
+    bpe, prose = tmp_path / "bpe", tmp_path / "prose"
     prepare_text(english_text[:20_000], bpe, "bpe", vocab_size=300, source="test")
+    prepare_text(english_text[:20_000], prose, "char-prose", source="test")
     drawn = []
     monkeypatch.setattr(scratchgpt.viz, "save_figure",
                         lambda fig, path: drawn.append(fig) or Path(path))
-    for data, unit in ((bpe, "token"), (small_dataset, "char")):
-        assert main(["experiment", "gpt-build", "--dataset", str(data), "--out",
-                     str(tmp_path / unit), "--stages", "1", "--max-iters", "2",
-                     "--no-progress"]) == 0
-        assert drawn[-1].axes[0].get_ylabel() == f"val loss (nats/{unit})"
+    for data, unit in ((bpe, "token"), (prose, "char"), (small_dataset, "char")):
+        out = tmp_path / "out" / data.name
+        assert main(["experiment", "gpt-build", "--dataset", str(data), "--out", str(out),
+                     "--stages", "1", "--max-iters", "2", "--no-progress"]) == 0
+        assert drawn[-1].axes[0].get_ylabel() == f"val loss (nats/{unit})", data
+        header = (out / "gpt_build.md").read_text().splitlines()[0]
+        assert f"| val loss (nats/{unit}) |" in header, (data, header)
+    scratchgpt.viz.pyplot().close("all")  # kept open by the stand-in for save_figure
 
 
 def test_the_lectures_losses_are_labelled_as_tiny_shakespeares_beside_another_text(
@@ -226,7 +232,7 @@ def test_the_lectures_losses_are_labelled_as_tiny_shakespeares_beside_another_te
                      "--stages", "1", "--max-iters", "2", "--no-progress"]) == 0
         printed = capsys.readouterr().out
         for md in (printed, (out / "gpt_build.md").read_text()):
-            assert f"| val loss | {heading} |" in md, md
+            assert f"| val loss (nats/char) | {heading} |" in md, md
         assert f"({heading} 2.49)" in printed, printed  # the stage's own line
         labels = drawn[-1].axes[0].get_legend_handles_labels()[1]
         assert labels == ["this run", legend], labels

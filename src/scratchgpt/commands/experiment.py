@@ -231,12 +231,11 @@ def run_gpt_build(args: argparse.Namespace) -> int:
             print(f"the report keeps {', '.join(r.stage.name for r in earlier)} from earlier "
                   f"runs in {out_dir} (each with its own train command)")
         done = sorted([*earlier, *done], key=lambda r: r.stage.number)
-        lecture = gpt_build.lecture_label(data)
-        paths = gpt_build.write_tables(done, out_dir, lecture)
+        lecture, unit = gpt_build.lecture_label(data), gpt_build.loss_unit(data)
+        paths = gpt_build.write_tables(done, out_dir, lecture, unit)
         png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget),
-                             unit=gpt_build.loss_unit(data),
-                             lecture_text=gpt_build.lectures_text(data))
-        print(gpt_build.markdown(done, lecture=lecture), end="")
+                             unit=unit, lecture_text=gpt_build.lectures_text(data))
+        print(gpt_build.markdown(done, lecture=lecture, unit=unit), end="")
         print(f"wrote {paths[0]}, {paths[1]} and {png}")
     return results[-1].exit_code if results else 0
 

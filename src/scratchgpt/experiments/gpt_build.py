@@ -43,6 +43,7 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ConfigError
 from scratchgpt.models import ModelConfig, build_model, config_dict, model_config
+from scratchgpt.tokenizers.char import CharTokenizer
 from scratchgpt.training import job as train_job
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.metrics import read_rows
@@ -339,10 +340,11 @@ def rows(results: Sequence[StageResult]) -> list[dict[str, Any]]:
 
 
 def markdown(results: Sequence[StageResult], commands: bool = False,
-             lecture: str = "lecture") -> str:
+             lecture: str = "lecture", unit: str = "char") -> str:
     """The report table in Markdown (and, with ``commands``, each stage's ``train`` command);
-    ``lecture``: the heading of the lecture's losses (:func:`lecture_label`)."""
-    lines = [f"| stage | adds | parameters | steps | val loss | {lecture} |",
+    ``lecture``: the heading of the lecture's losses (:func:`lecture_label`); ``unit``: what
+    the losses are averaged over (:func:`loss_unit`)."""
+    lines = [f"| stage | adds | parameters | steps | val loss (nats/{unit}) | {lecture} |",
              "|---|---|---:|---:|---:|---:|"]
     for row in rows(results):
         lines.append(f"| {row['stage']} | {row['adds']} | {row['params']:,} | "
@@ -390,16 +392,17 @@ def _stage_command(run_dir: Path) -> str:
         return ""
 
 
-def write_tables(results: Sequence[StageResult], out: Path,
-                 lecture: str = "lecture") -> tuple[Path, Path]:
-    """``gpt_build.csv`` and ``gpt_build.md`` in ``out`` (``lecture``: as :func:`markdown`)."""
+def write_tables(results: Sequence[StageResult], out: Path, lecture: str = "lecture",
+                 unit: str = "char") -> tuple[Path, Path]:
+    """``gpt_build.csv`` and ``gpt_build.md`` in ``out`` (``lecture``, ``unit``: as
+    :func:`markdown`)."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / "gpt_build.csv", out / "gpt_build.md"
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows(results))
-    md_path.write_text(markdown(results, commands=True, lecture=lecture))
+    md_path.write_text(markdown(results, commands=True, lecture=lecture, unit=unit))
     return csv_path, md_path
 
 
@@ -414,9 +417,10 @@ def curve(run_dir: Path, by_time: bool) -> list[tuple[float, float]]:
 
 
 def loss_unit(data: TokenDataset) -> str:
-    """What a stage's loss is averaged over: a character of a character-level dataset (the
-    lecture's, and the default), else a token."""
-    return "char" if data.meta.get("tokenizer") == "char" else "token"
+    """What a stage's loss is averaged over, named by the dataset's tokenizer: a character
+    where each token is one (``char``, the lecture's and the default, and ``char-prose``),
+    else a token."""
+    return "char" if isinstance(data.tokenizer(), CharTokenizer) else "token"
 
 
 def plot(results: Sequence[StageResult], path: Path, by_time: bool, unit: str = "char",
