@@ -352,6 +352,33 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == bigram  # kept, not retrained
 
 
+def test_plot_from_csv_draws_the_tables_final_losses(tmp_path, monkeypatch):
+    """The doc's figure is drawn from its recorded table (no run directories, so no curves):
+    the points are the table's, the lecture's beside them."""
+    import scratchgpt.viz
+    from scratchgpt.errors import DataError
+
+    table = tmp_path / "t.csv"
+    table.write_text("stage,val_loss,lecture_val_loss\n1-bigram,2.4919,2.49\n"
+                     "2-one-head,2.3784,2.42\n9-mine,2.1,\n")
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure",
+                        lambda fig, path: drawn.append(fig) or Path(path))
+    gpt_build.plot_from_csv(table, tmp_path / "t.png", unit="token", lecture_text=False)
+    (ax,) = drawn[0].axes
+    ours, lecture = ax.get_lines()
+    assert list(ours.get_ydata()) == [2.4919, 2.3784, 2.1]
+    assert list(lecture.get_xdata()) == [0, 1] and list(lecture.get_ydata()) == [2.49, 2.42]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1-bigram", "2-one-head", "9-mine"]
+    assert ax.get_ylabel() == "val loss (nats/token)"
+    assert ax.get_legend_handles_labels()[1] == ["this run", "Let's build GPT, on Tiny "
+                                                             "Shakespeare"]
+    scratchgpt.viz.pyplot().close("all")
+    table.write_text("stage,loss\n1-bigram,2.5\n")
+    with pytest.raises(DataError, match="is not a gpt-build report table"):
+        gpt_build.plot_from_csv(table, tmp_path / "t.png")
+
+
 def test_a_run_of_some_stages_adds_to_the_report(small_dataset, tmp_path, capsys):
     """Stages trained one run at a time make one report: a later run keeps the earlier
     stages' rows (and their own train commands), and one stage trained again replaces only

@@ -23,7 +23,8 @@ be sampled and evaluated:
 
 :func:`run` trains the stages, :func:`write_tables` writes ``gpt_build.csv`` and
 ``gpt_build.md``, :func:`plot` draws ``gpt_build.png`` (final val loss per stage beside the
-lecture's, and each stage's val-loss curve).
+lecture's, and each stage's val-loss curve), :func:`plot_from_csv` the first of these from a
+report table alone.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any
 from scratchgpt.bench import refuse_repeats
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.models import ModelConfig, build_model, config_dict, model_config
 from scratchgpt.tokenizers.char import CharTokenizer
 from scratchgpt.training import job as train_job
@@ -431,22 +432,60 @@ def plot(results: Sequence[StageResult], path: Path, by_time: bool, unit: str = 
     lecture's (:func:`lectures_text`), else the lecture's series is named as another text's."""
     from scratchgpt.viz import pyplot, save_figure
 
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
-    x = range(len(results))
-    left.plot(x, [r.val_loss for r in results], "o-", label="this run")
-    lecture = [(i, r.stage.lecture) for i, r in enumerate(results) if r.stage.lecture]
-    if lecture:
-        left.plot(*zip(*lecture, strict=True), "s--", color="gray", mfc="none",
-                  label="Let's build GPT" + ("" if lecture_text else f", on {OTHER_TEXT}"))
-    left.set_xticks(list(x), [r.stage.name for r in results], rotation=30, ha="right")
-    left.set_ylabel(f"val loss (nats/{unit})")
-    left.set_title("final val loss per stage")
-    _at_least_a_span(left, [r.val_loss for r in results] + [loss for _, loss in lecture])
-    left.legend()
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(12, 4.6))
+    _plot_final(left, [(r.stage.name, r.val_loss, r.stage.lecture) for r in results], unit,
+                lecture_text)
     _plot_during_training(right, results, by_time)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def plot_from_csv(table: Path, path: Path, unit: str = "char",
+                  lecture_text: bool = True) -> Path:
+    """The left panel of :func:`plot` alone, the final val loss per stage beside the
+    lecture's, drawn from a report table: ``gpt_build.csv``, or rows of its columns
+    ``stage``, ``val_loss`` and ``lecture_val_loss`` written from recorded figures (a table
+    holds no curves, so there is no right panel). ``unit``, ``lecture_text``: as
+    :func:`plot`."""
+    from scratchgpt.viz import pyplot, save_figure
+
+    finals = _finals_of(table)
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.6))
+    _plot_final(ax, finals, unit, lecture_text)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def _finals_of(table: Path) -> list[tuple[str, float, float | None]]:
+    """(stage, val loss, lecture's val loss or None) of each row of a report table."""
+    try:
+        with open(table, newline="", errors="replace") as f:
+            found = list(csv.DictReader(f))
+        return [(row["stage"], float(row["val_loss"]),
+                 float(row["lecture_val_loss"]) if row.get("lecture_val_loss") else None)
+                for row in found]
+    except OSError as e:
+        raise DataError(f"cannot read {table}: {e.strerror or e}") from None
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{table} is not a gpt-build report table (a row without a stage "
+                        "or a number for val_loss)") from None
+
+
+def _plot_final(ax: Any, finals: Sequence[tuple[str, float, float | None]], unit: str,
+                lecture_text: bool) -> None:
+    """The final val loss of each stage of ``finals`` (name, loss, lecture's loss or None),
+    with the lecture's beside it."""
+    x = range(len(finals))
+    ax.plot(x, [loss for _, loss, _ in finals], "o-", label="this run")
+    lecture = [(i, ref) for i, (_, _, ref) in enumerate(finals) if ref]
+    if lecture:
+        ax.plot(*zip(*lecture, strict=True), "s--", color="gray", mfc="none",
+                label="Let's build GPT" + ("" if lecture_text else f", on {OTHER_TEXT}"))
+    ax.set_xticks(list(x), [name for name, _, _ in finals], rotation=30, ha="right")
+    ax.set_ylabel(f"val loss (nats/{unit})")
+    ax.set_title("final val loss per stage")
+    _at_least_a_span(ax, [loss for _, loss, _ in finals] + [ref for _, ref in lecture])
+    ax.legend()
 
 
 # The least range of the final losses' axis, in nats: a stage or two alone were drawn on an
