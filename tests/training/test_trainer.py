@@ -52,13 +52,14 @@ def test_training_lowers_val_loss_and_writes_run_files(small_dataset, tmp_path):
 def test_resume_gives_the_same_result_as_an_uninterrupted_run(small_dataset, tmp_path, optimizer):
     data = TokenDataset(small_dataset)
     # The same schedule (decay over 40 updates) in both; the second run stops at 20 and resumes.
-    # The resumed call does not repeat --optimizer: the run's own optimizer is kept.
+    # The resumed call gives the run's own optimizer (its TrainConfig names one; another is
+    # refused, as its saved state is that optimizer's).
     full = train(cfg(max_iters=40, lr_decay_iters=40, optimizer=optimizer), gpt(data), data,
                  tmp_path / "a", progress=False)
     train(cfg(max_iters=20, lr_decay_iters=40, optimizer=optimizer), gpt(data), data,
           tmp_path / "b", progress=False)
-    resumed = train(cfg(max_iters=40, lr_decay_iters=40), None, data, tmp_path / "b",
-                    resume=True, progress=False)
+    resumed = train(cfg(max_iters=40, lr_decay_iters=40, optimizer=optimizer), None, data,
+                    tmp_path / "b", resume=True, progress=False)
     assert resumed.step == 40
     assert resumed.val_loss == full.val_loss
     a = load_checkpoint(tmp_path / "a" / "last.pt").model
@@ -484,6 +485,55 @@ def test_a_resume_from_python_refuses_a_model_config_other_than_the_runs(small_d
                  progress=False).step == 4
     assert load_checkpoint(out / "last.pt").model_config.dropout == 0.2
     assert train(cfg(max_iters=5), None, data, out, resume=True, progress=False).step == 5
+
+
+def test_a_resume_from_python_refuses_other_adapters_or_another_optimizer(small_dataset,
+                                                                          tmp_path, capsys,
+                                                                          cli_main):
+    """train(..., resume=True) compared only the GPT inside a GPTLoRAConfig and left the
+    optimizer out: a LoRA run resumed with another rank, alpha or targets, or with
+    optimizer='muon', went on with the run's own in silence. Both are refused by keyword, as
+    the command refuses --lora-rank and --optimizer by flag; the same layers named in another
+    order are the run's own adapters."""
+    from tests.cli_errors import error_of
+
+    data = TokenDataset(small_dataset)
+    base, out = tmp_path / "base", tmp_path / "lora"
+    short = dict(eval_interval=2, eval_iters=1, batch_size=4)
+    train(cfg(max_iters=2, **short), gpt(data), data, base, progress=False)
+    assert cli_main(["train", "--init-from", str(base), "--dataset", str(small_dataset),
+                     "--lora-rank", "4", "--lora-targets", "attn,mlp", "--max-iters", "2",
+                     "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "4",
+                     "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    own = load_checkpoint(out / "last.pt").model_config
+    before = (out / "last.pt").read_bytes()
+    keeps = "a resumed run keeps its model, optimizer and seed: this run has "
+    runs = repr(own.lora)
+    refused = [
+        (GPTLoRAConfig(own.gpt, LoRAConfig(rank=8, targets="attn,mlp")), {},
+         f"lora={runs} (give lora={runs}, or start a new run)"),
+        (GPTLoRAConfig(own.gpt, LoRAConfig(rank=4, alpha=4.0, targets="attn,mlp")), {},
+         f"lora={runs} (give lora={runs}, or start a new run)"),
+        (GPTLoRAConfig(own.gpt, LoRAConfig(rank=4, targets="qkv")), {},
+         f"lora={runs} (give lora={runs}, or start a new run)"),
+        (None, dict(optimizer="muon"), "optimizer='adamw' (give optimizer='adamw', or start a "
+                                       "new run)"),
+    ]
+    for config, change, says in refused:
+        with pytest.raises(ScratchGPTError) as e:
+            train(cfg(max_iters=4, **short, **change), config, data, out, resume=True,
+                  progress=False)
+        assert str(e.value) == keeps + says
+        assert (out / "last.pt").read_bytes() == before
+    for flags, says in ((["--optimizer", "muon"], "--optimizer adamw (drop --optimizer, or "),
+                        (["--lora-rank", "8"], "adapters included: drop --lora-rank, or ")):
+        line = error_of(capsys, ["train", "--out", str(out), "--resume", *flags])
+        assert says in line, line
+    assert (out / "last.pt").read_bytes() == before
+    same = GPTLoRAConfig(own.gpt, LoRAConfig(rank=4, targets="mlp,attn"))  # the same layers
+    assert train(cfg(max_iters=3, **short), same, data, out, resume=True,
+                 progress=False).step == 3
 
 
 def test_a_refused_resume_from_python_names_the_keywords_it_was_given(small_dataset, tmp_path):

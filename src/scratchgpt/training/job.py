@@ -245,7 +245,9 @@ def _model_settings(config: ModelConfig | None) -> dict[str, Any]:
     ``resume``, each is checked against the run's own as a flag is. None names none."""
     if config is None:
         return {}
-    return {"model": model_type(config), **backbone_settings(config_dict(config))}
+    lora = getattr(config, "lora", None)  # (a LoRA run's adapters: GPTLoRAConfig(gpt, lora))
+    return {"model": model_type(config), **backbone_settings(config_dict(config)),
+            **({"lora": lora} if lora is not None else {})}
 
 
 def run(job: TrainJob, progress: bool = True) -> TrainResult:
@@ -296,9 +298,10 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     ``data`` is a prepared dataset, opened or its directory. On ``resume`` the run's own model
     and optimizer are kept and the changeable settings of ``cfg`` apply. ``config`` may then
     be None, or the run's own model config, whose dropouts may differ (and apply, as
-    ``--dropout`` does on ``scratchgpt train --resume``); one of another type or shape is
-    refused, naming what differs (``this run has n_layer=4``), as the command refuses
-    ``--n-layer 8`` on a 4-layer run.
+    ``--dropout`` does on ``scratchgpt train --resume``); one of another type or shape, or
+    (a LoRA run's) other adapters, is refused, naming what differs (``this run has
+    n_layer=4``), as the command refuses ``--n-layer 8`` on a 4-layer run; so is a ``cfg``
+    of another ``optimizer``.
 
     >>> from scratchgpt.models import model_config                     # doctest: +SKIP
     >>> cfg = TrainConfig(max_iters=100)                                # doctest: +SKIP
@@ -314,8 +317,7 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     if not isinstance(data, TokenDataset):
         data = TokenDataset(data)
     if resume:
-        flags = {**{k: v for k, v in cfg.to_dict().items() if k != "optimizer"},
-                 **_model_settings(config)}
+        flags = {**cfg.to_dict(), **_model_settings(config)}
         plan_ = _plan_resume(Settings(flags=flags, options=KEYWORDS), str(out),
                              str(data.directory), None, KEYWORDS)
     else:

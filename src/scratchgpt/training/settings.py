@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, config_fields, model_config
+from scratchgpt.models.configs.lora import LoRAConfig
 from scratchgpt.training.config import PRESETS, TrainConfig, load_config_file, train_fields
 from scratchgpt.validation import (
     FLAGS,
@@ -259,7 +260,10 @@ def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings)
     fixed = {"model": checkpoint.model_type, "optimizer": checkpoint.train_config.optimizer,
              "seed": checkpoint.train_config.seed,
              **{k: v for k, v in own.items() if k not in RESUME_SWITCHES}}
-    changed = sorted(k for k, v in given.items() if k in fixed and v != fixed[k])
+    lora = getattr(checkpoint.model_config, "lora", None)
+    if lora is not None:  # (a LoRA run's adapters, as the Python API's config gives them)
+        fixed["lora"] = lora
+    changed = sorted(k for k, v in given.items() if k in fixed and not _same_kept(v, fixed[k]))
     if changed:
         was = ", ".join(named(settings.options, k, fixed[k]) for k in changed)
         raise ConfigError(f"a resumed run keeps its model, optimizer and seed: this run has "
@@ -268,6 +272,16 @@ def _check_kept(checkpoint: Checkpoint, own: dict[str, Any], settings: Settings)
     if foreign:
         raise ConfigError(f"this run's {checkpoint.model_type} model does not take "
                           + ", ".join(settings.name_of(k) for k in foreign))
+
+
+def _same_kept(given: Any, own: Any) -> bool:
+    """Whether a setting a resumed run keeps is given its run's value: LoRA adapters with the
+    same rank, alpha and dropout on the same layers (``targets='mlp,attn'`` adapts those of
+    ``'attn,mlp'``), any other setting equal."""
+    if isinstance(own, LoRAConfig) and isinstance(given, LoRAConfig):
+        return (given.rank, given.alpha, given.dropout, set(given.target_layers())) == \
+            (own.rank, own.alpha, own.dropout, set(own.target_layers()))
+    return bool(given == own)
 
 
 def _check_changes_can_apply(checkpoint: Checkpoint, train: TrainConfig,
