@@ -146,8 +146,7 @@ def test_the_plots_steps_read_as_plain_numbers_and_its_legend_covers_no_curve(
     covered the curves."""
     import scratchgpt.viz
 
-    setup = gpt_build.quick_setup()
-    results = gpt_build.earlier_results(setup, quick_build, set())
+    results = gpt_build.recorded_results(quick_build)
     drawn = []
     monkeypatch.setattr(scratchgpt.viz, "save_figure", lambda fig, path: drawn.append(fig))
     gpt_build.plot(results, tmp_path / "p.png", by_time=False)
@@ -269,8 +268,7 @@ def test_the_final_losses_axis_does_not_magnify_a_few_thousandths(quick_build, t
     at least half a nat; the full build's, wider, is left as drawn."""
     import scratchgpt.viz
 
-    setup = gpt_build.quick_setup()
-    results = gpt_build.earlier_results(setup, quick_build, set())
+    results = gpt_build.recorded_results(quick_build)
     drawn = []
     monkeypatch.setattr(scratchgpt.viz, "save_figure", lambda fig, path: drawn.append(fig))
     bigram = dataclasses.replace(results[0], val_loss=2.4948)
@@ -343,13 +341,95 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     bigram = (tmp_path / "1-bigram" / "best.pt").read_bytes()
     capsys.readouterr()
     said = error_of(capsys, [*args, "1", "2", "3"])
-    assert "holds 1-bigram, 2-one-head; to go on with the stages its report lacks, pass " \
-           "--stages 2 3 --overwrite (a stage cut short trains again" in said, said
+    assert "holds 1-bigram, 2-one-head; to go on with the stages not finished there, pass " \
+           "--stages 2 3 --overwrite (a stage cut short trains again from its start; " \
+           f"scratchgpt train --resume --out {tmp_path / '2-one-head'} finishes it" in said, said
     assert main([*args, "2", "3", "--overwrite"]) == 0
     with open(tmp_path / "gpt_build.csv") as f:
         assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram", "2-one-head",
                                                            "3-multi-head"]
     assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == bigram  # kept, not retrained
+
+
+def test_a_stage_finished_by_train_resume_is_in_the_report(small_dataset, quick_build,
+                                                          tmp_path, capsys, monkeypatch):
+    """A stage cut short by Ctrl-C and finished with ``scratchgpt train --resume`` stayed out
+    of the report: it was kept from gpt_build.csv, which had no row of the stage. Each stage
+    is now read from its own run directory: ``--report`` writes the report with it, the same
+    command again goes on with the stages after it, and its row is that of the stage trained
+    without a break (the quick build's)."""
+    import signal
+
+    from tests.interrupts import interrupt_at
+
+    real_run = gpt_build.train_job.run
+
+    def stage_run(job, progress):
+        if job.out.name == "2-one-head":  # Ctrl-C as the stage's third batch is drawn
+            interrupt_at(monkeypatch, 3, signal.SIGINT)
+        return real_run(job, progress)
+
+    monkeypatch.setattr(gpt_build.train_job, "run", stage_run)
+    args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+            "--out", str(tmp_path), "--no-progress"]
+    assert main([*args, "--stages", "1", "2", "3"]) == 130
+    monkeypatch.undo()
+    assert main(["train", "--resume", "--out", str(tmp_path / "2-one-head"),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+
+    def table() -> dict[str, dict[str, str]]:
+        with open(tmp_path / "gpt_build.csv") as f:
+            return {r["stage"]: r for r in csv.DictReader(f)}
+
+    assert main(["experiment", "gpt-build", "--out", str(tmp_path), "--report"]) == 0
+    assert "| 2-one-head |" in capsys.readouterr().out
+    assert list(table()) == ["1-bigram", "2-one-head"]
+    said = error_of(capsys, [*args, "--stages", "1", "2", "3"])
+    assert said.endswith("pass --stages 3, or --overwrite to train them all again"), said
+    assert main([*args, "--stages", "3"]) == 0
+    assert "keeps 1-bigram, 2-one-head from earlier runs" in capsys.readouterr().out
+    with open(quick_build / "gpt_build.csv") as f:
+        unbroken = {r["stage"]: r for r in csv.DictReader(f)}
+    rows = table()
+    assert list(rows) == ["1-bigram", "2-one-head", "3-multi-head"]
+    for name in rows:
+        for column in ("params", "steps", "tokens", "train_loss", "val_loss", "run"):
+            assert rows[name][column] == unbroken[name][column], (name, column)
+    md = (tmp_path / "gpt_build.md").read_text()
+    assert f"--out {tmp_path / '2-one-head'} --model gpt" in md  # the stage's own command
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--max-iters", "5"], "--report writes the report of the stages in --out and trains "
+                           "nothing; drop --max-iters"),
+    (["--seed", "3", "--overwrite"], "drop --seed and --overwrite"),
+    ([], "holds no finished stage to report; train them first: scratchgpt experiment "
+         "gpt-build --out"),
+])
+def test_report_refuses_what_it_cannot_do(flags, said, tmp_path, capsys):
+    """--report trains nothing: a flag of training beside it would be ignored, and an --out
+    with no finished stage has no report; each is refused in a line, nothing written."""
+    out = tmp_path / "gb"
+    line = error_of(capsys, ["experiment", "gpt-build", "--out", str(out), "--report", *flags])
+    assert said in line, line
+    assert not out.exists()
+
+
+def test_the_report_reads_no_stage_cut_short_nor_another_run(quick_build, tmp_path):
+    """A run directory counts as its stage's when it holds the stage's checkpoint and final
+    evaluation: not one cut short (no final row in metrics.csv), nor another run's."""
+    import shutil
+
+    out = tmp_path / "gb"
+    for stage in ("1-bigram", "2-one-head", "3-multi-head"):
+        shutil.copytree(quick_build / stage, out / stage)
+    metrics = out / "2-one-head" / "metrics.csv"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:-1]))
+    config = json.loads((out / "3-multi-head" / "config.json").read_text())
+    del config["experiment"]  # as `train --overwrite` writes it
+    (out / "3-multi-head" / "config.json").write_text(json.dumps(config))
+    assert [r.stage.name for r in gpt_build.recorded_results(out)] == ["1-bigram"]
 
 
 def test_plot_from_csv_draws_the_tables_final_losses(tmp_path, monkeypatch):

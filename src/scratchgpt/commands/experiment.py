@@ -37,6 +37,10 @@ COUNT_FILE = "count.json"
 MEMORY_QUICK = {"steps", "eval_samples"}
 THREADS_HELP = "torch CPU threads (default 1; 0: torch's own choice)"
 BUILD_QUICK = {"time_budget", "max_iters", "scaled", "batch_size", "eval_interval", "eval_iters"}
+# gpt-build's settings of the stages' training (each None unless given): --report trains nothing
+BUILD_SHARED = {"block_size", "n_embd", "dropout", "weight_init", "learning_rate", "seed",
+                "device", "threads"}
+BUILD_DATASET = "shakespeare"
 
 
 def refuse_with_quick(args: argparse.Namespace, names: set[str]) -> None:
@@ -146,7 +150,10 @@ batch, learning rate schedule, budget and seed, each into its own run directory 
   8-scaled        a bigger model with dropout (--scaled cpu or lecture)
 
 Then writes gpt_build.csv, gpt_build.md (the table, with the lecture's val losses beside) and
-gpt_build.png (final val loss per stage, and val loss during training) into --out.
+gpt_build.png (final val loss per stage, and val loss during training) into --out, reading
+each finished stage from its run directory: a stage cut short by Ctrl-C and finished with
+scratchgpt train --resume --out DIR/2-one-head is in the report of the next run, or of
+--report, which writes the report of the stages in --out and trains nothing.
 
 The budget is per stage: --time-budget (default 60s: equal wall time, which favours small
 models), or --max-iters alone (equal steps, as in the lecture's 5000), or both (whichever ends
@@ -159,14 +166,14 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
         description=GPT_BUILD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--out", required=True, metavar="DIR",
                    help="where the stages' run directories and the report go")
-    g.add_argument("--dataset", default="shakespeare", metavar="NAME|DIR",
+    g.add_argument("--dataset", metavar="NAME|DIR",
                    help="a prepared dataset directory, or a named dataset (default: "
-                        "shakespeare, character level; found in $SCRATCHGPT_DATA_DIR or the "
-                        "cache, else downloaded)")
+                        f"{BUILD_DATASET}, character level; found in $SCRATCHGPT_DATA_DIR or the "
+                        "cache, else downloaded; with --report: the one the stages record)")
     g.add_argument("--stages", nargs="+", metavar="STAGE",
                    help="train only these stages (numbers or names, e.g. 1 2 or one-head); "
-                        "default: all eight. The report in --out keeps the rows of stages "
-                        "trained there before")
+                        "default: all eight. The report in --out keeps the stages finished "
+                        "there before")
     g.add_argument("--time-budget", metavar="DURATION",
                    help="wall time per stage, e.g. 60s or 2m (default 60s unless --max-iters "
                         "is given)")
@@ -175,19 +182,19 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                    help="shape of stage 8: 'cpu' (4 layers x 4 heads, width 128, context 64: "
                         "trains in minutes on a CPU; default) or 'lecture' (6 x 6, width 384, "
                         "context 256, the lecture's GPU model)")
-    g.add_argument("--weight-init", choices=("torch", "gpt2"), default="torch",
+    g.add_argument("--weight-init", choices=("torch", "gpt2"),
                    help="initial weights of the GPT stages: 'torch' (PyTorch's defaults, as in "
                         "the lecture; default) or 'gpt2' (N(0, 0.02): without residuals and "
                         "LayerNorm the signal then fades through the layers)")
-    g.add_argument("--dropout", type=float, default=0.2,
+    g.add_argument("--dropout", type=float,
                    help="stage 8's dropout (default 0.2, the lecture's)")
-    g.add_argument("--block-size", type=positive_int, default=8,
+    g.add_argument("--block-size", type=positive_int,
                    help="context of stages 1-7 (default 8, the lecture's)")
-    g.add_argument("--n-embd", type=positive_int, default=32,
+    g.add_argument("--n-embd", type=positive_int,
                    help="width of stages 2-7 (default 32, the lecture's)")
     g.add_argument("--batch-size", type=positive_int, default=None,
                    help="windows per step, every stage (default 32, the lecture's)")
-    g.add_argument("--learning-rate", "--lr", type=finite_float, default=1e-3,
+    g.add_argument("--learning-rate", "--lr", type=finite_float,
                    help="AdamW peak learning rate of every stage, with a cosine down to a "
                         "tenth of it (default 1e-3, the lecture's)")
     g.add_argument("--eval-interval", type=positive_int, default=None,
@@ -195,11 +202,11 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
                         "100)")
     g.add_argument("--eval-iters", type=positive_int, default=None,
                    help="batches per val-loss estimate (default 20)")
-    g.add_argument("--seed", type=seed_int, default=1337,
+    g.add_argument("--seed", type=seed_int,
                    help="seed of every stage's weights and batches (default 1337)")
-    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where to train: auto (a GPU if there is one), cpu or cuda")
-    g.add_argument("--threads", type=thread_count, default=0,
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"),
+                   help="where to train: auto (a GPU if there is one; default), cpu or cuda")
+    g.add_argument("--threads", type=thread_count,
                    help="torch CPU threads (default 0: torch's own choice; 1 is often faster "
                         "for the small stages and on a busy machine)")
     g.add_argument("--overwrite", action="store_true",
@@ -207,6 +214,10 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--quick", action="store_true",
                    help="a smoke test, about a minute in all on a 2-core CPU: 20 steps per "
                         "stage and a tiny stage 8")
+    g.add_argument("--report", action="store_true",
+                   help="train nothing: write the report (gpt_build.csv, .md, .png) of the "
+                        "stages finished in --out, e.g. one finished with scratchgpt train "
+                        "--resume")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.set_defaults(func=run_gpt_build)
 
@@ -215,41 +226,75 @@ def run_gpt_build(args: argparse.Namespace) -> int:
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.experiments import gpt_build
 
+    if args.report:
+        return _report_gpt_build(args, gpt_build)
     setup = _build_setup(args, gpt_build)
     # before the data is read (a named dataset may be downloaded)
     gpt_build.select(gpt_build.stages(setup), args.stages, "--stages")
     # (the report in --out is added to, not refused: no file of it is named here)
     out_dir = results_dir(args.out, (), args.overwrite)
-    data, _ = resolve_dataset(args.dataset, log=lambda line: print(line, flush=True))
+    dataset = args.dataset or BUILD_DATASET
+    data, _ = resolve_dataset(dataset, log=lambda line: print(line, flush=True))
     results = gpt_build.run(setup, data, out_dir, args.stages, args.overwrite,
                             progress=not args.no_progress,
-                            log=lambda line: print(line, flush=True), dataset_name=args.dataset)
-    done = [r for r in results if not r.interrupted]
-    if done:
-        earlier = gpt_build.earlier_results(setup, out_dir, {r.stage.name for r in results})
-        if earlier:
-            print(f"the report keeps {', '.join(r.stage.name for r in earlier)} from earlier "
-                  f"runs in {out_dir} (each with its own train command)")
-        done = sorted([*earlier, *done], key=lambda r: r.stage.number)
-        lecture, unit = gpt_build.lecture_label(data), gpt_build.loss_unit(data)
-        paths = gpt_build.write_tables(done, out_dir, lecture, unit)
-        png = gpt_build.plot(done, out_dir / "gpt_build.png", by_time=bool(setup.time_budget),
-                             unit=unit, lecture_text=gpt_build.lectures_text(data))
-        print(gpt_build.markdown(done, lecture=lecture, unit=unit), end="")
-        print(f"wrote {paths[0]}, {paths[1]} and {png}")
+                            log=lambda line: print(line, flush=True), dataset_name=dataset)
+    if any(not r.interrupted for r in results):
+        _write_build_report(gpt_build, gpt_build.recorded_results(out_dir), data, out_dir,
+                            {r.stage.name for r in results})
     return results[-1].exit_code if results else 0
 
 
+def _report_gpt_build(args: argparse.Namespace, gpt_build: Any) -> int:
+    """``--report``: the report of the stages finished in ``--out`` (of ``--stages``), each
+    read from its run directory; nothing trains."""
+    from scratchgpt.data.resolve import resolve_dataset
+    from scratchgpt.training.job import check_recorded_dataset
+
+    clash = [flag_of(n) for n in sorted(given(args, BUILD_QUICK | BUILD_SHARED))]
+    clash += [f"--{n}" for n in ("overwrite", "quick") if getattr(args, n)]
+    if clash:
+        raise ConfigError(f"--report writes the report of the stages in --out and trains "
+                          f"nothing; drop {' and '.join(clash)}")
+    chosen = gpt_build.select(gpt_build.stages(gpt_build.BuildSetup()), args.stages,
+                              "--stages")
+    out_dir = results_dir(args.out, (), overwrite=True)
+    results = gpt_build.recorded_results(out_dir, chosen)
+    if not results:
+        raise ConfigError(f"--out {args.out} holds no finished stage to report; train them "
+                          f"first: scratchgpt experiment gpt-build --out {args.out}")
+    dataset = args.dataset or gpt_build.recorded_dataset(results) or BUILD_DATASET
+    if not args.dataset:
+        check_recorded_dataset(dataset, results[0].run_dir)
+    data, _ = resolve_dataset(dataset, log=lambda line: print(line, flush=True))
+    _write_build_report(gpt_build, results, data, out_dir, set())
+    return 0
+
+
+def _write_build_report(gpt_build: Any, results: list[Any], data: Any, out_dir: Any,
+                        trained: set[str]) -> None:
+    """gpt_build.csv, .md and .png of ``results`` in ``out_dir``, the table printed too;
+    ``trained``: the stages this run trained (the others are said to be kept)."""
+    earlier = [r.stage.name for r in results if r.stage.name not in trained]
+    if earlier and trained:
+        print(f"the report keeps {', '.join(earlier)} from earlier runs in {out_dir} (each "
+              "with its own train command)")
+    lecture, unit = gpt_build.lecture_label(data), gpt_build.loss_unit(data)
+    paths = gpt_build.write_tables(results, out_dir, lecture, unit)
+    png = gpt_build.plot(results, out_dir / "gpt_build.png", by_time=gpt_build.by_time(results),
+                         unit=unit, lecture_text=gpt_build.lectures_text(data))
+    print(gpt_build.markdown(results, lecture=lecture, unit=unit), end="")
+    print(f"wrote {paths[0]}, {paths[1]} and {png}")
+
+
 def _build_setup(args: argparse.Namespace, gpt_build: Any) -> Any:
-    """The experiment's settings from the flags (``--quick``: its own budget and shapes)."""
+    """The experiment's settings from the flags (``--quick``: its own budget and shapes; a
+    setting not given: the experiment's default)."""
     refuse_with_quick(args, BUILD_QUICK)
-    if not 0.0 <= args.dropout < 1.0:
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout must be in [0, 1), got {args.dropout}")
-    if args.learning_rate <= 0:
+    if args.learning_rate is not None and args.learning_rate <= 0:
         raise ConfigError(f"--learning-rate must be positive, got {args.learning_rate}")
-    shared = dict(block_size=args.block_size, n_embd=args.n_embd, dropout=args.dropout,
-                  weight_init=args.weight_init, learning_rate=args.learning_rate,
-                  seed=args.seed, device=args.device, threads=args.threads)
+    shared = given(args, BUILD_SHARED)
     if args.quick:
         return gpt_build.quick_setup(**shared)
     budget = args.time_budget if args.time_budget else ("" if args.max_iters else "60s")

@@ -21,7 +21,8 @@ be sampled and evaluated:
     >>> [s.name for s in stages(BuildSetup())][:3]
     ['1-bigram', '2-one-head', '3-multi-head']
 
-:func:`run` trains the stages, :func:`write_tables` writes ``gpt_build.csv`` and
+:func:`run` trains the stages, :func:`recorded_results` reads each finished stage back from
+its run directory (however it was finished), :func:`write_tables` writes ``gpt_build.csv`` and
 ``gpt_build.md``, :func:`plot` draws ``gpt_build.png`` (final val loss per stage beside the
 lecture's, and each stage's val-loss curve), :func:`plot_from_csv` the first of these from a
 report table alone.
@@ -30,11 +31,10 @@ report table alone.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import shlex
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,13 @@ from scratchgpt.bench import refuse_repeats
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.memory import parameter_count
 from scratchgpt.models import ModelConfig, build_model, config_dict, model_config
 from scratchgpt.tokenizers.char import CharTokenizer
 from scratchgpt.training import job as train_job
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.metrics import read_rows
+from scratchgpt.validation import json_loads
 
 # Shapes of the last stage. "lecture" is the lecture's (and nanoGPT's) Shakespeare model, made
 # for a GPU; "cpu" is the cpu-small preset's shape, which learns the most per second on a
@@ -251,6 +253,7 @@ class StageResult:
     command: str = ""  # the equivalent ``scratchgpt train`` command line
     interrupted: bool = False
     exit_code: int = 0
+    time_budget: str = ""  # the run's --time-budget ("": steps alone)
 
 
 def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
@@ -262,7 +265,7 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
     directory)."""
     cfg = setup.train_config()
     if not overwrite:
-        refuse_held_runs(setup, out, chosen)
+        refuse_held_runs(out, chosen)
     jobs = []
     for stage in chosen:
         config = stage.config(data.vocab_size)
@@ -281,24 +284,36 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
     return jobs
 
 
-def refuse_held_runs(setup: BuildSetup, out: Path, chosen: list[Stage]) -> None:
+def refuse_held_runs(out: Path, chosen: list[Stage]) -> None:
     """A chosen stage whose directory holds a run is refused (``--overwrite`` replaces it),
-    saying how to go on where a build was cut short: ``--stages`` with the stages its report
-    lacks (the one cut short with ``--overwrite``: it trains again from its start)."""
+    saying how to go on where a build was cut short: ``--stages`` with the stages not finished
+    there (the one cut short with ``--overwrite``: it trains again from its start, where
+    ``train --resume`` finishes it), or, every stage finished, ``--report``."""
     held = [s for s in chosen if RunDir(out / s.name).holds_run()]
     if not held:
         return
-    reported = {r.stage.name for r in earlier_results(setup, out, ())}
-    rest = [s for s in chosen if s.name not in reported]
-    if not rest or rest == chosen:  # all of them done, or none: nothing to go on with
+    finished = {r.stage.name for r in recorded_results(out)}
+    rest = [s for s in chosen if s.name not in finished]
+    if not rest:
+        raise ConfigError(f"{out} already holds a finished run of each stage asked for; pass "
+                          "--report to write the report of them, --overwrite to train them "
+                          "again, or --out another directory")
+    if rest == chosen:  # none finished: nothing to go on with
         raise ConfigError(f"{out / held[0].name} already holds a run; pass --overwrite to "
                           "train the stages again, or --out another directory")
-    again = " --overwrite" if any(s in held for s in rest) else ""
-    raise ConfigError(
-        f"{out} already holds {', '.join(s.name for s in held)}; to go on with the stages its "
-        f"report lacks, pass --stages {' '.join(str(s.number) for s in rest)}{again}"
-        + (" (a stage cut short trains again from its start)" if again else "")
-        + ", or --overwrite to train them all again")
+    raise ConfigError(_how_to_go_on(out, held, rest))
+
+
+def _how_to_go_on(out: Path, held: list[Stage], rest: list[Stage]) -> str:
+    """The refusal of a build that has some of the chosen stages finished: the stages to go
+    on with, and what becomes of one cut short."""
+    cut = [s for s in rest if s in held]
+    again = " --overwrite" if cut else ""
+    resume = (f" (a stage cut short trains again from its start; scratchgpt train --resume "
+              f"--out {out / cut[0].name} finishes it where it stopped)") if cut else ""
+    return (f"{out} already holds {', '.join(s.name for s in held)}; to go on with the stages "
+            f"not finished there, pass --stages {' '.join(str(s.number) for s in rest)}{again}"
+            f"{resume}, or --overwrite to train them all again")
 
 
 def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] | None = None,
@@ -315,7 +330,8 @@ def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] 
         results.append(StageResult(
             stage, params, result.step, result.step * setup.batch_size * job.model.block_size,
             result.elapsed_s, result.train_loss, result.val_loss, job.out,
-            job.extra["experiment"]["train_command"], result.interrupted, result.exit_code))
+            job.extra["experiment"]["train_command"], result.interrupted, result.exit_code,
+            setup.time_budget))
         if result.interrupted:
             break
         lecture = (f" ({lecture_label(data)} {stage.lecture:.2f})" if stage.lecture is not None
@@ -356,41 +372,74 @@ def markdown(results: Sequence[StageResult], commands: bool = False,
     return "\n".join(lines) + "\n"
 
 
-def earlier_results(setup: BuildSetup, out: Path,
-                    replaced: Collection[str]) -> list[StageResult]:
-    """The stages of the report already in ``out`` (``gpt_build.csv``) whose runs are still
-    there, less those named in ``replaced`` (trained again now): a run of some stages adds
-    to the report instead of dropping the others. Rows that cannot be read are left out."""
-    known = {stage.name: stage for stage in stages(setup)}
-    kept = []
-    for row in _report_rows(out / "gpt_build.csv"):
-        stage, run_dir = known.get(row.get("stage") or ""), out / (row.get("run") or "")
-        if stage is None or stage.name in replaced or not RunDir(run_dir).holds_run():
-            continue
-        try:
-            kept.append(StageResult(
-                stage, int(row["params"]), int(row["steps"]), int(row["tokens"]),
-                float(row["seconds"]), float(row["train_loss"]), float(row["val_loss"]),
-                run_dir, _stage_command(run_dir)))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return kept
+def recorded_results(out: Path, chosen: Sequence[Stage] | None = None) -> list[StageResult]:
+    """The finished stages in ``out`` (of ``chosen``, default all), in build order, each as
+    its own run directory records it (:func:`recorded_result`): a stage trained by an earlier
+    run of the experiment, or finished by ``scratchgpt train --resume``, is reported as one
+    trained now."""
+    wanted = stages(BuildSetup()) if chosen is None else chosen
+    found = (recorded_result(stage, out / stage.name) for stage in wanted)
+    return [r for r in found if r is not None]
 
 
-def _report_rows(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="", errors="replace") as f:
-        return list(csv.DictReader(f))
+def recorded_result(stage: Stage, run_dir: Path) -> StageResult | None:
+    """``stage``'s result as ``run_dir`` records it: the final evaluation (the last row of
+    ``metrics.csv``, without a learning rate), the model and the experiment's words of
+    ``config.json``. None where ``run_dir`` holds no finished run of the stage: nothing, a
+    run cut short (no final evaluation yet), one without its checkpoints, or another run
+    (its ``config.json`` names no such stage)."""
+    config = _run_config(run_dir)
+    experiment = config.get("experiment")
+    if not (isinstance(experiment, dict) and experiment.get("stage") == stage.name
+            and RunDir(run_dir).has_checkpoint()):
+        return None
+    final = (read_rows(run_dir / "metrics.csv") or [{}])[-1]
+    params = _parameters(config.get("model"))
+    if not final.get("val_loss") or final.get("lr") or params is None:
+        return None
+    adds, train = experiment.get("adds"), config.get("train")
+    budget = train.get("time_budget") if isinstance(train, dict) else ""
+    return StageResult(
+        replace(stage, adds=adds) if isinstance(adds, str) else stage, params,
+        int(final["step"]), int(final["tokens"]), float(final["elapsed_s"]),
+        float(final["train_loss"] or math.nan), float(final["val_loss"]), run_dir,
+        str(experiment.get("train_command") or ""), time_budget=str(budget or ""))
 
 
-def _stage_command(run_dir: Path) -> str:
-    """The ``scratchgpt train`` command a stage's run records in its ``config.json``."""
+def _parameters(model: Any) -> int | None:
+    """The parameters of the model a run's ``config.json`` records (None: no model)."""
+    if not isinstance(model, dict):
+        return None
+    values = dict(model)
     try:
-        return str(json.loads((run_dir / "config.json").read_text())["experiment"]
-                   ["train_command"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+        return parameter_count(model_config(str(values.pop("type", "")), **values))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.json``, or {} where it is missing or unreadable."""
+    try:
+        config = json_loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def recorded_dataset(results: Sequence[StageResult]) -> str | None:
+    """The dataset the stages' runs record (``--dataset`` as the build was given it), or None
+    where none does."""
+    for r in results:
+        data = _run_config(r.run_dir).get("data")
+        if isinstance(data, dict) and isinstance(data.get("dataset"), str):
+            return str(data["dataset"])
+    return None
+
+
+def by_time(results: Sequence[StageResult]) -> bool:
+    """Whether the plot's curves go over training time (a stage trained to a time budget)
+    or over steps (each to its --max-iters)."""
+    return any(r.time_budget for r in results)
 
 
 def write_tables(results: Sequence[StageResult], out: Path, lecture: str = "lecture",
