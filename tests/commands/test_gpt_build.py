@@ -398,6 +398,8 @@ def test_a_stage_finished_by_train_resume_is_in_the_report(small_dataset, quick_
             assert rows[name][column] == unbroken[name][column], (name, column)
     md = (tmp_path / "gpt_build.md").read_text()
     assert f"--out {tmp_path / '2-one-head'} --model gpt" in md  # the stage's own command
+    said = error_of(capsys, [*args, "--stages", "1", "2", "3"])  # all of them finished now
+    assert "finished run of each stage asked for; pass --report to write the report" in said
 
 
 @pytest.mark.parametrize("flags, said", [
