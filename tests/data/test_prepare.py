@@ -643,3 +643,19 @@ def test_a_named_dataset_has_a_cache_entry_per_tokenizer(tmp_path, monkeypatch):
     assert theirs.directory.name.startswith("tiny-play-char-")
     assert resolve_dataset("tiny-play", log=None, tokenizer=other)[0].directory == \
         theirs.directory
+
+
+@pytest.mark.parametrize("flags,shown", [([], True), (["--no-progress"], False)])
+def test_prepare_shows_bpe_training_progress_unless_told_not_to(tmp_path, capsys, monkeypatch,
+                                                                english_text, flags, shown):
+    from scratchgpt.cli import main
+    from scratchgpt.tokenizers import bpe
+
+    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once its step runs this long)
+    (tmp_path / "t.txt").write_text(english_text[:20_000], encoding="utf-8")
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer", "bpe",
+                 "--vocab-size", "300", "--out", str(tmp_path / "d"), *flags]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("prepared ")
+    assert ("BPE: learning merges: 100%" in captured.err) is shown
+    assert ("BPE: reading the text: 100%" in captured.err) is shown

@@ -10,7 +10,8 @@ import pytest
 import regex
 
 from scratchgpt.errors import ScratchGPTError
-from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
+from scratchgpt.tokenizers import BPETokenizer, bpe, load_tokenizer
+from scratchgpt.tokenizers.bpe import count_chunks
 from scratchgpt.tokenizers.bpe_algorithm import (
     LONG_TRAINING_CHUNK,
     get_stats,
@@ -18,7 +19,7 @@ from scratchgpt.tokenizers.bpe_algorithm import (
     merge,
 )
 from scratchgpt.tokenizers.bpe_files import ENDOFTEXT, MERGES_FILE, MERGES_HEADER
-from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN
+from scratchgpt.tokenizers.pretokenize import GPT2_PATTERN, PreTokenizer, piece_bounds
 from tests.corpus import play_text
 
 
@@ -225,3 +226,31 @@ def test_corrupt_merges_are_rejected(tmp_path):
         BPETokenizer([(97, 98)], {ENDOFTEXT: 100})
     with pytest.raises(ScratchGPTError, match="permutation"):
         BPETokenizer([], byte_ids=[0] * 256)
+
+
+def test_a_long_text_is_counted_piece_by_piece_as_it_is_whole(english_text):
+    text = f"{english_text[:20_000]}{ENDOFTEXT}  \n\n{english_text[20_000:40_000]}"
+    pre = PreTokenizer(GPT2_PATTERN)
+    whole = Counter(pre.split(english_text[:20_000])
+                    + pre.split(f"  \n\n{english_text[20_000:40_000]}"))
+    pieces = count_chunks(text, [ENDOFTEXT], pre, piece_chars=50)
+    assert len(piece_bounds(text, 50)) > 100  # (cut in many pieces)
+    assert list(pieces.items()) == list(whole.items())  # the same counts, in the same order
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_training_shows_its_progress_on_stderr_when_asked(english_text, monkeypatch, capsys,
+                                                           progress):
+    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (bars show once a step runs this long)
+    tok = BPETokenizer.train(english_text[:20_000], 300, backend="python", progress=progress)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("BPE: reading the text" in captured.err) is progress
+    done = f"BPE: learning merges: 100%|██████████| {len(tok.merges)}/{len(tok.merges)}"
+    assert (done in captured.err) is progress
+
+
+@pytest.mark.parametrize("size", [300.0, "300", True])
+def test_a_vocabulary_size_that_is_no_integer_is_refused(size):
+    with pytest.raises(ScratchGPTError, match=f"must be an integer, got {size!r}"):
+        BPETokenizer.train("the cat sat on the mat", size)

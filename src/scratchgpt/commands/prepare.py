@@ -65,6 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a dataset already in --out (the new one is written beside it "
                         "and renamed into place once complete)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (on stderr, for BPE training, encoding a long text "
+                        "and --bpe-dropout copies, each shown once its step has run for a "
+                        "second)")
     p.set_defaults(func=run)
 
 
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     meta = prepare_text(text, args.out, tokenizer=tokenizer, vocab_size=args.vocab_size,
                         val_fraction=args.val_fraction, source=desc,
                         overwrite=args.overwrite, bpe_dropout=args.bpe_dropout,
-                        train_copies=copies, progress=args.bpe_dropout > 0, options=FLAGS)
+                        train_copies=copies, progress=not args.no_progress, options=FLAGS)
     print(f"prepared {desc}: {meta['chars']:,} characters -> {meta['train_tokens']:,} train + "
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")

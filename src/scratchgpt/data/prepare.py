@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ from scratchgpt.errors import DataError, StorageError
 from scratchgpt.tokenizers import Tokenizer, build_tokenizer
 from scratchgpt.tokenizers.base import TOKENIZER_FILE
 from scratchgpt.tokenizers.bpe_files import MERGES_FILE
+from scratchgpt.tokenizers.pretokenize import PIECE_CHARS, piece_bounds
 from scratchgpt.validation import FLAGS, KEYWORDS, named
 
 if TYPE_CHECKING:
@@ -69,34 +69,6 @@ def encode_corpus(tok: Tokenizer, text: str, unknown: str = "replace") -> list[i
     if isinstance(tok, BPETokenizer):
         return tok.encode(text, unknown, allowed_special="all")
     return tok.encode(text, unknown=unknown)
-
-
-# Long text is encoded a piece of about this many characters at a time, each piece's ids
-# stored at once as 2 or 4 bytes: a list of the whole text's ids as Python ints takes ~36 bytes
-# a token (preparing 42 MB of Python source with GPT-2's BPE peaked at 940 MB, in pieces 565).
-PIECE_CHARS = 1 << 20
-# Where a piece may end: after a line's newline, between two non-space characters. No chunk of
-# GPT-2's pre-tokenizer spans such a place, so the pieces encode to the whole text's ids.
-PIECE_END = re.compile(r"(?<=\S\n)(?=\S)")
-
-
-def piece_bounds(text: str, piece_chars: int = PIECE_CHARS) -> list[tuple[int, int]]:
-    """Where to cut ``text``: (start, stop) of pieces of at least ``piece_chars`` characters
-    (the last may be shorter), each ending where :data:`PIECE_END` allows; text without such a
-    place is one piece. Bounds, not the pieces: each is sliced when it is encoded, so the
-    pieces never hold a second copy of the text.
-
-    >>> text = "ab\\ncd\\n\\nef\\ngh"
-    >>> [text[a:b] for a, b in piece_bounds(text, 2)]
-    ['ab\\n', 'cd\\n\\nef\\n', 'gh']
-    """
-    bounds, start = [], 0
-    while start < len(text):
-        end = PIECE_END.search(text, start + piece_chars)
-        stop = end.start() if end else len(text)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
 
 
 def _cuttable(tok: Tokenizer) -> bool:
@@ -174,7 +146,9 @@ def _bar(items: Sequence[T], enabled: bool, desc: str, unit: str = "copy") -> It
         return items
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True)
+    from scratchgpt.tokenizers.bpe import PROGRESS_DELAY_S
+
+    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True, delay=PROGRESS_DELAY_S)
 
 
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",
@@ -188,8 +162,10 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     ``bpe_dropout`` > 0 writes ``train_copies`` segmentations of the training split sampled by
     BPE-dropout (:func:`sample_training_copies`); the validation split is always encoded
     exactly, so its loss is comparable with any other run on the same tokenizer. ``progress``
-    shows a bar over those copies. ``options``: how refusals name ``out`` and ``overwrite``
-    (the Python API's keywords; ``scratchgpt prepare`` passes its flags, validation.FLAGS)."""
+    shows bars on stderr for the slow steps (BPE training, encoding a long text, the sampled
+    copies), each once it has run for a second. ``options``: how refusals name ``out`` and
+    ``overwrite`` (the Python API's keywords; ``scratchgpt prepare`` passes its flags,
+    validation.FLAGS)."""
     if len(text.strip()) < 2:
         raise DataError(f"the data ({source or 'text'}) is empty" if not text.strip() else
                         f"the data ({source or 'text'}) is a single character: too little "
@@ -210,7 +186,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
     with _staging(out) as tmp:  # fail early (a read-only --out) before tokenizing
         # The tokenizer is learned on the training split only, so validation stays unseen.
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
-            tokenizer, train_text, vocab_size=vocab_size)
+            tokenizer, train_text, vocab_size=vocab_size, progress=progress)
         dtype = token_dtype(tok.vocab_size)
         sampled = bool(bpe_dropout) or train_copies != 1
         # Each piece of ids is written as it is encoded: memory holds one piece's, not the

@@ -42,11 +42,13 @@ DEFAULT_BPE_VOCAB = 4096
 GPT2_VOCAB = 50257
 
 
-def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
+def build_tokenizer(kind: str, text: str, vocab_size: int | None = None,
+                    progress: bool = False) -> Tokenizer:
     """A tokenizer of ``kind`` for ``text``: ``"char"`` (its characters), ``"bpe"`` (trained on
     it, ``vocab_size`` ids, default 4096) or ``"gpt2"`` (GPT-2's fixed 50257-id vocabulary);
     ``"char-prose"`` is ``"char"`` over text folded by
-    :func:`~scratchgpt.tokenizers.char.normalize_prose`."""
+    :func:`~scratchgpt.tokenizers.char.normalize_prose`. ``progress``: bars on stderr while a
+    BPE trains, once it has run for a second (:meth:`BPETokenizer.train`)."""
     if kind in ("char", "char-prose"):
         if vocab_size is not None:
             raise TokenizerError("a char tokenizer's vocabulary size is set by the text; "
@@ -62,10 +64,11 @@ def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Toke
                             f"got {vocab_size!r}")
         if not text:
             raise TokenizerError("cannot train a BPE tokenizer on empty text")
-        return BPETokenizer.train(text, vocab_size)
+        return BPETokenizer.train(text, vocab_size, progress=progress)
     if kind == "gpt2":
         if vocab_size is not None and vocab_size != GPT2_VOCAB:
-            raise TokenizerError(f"the GPT-2 vocabulary has {GPT2_VOCAB} ids, not {vocab_size}")
+            raise TokenizerError(f"the GPT-2 vocabulary has {GPT2_VOCAB} ids, not "
+                                 f"{vocab_size!r}")
         return BPETokenizer.gpt2()
     raise TokenizerError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(BUILD_KINDS)}")
 

@@ -31,6 +31,7 @@ the merges) plus our ``merges.txt`` (``#scratchgpt-bpe v1``).
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections import Counter
@@ -54,9 +55,11 @@ from scratchgpt.tokenizers.bpe_files import (
 )
 from scratchgpt.tokenizers.pretokenize import (
     GPT2_PATTERN,
+    PIECE_CHARS,
     PreTokenizer,
     encode_with_specials,
     find_special,
+    piece_bounds,
     special_token_regex,
 )
 from scratchgpt.tokenizers.tiktoken_backend import TiktokenBackend, tiktoken_available
@@ -64,6 +67,8 @@ from scratchgpt.tokenizers.tiktoken_backend import TiktokenBackend, tiktoken_ava
 # Cache entries kept per tokenizer (chunk -> ids); cleared wholesale when full. Natural text has
 # few distinct chunks (Tiny Shakespeare: 15k of 300k), so nearly every chunk is a cache hit.
 CACHE_SIZE = 1 << 17
+# A progress bar is drawn once its step has run this long: a small text's training shows none.
+PROGRESS_DELAY_S = 1.0
 
 Backend = Literal["auto", "python", "tiktoken"]
 AllowedSpecial = Literal["all"] | Collection[str]
@@ -137,11 +142,17 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = (ENDOFTEXT,),
               pattern: str = GPT2_PATTERN, verbose: bool = False,
-              backend: Backend = "auto") -> BPETokenizer:
+              backend: Backend = "auto", progress: bool = False) -> BPETokenizer:
         """Learn a vocabulary of ``vocab_size`` ids (256 bytes + merges + ``special_tokens``).
 
         Special-token text in ``text`` is cut out first, so no merge spans it. Stops early, with
-        a smaller vocabulary, when every chunk of the text has become a single token."""
+        a smaller vocabulary, when every chunk of the text has become a single token.
+        ``progress`` shows a bar on stderr for reading the text into chunks and one for the
+        merges, each once its step has run for a second (a small text shows none)."""
+        if isinstance(vocab_size, bool) or not hasattr(vocab_size, "__index__"):
+            # ("300", 300.0 or True: a size is a whole number; a NumPy integer is one)
+            raise TokenizerError(f"BPE vocab_size must be an integer, got {vocab_size!r}")
+        vocab_size = operator.index(vocab_size)
         num_merges = vocab_size - 256 - len(special_tokens)
         if num_merges < 0:
             raise TokenizerError(f"BPE vocab_size {vocab_size} is too small: need at least "
@@ -149,22 +160,21 @@ class BPETokenizer(Tokenizer):
         if len(set(special_tokens)) != len(special_tokens):
             raise TokenizerError(f"duplicate special tokens: {list(special_tokens)}")
         start = time.perf_counter()
-        pre = PreTokenizer(pattern)
-        segments = special_token_regex(special_tokens).split(text) if special_tokens else [text]
-        counter: Counter[str] = Counter()
-        for segment in segments:
-            counter.update(pre.split(segment))
+        counter = count_chunks(text, special_tokens, PreTokenizer(pattern), progress)
         chunks = [list(c.encode("utf-8")) for c in counter]
         freqs = list(counter.values())
         token_bytes = [bytes([b]) for b in range(256)]
         report = max(1, num_merges // 10)
+        possible = sum(len(c) - 1 for c in chunks)  # (each merge joins at least one pair)
 
-        def progress(k: int, pair: tuple[int, int], count: int) -> None:
-            if verbose and (k % report == 0 or k == num_merges):
-                print(f"merge {k}/{num_merges}: {token_bytes[-1]!r} ({count} occurrences) "
-                      f"{time.perf_counter() - start:.1f}s")
+        with _bar(min(num_merges, possible), progress, "BPE: learning merges", "merge") as bar:
+            def step(k: int, pair: tuple[int, int], count: int) -> None:
+                bar.update()
+                if verbose and (k % report == 0 or k == num_merges):
+                    print(f"merge {k}/{num_merges}: {token_bytes[-1]!r} ({count} occurrences) "
+                          f"{time.perf_counter() - start:.1f}s")
 
-        merges = learn_merges(chunks, freqs, num_merges, token_bytes, progress)
+            merges = learn_merges(chunks, freqs, num_merges, token_bytes, step)
         if verbose and len(merges) < num_merges:
             print(f"stopped after {len(merges)} merges: no pair of tokens left to merge")
         n = 256 + len(merges)
@@ -391,6 +401,38 @@ class BPETokenizer(Tokenizer):
         """Ids -> text. Bytes that are not valid UTF-8 (a cut-off character) become U+FFFD
         (``errors="replace"``, as tiktoken); ``errors="strict"`` raises instead."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+
+def count_chunks(text: str, special_tokens: Collection[str], pre: PreTokenizer,
+                 progress: bool = False, piece_chars: int = PIECE_CHARS) -> Counter[str]:
+    """How often each chunk of ``text`` occurs, as ``pre`` cuts it, with special-token text cut
+    out first. With GPT-2's pattern the text is cut a piece of ``piece_chars`` at a time
+    (:func:`~scratchgpt.tokenizers.pretokenize.piece_bounds`, where no chunk spans), so memory
+    holds one piece's chunks rather than a string for every word of the text. ``progress``:
+    a bar over the characters read.
+
+    >>> count_chunks("the cat<|endoftext|>the", ["<|endoftext|>"], PreTokenizer(GPT2_PATTERN))
+    Counter({'the': 2, ' cat': 1})
+    """
+    segments = special_token_regex(special_tokens).split(text) if special_tokens else [text]
+    counter: Counter[str] = Counter()
+    cuttable = pre.pattern == GPT2_PATTERN
+    with _bar(sum(map(len, segments)), progress, "BPE: reading the text", "char") as bar:
+        for segment in segments:
+            for a, b in (piece_bounds(segment, piece_chars) if cuttable
+                         else [(0, len(segment))]):
+                counter.update(pre.split(segment[a:b]))
+                bar.update(b - a)
+    return counter
+
+
+def _bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
+    """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
+    :data:`PROGRESS_DELAY_S` (none when not ``enabled``)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "char",
+                delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
 
 
 def _merges_file_name(name: Any) -> str:
