@@ -645,6 +645,16 @@ def test_a_named_dataset_has_a_cache_entry_per_tokenizer(tmp_path, monkeypatch):
         theirs.directory
 
 
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_text_with_a_lone_surrogate_is_refused_before_anything_is_written(tmp_path, kind):
+    """A str decoded with errors="surrogateescape" holds lone surrogates, which UTF-8 cannot
+    store: neither the sha256 of the text nor a character vocabulary could be written."""
+    text = "caf" + b"\xe9".decode("utf-8", "surrogateescape") + " au lait. " * 20
+    with pytest.raises(ScratchGPTError, match=r"lone surrogate, U\+DCE9, at character 3"):
+        prepare_text(text, tmp_path / "d", kind)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("flags,shown", [([], True), (["--no-progress"], False)])
 def test_prepare_shows_bpe_training_progress_unless_told_not_to(tmp_path, capsys, monkeypatch,
                                                                 english_text, flags, shown):

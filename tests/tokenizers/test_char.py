@@ -59,3 +59,16 @@ def test_the_characters_a_text_lacks_are_counted_in_words_that_agree():
     with pytest.raises(ScratchGPTError, match=r"^text has 2 characters not in the vocabulary: "
                        r"'y', 'z'$"):
         tok.encode("zyab")
+
+
+def test_a_lone_surrogate_is_no_character_of_a_vocabulary(tmp_path):
+    with pytest.raises(ScratchGPTError, match=r"lone surrogate, U\+D800"):
+        CharTokenizer.train("ab\ud800")
+
+
+def test_a_state_utf8_cannot_spell_leaves_no_half_written_file(tmp_path):
+    tok = CharTokenizer.train("ab")
+    tok.chars = ["a", "\ud800"]  # (as no constructor lets one be made)
+    with pytest.raises(UnicodeEncodeError):
+        tok.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []

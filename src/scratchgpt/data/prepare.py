@@ -170,6 +170,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         raise DataError(f"the data ({source or 'text'}) is empty" if not text.strip() else
                         f"the data ({source or 'text'}) is a single character: too little "
                         "to split into training and validation text")
+    digest = _sha256_of_text(text, source)
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     check_destination(Path(out), overwrite, options)
@@ -209,7 +210,7 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             "train_chars": len(train_text),
             "val_chars": len(val_text),  # bits per character = nats/token * tokens / chars / ln 2
             "source": source,
-            "source_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "source_sha256": digest,
             "val_fraction": val_fraction,
         }
         replaced = {f"{name}_unknown_chars": tok.unknown_count(part)
@@ -221,6 +222,28 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         _write_file(tmp / META_FILE, json.dumps(meta, indent=1).encode())
         _move_into_place(tmp, out, overwrite)
     return meta
+
+
+def _sha256_of_text(text: str, source: str) -> str:
+    """The sha256 of ``text`` as UTF-8. A lone surrogate (a ``str`` decoded with
+    ``errors="surrogateescape"``, or ``os.fsdecode`` of a name that is not UTF-8) has no UTF-8
+    spelling, so neither a dataset's record of its text nor a character vocabulary could be
+    written: it is refused, where it is, before anything is written.
+
+    >>> _sha256_of_text("ab\\udce9c", "notes.txt")
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.DataError: the data (notes.txt) holds a lone surrogate, U+DCE9, at \
+character 2: not text that UTF-8 can store (bytes decoded with errors='surrogateescape'?); \
+decode the bytes with errors='replace' (nothing was written)
+    """
+    try:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError as e:
+        raise DataError(f"the data ({source or 'text'}) holds a lone surrogate, "
+                        f"U+{ord(text[e.start]):04X}, at character {e.start}: not text "
+                        "that UTF-8 can store (bytes decoded with errors='surrogateescape'?); "
+                        "decode the bytes with errors='replace' (nothing was written)") from None
 
 
 def _check_encoded(tok: Tokenizer, counts: dict[str, int], source: str) -> None:

@@ -67,7 +67,8 @@ class Tokenizer(ABC):
 
     def save(self, directory: str | Path) -> None:
         """Write ``tokenizer.json`` (and any extra files) into ``directory``."""
+        # (encoded before the file is opened: a state UTF-8 cannot spell leaves no empty file)
+        data = json.dumps(self.state(), ensure_ascii=False, indent=1).encode("utf-8")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / TOKENIZER_FILE).write_text(
-            json.dumps(self.state(), ensure_ascii=False, indent=1), encoding="utf-8")
+        (directory / TOKENIZER_FILE).write_bytes(data)

@@ -29,6 +29,12 @@ class CharTokenizer(Tokenizer):
             raise TokenizerError("character vocabulary is empty")
         if not all(isinstance(c, str) and len(c) == 1 for c in chars):
             raise TokenizerError("character vocabulary entries must be single characters")
+        lone = [c for c in chars if "\ud800" <= c <= "\udfff"]
+        if lone:  # (tokenizer.json could not be written: UTF-8 has no spelling for one)
+            raise TokenizerError(f"character vocabulary holds a lone surrogate, "
+                                 f"U+{ord(lone[0]):04X}: not a character UTF-8 can store (text "
+                                 "decoded with errors='surrogateescape'?); decode the text with "
+                                 "errors='replace'")
         self.chars = list(chars)
         self.stoi = {c: i for i, c in enumerate(self.chars)}
 
