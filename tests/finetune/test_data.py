@@ -380,3 +380,31 @@ def test_a_prompt_file_and_fine_tuning_data_are_refused_in_the_same_words(tmp_pa
         monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw)))
         assert as_prompt == _refusal(read_source, "-", None, True)
         assert as_prompt.startswith("standard input is not valid UTF-8 text")
+
+
+@pytest.mark.parametrize(("spec", "setting", "says"), [
+    ("classify", dict(class_weights="balance"), "{} must be one of none, balanced, got "
+                                                "'balance'"),
+    ("classify", dict(max_length=-1), "{} must be >= 0, got -1"),
+    ("instruct", dict(held_out=1.5), "{} must be in (0, 1), got 1.5"),
+    ("instruct", dict(max_length=-1), "{} must be >= 0, got -1"),
+    ("instruct", dict(eval_generate=-2), "{} must be >= 0, got -2"),
+])
+def test_a_data_spec_names_the_setting_as_its_caller_gives_it(spec, setting, says):
+    """ClassifySpec and InstructSpec named finetune's flags (--class-weights, --max-length,
+    --held-out) to a Python caller, who gives keywords: they name the keyword by default and
+    the flag where finetune builds them (options=FLAGS, as the run directory's refusals do);
+    neither the record a run saves nor the comparison of two specs holds the options."""
+    from dataclasses import asdict
+
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.finetune.classify import ClassifySpec
+    from scratchgpt.validation import FLAGS, flag_of
+
+    cls = ClassifySpec if spec == "classify" else InstructSpec
+    [(name, _)] = setting.items()
+    for options, shown in (({}, name), ({"options": FLAGS}, flag_of(name))):
+        with pytest.raises(ConfigError) as refused:
+            cls(**setting, **options)
+        assert str(refused.value) == says.format(shown)
+    assert "options" not in asdict(cls(options=FLAGS)) and cls(options=FLAGS) == cls()

@@ -237,6 +237,9 @@ def _bad_files(d):
     # (LoRAConfig names its fields, rank, alpha ..., as Python gives them; the command its flags)
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-alpha", "0"],
      "--lora-alpha must be > 0, got 0"),
+    # (InstructSpec names its fields, held_out ..., to Python; finetune its flags)
+    (["--task", "instruct", "--data", "{f}/inst.json", "--held-out", "1.5"],
+     "--held-out must be in (0, 1), got 1.5"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-dropout", "1"],
      "--lora-dropout must be in [0, 1), got 1"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-targets", "ffn"],

@@ -16,8 +16,8 @@ the confusion matrix (:class:`ClassReport`, printed by :func:`format_report`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from scratchgpt.finetune.data import (
 )
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+from scratchgpt.validation import KEYWORDS, named
 from scratchgpt.wording import some_of
 
 SPLITS = ("train", "val", "test")
@@ -57,16 +58,21 @@ class ClassifySpec:
     class_weights: str = "none"
     max_length: int = 0  # tokens per text (0: the model's context); longer ones are truncated
     labels: list[str] = field(default_factory=list)  # class names in index order
+    # how a refusal names a setting: the Python API's keywords, or finetune's flags (FLAGS);
+    # not a field, so neither saved with the run nor compared
+    options: InitVar[Mapping[str, str]] = KEYWORDS
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, options: Mapping[str, str]) -> None:
         if self.class_weights not in CLASS_WEIGHTS:
-            raise ConfigError(f"--class-weights must be one of {', '.join(CLASS_WEIGHTS)}")
+            raise ConfigError(f"{named(options, 'class_weights')} must be one of "
+                              f"{', '.join(CLASS_WEIGHTS)}, got {self.class_weights!r}")
         if len(self.fractions) != 3 or any(f < 0 for f in self.fractions) or \
                 not 0 < self.fractions[0] < 1 or abs(sum(self.fractions) - 1) > 1e-6:
             raise ConfigError(f"split fractions must be 3 numbers summing to 1 with train in "
                               f"(0, 1), got {self.fractions}")
         if self.max_length < 0:
-            raise ConfigError(f"--max-length must be >= 0, got {self.max_length}")
+            raise ConfigError(f"{named(options, 'max_length')} must be >= 0, got "
+                              f"{self.max_length}")
 
 
 @dataclass

@@ -15,8 +15,8 @@ reply starts beyond the context has nothing left to learn and is left out (count
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, asdict, dataclass
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from scratchgpt.finetune.data import (
 )
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
+from scratchgpt.validation import KEYWORDS, named
 from scratchgpt.wording import some_of
 
 IGNORE = -100  # F.cross_entropy's ignore_index: targets that carry no loss
@@ -55,14 +56,20 @@ class InstructSpec:
     max_length: int = 0  # tokens per conversation (0: the model's context)
     template: str = DEFAULT_TEMPLATE
     eval_generate: int = 0  # held-out conversations answered greedily at the end (exact match)
+    # how a refusal names a setting: the Python API's keywords, or finetune's flags (FLAGS);
+    # not a field, so neither saved with the run nor compared
+    options: InitVar[Mapping[str, str]] = KEYWORDS
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, options: Mapping[str, str]) -> None:
         if not 0 < self.held_out < 1:
-            raise ConfigError(f"--held-out must be in (0, 1), got {self.held_out}")
+            raise ConfigError(f"{named(options, 'held_out')} must be in (0, 1), got "
+                              f"{self.held_out}")
         if self.template not in TEMPLATES:
             raise ConfigError(f"unknown chat template {self.template!r}")
-        if self.max_length < 0 or self.eval_generate < 0:
-            raise ConfigError("--max-length and --eval-generate must be >= 0")
+        for name in ("max_length", "eval_generate"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{named(options, name)} must be >= 0, got "
+                                  f"{getattr(self, name)}")
 
 
 def encode_conversation(tokenizer: Any, template: ChatTemplate, messages: Sequence[Message],

@@ -60,7 +60,7 @@ from scratchgpt.training.settings import (
     resumed_run,
 )
 from scratchgpt.training.trainer import TrainResult, check_no_curriculum
-from scratchgpt.validation import flag_of, rename_setting
+from scratchgpt.validation import FLAGS, flag_of, rename_setting
 from scratchgpt.wording import plural
 
 TASKS = FINETUNE_TASKS
@@ -274,7 +274,8 @@ def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
               log: Log) -> tuple[classify.ClassifyTask, ModelConfig]:
     spec = classify.ClassifySpec(_absolute(req.data), req.dataset, split_seed=req.split_seed,
-                                 class_weights=req.class_weights, max_length=req.max_length)
+                                 class_weights=req.class_weights, max_length=req.max_length,
+                                 options=FLAGS)
     data = classify.load_data(spec, base.tokenizer, gpt.block_size, log)
     task = classify.ClassifyTask(data, base.tokenizer, spec.class_weights, extra)
     policy = "lora" if req.lora is not None else req.policy
@@ -298,7 +299,7 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
                           "trains all weights, or adapters with --lora")
     spec = instruct.InstructSpec(_absolute(req.data), req.dataset, split_seed=req.split_seed,
                                  held_out=req.held_out, max_length=req.max_length,
-                                 eval_generate=req.eval_generate)
+                                 eval_generate=req.eval_generate, options=FLAGS)
     data = instruct.load_data(spec, base.tokenizer, gpt.block_size, log)
     config = gpt if req.lora is None else _with_lora(gpt, req.lora)
     if log is not None:
