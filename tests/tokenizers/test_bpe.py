@@ -426,3 +426,23 @@ def test_gpt2_from_a_hugging_face_directory_is_the_same_tokenizer(gpt2_files, gp
     assert mine.vocab_size == other.vocab_size
     with pytest.raises(DataError, match="uses a different one of the same size"):
         check_base_tokenizer(Base("b", None, {}, mine, ""), other, "dataset d")
+
+
+# Pieces at the edges of GPT-2's pattern: contractions (lower and upper case), whitespace of
+# every kind before a word or at the end, letters of other scripts, combining marks, numbers,
+# emoji, a titlecase digraph and special-token halves. Joined at random they meet in the
+# orders a uniform draw of characters seldom makes ("\u3000'll", " \t's", "1'S").
+FRAGMENTS = ["a", "Z", "ß", "Ǆ", "日", "й", "é", "e\u0301", "😀", "👍🏽", "1", "23", "٣", ".", "!?",
+             "'", "'s", "'S", "'ll", "'LL", "'ve", "'d", "'t", "'re", "'m", " ", "  ", "\t",
+             "\n", "\n\n", "\r", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", " " * 9,
+             "<|", "endoftext", "|>"]
+
+
+def test_random_joins_of_the_patterns_edge_cases(gpt2_python, gpt2_tiktoken, tiktoken_gpt2):
+    rng = random.Random(3)
+    texts = ["".join(rng.choices(FRAGMENTS, k=rng.randrange(0, 40))) for _ in range(1500)]
+    for text in texts:
+        expected = tiktoken_gpt2.encode_ordinary(text)
+        assert gpt2_python.encode_ordinary(text) == expected, repr(text)
+        assert gpt2_tiktoken.encode_ordinary(text) == expected, repr(text)
+        assert gpt2_python.decode(expected) == text, repr(text)
