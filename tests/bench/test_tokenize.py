@@ -50,3 +50,19 @@ def test_tokenize_bench_refuses_counts_below_one(capsys):
     from tests.cli_errors import error_of
 
     assert "--train-repeat" in error_of(capsys, ["bench", "tokenize", "--train-repeat", "0"])
+
+
+def test_a_data_dir_without_the_corpus_says_so_and_what_to_do(monkeypatch, tmp_path, capsys):
+    from tests.cli_errors import error_of
+
+    monkeypatch.setenv("SCRATCHGPT_DATA_DIR", str(tmp_path))
+    line = error_of(capsys, ["bench", "tokenize", "--repeat", "1"])
+    assert f"SCRATCHGPT_DATA_DIR is {tmp_path}, which holds no tinyshakespeare.txt" in line
+    assert "--data FILE" in line
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("   \n", encoding="utf-8")  # three merges, then one token
+    assert tokenize.run(_args(data=tmp_path / "t.txt", repeat=1, vocab_size=300)) == 0
+    out = capsys.readouterr().out
+    assert "(best of 1), 3 merges; this text is then 1 token (4.00 chars/token)" in out

@@ -18,8 +18,9 @@ from typing import Any
 
 from scratchgpt.commands.argtypes import bpe_vocab_size, positive_int
 from scratchgpt.errors import ConfigError, DataError
+from scratchgpt.wording import plural
 
-CORPUS = "tinyshakespeare.txt"
+CORPUS = "tinyshakespeare.txt"  # (the file of the dataset "shakespeare")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,15 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_data(arg: str | None) -> tuple[Path, str]:
     """The file to encode and its text (one-line errors: missing, not UTF-8, empty)."""
-    from scratchgpt.data.sources import read_text_source
+    from scratchgpt.data.sources import DATASETS, offline_remedy, read_text_source
 
+    data_dir = os.environ.get("SCRATCHGPT_DATA_DIR")
     if arg is not None:
         path = Path(arg)
-    elif os.environ.get("SCRATCHGPT_DATA_DIR"):
-        path = Path(os.environ["SCRATCHGPT_DATA_DIR"]) / CORPUS
-    else:
-        raise ConfigError(f"no text to encode: pass --data FILE or set SCRATCHGPT_DATA_DIR to a "
-                        f"directory holding {CORPUS}")
+    elif data_dir and (Path(data_dir) / CORPUS).is_file():
+        path = Path(data_dir) / CORPUS
+    else:  # (a folder without it was "data file DIR/tinyshakespeare.txt does not exist")
+        raise ConfigError(f"no text to encode: pass --data FILE, or "
+                          f"{offline_remedy(DATASETS['shakespeare'], data_dir)}")
     text, _ = read_text_source(path)
     if not text:
         raise DataError(f"{path} is empty: there is no text to encode")
@@ -138,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
                               lambda: BPETokenizer.train(text, args.vocab_size, backend="python"))
     trained_ids = tok.encode_ordinary(text)
     print(f"BPE training to vocab {args.vocab_size}: {wall:.2f} s wall, {cpu:.2f} s cpu (best of "
-          f"{args.train_repeat}), {len(tok.merges)} merges; this text is then "
-          f"{len(trained_ids):,} tokens ({len(text) / len(trained_ids):.2f} chars/token)")
+          f"{args.train_repeat}), {plural(len(tok.merges), 'merge')}; this text is then "
+          f"{plural(len(trained_ids), 'token', grouped=True)} "
+          f"({len(text) / len(trained_ids):.2f} chars/token)")
     return 0 if equal else 1
 
 

@@ -208,7 +208,7 @@ def fetch_named(name: str) -> Path:
             download(ds.url, cached)
     except DataError as e:
         raise DataError(f"dataset {name!r} is not available offline: {e}; "
-                        f"{_offline_remedy(ds, data_dir)}") from None
+                        f"{offline_remedy(ds, data_dir)}") from None
     try:
         return _verified(cached, ds)
     except DataError:
@@ -216,7 +216,7 @@ def fetch_named(name: str) -> Path:
         raise
 
 
-def _offline_remedy(ds: NamedDataset, data_dir: str | None) -> str:
+def offline_remedy(ds: NamedDataset, data_dir: str | None) -> str:
     """Where to put a named dataset's file to read it offline: in a folder named by
     SCRATCHGPT_DATA_DIR, or, where that is set already (and holds no such file), in it."""
     names = " or ".join((ds.filename, *ds.local_names))
