@@ -669,3 +669,29 @@ def test_prepare_shows_bpe_training_progress_unless_told_not_to(tmp_path, capsys
     assert captured.out.startswith("prepared ")
     assert ("BPE: learning merges: 100%" in captured.err) is shown
     assert ("BPE: reading the text: 100%" in captured.err) is shown
+
+
+def test_ctrl_c_while_a_bpe_learns_its_merges_keeps_the_old_dataset_and_writes_nothing(
+        tmp_path, capsys, monkeypatch, english_text):
+    from scratchgpt.cli import main
+    from scratchgpt.tokenizers import bpe
+
+    (tmp_path / "t.txt").write_text(english_text[:20_000], encoding="utf-8")
+    prepare = ["prepare", "--data", str(tmp_path / "t.txt"), "--out", str(tmp_path / "d")]
+    assert main(prepare) == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()}
+    learn = bpe.learn_merges
+
+    def interrupted(chunks, freqs, num_merges, token_bytes, progress):
+        def step(k, pair, count):
+            progress(k, pair, count)
+            if k == 20:  # (as Ctrl-C's KeyboardInterrupt lands, between two merges)
+                raise KeyboardInterrupt
+        return learn(chunks, freqs, num_merges, token_bytes, step)
+
+    monkeypatch.setattr(bpe, "learn_merges", interrupted)
+    capsys.readouterr()
+    assert main([*prepare, "--tokenizer", "bpe", "--vocab-size", "300", "--overwrite"]) == 130
+    assert capsys.readouterr().err.strip() == "scratchgpt prepare: interrupted"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "t.txt"]  # no temporary left
