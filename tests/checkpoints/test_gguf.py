@@ -472,7 +472,8 @@ def test_an_out_ending_in_a_slash_is_a_folder_not_the_files_name(tmp_path, capsy
     for out in (f"{tmp_path / 'exports'}/", str(tmp_path)):  # a new folder, an existing one
         msg = error_of(capsys, ["convert", "--to", "gguf", "--checkpoint", str(ckpt), "--out",
                                 out])
-        assert f"--to gguf writes one file; {out} is a directory (name the file, e.g. " in msg
+        assert f"--to gguf writes one file; {out} is a directory (name one file instead, " \
+               "e.g. " in msg
         assert msg.endswith("model.gguf)"), msg
     assert not (tmp_path / "exports").exists()
 

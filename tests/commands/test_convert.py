@@ -20,6 +20,7 @@ from scratchgpt.models.bigram import BigramConfig, BigramLM
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.tokenizers import CharTokenizer
 from tests.cli_errors import error_of
+from tests.reliability.conftest import snapshot
 from tests.requires import optional
 from tests.tiny_gpt import sharp_gpt
 
@@ -367,9 +368,10 @@ def killed_as_it_writes(to: str, argv: list[str]) -> None:
 @pytest.mark.parametrize("to", ["hf", "gguf"])
 def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path, capsys, to):
     """An export killed with kill -9 as it writes leaves its temporary (a --to hf one, in
-    --out, made --out 'not empty (pass --overwrite ...)' for good); the next export to the
-    same place removes it. The export is killed for real, so the temporary is the one it
-    names, not one a test spelt."""
+    --out, made --out 'not empty (pass --overwrite ...)' for good) and its lock file; the
+    next export to the same place removes the temporary and takes the lock over (the system
+    dropped the dead process's lock), then removes it. The export is killed for real, so the
+    temporary and the lock are the ones it names, not ones a test spelt."""
     from tests.reliability.procs import start_call
 
     if to == "gguf":
@@ -379,10 +381,12 @@ def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path,
     killed = start_call(killed_as_it_writes, (to, argv), tmp_path / "killed.log")
     assert killed.wait() == -signal.SIGKILL, killed.output()
     folder = out if to == "hf" else out.parent  # where the temporary is
-    left = [p.name for p in folder.iterdir()]
-    assert len(left) == 1 and left[0].endswith(".tmp"), left
+    left = sorted(p.name for p in folder.iterdir())
+    assert len(left) == 2 and left[0].endswith(".tmp") and left[1].endswith(".lock"), left
+    assert (folder / left[1]).read_text() == str(killed.pid)  # a lock of a dead process
     run(capsys, argv)
-    assert out.exists() and not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    assert out.exists() and not [p for p in folder.iterdir()
+                                 if p.name.endswith((".tmp", ".lock"))]
 
 
 def fail_as_it_writes(monkeypatch, to: str, also: Path | None = None) -> None:
@@ -424,7 +428,7 @@ def test_a_live_exports_temporary_stays_and_counts_as_content(run_dir, tmp_path,
     live = tmp_path / "hf" / ".export.1.running.tmp"
     live.mkdir(parents=True)
     argv = ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(live.parent)]
-    assert "is not empty (pass --overwrite" in error_of(capsys, argv)
+    assert "already holds files (pass --overwrite" in error_of(capsys, argv)
     run(capsys, [*argv, "--overwrite"])
     assert live.is_dir() and (live.parent / "model.safetensors").is_file()
 
@@ -508,3 +512,127 @@ def test_ctrl_c_while_the_files_move_into_place_waits_for_the_last(run_dir, tmp_
                  "--overwrite"]) == 130
     assert len(moved) == len(whole) and is_hf_dir(hf)  # every file moved, the export whole
     assert sorted(p.name for p in hf.iterdir()) == whole  # and no temporary folder
+
+
+NOUN = {"hf": "a directory", "gguf": "one file"}  # what each target writes, in its refusals
+
+
+def out_for(to: str, folder: Path) -> Path:
+    """An --out for an export ``--to`` ``to`` in ``folder``."""
+    return folder / ("hf" if to == "hf" else "m.gguf")
+
+
+@pytest.fixture()
+def read_only(tmp_path, monkeypatch) -> Path:
+    """A folder nothing can be made in: chmod 555, and the system's refusal stubbed (tests
+    may run as root, whom chmod does not stop) for every file or folder made in it."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def refuse(path) -> None:
+        if Path(os.path.abspath(path)).parent == folder:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    def opened(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def made(path, *args, **kwargs):
+        refuse(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "mkdir", made)
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_an_out_in_a_read_only_folder_is_named_alike_by_both_targets(run_dir, read_only, capsys,
+                                                                     to):
+    """--to hf said 'Permission denied: OUT' (the mkdir's words), --to gguf named its hidden
+    temporary file ('Permission denied: .m.gguf.PID.X.tmp'), each once the model was read.
+    Both now say 'cannot write OUT', found by taking the export's lock, before reading the
+    model; nothing is left."""
+    out = out_for(to, read_only)
+    msg = error_of(capsys, ["convert", "--to", to, "--checkpoint", str(run_dir), "--out",
+                            str(out)])
+    assert msg.endswith(f"error: cannot write {out}: Permission denied"), msg
+    assert list(read_only.iterdir()) == []
+
+
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_an_out_below_a_file_is_refused_alike_by_both_targets(run_dir, tmp_path, capsys, to):
+    """Both said 'cannot write under F: it is a file, not a folder', the mkdir's refusal,
+    once the model was read; now in --out's words, before anything is read."""
+    plain = tmp_path / "plain"
+    plain.write_text("mine")
+    out = out_for(to, plain)
+    msg = error_of(capsys, ["convert", "--to", to, "--checkpoint", str(run_dir), "--out",
+                            str(out)])
+    assert msg.endswith(f"error: --out {out} is below {plain}, a file, not a folder; name "
+                        f"{NOUN[to]} for the export (nothing was written)"), msg
+    assert plain.read_text() == "mine"
+
+
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_an_out_that_holds_something_is_refused_alike_by_both_targets(run_dir, tmp_path,
+                                                                      capsys, to):
+    """--to hf said 'OUT is not empty (pass --overwrite to write into it)', --to gguf 'OUT
+    exists (pass --overwrite to replace it)': one sentence now says what --out holds, an
+    earlier export by its kind."""
+    first = out_for(to, tmp_path / "first")
+    run(capsys, ["convert", "--to", to, "--checkpoint", str(run_dir), "--out", str(first)])
+    other = out_for(to, tmp_path / "other")
+    if to == "hf":
+        other.mkdir(parents=True)
+        (other / "notes.txt").write_text("mine")
+    else:
+        other.parent.mkdir()
+        other.write_text("mine")
+    kinds = {"hf": ("a Hugging Face model", "files"), "gguf": ("a GGUF file", "a file")}[to]
+    for out, what in zip((first, other), kinds, strict=True):
+        before = snapshot(out.parent)
+        msg = error_of(capsys, ["convert", "--to", to, "--checkpoint", str(run_dir), "--out",
+                                str(out)])
+        assert msg.endswith(f"error: --out {out} already holds {what} (pass --overwrite to "
+                            "write the export there; nothing was written)"), msg
+        assert snapshot(out.parent) == before
+
+
+def hold_lock(path: Path) -> int:
+    """Take the lock ``path`` as a running export holds it (its id written in it); returns
+    the descriptor, whose closing lets it go."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, b"4242")
+    return fd
+
+
+@pytest.mark.parametrize("to", ["hf", "gguf"])
+def test_a_second_export_into_the_same_out_is_refused_naming_the_first(run_dir, tmp_path,
+                                                                       capsys, to):
+    """Two exports into one --out ran at once, each writing over the other's files (with
+    --overwrite, or both having seen it empty). The second is refused, naming the process
+    that holds the lock (a file in the folder the export writes in), and writes nothing;
+    once that export ends, it runs."""
+    out = out_for(to, tmp_path / "exports")
+    lock = out / ".export.lock" if to == "hf" else out.with_name(".m.gguf.lock")
+    lock.parent.mkdir(parents=True)
+    fd = hold_lock(lock)
+    argv = ["convert", "--to", to, "--checkpoint", str(run_dir), "--out", str(out),
+            "--overwrite"]
+    try:
+        msg = error_of(capsys, argv)
+        assert msg.endswith(f"error: --out {out} is being written by another export (process "
+                            "4242); wait for it to end, or stop it (nothing was written)"), msg
+        assert sorted(p.name for p in lock.parent.iterdir()) == [lock.name]
+    finally:
+        os.close(fd)
+    run(capsys, argv)
+    assert out.exists() and not lock.exists()

@@ -571,6 +571,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to gguf --overwrite over a pipe",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out", c["pipe"],
                 "--overwrite"], "not a regular file"),
+    # the mkdir's "cannot write under F", once the model was read: the same words for both
+    ("convert --to hf --out below a file",
+     lambda c: ["convert", "--checkpoint", c["run"], "--to", "hf", "--out",
+                c["plain_file"] / "hf"], "is below"),
+    ("convert --to gguf --out below a file",
+     lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out",
+                c["plain_file"] / "m.gguf"], "is below"),
     # a pipe or device (--out /dev/null) was called "a file, not a run directory"
     ("convert --from hf --out a pipe",
      lambda c: ["convert", "--from", "hf", c["hf"], "--out", c["pipe"]],

@@ -14,8 +14,10 @@ weights.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import glob
 import io
 import os
@@ -24,7 +26,7 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -215,6 +217,53 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, in_use: Callable[[str], ScratchGPTError]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` for the block, this process's id
+    written in it; the file, and the folders made for it (each only while empty), go at the
+    end. Held by another process: ``in_use(the id it wrote)`` is raised, and nothing made
+    stays. The system drops a dead process's lock, so a file left by one killed outright is
+    taken over, whatever its id has become since. An OSError (a read-only folder) is raised
+    as it is, nothing made staying."""
+    created = missing_folders(path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _lock(path)
+    except BaseException:
+        remove_folders(created)
+        raise
+    if isinstance(fd, str):
+        remove_folders(created)
+        raise in_use(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # (still held: no other process has it in between)
+        os.close(fd)
+        remove_folders(created)
+
+
+def _lock(path: Path) -> int | str:
+    """A descriptor of ``path`` holding its exclusive lock, or the id its holder wrote."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            return holder
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the last holder removed the file between the open and the lock
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 @dataclass

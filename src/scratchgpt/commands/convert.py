@@ -4,13 +4,16 @@ for llama.cpp."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scratchgpt.commands.argtypes import add_which_flag
 from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.validation import file_above
 
 if TYPE_CHECKING:
     from scratchgpt.checkpoints.io import ModelSource
@@ -56,34 +59,96 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _check_out(out: Path, overwrite: bool, checkpoint: str | None = None) -> None:
+EXPORT_LOCK = ".export.lock"  # a --to hf export's lock, inside --out
+
+
+def _check_place(out: Path, target: str, typed: str) -> None:
+    """What --out is refused for before anything is read, in the same words for --to hf and
+    --to gguf: a device or pipe, a path below a file, or the other kind of thing from what
+    ``target`` writes (a file for hf, a directory for gguf: ``typed`` ending in a slash
+    names one)."""
+    noun = "a directory" if target == "hf" else "one file"
+    if out.exists() and not (out.is_file() or out.is_dir()):
+        # an export is renamed into place: it would replace the device or pipe itself
+        raise ConfigError(f"--out {out} is not a regular file or directory (a device, a pipe); "
+                          f"name {noun} for the export (nothing was written)")
+    above = file_above(out)
+    if above is not None:
+        raise ConfigError(f"--out {out} is below {above}, a file, not a folder; name {noun} "
+                          "for the export (nothing was written)")
+    if target == "gguf" and (out.is_dir() or typed.endswith(("/", os.sep))):
+        _wrong_kind(target, typed, "a directory", out / "model.gguf")
+    if target == "hf" and out.is_file():
+        _wrong_kind(target, typed, "a file", out.with_name(f"{out.stem}-hf"))
+
+
+def _wrong_kind(target: str, typed: str, kind: str, example: Path) -> None:
+    noun = "a directory" if target == "hf" else "one file"
+    raise ConfigError(f"--to {target} writes {noun}; {typed} is {kind} (name {noun} instead, "
+                      f"e.g. {example})")
+
+
+def _check_out(out: Path, checkpoint: str | None) -> None:
+    """What an export never writes over, --overwrite or not: its own --checkpoint, a run, a
+    prepared dataset, a Hugging Face model's file."""
     if checkpoint and out.is_file() and Path(checkpoint).is_file() and out.samefile(checkpoint):
         # scratchgpt reads no GGUF: the model would be gone
         raise CheckpointError(f"--out {out} is the --checkpoint it exports; write the export "
                               "beside it (nothing was written)")
-    if out.exists() and not (out.is_file() or out.is_dir()):
-        # an export is renamed into place: it would replace the device or pipe itself
-        raise ConfigError(f"--out {out} is not a regular file or directory (a device, a pipe); "
-                          "name a file or directory for the export (nothing was written)")
     holder = _holder(out)
     if holder is not None:
         raise CheckpointError(f"{out} holds (or is part of) {holder}; write the export "
                               "somewhere else (nothing was written)")
+
+
+def _check_free(out: Path, overwrite: bool) -> None:
+    """--out holds nothing the export would write over, or ``overwrite``; checked holding the
+    export's lock, so that an export that ended a moment ago is seen."""
     if overwrite or not out.exists():
         return
+    from scratchgpt.checkpoints.hf import is_hf_dir
+    from scratchgpt.checkpoints.io import is_gguf
+
     if out.is_file():
-        raise CheckpointError(f"{out} exists (pass --overwrite to replace it)")
-    if _holds_files(out):
-        raise CheckpointError(f"{out} is not empty (pass --overwrite to write into it)")
+        what = "a GGUF file" if is_gguf(out) else "a file"
+    elif _holds_files(out):
+        what = "a Hugging Face model" if is_hf_dir(out) else "files"
+    else:
+        return
+    raise CheckpointError(f"--out {out} already holds {what} (pass --overwrite to write the "
+                          "export there; nothing was written)")
+
+
+@contextlib.contextmanager
+def _export_lock(out: Path, target: str) -> Iterator[None]:
+    """One export at a time into ``out``: a lock file in the folder the export writes in
+    (``out`` for hf, its folder for gguf), taken before anything is written there, so that
+    the first write is the test that --out can be written."""
+    from scratchgpt.checkpoints.hf import is_hf_dir
+    from scratchgpt.checkpoints.io import held_lock, is_gguf, write_failure
+
+    def in_use(pid: str) -> CheckpointError:
+        return CheckpointError(f"--out {out} is being written by another export (process "
+                               f"{pid}); wait for it to end, or stop it (nothing was written)")
+
+    lock = out / EXPORT_LOCK if target == "hf" else out.with_name(f".{out.name}.lock")
+    earlier = "export" if is_hf_dir(out) or is_gguf(out) else None
+    try:
+        with held_lock(lock, in_use):
+            yield
+    except OSError as e:
+        if e.filename is None or Path(e.filename) not in (lock, *lock.parents):
+            raise
+        raise write_failure(out, e, earlier) from None
 
 
 def _holds_files(directory: Path) -> bool:
-    """Whether ``directory`` holds anything but what an export killed in it left (its
-    temporary folder, which the export removes: see ``save_hf``)."""
+    """Whether ``directory`` holds anything but this export's lock and what an export killed
+    in it left (its temporary folder, which the export removes: see ``save_hf``)."""
     from scratchgpt.checkpoints.hf import STAGING, UNTAGGED_STAGING
     from scratchgpt.checkpoints.io import dead_temporaries
 
-    left = set(dead_temporaries(directory, STAGING, UNTAGGED_STAGING))
+    left = {*dead_temporaries(directory, STAGING, UNTAGGED_STAGING), directory / EXPORT_LOCK}
     return any(p not in left for p in directory.iterdir())
 
 
@@ -118,9 +183,6 @@ def _holds_run(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scratchgpt.checkpoints import load_model
-    from scratchgpt.validation import FLAGS
-
     out = Path(args.out)
     if args.gguf_type is not None and args.target != "gguf":
         raise ConfigError("--type applies to --to gguf only")
@@ -131,15 +193,20 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--which applies to --to only; --from hf reads its PATH's "
                               "one model")
         return import_from(args.source, out, args.overwrite)
-    if args.target == "gguf" and (out.is_dir() or args.out.endswith(("/", os.sep))):
-        # (a trailing slash names a folder: the file was written under the folder's name)
-        raise ConfigError(f"--to gguf writes one file; {args.out} is a directory (name the "
-                          f"file, e.g. {out / 'model.gguf'})")
-    if out.is_file() and args.target == "hf":
-        raise ConfigError(f"--to hf writes a directory; {out} is a file (name a directory)")
-    _check_out(out, args.overwrite, args.checkpoint)
+    _check_place(out, args.target, args.out)
+    _check_out(out, args.checkpoint)
     if not args.checkpoint:
         raise ConfigError(f"--to {args.target} needs --checkpoint RUN")
+    with _export_lock(out, args.target):
+        _check_free(out, args.overwrite)
+        return export(args, out)
+
+
+def export(args: argparse.Namespace, out: Path) -> int:
+    """``--to hf`` or ``--to gguf`` of ``--checkpoint`` into ``out``, checked and locked."""
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.validation import FLAGS
+
     model, source = load_model(args.checkpoint, args.which, FLAGS)
     tok = _tokenizer_or_none(source)  # a model without one still exports to hf; said below
     from scratchgpt.chat import template_for
