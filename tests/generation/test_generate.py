@@ -8,7 +8,7 @@ from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.bigram import BigramConfig, BigramLM
-from scratchgpt.models.gpt import GPT
+from scratchgpt.models.gpt import GPT, GPTConfig
 from tests.tiny_gpt import sharp_gpt
 
 GREEDY = SamplingConfig(temperature=0)
@@ -62,3 +62,22 @@ def test_bigram_batches_too():
     model = BigramLM(BigramConfig(vocab_size=20)).eval()
     got = generate_batch(model, [[1, 2], [3]], 5, GREEDY)
     assert got == [alone(model, [1, 2], 5), alone(model, [3], 5)]
+
+
+def test_a_batch_past_the_context_equals_each_prompt_alone():
+    """Prompts of different lengths, generated past the context: each row slides its window
+    when it would alone (its own length fills the context), not when the padded batch's
+    does, so every row is its prompt's greedy text alone, token for token. A shorter row slid
+    with the longest one, keeping 3/4 of a context counted with its padding: other tokens
+    than alone from that step on. (A GPT whose weights are tripled reads its context: its
+    greedy texts do not settle into one repeated token.)"""
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=4, n_embd=32))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3)
+    model.eval()
+    prompts = [list(range(1, 15)), [7], [3, 4, 5, 6, 7, 8], list(range(20, 36)), [9, 9]]
+    got = generate_batch(model, prompts, 40, GREEDY)
+    assert got == [alone(model, p, 40) for p in prompts]
+    assert all(len(set(g[16:])) > 3 for g in got)  # (past the context, varied texts)

@@ -150,10 +150,10 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     The prompts are left-padded to the longest (the cache hides the padding and starts each
     row's positions at 0), so one forward call per step serves every row and row ``b``
     computes what it would alone. A row leaves the batch (and the cache) once ``stop`` says
-    so, after yielding the token it stopped on. Windows slide (see the module doc) for all
-    rows at the same step, so the same-as-alone guarantee holds while the longest prompt plus
-    the new tokens fit the context. A prompt longer than the context keeps its last
-    ``context`` tokens.
+    so, after yielding the token it stopped on. Each row's window slides (see the module doc)
+    when it would alone, at its own length, not the padded batch's: past the context too, row
+    ``b`` reads the tokens it would alone (the rows are then prefilled again, each from its
+    own window). A prompt longer than the context keeps its last ``context`` tokens.
     """
     stop = StopRule.of(stop)
     if not isinstance(cfg, SamplingConfig):  # (None failed at the first step, 'no .greedy')
@@ -171,6 +171,7 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     cache = model.new_cache(len(prompts), min(needed, ctx) if ctx else None)
     rows = list(range(len(prompts)))  # original index of each row still in the batch
     out: list[list[int]] = [[] for _ in prompts]
+    starts = [0] * len(prompts)  # where each row's window begins in its prompt + new tokens
     tokens = next_token(prefill_rows(model, cache, rows_tokens), cfg, generator)  # (B,)
     while True:
         yield rows, tokens
@@ -186,12 +187,25 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
             rows = [rows[i] for i in running]
             cache.select_rows(keep)
             tokens = tokens[keep]
-        # every row's newest token goes into slot cache.pos: slide if that is past the window
-        start = window_start(0, cache.pos + 1, cache.max_len)
-        if start:
-            keep_len = cache.pos + 1 - start
-            logits = prefill_rows(model, cache, [(rows_tokens[b] + out[b])[-keep_len:]
-                                                 for b in rows])
+        # every row's newest token goes into slot cache.pos; a row whose own window is full
+        # slides, as it would alone; then (or when the padding fills the cache) every row is
+        # prefilled again from its own window
+        seqs = {b: rows_tokens[b] + out[b] for b in rows}
+        slid = slide_windows(starts, seqs, ctx)
+        if slid or window_start(0, cache.pos + 1, cache.max_len):
+            logits = prefill_rows(model, cache, [seqs[b][starts[b]:] for b in rows])
             tokens = next_token(logits, cfg, generator)
         else:
             tokens = decode_one_token(model, cache, tokens, cfg, generator)
+
+
+def slide_windows(starts: list[int], seqs: dict[int, list[int]], context: int | None) -> bool:
+    """Move ``starts[b]``, where row ``b``'s window begins in its tokens ``seqs[b]`` (prompt
+    and new tokens, the newest not yet fed), as :func:`window_start` slides one sequence.
+    Returns whether any row slid."""
+    slid = False
+    for b, seq in seqs.items():
+        start = window_start(starts[b], len(seq), context)
+        slid |= start != starts[b]
+        starts[b] = start
+    return slid
