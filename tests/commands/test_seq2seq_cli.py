@@ -252,11 +252,11 @@ def _decodes_seen(monkeypatch, capsys, stop_at: int, stop: type[BaseException]) 
     for name in ("greedy_decode", "beam_decode"):
         real = getattr(TransformerSeq2Seq, name)
 
-        def decode(self, *args, real=real):
+        def decode(self, *args, real=real, **kwargs):
             seen.append(capsys.readouterr().out)
             if len(seen) > stop_at:
                 raise stop
-            return real(self, *args)
+            return real(self, *args, **kwargs)
 
         monkeypatch.setattr(TransformerSeq2Seq, name, decode)
     return seen
@@ -300,6 +300,101 @@ def test_translate_stopped_keeps_the_batches_it_printed(cli_main, reversal_run, 
         assert "".join(seen) + said.out == "".join(lines[:4 * k]), k
         assert said.err == (f"{notes[k]}note: translated {4 * k} of 10 sources before the "
                             f"stop\nscratchgpt seq2seq translate: {word}\n")
+
+
+def _stop_at_step(monkeypatch, batch: int, step: int, signum: int) -> None:
+    """translate decodes 4 sources a batch, and ``signum`` comes (as a user's Ctrl-C or
+    SIGTERM comes: the house's interrupt_at sends one to training) once batch ``batch``
+    (from 0) has decoded ``step`` tokens."""
+    import os
+
+    from scratchgpt.commands import seq2seq as command
+    from scratchgpt.models.seq2seq import TransformerSeq2Seq as Seq2Seq
+
+    monkeypatch.setattr(command, "TRANSLATE_BATCH", 4)
+    real_start, real_step = Seq2Seq.start, Seq2Seq.next_token_logp
+    calls = {"batches": 0, "steps": 0}
+
+    def start(self, *args):
+        calls["batches"] += 1
+        calls["steps"] = 0
+        return real_start(self, *args)
+
+    def next_token_logp(self, *args):
+        if calls["batches"] == batch + 1 and calls["steps"] == step:
+            os.kill(os.getpid(), signum)
+        calls["steps"] += 1
+        return real_step(self, *args)
+
+    monkeypatch.setattr(Seq2Seq, "start", start)
+    monkeypatch.setattr(Seq2Seq, "next_token_logp", next_token_logp)
+
+
+def _a_step_where_one_has_ended(model, sources: list[str], checkpoint, beam: int) -> int:
+    """The first step of decoding ``sources`` as one batch after which some of them have
+    ended (greedy: reached <eos>; beam: their search is over) and some have not."""
+    from scratchgpt.tokenizers.seq2seq import EOS_ID
+    from scratchgpt.training.seq2seq import collate
+
+    steps: list[list[bool]] = []
+
+    class Steps(list):  # the decode's out=: what each step leaves, kept step by step
+        def __setitem__(self, where, rows):
+            steps.append([whole for _, whole in rows])
+            super().__setitem__(where, rows)
+
+    src_tok = checkpoint.tokenizer("source")
+    src, lengths, _, _ = collate([(src_tok.encode(s) + [EOS_ID], []) for s in sources])
+    if beam == 1:
+        model.greedy_decode(src, lengths, 64, out=Steps())
+    else:
+        model.beam_decode(src, lengths, beam, 64, out=Steps())
+    return next(n for n, whole in enumerate(steps, start=1) if any(whole) and not all(whole))
+
+
+def _numbers_cut_by_the_stop(err: str) -> list[int]:
+    """The translations the note of a stop names as cut by it (counted from 1)."""
+    found = re.search(r"^note: translations? ([\d, ]+) of 10 (?:was|were) cut short by the "
+                      r"stop$", err, re.M)
+    return [int(n) for n in found.group(1).split(", ")] if found else []
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_translate_stopped_in_a_batch_prints_what_it_had_decoded(
+        cli_main, reversal_run, capsys, monkeypatch, beam, signum, code):
+    """Ctrl-C while a batch was part-way lost all of its lines, those that had ended among
+    them: they are printed, each as far as it was decoded (greedy: its tokens so far; beam:
+    the hypothesis the search held), a note numbers the ones the stop cut, and each line
+    stays the line of its source. The batches before stay printed as they were."""
+    import signal
+
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.training.seq2seq import translate
+
+    model, source = load_model(str(reversal_run))
+    tgt_tok = source.checkpoint.tokenizer("target")
+    lines, _ = _translated(reversal_run, beam)
+    _, ids, _ = translate(model, SOURCES, source.checkpoint.tokenizer("source"), tgt_tok, beam,
+                          64, batch_size=4)
+    batch = 2  # the last batch, sources 9 and 10
+    step = _a_step_where_one_has_ended(model, SOURCES[8:], source.checkpoint, beam)
+    _stop_at_step(monkeypatch, batch, step, getattr(signal, signum))
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(reversal_run), "--beam",
+                     str(beam), *(f"--source={s}" for s in SOURCES)]) == code
+    said = capsys.readouterr()
+    printed = said.out.splitlines(keepends=True)
+    stopped = _numbers_cut_by_the_stop(said.err)
+    assert len(printed) == 10 and printed[:8] == lines[:8], said.out
+    assert 1 <= len(stopped) < 2 and all(n > 8 for n in stopped), said.err  # (the case at hand)
+    for n in (9, 10):
+        if n not in stopped:  # ended: as the whole decode gives it
+            assert printed[n - 1] == lines[n - 1], n
+        elif beam == 1:  # the tokens it had
+            assert printed[n - 1] == tgt_tok.decode(ids[n - 1][:step]) + "\n", n
+    assert said.err.endswith(f"note: translated {10 - len(stopped)} of 10 sources before the "
+                             f"stop\nscratchgpt seq2seq translate: "
+                             f"{'interrupted' if signum == 'SIGINT' else 'terminated'}\n")
 
 
 def test_a_bad_source_in_a_later_batch_is_refused_before_any_is_printed(cli_main, reversal_run,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scratchgpt.commands.argtypes import (
     add_which_flag,
@@ -30,6 +30,9 @@ from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fi
 from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
 from scratchgpt.validation import FLAGS, flag_of
 from scratchgpt.wording import plural
+
+if TYPE_CHECKING:
+    from scratchgpt.training.seq2seq import Stopped
 
 # Seq2SeqConfig fields that are not flags: the architecture has --arch, the rest comes from
 # the data (vocabularies and the tokenizers' special ids).
@@ -106,7 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                         "one translation a line, in the order of --source, "
                                         f"printed {TRANSLATE_BATCH} sources at a time as they "
                                         "are decoded. Ctrl-C or SIGTERM keeps the lines "
-                                        "printed (exit 130 / 143).")
+                                        "printed and prints those of the batch it stopped, "
+                                        "each as far as it was decoded (a note on stderr "
+                                        "numbers the ones cut short), then exits 130 / 143.")
     _add_checkpoint(tr)
     tr.add_argument("--source", action="append", required=True, metavar="TEXT",
                     help="text to translate (repeat for several)")
@@ -339,30 +344,50 @@ def run_translate(args: argparse.Namespace) -> int:
     note_unseen(src_tok, args.source)
     longest = max_len(args, model)
     done: list[list[int]] = []  # the token ids of the translations printed
+    cut: list[Stopped] = []  # what the batch a stop cuts had decoded
     try:
         for texts, ids, _ in translate_batches(model, args.source, src_tok, tgt_tok, args.beam,
-                                               longest, TRANSLATE_BATCH, penalty):
+                                               longest, TRANSLATE_BATCH, penalty, cut):
             print(*texts, sep="\n", flush=True)
             done += ids
     except KeyboardInterrupt:  # what was printed stays; the rest was never decoded
-        note_cut(done, len(args.source), model.config.eos_id, longest)
-        print(f"note: translated {len(done)} of {plural(len(args.source), 'source')} before "
-              "the stop", file=sys.stderr)  # (ungrouped, as the numbers of the note before)
+        _print_stopped(done, cut, len(args.source), model.config.eos_id, longest)
         raise
     note_cut(done, len(args.source), model.config.eos_id, longest)
     return 0
+
+
+def _print_stopped(done: list[list[int]], cut: list[Stopped], total: int, eos_id: int,
+                   longest: int) -> None:
+    """After a stop: the lines of the batch it cut, as far as they were decoded (the ended
+    ones whole: they were lost with the rest of the batch), and the notes numbering the
+    translations cut short, by --max-len or by the stop, and saying how many were whole."""
+    if cut:
+        print(*(c.text for c in cut), sep="\n", flush=True)
+    note_cut(done + [c.ids for c in cut if c.whole], total, eos_id, longest)
+    stopped = [n for n, c in enumerate(cut, start=len(done) + 1) if not c.whole]
+    _note_numbers(stopped, total, "cut short by the stop")
+    print(f"note: translated {len(done) + len(cut) - len(stopped)} of "
+          f"{plural(total, 'source')} before the stop", file=sys.stderr)  # (ungrouped, as the
+    # numbers of the notes before)
 
 
 def note_cut(ids: list[list[int]], total: int, eos_id: int, longest: int) -> None:
     """A note (stderr) numbering the translations of ``ids`` (the first of ``total``) that ran
     out of ``--max-len`` before ``<eos>``: printed as if finished, they looked complete."""
     cut = [n for n, row in enumerate(ids, start=1) if not _ended(row, eos_id)]
-    if cut:
-        numbers = ", ".join(map(str, cut))
+    _note_numbers(cut, total, f"cut at --max-len {longest}, before <eos>")
+
+
+def _note_numbers(numbers: list[int], total: int, what: str) -> None:
+    """A note (stderr) that translations ``numbers`` (counted from 1) of ``total`` were
+    ``what``: 'note: translations 2, 5 of 10 were cut ...'; nothing for no numbers."""
+    if numbers:
+        shown = ", ".join(map(str, numbers))
         which = ("the translation was" if total == 1 else
-                 f"translation {numbers} of {total} was" if len(cut) == 1 else
-                 f"translations {numbers} of {total} were")
-        print(f"note: {which} cut at --max-len {longest}, before <eos>", file=sys.stderr)
+                 f"translation {shown} of {total} was" if len(numbers) == 1 else
+                 f"translations {shown} of {total} were")
+        print(f"note: {which} {what}", file=sys.stderr)
 
 
 def _ended(ids: list[int], eos_id: int) -> bool:

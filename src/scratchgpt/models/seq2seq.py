@@ -7,7 +7,9 @@ All three share one interface (:class:`Seq2Seq`):
 * ``greedy_decode(src, src_lengths, max_len)`` and
   ``beam_decode(src, src_lengths, beam, max_len, length_penalty)``, which return, per example,
   the generated ids (ending with ``<eos>`` unless ``max_len`` was hit) and the cross-attention
-  weights ``[generated, source length]`` for the alignment heatmap.
+  weights ``[generated, source length]`` for the alignment heatmap. Given ``out=[]``, either
+  keeps there after every step what a stop now would leave (:data:`SoFar`), for a caller that
+  Ctrl-C stops part-way.
 
 Sources are right-padded with ``<pad>``; ``src_lengths`` counts the real tokens. A model decodes
 through ``start`` (encode once) and ``step`` (one target token for every row), and the two search
@@ -45,6 +47,11 @@ from scratchgpt.models.rnn import Recurrent
 
 # Per-row decoding state: every tensor has the batch (or batch*beam) rows on dim 0.
 DecodeState = dict[str, Tensor]
+# What a decode stopped part-way has, per example: (its output so far, whether that output is
+# final: the one the whole decode returns). Greedy: the tokens so far, final once <eos> is
+# among them. Beam: the hypothesis the search would return if it ended now, final once the
+# example's search is over.
+SoFar = list[tuple[list[int], bool]]
 
 
 def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
@@ -97,9 +104,10 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(
-        self, src: Tensor, src_lengths: Tensor, max_len: int
+        self, src: Tensor, src_lengths: Tensor, max_len: int, out: SoFar | None = None
     ) -> tuple[list[list[int]], list[Tensor]]:
-        """Most likely token at each step, until ``<eos>`` or ``max_len`` tokens."""
+        """Most likely token at each step, until ``<eos>`` or ``max_len`` tokens; ``out``: see
+        :data:`SoFar`."""
         n, eos = src.size(0), self.config.eos_id
         state = self.start(src, src_lengths)
         prev = torch.full((n,), self.config.bos_id, dtype=torch.long, device=src.device)
@@ -111,6 +119,8 @@ class Seq2Seq(nn.Module):
             tokens.append(prev)
             attns.append(attn)
             done |= prev == eos
+            if out is not None:
+                out[:] = _greedy_so_far(tokens, done, eos)
             if done.all():
                 break
         tok = torch.stack(tokens, dim=1).tolist()  # [N, T]
@@ -126,7 +136,7 @@ class Seq2Seq(nn.Module):
     @torch.no_grad()
     def beam_decode(
         self, src: Tensor, src_lengths: Tensor, beam: int, max_len: int,
-        length_penalty: float = 1.0,
+        length_penalty: float = 1.0, out: SoFar | None = None,
     ) -> tuple[list[list[int]], list[Tensor]]:
         """Beam search. A hypothesis ends at ``<eos>``; hypotheses are ranked by
         ``sum log p / length ** length_penalty`` (0 = raw sum, 1 = mean per token).
@@ -134,14 +144,25 @@ class Seq2Seq(nn.Module):
         Each step takes the best ``2 * beam`` continuations of the live beams: an ``<eos>`` among
         the top ``beam`` closes a hypothesis, the best ``beam`` others stay live. An example
         stops after ``beam`` closed hypotheses. With ``beam=1`` this is exactly greedy search.
+        ``out``: see :data:`SoFar`.
         """
         if beam < 1:
             raise ConfigError("beam must be >= 1")
         search = _BeamSearch(self, src, src_lengths, beam, length_penalty)
         for t in range(max_len):
-            if search.step(t):
+            over = search.step(t)
+            if out is not None:
+                out[:] = search.so_far()
+            if over:
                 break
         return search.results(src_lengths)
+
+
+def _greedy_so_far(tokens: list[Tensor], done: Tensor, eos: int) -> SoFar:
+    """A greedy decode's :data:`SoFar`: each row's ``tokens`` [N] a step, to its ``<eos>``."""
+    rows = torch.stack(tokens, dim=1).tolist()
+    return [(ids[: ids.index(eos) + 1] if ended else ids, ended)
+            for ids, ended in zip(rows, done.tolist(), strict=True)]
 
 
 class _BeamSearch:
@@ -204,20 +225,31 @@ class _BeamSearch:
     def results(self, src_lengths: Tensor) -> tuple[list[list[int]], list[Tensor]]:
         """The best hypothesis of each example: (token ids, attention [out, source])."""
         out_tokens, out_attn = [], []
-        length = self.hist_tok.size(1)
         for i in range(self.b):
-            hyps = list(self.finished[i])
-            if len(hyps) < self.k:  # ran out of steps: live beams compete as they are
-                for j in range(self.k):
-                    s = float(self.scores[i, j])
-                    if s > float("-inf"):
-                        r = i * self.k + j
-                        hyps.append((s / max(length, 1) ** self.penalty, self.hist_tok[r],
-                                     self.hist_att[r]))
-            _, seq, att = max(hyps, key=lambda h: h[0])
+            seq, att = self._best(i)
             out_tokens.append(seq.tolist())
             out_attn.append(att[:, : int(src_lengths[i])].cpu())
         return out_tokens, out_attn
+
+    def so_far(self) -> SoFar:
+        """Each example's :meth:`results` if the search ended now, and whether it is over."""
+        return [(self._best(i)[0].tolist(), len(self.finished[i]) >= self.k)
+                for i in range(self.b)]
+
+    def _best(self, i: int) -> tuple[Tensor, Tensor]:
+        """(token ids, attention) of example ``i``'s best hypothesis: of the closed ones, and,
+        while fewer than ``beam`` are (out of steps, or stopped), of the live beams too."""
+        hyps = list(self.finished[i])
+        length = self.hist_tok.size(1)
+        if len(hyps) < self.k:  # live beams compete as they are
+            for j in range(self.k):
+                s = float(self.scores[i, j])
+                if s > float("-inf"):
+                    r = i * self.k + j
+                    hyps.append((s / max(length, 1) ** self.penalty, self.hist_tok[r],
+                                 self.hist_att[r]))
+        _, seq, att = max(hyps, key=lambda h: h[0])
+        return seq, att
 
 
 # ---------------------------------------------------------------------------------------------

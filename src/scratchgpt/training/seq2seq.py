@@ -30,7 +30,13 @@ from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.translation import DataSpec, Pair
 from scratchgpt.errors import ConfigError, GenerationError
 from scratchgpt.generation.beam import check_length_penalty
-from scratchgpt.models.seq2seq import Seq2Seq, Seq2SeqConfig, default_config, unused_settings
+from scratchgpt.models.seq2seq import (
+    Seq2Seq,
+    Seq2SeqConfig,
+    SoFar,
+    default_config,
+    unused_settings,
+)
 from scratchgpt.tokenizers.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2SeqTokenizer
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.epochs import EpochBatches
@@ -237,11 +243,13 @@ def translate(
 def translate_batches(
     model: Seq2Seq, sources: Sequence[str], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int = 64, batch_size: int = 256,
-    length_penalty: float = 1.0,
+    length_penalty: float = 1.0, cut: list[Stopped] | None = None,
 ) -> Iterator[tuple[list[str], list[list[int]], list[Tensor]]]:
     """:func:`translate` a batch at a time: yields (texts, token ids, attention) of each
     ``batch_size`` sources in order, as soon as they are decoded, so that a caller stopped by
-    Ctrl-C has the batches before. Every source is checked before the first is decoded."""
+    Ctrl-C has the batches before; and ``cut``, a list, holds then what the batch the stop
+    cut had decoded (:class:`Stopped`, one a source of it; none before its first step).
+    Every source is checked before the first is decoded."""
     check_length_penalty(length_penalty)
     device = next(model.parameters()).device
     model.eval()
@@ -252,11 +260,28 @@ def translate_batches(
     for i in range(0, len(examples), batch_size):
         src, lengths, _, _ = collate(examples[i : i + batch_size])
         src, lengths = src.to(device), lengths.to(device)
-        if beam == 1:
-            ids, attn = model.greedy_decode(src, lengths, max_len)
-        else:
-            ids, attn = model.beam_decode(src, lengths, beam, max_len, length_penalty)
+        so_far: SoFar | None = None if cut is None else []
+        try:
+            if beam == 1:
+                ids, attn = model.greedy_decode(src, lengths, max_len, out=so_far)
+            else:
+                ids, attn = model.beam_decode(src, lengths, beam, max_len, length_penalty,
+                                              out=so_far)
+        except KeyboardInterrupt:  # (Ctrl-C, or SIGTERM's Terminated)
+            if cut is not None:
+                cut[:] = [Stopped(tgt_tok.decode(x), x, whole) for x, whole in so_far or []]
+            raise
         yield [tgt_tok.decode(x) for x in ids], ids, attn
+
+
+@dataclass
+class Stopped:
+    """A translation a stop cut part-way (:func:`translate_batches`): its ``text`` and ``ids``
+    so far, ``whole`` where they are what the whole decode gives (it had ended)."""
+
+    text: str
+    ids: list[int]
+    whole: bool
 
 
 def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -> None:
