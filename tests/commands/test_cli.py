@@ -918,7 +918,7 @@ def test_a_file_where_a_folder_must_be_is_named(tmp_path, capsys):
     for out in (tmp_path / "afile" / "export", tmp_path / "afile" / "deeper" / "export"):
         line = error_of(capsys, ["convert", "--to", "hf", "--checkpoint", str(tmp_path / "run"),
                                  "--out", str(out)])
-        assert f"{tmp_path / 'afile'}: it is a file, not a folder" in line, line
+        assert f"is below {tmp_path / 'afile'}, a file, not a folder" in line, line
     assert (tmp_path / "afile").read_text() == "mine"
 
 
