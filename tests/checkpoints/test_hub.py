@@ -146,3 +146,24 @@ def test_a_local_directory_wins_over_a_hub_id(hub, reference, tmp_path, monkeypa
     assert main(["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")]) == 0
     capsys.readouterr()
     assert greedy(capsys, str(tmp_path / "o")) == greedy(capsys, str(reference))
+
+
+def test_from_takes_a_hub_model_spelt_as_checkpoint_readers_spell_it(hub, reference, tmp_path,
+                                                                     capsys):
+    """--from hf:gpt2, as sample --checkpoint names the model, was refused as 'argument
+    --from: expected 2 arguments'; it is --from hf gpt2."""
+    out = tmp_path / "gpt2"
+    assert main(["convert", "--from", "hf:gpt2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert greedy(capsys, str(out)) == greedy(capsys, str(reference))
+
+
+@pytest.mark.parametrize("given, example", [(["gpt2"], "--from hf gpt2"),
+                                            (["hf"], "--from hf DIR"),
+                                            (["hf", "gpt2", "x"], "--from hf DIR")])
+def test_from_without_its_format_says_what_to_write(tmp_path, capsys, given, example):
+    """--from gpt2 (the format left out) was 'expected 2 arguments', which named no format."""
+    line = error_of(capsys, ["convert", "--from", *given, "--out", str(tmp_path / "o")])
+    assert f"--from takes a FORMAT and a PATH, as in {example} (or --from hf:ID for a hub " \
+           f"model); got --from {' '.join(given)}" in line, line
+    assert not (tmp_path / "o").exists()

@@ -578,6 +578,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --to gguf --out below a file",
      lambda c: ["convert", "--checkpoint", c["run"], "--to", "gguf", "--out",
                 c["plain_file"] / "m.gguf"], "is below"),
+    # "argument --from: expected 2 arguments", which named no format
+    ("convert --from a path without its format",
+     lambda c: ["convert", "--from", c["hf"], "--out", c["root"] / "out" / "h6"],
+     "--from takes a FORMAT and a PATH, as in --from hf"),
     # a pipe or device (--out /dev/null) was called "a file, not a run directory"
     ("convert --from hf --out a pipe",
      lambda c: ["convert", "--from", "hf", c["hf"], "--out", c["pipe"]],

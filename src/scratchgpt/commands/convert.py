@@ -21,6 +21,22 @@ if TYPE_CHECKING:
 GGUF_TYPES = ("f32", "f16", "q8_0")  # checkpoints.gguf.GGUF_TYPES, without importing numpy here
 
 
+class FromAction(argparse.Action):
+    """``--from FORMAT PATH``, and ``--from hf:ID``, the way every reader of a checkpoint names
+    a hub model (checkpoints.hub.HF_PREFIX), as ``--from hf ID``: it was refused as
+    "expected 2 arguments", as was ``--from gpt2``, now told what to write."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if len(values) == 1 and values[0].startswith("hf:"):
+            values = ["hf", values[0][len("hf:"):]]
+        if len(values) != 2:
+            path = values[0] if len(values) == 1 and values[0].strip() not in ("", "hf") else "DIR"
+            parser.error(f"--from takes a FORMAT and a PATH, as in --from hf {path} (or "
+                         f"--from hf:ID for a hub model); got --from {' '.join(values)}")
+        setattr(namespace, self.dest, list(values))
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints; "
@@ -39,9 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "q8_0); models llama.cpp cannot compute the same way (no biases, sinusoidal "
                     "positions, exact GELU) are refused.")
     way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--from", dest="source", nargs=2, metavar=("FORMAT", "PATH"),
+    way.add_argument("--from", dest="source", nargs="+", metavar=("FORMAT", "PATH"),
+                     action=FromAction,
                      help="import: FORMAT is 'hf', PATH a Hugging Face GPT-2 directory or "
-                          "a hub model id such as gpt2")
+                          "a hub model id such as gpt2 (--from hf:gpt2 is --from hf gpt2)")
     way.add_argument("--to", dest="target", choices=("hf", "gguf"),
                      help="export to this format: hf (a directory) or gguf (one file)")
     p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
