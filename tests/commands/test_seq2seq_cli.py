@@ -497,6 +497,27 @@ def test_tsv_error_is_one_line_with_file_and_line(cli_main, tmp_path, capsys):
     assert f"{bad}:2:" in err and "TAB" in err
 
 
+def test_pairs_of_few_sources_are_told_why_none_was_held_out(cli_main, tmp_path, capsys):
+    """A label-first file (classify's, 'ham<TAB>text') was refused as holding out none of
+    its 5,574 pairs, 'give more pairs': the split goes by source, and its two sources each
+    keep all their pairs on one side, however many there are. The refusal says so."""
+    pairs = tmp_path / "labels.tsv"
+    pairs.write_text("".join(f"{'ab'[i % 2]}\tsome text {i}\n" for i in range(1200)))
+    err = error_of(capsys, ["seq2seq", "train", "--data", str(pairs), "--out",
+                            str(tmp_path / "run"), *TSV_TINY])
+    assert err.endswith(f"{pairs}: --valid-fraction 0.1 held out none of its 1,200 pairs: they "
+                        "have 2 distinct sources, and a hash of the source puts all the pairs "
+                        "of a source on one side; give pairs of more sources (is the first "
+                        "column the source, 'source<TAB>target'?) or a larger "
+                        "--valid-fraction"), err
+    assert not (tmp_path / "run").exists()
+    pairs.write_text("abc\tcba\n")  # one pair, one source: the words of before, in the singular
+    err = error_of(capsys, ["seq2seq", "train", "--data", str(pairs), "--valid-fraction",
+                            "0.99", "--out", str(tmp_path / "run"), *TSV_TINY])
+    assert err.endswith("held out all of its 1 pair, leaving none to train on (a hash of each "
+                        "source picks them); give more pairs or a smaller --valid-fraction"), err
+
+
 def test_train_on_tsv_then_eval_on_file(cli_main, tmp_path, capsys):
     pairs = tmp_path / "rev.tsv"
     pairs.write_text("".join(reversal_rows(4)))
@@ -857,6 +878,9 @@ def test_a_batch_larger_than_the_pairs_is_all_of_them(cli_main, tmp_path, capsys
     assert err.count("note: --batch-size") == 1
     assert f"note: --batch-size 100,000,000 is more than the {n} training pairs; each batch is " \
            "all of them" in err
+    pairs.write_text("source\ttarget\nabc\tcba\nbcd\tdcb\n")  # one trains, two are held out
+    assert cli_main([*argv, "--valid-fraction", "0.5", "--overwrite"]) == 0
+    assert "more than the 1 training pair; each batch is that one" in capsys.readouterr().err
 
 
 

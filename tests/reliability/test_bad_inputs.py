@@ -456,6 +456,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["seq2seq", "train", "--data", c["root"] / "labels.tsv", "--valid-fraction",
                 "0.001", "--out", c["root"] / "out" / "s", *S2S_TINY[4:]],
      "--valid-fraction 0.001 held out none of its 40 pairs"),
+    # the split goes by source: it said 'give more pairs' of a file of two sources
+    ("seq2seq train --data a label-first file (two sources)",
+     lambda c: ["seq2seq", "train", "--data", c["root"] / "label-first.tsv", "--out",
+                c["root"] / "out" / "s", *S2S_TINY[4:]], "they have 2 distinct sources"),
     # fine-tuning
     ("finetune --task instruct --held-out 0.9 of 3 conversations (none left to train on)",
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",

@@ -28,6 +28,7 @@ from pathlib import Path
 from scratchgpt.data.sources import decode_utf8, text_lines
 from scratchgpt.errors import DataError
 from scratchgpt.validation import check_range, file_source_problem
+from scratchgpt.wording import plural
 
 Pair = tuple[str, str]
 
@@ -240,6 +241,24 @@ def reverse_task(n_train: int = 200_000, n_test: int = 2_000, seed: int = 0,
 TASKS = {"dates": dates_task, "numbers": numbers_task, "reverse": reverse_task}
 
 
+def _one_sided(pairs: Sequence[Pair], held_none: bool) -> str:
+    """Why a split of ``pairs`` left one side empty, and what to do: the words after 'held out'.
+    The split goes by source, so pairs of a few sources (a label-first file, as classify
+    reads, has two: 'ham', 'spam') land on one side however many they are: 'give more pairs'
+    did not help there."""
+    n, sources = len(pairs), len({s for s, _ in pairs})
+    what = f"{'none' if held_none else 'all'} of its {plural(n, 'pair', grouped=True)}"
+    side = "" if held_none else ", leaving none to train on"
+    bound = "larger" if held_none else "smaller"
+    if sources == n:
+        return (f"{what}{side} (a hash of each source picks them); give more pairs or a "
+                f"{bound} --valid-fraction")
+    return (f"{what}{side}: they have {plural(sources, 'distinct source', grouped=True)}, and "
+            "a hash of the source puts all the pairs of a source on one side; give pairs of "
+            "more sources (is the first column the source, 'source<TAB>target'?) or a "
+            f"{bound} --valid-fraction")
+
+
 @dataclass
 class DataSpec:
     """Where a seq2seq run's pairs come from: a generated ``task`` or a TSV file at ``path``.
@@ -283,12 +302,8 @@ class DataSpec:
         self.sha256 = digest
         train, held = split_pairs(pairs, self.valid_fraction)
         if not train or not held:  # (it said "too few pairs to hold out 0%" of 0.001)
-            which = (f"none of its {len(pairs)} pairs (a hash of each source picks them); "
-                     "give more pairs or a larger" if not held else
-                     f"all of its {len(pairs)} pairs, leaving none to train on; give more "
-                     "pairs or a smaller")
             raise DataError(f"{self.path}: --valid-fraction {self.valid_fraction:g} held out "
-                            f"{which} --valid-fraction")
+                            + _one_sided(pairs, held_none=not held))
         return train, held
 
     def describe(self) -> str:

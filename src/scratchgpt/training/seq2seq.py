@@ -52,6 +52,7 @@ from scratchgpt.training.seq2seq_defaults import (
 from scratchgpt.training.settings import Settings, check_resumed_by, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.validation import flag_of
+from scratchgpt.wording import plural
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
 
@@ -546,7 +547,8 @@ def whole_set(cfg: TrainConfig, task: Seq2SeqTask) -> tuple[TrainConfig, str]:
     if cfg.batch_size <= n:
         return cfg, ""
     return replace(cfg, batch_size=n), (f"note: --batch-size {cfg.batch_size:,} is more than "
-                                        f"the {n:,} training pairs; each batch is all of them")
+                                        f"the {plural(n, 'training pair', grouped=True)}; each "
+                                        f"batch is {'all of them' if n > 1 else 'that one'}")
 
 
 # ---------------------------------------------------------------------------------------------
