@@ -678,6 +678,38 @@ def test_a_client_that_hangs_up_mid_stream_frees_its_rows_at_once(client, server
     assert client.get("/health").json()["batch_rows"] == 0
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions",
+                                  "/api/attention"])
+def test_a_client_that_hangs_up_while_sending_its_body_is_no_server_error(client, server,
+                                                                          path):
+    """A client gone before its body was all sent is counted as gone (499): it was a 500,
+    with a traceback in the server's log for each."""
+    import logging
+    import socket
+
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+
+    def count(status: str) -> float:
+        return request_counts(client.get("/metrics").text).get((path, status), 0)
+
+    before = count("499")
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                         "application/json\r\nContent-Length: 1000\r\n\r\n"
+                         '{"prompt": "a'.encode())
+            time.sleep(0.2)  # the server is reading the body
+        assert wait_for(lambda: count("499") == before + 1)
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert count("500") == 0
+    assert not errors, [r.getMessage() for r in errors]
+
+
 def test_a_stopping_server_ends_a_long_stream_with_an_error_and_done(chat_run):
     """A generation still running when the server stops (Ctrl-C) gets the grace period, then
     ends as a request to a stopping server does: its error event, then ``[DONE]``, not a

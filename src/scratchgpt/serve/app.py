@@ -17,7 +17,8 @@ package once, into memory, and served by name from that fixed set.
 The application starts the engine's thread when the server starts (its events come back
 through the event loop's ``call_soon_threadsafe``) and stops it at shutdown. A client that
 disconnects, streaming or not, has its job cancelled at once, which frees its batch rows at the
-engine's next step.
+engine's next step; one that hangs up while still sending its body is counted as a client gone
+(499), not logged and counted as the server's error.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -186,6 +187,8 @@ class Handlers:
                 response = await fn(request)
             except api.ApiError as e:
                 response = error_response(e)
+            except ClientDisconnect:  # gone before its body was all sent: no one to answer
+                response = Response(status_code=CLIENT_CLOSED)
             count = partial(self.service.metrics.request_done, template, response.status_code)
             if isinstance(response, EventStream):
                 response.on_end = count
