@@ -133,6 +133,52 @@ def test_torchrun_launch_equals_nproc(small_dataset, tmp_path):
         assert torch.allclose(a[k], b[k], atol=1e-6), k
 
 
+def _torchrun(args: list[str]) -> tuple[int, str, str]:
+    """``torchrun --standalone --nproc-per-node 2 -m scratchgpt ARGS``: (exit code, stdout,
+    stderr without torchrun's own warning about OMP_NUM_THREADS)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", "-m", "scratchgpt", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_torchrun_plans_as_train_does_and_refuses_in_one_line(small_dataset, tmp_path):
+    """Under torchrun, train planned with job.plan alone: --init-from and the LoRA flags were
+    ignored (a fresh model trained from random weights, in silence), the run's notes (a
+    warmup longer than the run, a resume with nothing left to train) were not said, and a
+    refusal in rank 0 left the other ranks waiting at a barrier, each then dying of the
+    broken connection with a traceback of gloo's. It now plans as train does, and rank 0's
+    refusal ends the others without a word (what follows is torchrun's own report)."""
+    from scratchgpt.checkpoints import load_checkpoint
+
+    base, run = tmp_path / "base", tmp_path / "more"
+    short = ["--max-iters", "2", "--batch-size", "4", *ARGS]
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(base), *short]) == 0
+    trains = ARGS[ARGS.index("--eval-iters"):-2]  # (the model's shape is the base's)
+    cont = ["train", "--init-from", base, "--lora-rank", "2", "--dataset", small_dataset,
+            "--out", run, "--max-iters", "2", "--batch-size", "4", *trains,
+            "--warmup-iters", "5"]
+    code, out, err = _torchrun(cont)
+    assert code == 0, err
+    assert "--warmup-iters 5 is not below --max-iters 2" in out, out
+    ck = load_checkpoint(run / "last.pt")
+    assert ck.model_type == "gpt-lora" and ck.data["base"]["source"] == str(base.resolve())
+    assert (run / "adapter.pt").is_file()
+    before = (run / "last.pt").read_bytes()
+    code, out, err = _torchrun(cont)  # again, without --resume or --overwrite
+    assert code != 0 and err.count("scratchgpt train: error:") == 1, err
+    assert "already holds a run" in err and "[rank1]" not in err, err
+    assert (run / "last.pt").read_bytes() == before
+    code, out, err = _torchrun(["train", "--out", run, "--resume", "--no-progress"])
+    assert code == 0, err
+    assert f"note: {run} is already at step 2 of --max-iters 2" in out, out
+
+
 def test_a_run_with_a_progress_bar_ends_without_a_leaked_semaphore(small_dataset, tmp_path):
     """tqdm's bar made a multiprocessing lock in rank 0, which ends by os._exit: every --nproc
     run with a bar ended with the resource tracker's 'leaked semaphore objects' warning."""

@@ -22,12 +22,14 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from scratchgpt.errors import ScratchGPTError, Terminated
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,28 @@ def process_group() -> Iterator[None]:
         raise
     dist.barrier()
     dist.destroy_process_group()
+
+
+def main_first(step: Callable[[], T]) -> T | None:
+    """``step()`` in rank 0 alone, the other processes waiting until it is done; its value
+    there, None in the others. Rank 0's error is raised in rank 0 (the command's one line)
+    and ends the others at once, with the same exit code and nothing to say: they waited at a
+    barrier, which rank 0 left by exiting, and each died of the broken connection, a
+    traceback of gloo's apiece after the one line."""
+    failed: list[int | None] = [None]
+    value = None
+    if current().is_main:
+        try:
+            value = step()
+        except BaseException as e:
+            failed[0] = 2 if isinstance(e, ScratchGPTError) else \
+                130 if isinstance(e, KeyboardInterrupt) else 1
+            dist.broadcast_object_list(failed, src=0)
+            raise
+    dist.broadcast_object_list(failed, src=0)
+    if failed[0] is not None:
+        exit_process(failed[0])
+    return value
 
 
 def exit_process(code: int) -> NoReturn:
