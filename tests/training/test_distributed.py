@@ -195,3 +195,32 @@ def test_a_run_with_a_progress_bar_ends_without_a_leaked_semaphore(small_dataset
     assert done.returncode == 0, done.stderr
     assert "4/4" in done.stderr, done.stderr  # the bar was drawn
     assert "leaked semaphore" not in done.stderr, done.stderr
+
+
+def test_a_script_without_a_main_guard_trains_with_two_processes(small_dataset, tmp_path):
+    """scratchgpt.train(TrainConfig(nproc=2), ...) from a script with no `if __name__ ==
+    "__main__":` guard ran the script again in each training process (multiprocessing runs
+    the main module first): each started a training of its own, refused as the run in use
+    with a traceback apiece, and the call failed with 'a training process ended without a
+    result'. The processes no longer run the script."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_it.py"
+    script.write_text(
+        "import scratchgpt as sg\n"
+        "print('the script runs')\n"
+        f"data = sg.TokenDataset({str(small_dataset)!r})\n"
+        "gpt = sg.model_config('gpt', vocab_size=data.vocab_size, n_layer=1, n_head=2,\n"
+        "                      n_embd=16, block_size=16)\n"
+        "cfg = sg.TrainConfig(max_iters=4, batch_size=4, eval_interval=2, eval_iters=1,\n"
+        "                     warmup_iters=1, nproc=2, threads=1)\n"
+        f"result = sg.train(cfg, gpt, data, {str(tmp_path / 'run')!r}, progress=False)\n"
+        "print('trained', result.step)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the script runs", "trained 4"], done.stdout
+    assert "Traceback" not in done.stderr, done.stderr

@@ -213,9 +213,10 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
 
     previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, relay)
     try:
-        context = mp.start_processes(_worker, args=(nproc, _free_port(), device, fn, args,
-                                                    results),
-                                     nprocs=nproc, join=False, start_method="forkserver")
+        with _main_module_not_run_again():
+            context = mp.start_processes(_worker, args=(nproc, _free_port(), device, fn,
+                                                        args, results),
+                                         nprocs=nproc, join=False, start_method="forkserver")
         with contextlib.suppress(mp.ProcessExitedException, mp.ProcessRaisedException):
             while not context.join():
                 pass
@@ -223,6 +224,29 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return _outcome(results)
+
+
+@contextlib.contextmanager
+def _main_module_not_run_again() -> Iterator[None]:
+    """Start processes that do not run the caller's script again. multiprocessing runs the
+    ``__main__`` module's file (or module) in each new process before its function, so a
+    script that calls ``scratchgpt.train`` with ``nproc=2`` and has no ``if __name__ ==
+    "__main__":`` guard ran again in each training process: each tried to start a training of
+    its own (the run is in use, a traceback apiece), and the call itself failed after a wait
+    with 'a training process ended without a result'. The processes need nothing of it (their
+    function and job are the library's), so they are not told where it is."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    hidden = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+              if main is not None and k in main.__dict__}
+    for k in hidden:
+        setattr(main, k, None)
+    try:
+        yield
+    finally:
+        for k, v in hidden.items():
+            setattr(main, k, v)
 
 
 def _outcome(results: Any) -> Any:
