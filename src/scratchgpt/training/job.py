@@ -303,6 +303,10 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     n_layer=4``), as the command refuses ``--n-layer 8`` on a 4-layer run; so is a ``cfg``
     of another ``optimizer``.
 
+    Ctrl-C (or SIGTERM) stops the run after the current step and saves ``last.pt``, as it
+    does the command's; ``train`` then returns, with ``interrupted`` true in its result
+    (``result.raise_if_stopped()`` raises the interruption again).
+
     >>> from scratchgpt.models import model_config                     # doctest: +SKIP
     >>> cfg = TrainConfig(max_iters=100)                                # doctest: +SKIP
     >>> gpt = model_config("gpt", vocab_size=data.vocab_size, n_layer=2) # doctest: +SKIP
