@@ -286,6 +286,23 @@ def test_bench_serve_report_counts_one_client_as_one(capsys):
         assert lines[3].startswith(f"aggregate tokens/s, {label} vs one at a time")
 
 
+def test_bench_serve_soak_at_a_url_says_its_memory_is_not_measured(capsys):
+    """The soak of a --url server printed 'memory 0.0 MB -> 0.0 MB (xNone)', figures it
+    never measured."""
+    from scratchgpt.bench.serve import print_soak
+
+    result = {"requests": 4, "clients": 2, "seconds": 1.0, "statuses": {}, "server_errors": 0,
+              "unexpected": [], "queue_depth_after": 0, "batch_rows_after": 0,
+              "rss_before_mb": None, "rss_after_mb": None, "rss_ratio": None, "passed": True}
+    print_soak(result)
+    after = capsys.readouterr().out.splitlines()[-2]
+    assert after.endswith("memory not measured (only that of a server the bench starts is "
+                          "read)") and "MB" not in after
+    print_soak({**result, "rss_before_mb": 100.0, "rss_after_mb": 105.0, "rss_ratio": 1.05})
+    assert capsys.readouterr().out.splitlines()[-2].endswith(
+        "memory 100.0 MB -> 105.0 MB (x1.05)")
+
+
 def test_bench_serve_gives_no_figures_for_a_phase_that_sent_no_request():
     """A --time-limit up before the first request was sent printed a row of 0 tokens/s and
     nan for every time, as if measured."""
@@ -347,6 +364,9 @@ def test_bench_serve_soak_prompts_with_words_the_model_can_encode(capsys, tmp_pa
                      "40", "--soak-clients", "2", "--json"]) == 0
         result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["soak"]
         assert result["passed"] and not result["unexpected"], result
+        # a server the bench did not start: its memory is not read, nor reported as 0 MB
+        assert (result["rss_before_mb"], result["rss_after_mb"], result["rss_ratio"]) == (
+            None, None, None)
     with start_server(_random_char_run(tmp_path / "none", "xyz\n")) as server:
         assert "takes none of the soak's prompt words" in error_of(
             capsys, ["bench", "serve", "--url", server.url, "--soak"])

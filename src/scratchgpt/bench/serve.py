@@ -363,7 +363,7 @@ def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
     health = wait_idle(url)
     time.sleep(1.0)  # the engine gives memory back once idle
     after = rss()
-    ratio = after / before if before else None
+    ratio = after / before if before else None  # None: not measured (--url)
     ok = (report.server_errors == 0 and not report.unexpected and warm.server_errors == 0
           and (health["queue_depth"], health["batch_rows"]) == (0, 0)
           and (ratio is None or ratio <= 1.10))  # a leak grows; giving memory back is fine
@@ -372,7 +372,8 @@ def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
             "unexpected": report.unexpected,
             "statuses": {k: {str(s): n for s, n in c.items()} for k, c in report.by_kind.items()},
             "queue_depth_after": health["queue_depth"], "batch_rows_after": health["batch_rows"],
-            "rss_before_mb": round(before / 2**20, 1), "rss_after_mb": round(after / 2**20, 1),
+            "rss_before_mb": None if ratio is None else round(before / 2**20, 1),
+            "rss_after_mb": None if ratio is None else round(after / 2**20, 1),
             "rss_ratio": None if ratio is None else round(ratio, 3), "passed": ok}
 
 
@@ -382,9 +383,11 @@ def print_soak(result: dict[str, Any]) -> None:
     for kind, statuses in result["statuses"].items():
         print(f"  {kind:16} {statuses}")
     print(f"5xx answers: {result['server_errors']}; unexpected: {result['unexpected'] or 'none'}")
+    memory = ("memory not measured (only that of a server the bench starts is read)"
+              if result["rss_ratio"] is None else f"memory {result['rss_before_mb']} MB -> "
+              f"{result['rss_after_mb']} MB (x{result['rss_ratio']})")
     print(f"after: queue {result['queue_depth_after']}, batch rows "
-          f"{result['batch_rows_after']}; memory {result['rss_before_mb']} MB -> "
-          f"{result['rss_after_mb']} MB (x{result['rss_ratio']})")
+          f"{result['batch_rows_after']}; {memory}")
     print("PASSED" if result["passed"] else "FAILED")
 
 
