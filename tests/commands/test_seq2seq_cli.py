@@ -692,6 +692,33 @@ def test_missing_checkpoint(cli_main, tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
+def test_a_checkpoint_that_is_no_seq2seq_run_says_how_to_make_one(cli_main, tmp_path, capsys,
+                                                                   monkeypatch):
+    """--checkpoint hf:gpt2 was downloaded before it was refused (a GPT-2 is no seq2seq
+    model), a path that does not exist was told 'a Hugging Face model is hf:NAME', and a
+    prepared dataset 'train one with scratchgpt train --dataset': none of them makes a model
+    seq2seq reads. Each refusal says how one is made."""
+    from scratchgpt.checkpoints import hub
+
+    def never(*args, **kwargs):
+        raise AssertionError("a hub model was downloaded for seq2seq")
+
+    monkeypatch.setattr(hub, "download", never)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.bin").write_bytes(b"")
+    made = "(train one with 'scratchgpt seq2seq train --out DIR')"
+    for given, says in (("hf:gpt2", "hf:gpt2 is a Hugging Face model, a GPT-2 language model; "
+                                    f"seq2seq reads a run of 'scratchgpt seq2seq train' {made}"),
+                        ("nowhere", f"checkpoint nowhere does not exist {made}"),
+                        (str(tmp_path / "data"), "data holds a prepared dataset, not a model; "
+                         f"seq2seq trains on pairs, --task or --data FILE.tsv {made}")):
+        for action in (["translate", "--source", "x"], ["eval"],
+                       ["attention", "--source", "x", "--out", str(tmp_path / "a.png")]):
+            err = error_of(capsys, ["seq2seq", *action, "--checkpoint", given])
+            assert err.endswith(says), err
+    assert not (tmp_path / "a.png").exists()
+
+
 def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, capsys,
                                                         monkeypatch):
     from scratchgpt.training.seq2seq import Seq2SeqTask

@@ -413,6 +413,16 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 "--beam", str(10**30)], "GiB"),
     ("seq2seq eval --beam 1e12",
      lambda c: ["seq2seq", "eval", "--checkpoint", c["s2s"], "--beam", str(10**12)], "GiB"),
+    # a hub model was downloaded before it was refused, a GPT-2 being no seq2seq model
+    ("seq2seq translate --checkpoint hf:gpt2",
+     lambda c: ["seq2seq", "translate", "--checkpoint", "hf:gpt2", "--source", "1 may"],
+     "seq2seq reads a run of 'scratchgpt seq2seq train'"),
+    ("seq2seq translate --checkpoint a Hugging Face directory",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["hf"], "--source", "1 may"],
+     "is a Hugging Face model, a GPT-2 language model"),
+    # it said to train one with 'scratchgpt train --dataset', which makes no seq2seq model
+    ("seq2seq eval --checkpoint a prepared dataset",
+     lambda c: ["seq2seq", "eval", "--checkpoint", c["data"]], "seq2seq trains on pairs"),
     ("seq2seq resume with another architecture's flag",
      lambda c: ["seq2seq", "train", "--out", c["s2s"], "--resume", "--no-bidirectional"],
      "does not take --bidirectional"),

@@ -313,16 +313,39 @@ def _load(args: argparse.Namespace):
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if (Path(args.checkpoint) / "seq2seq.pt").is_file() and \
-            not (Path(args.checkpoint) / "last.pt").is_file():
-        raise CheckpointError(f"{args.checkpoint} was written by an earlier scratchgpt "
-                              "(seq2seq.pt); train it again with 'scratchgpt seq2seq train'")
+    check_run_path(args.checkpoint)
     model, source = load_model(args.checkpoint, args.which, FLAGS)
     ckpt = source.checkpoint
     if ckpt is None or ckpt.model_type != "seq2seq":
-        raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model (train one "
-                              "with 'scratchgpt seq2seq train')")
+        raise CheckpointError(f"{args.checkpoint} does not hold a seq2seq model ({TRAIN_ONE})")
     return model, ckpt.tokenizer("source"), ckpt.tokenizer("target"), ckpt.data
+
+
+TRAIN_ONE = "train one with 'scratchgpt seq2seq train --out DIR'"
+
+
+def check_run_path(path: str) -> None:
+    """``--checkpoint`` names what a seq2seq run can be: no Hugging Face model (GPT-2 language
+    models; ``hf:gpt2`` was downloaded before it was refused), and a path that does not
+    exist, or a prepared dataset, are told how a seq2seq model is made (the checkpoint
+    readers' refusals said a hub model is ``hf:NAME`` and to train one with 'scratchgpt train
+    --dataset', neither of which gives a seq2seq model)."""
+    from scratchgpt.checkpoints.hf import is_hf_dir
+    from scratchgpt.checkpoints.hub import HF_PREFIX
+    from scratchgpt.data.prepare import is_dataset
+
+    run = Path(path)
+    if path.startswith(HF_PREFIX) or is_hf_dir(run):
+        raise CheckpointError(f"{path} is a Hugging Face model, a GPT-2 language model; "
+                              f"seq2seq reads a run of 'scratchgpt seq2seq train' ({TRAIN_ONE})")
+    if not run.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist ({TRAIN_ONE})")
+    if is_dataset(run):
+        raise CheckpointError(f"{path} holds a prepared dataset, not a model; seq2seq trains "
+                              f"on pairs, --task or --data FILE.tsv ({TRAIN_ONE})")
+    if (run / "seq2seq.pt").is_file() and not (run / "last.pt").is_file():
+        raise CheckpointError(f"{path} was written by an earlier scratchgpt (seq2seq.pt); "
+                              "train it again with 'scratchgpt seq2seq train'")
 
 
 def length_penalty(args: argparse.Namespace) -> float:
