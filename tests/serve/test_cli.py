@@ -194,7 +194,8 @@ def test_bench_serve_url_names_the_model_the_server_serves(capsys, plain_run):
 
 def test_bench_serve_url_takes_the_api_address_and_names_what_answered(capsys, plain_run):
     """The API's address, which the server prints and OpenAI clients take, was a KeyError
-    traceback ('data'): its /v1/v1/models is a 404. So was a server that wants an API key."""
+    traceback ('data'): its /v1/v1/models is a 404. So was a server that wants an API key,
+    which is named as such."""
     import json
 
     from tests.serve.conftest import start_server
@@ -207,6 +208,9 @@ def test_bench_serve_url_takes_the_api_address_and_names_what_answered(capsys, p
     with start_server(plain_run, api_key="k") as server:
         says = error_of(capsys, [*bench, "--url", server.url])
     assert "GET /v1/models answered 401" in says and server.url in says
+    # it named the right address, not the key it lacked: "give the address 'scratchgpt
+    # serve' prints"
+    assert "wants an API key" in says and "give the address" not in says
 
 
 def test_bench_serve_url_of_another_openai_server_is_one_line(capsys):

@@ -464,6 +464,10 @@ def check_reachable(url: str) -> None:
             found = r.json()[key]
         except (ValueError, KeyError, TypeError):
             found = None
+        if r.status_code == 401:  # the right address: the bench sends no key
+            raise ConfigError(f"--url {url}: GET {path} answered 401: the server wants an "
+                              "API key (--api-key), which bench serve does not send; bench "
+                              "a server started without one")
         if not found:
             raise ConfigError(f"--url {url}: GET {path} answered {r.status_code} without "
                               f"{what}; give the address 'scratchgpt serve' prints, "
