@@ -636,3 +636,21 @@ def test_a_second_export_into_the_same_out_is_refused_naming_the_first(run_dir, 
         os.close(fd)
     run(capsys, argv)
     assert out.exists() and not lock.exists()
+
+
+@pytest.mark.parametrize("to, name", [("hf", "Hugging Face GPT-2"),
+                                      ("gguf", "GGUF (llama.cpp's gpt2)")])
+def test_an_option_gpt2_lacks_is_refused_alike_by_both_targets(tmp_path, capsys, to, name):
+    """A RoPE model was 'cannot export to Hugging Face GPT-2: ...' and 'cannot be exported to
+    GGUF (llama.cpp's gpt2): ...': the same refusal, in one form, and nothing written."""
+    run_dir = tmp_path / "rope"
+    CharTokenizer(CHARS).save(run_dir)
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=16, n_layer=1, n_head=2, n_embd=16,
+                          pos_encoding="rope"))
+    save_checkpoint(run_dir / "best.pt", Checkpoint("gpt", model.config, model.state_dict()))
+    out = out_for(to, tmp_path / "exports")
+    msg = error_of(capsys, ["convert", "--to", to, "--checkpoint", str(run_dir), "--out",
+                            str(out)])
+    assert msg.endswith(f"error: cannot export to {name}: --pos-encoding rope: GPT-2 learns a "
+                        "table of position embeddings"), msg
+    assert not out.parent.exists()

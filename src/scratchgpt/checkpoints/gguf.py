@@ -107,9 +107,9 @@ def check_exportable(cfg: dict[str, Any]) -> None:
 
     why = gpt2_incompatibility(cfg)
     if why is not None:
-        raise CheckpointError(f"cannot be exported to GGUF (llama.cpp's gpt2): {why}")
+        raise CheckpointError(f"cannot export to GGUF (llama.cpp's gpt2): {why}")
     if cfg.get("activation", "gelu_tanh") != "gelu_tanh":
-        raise CheckpointError(f"cannot be exported to GGUF (llama.cpp's gpt2): --activation "
+        raise CheckpointError(f"cannot export to GGUF (llama.cpp's gpt2): --activation "
                               f"{cfg['activation']}: llama.cpp computes GPT-2's "
                               "tanh-approximated GELU; train with --activation gelu_tanh")
 
