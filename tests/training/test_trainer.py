@@ -206,6 +206,38 @@ def test_the_python_api_refuses_what_cannot_train_before_writing(small_dataset, 
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("out, message", [
+    ("", "out is empty (''); give the run its own directory (an empty path would be the "
+         "current one)"),
+    ("  ", "out is empty ('  '); give the run its own directory"),
+    (None, "out is the run directory to write (a str or Path), got None"),
+])
+def test_the_python_api_refuses_an_out_that_names_no_directory(small_dataset, tmp_path,
+                                                                monkeypatch, out, message):
+    """out='' (an unset variable's value) trained into the current directory, which Path('')
+    is, and out=None was a TypeError from pathlib; the command refuses --out '' alike."""
+    data = TokenDataset(small_dataset)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ScratchGPTError) as refused:
+        train(cfg(max_iters=2), gpt(data), data, out, progress=False)
+    assert str(refused.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_lora_run_from_python_is_told_how_to_start_one(small_dataset, tmp_path):
+    """A GPTLoRAConfig for a new run was 'not a language model', which it is: what train
+    cannot do is load the trained GPT its adapters adapt."""
+    data = TokenDataset(small_dataset)
+    with pytest.raises(ScratchGPTError) as refused:
+        train(cfg(max_iters=2), GPTLoRAConfig(gpt(data), LoRAConfig(rank=4)), data,
+              tmp_path / "r", progress=False)
+    assert str(refused.value) == ("a 'gpt-lora' model adapts a trained GPT, which a new run of "
+                                  "train does not load: start it with 'scratchgpt train "
+                                  "--init-from BASE --lora' (train(..., resume=True) continues "
+                                  "it)")
+    assert not (tmp_path / "r").exists()
+
+
 def test_the_python_api_trains_on_a_dataset_named_by_its_directory(small_dataset, tmp_path):
     data = TokenDataset(small_dataset)
     res = train(cfg(max_iters=2), gpt(data), str(small_dataset), tmp_path / "r", progress=False)

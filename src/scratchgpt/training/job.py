@@ -111,6 +111,10 @@ def check_model_for(config: ModelConfig | None, data: TokenDataset) -> None:
         raise ConfigError("a new run needs a model config (model_config('gpt', "
                           "vocab_size=data.vocab_size, ...)); None is for resume=True")
     kind = model_type(config)
+    if kind == "gpt-lora":  # (a language model, but its adapters need the GPT they adapt)
+        raise ConfigError("a 'gpt-lora' model adapts a trained GPT, which a new run of train "
+                          "does not load: start it with 'scratchgpt train --init-from BASE "
+                          "--lora' (train(..., resume=True) continues it)")
     if kind not in LM_CONFIGS:
         raise ConfigError(f"a {kind!r} model is not a language model; train one of "
                           f"{', '.join(LM_CONFIGS)}")
@@ -239,6 +243,17 @@ def check_same_tokenizer(checkpoint: Checkpoint, data: TokenDataset,
                     f"{run}; {use}prepare the text with its tokenizer ({how})")
 
 
+def check_out(out: Any) -> None:
+    """``out`` of :func:`train` names a run directory: None was a TypeError from inside
+    pathlib, and an empty path, which Path reads as the current directory, wrote the run's
+    files there (the command refuses ``--out ""``)."""
+    if not isinstance(out, str | Path):
+        raise ConfigError(f"out is the run directory to write (a str or Path), got {out!r}")
+    if not str(out).strip():
+        raise ConfigError(f"out is empty ({str(out)!r}); give the run its own directory (an "
+                          "empty path would be the current one)")
+
+
 def _model_settings(config: ModelConfig | None) -> dict[str, Any]:
     """The settings a model config names, as the command's model flags name them (its type,
     ``--model``, and its language model's hyperparameters, ``--n-layer`` ...): given with
@@ -315,6 +330,7 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     if not isinstance(cfg, TrainConfig):
         raise ConfigError(f"cfg is a TrainConfig (TrainConfig(max_iters=100, ...)), got "
                           f"{type(cfg).__name__}")
+    check_out(out)
     if resume and overwrite:  # (resume won, and the run was not replaced as asked)
         raise ConfigError("resume=True continues the run in out and overwrite=True replaces "
                           "it; give one of them")
