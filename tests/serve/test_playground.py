@@ -248,6 +248,32 @@ def test_each_tab_runs_one_request_of_its_own(page):
     page.wait_for_function("running.complete === null")
 
 
+CUT_CHUNK = ('data: {"id": "c", "object": "text_completion", "created": 0, "model": "chatty", '
+             '"choices": [{"index": 0, "text": "KING", "logprobs": null, '
+             '"finish_reason": null}]}\n\n')
+
+
+@pytest.mark.parametrize("answer, says", [
+    # the server is gone (stopped): the page said the browser's "Failed to fetch"
+    (lambda route: route.abort(), "cannot reach the server: is scratchgpt serve still running?"),
+    # the stream ends without [DONE] (the server killed mid-stream): "finished (stopped)"
+    (lambda route: route.fulfill(status=200, content_type="text/event-stream", body=CUT_CHUNK),
+     "the connection to the server was lost before the text was finished"),
+], ids=["server gone", "stream cut short"])
+def test_a_server_out_of_reach_or_a_stream_cut_short_is_said_so(page, answer, says):
+    page.click("[data-tab=complete]")
+    page.fill("#prompt", "KING:")
+    page.fill("#max-tokens", "20")
+    page.route("**/v1/completions", answer)
+    try:
+        page.click("#generate")
+        page.wait_for_function("running.complete === null")
+    finally:
+        page.unroute("**/v1/completions")
+    assert page.inner_text("#status") == says
+    assert "error" in page.get_attribute("#status", "class")
+
+
 def test_the_page_works_offline():
     """No CDN: the shipped files load nothing from another host."""
     optional("starlette")

@@ -24,11 +24,22 @@ function headers() {
   return h;
 }
 
+// The server is out of reach (stopped, or the network down): the browser's own words for it
+// ("Failed to fetch") do not say which end failed.
+const UNREACHABLE = "cannot reach the server: is scratchgpt serve still running?";
+const CUT_SHORT = "the connection to the server was lost before the text was finished";
+
 async function request(path, body, signal) {
-  const response = await fetch(path, {
-    method: body ? "POST" : "GET", headers: headers(), signal,
-    body: body ? JSON.stringify(body) : undefined,
-  });
+  let response;
+  try {
+    response = await fetch(path, {
+      method: body ? "POST" : "GET", headers: headers(), signal,
+      body: body ? JSON.stringify(body) : undefined,
+    });
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw new Error(UNREACHABLE);
+  }
   if (!response.ok) {
     let message = `${response.status} ${response.statusText}`;
     let code = null;
@@ -42,14 +53,28 @@ async function request(path, body, signal) {
   return response;
 }
 
+// The next piece of a response's body; a connection lost mid-stream (the server stopped,
+// the network cut) is an error that says so, as is a body that ends before "data: [DONE]"
+// (it read as a stream that finished).
+async function readPiece(reader) {
+  let piece;
+  try {
+    piece = await reader.read();
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw new Error(CUT_SHORT);
+  }
+  if (piece.done) throw new Error(CUT_SHORT);
+  return piece.value;
+}
+
 // Server-sent events: onEvent(object) for each "data:" line until "data: [DONE]".
 async function readEvents(response, onEvent) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
   for (;;) {
-    const {value, done} = await reader.read();
-    if (done) return;
+    const value = await readPiece(reader);
     buffer += decoder.decode(value, {stream: true});
     let end;
     while ((end = buffer.indexOf("\n\n")) >= 0) {
