@@ -695,3 +695,13 @@ def test_ctrl_c_while_a_bpe_learns_its_merges_keeps_the_old_dataset_and_writes_n
     assert capsys.readouterr().err.strip() == "scratchgpt prepare: interrupted"
     assert {p.name: p.read_bytes() for p in (tmp_path / "d").iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "t.txt"]  # no temporary left
+
+
+def test_a_dataset_refused_once_tokenized_leaves_no_folder_made_for_it(tmp_path):
+    """The folders above --out are made to stage the dataset beside it; a refusal that comes
+    after (a split folded away) took the staging away and left them, empty."""
+    text = "hello world, this is some prose text here" + "\n" * 5
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ScratchGPTError, match="encodes to no tokens"):
+        prepare_text(text, tmp_path / "kept" / "new" / "deeper" / "d", "char-prose")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["kept"]

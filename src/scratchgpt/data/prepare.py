@@ -37,6 +37,8 @@ from scratchgpt.checkpoints.io import (
     dead_temporaries,
     exchange,
     fsync_dir,
+    missing_folders,
+    remove_folders,
     temporary_name,
 )
 from scratchgpt.errors import DataError, StorageError
@@ -328,9 +330,11 @@ def _write_ids(path: Path, pieces: Iterable[np.ndarray]) -> int:
 @contextlib.contextmanager
 def _staging(out: Path) -> Iterator[Path]:
     """A temporary directory beside ``out`` to write the dataset into; removed afterwards
-    (it is empty then, unless the dataset failed). An OSError (a full disk, a read-only
-    directory) becomes a one-line StorageError."""
-    tmp = None
+    (it is empty then, unless the dataset failed), and so are the folders above ``out`` made
+    for it when the dataset failed (a refusal, Ctrl-C), each while empty. An OSError (a full
+    disk, a read-only directory) becomes a one-line StorageError."""
+    tmp, made = None, missing_folders(out.parent)
+    done = False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_staging(out)
@@ -338,12 +342,15 @@ def _staging(out: Path) -> Iterator[Path]:
         staged.mkdir()  # (tmp only once made: one already there is another prepare's)
         tmp = staged
         yield tmp
+        done = True
     except OSError as e:
         raise StorageError(f"cannot write the dataset {out}: {e.strerror or e} (nothing was "
                            "changed)") from None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if not done:
+            remove_folders(made)
 
 
 def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
