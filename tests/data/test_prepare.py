@@ -697,6 +697,25 @@ def test_ctrl_c_while_a_bpe_learns_its_merges_keeps_the_old_dataset_and_writes_n
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "t.txt"]  # no temporary left
 
 
+def test_bpe_dropout_copies_that_cannot_fit_on_the_disk_are_refused_before_any_is_written(
+        tmp_path, monkeypatch, english_text):
+    import shutil
+
+    text = english_text[:20_000]
+    exact = prepare_text(text, tmp_path / "exact", "bpe", vocab_size=300)["train_tokens"]
+    free = 10 * exact * 2 + 1  # room for ten copies of uint16 ids, the exact encoding's length
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=free))
+    with pytest.raises(ScratchGPTError, match=r"train_copies=11: .* need at least .* for "
+                                              r"train\.bin, more than the .* free there"):
+        prepare_text(text, tmp_path / "d", "bpe", vocab_size=300, bpe_dropout=0.1,
+                     train_copies=11)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exact"]  # nothing, not even a temporary
+    meta = prepare_text(text, tmp_path / "d", "bpe", vocab_size=300, bpe_dropout=0.1,
+                        train_copies=2)  # (the check passes copies that fit)
+    assert meta["train_tokens"] >= 2 * exact
+
+
 def test_a_dataset_refused_once_tokenized_leaves_no_folder_made_for_it(tmp_path):
     """The folders above --out are made to stage the dataset beside it; a refusal that comes
     after (a split folded away) took the staging away and left them, empty."""

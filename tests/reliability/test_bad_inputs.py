@@ -685,6 +685,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("prepare --tokenizer-from gpt2",
      lambda c: ["prepare", "--data", c["text"], "--tokenizer-from", "gpt2", "--out",
                 c["root"] / "out" / "p5"], "give --tokenizer gpt2"),
+    # BPE-dropout copies that need more than the disk holds: the copies of a small text began
+    # writing some 90 GB of train.bin (--train-copies 100000000) until the disk was full
+    ("prepare --train-copies beyond the free disk space",
+     lambda c: ["prepare", "--data", c["text"], "--tokenizer", "bpe", "--vocab-size", "300",
+                "--bpe-dropout", "0.1", "--train-copies", str(10**12), "--out",
+                c["root"] / "out" / "p6"], "ask for fewer"),
 ]
 
 

@@ -192,6 +192,8 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
             tokenizer, train_text, vocab_size=vocab_size, progress=progress)
         dtype = token_dtype(tok.vocab_size)
         sampled = bool(bpe_dropout) or train_copies != 1
+        if sampled:
+            _check_room(tok, train_text, train_copies, dtype, tmp, options)
         # Each piece of ids is written as it is encoded: memory holds one piece's, not the
         # split's (sixteen BPE-dropout copies of a text as Python ints ran a laptop out of it).
         train_pieces = (sample_training_copies(tok, train_text, bpe_dropout, train_copies,
@@ -224,6 +226,24 @@ def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char"
         _write_file(tmp / META_FILE, json.dumps(meta, indent=1).encode())
         _move_into_place(tmp, out, overwrite)
     return meta
+
+
+def _check_room(tok: Tokenizer, text: str, copies: int, dtype: np.dtype, where: Path,
+                options: Mapping[str, str]) -> None:
+    """``copies`` sampled segmentations of ``text`` fit in the space free at ``where``: each
+    holds at least the tokens of the exact encoding (a skipped merge only adds tokens), so a
+    ``train.bin`` that needs more than is free is refused before its first copy is sampled
+    (``--train-copies 100000000`` of a small text began writing some 90 GB). ``options`` name
+    the copies in the refusal."""
+    tokens = sum(ids.size for ids in encode_pieces(tok, text, dtype))
+    need, free = copies * tokens * dtype.itemsize, shutil.disk_usage(where).free
+    if need > free:
+        from scratchgpt.memory import _size
+
+        raise StorageError(f"{named(options, 'train_copies', copies)}: the BPE-dropout copies "
+                           f"of the training split ({tokens:,} tokens or more each) need at "
+                           f"least {_size(need)} for train.bin, more than the {_size(free)} "
+                           "free there; ask for fewer (nothing was written)")
 
 
 def _sha256_of_text(text: str, source: str) -> str:
