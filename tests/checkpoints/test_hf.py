@@ -373,3 +373,25 @@ def test_transformers_prompts_an_exported_chat_model_as_we_do(tmp_path):
         theirs.apply_chat_template(forged, tokenize=False)
     plain = transformers.AutoTokenizer.from_pretrained(save_hf(model, tmp_path / "plain", tok))
     assert plain.chat_template is None
+
+
+@pytest.mark.parametrize("where", ["tensors", "header"])
+def test_a_safetensors_file_cut_short_is_said_to_be(hf_dir, tmp_path, capsys, where):
+    """A download or copy cut short was 'Error while deserializing header: incomplete
+    metadata, file not fully covered' (cut in the tensors) or 'invalid header length' (in
+    the header), safetensors' words, which do not say the file is short."""
+    from tests.cli_errors import error_of
+
+    d = _copy(hf_dir, tmp_path / "cut")
+    whole = (d / "model.safetensors").read_bytes()
+    length = int.from_bytes(whole[:8], "little")
+    keep = 8 + length + 100 if where == "tensors" else 8 + length // 2
+    (d / "model.safetensors").write_bytes(whole[:keep])
+    need = len(whole) if where == "tensors" else 8 + length
+    for argv in (["sample", "--checkpoint", str(d), "--prompt", "a"],
+                 ["convert", "--from", "hf", str(d), "--out", str(tmp_path / "run")]):
+        msg = error_of(capsys, argv)
+        assert msg.endswith(f"{d / 'model.safetensors'} is not readable: it is truncated, "
+                            f"{keep:,} bytes where its header needs at least {need:,} (a copy "
+                            "or download cut short?)"), msg
+    assert not (tmp_path / "run").exists()

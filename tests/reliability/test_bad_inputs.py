@@ -171,6 +171,10 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
     shutil.copytree(good, d)
     (d / "config.json").write_text("[1, 2]")
     out["hf_json_list"] = d
+    d = out["hf_cut_short"] = root / "hf_cut_short"  # a download or copy cut short
+    shutil.copytree(good, d)
+    weights = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(weights[:len(weights) // 2])
     return out
 
 
@@ -567,6 +571,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf with a JSON list config",
      lambda c: ["convert", "--from", "hf", c["hf_json_list"], "--out", c["root"] / "out" / "h4"],
      "config.json"),
+    # safetensors' "incomplete metadata, file not fully covered"
+    ("convert --from hf of a safetensors file cut short",
+     lambda c: ["convert", "--from", "hf", c["hf_cut_short"], "--out", c["root"] / "out" / "h7"],
+     "it is truncated"),
     # it said "not GPTClassifier", a class name the user never met
     ("convert --to hf of a classifier run",
      lambda c: ["convert", "--checkpoint", c["classifier"], "--to", "hf", "--out",

@@ -296,6 +296,9 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
             continue
         if not name.endswith(".safetensors"):
             return read_torch_file(path, "weights file"), path
+        short = _cut_short(path)
+        if short is not None:
+            raise CheckpointError(f"{path} is not readable: {short}")
         try:
             from safetensors.torch import load_file
 
@@ -307,6 +310,32 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
             reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
             raise CheckpointError(f"{path} is not readable: {reason}") from None
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
+
+
+def _cut_short(path: Path) -> str | None:
+    """Why a safetensors file is shorter than its header says (8 bytes of length, then the
+    JSON of each tensor's byte range), or None: as long as it says, or a header that cannot be
+    read, of which safetensors says why. safetensors itself said "incomplete metadata, file
+    not fully covered" of a download or copy cut short."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if length > SAFETENSORS_HEADER_MAX:
+                return None
+            header = f.read(length)
+        end = 0 if len(header) < length else max(
+            (v["data_offsets"][1] for k, v in json.loads(header).items() if k != "__metadata__"),
+            default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    if not isinstance(end, int) or size >= 8 + length + end:
+        return None
+    return (f"it is truncated, {size:,} bytes where its header needs at least {8 + length + end:,} "
+            "(a copy or download cut short?)")
+
+
+SAFETENSORS_HEADER_MAX = 100_000_000  # safetensors' own limit on a header's length
 
 
 def load_hf(directory: str | Path, config: HFConfig | None = None) -> tuple[nn.Module, Path]:
