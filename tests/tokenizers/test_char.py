@@ -72,3 +72,11 @@ def test_a_state_utf8_cannot_spell_leaves_no_half_written_file(tmp_path):
     with pytest.raises(UnicodeEncodeError):
         tok.save(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["hello", "hello, world"])
+def test_an_unknown_policy_neither_error_nor_replace_is_refused_whatever_the_text(text):
+    """It was taken in silence for a text of known characters, and answered with the
+    characters' refusal, not the policy's, for one with unknown ones (BPE refused it alike)."""
+    with pytest.raises(ScratchGPTError, match="unknown='ignore': expected 'error' or 'replace'"):
+        CharTokenizer.train("helo").encode(text, unknown="ignore")

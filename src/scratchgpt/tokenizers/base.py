@@ -13,7 +13,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from scratchgpt.errors import TokenizerError
+
 TOKENIZER_FILE = "tokenizer.json"
+UNKNOWN_POLICIES = ("error", "replace")
+
+
+def check_unknown_policy(unknown: str) -> None:
+    """``unknown`` is one of :data:`UNKNOWN_POLICIES`, whatever the text holds.
+
+    >>> check_unknown_policy("ignore")
+    Traceback (most recent call last):
+    ...
+    scratchgpt.errors.TokenizerError: unknown='ignore': expected 'error' or 'replace'
+    """
+    if unknown not in UNKNOWN_POLICIES:
+        raise TokenizerError(f"unknown={unknown!r}: expected 'error' or 'replace'")
 
 
 class Tokenizer(ABC):

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers import bpe_files
-from scratchgpt.tokenizers.base import Tokenizer
+from scratchgpt.tokenizers.base import Tokenizer, check_unknown_policy
 from scratchgpt.tokenizers.bpe_algorithm import (
     bpe_encode_chunk,
     learn_merges,
@@ -295,8 +295,7 @@ class BPETokenizer(Tokenizer):
         ``allowed_special="all"`` (or a set naming it) encodes it as its single special id;
         ``disallowed_special=()`` encodes it as ordinary text instead. ``unknown`` is accepted
         for the :class:`Tokenizer` interface; byte-level BPE has no unknown text."""
-        if unknown not in ("error", "replace"):
-            raise TokenizerError(f"unknown={unknown!r}: expected 'error' or 'replace'")
+        check_unknown_policy(unknown)
         allowed = self._special_policy(text, allowed_special, disallowed_special)
         if not allowed:
             return self.encode_ordinary(text)

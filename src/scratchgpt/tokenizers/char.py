@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scratchgpt.errors import TokenizerError
-from scratchgpt.tokenizers.base import Tokenizer
+from scratchgpt.tokenizers.base import Tokenizer, check_unknown_policy
 from scratchgpt.wording import plural
 
 # Up to this many distinct missing characters are counted with one str.count each; more (text
@@ -66,6 +66,7 @@ class CharTokenizer(Tokenizer):
         return 0
 
     def encode(self, text: str, unknown: str = "error") -> list[int]:
+        check_unknown_policy(unknown)  # (a text without unknown characters too)
         stoi = self.stoi
         try:
             return [stoi[c] for c in text]
