@@ -397,6 +397,24 @@ def test_translate_stopped_in_a_batch_prints_what_it_had_decoded(
                              f"{'interrupted' if signum == 'SIGINT' else 'terminated'}\n")
 
 
+def test_eval_stopped_scores_the_pairs_it_had_decoded(cli_main, checkpoint, capsys,
+                                                      monkeypatch):
+    """Ctrl-C in eval lost every pair decoded (minutes of them with --eval-pairs 0 on 2,000):
+    the batches decoded are scored and printed, with a line saying how many of the pairs,
+    then the command ends as translate does."""
+    import signal
+
+    argv = ["seq2seq", "eval", "--checkpoint", str(checkpoint), "--show-errors", "0"]
+    assert cli_main([*argv, "--eval-pairs", "8"]) == 0
+    table = capsys.readouterr().out.splitlines()[:-1]  # (the last line: which 8 they are)
+    _stop_at_step(monkeypatch, 2, 0, signal.SIGINT)  # as the third batch of 4 begins
+    assert cli_main([*argv, "--eval-pairs", "0"]) == 130
+    said = capsys.readouterr()
+    assert said.out.splitlines() == [*table, "(the first 8 of the 40 held-out pairs, decoded "
+                                              "before the stop)"], said.out
+    assert said.err.endswith("scratchgpt seq2seq eval: interrupted\n"), said.err
+
+
 def test_a_bad_source_in_a_later_batch_is_refused_before_any_is_printed(cli_main, reversal_run,
                                                                         capsys, monkeypatch):
     """Every source is checked before the first batch is decoded: an empty one in the last

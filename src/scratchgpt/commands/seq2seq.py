@@ -122,7 +122,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "eval", help="held-out exact match by source length",
         description="Exact match on the held-out pairs the checkpoint was trained beside "
                     "(rebuilt from its data description): the first --eval-pairs of them, as "
-                    "many as the run's final check scored unless given; or on --data FILE.tsv.")
+                    "many as the run's final check scored unless given; or on --data FILE.tsv. "
+                    f"Ctrl-C scores the pairs decoded so far, {TRANSLATE_BATCH} at a time.")
     _add_checkpoint(e)
     e.add_argument("--data", metavar="FILE.tsv", help="evaluate on all pairs of this file instead")
     e.add_argument("--eval-pairs", type=non_negative_int, default=None, metavar="N",
@@ -220,7 +221,8 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_MAX_LEN = 64  # translate's and attention's longest output without --max-len
-TRANSLATE_BATCH = 256  # sources translate decodes at a time, each batch printed once decoded
+TRANSLATE_BATCH = 256  # sources translate (and eval) decode at a time, each batch printed once
+# decoded (eval: scored, if Ctrl-C stops it)
 DEFAULT_MAX_LEN_HELP = (f"{DEFAULT_MAX_LEN}, or a transformer's --max-positions where that is "
                         "fewer")
 
@@ -433,7 +435,7 @@ def note_unseen(tok, texts: list[str], side: str = "source",
 
 def run_eval(args: argparse.Namespace) -> int:
     from scratchgpt.data.translation import read_tsv
-    from scratchgpt.training.seq2seq import evaluate, format_eval, subset_note
+    from scratchgpt.training.seq2seq import evaluate, format_eval, score, subset_note
 
     penalty = length_penalty(args)
     model, src_tok, tgt_tok, data = _load(args)
@@ -444,12 +446,20 @@ def run_eval(args: argparse.Namespace) -> int:
     note_unseen(src_tok, [src for src, _ in pairs])
     note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target", "the model never wrote in "
                 "training (a target holding one cannot be matched)")
-    ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
-                  length_penalty=penalty)
+    what = f"pairs of {args.data}" if args.data else "held-out pairs"
+    decoded: list[str] = []  # the outputs of the pairs decoded so far
+    try:
+        ev = evaluate(model, pairs, src_tok, tgt_tok, beam=args.beam, max_len=args.max_len,
+                      length_penalty=penalty, batch_size=TRANSLATE_BATCH, decoded=decoded)
+    except KeyboardInterrupt:  # the batches decoded are scored, not lost
+        if decoded:
+            print(format_eval(score(pairs[: len(decoded)], decoded)))
+            print(subset_note(len(decoded), len(all_pairs), what, "decoded before the stop"),
+                  flush=True)
+        raise
     print(format_eval(ev))
     if len(pairs) < len(all_pairs):
-        print(subset_note(len(pairs), len(all_pairs), "held-out pairs" if not args.data else
-                          f"pairs of {args.data}", whose))
+        print(subset_note(len(pairs), len(all_pairs), what, whose))
     errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
     for s, t, p in errors[: args.show_errors]:
         print(f"  {s!r} -> {p!r} (expected {t!r})")

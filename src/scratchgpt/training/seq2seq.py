@@ -226,16 +226,19 @@ def length_bucket(n: int, width: int = 5) -> str:
 def translate(
     model: Seq2Seq, sources: Sequence[str], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int = 64, batch_size: int = 256,
-    length_penalty: float = 1.0,
+    length_penalty: float = 1.0, out: list[str] | None = None,
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
-    An empty source, or one longer than the model reads, is a GenerationError."""
+    An empty source, or one longer than the model reads, is a GenerationError. ``out``: a list
+    that holds the texts decoded so far, a batch at a time (for a caller Ctrl-C stops)."""
     texts: list[str] = []
     all_ids: list[list[int]] = []
     all_attn: list[Tensor] = []
     for batch_texts, ids, attn in translate_batches(model, sources, src_tok, tgt_tok, beam,
                                                     max_len, batch_size, length_penalty):
         texts += batch_texts
+        if out is not None:
+            out += batch_texts
         all_ids += ids
         all_attn += attn
     return texts, all_ids, all_attn
@@ -327,14 +330,22 @@ def decode_estimate(c: Seq2SeqConfig, rows: int, source_len: int, max_len: int
 def evaluate(
     model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int | None = None,
-    length_penalty: float = 1.0, batch_size: int = 256,
+    length_penalty: float = 1.0, batch_size: int = 256, decoded: list[str] | None = None,
 ) -> EvalResult:
     """Exact-match accuracy of targets decoded as :func:`translate` decodes them (``batch_size``
-    sources at a time), overall and by source length."""
+    sources at a time), overall and by source length. ``decoded``: a list that holds the
+    outputs of the first pairs as their batches are decoded, so that a caller stopped by
+    Ctrl-C can :func:`score` them."""
     if max_len is None:
         max_len = eval_max_len(model.config, max(len(t) for _, t in pairs))
     preds, _, _ = translate(model, [s for s, _ in pairs], src_tok, tgt_tok, beam, max_len,
-                            batch_size=batch_size, length_penalty=length_penalty)
+                            batch_size=batch_size, length_penalty=length_penalty, out=decoded)
+    return score(pairs, preds)
+
+
+def score(pairs: Sequence[Pair], preds: Sequence[str]) -> EvalResult:
+    """The exact match of outputs ``preds`` against the targets of ``pairs``, overall and by
+    source length."""
     by_length: dict[str, tuple[int, int]] = {}
     correct = 0
     for (s, t), p in zip(pairs, preds, strict=True):
@@ -343,7 +354,7 @@ def evaluate(
         key = length_bucket(len(s))
         c, n = by_length.get(key, (0, 0))
         by_length[key] = (c + ok, n + 1)
-    return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), preds)
+    return EvalResult(correct, len(pairs), dict(sorted(by_length.items())), list(preds))
 
 
 # Output tokens :func:`evaluate` decodes beyond the longest target: its ``<eos>`` and one
