@@ -654,3 +654,22 @@ def test_an_option_gpt2_lacks_is_refused_alike_by_both_targets(tmp_path, capsys,
     assert msg.endswith(f"error: cannot export to {name}: --pos-encoding rope: GPT-2 learns a "
                         "table of position embeddings"), msg
     assert not out.parent.exists()
+
+
+def test_an_error_of_the_export_itself_is_not_taken_for_an_unwritable_out(run_dir, tmp_path,
+                                                                         capsys, monkeypatch):
+    """Only the lock's own refusal is 'cannot write OUT': a system error of the work after it
+    (here reading the model, refused for the folder --out is in) keeps its own words and
+    path, where it was said to be --out that could not be written."""
+    import scratchgpt.checkpoints
+
+    out = tmp_path / "exports" / "m.gguf"
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(out.parent))
+
+    monkeypatch.setattr(scratchgpt.checkpoints, "load_model", refused)
+    msg = error_of(capsys, ["convert", "--to", "gguf", "--checkpoint", str(run_dir), "--out",
+                            str(out)])
+    assert msg.endswith(f"error: Permission denied: {out.parent}"), msg
+    assert not out.parent.exists()

@@ -150,11 +150,13 @@ def _export_lock(out: Path, target: str) -> Iterator[None]:
 
     lock = out / EXPORT_LOCK if target == "hf" else out.with_name(f".{out.name}.lock")
     earlier = "export" if is_hf_dir(out) or is_gguf(out) else None
+    held = False
     try:
         with held_lock(lock, in_use):
+            held = True
             yield
     except OSError as e:
-        if e.filename is None or Path(e.filename) not in (lock, *lock.parents):
+        if held:  # the export's own, which names its own file
             raise
         raise write_failure(out, e, earlier) from None
 
