@@ -484,6 +484,25 @@ def test_a_folder_of_text_leaves_hidden_files_out_and_reads_upper_case_txt(tmp_p
     assert text == "upper\n\nfirst" and desc.startswith("2 .txt files")
 
 
+@pytest.mark.parametrize("others", [0, 2])
+def test_a_file_of_a_folder_that_is_no_text_is_named_as_one_of_the_folders(tmp_path, capsys,
+                                                                            others):
+    """A .txt file the user may not know the folder holds (a binary saved as .txt) is named
+    with where it was read from; a folder of that one file is the file's refusal alone."""
+    from tests.cli_errors import error_of
+
+    (tmp_path / "src").mkdir()
+    for k in range(others):
+        (tmp_path / "src" / f"{k}.txt").write_text("some text")
+    (tmp_path / "src" / "z.txt").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    line = error_of(capsys, ["prepare", "--data", str(tmp_path / "src"), "--out",
+                             str(tmp_path / "d")])
+    assert f"{tmp_path / 'src' / 'z.txt'} is not valid UTF-8 text (byte 8)" in line
+    folder = f"(one of the {others + 1} .txt files under {tmp_path / 'src'}, all of which are read"
+    assert (folder in line) is bool(others)
+    assert not (tmp_path / "d").exists()
+
+
 PIECES_TEXT = ("KING: I'll go.\nWe  go\n\n  Then 12345 and 678\r\nnot here\n<|endoftext|>\nAnew "
                "line\t\n.\n,x  \n'tis\nend  ") * 40
 

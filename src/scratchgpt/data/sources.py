@@ -408,7 +408,13 @@ def read_text_source(path: str | Path) -> tuple[str, str]:
         files = text_files_under(path)
         if not files:
             raise DataError(f"folder {path} contains no .txt files")
-        return read_files(files), f"{len(files)} .txt files under {path}"
+        try:
+            return read_files(files), f"{len(files)} .txt files under {path}"
+        except DataError as e:  # (a file the user may not know the folder holds)
+            if len(files) == 1:
+                raise
+            raise DataError(f"{e} (one of the {len(files):,} .txt files under {path}, all of "
+                            "which are read: move it out if it is not text)") from None
     if not path.exists():
         if path.is_symlink():
             raise DataError(f"data file {path} is a symbolic link that leads nowhere (a loop, "
