@@ -1199,3 +1199,31 @@ def test_a_named_dataset_is_prepared_with_the_bases_tokenizer(ft_dir, tmp_path, 
                             "--max-iters", "4"], capsys)
     assert code == 0, err
     assert list((tmp_path / "cache" / "datasets").iterdir()) == entries
+
+
+def test_finetune_runs_under_torchrun_as_train_does(ft_dir, tmp_path):
+    """`torchrun --nproc-per-node 2 -m scratchgpt finetune ...` ran a whole fine-tuning run in
+    each process: the second was refused as the run in use by the first, one ended
+    'terminated', and torchrun failed. It trains as train does under torchrun: rank 0 plans
+    and reports (the test split's report included), the other trains its share; a refusal is
+    rank 0's one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", "-m", "scratchgpt", "finetune", "--task", "classify",
+               "--init-from", str(ft_dir / "base"), "--data", str(ft_dir / "labels.tsv"),
+               "--out", str(out), "--max-iters", "2", "--threads", "1", *SMALL]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("done: 2 steps") == 1 and "test split (best.pt)" in done.stdout
+    assert (out / "test_metrics.json").is_file()
+    assert json.loads((out / "config.json").read_text())["world_size"] == 2
+    before = (out / "last.pt").read_bytes()
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode != 0 and again.stderr.count("scratchgpt finetune: error:") == 1
+    assert "already holds a run" in again.stderr and "[rank1]" not in again.stderr
+    assert (out / "last.pt").read_bytes() == before

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.merge:
         return merge(args)
     from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
-    from scratchgpt.training import job
+    from scratchgpt.training import distributed, job
 
     progress = not args.no_progress
     lora = lora_from_args(args)
@@ -120,12 +120,39 @@ def run(args: argparse.Namespace) -> int:
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
         args.overwrite, given(args, train_fields()), lora=lora,
         given_flags=tuple(flags + lora_flags(args)), **shaping)
+    if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
+        return _torchrun_process(req, progress)
     train_job = plan(req, log=print)
     if note := job.finished_note(train_job):  # a resumed run with nothing left to train
         print(note)
     before = starting_figures(train_job, log=print)
     result = job.run(train_job, progress)
     return report(result, train_job, before)
+
+
+def _torchrun_process(req: Any, progress: bool) -> int:
+    """One of torchrun's processes: rank 0 plans the run and says what ``run`` says before
+    training (the base's figures too); the others plan after it, quietly (see
+    :func:`scratchgpt.training.job.run_launched`), then all train together."""
+    import dataclasses
+
+    from scratchgpt.finetune.plan import plan, starting_figures
+    from scratchgpt.training import distributed, job
+
+    before: dict[str, Any] = {}
+
+    def begin(main: bool) -> Any:
+        if not main:
+            return plan(dataclasses.replace(req, overwrite=False), log=None)
+        train_job = plan(req, log=print)
+        if note := job.finished_note(train_job):
+            print(note)
+        before.update(starting_figures(train_job, log=print))
+        return train_job
+
+    device = req.train_flags.get("device", "auto")
+    train_job, result, main = job.run_launched(begin, device, progress)
+    distributed.exit_process(report(result, train_job, before) if main else 0)
 
 
 def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:

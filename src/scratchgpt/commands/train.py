@@ -124,38 +124,21 @@ def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
 
 def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -> int:
     """One of torchrun's processes: rank 0 plans the job as ``run`` does (``--init-from``,
-    LoRA, ``--resume``), prepares a named dataset and takes the run's lock first, and says
-    what ``run`` says before training; the others plan after it, then all train together."""
+    LoRA, ``--resume``) and says what ``run`` says; the others plan after it (see
+    :func:`scratchgpt.training.job.run_launched`), then all train together."""
     from scratchgpt.training import distributed, job
 
-    info = distributed.init_from_env(settings.given.get("device", "auto"))
-    begun = distributed.main_first(lambda: _begin(args, settings, print if progress else None))
-    plan, run_dir = begun if begun is not None else \
-        (_plan(argparse.Namespace(**{**vars(args), "overwrite": False}), settings, None), None)
-    try:
-        with distributed.process_group():
-            result = job.run_in_process(plan, progress and info.is_main)
-        if run_dir is not None and plan.finish is not None and not result.interrupted:
-            plan.finish(plan.out, result)  # (adapter.pt: what job.run writes at the end)
-    except BaseException:
-        if run_dir is not None:
-            run_dir.abort()
-        raise
-    distributed.exit_process(report(result, plan.out) if info.is_main else 0)
+    def begin(main: bool) -> Any:
+        if not main:
+            return _plan(argparse.Namespace(**{**vars(args), "overwrite": False}), settings,
+                         None)
+        plan = _plan(args, settings, print if progress else None)
+        if note := job.finished_note(plan) or job.warmup_note(plan):
+            print(note)
+        return plan
 
-
-def _begin(args: argparse.Namespace, settings: Any, log: Any) -> tuple[Any, Any]:
-    """Rank 0's start of a torchrun job: (the job, its run directory, locked and begun)."""
-    from scratchgpt.checkpoints.rundir import RunDir
-    from scratchgpt.training import job
-
-    plan = _plan(args, settings, log)
-    run_dir = RunDir(plan.out)
-    run_dir.acquire()
-    run_dir.begin(plan.mode)
-    if note := job.finished_note(plan) or job.warmup_note(plan):
-        print(note)
-    return plan, run_dir
+    plan, result, main = job.run_launched(begin, settings.given.get("device", "auto"), progress)
+    distributed.exit_process(report(result, plan.out) if main else 0)
 
 
 def report(result: Any, out: Path) -> int:

@@ -287,6 +287,38 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
         return result
 
 
+def run_launched(begin: Callable[[bool], TrainJob], device: str,
+                 progress: bool = True) -> tuple[TrainJob, TrainResult, bool]:
+    """This process's part of a job that torchrun started in several processes: rank 0 plans
+    it (``begin(True)``: as the command asked, saying what the command says before training),
+    takes the run's lock and begins the run first; the others plan after it (``begin(False)``:
+    quietly, and never as an overwrite, the run being begun), then all train together. A
+    refusal in rank 0 is its one line, the others leaving without a word
+    (:func:`distributed.main_first`). Returns (the job, its result, whether this is rank 0),
+    for the command to report in rank 0 and then leave by :func:`distributed.exit_process`."""
+    info = distributed.init_from_env(device)
+    begun = distributed.main_first(lambda: _begun(begin(True)))
+    job, run_dir = begun if begun is not None else (begin(False), None)
+    try:
+        with distributed.process_group():
+            result = run_in_process(job, progress and info.is_main)
+        if run_dir is not None and job.finish is not None and not result.interrupted:
+            job.finish(job.out, result)  # (what run writes at the end: adapter.pt, a report)
+    except BaseException:
+        if run_dir is not None:
+            run_dir.abort()
+        raise
+    return job, result, info.is_main
+
+
+def _begun(job: TrainJob) -> tuple[TrainJob, RunDir]:
+    """``job`` with its run directory locked and begun (rank 0's part of :func:`run_launched`)."""
+    run_dir = RunDir(job.out, job.options)
+    run_dir.acquire()
+    run_dir.begin(job.mode)
+    return job, run_dir
+
+
 def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
     """The run was planned from ``last.pt`` before its lock was taken; if another process
     wrote it meanwhile, resuming from the plan would overwrite newer checkpoints."""
