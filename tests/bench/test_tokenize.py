@@ -66,3 +66,19 @@ def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
     assert tokenize.run(_args(data=tmp_path / "t.txt", repeat=1, vocab_size=300)) == 0
     out = capsys.readouterr().out
     assert "(best of 1), 3 merges; this text is then 1 token (4.00 chars/token)" in out
+
+
+def test_run_as_a_module_it_is_the_command_and_refuses_in_one_line(tmp_path):
+    """docs/bench_tokenize.md runs it as python -m scratchgpt.bench.tokenize, which printed a
+    refusal as a traceback: it had a parser of its own and no error handling."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SCRATCHGPT_DATA_DIR"}
+    done = subprocess.run([sys.executable, "-m", "scratchgpt.bench.tokenize", "--repeat", "1"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "scratchgpt bench tokenize: error: no text to encode: pass --data FILE, or put "
+        "tinyshakespeare.txt in a folder and set SCRATCHGPT_DATA_DIR to it"]

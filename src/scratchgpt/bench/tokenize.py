@@ -26,7 +26,8 @@ CORPUS = "tinyshakespeare.txt"  # (the file of the dataset "shakespeare")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``scratchgpt bench tokenize``."""
     parser.add_argument("--data", default=None,
-                        help=f"text file to encode (default: $SCRATCHGPT_DATA_DIR/{CORPUS})")
+                        help=f"text file (or folder of .txt files) to encode (default: "
+                             f"$SCRATCHGPT_DATA_DIR/{CORPUS})")
     parser.add_argument("--repeat", type=positive_int, default=5,
                         help="timed runs per encoder; the fastest counts (default 5)")
     parser.add_argument("--vocab-size", type=bpe_vocab_size, default=4096,
@@ -146,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if equal else 1
 
 
-if __name__ == "__main__":  # python -m scratchgpt.bench.tokenize
-    _parser = argparse.ArgumentParser(description=__doc__)
-    add_arguments(_parser)
-    raise SystemExit(run(_parser.parse_args()))
+if __name__ == "__main__":  # python -m scratchgpt.bench.tokenize: the command, its errors too
+    import sys
+
+    from scratchgpt.cli import main
+
+    raise SystemExit(main(["bench", "tokenize", *sys.argv[1:]]))
