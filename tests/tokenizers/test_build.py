@@ -83,6 +83,20 @@ def test_load_tokenizer_errors(tmp_path):
         load_tokenizer(tmp_path)
 
 
+def test_load_tokenizer_of_a_file_reads_a_tokenizer_json_and_names_any_other(tmp_path,
+                                                                              english_text):
+    """A learner passes the tokenizer.json itself, or another file: both were "FILE/
+    tokenizer.json does not exist"."""
+    tok = build_tokenizer("bpe", english_text[:5_000], vocab_size=300)
+    tok.save(tmp_path / "d")
+    assert load_tokenizer(tmp_path / "d" / "tokenizer.json").same_as(tok)  # merges.txt beside
+    (tmp_path / "notes.txt").write_text("text", encoding="utf-8")
+    with pytest.raises(ScratchGPTError, match=r"notes\.txt is a file, not the directory of a "
+                                              r"tokenizer \(the folder that holds its "
+                                              r"tokenizer\.json\)"):
+        load_tokenizer(tmp_path / "notes.txt")
+
+
 @pytest.mark.parametrize("state", [
     {"kind": "char"},
     {"kind": "char", "chars": None},

@@ -77,8 +77,14 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     """Load the tokenizer saved in ``directory`` (a dataset or checkpoint directory).
 
     Also reads a Hugging Face ``tokenizer.json`` (byte-level BPE) or GPT-2's ``encoder.json`` +
-    ``vocab.bpe``, so a downloaded GPT-2 checkpoint directory loads as it is."""
+    ``vocab.bpe``, so a downloaded GPT-2 checkpoint directory loads as it is. The path of a
+    ``tokenizer.json`` itself reads its directory."""
     directory = Path(directory)
+    if directory.is_file():  # (it was "FILE/tokenizer.json does not exist")
+        if directory.name != TOKENIZER_FILE:
+            raise TokenizerError(f"{directory} is a file, not the directory of a tokenizer "
+                                 f"(the folder that holds its {TOKENIZER_FILE})")
+        directory = directory.parent  # (its merges.txt, if any, is beside it)
     path = directory / TOKENIZER_FILE
     if not path.is_file():
         if (directory / "encoder.json").is_file() or (directory / "vocab.bpe").is_file():
