@@ -99,6 +99,33 @@ def test_requests_that_fill_the_context_together_slide_in_one_call():
         assert [got[job][c] for c in range(job.n)] == alone(model, job.prompt, job.rule, n=job.n)
 
 
+def test_rows_out_for_their_slide_still_count_as_running(monkeypatch):
+    """/health and /metrics read the batch's size from other threads, during a step: rows
+    that a slide took out of the batch for their re-prefill read as gone (three rows
+    streaming, a batch of 0)."""
+    from scratchgpt.serve import batch as batch_module
+
+    model = MODELS["gpt"]
+    batch, seen = ContinuousBatch(model), []
+    real = batch_module.prefill
+
+    def watched(*args, **kwargs):
+        seen.append(batch.size)  # (as the server's other threads may read it)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch_module, "prefill", watched)
+    batch.admit([Job([1, 2, 3], StopRule(40), n=3)], Deliveries())
+    seen.clear()
+    steps = 0
+    while batch.size == 3 and steps < 60:
+        batch.step()
+        steps += 1
+    assert steps == 39 and batch.size == 0  # 40 tokens, the first sampled at admission
+    assert batch.context < 3 + 40  # so the rows slid (a step that slides them all calls
+    assert len(seen) == steps  # prefill for their windows alone)
+    assert set(seen) == {3}
+
+
 def test_seeded_sampling_of_n_choices_equals_generate_batch_and_ignores_neighbours():
     model = MODELS["gpt"]
     cfg = SamplingConfig(temperature=1.0, top_k=8)

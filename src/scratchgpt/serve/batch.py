@@ -174,6 +174,7 @@ class ContinuousBatch:
         self.model = model
         self.context = context_length(model)
         self.rows: list[Row] = []
+        self.aside = 0  # rows a step's slide took out of ``rows`` until they rejoin
         self.cache = self._empty()
 
     def _empty(self) -> JoinableCache:
@@ -185,8 +186,9 @@ class ContinuousBatch:
 
     @property
     def size(self) -> int:
-        """Rows running."""
-        return len(self.rows)
+        """Rows running, those a step's slide holds out of the batch included (/health and
+        /metrics read this from other threads, in the middle of a step)."""
+        return len(self.rows) + self.aside
 
     def jobs(self) -> set[Job]:
         return {r.job for r in self.rows}
@@ -254,6 +256,7 @@ class ContinuousBatch:
             self._remove([i for i, d in enumerate(done) if d])
         for new in slid:
             self._join(new)
+        self.aside = 0
         return out
 
     def _slide(self, out: Deliveries) -> list[tuple[list[Row], JoinableCache]]:
@@ -266,6 +269,7 @@ class ContinuousBatch:
         pads = self.cache.pad_counts().tolist()
         full = [i for i, p in enumerate(pads) if self.cache.pos - p >= self.context]
         rows = [self.rows[i] for i in full]
+        self.aside = len(rows)  # still running: out only for their re-prefill
         self._remove(full)
         if not full:  # every row has padding in front: dropping it makes room
             self._compact()
