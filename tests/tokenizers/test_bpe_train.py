@@ -254,3 +254,11 @@ def test_training_shows_its_progress_on_stderr_when_asked(english_text, monkeypa
 def test_a_vocabulary_size_that_is_no_integer_is_refused(size):
     with pytest.raises(ScratchGPTError, match=f"must be an integer, got {size!r}"):
         BPETokenizer.train("the cat sat on the mat", size)
+
+
+def test_a_training_out_of_pairs_ends_its_bar_full(monkeypatch, capsys):
+    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)
+    tok = BPETokenizer.train("the cat sat on the mat " * 20, 1000, progress=True)
+    assert len(tok.merges) < 1000 - 257  # (it ran out of pairs)
+    n = len(tok.merges)
+    assert f"BPE: learning merges: 100%|██████████| {n}/{n} " in capsys.readouterr().err

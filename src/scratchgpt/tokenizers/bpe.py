@@ -175,6 +175,7 @@ class BPETokenizer(Tokenizer):
                           f"{time.perf_counter() - start:.1f}s")
 
             merges = learn_merges(chunks, freqs, num_merges, token_bytes, step)
+            bar.total = len(merges)  # (out of pairs early: the bar ends full, where it stopped)
         if verbose and len(merges) < num_merges:
             print(f"stopped after {len(merges)} merges: no pair of tokens left to merge")
         n = 256 + len(merges)
