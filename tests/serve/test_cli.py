@@ -328,6 +328,30 @@ def test_bench_serve_says_why_the_server_did_not_start(capsys, tmp_path):
                                                 str(tmp_path / "nothing")])
 
 
+def test_bench_serve_stopped_while_its_server_starts_leaves_no_server(monkeypatch):
+    """Ctrl-C (or SIGTERM) once the child server printed its address but before it answered
+    /health left that server running, serving a port no one knew, after the bench ended."""
+    import argparse
+
+    from scratchgpt.bench import serve as bench_serve
+
+    def interrupted(url: str) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_serve, "wait_healthy", interrupted)
+    server = bench_serve.ServerProcess("run", argparse.Namespace(
+        dtype="fp32", threads=0, clients=1, soak_clients=1))
+    server.cmd = [sys.executable, "-c", "import time; print('serving m on "
+                  "http://127.0.0.1:1', flush=True); time.sleep(600)"]
+    try:
+        with pytest.raises(KeyboardInterrupt), server:
+            pass
+        assert server.proc.poll() is not None  # ended, not left running
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
 def test_bench_serve_url_with_no_server_is_one_line(capsys):
     """It was httpx's ConnectError traceback."""
     optional("httpx")

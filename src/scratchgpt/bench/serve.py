@@ -124,6 +124,15 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
+        try:
+            self._started()
+        except BaseException:  # Ctrl-C or SIGTERM while it starts: no server left behind
+            self.__exit__()
+            raise
+        return self
+
+    def _started(self) -> None:
+        """Wait until the child serves (its address read from what it prints), or raise."""
         said: deque[str] = deque(maxlen=5)
         for line in self.proc.stdout:
             said.append(line.strip())
@@ -142,7 +151,6 @@ class ServerProcess:
         self.log: deque[str] = deque(maxlen=50)
         threading.Thread(target=self.log.extend, args=(self.proc.stdout,), daemon=True).start()
         wait_healthy(self.url)
-        return self
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.proc.pid)
