@@ -236,6 +236,22 @@ def test_beam_search_refuses_a_length_penalty_that_ranks_nothing(penalty):
         beam_search(_model(), torch.tensor([[4, 5]]), 2, 5, length_penalty=penalty)
 
 
+@pytest.mark.parametrize("penalty", [1e308, -1e308, 20.5, -21])
+def test_beam_search_refuses_a_length_penalty_past_the_limit(penalty):
+    """length ** 1e308 is past the largest float and length ** -1e308 rounds to 0: the search
+    failed dividing by them (OverflowError, ZeroDivisionError)."""
+    with pytest.raises(ScratchGPTError, match="from -20 to 20"):
+        beam_search(_model(), torch.tensor([[4, 5]]), 2, 5, length_penalty=penalty)
+
+
+@pytest.mark.parametrize("penalty", [20, -20])
+def test_beam_search_takes_a_length_penalty_at_the_limit(penalty):
+    """At the limit the scores stay finite, each length's hypotheses ranked among
+    themselves."""
+    hyps = beam_search(_model(), torch.tensor([[4, 5]]), 3, 6, length_penalty=penalty)
+    assert hyps and all(math.isfinite(score) for _, score in hyps)
+
+
 @pytest.mark.parametrize("stop", [0, "rule"])
 def test_beam_search_of_no_new_tokens_is_the_empty_continuation(stop):
     """As generate returns the prompt alone: the search failed to prefill a cache sized for

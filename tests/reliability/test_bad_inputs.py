@@ -358,6 +358,13 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      "max-new-tokens"),
     ("sample --beam 2 --temperature 0.5",
      lambda c: _sample(c, "--beam", "2", "--temperature", "0.5"), "do not apply"),
+    # length ** penalty past the largest float, or rounded to 0: a traceback from the search
+    ("sample --beam 2 --length-penalty 1e308",
+     lambda c: _sample(c, "--beam", "2", "--length-penalty", "1e308"),
+     "--length-penalty must be from -20 to 20"),
+    ("seq2seq translate --beam 2 --length-penalty -1e308",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "3 march 1999",
+                "--beam", "2", "--length-penalty", "-1e308"], "from -20 to 20"),
     ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),
      "num-samples"),
     ("sample --stop ''", lambda c: _sample(c, "--stop", ""), "stop"),

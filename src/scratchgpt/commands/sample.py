@@ -64,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--num-samples hypotheses, at most N, separated by lines of dashes, "
                         "each one's score on stderr)")
     p.add_argument("--length-penalty", type=finite_float, default=None,
-                   help="with --beam: beam score = logprob / length**penalty (default 1.0)")
+                   help="with --beam: beam score = logprob / length**penalty, from -20 to 20 "
+                        "(default 1.0)")
     p.add_argument("--num-samples", type=int, default=1,
                    help="independent samples, generated together as one batch (1)")
     p.add_argument("--num-samples-limit", type=positive_int, default=1000,
@@ -175,6 +176,10 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _check_beam(args: argparse.Namespace) -> None:
+    from scratchgpt.generation.beam import check_length_penalty
+
+    if args.length_penalty is not None:
+        check_length_penalty(args.length_penalty, "--length-penalty")
     if args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam} (leave it out to sample)")
     if args.num_samples > args.beam:

@@ -106,11 +106,22 @@ class _Beams:
         return sorted(self.finished + alive, key=lambda h: h[1], reverse=True)
 
 
-def check_length_penalty(length_penalty: float) -> None:
-    """A GenerationError unless ``length_penalty`` is a finite number (NaN would rank no
-    hypothesis above another). Every beam search checks it: this one and seq2seq's."""
+LENGTH_PENALTY_LIMIT = 20.0  # |penalty|: a usual one is 0.6 to 2
+
+
+def check_length_penalty(length_penalty: float, name: str = "length_penalty") -> None:
+    """A GenerationError unless ``length_penalty`` (``name`` in the message) is a finite
+    number of at most ``LENGTH_PENALTY_LIMIT`` either way: NaN would rank no hypothesis above
+    another, and ``length ** penalty`` of a huge one is past the largest float or rounds to 0
+    (the search failed dividing by it). Every beam search checks it: this one and
+    seq2seq's."""
     if not math.isfinite(length_penalty):
-        raise GenerationError(f"length_penalty must be a finite number, got {length_penalty}")
+        raise GenerationError(f"{name} must be a finite number, got {length_penalty}")
+    if abs(length_penalty) > LENGTH_PENALTY_LIMIT:
+        limit = f"{LENGTH_PENALTY_LIMIT:g}"
+        raise GenerationError(f"{name} must be from -{limit} to {limit} (a usual one is 0.6 to "
+                              f"2: a score is the log-probability / length ** penalty), got "
+                              f"{length_penalty:g}")
 
 
 @torch.inference_mode()
