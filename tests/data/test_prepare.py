@@ -39,6 +39,23 @@ def test_batches_are_shifted_windows(small_dataset):
     assert torch.equal(x[:, 1:], y[:, :-1])
 
 
+def test_a_split_without_one_window_is_a_data_error_from_python_too(tmp_path):
+    """From Python, a split shorter than the window reached torch ("random_ expects 'from' to
+    be less than 'to'") in get_batch, and gave no evaluation batch, so that a full-split loss
+    divided by zero."""
+    import torch
+
+    prepare_text("hello world " * 3, tmp_path, "char")
+    data = TokenDataset(tmp_path)
+    short = r"the val split has 4 tokens, fewer than one context window of 4 \+ 1"
+    with pytest.raises(ScratchGPTError, match=short):
+        data.get_batch("val", 2, 4, torch.Generator().manual_seed(0))
+    with pytest.raises(ScratchGPTError, match=short):
+        next(data.sequential_batches("val", 2, 4))
+    assert data.get_batch("val", 2, 3, torch.Generator())[0].shape == (2, 3)
+    assert len(list(data.sequential_batches("val", 2, 3))) == 1
+
+
 def test_named_datasets_are_well_formed():
     # Fetching, verifying and caching are tested against a local server in test_download.py.
     for name, ds in sources.DATASETS.items():

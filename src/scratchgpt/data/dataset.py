@@ -144,22 +144,32 @@ class TokenDataset:
         ``options`` name the setting (validation.FLAGS, or KEYWORDS from Python)."""
         smaller = f" or a smaller {named(options, 'block_size')}"
         remedy = "use more data" + ("" if fixed else smaller)
-        for split, data in self.splits.items():
-            if len(data) <= block_size:
-                raise DataError(
-                    f"the {split} split has {plural(len(data), 'token')}, fewer than one "
-                    f"context window of {block_size} + 1; {remedy}"
-                )
+        for split in self.splits:
+            self._windowed(split, block_size, remedy)
+
+    def _windowed(self, split: str, block_size: int,
+                  remedy: str = "use more data or a smaller block_size") -> np.ndarray:
+        """The tokens of ``split``, which hold a context window of ``block_size`` + 1 (the
+        shifted targets), or a DataError ending with ``remedy``."""
+        data = self.splits[split]
+        if len(data) <= block_size:
+            raise DataError(f"the {split} split has {plural(len(data), 'token')}, fewer than "
+                            f"one context window of {block_size} + 1; {remedy}")
+        return data
 
     def get_batch(self, split: str, batch_size: int, block_size: int,
                   generator: torch.Generator,
                   shard: tuple[int, int] = (0, 1)) -> tuple[Tensor, Tensor]:
-        """Random windows of ``split``: see :func:`random_windows`."""
-        return random_windows(self.splits[split], batch_size, block_size, generator, shard)
+        """Random windows of ``split``: see :func:`random_windows`. A split without one window
+        is a DataError (torch's "random_ expects 'from' to be less than 'to'" from Python)."""
+        return random_windows(self._windowed(split, block_size), batch_size, block_size,
+                              generator, shard)
 
     def sequential_batches(self, split: str, batch_size: int, block_size: int):
-        """Every non-overlapping window of ``split`` once, in order: the full-split evaluation."""
-        data = self.splits[split]
+        """Every non-overlapping window of ``split`` once, in order: the full-split evaluation.
+        A split without one window is a DataError (it gave no batch, and a loss over them
+        divided by zero)."""
+        data = self._windowed(split, block_size)
         n = (len(data) - 1) // block_size
         for start in range(0, n, batch_size):
             rows = np.arange(start, min(start + batch_size, n)) * block_size
