@@ -24,7 +24,8 @@ writes no ``output`` tensor; llama.cpp then reuses ``token_embd``.
 ``--type``: ``f32`` (exact weights), ``f16`` (2-D weights in half precision) or ``q8_0`` (2-D
 weights in blocks of 32 int8 values with one f16 scale, 8.5 bits per weight). As llama.cpp's
 converter does, 1-D tensors (biases, LayerNorms) and the position table stay f32, and a matrix
-whose rows are not a multiple of 32 long is written f16 under q8_0. Where that is every matrix,
+whose rows are not a multiple of 32 long is written f16 under q8_0 (one note names them all).
+Where that is every matrix,
 the file is an f16 one: ``general.file_type`` says so, and the export's summary says why.
 
 llama.cpp reads a position past GPT-2's learned table with an assertion that ends the process
@@ -269,17 +270,23 @@ def encode_tensors(model: nn.Module, cfg: dict[str, Any], qtype: str) -> Encoded
 
 
 def written_type(qtype: str, tensors: Encoded) -> tuple[str, str | None, list[str]]:
-    """(the file's type, why it is not ``qtype`` or None, the tensors' notes). ``q8_0`` where
+    """(the file's type, why it is not ``qtype`` or None, the notes on it). ``q8_0`` where
     no matrix could be quantized (no row a multiple of 32 long) wrote f16 only: the file is
-    f16 then, and one line says why, not one per matrix."""
-    notes = [note for *_, note in tensors if note]
+    f16 then, and one line says why; where some could, one note names those kept in f16 (a
+    note for each was a screenful for a small model)."""
     Q = _gguf().GGMLQuantizationType
-    if qtype != "q8_0" or any(t == Q.Q8_0 for _, _, t, _ in tensors):
-        return qtype, None, notes
-    rows = sorted({data.shape[-1] for _, data, t, _ in tensors if t == Q.F16})
-    lengths = " or ".join(map(str, rows))
-    return "f16", (f"q8_0 requested, every matrix kept in f16 because q8_0 needs rows a multiple "
-                   f"of {Q8_0_BLOCK} long and these are {lengths} long"), []
+    kept = [(name, data.shape[-1]) for name, data, t, _ in tensors if t == Q.F16]
+    if qtype != "q8_0" or not kept:
+        return qtype, None, [note for *_, note in tensors if note]
+    lengths = " or ".join(map(str, sorted({n for _, n in kept})))
+    why = f"q8_0 needs rows a multiple of {Q8_0_BLOCK} long and these are {lengths} long"
+    quantized = sum(t == Q.Q8_0 for _, _, t, _ in tensors)
+    if not quantized:
+        return "f16", f"q8_0 requested, every matrix kept in f16 because {why}", []
+    names = ", ".join(name for name, _ in kept[:3]) + (f" and {len(kept) - 3} more"
+                                                      if len(kept) > 3 else "")
+    return qtype, None, [f"{len(kept)} of {len(kept) + quantized} matrices written f16 "
+                         f"({names}): {why}"]
 
 
 FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0"}
