@@ -56,10 +56,14 @@ def test_speculative_cli_seeded_and_stops(runs, capsys):
     (["--draft", "FOREIGN"], "different tokenizers"),
     (["--draft", "DRAFT", "--speculate", "0"], "--speculate must be >= 1"),
     (["--draft", "DRAFT", "--num-samples", "2"], "does not combine"),
+    # (it said "checkpoint X does not exist": which of the two?)
+    (["--draft", "MISSING"], "error: --draft: checkpoint MISSING does not exist"),
 ])
 def test_speculative_cli_errors(runs, capsys, flags, needle):
+    missing = str(runs["draft"].parent / "no-such-run")
     flags = [str(runs["foreign"]) if f == "FOREIGN" else str(runs["draft"]) if f == "DRAFT"
-             else f for f in flags]
+             else missing if f == "MISSING" else f for f in flags]
+    needle = needle.replace("MISSING", missing)
     code = main(["sample", "--checkpoint", str(runs["target"]), "--max-new-tokens", "5", *flags])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and "Traceback" not in err, err

@@ -367,6 +367,9 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 "--beam", "2", "--length-penalty", "-1e308"], "from -20 to 20"),
     ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),
      "num-samples"),
+    # it said "checkpoint X does not exist", naming neither flag of the two checkpoints
+    ("sample --draft with no such run",
+     lambda c: _sample(c, "--draft", c["root"] / "no-such-draft"), "--draft: checkpoint"),
     ("sample --stop ''", lambda c: _sample(c, "--stop", ""), "stop"),
     ("sample --temperature nan", lambda c: _sample(c, "--temperature", "nan"), "temperature"),
     ("sample --prompt-file DIR", lambda c: _sample(c, "--prompt-file", c["a_dir"]), "directory"),

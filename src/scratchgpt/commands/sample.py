@@ -511,8 +511,7 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
     if args.draft == "ngram":
         draft = NgramDrafter()
     else:
-        draft, draft_tok = load_for_decoding(args.draft, args, dtype=args.draft_dtype,
-                                             compile_required=False)
+        draft, draft_tok = load_draft(args)
         check_pair(job.model, draft, job.tok, draft_tok)
         check_compiled_pair(job.model, draft, args)
         warm_up(draft)
@@ -536,6 +535,18 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
           "tokens decoded per position the model scored (the acceptance rate r, each round's "
           "bonus token counted)", file=sys.stderr)
     return 0
+
+
+def load_draft(args: argparse.Namespace):
+    """(the ``--draft`` model ready to decode, its tokenizer); a refusal of it names the flag:
+    "checkpoint X does not exist" left the user to guess which of the two checkpoints."""
+    from scratchgpt.errors import ScratchGPTError
+
+    try:
+        return load_for_decoding(args.draft, args, dtype=args.draft_dtype,
+                                 compile_required=False)
+    except ScratchGPTError as e:
+        raise type(e)(f"--draft: {e}") from None
 
 
 def check_compiled_pair(target, draft, args: argparse.Namespace) -> None:
