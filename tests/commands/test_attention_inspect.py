@@ -115,6 +115,8 @@ def test_attention_cuts_text_longer_than_the_context(runs, tmp_path, capsys):
     ("abc", "a.png", ["--head", "-4"], "--head must be in [0, 2]"),
     ("ABC", "a.png", [], "not in the vocabulary: 'A', 'B', 'C'"),
     ("abc", "a.unknownformat", [], "is not an image format"),
+    # (it said "the text is empty after tokenization", once the model had loaded)
+    ("", "a.png", [], "error: --text is empty; give the text whose attention to plot"),
 ])
 def test_attention_bad_input(runs, tmp_path, capsys, text, out, extra, message):
     line = error_of(capsys, ["attention", "--checkpoint", str(runs["gpt"]), "--text", text,

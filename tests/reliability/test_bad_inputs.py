@@ -396,6 +396,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("inspect --setting k=2.5",
      lambda c: ["inspect", "--checkpoint", c["run"], "--prompt", "a", "--setting", "k=2.5"],
      "not a whole number"),
+    # it said "the text is empty after tokenization", once the model had loaded
+    ("attention --text ''",
+     lambda c: ["attention", "--checkpoint", c["run"], "--text", "", "--out",
+                c["root"] / "out" / "attention.png"], "--text is empty"),
     # it was taken, and the default --max-new-tokens blamed: "500 exceeds the allowed -5"
     ("sample --max-new-tokens-limit -5",
      lambda c: _sample(c, "--max-new-tokens-limit", "-5"), "expected a positive integer"),

@@ -25,7 +25,7 @@ from scratchgpt.commands.argtypes import (
     pick_index,
     thread_count,
 )
-from scratchgpt.errors import CheckpointError, GenerationError
+from scratchgpt.errors import CheckpointError, ConfigError
 from scratchgpt.wording import a_kind, plural
 
 
@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.viz import attention_figure, check_figure_path, save_figure, token_labels
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
+    if not args.text:
+        raise ConfigError("--text is empty; give the text whose attention to plot")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, source = load_model(args.checkpoint, args.which, FLAGS)
@@ -72,9 +74,7 @@ def run(args: argparse.Namespace) -> int:
     layers = pick_index(args.layer, cfg.n_layer, "--layer")
     heads = pick_index(args.head, cfg.n_head, "--head")
     tok = checkpoint_tokenizer(source)
-    ids = encode(tok, args.text, args.unknown)
-    if not ids:
-        raise GenerationError("the text is empty after tokenization")
+    ids = encode(tok, args.text, args.unknown)  # (a text has a token at least)
     if len(ids) > cfg.block_size:
         print(f"note: the text has {len(ids)} tokens, the model's context {cfg.block_size}: "
               f"plotting the first {cfg.block_size}", file=sys.stderr)
