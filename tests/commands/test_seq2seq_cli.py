@@ -415,6 +415,41 @@ def test_eval_stopped_scores_the_pairs_it_had_decoded(cli_main, checkpoint, caps
     assert said.err.endswith("scratchgpt seq2seq eval: interrupted\n"), said.err
 
 
+def test_translate_reads_its_sources_from_a_file_or_standard_input(cli_main, checkpoint,
+                                                                   tmp_path, capsys,
+                                                                   monkeypatch):
+    """Many sources could only be typed as as many --source flags: --source-file FILE (or -,
+    standard input) translates every line, a line out for each line in, as the same
+    --source flags do; an empty line, which would shift every later output off its source,
+    is refused by its number before the model is read."""
+    import io
+    import sys
+
+    sources = ["3 march 1999", "12/10/2001", "1 may 2000"]
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                     *(f"--source={s}" for s in sources)]) == 0
+    flags = capsys.readouterr().out
+    assert len(flags.splitlines()) == 3
+    listed = tmp_path / "sources.txt"
+    listed.write_bytes("\r\n".join(sources).encode())  # (Windows line ends, no last one)
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                     "--source-file", str(listed)]) == 0
+    assert capsys.readouterr().out == flags
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        "\n".join(sources).encode() + b"\n")))
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                     "--source-file", "-"]) == 0
+    assert capsys.readouterr().out == flags
+    listed.write_text("3 march 1999\n\n1 may 2000\n")
+    for name, says in ((listed, f"source file {listed}, line 2: empty line; each line is a "
+                                "source to translate (remove the empty lines)"),
+                       (tmp_path / "none.txt", f"source file {tmp_path / 'none.txt'} does not "
+                                               "exist")):
+        err = error_of(capsys, ["seq2seq", "translate", "--checkpoint", str(tmp_path / "no-run"),
+                                "--source-file", str(name)])  # (refused before the model)
+        assert err.endswith(says), err
+
+
 def test_a_bad_source_in_a_later_batch_is_refused_before_any_is_printed(cli_main, reversal_run,
                                                                         capsys, monkeypatch):
     """Every source is checked before the first batch is decoded: an empty one in the last

@@ -180,6 +180,7 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
 
 def _files(root: Path) -> dict[str, Path]:
     (root / "one-char.txt").write_text("a")
+    (root / "blank-line.txt").write_text("3 may 1999\n\n1 may 2000\n")  # (to translate)
     (root / "loop").symlink_to(root / "loop")
     (root / "a-dir").mkdir()
     (root / "bad-type.json").write_text(json.dumps({"learning_rate": "fast"}))
@@ -423,6 +424,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),
+    # a line out for each line in: a skipped empty line would shift every later output
+    ("seq2seq translate --source-file with an empty line",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source-file",
+                c["root"] / "blank-line.txt"], "line 2: empty line"),
     ("seq2seq translate an over-long source",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "1 " * 2000],
      "at most"),

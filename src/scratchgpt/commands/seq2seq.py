@@ -24,7 +24,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.options import add_dataclass_flags, given, show_default
 from scratchgpt.data.translation import TASKS
-from scratchgpt.errors import CheckpointError, ConfigError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError
 from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
@@ -106,15 +106,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     tr = actions.add_parser("translate", help="decode sources with a checkpoint",
                             description="Translate one or more sources with a trained model: "
-                                        "one translation a line, in the order of --source, "
+                                        "one translation a line, in the order of --source "
+                                        "(or of the lines of --source-file), "
                                         f"printed {TRANSLATE_BATCH} sources at a time as they "
                                         "are decoded. Ctrl-C or SIGTERM keeps the lines "
                                         "printed and prints those of the batch it stopped, "
                                         "each as far as it was decoded (a note on stderr "
                                         "numbers the ones cut short), then exits 130 / 143.")
     _add_checkpoint(tr)
-    tr.add_argument("--source", action="append", required=True, metavar="TEXT",
-                    help="text to translate (repeat for several)")
+    given = tr.add_mutually_exclusive_group(required=True)
+    given.add_argument("--source", action="append", metavar="TEXT",
+                       help="text to translate (repeat for several)")
+    given.add_argument("--source-file", metavar="FILE",
+                       help="translate every line of FILE (UTF-8; - reads standard input), a "
+                            "line out for each line in; an empty line is refused")
     _add_decoding(tr, DEFAULT_MAX_LEN_HELP)
     tr.set_defaults(func=run_translate)
 
@@ -365,21 +370,40 @@ def run_translate(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import translate_batches
 
     penalty = length_penalty(args)
+    sources = args.source or read_sources(args.source_file)
     model, src_tok, tgt_tok, _ = _load(args)
-    note_unseen(src_tok, args.source)
+    note_unseen(src_tok, sources)
     longest = max_len(args, model)
     done: list[list[int]] = []  # the token ids of the translations printed
     cut: list[Stopped] = []  # what the batch a stop cuts had decoded
     try:
-        for texts, ids, _ in translate_batches(model, args.source, src_tok, tgt_tok, args.beam,
+        for texts, ids, _ in translate_batches(model, sources, src_tok, tgt_tok, args.beam,
                                                longest, TRANSLATE_BATCH, penalty, cut):
             print(*texts, sep="\n", flush=True)
             done += ids
     except KeyboardInterrupt:  # what was printed stays; the rest was never decoded
-        _print_stopped(done, cut, len(args.source), model.config.eos_id, longest)
+        _print_stopped(done, cut, len(sources), model.config.eos_id, longest)
         raise
-    note_cut(done, len(args.source), model.config.eos_id, longest)
+    note_cut(done, len(sources), model.config.eos_id, longest)
     return 0
+
+
+def read_sources(name: str) -> list[str]:
+    """The lines of ``--source-file`` (``-``: standard input), read as every file a user
+    names is (:func:`~scratchgpt.data.sources.read_text_file`); an empty line is refused by
+    its number, as each line in is a line out (skipped, it would pair every later output
+    with the wrong source)."""
+    from scratchgpt.data.sources import STDIN, read_text_file, text_lines
+
+    lines = text_lines(read_text_file(name, "source file")[0])
+    where = "standard input" if name == STDIN else f"source file {name}"
+    if not lines:
+        raise DataError(f"{where} has no line to translate")
+    empty = next((n for n, line in enumerate(lines, start=1) if not line), None)
+    if empty is not None:
+        raise DataError(f"{where}, line {empty}: empty line; each line is a source to "
+                        "translate (remove the empty lines)")
+    return lines
 
 
 def _print_stopped(done: list[list[int]], cut: list[Stopped], total: int, eos_id: int,
