@@ -450,6 +450,24 @@ def test_translate_reads_its_sources_from_a_file_or_standard_input(cli_main, che
         assert err.endswith(says), err
 
 
+def test_eval_says_how_many_mistakes_it_did_not_show(cli_main, checkpoint, capsys):
+    """The list of mistakes stopped at --show-errors (5 unless given) with no word that
+    there were more; the rest are now counted."""
+    argv = ["seq2seq", "eval", "--checkpoint", str(checkpoint), "--eval-pairs", "12"]
+    assert cli_main([*argv, "--show-errors", "100"]) == 0
+    out = capsys.readouterr().out
+    mistakes = [line for line in out.splitlines() if line.startswith("  '")]
+    correct = int(re.search(r"^exact match \S+ \((\d+)/12\)$", out, re.M).group(1))
+    assert len(mistakes) == 12 - correct >= 4  # (the case at hand: an untrained model)
+    assert "more mistake" not in out  # every one shown
+    assert cli_main([*argv, "--show-errors", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3:] == [*mistakes[:2], f"  ... and {len(mistakes) - 2} more mistakes "
+                                         "(--show-errors N shows more)"]
+    assert cli_main([*argv, "--show-errors", "0"]) == 0
+    assert "more mistake" not in capsys.readouterr().out  # none asked for, none counted
+
+
 def test_a_bad_source_in_a_later_batch_is_refused_before_any_is_printed(cli_main, reversal_run,
                                                                         capsys, monkeypatch):
     """Every source is checked before the first batch is decoded: an empty one in the last

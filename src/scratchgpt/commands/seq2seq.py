@@ -138,7 +138,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # the spelling of an earlier release, still accepted: the first N pairs (N > 0)
     e.add_argument("--limit", dest="eval_pairs", type=positive_int, help=argparse.SUPPRESS)
     e.add_argument("--show-errors", type=non_negative_int, default=5, metavar="N",
-                   help="print up to N mistakes (default 5)")
+                   help="print up to N mistakes, and how many more there are (default 5)")
     _add_decoding(e, "the longest target, plus 2: room for every target and its <eos>; at "
                      "most a transformer's --max-positions")
     e.set_defaults(func=run_eval)
@@ -484,10 +484,19 @@ def run_eval(args: argparse.Namespace) -> int:
     print(format_eval(ev))
     if len(pairs) < len(all_pairs):
         print(subset_note(len(pairs), len(all_pairs), what, whose))
-    errors = [(s, t, p) for (s, t), p in zip(pairs, ev.predictions, strict=True) if p != t]
-    for s, t, p in errors[: args.show_errors]:
-        print(f"  {s!r} -> {p!r} (expected {t!r})")
+    show_errors(pairs, ev.predictions, args.show_errors)
     return 0
+
+
+def show_errors(pairs: list[tuple[str, str]], predictions: list[str], shown: int) -> None:
+    """The first ``shown`` mistakes, source -> output (expected target), and how many more
+    there are: the list stopped at --show-errors with no word that it had."""
+    errors = [(s, t, p) for (s, t), p in zip(pairs, predictions, strict=True) if p != t]
+    for s, t, p in errors[:shown]:
+        print(f"  {s!r} -> {p!r} (expected {t!r})")
+    if 0 < shown < len(errors):
+        print(f"  ... and {plural(len(errors) - shown, 'more mistake', grouped=True)} "
+              "(--show-errors N shows more)")
 
 
 def _held_out(checkpoint: str, data: dict[str, Any]) -> list[tuple[str, str]]:
