@@ -317,11 +317,8 @@ def test_existing_stage_runs_are_kept_unless_overwrite(small_dataset, tmp_path, 
     assert not (tmp_path / "2-one-head").exists()  # only the stages asked for
 
 
-def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, capsys,
-                                                   monkeypatch):
-    """Ctrl-C in stage 2 keeps stage 1 (and the report of it); the same command again was
-    refused with only 'already holds a run; pass --overwrite', which trains stage 1 again. It
-    now names the stages the report lacks, and that command completes the build."""
+def interrupt_stage_two(monkeypatch) -> None:
+    """Ctrl-C as stage 2's third batch is drawn (``monkeypatch.undo()`` lifts it)."""
     import signal
 
     from tests.interrupts import interrupt_at
@@ -329,11 +326,19 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     real_run = gpt_build.train_job.run
 
     def stage_run(job, progress):
-        if job.out.name == "2-one-head":  # Ctrl-C as the stage's third batch is drawn
+        if job.out.name == "2-one-head":
             interrupt_at(monkeypatch, 3, signal.SIGINT)
         return real_run(job, progress)
 
     monkeypatch.setattr(gpt_build.train_job, "run", stage_run)
+
+
+def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, capsys,
+                                                   monkeypatch):
+    """Ctrl-C in stage 2 keeps stage 1 (and the report of it); the same command again was
+    refused with only 'already holds a run; pass --overwrite', which trains stage 1 again. It
+    now names the stages the report lacks, and that command completes the build."""
+    interrupt_stage_two(monkeypatch)
     args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
             "--out", str(tmp_path), "--no-progress", "--stages"]
     assert main([*args, "1", "2", "3"]) == 130
@@ -358,18 +363,7 @@ def test_a_stage_finished_by_train_resume_is_in_the_report(small_dataset, quick_
     is now read from its own run directory: ``--report`` writes the report with it, the same
     command again goes on with the stages after it, and its row is that of the stage trained
     without a break (the quick build's)."""
-    import signal
-
-    from tests.interrupts import interrupt_at
-
-    real_run = gpt_build.train_job.run
-
-    def stage_run(job, progress):
-        if job.out.name == "2-one-head":  # Ctrl-C as the stage's third batch is drawn
-            interrupt_at(monkeypatch, 3, signal.SIGINT)
-        return real_run(job, progress)
-
-    monkeypatch.setattr(gpt_build.train_job, "run", stage_run)
+    interrupt_stage_two(monkeypatch)
     args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
             "--out", str(tmp_path), "--no-progress"]
     assert main([*args, "--stages", "1", "2", "3"]) == 130
