@@ -395,3 +395,39 @@ def test_a_safetensors_file_cut_short_is_said_to_be(hf_dir, tmp_path, capsys, wh
                             f"{keep:,} bytes where its header needs at least {need:,} (a copy "
                             "or download cut short?)"), msg
     assert not (tmp_path / "run").exists()
+
+
+def test_a_model_saved_in_shards_loads_and_a_missing_shard_is_named(tmp_path, capsys):
+    """transformers saves a model above 5 GB (GPT-2 XL in fp32) as shards and an index,
+    model.safetensors.index.json: such a directory was 'not a Hugging Face directory' to
+    convert --from hf and 'no checkpoint (best.pt or last.pt)' to sample."""
+    from tests.cli_errors import error_of
+
+    d = tmp_path / "sharded"
+    ref = tiny_hf()
+    ref.save_pretrained(d, max_shard_size="40KB")
+    capsys.readouterr()  # (transformers' progress bar)
+    shards = sorted(d.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (d / "model.safetensors").exists()
+    ours, _ = load_model(d)
+    x = torch.randint(0, VOCAB, (2, 30))
+    with torch.no_grad():
+        assert (ours(x) - ref(x).logits).abs().max().item() <= 1e-4
+    shards[-1].unlink()  # a copy that left one out
+    msg = error_of(capsys, ["convert", "--from", "hf", str(d), "--out", str(tmp_path / "run")])
+    assert msg.endswith(f"{d / 'model.safetensors.index.json'} names the shard "
+                        f"'{shards[-1].name}', which is not a file beside it (a download or "
+                        "copy left it out?)"), msg
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_export_over_a_model_in_shards_leaves_none_of_them(tmp_path, capsys):
+    """An export replacing a model saved in shards removes the shards with their index, as it
+    removes a single model.safetensors: none of the old model's files outlive it."""
+    d = tmp_path / "sharded"
+    tiny_hf().save_pretrained(d, max_shard_size="40KB")
+    (d / "notes.txt").write_text("mine")
+    save_hf(GPT(GPTConfig(vocab_size=VOCAB, block_size=16, n_layer=1, n_head=2, n_embd=16)), d)
+    assert not list(d.glob("model-*.safetensors")) and (d / "notes.txt").read_text() == "mine"
+    assert not (d / "model.safetensors.index.json").exists()
+    assert load_model(d)[0].config.n_layer == 1

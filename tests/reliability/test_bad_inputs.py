@@ -175,6 +175,12 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
     shutil.copytree(good, d)
     weights = (d / "model.safetensors").read_bytes()
     (d / "model.safetensors").write_bytes(weights[:len(weights) // 2])
+    d = out["hf_shard_missing"] = root / "hf_shard_missing"  # a copy that left a shard out
+    shutil.copytree(good, d)
+    (d / "model.safetensors").rename(d / "model-00001-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "transformer.wte.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors"}}))
     return out
 
 
@@ -594,6 +600,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf of a safetensors file cut short",
      lambda c: ["convert", "--from", "hf", c["hf_cut_short"], "--out", c["root"] / "out" / "h7"],
      "it is truncated"),
+    # a model in shards was "not a Hugging Face directory"; one left out is named
+    ("convert --from hf of a model in shards, one missing",
+     lambda c: ["convert", "--from", "hf", c["hf_shard_missing"], "--out",
+                c["root"] / "out" / "h8"], "names the shard 'model-00002-of-00002.safetensors'"),
     # it said "not GPTClassifier", a class name the user never met
     ("convert --to hf of a classifier run",
      lambda c: ["convert", "--checkpoint", c["classifier"], "--to", "hf", "--out",

@@ -1,7 +1,8 @@
 """Hugging Face GPT-2 directories <-> our GPT.
 
 A Hugging Face GPT-2 directory holds ``config.json`` (``"model_type": "gpt2"``), the weights as
-``model.safetensors`` (or the older ``pytorch_model.bin``) and usually tokenizer files. Our GPT
+``model.safetensors`` (or, above 5 GB, shards that ``model.safetensors.index.json`` lists, or
+the older ``pytorch_model.bin``) and usually tokenizer files. Our GPT
 uses GPT-2's parameter names, so the mapping is nearly the identity:
 
 * keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``);
@@ -60,7 +61,9 @@ from scratchgpt.signals import signals_held
 from scratchgpt.validation import json_loads
 
 CONFIG_FILE = "config.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SHARD_INDEX = "model.safetensors.index.json"  # weights in shards, which it maps tensors to
+# (transformers' save_pretrained splits a model above 5 GB: GPT-2 XL in fp32)
+WEIGHT_FILES = ("model.safetensors", SHARD_INDEX, "pytorch_model.bin")  # preferred first
 OUR_TOKENIZER_DIR = "scratchgpt-tokenizer"  # our own tokenizer, kept beside the HF files
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
@@ -289,27 +292,58 @@ def state_dict_to_hf(state: dict[str, Tensor], tie_weights: bool) -> dict[str, T
 
 
 def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
-    """The tensors of ``model.safetensors`` (preferred) or ``pytorch_model.bin``."""
+    """The tensors of ``model.safetensors`` (preferred), of the shards
+    ``model.safetensors.index.json`` names, or of ``pytorch_model.bin``."""
     for name in WEIGHT_FILES:
         path = directory / name
         if not path.is_file():
             continue
+        if name == SHARD_INDEX:
+            return _read_shards(path), path
         if not name.endswith(".safetensors"):
             return read_torch_file(path, "weights file"), path
-        short = _cut_short(path)
-        if short is not None:
-            raise CheckpointError(f"{path} is not readable: {short}")
-        try:
-            from safetensors.torch import load_file
-
-            return load_file(str(path)), path
-        except ImportError:
-            raise CheckpointError("reading model.safetensors needs the safetensors package "
-                            "(pip install safetensors)") from None
-        except Exception as e:  # noqa: BLE001 - any corrupt file becomes one clear line
-            reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
-            raise CheckpointError(f"{path} is not readable: {reason}") from None
+        return _read_safetensors(path), path
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
+
+
+def _read_shards(index: Path) -> dict[str, Tensor]:
+    """The tensors of every shard ``index`` maps a tensor to (a file beside it)."""
+    tensors: dict[str, Tensor] = {}
+    for shard in _listed_shards(index):
+        path = index.parent / str(shard)
+        if path.parent != index.parent or not path.is_file():
+            raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file "
+                                  f"beside it (a download or copy left it out?)")
+        tensors.update(_read_safetensors(path))
+    return tensors
+
+
+def _listed_shards(index: Path) -> list[str]:
+    """The shard files ``index`` maps tensors to, each once, in order; an index that cannot be
+    read so is a CheckpointError."""
+    try:
+        weight_map = json_loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return [str(shard) for shard in dict.fromkeys(weight_map.values())]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{index} is not readable: no weight_map of tensors to shard "
+                              f"files ({type(e).__name__}: {e})") from None
+
+
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    """The tensors of one safetensors file; a damaged one is a one-line CheckpointError."""
+    short = _cut_short(path)
+    if short is not None:
+        raise CheckpointError(f"{path} is not readable: {short}")
+    try:
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    except ImportError:
+        raise CheckpointError("reading model.safetensors needs the safetensors package "
+                              "(pip install safetensors)") from None
+    except Exception as e:  # noqa: BLE001 - any corrupt file becomes one clear line
+        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise CheckpointError(f"{path} is not readable: {reason}") from None
 
 
 def _cut_short(path: Path) -> str | None:
@@ -459,10 +493,18 @@ def has_hf_form(tokenizer: Any) -> bool:
 
 def _clear_directory(directory: Path) -> None:
     """Remove the files of the Hugging Face model (ours or another tool's) in ``directory``;
-    other files stay."""
-    for name in (*DIRECTORY_FILES, *WEIGHT_FILES):
+    other files stay: the shards its index lists go with it."""
+    for name in (*_shard_names(directory / SHARD_INDEX), *DIRECTORY_FILES, *WEIGHT_FILES):
         (directory / name).unlink(missing_ok=True)
     shutil.rmtree(directory / OUR_TOKENIZER_DIR, ignore_errors=True)
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The files beside it that a shard index lists; none where it is absent or unreadable."""
+    try:
+        return [s for s in _listed_shards(index) if Path(s).name == s]
+    except CheckpointError:
+        return []
 
 
 # ---- tokenizers
@@ -540,7 +582,8 @@ def import_hf(source: str | Path, out: str | Path,
 
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
-                              f"model.safetensors or pytorch_model.bin){_ours_already(source)}")
+                              "model.safetensors, its shards or pytorch_model.bin)"
+                              f"{_ours_already(source)}")
     config = read_hf_config(source)  # read once, for the model, tokenizer and template
     model, _ = load_hf(source, config)
     tok = hf_tokenizer(source, required=False, config=config)

@@ -697,8 +697,8 @@ def load_model(path: str | Path, which: str | None = None,
                options: Mapping[str, str] = KEYWORDS) -> tuple[nn.Module, ModelSource]:
     """Rebuild the model saved in a checkpoint (eval mode, CPU): returns (model, source).
 
-    ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors or
-    pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
+    ``path`` may also be a Hugging Face GPT-2 directory (config.json + model.safetensors, its
+    shards or pytorch_model.bin), converted on the fly (see :mod:`scratchgpt.checkpoints.hf`), or
     ``hf:`` and a hub model id (``hf:gpt2``), downloaded once into the hub's cache
     (:mod:`scratchgpt.checkpoints.hub`). ``which``: :func:`resolve_checkpoint`; a refusal
     names it as ``options`` do (the keyword; a command passes validation.FLAGS)."""
