@@ -22,6 +22,32 @@ def test_a_negative_thread_count_is_refused(name, capsys):
     assert "--threads" in error_of(capsys, ["bench", name, "--threads", "-1"])
 
 
+OWN_THREADS = ["sample", "generate", "decode-step", "speculative", "recurrent", "finetune"]
+
+
+@pytest.mark.parametrize("name", OWN_THREADS)
+def test_more_threads_than_cores_is_refused_before_the_benchmark(name, monkeypatch, capsys):
+    """--threads 3 on a 2-core machine ran: its threads took turns on the cores, and the
+    figures timed the turns, not the benchmark."""
+    import importlib
+
+    import scratchgpt.bench
+
+    monkeypatch.setattr(scratchgpt.bench, "cores", lambda: 2)
+    module = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
+    monkeypatch.setattr(module, "run", lambda args: pytest.fail("the benchmark ran"))
+    line = error_of(capsys, ["bench", name, "--threads", "3"])
+    assert "--threads" in line and "to 2 threads (this machine's CPU cores" in line
+    assert "got '3'" in line
+
+
+def test_threads_up_to_the_cores_are_taken():
+    from scratchgpt.bench import bench_threads, bench_threads_positive, cores
+
+    assert bench_threads(str(cores())) == cores()
+    assert bench_threads_positive(str(cores())) == cores()
+
+
 RECURRENT = ["bench", "recurrent", "--cells", "rnn", "--hidden", "8", "--n-layer", "1",
              "--batch-size", "2", "--seq-len", "4", "--decode-tokens", "2", "--repeats", "1"]
 

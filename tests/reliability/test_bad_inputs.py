@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from scratchgpt.bench import cores as bench_cores
 from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
 from scratchgpt.cli import main
 from tests.corpus import play_text
@@ -674,6 +675,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("bench seq2seq --archs naming a model twice",
      lambda c: ["bench", "seq2seq", "--archs", "lstm", "lstm"],
      "--archs names lstm more than once"),
+    # threads beyond the cores took turns on them: the figures timed the turns
+    ("bench sample --threads beyond the cores",
+     lambda c: ["bench", "sample", "--threads", str(bench_cores() + 1)],
+     "this machine's CPU cores"),
     # a text file is no prepared dataset: it was called "no such directory" though it exists
     ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
                                                c["root"] / "out" / "t", *TINY],

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scratchgpt.bench import bench_threads_positive
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 from scratchgpt.validation import flag_of
 
@@ -87,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "model's positions leave room for beside --tokens)")
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed calls per variant (default: about 2 s of calls)")
-    p.add_argument("--threads", type=positive_int, default=1,
+    p.add_argument("--threads", type=bench_threads_positive, default=1,
                    help="torch threads (default 1: thread CPU time is the clock)")
     p.add_argument("--ops", type=non_negative_int, default=0,
                    help="also list the N costliest kernels of each call by op name (0 = none)")

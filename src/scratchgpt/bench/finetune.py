@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scratchgpt.bench import bench_threads
 from scratchgpt.commands.argtypes import (
     positive_int,
     results_dir,
     results_file,
-    thread_count,
     write_results,
 )
 from scratchgpt.commands.options import given
@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", default=None,
                    help="synthetic and instruction-data suites: the base to tune (default: "
                         "pretrain one here)")
-    p.add_argument("--threads", type=thread_count, default=1,
+    p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine two OpenMP "
                         "threads wait on each other; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")

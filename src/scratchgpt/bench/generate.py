@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.commands.argtypes import non_negative_int, positive_int, thread_count
+from scratchgpt.bench import bench_threads
+from scratchgpt.commands.argtypes import non_negative_int, positive_int
 
 DTYPES = ("fp32", "bf16", "int8")
 GGUF_TYPE = {"fp32": "f32", "bf16": "f16", "int8": "q8_0"}  # llama.cpp's counterpart of each
@@ -56,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default="fp32,bf16,int8",
                    help="comma list of fp32, bf16, int8 (default all three; bf16 is emulated, "
                         "and slow, on CPUs without bf16 instructions)")
-    p.add_argument("--threads", type=thread_count, default=None,
+    p.add_argument("--threads", type=bench_threads, default=None,
                    help="torch (and llama.cpp) threads (default: torch's choice; 1 is steadier "
                         "on a busy machine)")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers reference")

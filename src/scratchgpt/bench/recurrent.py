@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.bench import refuse_repeats
+from scratchgpt.bench import bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import (
     new_tokens,
     positive_int,
     results_file,
-    thread_count,
     write_results,
 )
 
@@ -42,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one-token sampling steps timed per repeat (default 200)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats after one warm-up; the median is reported (default 5)")
-    p.add_argument("--threads", type=thread_count, default=1,
+    p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE",
                    help="also write the figures as JSON (checked before the benchmark runs)")

@@ -15,7 +15,8 @@ import argparse
 import statistics
 import time
 
-from scratchgpt.commands.argtypes import new_tokens, positive_int, thread_count
+from scratchgpt.bench import bench_threads
+from scratchgpt.commands.argtypes import new_tokens, positive_int
 from scratchgpt.training.config import PRESETS
 
 DEFAULT_PRESET = "cpu-small"
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="also time the compiled decode step (sample --compile), alternating "
                         "with the eager one; fp32 only")
-    p.add_argument("--threads", type=thread_count, default=0,
+    p.add_argument("--threads", type=bench_threads, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
 

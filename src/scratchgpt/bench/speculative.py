@@ -40,7 +40,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int, thread_count
+from scratchgpt.bench import bench_threads
+from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int
 from scratchgpt.validation import flag_of
 
 # the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
@@ -95,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="as sample --compile: compile the one-token steps of each model that "
                         "can be (a small fp32 GPT; the target's baseline too, when it can)")
-    p.add_argument("--threads", type=thread_count, default=None,
+    p.add_argument("--threads", type=bench_threads, default=None,
                    help="torch threads (default: torch's choice); both methods use the same")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
