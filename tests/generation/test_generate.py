@@ -18,7 +18,7 @@ def tiny(block_size: int = 48) -> GPT:
     return sharp_gpt(vocab_size=37, block_size=block_size, n_head=4, n_embd=32)
 
 
-def alone(model, prompt: list[int], n: int) -> list[int]:
+def alone(model, prompt: list[int], n: int | StopRule) -> list[int]:
     return generate(model, torch.tensor([prompt]), n, GREEDY)[0, len(prompt):].tolist()
 
 
@@ -81,3 +81,11 @@ def test_a_batch_past_the_context_equals_each_prompt_alone():
     got = generate_batch(model, prompts, 40, GREEDY)
     assert got == [alone(model, p, 40) for p in prompts]
     assert all(len(set(g[16:])) > 3 for g in got)  # (past the context, varied texts)
+    # rows that end leave between slides: an end-of-text token that ends some rows, one of
+    # them past the context
+    eos = next(t for t in range(37) if 1 < sum(t in g for g in got) < len(prompts)
+               and any(t in g[16:] and t not in g[:16] for g in got))
+    rule = StopRule(40, eos_id=eos)
+    ended = generate_batch(model, prompts, rule, GREEDY)
+    assert ended == [alone(model, p, rule) for p in prompts]
+    assert 1 < sum(len(e) < 40 for e in ended) < len(prompts)

@@ -188,24 +188,49 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
             cache.select_rows(keep)
             tokens = tokens[keep]
         # every row's newest token goes into slot cache.pos; a row whose own window is full
-        # slides, as it would alone; then (or when the padding fills the cache) every row is
-        # prefilled again from its own window
-        seqs = {b: rows_tokens[b] + out[b] for b in rows}
-        slid = slide_windows(starts, seqs, ctx)
-        if slid or window_start(0, cache.pos + 1, cache.max_len):
-            logits = prefill_rows(model, cache, [seqs[b][starts[b]:] for b in rows])
-            tokens = next_token(logits, cfg, generator)
-        else:
+        # slides, as it would alone, and is prefilled again from its window
+        seqs = [rows_tokens[b] + out[b] for b in rows]
+        slid = slide_windows(starts, rows, seqs, ctx)
+        if not slid and not window_start(0, cache.pos + 1, cache.max_len):
             tokens = decode_one_token(model, cache, tokens, cfg, generator)
+            continue
+        windows = [seq[starts[b]:] for b, seq in zip(rows, seqs, strict=True)]
+        rows, logits = step_past_slides(model, cache, rows, tokens, windows, slid)
+        tokens = next_token(logits, cfg, generator)
 
 
-def slide_windows(starts: list[int], seqs: dict[int, list[int]], context: int | None) -> bool:
-    """Move ``starts[b]``, where row ``b``'s window begins in its tokens ``seqs[b]`` (prompt
-    and new tokens, the newest not yet fed), as :func:`window_start` slides one sequence.
-    Returns whether any row slid."""
-    slid = False
-    for b, seq in seqs.items():
+def slide_windows(starts: list[int], rows: list[int], seqs: list[list[int]],
+                  context: int | None) -> list[int]:
+    """Move ``starts[b]``, where row ``b``'s window begins in its tokens (``seqs[i]`` for
+    ``b = rows[i]``: prompt and new tokens, the newest not yet fed), as :func:`window_start`
+    slides one sequence. Returns the positions ``i`` in the batch of the rows that slid."""
+    slid = []
+    for i, (b, seq) in enumerate(zip(rows, seqs, strict=True)):
         start = window_start(starts[b], len(seq), context)
-        slid |= start != starts[b]
+        if start != starts[b]:
+            slid.append(i)
         starts[b] = start
     return slid
+
+
+def step_past_slides(model: CachedLM, cache: DecodeCache, rows: list[int], tokens: Tensor,
+                     windows: list[list[int]], slid: list[int]) -> tuple[list[int], Tensor]:
+    """One step of a batch where the rows at positions ``slid`` slid their windows, or the
+    cache is full of padding: those rows are prefilled again from their ``windows`` (the
+    newest token last), the others feed their newest token as every step does, the padding
+    that fills the cache dropped first. Returns (the rows in their new order: the others,
+    then those that slid; their next-token logits). Where rows cannot join a cache (the
+    NumPy engine's), or all slid, every row is prefilled again."""
+    stay = [i for i in range(len(rows)) if i not in slid]
+    if not stay or not hasattr(cache, "append_rows"):
+        return rows, prefill_rows(model, cache, windows)
+    if slid:
+        cache.select_rows(torch.tensor(stay))
+    if window_start(0, cache.pos + 1, cache.max_len):  # (no row left is full: all are padded)
+        cache.trim(int(cache.pad_counts().min()))
+    logits = prefill(model, cache, tokens[stay][:, None])
+    if slid:
+        fresh = model.new_cache(len(slid), cache.max_len)
+        logits = torch.cat([logits, prefill_rows(model, fresh, [windows[i] for i in slid])])
+        cache.append_rows(fresh)
+    return [rows[i] for i in stay + slid], logits
