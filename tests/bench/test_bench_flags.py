@@ -48,6 +48,27 @@ def test_threads_up_to_the_cores_are_taken():
     assert bench_threads_positive(str(cores())) == cores()
 
 
+RANDOM_PAIR = ["bench", "speculative", "--random-target", "1,1,16", "--random-draft", "1,1,8",
+               "--vocab-size", "50", "--tokens", "2", "--k", "1", "--repeats", "1"]
+
+
+@pytest.mark.parametrize("flag", ["--block-size", "--vocab-size", "--prompt-len", "--repeats"])
+def test_bench_speculative_sizes_are_positive(flag, capsys):
+    """--block-size 0 was refused as '--prompt-len must be in [1, 0], got 64', a flag nobody
+    typed; --block-size -1 as the same, and a negative --repeats as '>= 1', unnamed."""
+    for value in ("0", "-1"):
+        line = error_of(capsys, [*RANDOM_PAIR, flag, value])
+        assert f"argument {flag}: expected a positive integer, got '{value}'" in line
+
+
+def test_bench_speculative_prompt_fits_a_short_block_size(capsys):
+    """Without --prompt-len a --block-size below 64 was refused: '--prompt-len must be in
+    [1, 16], got 64', the default of a flag nobody typed; the prompt now fills the context."""
+    assert main([*RANDOM_PAIR, "--block-size", "16", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["prompt_tokens"] == 16 and report["results"][0]["k"] == 1
+
+
 RECURRENT = ["bench", "recurrent", "--cells", "rnn", "--hidden", "8", "--n-layer", "1",
              "--batch-size", "2", "--seq-len", "4", "--decode-tokens", "2", "--repeats", "1"]
 

@@ -679,6 +679,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("bench sample --threads beyond the cores",
      lambda c: ["bench", "sample", "--threads", str(bench_cores() + 1)],
      "this machine's CPU cores"),
+    # it was '--prompt-len must be in [1, 0], got 64', naming a flag nobody typed
+    ("bench speculative --block-size 0",
+     lambda c: ["bench", "speculative", "--random-target", "1,1,16", "--block-size", "0"],
+     "argument --block-size: expected a positive integer"),
     # a text file is no prepared dataset: it was called "no such directory" though it exists
     ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
                                                c["root"] / "out" / "t", *TINY],

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scratchgpt.bench import bench_threads
-from scratchgpt.commands.argtypes import add_which_flag, new_tokens, seed_int
+from scratchgpt.commands.argtypes import add_which_flag, new_tokens, positive_int, seed_int
 from scratchgpt.validation import flag_of
 
 # the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
@@ -58,17 +58,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(GPT-2 124M: 12,12,768)")
     p.add_argument("--random-draft", default=None, metavar="L,H,D",
                    help="a random draft GPT of this shape (same vocabulary as the target)")
-    p.add_argument("--vocab-size", type=int, default=None,
+    p.add_argument("--vocab-size", type=positive_int, default=None,
                    help=f"random models' vocabulary (default {RANDOM_DEFAULTS['vocab_size']})")
-    p.add_argument("--block-size", type=int, default=None,
+    p.add_argument("--block-size", type=positive_int, default=None,
                    help=f"random models' context (default {RANDOM_DEFAULTS['block_size']})")
-    p.add_argument("--prompt-len", type=int, default=None,
-                   help=f"random models' prompt tokens (default {RANDOM_DEFAULTS['prompt_len']})")
+    p.add_argument("--prompt-len", type=positive_int, default=None,
+                   help=f"random models' prompt tokens (default {RANDOM_DEFAULTS['prompt_len']}, "
+                        "or --block-size where it is shorter)")
     p.add_argument("--k", default="1,2,3,4,5,6,7,8",
                    help="comma list of K (>= 1) and/or 'auto' (default 1..8)")
     p.add_argument("--tokens", type=new_tokens, default=200,
                    help="tokens generated per run (200)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per K and method (3)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="runs per K and method (3)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default=None,
                      help="prompt text of checkpoints (default: as sample starts without one: "
@@ -144,8 +145,8 @@ def check_sources(args: argparse.Namespace) -> None:
         raise ConfigError(f"{', '.join(shaped)} shape random models (--random-target); a "
                           "checkpoint has its own, and its prompt is --prompt or --prompt-file")
     for k, value in RANDOM_DEFAULTS.items():
-        if getattr(args, k) is None:
-            setattr(args, k, value)
+        if getattr(args, k) is None:  # a prompt as long as a short --block-size at most
+            setattr(args, k, min(value, args.block_size) if k == "prompt_len" else value)
 
 
 def parse_ks(text: str) -> list[int | str]:
@@ -389,11 +390,8 @@ def summarize(k, decs, timers, t_decode: float, base_s: float, spec_s: float,
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.errors import ConfigError
 
     ks = parse_ks(args.k)
-    if args.repeats < 1:
-        raise ConfigError("--repeats must be >= 1")
     check_sources(args)
     if args.threads:
         torch.set_num_threads(args.threads)
