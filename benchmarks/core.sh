@@ -6,8 +6,12 @@
 # Prints every figure recorded in docs/BENCHMARKS.md; writes runs under runs/bench-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+help_if_asked benchmarks/core.sh "$@"
+need_scratchgpt
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
 nano="${1:-}"
+[ -z "$nano" ] || need_nanogpt "$nano"
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -Is)"
 
 echo "== 1. training throughput, nanoGPT CPU recipe shape (4L/4H/128d, context 64, batch 12)"

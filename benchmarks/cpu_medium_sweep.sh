@@ -5,9 +5,11 @@
 # Usage: benchmarks/cpu_medium_sweep.sh [PAIR...]   (PAIR: optimizer, budget, dropout, schedule)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+help_if_asked benchmarks/cpu_medium_sweep.sh "$@"
+need_scratchgpt
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
 out=runs/sweep-cpu-medium
-mkdir -p "$out"
 
 run() {  # NAME FLAGS... -> runs/sweep-cpu-medium/NAME, one thread, the cpu-medium preset
   # with the rate schedule it had when these runs were made (lr 4e-3 -> 4e-4); FLAGS override.
@@ -20,6 +22,13 @@ pair() { run "$@" & }
 
 pairs=("$@")
 [ ${#pairs[@]} -gt 0 ] || pairs=(optimizer budget dropout schedule)
+for what in "${pairs[@]}"; do  # every name checked before the first pair runs
+  case $what in
+    optimizer|budget|dropout|schedule) ;;
+    *) fail "unknown pair $what: optimizer, budget, dropout or schedule" ;;
+  esac
+done
+mkdir -p "$out"
 for what in "${pairs[@]}"; do
   case $what in
     optimizer)  # step-matched: the same 1000 updates of batch 16 x 128

@@ -7,6 +7,9 @@
 # earlier run of this script (--overwrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+help_if_asked benchmarks/finetune.sh "$@"
+need_scratchgpt
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
 gpt2="${1:-}"
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -Is)"

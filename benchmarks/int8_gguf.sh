@@ -4,6 +4,9 @@
 # Needs the gguf extra (pip install -e '.[gguf]'). Prints every figure; writes runs/bench-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+help_if_asked benchmarks/int8_gguf.sh "$@"
+need_scratchgpt
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
 budget="${1:-20m}"
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(date -Is)"

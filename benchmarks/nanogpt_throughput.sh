@@ -12,12 +12,16 @@
 # Shakespeare is copied there from $SCRATCHGPT_DATA_DIR (default ../shared/corpora) first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+help_if_asked benchmarks/nanogpt_throughput.sh "$@"
 # Python as it is by default: each module compiled once, its bytecode cached and reused. A
 # shell with PYTHONDONTWRITEBYTECODE set would compile every module again at every start
 # (~0.1 s of ours, a few ms of nanoGPT's), which a user's Python does not.
 unset PYTHONDONTWRITEBYTECODE
 export SCRATCHGPT_DATA_DIR="${SCRATCHGPT_DATA_DIR:-$(cd .. && pwd)/shared/corpora}"
-nano="$(cd "${1:?usage: $0 NANOGPT_DIR [ROUNDS] [ITERS]}" && pwd)"
+[ -n "${1:-}" ] || fail "usage: benchmarks/nanogpt_throughput.sh NANOGPT_DIR [ROUNDS] [ITERS] [STEPS] (--help says more)"
+need_nanogpt "$1"
+nano="$(cd "$1" && pwd)"
 rounds="${2:-5}"
 iters="${3:-600}"
 steps="${4:-200}"
@@ -25,6 +29,8 @@ py="${PYTHON:-python3}"
 # nanoGPT's command runs in its own directory: a relative interpreter path (.venv/bin/python)
 # must be made absolute first (not resolved through links, so a venv's python stays a venv's)
 case "$py" in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac
+need_python_scratchgpt "$py"
+[ -f "$nano/data/shakespeare_char/train.bin" ] || need_corpus tinyshakespeare.txt
 md=runs/throughput/table.md
 mkdir -p runs/throughput
 echo "== machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uptime), $(date -Is)"

@@ -1,0 +1,74 @@
+"""The shell benchmarks: --help prints their usage and runs nothing, and a missing
+prerequisite is one line on stderr (exit 2) before any run starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ["core", "finetune", "int8_gguf", "cpu_medium_sweep", "nanogpt_throughput"]
+NEEDS_SCRATCHGPT = ["core", "finetune", "int8_gguf", "cpu_medium_sweep"]
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+
+
+def _script(name: str, *args: str, data_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """Run benchmarks/NAME.sh with a PATH that holds no scratchgpt command."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+    if data_dir is not None:
+        env["SCRATCHGPT_DATA_DIR"] = str(data_dir)
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / f"{name}.sh"), *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def _one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_prints_the_usage_and_runs_nothing(name):
+    """--help started the benchmark (core.sh its first hour of training, had scratchgpt been
+    on PATH), or failed with 'cd: --: invalid option'."""
+    done = _script(name, "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"benchmarks/{name}.sh" in done.stdout and "== machine" not in done.stdout
+    assert not done.stdout.startswith("#")
+
+
+@pytest.mark.parametrize("name", NEEDS_SCRATCHGPT)
+def test_scratchgpt_missing_from_path_is_one_line(name):
+    """It was 'scratchgpt: command not found' once the machine had been described."""
+    line = _one_line(_script(name))
+    assert line.startswith(f"{name}.sh: scratchgpt is not on PATH")
+
+
+def test_a_folder_that_is_no_nanogpt_checkout_is_refused(tmp_path):
+    line = _one_line(_script("nanogpt_throughput", str(tmp_path)))
+    assert f"{tmp_path} is no nanoGPT checkout" in line
+
+
+def test_nanogpt_throughput_without_its_folder_says_its_usage():
+    line = _one_line(_script("nanogpt_throughput"))
+    assert "usage: benchmarks/nanogpt_throughput.sh NANOGPT_DIR" in line
+
+
+def test_an_unknown_sweep_pair_is_refused_before_any_pair_runs(tmp_path):
+    """'optimiser' ran every pair before it (the first, 1000 updates) and then failed."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scratchgpt").write_text("#!/bin/sh\necho ran >> \"$0.log\"\n")
+    (fake / "scratchgpt").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "cpu_medium_sweep.sh"),
+                           "optimizer", "optimiser"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert "unknown pair optimiser: optimizer, budget, dropout or schedule" in _one_line(done)
+    assert not (fake / "scratchgpt.log").exists()
