@@ -414,3 +414,19 @@ def test_bench_seq2seq_refuses_a_batch_beyond_memory_before_training(capsys, mon
                              "transformer", "--budget", "1s", "--no-progress"])
     assert "training on these pairs, 2,000 to a batch, needs about" in line
     assert re.search(r"attention [1-9]", line) and "give --batch-size" in line
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["decode-step", *TINY_GPT, "--tokens", "1,5,1"], "--tokens names 1 more than once"),
+    (["decode-step", *TINY_GPT, "--variants", "plain,prepared,plain"],
+     "--variants names plain more than once"),
+    (["generate", *TINY_GPT, "--prompt-len", "4", "--new-tokens", "2", "--no-hf",
+      "--dtypes", "int8,fp32,int8"], "--dtypes names int8 more than once"),
+    (["speculative", "--random-target", "1,2,16", "--random-draft", "1,1,8", "--vocab-size",
+      "50", "--block-size", "32", "--tokens", "2", "--k", "2,auto,2"],
+     "--k names 2 more than once"),
+])
+def test_a_size_or_variant_named_twice_is_refused(argv, says, capsys):
+    """Each was timed again, a row of the table each time, with nothing to compare it to
+    (the tiny model's benchmark ran to the end and printed both)."""
+    assert says in error_of(capsys, ["bench", *argv])

@@ -683,6 +683,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("bench speculative --block-size 0",
      lambda c: ["bench", "speculative", "--random-target", "1,1,16", "--block-size", "0"],
      "argument --block-size: expected a positive integer"),
+    # each was timed again, a row of the table each time
+    ("bench decode-step --tokens naming a count twice",
+     lambda c: ["bench", "decode-step", "--checkpoint", c["run"], "--tokens", "1,1"],
+     "--tokens names 1 more than once"),
     # a text file is no prepared dataset: it was called "no such directory" though it exists
     ("train --dataset a text file", lambda c: ["train", "--dataset", c["text"], "--out",
                                                c["root"] / "out" / "t", *TINY],

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.bench import bench_threads_positive
+from scratchgpt.bench import bench_threads_positive, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 from scratchgpt.validation import flag_of
 
@@ -355,8 +355,12 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[int]]:
         tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
     except ValueError:
         raise ConfigError(f"--tokens is a comma list of integers, got {args.tokens!r}") from None
-    if not tokens or min(tokens) < 1 or (args.context is not None and args.context < 1):
-        raise ConfigError("--tokens and --context must be >= 1")
+    if not tokens or min(tokens) < 1:
+        raise ConfigError(f"--tokens lists counts >= 1, got {args.tokens!r}")
+    if args.context is not None and args.context < 1:
+        raise ConfigError(f"--context must be >= 1, got {args.context}")
+    refuse_repeats("--variants", variants)  # each was timed again, a row of the table each time
+    refuse_repeats("--tokens", [str(t) for t in tokens])
     return variants, tokens
 
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.bench import bench_threads
+from scratchgpt.bench import bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 
 DTYPES = ("fp32", "bf16", "int8")
@@ -276,6 +276,7 @@ def parse_dtypes(text: str) -> list[str]:
     if bad or not names:
         raise ConfigError(f"--dtypes: unknown {', '.join(bad) or '(none given)'}; choose from "
                           f"{', '.join(DTYPES)}")
+    refuse_repeats("--dtypes", names)  # each was timed again, a row of the table each time
     return names
 
 

@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.bench import bench_threads
+from scratchgpt.bench import bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, positive_int, seed_int
 from scratchgpt.validation import flag_of
 
@@ -162,6 +162,7 @@ def parse_ks(text: str) -> list[int | str]:
             raise ConfigError(f"--k lists integers >= 1 and 'auto', got {item!r}")
     if not ks:
         raise ConfigError("--k is empty")
+    refuse_repeats("--k", [str(k) for k in ks])  # each K was run again, a row each time
     return ks
 
 
