@@ -113,6 +113,22 @@ def test_json_file_is_replaced_with_overwrite(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_bench_recurrent_json_holds_the_table_and_its_settings(tmp_path, capsys):
+    """The figures file left out the sampling length and the repeats that the tokens/s of
+    its sampling columns depend on (the table's header names the length)."""
+    out = tmp_path / "figures.json"
+    assert main([*RECURRENT, "--json", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    figures = json.loads(out.read_text())
+    assert (figures["decode_tokens"], figures["repeats"]) == (2, 1)
+    assert "sampling 2 tokens" in table[0]
+    row = figures["results"][0]
+    cells = table[2].split()
+    assert cells[0] == row["cell"] == "rnn"
+    assert cells[1:3] == [f"{row['torch_train_tokens_per_s']:,.0f}",
+                          f"{row['scratch_train_tokens_per_s']:,.0f}"]
+
+
 @pytest.mark.parametrize("suite, there", [("sms", "sms-base"), ("synthetic", "stdlib-base"),
                                           ("instruction-data", "instruction-data-sft")])
 def test_bench_finetune_keeps_an_earlier_run_without_overwrite(suite, there, tmp_path,

@@ -145,5 +145,6 @@ def run(args: argparse.Namespace) -> int:
               f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
     write_results(json_file, {"threads": torch.get_num_threads(), "hidden": args.hidden,
                               "n_layer": args.n_layer, "batch_size": args.batch_size,
-                              "seq_len": args.seq_len, "results": rows})
+                              "seq_len": args.seq_len, "decode_tokens": args.decode_tokens,
+                              "repeats": args.repeats, "results": rows})
     return 0
