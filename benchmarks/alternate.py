@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from scratchgpt.commands.argtypes import positive_int
+
 
 def run_once(cmd: str, cwd: str | None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the children) of one run of ``cmd`` in a shell."""
@@ -39,7 +41,7 @@ def run_once(cmd: str, cwd: str | None) -> tuple[float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--name", action="append", required=True, help="label of the next --cmd")
     p.add_argument("--cmd", action="append", required=True, help="a shell command")
     p.add_argument("--cwd", action="append", default=None,

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from scratchgpt.bench import bench_threads_positive
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.models.fast_decode import prepare_for_decode
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.native import NativeGPT
@@ -47,9 +49,9 @@ def main() -> None:
     p.add_argument("--shape", choices=SHAPES, default="cpu-small")
     p.add_argument("--rows", default="1,4,8,16,32", help="batch sizes, comma-separated")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=32, help="timed steps a round")
+    p.add_argument("--threads", type=bench_threads_positive, default=2)
+    p.add_argument("--rounds", type=positive_int, default=3)
+    p.add_argument("--steps", type=positive_int, default=32, help="timed steps a round")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

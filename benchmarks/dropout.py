@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from scratchgpt.bench import bench_threads_positive
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.models.dropout import dropout
 from scratchgpt.models.gpt import attention_math
 
@@ -65,8 +67,8 @@ def attention_variants(p: float) -> dict[str, Callable[[], None]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=positive_int, default=7)
+    ap.add_argument("--threads", type=bench_threads_positive, default=2)
     ap.add_argument("--p", type=float, default=0.1, help="dropout probability (0.1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

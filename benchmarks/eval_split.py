@@ -25,6 +25,7 @@ import time
 import torch
 
 from scratchgpt.bench.train import switched_off
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.models import fused_block
 from scratchgpt.models.gpt import GPT, GPTConfig
@@ -48,7 +49,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", help="a prepared dataset directory")
     p.add_argument("--variants", default="w32,w64,modules")
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=positive_int, default=6)
     args = p.parse_args()
     data = TokenDataset(args.dataset)
     torch.manual_seed(0)

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.models import build_model, config_fields, model_config
 from scratchgpt.training.config import PRESETS
 from scratchgpt.training.muon import Muon
@@ -50,9 +51,10 @@ def time_steps(opt: torch.optim.Optimizer | Muon, steps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="cpu-small", choices=sorted(PRESETS))
-    ap.add_argument("--n-layer", type=int, default=None, help="override the preset's depth")
-    ap.add_argument("--steps", type=int, default=50, help="updates per round (50)")
-    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds (7)")
+    ap.add_argument("--n-layer", type=positive_int, default=None,
+                    help="override the preset's depth")
+    ap.add_argument("--steps", type=positive_int, default=50, help="updates per round (50)")
+    ap.add_argument("--rounds", type=positive_int, default=7, help="alternating rounds (7)")
     args = ap.parse_args()
     torch.manual_seed(0)
     ours_params = matrices(args.preset, args.n_layer)

@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from scratchgpt.bench import bench_threads_positive
+from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.generation.sampling import top_p_mask
 
 
@@ -43,10 +45,10 @@ def median_ms(fn, logits: torch.Tensor, p: float, repeats: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--vocab", type=positive_int, default=50257)
     ap.add_argument("--p", type=float, default=0.95)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--threads", type=bench_threads_positive, default=1)
+    ap.add_argument("--repeats", type=positive_int, default=50)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -72,3 +72,24 @@ def test_an_unknown_sweep_pair_is_refused_before_any_pair_runs(tmp_path):
                           timeout=60)
     assert "unknown pair optimiser: optimizer, budget, dropout or schedule" in _one_line(done)
     assert not (fake / "scratchgpt.log").exists()
+
+
+@pytest.mark.parametrize("script, flag", [
+    ("c_step_rows", "--threads"), ("dropout", "--rounds"), ("dropout", "--threads"),
+    ("top_p", "--vocab"), ("muon_step", "--steps"), ("alternate", "--rounds"),
+])
+def test_python_benchmarks_refuse_a_count_below_one(script, flag):
+    """Each was a traceback once the benchmark had set up: torch's set_num_threads, an
+    empty median, a division by zero (top_p --vocab 0 printed a table of zeros)."""
+    import sys
+
+    argv = ["--name", "a", "--cmd", "true"] if script == "alternate" else []
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *argv,
+                           flag, "0"], capture_output=True, text=True, timeout=120)
+    assert f"argument {flag}: expected " in _one_line_of_usage_error(done)
+
+
+def _one_line_of_usage_error(done: subprocess.CompletedProcess) -> str:
+    """argparse's refusal: its usage, then one line of error; no traceback."""
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr.strip().splitlines()[-1]
