@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from scratchgpt.commands.argtypes import (
@@ -28,6 +27,7 @@ from scratchgpt.commands.argtypes import (
     help_text,
     positive_int,
 )
+from scratchgpt.commands.prompts import note_long_prompts
 from scratchgpt.wording import plural
 
 DEFAULT_SETTINGS = ("T=0.5", "T=1.5", "k=10", "p=0.9")
@@ -135,9 +135,7 @@ def run(args: argparse.Namespace) -> int:
         ids = start_of_text(tok)[0]
         shown = tok.decode(ids)
     logits, used = next_token_logits(model, ids)
-    if used < len(ids):
-        print(f"note: the prompt has {len(ids)} tokens, the model's context {used}: it reads "
-              f"the last {used}", file=sys.stderr)
+    note_long_prompts(model, [len(ids)])
     rep = report(tok, logits, settings, args.top)
     rep.update(prompt=args.prompt, model_type=source.model_type, tokens_read=used)
     if args.out:
