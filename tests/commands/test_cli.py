@@ -732,6 +732,10 @@ def test_a_bad_tokenizer_flag_is_refused_before_a_download(tmp_path, capsys):
     assert "above 256" in error_of(capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer",
                                             "bpe", "--vocab-size", "256", "--out",
                                             str(tmp_path / "d")])
+    # 4096.0 is above 256: what it is not is a whole number, which the refusal asks for
+    assert "expected a whole number above 256 (the byte tokens), got '4096.0'" in error_of(
+        capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer", "bpe", "--vocab-size",
+                 "4096.0", "--out", str(tmp_path / "d")])
     assert "--tokenizer bpe2: choose one of" in error_of(
         capsys, ["prepare", "--dataset", "warandpeace", "--tokenizer", "bpe2", "--out",
                  str(tmp_path / "d")])

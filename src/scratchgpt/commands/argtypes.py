@@ -41,7 +41,7 @@ def bpe_vocab_size(text: str) -> int:
     >>> bpe_vocab_size("257")
     257
     """
-    return _int_within(text, 257, None, "a vocabulary size above 256 (the byte tokens)")
+    return _int_within(text, 257, None, "a whole number above 256 (the byte tokens)")
 
 
 def thread_count(text: str) -> int:
