@@ -249,21 +249,34 @@ def _lock(path: Path) -> int | str:
     """A descriptor of ``path`` holding its exclusive lock, or the id its holder wrote."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        holder = take_lock(fd)
+        if holder is not None:
             os.close(fd)
             return holder
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
+                return fd
         except FileNotFoundError:
             pass
         os.close(fd)  # the last holder removed the file between the open and the lock
+
+
+def take_lock(fd: int) -> str | None:
+    """Take the exclusive ``flock`` of the lock file open at ``fd`` without waiting, and write
+    this process's id in it: None once taken, else the id its holder wrote (the lock of a
+    run directory and of an export are taken so)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return lock_holder(fd)
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
+    return None
+
+
+def lock_holder(fd: int) -> str:
+    """The process id the lock file open at ``fd`` records ("unknown" where it is empty)."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
 
 
 @dataclass

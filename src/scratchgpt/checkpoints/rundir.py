@@ -39,8 +39,10 @@ from scratchgpt.checkpoints.io import (
     atomic_write_text,
     fsync_dir,
     load_checkpoint,
+    lock_holder,
     remove_stale_temporaries,
     save_checkpoint,
+    take_lock,
 )
 from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
 from scratchgpt.validation import FLAGS, file_above, json_loads, named
@@ -99,13 +101,14 @@ class RunDir:
             raise CheckpointError(f"cannot write the run directory {self.path}: "
                                   f"{e.strerror}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _holder(fd)
+            holder = take_lock(fd)
+        except OSError as e:  # (a file system without locks: NFS without lockd)
             os.close(fd)
-            raise RunInUseError(self._in_use(holder)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+            raise CheckpointError(f"cannot lock the run directory {self.path}: "
+                                  f"{e.strerror}") from None
+        if holder is not None:
+            os.close(fd)
+            raise RunInUseError(self._in_use(holder))
         self._lock_fd = fd
 
     def release(self) -> None:
@@ -169,7 +172,7 @@ class RunDir:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            return _holder(fd)
+            return lock_holder(fd)
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
@@ -412,11 +415,6 @@ def write_model_run(out: str | Path, checkpoint: Checkpoint, tokenizer: Any = No
             raise
         run.commit()
     return run.path
-
-
-def _holder(fd: int) -> str:
-    """The process id the lock file open at ``fd`` records ("unknown" where it is empty)."""
-    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
 
 
 def _kind_of(path: Path) -> str:
