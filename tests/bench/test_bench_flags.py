@@ -22,7 +22,8 @@ def test_a_negative_thread_count_is_refused(name, capsys):
     assert "--threads" in error_of(capsys, ["bench", name, "--threads", "-1"])
 
 
-OWN_THREADS = ["sample", "generate", "decode-step", "speculative", "recurrent", "finetune"]
+OWN_THREADS = ["sample", "generate", "decode-step", "speculative", "recurrent", "finetune",
+               "seq2seq", "serve"]
 
 
 @pytest.mark.parametrize("name", OWN_THREADS)

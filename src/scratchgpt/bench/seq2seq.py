@@ -14,13 +14,12 @@ import argparse
 import platform
 import time
 
-from scratchgpt.bench import refuse_repeats
+from scratchgpt.bench import bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import (
     duration,
     positive_int,
     results_file,
     seed_int,
-    thread_count,
     write_results,
 )
 from scratchgpt.data.translation import TASKS
@@ -33,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="training time per model, e.g. 10m, 90s (default: 10m)")
     p.add_argument("--archs", nargs="+", choices=ARCH_ORDER, default=list(ARCH_ORDER),
                    help="which models to run (default: all three)")
-    p.add_argument("--threads", type=thread_count, default=1,
+    p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine 2 OpenMP "
                         "threads spin-wait and ran 6x slower in our measurements; 0 = torch's "
                         "default)")
