@@ -19,6 +19,9 @@ Library code raises these; only ``scratchgpt.cli`` turns them into exit codes.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class ScratchGPTError(Exception):
     """Bad input detected by scratchgpt; the message is one line saying what to change."""
@@ -58,3 +61,24 @@ class Terminated(KeyboardInterrupt):
     stop cleanly, raised like Ctrl-C's KeyboardInterrupt so that the same clean-up runs. The
     command line exits with code 143 (training loops stop after the step and save instead:
     training/stopping.py)."""
+
+
+@contextlib.contextmanager
+def naming(flag: str | None) -> Iterator[None]:
+    """A refusal raised in the block, said of ``flag``, the flag (or keyword) that gave what
+    it refuses: where two checkpoints are on one command line, "checkpoint X does not exist"
+    leaves the user to guess which. None: raised as it is.
+
+    >>> try:
+    ...     with naming("--draft"):
+    ...         raise CheckpointError("checkpoint runs/x does not exist")
+    ... except CheckpointError as e:
+    ...     print(e)
+    --draft: checkpoint runs/x does not exist
+    """
+    try:
+        yield
+    except ScratchGPTError as e:
+        if flag is None:
+            raise
+        raise type(e)(f"{flag}: {e}") from None

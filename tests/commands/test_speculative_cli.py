@@ -181,6 +181,17 @@ def test_bench_speculative_prompt_and_prompt_file_exclude_each_other(runs, tmp_p
         "--prompt", "a", "--prompt-file", str(tmp_path / "p.txt"), "--k", "1"])
 
 
+def test_bench_speculative_names_the_draft_it_refuses(runs, capsys):
+    """Two checkpoints on one line: a missing draft was 'checkpoint X does not exist', as a
+    missing target is, and the user had to guess which (sample says '--draft: ...' too)."""
+    from tests.cli_errors import error_of
+
+    missing = runs["draft"].parent / "no-such-run"
+    assert error_of(capsys, ["bench", "speculative", "--checkpoint", str(runs["target"]),
+                             "--draft", str(missing), "--k", "1"]).startswith(
+        f"scratchgpt bench speculative: error: --draft: checkpoint {missing} does not exist")
+
+
 def test_bench_speculative_random_gpt_shapes(capsys):
     """The way to time a GPT-2-shaped target with a small random draft, at toy size."""
     assert main(["bench", "speculative", "--random-target", "2,2,32", "--random-draft",

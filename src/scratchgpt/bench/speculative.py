@@ -42,6 +42,7 @@ from typing import Any
 
 from scratchgpt.bench import bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, positive_int, seed_int
+from scratchgpt.errors import naming
 from scratchgpt.validation import flag_of
 
 # the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
@@ -273,7 +274,8 @@ def checkpoint_setup(args: argparse.Namespace) -> Setup:
     tok = checkpoint_tokenizer(tstate)
     draft = "ngram"
     if args.draft != "ngram":
-        draft, dstate = load_language_model(args.draft, args.which, "bench speculative")
+        with naming("--draft"):  # (two checkpoints on the line: say which is refused)
+            draft, dstate = load_language_model(args.draft, args.which, "bench speculative")
         check_pair(target, draft, tok, checkpoint_tokenizer(dstate))
     params = count_params(target, draft)
     target, draft = prepare_pair(target, draft, args)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scratchgpt.commands.argtypes import bpe_vocab_size
-from scratchgpt.errors import ConfigError
+from scratchgpt.errors import ConfigError, naming
 from scratchgpt.wording import plural
 
 if TYPE_CHECKING:
@@ -131,7 +131,6 @@ def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
     directory, checkpoint, Hugging Face directory or hf:ID)."""
     from scratchgpt.checkpoints.hub import HF_PREFIX, hub_spelling
     from scratchgpt.data.prepare import is_dataset
-    from scratchgpt.errors import ScratchGPTError
 
     if is_dataset(Path(name)):  # (load_model refused it: "not a model")
         from scratchgpt.data.dataset import dataset_tokenizer
@@ -142,10 +141,8 @@ def tokenizer_from(name: str) -> tuple[Tokenizer, str]:
                           f"({hub_spelling(name)}){_built_here(name)}")
     from scratchgpt.checkpoints import load_model
 
-    try:
+    with naming("--tokenizer-from"):  # it said "checkpoint X does not exist", naming no flag
         return load_model(name)[1].tokenizer(), "the model's vocabulary"
-    except ScratchGPTError as e:  # it said "checkpoint X does not exist", naming no flag
-        raise type(e)(f"--tokenizer-from: {e}") from None
 
 
 def _built_here(name: str) -> str:

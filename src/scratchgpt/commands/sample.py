@@ -540,13 +540,11 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
 def load_draft(args: argparse.Namespace):
     """(the ``--draft`` model ready to decode, its tokenizer); a refusal of it names the flag:
     "checkpoint X does not exist" left the user to guess which of the two checkpoints."""
-    from scratchgpt.errors import ScratchGPTError
+    from scratchgpt.errors import naming
 
-    try:
+    with naming("--draft"):
         return load_for_decoding(args.draft, args, dtype=args.draft_dtype,
                                  compile_required=False)
-    except ScratchGPTError as e:
-        raise type(e)(f"--draft: {e}") from None
 
 
 def check_compiled_pair(target, draft, args: argparse.Namespace) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scratchgpt.errors import CheckpointError, ConfigError, DataError, ScratchGPTError
+from scratchgpt.errors import CheckpointError, ConfigError, DataError, naming
 from scratchgpt.models import ModelConfig, build_model, model_type
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.wording import a_kind
@@ -64,12 +64,8 @@ def load_base(source: str, flag: str | None = "--init-from") -> Base:
     what an adapter records)."""
     from scratchgpt.checkpoints.io import load_model
 
-    try:
+    with naming(flag):
         model, where = load_model(source)
-    except ScratchGPTError as e:
-        if flag is None:
-            raise
-        raise type(e)(f"{flag}: {e}") from None
     if not isinstance(model, GPT):
         named = f"{flag} {source}:" if flag else f"{source}"
         raise CheckpointError(f"{named} holds {a_kind(where.model_type)} model; fine-tuning starts "
