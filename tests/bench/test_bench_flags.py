@@ -122,12 +122,48 @@ def test_bench_recurrent_json_holds_the_table_and_its_settings(tmp_path, capsys)
     table = capsys.readouterr().out.splitlines()
     figures = json.loads(out.read_text())
     assert (figures["decode_tokens"], figures["repeats"]) == (2, 1)
+    assert figures["interrupted"] is False
     assert "sampling 2 tokens" in table[0]
     row = figures["results"][0]
     cells = table[2].split()
     assert cells[0] == row["cell"] == "rnn"
     assert cells[1:3] == [f"{row['torch_train_tokens_per_s']:,.0f}",
                           f"{row['scratch_train_tokens_per_s']:,.0f}"]
+
+
+def test_bench_recurrent_stopped_keeps_the_rows_measured(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the first cell's row wrote no --json file: the printed rows were lost
+    to it. Now the file holds them, marked as interrupted, and the exit is still 130."""
+    from scratchgpt.bench import recurrent
+
+    measured = recurrent.measure
+
+    def stop_at_the_second(cell, args):
+        if cell == "gru":
+            raise KeyboardInterrupt
+        return measured(cell, args)
+
+    monkeypatch.setattr(recurrent, "measure", stop_at_the_second)
+    out = tmp_path / "figures.json"
+    argv = [*RECURRENT[:3], "rnn", "gru", *RECURRENT[4:], "--json", str(out)]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.endswith("scratchgpt bench recurrent: interrupted\n")
+    figures = json.loads(out.read_text())
+    assert figures["interrupted"] is True
+    assert [row["cell"] for row in figures["results"]] == ["rnn"]
+
+
+def test_bench_recurrent_stopped_before_any_row_writes_no_file(tmp_path, capsys, monkeypatch):
+    from scratchgpt.bench import recurrent
+
+    def stopped(cell, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recurrent, "measure", stopped)
+    out = tmp_path / "figures.json"
+    assert main([*RECURRENT, "--json", str(out)]) == 130
+    assert not out.exists()
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("suite, there", [("sms", "sms-base"), ("synthetic", "stdlib-base"),

@@ -135,16 +135,33 @@ def run(args: argparse.Namespace) -> int:
           f"{torch.get_num_threads()} thread(s), torch {torch.__version__}", flush=True)
     print(f"{'cell':<5} {'train tok/s torch':>18} {'scratch':>9} {'x':>6}   "
           f"{'sample tok/s torch':>18} {'scratch':>9} {'x':>6}   max |dlogit|")
-    rows = []
-    for cell in args.cells:
-        r = measure(cell, args)
-        rows.append(r)
-        print(f"{cell:<5} {r['torch_train_tokens_per_s']:>18,.0f} "
-              f"{r['scratch_train_tokens_per_s']:>9,.0f} {r['torch_speedup_train']:>6.1f}   "
-              f"{r['torch_decode_tokens_per_s']:>18,.0f} {r['scratch_decode_tokens_per_s']:>9,.0f} "
-              f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
-    write_results(json_file, {"threads": torch.get_num_threads(), "hidden": args.hidden,
-                              "n_layer": args.n_layer, "batch_size": args.batch_size,
-                              "seq_len": args.seq_len, "decode_tokens": args.decode_tokens,
-                              "repeats": args.repeats, "results": rows})
+    rows: list[dict[str, Any]] = []
+    try:
+        for cell in args.cells:
+            rows.append(measure(cell, args))
+            _print_row(rows[-1])
+    except KeyboardInterrupt:  # (SIGTERM too) the rows measured are kept, marked as cut short
+        if rows:
+            write_results(json_file, _figures(args, rows, interrupted=True))
+        raise
+    write_results(json_file, _figures(args, rows, interrupted=False))
     return 0
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    print(f"{r['cell']:<5} {r['torch_train_tokens_per_s']:>18,.0f} "
+          f"{r['scratch_train_tokens_per_s']:>9,.0f} {r['torch_speedup_train']:>6.1f}   "
+          f"{r['torch_decode_tokens_per_s']:>18,.0f} {r['scratch_decode_tokens_per_s']:>9,.0f} "
+          f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
+
+
+def _figures(args: argparse.Namespace, rows: list[dict[str, Any]],
+             interrupted: bool) -> dict[str, Any]:
+    """The --json figures: the settings, the rows measured, and whether Ctrl-C (or SIGTERM)
+    stopped the run before every cell of --cells had its row."""
+    import torch
+
+    return {"threads": torch.get_num_threads(), "hidden": args.hidden,
+            "n_layer": args.n_layer, "batch_size": args.batch_size, "seq_len": args.seq_len,
+            "decode_tokens": args.decode_tokens, "repeats": args.repeats,
+            "interrupted": interrupted, "results": rows}
