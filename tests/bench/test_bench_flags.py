@@ -450,6 +450,24 @@ def test_bench_speculative_header_reads_as_words(capsys):
     assert "sampling: temperature 0.8, top-k off, top-p 0.9;" in header
 
 
+@pytest.mark.parametrize("top_k, top_p, says", [
+    (0, None, "top-k off, top-p off;"), (5, 1.0, "top-k 5, top-p off;"),
+    (None, 0.5, "top-k off, top-p 0.5;"),
+])
+def test_bench_speculative_header_says_off_for_a_setting_that_means_off(top_k, top_p, says,
+                                                                         capsys):
+    """--top-k 0 keeps every token, as no --top-k does, but the header said "top-k 0"."""
+    from scratchgpt.bench.speculative import print_report
+
+    print_report({"target": "random GPT 1,2,32", "target_params": 12_345, "draft": "ngram",
+                  "draft_params": 0, "prompt_tokens": 64, "tokens": 8, "repeats": 1,
+                  "sampling": {"temperature": 0.8, "top_k": top_k, "top_p": top_p},
+                  "threads": 1, "dtype": "fp32", "draft_dtype": "fp32", "compiled": [],
+                  "results": []})
+    header = capsys.readouterr().out.splitlines()[0]
+    assert f"sampling: temperature 0.8, {says}" in header
+
+
 def test_bench_seq2seq_refuses_a_batch_beyond_memory_before_training(capsys, monkeypatch):
     """Memory is counted as 'seq2seq train' counts it, before any model trains: a huge
     --batch-size of long reverse pairs was stopped only by the allocator, in a traceback,

@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.8,
                    help="softmax temperature of target and draft (0.8; 0 = greedy)")
     p.add_argument("--top-k", type=int, default=None,
-                   help="keep the k most likely tokens (default: all)")
+                   help="keep the k most likely tokens (0 or not given: all)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus mass in (0, 1] (default: no cut)")
     p.add_argument("--seed", type=seed_int, default=0,
@@ -420,9 +420,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _off(setting: str, value: float | None) -> bool:
+    """Whether a sampling setting is off: not given, or the value that means off to
+    ``SamplingConfig`` (top-k 0 keeps every token, top-p 1 the whole mass)."""
+    return value is None or {"top_k": value == 0, "top_p": value == 1.0}.get(setting, False)
+
+
 def print_report(r: dict[str, Any]) -> None:
     draft_size = f"{r['draft_params'] / 1e6:.2f}M" if r["draft_params"] else "no weights"
-    sampling = ", ".join(f"{k.replace('_', '-')} {'off' if v is None else v}"
+    sampling = ", ".join(f"{k.replace('_', '-')} {'off' if _off(k, v) else v}"
                          for k, v in r["sampling"].items())
     threads = f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}"
     print(f"target {r['target']} ({r['target_params'] / 1e6:.2f}M params), draft {r['draft']} "
