@@ -206,6 +206,28 @@ def test_translate_says_which_translations_max_len_cut(cli_main, checkpoint, cap
     assert capsys.readouterr().err == "note: the translation was cut at --max-len 1, before <eos>\n"
 
 
+def test_a_blank_source_is_refused_as_an_empty_one_is(cli_main, checkpoint, tmp_path,
+                                                      capsys):
+    """A --source of spaces alone was decoded into whatever the model writes for nothing,
+    with no word, where an empty one is refused: it is refused too, before the model is read
+    and before any figure is written."""
+    missing = str(tmp_path / "no-run")  # (refused before the checkpoint is looked at)
+    for sources, says in ((["   "], "the source is blank (whitespace only); give text to "
+                                    "translate"),
+                          (["1 may", "\t "], "source 2 of 2 is blank (whitespace only); give "
+                                             "text to translate")):
+        err = error_of(capsys, ["seq2seq", "translate", "--checkpoint", missing,
+                                *(f"--source={s}" for s in sources)])
+        assert err.endswith(says), err
+    figure = tmp_path / "heat.png"
+    err = error_of(capsys, ["seq2seq", "attention", "--checkpoint", missing, "--source", "  ",
+                            "--out", str(figure)])
+    assert err.endswith("the source is blank (whitespace only); give text to translate"), err
+    assert not figure.exists()
+    assert cli_main(["seq2seq", "translate", "--checkpoint", str(checkpoint),
+                     "--source", " 1 may 2000 "]) == 0  # (spaces around text are text)
+
+
 # ten sources, which translate decodes in three batches once its batch is 4 (_decodes_seen)
 SOURCES = ["abcde", "xyz", "hello", "world", "seq", "two", "quick", "brown", "fox", "jumps"]
 
@@ -441,8 +463,13 @@ def test_translate_reads_its_sources_from_a_file_or_standard_input(cli_main, che
                      "--source-file", "-"]) == 0
     assert capsys.readouterr().out == flags
     listed.write_text("3 march 1999\n\n1 may 2000\n")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("3 march 1999\n1 may 2000\n \t \n")  # (translated into junk, no word)
     for name, says in ((listed, f"source file {listed}, line 2: empty line; each line is a "
-                                "source to translate (remove the empty lines)"),
+                                "source to translate (remove the empty and blank lines)"),
+                       (blank, f"source file {blank}, line 3: blank line (whitespace only); "
+                               "each line is a source to translate (remove the empty and "
+                               "blank lines)"),
                        (tmp_path / "none.txt", f"source file {tmp_path / 'none.txt'} does not "
                                                "exist")):
         err = error_of(capsys, ["seq2seq", "translate", "--checkpoint", str(tmp_path / "no-run"),

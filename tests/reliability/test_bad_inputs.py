@@ -431,6 +431,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),
+    # spaces alone were decoded into whatever the model writes for nothing, with no word
+    ("seq2seq translate --source of spaces alone",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "   "],
+     "the source is blank (whitespace only)"),
     # a line out for each line in: a skipped empty line would shift every later output
     ("seq2seq translate --source-file with an empty line",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source-file",

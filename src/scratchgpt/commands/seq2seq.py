@@ -24,7 +24,12 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.options import add_dataclass_flags, given, show_default
 from scratchgpt.data.translation import TASKS
-from scratchgpt.errors import CheckpointError, ConfigError, DataError
+from scratchgpt.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    GenerationError,
+)
 from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfig
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
@@ -119,7 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="text to translate (repeat for several)")
     given.add_argument("--source-file", metavar="FILE",
                        help="translate every line of FILE (UTF-8; - reads standard input), a "
-                            "line out for each line in; an empty line is refused")
+                            "line out for each line in; an empty or blank line is refused")
     _add_decoding(tr, DEFAULT_MAX_LEN_HELP)
     tr.set_defaults(func=run_translate)
 
@@ -370,6 +375,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from scratchgpt.training.seq2seq import translate_batches
 
     penalty = length_penalty(args)
+    check_not_blank(args.source or [])
     sources = args.source or read_sources(args.source_file)
     model, src_tok, tgt_tok, _ = _load(args)
     note_unseen(src_tok, sources)
@@ -388,21 +394,31 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_not_blank(sources: list[str]) -> None:
+    """A ``--source`` of whitespace alone is refused, as an empty one is: it was decoded into
+    whatever the model writes for nothing, with no word."""
+    blank = next((n for n, s in enumerate(sources, start=1) if s and not s.strip()), None)
+    if blank is not None:
+        which = "the source" if len(sources) == 1 else f"source {blank} of {len(sources)}"
+        raise GenerationError(f"{which} is blank (whitespace only); give text to translate")
+
+
 def read_sources(name: str) -> list[str]:
     """The lines of ``--source-file`` (``-``: standard input), read as every file a user
     names is (:func:`~scratchgpt.data.sources.read_text_file`); an empty line is refused by
     its number, as each line in is a line out (skipped, it would pair every later output
-    with the wrong source)."""
+    with the wrong source), and so is a blank one (whitespace alone)."""
     from scratchgpt.data.sources import STDIN, read_text_file, text_lines
 
     lines = text_lines(read_text_file(name, "source file")[0])
     where = "standard input" if name == STDIN else f"source file {name}"
     if not lines:
         raise DataError(f"{where} has no line to translate")
-    empty = next((n for n, line in enumerate(lines, start=1) if not line), None)
+    empty = next((n for n, line in enumerate(lines, start=1) if not line.strip()), None)
     if empty is not None:
-        raise DataError(f"{where}, line {empty}: empty line; each line is a source to "
-                        "translate (remove the empty lines)")
+        what = "blank line (whitespace only)" if lines[empty - 1] else "empty line"
+        raise DataError(f"{where}, line {empty}: {what}; each line is a source to "
+                        "translate (remove the empty and blank lines)")
     return lines
 
 
@@ -531,6 +547,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
     check_figure_path(args.out, args.overwrite)  # refused before any work
     penalty = length_penalty(args)
+    check_not_blank([args.source])
 
     from scratchgpt.models.seq2seq import TransformerSeq2Seq
     from scratchgpt.training.seq2seq import translate
