@@ -228,6 +228,23 @@ def test_a_blank_source_is_refused_as_an_empty_one_is(cli_main, checkpoint, tmp_
                      "--source", " 1 may 2000 "]) == 0  # (spaces around text are text)
 
 
+def test_a_note_of_many_cut_translations_counts_the_rest(capsys):
+    """The notes of the translations --max-len or a stop cut short listed every number, up
+    to 256 of a batch: they list the first few and count the others."""
+    from scratchgpt.commands.seq2seq import NUMBERS_SHOWN, note_cut
+
+    eos = 2
+    for cut in ([3, 7, 9], list(range(1, NUMBERS_SHOWN + 1)), list(range(1, 301, 2))):
+        ids = [[5, 6] if n in cut else [5, eos] for n in range(1, 301)]
+        note_cut(ids, 300, eos, 64)
+        err = capsys.readouterr().err
+        shown = ", ".join(map(str, cut[:NUMBERS_SHOWN]))
+        more = f" and {len(cut) - NUMBERS_SHOWN} more" if len(cut) > NUMBERS_SHOWN else ""
+        assert err == f"note: translations {shown}{more} of 300 were cut at --max-len 64, " \
+                      "before <eos>\n", err
+    assert "1, 3, 5, 7, 9 and 145 more of 300" in err  # (the last: 150 cut, 5 of them shown)
+
+
 # ten sources, which translate decodes in three batches once its batch is 4 (_decodes_seen)
 SOURCES = ["abcde", "xyz", "hello", "world", "seq", "two", "quick", "brown", "fox", "jumps"]
 

@@ -444,11 +444,17 @@ def note_cut(ids: list[list[int]], total: int, eos_id: int, longest: int) -> Non
     _note_numbers(cut, total, f"cut at --max-len {longest}, before <eos>")
 
 
+NUMBERS_SHOWN = 5  # the numbers a note lists; the rest are counted
+
+
 def _note_numbers(numbers: list[int], total: int, what: str) -> None:
     """A note (stderr) that translations ``numbers`` (counted from 1) of ``total`` were
-    ``what``: 'note: translations 2, 5 of 10 were cut ...'; nothing for no numbers."""
+    ``what``: 'note: translations 2, 5 of 10 were cut ...', the first NUMBERS_SHOWN of them
+    and how many more ('1, 2, 3, 4, 5 and 40 more of 300'); nothing for no numbers."""
     if numbers:
-        shown = ", ".join(map(str, numbers))
+        shown = ", ".join(map(str, numbers[:NUMBERS_SHOWN]))
+        if len(numbers) > NUMBERS_SHOWN:  # (a batch can cut 256: a note of a thousand digits)
+            shown += f" and {len(numbers) - NUMBERS_SHOWN} more"
         which = ("the translation was" if total == 1 else
                  f"translation {shown} of {total} was" if len(numbers) == 1 else
                  f"translations {shown} of {total} were")
