@@ -44,10 +44,20 @@ def step_ms(model: torch.nn.Module, rows: int, steps: int) -> float:
         return (time.perf_counter() - start) / steps * 1e3
 
 
+def row_counts(text: str) -> list[int]:
+    """``--rows``: batch sizes, each a positive integer, comma-separated."""
+    try:
+        return [positive_int(r) for r in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(
+            f"{e} in {text!r} (batch sizes, comma-separated)") from None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=SHAPES, default="cpu-small")
-    p.add_argument("--rows", default="1,4,8,16,32", help="batch sizes, comma-separated")
+    p.add_argument("--rows", type=row_counts, default="1,4,8,16,32",
+                   help="batch sizes, comma-separated")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
     p.add_argument("--threads", type=bench_threads_positive, default=2)
     p.add_argument("--rounds", type=positive_int, default=3)
@@ -60,7 +70,7 @@ def main() -> None:
                          block_size=context, dropout=0.0)).eval()
     print(f"{args.shape} ({n_layer}L/{n_embd}d), {args.dtype}, {args.threads} threads: "
           "ms a step, C / PyTorch")
-    for rows in [int(r) for r in args.rows.split(",")]:
+    for rows in args.rows:
         c_step = prepare_for_decode(copy.deepcopy(base), args.dtype, pack=False,
                                     native_rows=rows)
         assert isinstance(c_step, NativeGPT), "the C step cannot run here"

@@ -19,6 +19,7 @@ DATASET_DIR: a prepared dataset, e.g. ``~/.cache/scratchgpt/datasets/shakespeare
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 
@@ -27,6 +28,7 @@ import torch
 from scratchgpt.bench.train import switched_off
 from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.data.dataset import TokenDataset
+from scratchgpt.errors import DataError
 from scratchgpt.models import fused_block
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.training.task import full_split_loss
@@ -45,17 +47,31 @@ def run_variant(model: GPT, data: TokenDataset, variant: str) -> float:
     return (switched_off(one_pass, fused_block.SWITCH) if variant == "modules" else one_pass)()
 
 
+def variant_list(text: str) -> list[str]:
+    """``--variants``: ``wN`` (N windows a batch, N >= 1) or ``modules``, comma-separated."""
+    variants = [v.strip() for v in text.split(",")]
+    for v in variants:
+        if v != "modules" and not re.fullmatch(r"w0*[1-9][0-9]*", v):
+            raise argparse.ArgumentTypeError(
+                f"expected wN (N windows a batch, N >= 1) or modules, comma-separated, "
+                f"got {v!r} in {text!r}")
+    return variants
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", help="a prepared dataset directory")
-    p.add_argument("--variants", default="w32,w64,modules")
+    p.add_argument("--variants", type=variant_list, default="w32,w64,modules")
     p.add_argument("--rounds", type=positive_int, default=6)
     args = p.parse_args()
-    data = TokenDataset(args.dataset)
+    try:
+        data = TokenDataset(args.dataset)
+    except DataError as e:  # not a prepared dataset: one line, as a bad flag is
+        p.error(str(e))
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=data.vocab_size, block_size=64, n_layer=4, n_head=4,
                           n_embd=128, dropout=0.0, bias=False, activation="gelu"))
-    variants = args.variants.split(",")
+    variants = args.variants
     times: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants if r % 2 == 0 else variants[::-1]:  # each variant first in turn

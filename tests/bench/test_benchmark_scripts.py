@@ -93,3 +93,37 @@ def _one_line_of_usage_error(done: subprocess.CompletedProcess) -> str:
     """argparse's refusal: its usage, then one line of error; no traceback."""
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     return done.stderr.strip().splitlines()[-1]
+
+
+def _python_script(script: str, *argv: str) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("rows, bad", [("0", "'0'"), ("1,0", "'0'"), ("4,,8", "''"),
+                                       ("x", "'x'")])
+def test_c_step_rows_refuses_a_batch_size_below_one(rows, bad):
+    """--rows 0 was taken: a row of the table timed steps of no rows (and "x" was a
+    ValueError traceback)."""
+    line = _one_line_of_usage_error(_python_script("c_step_rows", "--rows", rows))
+    assert f"argument --rows: expected a positive integer, got {bad} in {rows!r}" in line
+
+
+def test_eval_split_refuses_a_folder_that_is_no_prepared_dataset(tmp_path):
+    """It ended in a DataError traceback."""
+    line = _one_line_of_usage_error(_python_script("eval_split", str(tmp_path)))
+    assert f"{tmp_path} is not a prepared dataset (no meta.json)" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("variants, bad", [("w0", "w0"), ("w32,wide", "wide"),
+                                           ("w32,", "")])
+def test_eval_split_refuses_a_variant_it_cannot_run(variants, bad, tmp_path):
+    """'wide' was a ValueError traceback and 'w0' a batch of no windows, once the model was
+    built; the flag is checked before the dataset is read."""
+    line = _one_line_of_usage_error(_python_script("eval_split", str(tmp_path),
+                                                   "--variants", variants))
+    assert f"argument --variants: expected wN (N windows a batch, N >= 1) or modules, " \
+           f"comma-separated, got {bad!r} in {variants!r}" in line
