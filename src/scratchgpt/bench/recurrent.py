@@ -44,7 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
     p.add_argument("--json", metavar="FILE",
-                   help="also write the figures as JSON (checked before the benchmark runs)")
+                   help="also write the figures as JSON (checked before the benchmark runs; "
+                        "a run stopped by Ctrl-C writes the rows measured, marked "
+                        "interrupted)")
     p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
 
 
