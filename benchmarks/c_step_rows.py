@@ -26,6 +26,8 @@ from scratchgpt.models.fast_decode import prepare_for_decode
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.models.native import NativeGPT
 
+PROMPT = 8  # tokens before the timed steps
+
 SHAPES = {  # (layers, heads, width, vocabulary, context)
     "cpu-small": (4, 4, 128, 65, 64),
     "6L-384d": (6, 6, 384, 65, 256),
@@ -37,7 +39,7 @@ def step_ms(model: torch.nn.Module, rows: int, steps: int) -> float:
     """Mean ms of one-token steps of ``rows`` rows after an 8-token prompt."""
     with torch.inference_mode():
         cache = model.new_cache(rows)
-        model(torch.randint(0, 65, (rows, 8)), cache)
+        model(torch.randint(0, 65, (rows, PROMPT)), cache)
         start = time.perf_counter()
         for _ in range(steps):
             model(torch.randint(0, 65, (rows, 1)), cache)
@@ -66,6 +68,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     n_layer, n_head, n_embd, vocab, context = SHAPES[args.shape]
+    if args.steps > context - PROMPT:  # every step is one more position of the cache
+        p.error(f"argument --steps: at most {context - PROMPT} for --shape {args.shape} (a "
+                f"{PROMPT}-token prompt, then a step a position, in a context of {context}), "
+                f"got {args.steps}")
     base = GPT(GPTConfig(vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                          block_size=context, dropout=0.0)).eval()
     print(f"{args.shape} ({n_layer}L/{n_embd}d), {args.dtype}, {args.threads} threads: "

@@ -127,3 +127,11 @@ def test_eval_split_refuses_a_variant_it_cannot_run(variants, bad, tmp_path):
                                                    "--variants", variants))
     assert f"argument --variants: expected wN (N windows a batch, N >= 1) or modules, " \
            f"comma-separated, got {bad!r} in {variants!r}" in line
+
+
+def test_c_step_rows_refuses_more_steps_than_the_context_holds():
+    """--steps 100 at cpu-small's context of 64 was a GenerationError traceback once the
+    first round had reached the 65th position."""
+    line = _one_line_of_usage_error(_python_script("c_step_rows", "--rows", "1",
+                                                   "--steps", "57"))
+    assert "argument --steps: at most 56 for --shape cpu-small" in line and "got 57" in line
