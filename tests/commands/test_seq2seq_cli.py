@@ -245,6 +245,23 @@ def test_a_note_of_many_cut_translations_counts_the_rest(capsys):
     assert "1, 3, 5, 7, 9 and 145 more of 300" in err  # (the last: 150 cut, 5 of them shown)
 
 
+def test_a_header_line_is_said_to_be_read_as_a_pair(cli_main, tmp_path, capsys):
+    """A TSV whose first line names its columns ('source<TAB>target') was trained on with
+    that line as a pair, with no word: a note says so, by train and by eval --data."""
+    pairs = tmp_path / "rev.tsv"
+    pairs.write_text("Source\tTarget\n" + "".join(reversal_rows(4)))
+    out = tmp_path / "run"
+    note = f"note: {pairs}:1 'Source<TAB>Target' is read as a pair; if it is a header, remove it"
+    assert cli_main(["seq2seq", "train", "--data", str(pairs), "--arch", "lstm", "--out",
+                     str(out), *TSV_TINY]) == 0
+    assert capsys.readouterr().err.count(note) == 1
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(out), "--data", str(pairs)]) == 0
+    assert capsys.readouterr().err.count(note) == 1
+    pairs.write_text("".join(reversal_rows(4)))  # no header: no note
+    assert cli_main(["seq2seq", "eval", "--checkpoint", str(out), "--data", str(pairs)]) == 0
+    assert "header" not in capsys.readouterr().err
+
+
 # ten sources, which translate decodes in three batches once its batch is 4 (_decodes_seen)
 SOURCES = ["abcde", "xyz", "hello", "world", "seq", "two", "quick", "brown", "fox", "jumps"]
 

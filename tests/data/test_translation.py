@@ -8,6 +8,7 @@ from scratchgpt.data.translation import (
     DataSpec,
     dates_pairs,
     dates_task,
+    header_note,
     is_held_out_date,
     number_words,
     numbers_task,
@@ -161,6 +162,23 @@ def test_split_and_spec(tmp_path):
     f = tmp_path / "d.tsv"
     f.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     assert DataSpec(task=None, path=str(f), valid_fraction=0.2).load() == (train, held)
+
+
+@pytest.mark.parametrize("first", ["source\ttarget", "INPUT\tOutput", " src \t tgt"])
+def test_a_first_line_naming_the_columns_is_noted(tmp_path, first):
+    """A header line is a pair like any other line: the note says it is read as one, what
+    the file's first line is, BOM and Windows line ends aside; a first pair that is no column
+    name, and a generated task, have none."""
+    f = tmp_path / "d.tsv"
+    f.write_bytes(b"\xef\xbb\xbf" + f"{first}\r\nabc\tcba\r\n".encode())
+    src, tgt = first.split("\t")
+    note = f"note: {f}:1 '{src}<TAB>{tgt}' is read as a pair; if it is a header, remove it"
+    assert DataSpec(task=None, path=str(f)).header_note() == note
+    assert header_note(read_tsv(f), f) == note
+    f.write_text("source\tcible\nabc\tcba\n")  # (a pair, whatever its words)
+    assert DataSpec(task=None, path=str(f)).header_note() == ""
+    assert header_note(read_tsv(f)[1:], f) == ""
+    assert DataSpec(task="dates").header_note() == ""
 
 
 def test_a_split_that_leaves_a_side_empty_says_which_and_by_what_fraction(tmp_path):

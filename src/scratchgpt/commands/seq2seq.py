@@ -480,7 +480,7 @@ def note_unseen(tok, texts: list[str], side: str = "source",
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from scratchgpt.data.translation import read_tsv
+    from scratchgpt.data.translation import header_note, read_tsv
     from scratchgpt.training.seq2seq import evaluate, format_eval, score, subset_note
 
     penalty = length_penalty(args)
@@ -488,6 +488,8 @@ def run_eval(args: argparse.Namespace) -> int:
     all_pairs = read_tsv(args.data) if args.data else _held_out(args.checkpoint, data)
     n, whose = eval_count(args.eval_pairs, None if args.data else data.get("eval_pairs"))
     pairs = all_pairs[:n] if n else all_pairs
+    if args.data and (note := header_note(all_pairs, args.data)):
+        print(note, file=sys.stderr)
     # pairs of another kind than the training's scored 0% with no word why
     note_unseen(src_tok, [src for src, _ in pairs])
     note_unseen(tgt_tok, [tgt for _, tgt in pairs], "target", "the model never wrote in "

@@ -66,6 +66,26 @@ def read_tsv(path: str | Path) -> list[Pair]:
     return pairs
 
 
+# first lines that name the columns ('source<TAB>target'), case aside: read as a pair
+HEADERS = frozenset({("source", "target"), ("input", "output"), ("src", "tgt")})
+
+
+def header_note(pairs: Sequence[Pair], path: str | Path) -> str:
+    """A note that the first pair of ``pairs`` (of the file ``path``) looks like a header,
+    ('source<TAB>target', one of HEADERS), or ''. Every line is a pair: a header was trained
+    on as one, with no word.
+
+    >>> header_note([("Source", "Target"), ("a", "b")], "p.tsv")
+    "note: p.tsv:1 'Source<TAB>Target' is read as a pair; if it is a header, remove it"
+    >>> header_note([("source", "cible")], "p.tsv")
+    ''
+    """
+    if not pairs or tuple(f.strip().lower() for f in pairs[0]) not in HEADERS:
+        return ""
+    src, tgt = pairs[0]
+    return f"note: {path}:1 '{src}<TAB>{tgt}' is read as a pair; if it is a header, remove it"
+
+
 def pairs_sha256(pairs: Sequence[Pair]) -> str:
     """A fingerprint of ``pairs`` in their order: the same for the same pairs whatever the
     file's line endings or byte-order mark.
@@ -305,6 +325,15 @@ class DataSpec:
             raise DataError(f"{self.path}: --valid-fraction {self.valid_fraction:g} held out "
                             + _one_sided(pairs, held_none=not held))
         return train, held
+
+    def header_note(self) -> str:
+        """:func:`header_note` of a TSV file's first line ('' for a task): only that line
+        is read again (a file :meth:`load` has read)."""
+        if self.path is None:
+            return ""
+        with open(self.path, "rb") as f:
+            first = text_lines(decode_utf8(f.readline(), self.path))[:1]
+        return header_note([tuple(line.split("\t", 1)) for line in first], self.path)
 
     def describe(self) -> str:
         return f"task {self.task}" if self.task else f"{self.path}"

@@ -475,6 +475,8 @@ def plan(spec: DataSpec | None, arch: str | None, train_flags: dict[str, Any],
     config = task.model_config(arch, **model_flags)
     check_positions(task, config)
     cfg = fitted(cfg, task, config)
+    if note := spec.header_note():  # (once nothing is left to refuse, as fitted's note)
+        print(note, file=sys.stderr)
     make = partial(seq2seq_task, asdict(spec), None, label_smoothing, eval_pairs)
     return TrainJob(Path(out), mode, cfg, config, PlannedTask(make, task), {"arch": arch})
 
