@@ -559,13 +559,36 @@ def test_a_resume_from_python_refuses_other_adapters_or_another_optimizer(small_
         assert str(e.value) == keeps + says
         assert (out / "last.pt").read_bytes() == before
     for flags, says in ((["--optimizer", "muon"], "--optimizer adamw (drop --optimizer, or "),
-                        (["--lora-rank", "8"], "adapters included: drop --lora-rank, or ")):
+                        (["--lora-rank", "8"], "adapters included: drop --lora-rank, or start "
+                                               "a new run (this run has --lora-rank 4)"),
+                        (["--lora-rank", "4", "--lora-alpha", "2"],
+                         "this run has --lora-alpha 16)")):
         line = error_of(capsys, ["train", "--out", str(out), "--resume", *flags])
         assert says in line, line
     assert (out / "last.pt").read_bytes() == before
     same = GPTLoRAConfig(own.gpt, LoRAConfig(rank=4, targets="mlp,attn"))  # the same layers
     assert train(cfg(max_iters=3, **short), same, data, out, resume=True,
                  progress=False).step == 3
+    # the command takes the run's own LoRA values given again, as finetune --resume does
+    assert cli_main(["train", "--out", str(out), "--resume", "--max-iters", "4", "--lora",
+                     "--lora-rank", "4", "--lora-targets", "mlp,attn", "--no-progress"]) == 0
+    assert load_checkpoint(out / "last.pt").state.step == 4
+
+
+def test_lora_flags_on_resuming_a_run_without_adapters_are_refused(small_dataset, tmp_path,
+                                                                    capsys):
+    """A run without adapters has no LoRA value to give again: its resume refuses them."""
+    from tests.cli_errors import error_of
+
+    data = TokenDataset(small_dataset)
+    train(cfg(max_iters=2, eval_interval=2, eval_iters=1, warmup_iters=1), gpt(data), data,
+          tmp_path / "r", progress=False)
+    before = (tmp_path / "r" / "last.pt").read_bytes()
+    line = error_of(capsys, ["train", "--out", str(tmp_path / "r"), "--resume", "--lora-rank",
+                             "4", "--max-iters", "4"])
+    assert line.endswith("adapters included: drop --lora-rank, or start a new run (this run "
+                         "has no adapters)"), line
+    assert (tmp_path / "r" / "last.pt").read_bytes() == before
 
 
 def test_a_refused_resume_from_python_names_the_keywords_it_was_given(small_dataset, tmp_path):

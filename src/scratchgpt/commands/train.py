@@ -112,14 +112,29 @@ def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
     if args.init_from:
         return plan_continued(settings, args.init_from, lora, args.out, args.overwrite,
                               args.dataset, log)
-    if lora is not None and args.resume:
-        raise ConfigError(f"a resumed run keeps its model, adapters included: drop "
-                          f"{' '.join(lora_flags(args))}, or start a new run")
-    if lora is not None:
+    if lora is not None and not args.resume:
         raise ConfigError(f"{lora_named(lora_flags(args))} adapts a pretrained model: give "
                           "--init-from RUN_OR_HF_DIR")
     plan = job.plan(settings, args.out, args.resume, args.overwrite, args.dataset, log=log)
+    if lora is not None:
+        _check_lora_kept(args, lora, plan.model)
     return with_adapter_finish(plan, verbose=log is not None)
+
+
+def _check_lora_kept(args: argparse.Namespace, lora: Any, config: Any) -> None:
+    """LoRA flags given to a resume pass when they are the run's own adapters' values, as
+    ``--n-layer`` equal to the run's does (and as ``finetune --resume`` takes them); another
+    value, or adapters the run does not have, is refused, naming what it has."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.finetune.plan import lora_kept_by
+    from scratchgpt.models.lora import GPTLoRAConfig
+
+    flags = lora_flags(args)
+    has = lora_kept_by(flags, lora, config) if isinstance(config, GPTLoRAConfig) else ""
+    if has is not None:
+        runs = f" (this run has {has})" if has else " (this run has no adapters)"
+        raise ConfigError(f"a resumed run keeps its model, adapters included: drop "
+                          f"{' '.join(flags)}, or start a new run{runs}")
 
 
 def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -> int:

@@ -461,6 +461,17 @@ def _same(flag: str, value: Any, run: tuple[str, Any]) -> bool:
     return bool(value == recorded)
 
 
+def lora_kept_by(flags: Sequence[str], lora: LoRAConfig, config: ModelConfig) -> str | None:
+    """What a resumed run of model ``config`` has where the LoRA ``flags`` given again (as
+    typed; ``lora``: their values) ask for another (``--lora-rank 4``), as ``finetune
+    --resume`` compares them (targets as the layers they name); None when each is the run's
+    own. A run without adapters has none of them."""
+    runs = _trains_flags(config)
+    given = {f: True if f == "--lora" else getattr(lora, f[len("--lora-"):]) for f in flags}
+    changed = [f for f, value in given.items() if not _same(f, value, runs[f])]
+    return ", ".join(dict.fromkeys(_shown(*runs[f]) for f in changed)) or None
+
+
 def _shown(flag: str, value: Any) -> str:
     """A flag with its value as a message names it (``--lora`` alone, ``--epochs 3``)."""
     if value is True or value is None:
