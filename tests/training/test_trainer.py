@@ -317,7 +317,7 @@ def test_the_embedding_rate_cannot_move_to_or_from_one_on_resume(small_dataset, 
     from tests.cli_errors import error_of
 
     data = TokenDataset(small_dataset)
-    train(cfg(max_iters=5), gpt(data), data, tmp_path / "run", progress=False)
+    train(cfg(max_iters=5, warmup_iters=1), gpt(data), data, tmp_path / "run", progress=False)
     with pytest.raises(ScratchGPTError) as refused:
         train(cfg(max_iters=10, embed_lr_scale=2.0), None, data, tmp_path / "run",
               resume=True, progress=False)
@@ -491,7 +491,7 @@ def test_a_resume_from_python_refuses_a_model_config_other_than_the_runs(small_d
 
     data = TokenDataset(small_dataset)
     out = tmp_path / "r"
-    train(cfg(max_iters=2, eval_interval=2, eval_iters=1), gpt(data), data, out,
+    train(cfg(max_iters=2, eval_interval=2, eval_iters=1, warmup_iters=1), gpt(data), data, out,
           progress=False)
     before = (out / "last.pt").read_bytes()
     refused = [
@@ -639,3 +639,49 @@ def test_a_diverged_run_names_the_weight_decay_first_where_it_flips_the_weights(
     said = _remedy(TrainConfig(learning_rate=lr, min_lr=0.0, weight_decay=wd), KEYWORDS)
     assert said.startswith(f"lower {first}"), said
     assert said.endswith("lower learning_rate or keep grad_clip on"), said
+
+
+def test_a_run_from_python_that_ends_inside_its_warmup_says_so_on_stderr(small_dataset,
+                                                                          tmp_path, capsys):
+    """The command said that a run ending inside its warmup never reaches its learning rate;
+    train() said nothing. It says so on stderr, by keyword; a shorter warmup says nothing."""
+    data = TokenDataset(small_dataset)
+    short = dict(max_iters=2, eval_interval=2, eval_iters=1)
+    train(cfg(warmup_iters=100, **short), gpt(data), data, tmp_path / "a", progress=False)
+    err = capsys.readouterr().err
+    assert err == ("note: warmup_iters=100 is not below max_iters=2: the learning rate rises for "
+                   "the whole run, to 2% of learning_rate=0.003, and the cosine schedule never "
+                   "starts; give a smaller warmup_iters\n"), err
+    train(cfg(warmup_iters=1, **short), gpt(data), data, tmp_path / "b", progress=False)
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_a_resume_from_python_in_another_process_count_says_so(small_dataset, tmp_path,
+                                                                capsys, monkeypatch):
+    """A 2-process run resumed by train() with cfg's default nproc=1 went on in one process
+    in silence (the command keeps the run's count: it names only the flags typed). cfg gives
+    every setting and its default cannot be told from nproc=1 given, so its count applies and
+    stderr says so and how to keep the run's. The run's count recorded as 2 stands in for
+    starting two processes; the resume in two is planned, not run."""
+    from scratchgpt.training import job
+
+    data = TokenDataset(small_dataset)
+    out = tmp_path / "r"
+    short = dict(eval_interval=2, eval_iters=1, warmup_iters=1)
+    train(cfg(max_iters=2, **short), gpt(data), data, out, progress=False)
+    for name in ("last.pt", "best.pt"):
+        saved = torch.load(out / name, weights_only=True)
+        saved["train_config"]["nproc"] = 2
+        torch.save(saved, out / name)
+    capsys.readouterr()
+    planned = []
+    with monkeypatch.context() as m:
+        m.setattr(job, "run", lambda plan, progress: planned.append(plan))
+        train(cfg(max_iters=4, nproc=2, **short), None, data, out, resume=True,
+              progress=False)
+    assert planned[0].train.nproc == 2 and "note:" not in capsys.readouterr().err
+    assert train(cfg(max_iters=3, **short), None, data, out, resume=True,
+                 progress=False).step == 3
+    assert capsys.readouterr().err == (
+        f"note: the run in {out} trained in 2 processes; it goes on in 1 process (cfg's "
+        "nproc=1); give nproc=2 to keep its count\n")

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
-    if note := job.finished_note(plan) or job.warmup_note(plan):
+    if note := job.starting_note(plan):
         print(note)
     return report(job.run(plan, progress), plan.out)
 
@@ -148,7 +148,7 @@ def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -
             return _plan(argparse.Namespace(**{**vars(args), "overwrite": False}), settings,
                          None)
         plan = _plan(args, settings, print if progress else None)
-        if note := job.finished_note(plan) or job.warmup_note(plan):
+        if note := job.starting_note(plan):
             print(note)
         return plan
 

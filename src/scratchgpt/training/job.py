@@ -9,6 +9,7 @@ fine-tuning) plan their own jobs and run them the same way.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,6 +38,7 @@ from scratchgpt.training.settings import (
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
 from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
+from scratchgpt.wording import plural
 
 
 @dataclass
@@ -183,13 +185,16 @@ def finished_note(job: TrainJob) -> str | None:
     state = checkpoint.state if checkpoint is not None else None
     if state is None:
         return None
-    budget = job.train.time_budget_s
+    budget, options = job.train.time_budget_s, job.options
+    pass_ = "give" if keywords(options) else "pass"
+    max_iters, time_budget = named(options, "max_iters"), named(options, "time_budget")
     if state.step >= job.train.max_iters:
-        return (f"note: {job.out} is already at step {state.step} of --max-iters "
-                f"{job.train.max_iters}; pass a larger --max-iters to train it further")
+        return (f"note: {job.out} is already at step {state.step} of "
+                f"{named(options, 'max_iters', job.train.max_iters)}; {pass_} a larger "
+                f"{max_iters} to train it further")
     if budget and state.elapsed_s >= budget:
-        return (f"note: {job.out} has already used its --time-budget of {budget:g} s; pass a "
-                f"--max-iters above {state.step} (or a longer --time-budget) to train it "
+        return (f"note: {job.out} has already used its {time_budget} of {budget:g} s; {pass_} "
+                f"a {max_iters} above {state.step} (or a longer {time_budget}) to train it "
                 "further")
     return None
 
@@ -199,14 +204,23 @@ def warmup_note(job: TrainJob) -> str | None:
     --max-iters of 50 to try the command): the rate only rises, never reaches
     --learning-rate, and the schedule never starts, which nothing else tells. None
     otherwise."""
-    cfg = job.train
+    cfg, options = job.train, job.options
     if cfg.warmup_iters < cfg.max_iters:
         return None
     reached = cfg.max_iters / (cfg.warmup_iters + 1)  # the rate of the last update
-    return (f"note: --warmup-iters {cfg.warmup_iters} is not below --max-iters "
-            f"{cfg.max_iters}: the learning rate rises for the whole run, to {reached:.0%} of "
-            f"--learning-rate {cfg.learning_rate:g}, and the {cfg.schedule} schedule never "
-            "starts; pass a smaller --warmup-iters")
+    return (f"note: {named(options, 'warmup_iters', cfg.warmup_iters)} is not below "
+            f"{named(options, 'max_iters', cfg.max_iters)}: the learning rate rises for the "
+            f"whole run, to {reached:.0%} of {named(options, 'learning_rate', cfg.learning_rate)}"
+            f", and the {cfg.schedule} schedule never starts; "
+            f"{'give' if keywords(options) else 'pass'} a smaller "
+            f"{named(options, 'warmup_iters')}")
+
+
+def starting_note(job: TrainJob) -> str | None:
+    """What to say before ``job`` trains: a resumed run with nothing left to train
+    (:func:`finished_note`), else a run that ends inside its warmup (:func:`warmup_note`).
+    The command prints it, and so does :func:`train` (on stderr)."""
+    return finished_note(job) or warmup_note(job)
 
 
 def check_resources(train: TrainConfig, config: ModelConfig,
@@ -348,7 +362,10 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     ``--dropout`` does on ``scratchgpt train --resume``); one of another type or shape, or
     (a LoRA run's) other adapters, is refused, naming what differs (``this run has
     n_layer=4``), as the command refuses ``--n-layer 8`` on a 4-layer run; so is a ``cfg``
-    of another ``optimizer``.
+    of another ``optimizer``. ``cfg`` gives every setting, ``nproc`` too: a run trained in
+    2 processes goes on in ``cfg.nproc`` (a note on stderr says so where they differ). The
+    notes the command prints before training (a run that ends inside its warmup, or has
+    nothing left to train) go to stderr.
 
     Ctrl-C (or SIGTERM) stops the run after the current step and saves ``last.pt``, as it
     does the command's; ``train`` then returns, with ``interrupted`` true in its result
@@ -374,4 +391,23 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
                              str(data.directory), None, KEYWORDS)
     else:
         plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite, options=KEYWORDS)
+    for note in (starting_note(plan_), nproc_note(plan_)):
+        if note:
+            print(note, file=sys.stderr)
     return run(plan_, progress)
+
+
+def nproc_note(job: TrainJob) -> str | None:
+    """What to say of a run resumed from Python in another number of processes than it
+    trained in: ``cfg`` gives every setting, and its default ``nproc=1`` cannot be told from
+    one given, so the run goes on in ``cfg.nproc`` processes (the command, whose flags name
+    only what is typed, keeps the run's count), which this says. None otherwise."""
+    checkpoint = job.checkpoint() if job.mode == "resume" else None
+    own = checkpoint.train_config.nproc if checkpoint and checkpoint.train_config else None
+    if own is None or own == job.train.nproc:
+        return None
+    now = job.train.nproc
+    return (f"note: the run in {job.out} trained in {plural(own, 'process', 'processes')}; it "
+            f"goes on in {plural(now, 'process', 'processes')} (cfg's "
+            f"{named(job.options, 'nproc', now)}); give {named(job.options, 'nproc', own)} to "
+            "keep its count")
