@@ -181,6 +181,7 @@ def test_a_refused_run_names_keywords_to_python_and_flags_to_the_command(small_d
     with pytest.raises(scratchgpt.ScratchGPTError) as refused:
         scratchgpt.train(cfg, model, data, tmp_path / "py", progress=False)
     assert from_python in str(refused.value) and "--" not in str(refused.value)
+    capsys.readouterr()  # (train()'s note of a run inside its warmup, on stderr)
     line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
                              str(tmp_path / "cli"), "--max-iters", "50", "--batch-size", "2",
                              "--eval-iters", "1", "--dtype", "fp32", "--no-progress", *flags])
@@ -216,6 +217,7 @@ def test_a_run_out_in_a_dataset_or_on_another_tokenizer_is_named_as_the_caller_g
     with pytest.raises(scratchgpt.ScratchGPTError) as refused:
         scratchgpt.train(cfg, model, data, small_dataset, progress=False)
     assert str(refused.value).endswith("not a run; give the run its own out directory")
+    capsys.readouterr()  # (train()'s note of a run inside its warmup, on stderr)
     line = error_of(capsys, ["train", "--dataset", str(small_dataset), "--out",
                              str(small_dataset), *SMALL_FLAGS])
     assert line.endswith("not a run; give the run its own --out"), line
@@ -228,6 +230,7 @@ def test_a_run_out_in_a_dataset_or_on_another_tokenizer_is_named_as_the_caller_g
     assert str(refused.value).endswith(
         f"prepare the text with its tokenizer (prepare_text(text, out, "
         f"tokenizer=load_tokenizer('{run}')))")
+    capsys.readouterr()
     line = error_of(capsys, ["train", "--out", str(run), "--resume", "--dataset", str(other)])
     assert line.endswith(f"(scratchgpt prepare --data TEXT --tokenizer-from {run} --out DIR)")
 
