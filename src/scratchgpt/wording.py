@@ -1,6 +1,7 @@
 """Words in messages: counts, ``plural(1, "token")`` is '1 token', ``plural(3, "token")``
 '3 tokens'; a part of a count with its verb, ``some_of(1, 3, "text")`` is '1 of 3 texts is';
-the article of a model kind, ``a_kind("lstm")`` is 'an lstm'."""
+the article of a model kind, ``a_kind("lstm")`` is 'an lstm'; the first of many names,
+``first_of(names, 5)`` is 'a, b, c, d, e and 40 more'."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def a_kind(kind: str) -> str:
     spelled = head in SPELLED or not set(head) & set("aeiou")
     vowels = VOWEL_SOUNDING_LETTERS if spelled else frozenset("aeiou")
     return f"{'an' if head[:1] in vowels else 'a'} {kind}"
+
+
+def first_of(names: list[str], most: int) -> str:
+    """``names`` joined with commas, the first ``most`` of them, and how many more there are:
+    a message that named them all could run to thousands of them.
+
+    >>> first_of(["a", "b", "c"], 2), first_of(["a", "b"], 2)
+    ('a, b and 1 more', 'a, b')
+    """
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more

@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scratchgpt.errors import CheckpointError
+from scratchgpt.wording import first_of
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -283,8 +284,7 @@ def written_type(qtype: str, tensors: Encoded) -> tuple[str, str | None, list[st
     quantized = sum(t == Q.Q8_0 for _, _, t, _ in tensors)
     if not quantized:
         return "f16", f"q8_0 requested, every matrix kept in f16 because {why}", []
-    names = ", ".join(name for name, _ in kept[:3]) + (f" and {len(kept) - 3} more"
-                                                      if len(kept) > 3 else "")
+    names = first_of([name for name, _ in kept], 3)
     return qtype, None, [f"{len(kept)} of {len(kept) + quantized} matrices written f16 "
                          f"({names}): {why}"]
 

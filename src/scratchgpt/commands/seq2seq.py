@@ -34,7 +34,7 @@ from scratchgpt.models.configs.seq2seq import ARCH_DEFAULTS, ARCHS, Seq2SeqConfi
 from scratchgpt.training.config import LM_WINDOW_SETTINGS, TrainConfig, train_fields
 from scratchgpt.training.seq2seq_defaults import DEFAULT_EVAL_PAIRS
 from scratchgpt.validation import FLAGS, flag_of
-from scratchgpt.wording import plural
+from scratchgpt.wording import first_of, plural
 
 if TYPE_CHECKING:
     from scratchgpt.training.seq2seq import Stopped
@@ -452,9 +452,7 @@ def _note_numbers(numbers: list[int], total: int, what: str) -> None:
     ``what``: 'note: translations 2, 5 of 10 were cut ...', the first NUMBERS_SHOWN of them
     and how many more ('1, 2, 3, 4, 5 and 40 more of 300'); nothing for no numbers."""
     if numbers:
-        shown = ", ".join(map(str, numbers[:NUMBERS_SHOWN]))
-        if len(numbers) > NUMBERS_SHOWN:  # (a batch can cut 256: a note of a thousand digits)
-            shown += f" and {len(numbers) - NUMBERS_SHOWN} more"
+        shown = first_of([str(n) for n in numbers], NUMBERS_SHOWN)  # (a batch can cut 256)
         which = ("the translation was" if total == 1 else
                  f"translation {shown} of {total} was" if len(numbers) == 1 else
                  f"translations {shown} of {total} were")

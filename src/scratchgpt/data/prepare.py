@@ -47,6 +47,7 @@ from scratchgpt.tokenizers.base import TOKENIZER_FILE
 from scratchgpt.tokenizers.bpe_files import MERGES_FILE
 from scratchgpt.tokenizers.pretokenize import PIECE_CHARS, piece_bounds
 from scratchgpt.validation import FLAGS, KEYWORDS, named
+from scratchgpt.wording import first_of
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers.bpe import BPETokenizer
@@ -316,8 +317,7 @@ def _check_replaceable(out: Path, overwrite: bool, options: Mapping[str, str]) -
                             f"{named(options, 'overwrite')} to replace it")
         others = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES)
         if others:  # the whole directory is replaced: they would go with the old dataset
-            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more"
-                                             if len(others) > 5 else "")
+            shown = first_of(others, 5)
             raise DataError(f"{out} also holds files prepare did not write ({shown}); "
                             f"{named(options, 'overwrite')} replaces the whole directory, so "
                             "move them out first (nothing was written)")

@@ -30,6 +30,7 @@ from scratchgpt.chat import ROLES, Message, check_messages
 from scratchgpt.data import sources
 from scratchgpt.errors import DataError
 from scratchgpt.validation import did_you_mean, json_loads
+from scratchgpt.wording import first_of
 
 LABEL_FIRST_DATASETS = {"sms-spam"}  # named datasets whose lines are label<TAB>text
 TASK_DATASETS = {"classify": "sms-spam", "instruct": "instruction-data"}  # the named data each
@@ -358,8 +359,7 @@ def shown_characters(chars: Sequence[str], most: int = 10) -> str:
     >>> shown_characters(["0", "1", "2"], most=2)
     "'0', '1' and 1 more"
     """
-    more = f" and {len(chars) - most} more" if len(chars) > most else ""
-    return ", ".join(repr(c) for c in chars[:most]) + more
+    return first_of([repr(c) for c in chars], most)
 
 
 def encode_plain(tokenizer: Any, text: str) -> tuple[list[int], bool]:

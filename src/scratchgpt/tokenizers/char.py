@@ -9,7 +9,7 @@ from typing import Any
 
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers.base import Tokenizer, check_unknown_policy
-from scratchgpt.wording import plural
+from scratchgpt.wording import first_of, plural
 
 # Up to this many distinct missing characters are counted with one str.count each; more (text
 # in another script) with one Counter pass: 3,000 kinds in 2 M characters took 2.5 s counted
@@ -76,10 +76,8 @@ class CharTokenizer(Tokenizer):
         if unknown == "replace":
             rep = self._replacement()
             return [stoi.get(c, rep) for c in text]
-        shown = ", ".join(repr(c) for c in missing[:10])
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        raise TokenizerError(
-            f"text has {plural(len(missing), 'character')} not in the vocabulary: {shown}{more}")
+        raise TokenizerError(f"text has {plural(len(missing), 'character')} not in the "
+                             f"vocabulary: {first_of([repr(c) for c in missing], 10)}")
 
     def decode(self, ids: Sequence[int]) -> str:
         chars = self.chars
