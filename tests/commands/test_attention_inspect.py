@@ -245,6 +245,10 @@ def test_inspect_table_and_figure(runs, tmp_path, capsys):
     assert "top-k=10" in text and "(all others)" in text and "entropy" in text
     assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 4
     assert out.read_bytes().startswith(PNG)
+    # --top of every token leaves no others: the row of 0.0000s said there were some
+    assert main(["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "ab", "--top",
+                 str(len(CHARS))]) == 0
+    assert "(all others)" not in capsys.readouterr().out
     drawn = out.read_bytes()  # drawn again only with --overwrite
     args = ["inspect", "--checkpoint", str(runs["lstm"]), "--prompt", "b", "--out", str(out)]
     assert main(args) == 2 and "already exists" in capsys.readouterr().err

@@ -95,7 +95,8 @@ def print_table(rep: dict[str, Any]) -> None:
     line("rank", "token", names)
     for r in rep["top"]:
         line(str(r["rank"]), r["label"], [f"{r['probs'][n]:.4f}" for n in names])
-    line("", "(all others)", [f"{rep['others'][n]:.4f}" for n in names])
+    if len(rep["top"]) < rep["vocab_size"]:  # (--top of the whole vocabulary leaves none)
+        line("", "(all others)", [f"{rep['others'][n]:.4f}" for n in names])
     line("", f"kept of {rep['vocab_size']}", [str(rep["kept"][n]) for n in names])
     line("", "entropy", [f"{rep['entropy'][n]:.3f}" for n in names])
 
