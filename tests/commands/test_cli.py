@@ -118,6 +118,24 @@ def test_num_samples_and_beam(run_dir, capsys):
     assert all(text.startswith("A") for text in out.split("\n---------------\n"))
 
 
+def test_several_greedy_samples_are_said_to_be_the_same_text(run_dir, capsys, tmp_path):
+    """--temperature 0 --num-samples 3 printed three copies of one text without a word; a
+    note says why they are alike, alone and with --batch-prompts, and none for one sample."""
+    args = ["sample", "--checkpoint", str(run_dir), "--max-new-tokens", "8", "--temperature",
+            "0"]
+    assert main([*args, "--num-samples", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert len(set(out.split("\n---------------\n"))) == 1
+    assert "note: --temperature 0 decodes greedily: the 3 samples of a prompt are the same " \
+           "text" in err
+    (tmp_path / "p.txt").write_text("A\nB\n")
+    assert main([*args, "--num-samples", "2", "--prompt-file", str(tmp_path / "p.txt"),
+                 "--batch-prompts"]) == 0
+    assert "the 2 samples of a prompt are the same text" in capsys.readouterr().err
+    assert main(args) == 0
+    assert "greedily" not in capsys.readouterr().err
+
+
 def test_a_top_k_beyond_the_vocabulary_keeps_every_token_and_says_so(run_dir, capsys):
     """--top-k more than the model's tokens is clamped, as Hugging Face's is (one flag can
     serve models of any vocabulary): the sample is --top-k 0's, and a note names the

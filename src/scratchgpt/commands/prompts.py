@@ -48,6 +48,16 @@ def refuse_greedy_filters(temperature: float | None, top_k: int | None,
                           "draws nothing: --top-k and --top-p do not apply to it")
 
 
+def note_same_samples(temperature: float | None, num_samples: int) -> None:
+    """Say on stderr when --num-samples asks for several greedy samples: --temperature 0 takes
+    the likeliest token each time, so every sample of a prompt is the same text (not refused:
+    a script may compare greedy with sampled runs of one command line)."""
+    if temperature == 0 and num_samples > 1:
+        print(f"note: --temperature 0 decodes greedily: the {num_samples} samples of a prompt "
+              "are the same text (a temperature above 0 draws different ones)",
+              file=sys.stderr)
+
+
 def note_wide_top_k(model, top_k: int | None) -> None:
     """Say on stderr when --top-k is more than the model's vocabulary: it then keeps every
     token, as --top-k 0 does (clamped, as Hugging Face's top-k is; the same flag can serve

@@ -18,6 +18,7 @@ from scratchgpt.commands.argtypes import (
 )
 from scratchgpt.commands.prompts import (
     note_long_prompts,
+    note_same_samples,
     note_wide_top_k,
     prompt_source,
     read_prompt,
@@ -330,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
     if args.beam:
         return run_beam(job, args)
     note_wide_top_k(model, args.top_k)  # (after every refusal: a refusal is one line)
+    note_same_samples(args.temperature, args.num_samples)
     if args.num_samples == 1 and not args.no_stream:
         return run_stream(job)
     return run_samples(job, args.num_samples)
@@ -488,6 +490,7 @@ def run_batch(model, tok, lines: list[str], rule, cfg, gen, args: argparse.Names
     check_memory(model, len(rows), max(map(len, ids)) + args.max_new_tokens)
     note_long_prompts(model, [len(x) for x in ids])
     note_wide_top_k(model, args.top_k)
+    note_same_samples(args.temperature, args.num_samples)
     print_samples(rows, lambda out: generate_batch(model, ids, rule, cfg, gen, out=out), rule)
     return 0
 
