@@ -80,12 +80,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 EXPORT_LOCK = ".export.lock"  # a --to hf export's lock, inside --out
 
 
+EXPORT_NOUN = {"hf": "a directory", "gguf": "one file"}  # what each --to writes, as said
+
+
 def _check_place(out: Path, target: str, typed: str) -> None:
     """What --out is refused for before anything is read, in the same words for --to hf and
     --to gguf: a device or pipe, a path below a file, or the other kind of thing from what
     ``target`` writes (a file for hf, a directory for gguf: ``typed`` ending in a slash
     names one)."""
-    noun = "a directory" if target == "hf" else "one file"
+    noun = EXPORT_NOUN[target]
     if out.exists() and not (out.is_file() or out.is_dir()):
         # an export is renamed into place: it would replace the device or pipe itself
         raise ConfigError(f"--out {out} is not a regular file or directory (a device, a pipe); "
@@ -101,7 +104,7 @@ def _check_place(out: Path, target: str, typed: str) -> None:
 
 
 def _wrong_kind(target: str, typed: str, kind: str, example: Path) -> None:
-    noun = "a directory" if target == "hf" else "one file"
+    noun = EXPORT_NOUN[target]
     raise ConfigError(f"--to {target} writes {noun}; {typed} is {kind} (name {noun} instead, "
                       f"e.g. {example})")
 
