@@ -169,6 +169,12 @@ def keywords(options: Mapping[str, str]) -> bool:
     return options["resume"] == KEYWORDS["resume"]
 
 
+def give(options: Mapping[str, str]) -> str:
+    """The verb of advice to change a setting: the Python caller is told to "give" a keyword,
+    the command's user to "pass" a flag."""
+    return "give" if keywords(options) else "pass"
+
+
 def rename_setting(message: str, rename: Callable[[str], str | None]) -> str:
     """``message``, a refusal opening with a setting ("batch_size must ...", "time_budget:
     ...", "n_embd (30) must ...", "unet_skips needs ..."), with that setting and any other it

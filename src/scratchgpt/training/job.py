@@ -37,7 +37,7 @@ from scratchgpt.training.settings import (
 )
 from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
-from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
+from scratchgpt.validation import FLAGS, KEYWORDS, give, keywords, named
 from scratchgpt.wording import plural
 
 
@@ -186,7 +186,7 @@ def finished_note(job: TrainJob) -> str | None:
     if state is None:
         return None
     budget, options = job.train.time_budget_s, job.options
-    pass_ = "give" if keywords(options) else "pass"
+    pass_ = give(options)
     max_iters, time_budget = named(options, "max_iters"), named(options, "time_budget")
     if state.step >= job.train.max_iters:
         return (f"note: {job.out} is already at step {state.step} of "
@@ -212,7 +212,7 @@ def warmup_note(job: TrainJob) -> str | None:
             f"{named(options, 'max_iters', cfg.max_iters)}: the learning rate rises for the "
             f"whole run, to {reached:.0%} of {named(options, 'learning_rate', cfg.learning_rate)}"
             f", and the {cfg.schedule} schedule never starts; "
-            f"{'give' if keywords(options) else 'pass'} a smaller "
+            f"{give(options)} a smaller "
             f"{named(options, 'warmup_iters')}")
 
 
