@@ -308,11 +308,11 @@ class RunDir:
         not told again (a preset, a config file, the fine-tuning task and base): the sections
         ``config`` lacks or leaves None."""
         if resumed:
-            config = {**self._recorded_config(),
+            config = {**self.recorded_config(),
                       **{k: v for k, v in config.items() if v is not None}}
         atomic_write_text(self.file(CONFIG_FILE), json.dumps(config, indent=1) + "\n")
 
-    def _recorded_config(self) -> dict[str, Any]:
+    def recorded_config(self) -> dict[str, Any]:
         """The run's config.json as it is, or {} where it is missing or unreadable (it is
         for people to read; the checkpoints are the run's truth)."""
         return _read_json_object(self.file(CONFIG_FILE))

@@ -49,7 +49,6 @@ from scratchgpt.tokenizers.char import CharTokenizer
 from scratchgpt.training import job as train_job
 from scratchgpt.training.config import TrainConfig
 from scratchgpt.training.metrics import read_rows
-from scratchgpt.validation import json_loads
 
 # Shapes of the last stage. "lecture" is the lecture's (and nanoGPT's) Shakespeare model, made
 # for a GPU; "cpu" is the cpu-small preset's shape, which learns the most per second on a
@@ -388,10 +387,11 @@ def recorded_result(stage: Stage, run_dir: Path) -> StageResult | None:
     ``config.json``. None where ``run_dir`` holds no finished run of the stage: nothing, a
     run cut short (no final evaluation yet), one without its checkpoints, or another run
     (its ``config.json`` names no such stage)."""
-    config = _run_config(run_dir)
+    run = RunDir(run_dir)
+    config = run.recorded_config()
     experiment = config.get("experiment")
     if not (isinstance(experiment, dict) and experiment.get("stage") == stage.name
-            and RunDir(run_dir).has_checkpoint()):
+            and run.has_checkpoint()):
         return None
     final = (read_rows(run_dir / "metrics.csv") or [{}])[-1]
     params = _parameters(config.get("model"))
@@ -417,20 +417,11 @@ def _parameters(model: Any) -> int | None:
         return None
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
-    """A run's ``config.json``, or {} where it is missing or unreadable."""
-    try:
-        config = json_loads((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
 def recorded_dataset(results: Sequence[StageResult]) -> str | None:
     """The dataset the stages' runs record (``--dataset`` as the build was given it), or None
     where none does."""
     for r in results:
-        data = _run_config(r.run_dir).get("data")
+        data = RunDir(r.run_dir).recorded_config().get("data")
         if isinstance(data, dict) and isinstance(data.get("dataset"), str):
             return str(data["dataset"])
     return None
