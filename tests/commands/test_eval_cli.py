@@ -379,3 +379,34 @@ def test_a_hugging_face_model_reads_a_named_dataset_with_its_tokenizer(hf_dir, t
                  "--max-tokens", "100"]) == 0
     [entry] = (tmp_path / "cache" / "datasets").iterdir()
     assert TokenDataset(entry).tokenizer().same_as(hf_tokenizer(hf_dir))
+
+
+def test_the_output_says_how_many_tokens_each_split_had(run_dir, capsys, monkeypatch):
+    """--max-tokens N did not say how many tokens were scored: N cut to whole windows (at
+    least one), or the whole split where N is past it. Each split's count is the number of
+    targets the loss was taken over, counted here as the evaluation reads them."""
+    from scratchgpt.training import task
+
+    seen: list[int] = []
+    real = task.lm_loss
+
+    def counting(logits, targets):
+        seen.append(targets.numel())
+        return real(logits, targets)
+
+    monkeypatch.setattr(task, "lm_loss", counting)
+    for max_tokens in (3 * BLOCK + 5, BLOCK - 1, 10**9):
+        seen.clear()
+        assert main(["eval", "--checkpoint", str(run_dir), "--json", "--split", "val",
+                     "--max-tokens", str(max_tokens)]) == 0
+        figures = json.loads(capsys.readouterr().out)
+        assert figures["val_tokens"] == sum(seen) and figures["val_tokens"] % BLOCK == 0
+        seen.clear()
+        assert main(["eval", "--checkpoint", str(run_dir), "--max-tokens",
+                     str(max_tokens)]) == 0
+        lines = capsys.readouterr().out.splitlines()[1:3]
+        counts = [int(ln.split()[-2].replace(",", "")) for ln in lines]
+        assert [ln.split()[0] for ln in lines] == ["train", "val"]
+        assert counts[1] == figures["val_tokens"] and sum(counts) == sum(seen)
+        assert all(ln.endswith(" tokens") for ln in lines)
+    assert figures["val_tokens"] > 3 * BLOCK  # 10**9: the whole split, not the 10**9 named

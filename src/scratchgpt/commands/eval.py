@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None, help="prepared dataset (default: the run's)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="evaluate at most this many tokens per split: the first whole "
-                        "context windows that fit, at least one (default: all)")
+                        "context windows that fit, at least one (default: all); the output "
+                        "says how many each split had")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="evaluate the model as sample --dtype runs it: fp32, bf16 weights and "
                         "activations, or int8 weight-only (default fp32)")
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 loss = full_split_loss(model, data, split, block, device,
                                        max_tokens=args.max_tokens)
         losses[split] = loss
+        figures[f"{split}_tokens"] = evaluated_tokens(data, split, block, args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)
         figures[f"{split}_ppl"] = round(perplexity(loss), 4)
         if args.max_tokens is None:  # (the split's characters per token: of all of it)
@@ -99,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         per_char = (f"   {data.bits_per_char(split, losses[split]):.4f} bits/char"
                     if args.max_tokens is None else "")
         print(f"  {split:5s} loss {losses[split]:.4f}   "
-              f"perplexity {perplexity(losses[split]):.3f}{per_char}")
+              f"perplexity {perplexity(losses[split]):.3f}{per_char}   "
+              f"over {figures[f'{split}_tokens']:,} tokens")
     if by_position:
         print(position_table(curves))
     if args.plot is not None:
@@ -164,6 +167,19 @@ def hf_dataset(args: argparse.Namespace, source, model):
 def _prepare(checkpoint: str) -> str:
     """The command that prepares a text with ``checkpoint``'s tokenizer, for eval to read."""
     return f"scratchgpt prepare --data TEXT --tokenizer-from {checkpoint} --out DIR"
+
+
+def evaluated_tokens(data, split: str, block: int, max_tokens: int | None) -> int:
+    """The tokens whose loss eval reports for ``split``: the targets of its whole windows of
+    ``block`` (each needs ``block`` + 1 tokens, its targets shifted by one), or of the first
+    ``max_tokens // block`` of them, at least one, as the evaluation reads them
+    (``TokenDataset.sequential_batches`` under ``full_split_loss``'s ``max_tokens``). A
+    ``--max-tokens`` past the split, or not a multiple of the context, evaluates another
+    count than it names, which the output says."""
+    windows = (len(data.splits[split]) - 1) // block
+    if max_tokens is not None:
+        windows = min(windows, max(1, max_tokens // block))
+    return windows * block
 
 
 def perplexity(loss: float) -> float:
