@@ -155,6 +155,53 @@ def test_logprobs_are_the_models_own_and_echo_scores_the_prompt(client, server, 
         assert set(top) == set(want) and len(top) == 3
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_max_tokens_0_with_echo_scores_the_prompt_and_generates_nothing(client, server,
+                                                                        chat_model, streamed):
+    """OpenAI's way to score a text: the prompt back with its tokens' log-probabilities (the
+    first has none), no new token, finish_reason "length"."""
+    model, tok = chat_model
+    body = {"prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 2}
+    if streamed:
+        chunks = stream(client, "/v1/completions", {**body, "stream_options":
+                                                    {"include_usage": True}})
+        choices, usage = [c["choices"][0] for c in chunks[:-1]], chunks[-1]["usage"]
+        lp = {k: [x for c in choices if c["logprobs"] for x in c["logprobs"][k]]
+              for k in ("tokens", "token_logprobs", "top_logprobs")}
+        text, finish = "".join(c["text"] for c in choices), choices[-1]["finish_reason"]
+    else:
+        answer = client.post("/v1/completions", json=body).json()
+        (choice,), usage = answer["choices"], answer["usage"]
+        text, finish, lp = choice["text"], choice["finish_reason"], choice["logprobs"]
+    ids = tok.encode(PROMPT)
+    assert text == PROMPT == "".join(lp["tokens"]) and finish == "length"
+    assert usage == {"prompt_tokens": len(ids), "completion_tokens": 0,
+                     "total_tokens": len(ids)}
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids]))[0], -1)  # (T, V)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert len(lp["token_logprobs"]) == len(ids)
+    for t in range(1, len(ids)):
+        assert lp["token_logprobs"][t] == pytest.approx(logp[t - 1, ids[t]].item(), abs=1e-4)
+        want = {tok.decode([i]) for i in logp[t - 1].topk(2).indices.tolist()}
+        assert set(lp["top_logprobs"][t]) == want
+
+
+def test_max_tokens_0_with_echo_alone_is_the_prompt_and_without_echo_is_refused(client):
+    choice = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 0,
+                                                  "echo": True, "n": 2}).json()["choices"]
+    assert [(c["text"], c["logprobs"], c["finish_reason"]) for c in choice] == \
+        [(PROMPT, None, "length")] * 2
+    for body in ({"prompt": PROMPT, "max_tokens": 0},
+                 {"prompt": PROMPT, "max_tokens": 0, "echo": False},
+                 {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}):
+        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        r = client.post(path, json=body)
+        assert r.status_code == 400 and r.json()["error"] == {
+            "message": "'max_tokens' must be an integer >= 1, got 0",
+            "type": "invalid_request_error", "param": "max_tokens", "code": None}
+
+
 def test_byte_level_tokens_spell_the_text_they_make(tmp_path):
     """With a byte-level BPE, a character's bytes can come in several tokens: the logprobs'
     tokens still join to the text, streamed or not, with the offsets where each begins (the

@@ -9,7 +9,7 @@ import torch
 from scratchgpt.generation.generate import generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
-from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Job, PromptScores, TokenOut
+from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Ended, Job, PromptScores, TokenOut
 from tests.generation.test_decode import MODELS
 
 GREEDY = SamplingConfig(temperature=0)
@@ -166,6 +166,29 @@ def test_logprobs_are_the_models_own_distribution():
         assert lp == pytest.approx(logp[t - 1, seq[t]].item(), abs=1e-5)
         assert [i for i, _ in top] == logp[t - 1].topk(3).indices.tolist()
     assert [e.finish for e in tokens] == [None] * 4 + ["length"]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_job_of_no_new_tokens_is_scored_and_ends_beside_the_others(name):
+    """max_tokens 0 (a prompt echoed to be scored): prefilled with the prompts that came with
+    it, its choices end ("length") without a token, and theirs go on as alone."""
+    model = MODELS[name]
+    score = Job([4, 2, 9, 1], StopRule(0), n=2, top_logprobs=1, prompt_logprobs=True)
+    others = [Job([1, 2, 3], StopRule(6), n=2), Job([5, 6, 7, 8, 9], StopRule(4))]
+    out, batch = Deliveries(), ContinuousBatch(model)
+    batch.admit([others[0], score, others[1]], out)
+    scores, *ended = out[score]
+    assert isinstance(scores, PromptScores) and len(scores.logprobs) == 4
+    assert ended == [Ended(0, "length"), Ended(1, "length")]
+    assert batch.size == 3 and score not in batch.jobs()
+    got: dict = {}
+    collect(out, got)
+    while batch.rows:
+        collect(batch.step(), got)
+    assert score not in got
+    for job in others:
+        assert [got[job][c] for c in range(job.n)] == alone(model, job.prompt, job.rule,
+                                                            n=job.n)
 
 
 def test_dropping_a_job_frees_its_rows_and_the_others_go_on_unchanged():

@@ -73,7 +73,7 @@ class PromptScores:
 
 @dataclass
 class Ended:
-    """A choice ended without a new token (its request ran out of time)."""
+    """A choice ended without a new token (its request ran out of time, or asked for none)."""
 
     choice: int
     finish: str
@@ -218,13 +218,25 @@ class ContinuousBatch:
             if job.prompt_logprobs:
                 out.add(job, [prompt_scores(logits[j, pads[j]:], job.prompt,
                                             job.top_logprobs or 0)])
+        going = self._score_only(jobs, out)
+        if not going:
+            return
         last = logits[:, -1]  # (J, V)
-        copies = torch.tensor([j for j, job in enumerate(jobs) for _ in range(job.n)])
-        if len(copies) > len(jobs):
-            cache.select_rows(copies)
+        copies = [j for j in going for _ in range(jobs[j].n)]
+        if copies != list(range(len(jobs))):
+            cache.select_rows(torch.tensor(copies))
             last = last[copies]  # (rows, V)
-        rows = [Row(job, c) for job in jobs for c in range(job.n)]
+        rows = [Row(jobs[j], c) for j in going for c in range(jobs[j].n)]
         self._join(self._sample_new(rows, cache, last, out))
+
+    @staticmethod
+    def _score_only(jobs: Sequence[Job], out: Deliveries) -> list[int]:
+        """End every choice of the jobs that ask for no new token (``max_tokens`` 0: a
+        prompt echoed to be scored) without one ("length"); returns the others' indices."""
+        for job in jobs:
+            if job.rule.max_new_tokens == 0:
+                out.add(job, [Ended(c, "length") for c in range(job.n)])
+        return [j for j, job in enumerate(jobs) if job.rule.max_new_tokens > 0]
 
     def _sample_new(self, rows: list[Row], cache: JoinableCache, logits: Tensor,
                     out: Deliveries) -> tuple[list[Row], JoinableCache]:

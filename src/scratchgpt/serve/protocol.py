@@ -297,8 +297,9 @@ COMMON: dict[str, Check] = {
     "logit_bias": _empty_only,
 }
 COMPLETION_FIELDS: dict[str, Check] = {
-    **COMMON, "prompt": _prompt, "logprobs": _int(0), "echo": _bool, "best_of": _one_only,
-    "suffix": _unsupported,
+    # max_tokens 0 scores a prompt: taken with echo only (parse_completion)
+    **COMMON, "max_tokens": _int(0), "prompt": _prompt, "logprobs": _int(0), "echo": _bool,
+    "best_of": _one_only, "suffix": _unsupported,
 }
 # chat fields that change nothing this server generates: checked for their type, ignored
 # (nothing is stored; there is one service tier, no prompt cache to key, no abuse checks);
@@ -367,8 +368,12 @@ def _generation(f: dict[str, Any], limits: Limits, max_tokens: int | None, defau
 
 
 def parse_completion(data: Mapping[str, Any], limits: Limits) -> CompletionRequest:
-    """A ``POST /v1/completions`` body, checked."""
+    """A ``POST /v1/completions`` body, checked. ``max_tokens`` 0 with ``echo`` is OpenAI's
+    way to score a prompt: the prompt comes back (with its tokens' log-probabilities when
+    ``logprobs`` is given) and nothing is generated; without ``echo`` it is refused."""
     f = check_fields(data, COMPLETION_FIELDS)
+    if f["max_tokens"] == 0 and not f["echo"]:  # nothing to answer: refused as in chat
+        COMMON["max_tokens"]("max_tokens", 0)
     prompts = f["prompt"] if f["prompt"] is not None else [""]
     if len(prompts) > limits.max_prompts:
         raise ApiError(400, f"at most {limits.max_prompts} prompts per request",
