@@ -74,7 +74,7 @@ RECURRENT = ["bench", "recurrent", "--cells", "rnn", "--hidden", "8", "--n-layer
              "--batch-size", "2", "--seq-len", "4", "--decode-tokens", "2", "--repeats", "1"]
 
 
-@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune"])
+@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune", "sample"])
 def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, capsys):
     """--json FILE holding earlier results is kept without --overwrite, and a FILE that
     cannot be written is refused at once, not when the benchmark has run."""
@@ -89,7 +89,7 @@ def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, caps
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune"])
+@pytest.mark.parametrize("name", ["recurrent", "seq2seq", "finetune", "sample"])
 def test_a_json_file_no_folder_can_hold_is_refused_before_the_benchmark(name, tmp_path,
                                                                          capsys):
     """A --json FILE in a folder nobody may write was found by the write after the benchmark
@@ -162,6 +162,64 @@ def test_bench_recurrent_stopped_before_any_row_writes_no_file(tmp_path, capsys,
     monkeypatch.setattr(recurrent, "measure", stopped)
     out = tmp_path / "figures.json"
     assert main([*RECURRENT, "--json", str(out)]) == 130
+    assert not out.exists()
+    capsys.readouterr()
+
+
+SAMPLE = ["bench", "sample", "--tokens", "3", "--prompt-len", "2", "--threads", "1"]
+
+
+def test_bench_sample_json_holds_the_figures_it_prints(tmp_path, capsys):
+    """bench sample had no --json where the other benchmarks write their figures: its
+    tokens/s could only be read off the printed line."""
+    out = tmp_path / "figures.json"
+    assert main([*SAMPLE, "--repeats", "2", "--json", str(out)]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    figures = json.loads(out.read_text())
+    assert figures["interrupted"] is False
+    assert (figures["tokens"], figures["prompt_len"], figures["repeats"]) == (3, 2, 2)
+    assert figures["threads"] == 1 and figures["dtype"] == "fp32"
+    assert header.startswith(f"model: {figures['model']}, {figures['params']:,} parameters")
+    [row] = figures["results"]
+    assert row["variant"] == "eager" and row["runs"] == 2
+    assert row["min_s"] <= row["median_s"] <= row["max_s"]
+    assert row["tokens_per_s"] == pytest.approx(3 / row["median_s"])
+    assert line == (f"3 tokens: median {row['median_s']:.3f} s over 2 runs (min "
+                    f"{row['min_s']:.3f}, max {row['max_s']:.3f}) = "
+                    f"{row['tokens_per_s']:,.0f} tokens/s")
+
+
+def _stop_sampling_at(monkeypatch, call: int) -> None:
+    """Ctrl-C as bench sample's ``call``-th generation (the first is its warm-up) starts."""
+    from scratchgpt.generation import generate
+
+    real, calls = generate.generate, {"n": 0}
+
+    def stopping(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generate, "generate", stopping)
+
+
+def test_bench_sample_stopped_keeps_the_runs_timed(tmp_path, capsys, monkeypatch):
+    """As bench recurrent's --json: Ctrl-C after a timed run writes what was measured,
+    marked as interrupted, and the exit is still 130."""
+    _stop_sampling_at(monkeypatch, 3)  # the warm-up and one timed run, then Ctrl-C
+    out = tmp_path / "figures.json"
+    assert main([*SAMPLE, "--repeats", "4", "--json", str(out)]) == 130
+    assert capsys.readouterr().err.endswith("scratchgpt bench sample: interrupted\n")
+    figures = json.loads(out.read_text())
+    assert figures["interrupted"] is True and figures["repeats"] == 4
+    assert [(r["variant"], r["runs"]) for r in figures["results"]] == [("eager", 1)]
+
+
+def test_bench_sample_stopped_in_its_warm_up_writes_no_file(tmp_path, capsys, monkeypatch):
+    _stop_sampling_at(monkeypatch, 1)
+    out = tmp_path / "figures.json"
+    assert main([*SAMPLE, "--json", str(out)]) == 130
     assert not out.exists()
     capsys.readouterr()
 

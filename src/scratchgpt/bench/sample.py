@@ -7,6 +7,9 @@ figure is generation time inside the process (no interpreter start-up), median o
 
 ``--compile`` times ``sample --compile`` against the eager model in the same run, alternating
 (eager, compiled, eager, ...), and reports the one-time compile separately.
+
+``--json FILE`` also writes the figures and their settings; a run stopped by Ctrl-C writes
+the runs timed so far, marked ``"interrupted": true``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 from scratchgpt.bench import bench_threads
-from scratchgpt.commands.argtypes import new_tokens, positive_int
+from scratchgpt.commands.argtypes import new_tokens, positive_int, results_file, write_results
 from scratchgpt.training.config import PRESETS
 
 DEFAULT_PRESET = "cpu-small"
@@ -43,50 +47,85 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=bench_threads, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the figures as JSON (checked before the benchmark runs; "
+                        "a run stopped by Ctrl-C writes the runs timed, marked interrupted)")
+    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.generation.generate import generate
     from scratchgpt.generation.sampling import SamplingConfig
-    from scratchgpt.models import build_model, config_fields, model_config
     from scratchgpt.models.fast_decode import decode_threads, prepare_for_decode
     from scratchgpt.models.native import describe
 
-    if args.checkpoint:
-        from scratchgpt.checkpoints.io import load_language_model
-        from scratchgpt.errors import ConfigError
+    if args.checkpoint and args.preset is not None:  # it would be dropped for the checkpoint's
+        from scratchgpt.errors import ConfigError  # shape
 
-        if args.preset is not None:  # it would be dropped for the checkpoint's shape
-            raise ConfigError("--preset shapes a random model; --checkpoint gives the model")
-        model, source = load_language_model(args.checkpoint, command="bench sample")
-        what = str(source.path)
-    else:
-        shape = args.preset or DEFAULT_PRESET
-        preset = PRESETS[shape]
-        fields = config_fields(preset["model"]) - {"vocab_size"}
-        model = build_model(model_config(preset["model"], vocab_size=65,
-                                         **{k: v for k, v in preset.items() if k in fields}))
-        model.eval()
-        what = f"{shape} shape, random weights"
+        raise ConfigError("--preset shapes a random model; --checkpoint gives the model")
+    json_file = results_file(args.json, args.overwrite)
+    model, what = _model(args)
     _check_prompt_fits(model, args.prompt_len)
     n_params = model.num_params()
     # as sample prepares it; --compile compares the compiled step with the eager one
     model = prepare_for_decode(model, args.dtype, pack=not args.compile, native=not args.compile)
     torch.set_num_threads(args.threads or decode_threads(model))
+    report: dict[str, Any] = {
+        "model": what, "params": n_params, "dtype": args.dtype,
+        "threads": torch.get_num_threads(), "decode_step": describe(model),
+        "tokens": args.tokens, "prompt_len": args.prompt_len,
+        "temperature": args.temperature, "top_p": args.top_p, "repeats": args.repeats}
     variants = {"eager": model}
-    t_compile = 0.0
     if args.compile:
         from scratchgpt.models.compiled import CompiledGPT
 
         t = time.perf_counter()
         variants["compiled"] = CompiledGPT(model)
         variants["compiled"].warm_up()
-        t_compile = time.perf_counter() - t
+        report["compile_s"] = time.perf_counter() - t
     cfg = SamplingConfig(args.temperature, None, args.top_p)
-    prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
     times: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        _time_variants(variants, cfg, args, times)
+    except KeyboardInterrupt:  # (SIGTERM too) the runs timed are kept, marked as cut short
+        if times["eager"]:
+            write_results(json_file, _figures(report, times, interrupted=True))
+        raise
+    figures = _figures(report, times, interrupted=False)
+    _print_report(figures, args.compile)
+    write_results(json_file, figures)
+    return 0
+
+
+def _model(args: argparse.Namespace) -> tuple[Any, str]:
+    """The model to time, in eval mode, and how the report names it: ``--checkpoint``'s, or
+    one of ``--preset``'s shape with random weights."""
+    if args.checkpoint:
+        from scratchgpt.checkpoints.io import load_language_model
+
+        model, source = load_language_model(args.checkpoint, command="bench sample")
+        return model, str(source.path)
+    from scratchgpt.models import build_model, config_fields, model_config
+
+    shape = args.preset or DEFAULT_PRESET
+    preset = PRESETS[shape]
+    fields = config_fields(preset["model"]) - {"vocab_size"}
+    model = build_model(model_config(preset["model"], vocab_size=65,
+                                     **{k: v for k, v in preset.items() if k in fields}))
+    model.eval()
+    return model, f"{shape} shape, random weights"
+
+
+def _time_variants(variants: dict[str, Any], cfg: Any, args: argparse.Namespace,
+                   times: dict[str, list[float]]) -> None:
+    """One untimed warm-up and ``--repeats`` timed runs of each variant, taking turns, each
+    run's seconds appended to ``times`` as it ends (what a Ctrl-C leaves is kept)."""
+    import torch
+
+    from scratchgpt.generation.generate import generate
+
+    prompt = torch.zeros(1, args.prompt_len, dtype=torch.long)
     for i in range(args.repeats + 1):
         for name, m in variants.items():  # alternating, so both see the same machine
             gen = torch.Generator().manual_seed(i)
@@ -95,19 +134,39 @@ def run(args: argparse.Namespace) -> int:
             if i:  # the first run warms up allocators and kernels
                 times[name].append(time.perf_counter() - t)
             assert out.shape[1] == args.prompt_len + args.tokens
-    threads = torch.get_num_threads()
-    print(f"model: {what}, {n_params:,} parameters, {args.dtype}, "
-          f"{threads} thread{'s' if threads != 1 else ''}; decode step: {describe(model)}")
+
+
+def _figures(report: dict[str, Any], times: dict[str, list[float]],
+             interrupted: bool) -> dict[str, Any]:
+    """The --json figures: the settings, each variant's timed runs (their count, median, min
+    and max seconds, tokens/s of the median), and whether Ctrl-C (or SIGTERM) stopped the run
+    before every repeat was timed."""
+    results = []
     for name, ts in times.items():
-        med = statistics.median(ts)
-        label = f"{name}: " if args.compile else ""
-        print(f"{label}{args.tokens} tokens: median {med:.3f} s over {args.repeats} runs "
-              f"(min {min(ts):.3f}, max {max(ts):.3f}) = {args.tokens / med:,.0f} tokens/s")
-    if args.compile:
-        ratio = statistics.median(times["eager"]) / statistics.median(times["compiled"])
-        print(f"compiled: {ratio:.2f}x the eager speed; compiling took {t_compile:.1f} s "
-              "(once per process)")
-    return 0
+        if ts:
+            med = statistics.median(ts)
+            results.append({"variant": name, "runs": len(ts), "median_s": med,
+                            "min_s": min(ts), "max_s": max(ts),
+                            "tokens_per_s": report["tokens"] / med})
+    figures = {**report, "interrupted": interrupted, "results": results}
+    if len(results) == 2:  # eager and compiled
+        figures["compiled_speedup"] = results[0]["median_s"] / results[1]["median_s"]
+    return figures
+
+
+def _print_report(figures: dict[str, Any], compiled: bool) -> None:
+    threads, tokens = figures["threads"], figures["tokens"]
+    print(f"model: {figures['model']}, {figures['params']:,} parameters, {figures['dtype']}, "
+          f"{threads} thread{'s' if threads != 1 else ''}; decode step: "
+          f"{figures['decode_step']}")
+    for r in figures["results"]:
+        label = f"{r['variant']}: " if compiled else ""
+        print(f"{label}{tokens} tokens: median {r['median_s']:.3f} s over {r['runs']} runs "
+              f"(min {r['min_s']:.3f}, max {r['max_s']:.3f}) = {r['tokens_per_s']:,.0f} "
+              "tokens/s")
+    if compiled:
+        print(f"compiled: {figures['compiled_speedup']:.2f}x the eager speed; compiling took "
+              f"{figures['compile_s']:.1f} s (once per process)")
 
 
 def _check_prompt_fits(model, prompt_len: int) -> None:
