@@ -329,6 +329,43 @@ def test_chat_replies_and_stops_at_the_end_of_turn(client):
     assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in tokens)
 
 
+@pytest.mark.parametrize("max_tokens", [3, 5, 6])
+def test_a_reply_cut_while_ending_its_turn_leaves_the_marker_out_whole_and_streamed(
+        client, max_tokens):
+    """The tiny model answers "ok" and ends its turn: cut after "ok<", "ok<|e" or "ok<|en",
+    the reply was writing the template's end marker, and is "ok" (finish_reason "length"),
+    whole and streamed, its tokens' log-probabilities with it."""
+    body = {"messages": [{"role": "user", "content": "the king"}], "temperature": 0,
+            "max_tokens": max_tokens, "logprobs": True}
+    whole = client.post("/v1/chat/completions", json=body).json()
+    (choice,) = whole["choices"]
+    assert (choice["message"]["content"], choice["finish_reason"]) == ("ok", "length")
+    assert "".join(t["token"] for t in choice["logprobs"]["content"]) == "ok"
+    assert whole["usage"]["completion_tokens"] == max_tokens  # generated, though not shown
+    chunks = [c["choices"][0] for c in stream(client, "/v1/chat/completions", body)]
+    assert "".join(c["delta"].get("content", "") for c in chunks) == "ok"
+    assert [t for c in chunks if c["logprobs"] for t in c["logprobs"]["content"]] == \
+        choice["logprobs"]["content"]
+    assert chunks[-1]["finish_reason"] == "length"
+
+
+def test_a_cut_text_ending_in_the_start_of_a_requests_stop_string_keeps_it(client, server):
+    """OpenAI's behaviour: a stop string that did not occur cuts nothing, even where the text
+    cut at max_tokens ends in its start (only the chat template's marker is left out)."""
+    full = reference(server.service, PROMPT, 12)
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stop": [full[-2:] + "\x01"]}
+    assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == full
+    chat = {"messages": [{"role": "user", "content": "the king"}], "temperature": 0,
+            "max_tokens": 2, "stop": ["ok\x01"]}
+    for r in (client.post("/v1/chat/completions", json=chat).json()["choices"][0],
+              stream(client, "/v1/chat/completions", chat)[-1]["choices"][0]):
+        assert r["finish_reason"] == "length"
+    assert client.post("/v1/chat/completions", json=chat).json()["choices"][0]["message"][
+        "content"] == "ok"
+    assert "".join(c["choices"][0]["delta"].get("content", "")
+                   for c in stream(client, "/v1/chat/completions", chat)) == "ok"
+
+
 def test_a_developer_message_is_the_system_message(client):
     """OpenAI's newer models call the system message 'developer' (its docs and clients use
     it); it was refused as if the message had no role."""
