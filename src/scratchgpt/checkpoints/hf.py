@@ -309,7 +309,7 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
 def _read_shards(index: Path) -> dict[str, Tensor]:
     """The tensors of every shard ``index`` maps a tensor to (a file beside it)."""
     tensors: dict[str, Tensor] = {}
-    for shard in _listed_shards(index):
+    for shard in listed_shards(index):
         path = index.parent / str(shard)
         if path.parent != index.parent or not path.is_file():
             raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file "
@@ -318,9 +318,9 @@ def _read_shards(index: Path) -> dict[str, Tensor]:
     return tensors
 
 
-def _listed_shards(index: Path) -> list[str]:
-    """The shard files ``index`` maps tensors to, each once, in order; an index that cannot be
-    read so is a CheckpointError."""
+def listed_shards(index: Path) -> list[str]:
+    """The shard files ``index`` maps tensors to, each once, in order (what a hub download
+    fetches besides it); an index that cannot be read so is a CheckpointError."""
     try:
         weight_map = json_loads(index.read_text(encoding="utf-8"))["weight_map"]
         return [str(shard) for shard in dict.fromkeys(weight_map.values())]
@@ -502,7 +502,7 @@ def _clear_directory(directory: Path) -> None:
 def _shard_names(index: Path) -> list[str]:
     """The files beside it that a shard index lists; none where it is absent or unreadable."""
     try:
-        return [s for s in _listed_shards(index) if Path(s).name == s]
+        return [s for s in listed_shards(index) if Path(s).name == s]
     except CheckpointError:
         return []
 

@@ -1,9 +1,10 @@
 """GPT-2 from the Hugging Face hub: a model id such as ``gpt2`` becomes a local directory.
 
 :func:`download` asks ``huggingface_hub.snapshot_download`` for just the files a GPT-2
-directory needs (``config.json``, ``model.safetensors`` -- or ``pytorch_model.bin`` when a model
-has no safetensors --, and the tokenizer files) and returns the snapshot directory in the hub's
-own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cache is the one
+directory needs (``config.json``, ``model.safetensors`` -- or, for a model saved in shards,
+``model.safetensors.index.json`` and the shard files it names, or ``pytorch_model.bin`` when a
+model has no safetensors --, and the tokenizer files) and returns the snapshot directory in the
+hub's own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cache is the one
 ``transformers`` uses (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
 ``~/.cache/huggingface/hub``), so a model is downloaded once.
 
@@ -16,17 +17,27 @@ Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``dis
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 from pathlib import Path
 
-from scratchgpt.checkpoints.hf import DIRECTORY_FILES, OUR_TOKENIZER_DIR, is_hf_dir
+from scratchgpt.checkpoints.hf import (
+    DIRECTORY_FILES,
+    OUR_TOKENIZER_DIR,
+    SHARD_INDEX,
+    WEIGHT_FILES,
+    is_hf_dir,
+    listed_shards,
+)
 from scratchgpt.errors import CheckpointError
 
 HF_PREFIX = "hf:"  # "--checkpoint hf:gpt2" names a hub model where a path is expected
 # Everything a GPT-2 directory may need besides its weights.
 DOWNLOAD_PATTERNS = (*DIRECTORY_FILES, f"{OUR_TOKENIZER_DIR}/*")
-WEIGHT_CHOICES = ("model.safetensors", "pytorch_model.bin")  # preferred first
+SINGLE_WEIGHTS, OLD_WEIGHTS = "model.safetensors", "pytorch_model.bin"  # preferred first
 _TRUE = ("1", "true", "yes", "on")
+COMMIT = re.compile(r"[0-9a-f]{40}")  # the name of a snapshot directory in the hub's cache
 
 
 def hub_spelling(name: str) -> str:
@@ -100,22 +111,36 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         raise CheckpointError(f"'{HF_PREFIX}' names no model; give a hub id after it, such as "
                               f"{HF_PREFIX}gpt2")
     try:
-        from huggingface_hub import snapshot_download
+        import huggingface_hub  # noqa: F401 - its absence is said here, before any download
     except ImportError:
         raise CheckpointError(f"downloading {repo_id} needs the huggingface_hub package (pip "
                               "install huggingface_hub); or pass a local directory") from None
-    path = None
-    for weights in WEIGHT_CHOICES:  # only one weights file: gpt2 ships both, 0.5 GB each
-        try:
-            path = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
-                                          allow_patterns=[*DOWNLOAD_PATTERNS, weights],
-                                          local_files_only=offline()))
-        except (OSError, ValueError) as e:  # every hub error is one of these
-            raise CheckpointError(_why(repo_id, e)) from None
-        if is_hf_dir(path):
-            return path
+    # only one form of the weights: gpt2 ships both model.safetensors and pytorch_model.bin,
+    # 0.5 GB each; the index of a model in shards is asked for with the first, being small
+    path = _snapshot(repo_id, revision, SINGLE_WEIGHTS, SHARD_INDEX)
+    if not (path / SINGLE_WEIGHTS).is_file():
+        # the rest from the same commit, should the model change on the hub meanwhile
+        commit = path.name if COMMIT.fullmatch(path.name) else revision
+        index = path / SHARD_INDEX
+        path = (_snapshot(repo_id, commit, *map(glob.escape, listed_shards(index)))
+                if index.is_file() else _snapshot(repo_id, commit, OLD_WEIGHTS))
+    if is_hf_dir(path):
+        return path
     raise CheckpointError(f"{repo_id} on the Hugging Face hub has no config.json with "
-                          f"{' or '.join(WEIGHT_CHOICES)} (in {path})")
+                          f"{', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]} (in {path})")
+
+
+def _snapshot(repo_id: str, revision: str | None, *weights: str) -> Path:
+    """The snapshot directory of ``repo_id`` holding its files besides the weights and those
+    of ``weights`` (file name patterns) the model has."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
+                                      allow_patterns=[*DOWNLOAD_PATTERNS, *weights],
+                                      local_files_only=offline()))
+    except (OSError, ValueError) as e:  # every hub error is one of these
+        raise CheckpointError(_why(repo_id, e)) from None
 
 
 def resolve_hf_source(source: str | Path) -> Path:
