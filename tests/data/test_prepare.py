@@ -98,6 +98,50 @@ def test_a_split_too_short_counts_its_tokens_in_words_that_agree(tmp_path):
         assert f"the val split {says} fewer than one context window of 8 + 1" in str(e.value)
 
 
+@pytest.mark.parametrize("text,short", [("ab", "training"), ("abc", "validation")])
+def test_a_split_of_one_token_is_refused_as_holding_no_window(tmp_path, capsys, text, short):
+    """A text of two or three characters was prepared without a word, one token in a split,
+    and no run could then train or evaluate on it: a window is a token and the next."""
+    (tmp_path / "t.txt").write_text(text)
+    said = error_of(capsys, ["prepare", "--data", str(tmp_path / "t.txt"), "--out",
+                             str(tmp_path / "d")])
+    assert f"the {short} split of the data ({tmp_path / 't.txt'}) is 1 token, too few for " \
+        "a context window of any size" in said, said
+    assert not (tmp_path / "d").exists()
+    with pytest.raises(ScratchGPTError, match=f"the {short} split .* is 1 token"):
+        prepare_text(text, tmp_path / "d", "char")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+    meta = prepare_text(text * 2, tmp_path / "d", "char", val_fraction=0.5)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (len(text), len(text))
+
+
+def test_a_split_shorter_than_trains_default_window_is_noted_with_the_largest_that_fits(
+        tmp_path, capsys):
+    """The note names each split's size and the largest --block-size both hold: that one
+    fits both splits and the next does not."""
+    from scratchgpt.cli import main
+    from scratchgpt.models.configs.gpt import GPTConfig
+
+    window = GPTConfig().block_size
+    (tmp_path / "t.txt").write_text("hello world, hello there\n" * 10)
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--out",
+                 str(tmp_path / "d")]) == 0
+    data = TokenDataset(tmp_path / "d")
+    train, val = (len(data.splits[s]) for s in ("train", "val"))
+    notes = [line for line in capsys.readouterr().out.splitlines() if "block-size" in line]
+    assert notes == [f"note: the validation split holds {val} tokens (training: {train}), "
+                     f"too few for one context window of train's default --block-size {window} "
+                     f"and the token after it; train with --block-size {val - 1} or less, or "
+                     "prepare more text"]
+    data.check_block_size(val - 1)
+    with pytest.raises(ScratchGPTError, match="the val split"):
+        data.check_block_size(val)
+    (tmp_path / "long.txt").write_text("hello world, hello there\n" * 200)  # val: 500 tokens
+    assert main(["prepare", "--data", str(tmp_path / "long.txt"), "--out",
+                 str(tmp_path / "e")]) == 0
+    assert "block-size" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("fraction,empty", [(0.9999999, "training"), (1e-17, "validation")])
 def test_a_fraction_that_empties_a_split_names_that_split(tmp_path, english_text, fraction,
                                                           empty):

@@ -187,6 +187,7 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
 
 def _files(root: Path) -> dict[str, Path]:
     (root / "one-char.txt").write_text("a")
+    (root / "two-chars.txt").write_text("ab")  # a token in each split: no window in either
     (root / "blank-line.txt").write_text("3 may 1999\n\n1 may 2000\n")  # (to translate)
     (root / "loop").symlink_to(root / "loop")
     (root / "a-dir").mkdir()
@@ -216,7 +217,8 @@ def _files(root: Path) -> dict[str, Path]:
             "long_pair_tsv": root / "long-pair.tsv",
             "inf_budget": root / "inf-budget.toml", "typo": root / "typo.toml",
             "header_tsv": root / "header.tsv", "utf16_tsv": root / "utf16.tsv",
-            "one_char": root / "one-char.txt", "loop": root / "loop",
+            "one_char": root / "one-char.txt", "two_chars": root / "two-chars.txt",
+            "loop": root / "loop",
             "three_chats": root / "three.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
@@ -698,6 +700,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     # prepare
     ("prepare a 1-character file", lambda c: ["prepare", "--data", c["one_char"], "--out",
                                               c["root"] / "out" / "p1"], "single character"),
+    # prepared without a word, a token in each split: no run could train or evaluate on it
+    ("prepare a 2-character file", lambda c: ["prepare", "--data", c["two_chars"], "--out",
+                                              c["root"] / "out" / "p1"],
+     "too few for a context window of any size"),
     ("prepare a symlink loop", lambda c: ["prepare", "--data", c["loop"], "--out",
                                           c["root"] / "out" / "p2"], "leads nowhere"),
     ("prepare --out under a file", lambda c: ["prepare", "--data", c["text"], "--out",

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
           f"{meta['val_tokens']:,} val tokens, vocab {meta['vocab_size']:,} "
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
     report_unknown(meta, vocabulary)
+    report_short_splits(meta)
     if args.tokenizer == "bpe":
         report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
@@ -181,6 +182,23 @@ def report_short_vocabulary(learned: int, asked: int | None) -> None:
               f"{learned:,}, short of the {asked or DEFAULT_BPE_VOCAB:,} "
               f"{'asked for' if asked else '--vocab-size defaults to'} (more text would "
               "learn more)")
+
+
+def report_short_splits(meta: dict) -> None:
+    """A note when a split holds no context window of ``train``'s default --block-size (and
+    the token after it): the splits' sizes, and the largest --block-size they hold. A text of
+    a few lines was prepared without a word, and the first train refused it."""
+    from scratchgpt.models.configs.gpt import GPTConfig
+
+    window = GPTConfig().block_size
+    sizes = {"training": meta["train_tokens"], "validation": meta["val_tokens"]}
+    short, other = sorted(sizes, key=lambda name: (sizes[name], name == "training"))
+    if sizes[short] > window:
+        return
+    print(f"note: the {short} split holds {plural(sizes[short], 'token', grouped=True)} "
+          f"({other}: {sizes[other]:,}), too few for one context window of train's default "
+          f"--block-size {window} and the token after it; train with --block-size "
+          f"{sizes[short] - 1} or less, or prepare more text")
 
 
 def report_unknown(meta: dict, vocabulary: str) -> None:

@@ -47,13 +47,14 @@ from scratchgpt.tokenizers.base import TOKENIZER_FILE
 from scratchgpt.tokenizers.bpe_files import MERGES_FILE
 from scratchgpt.tokenizers.pretokenize import PIECE_CHARS, piece_bounds
 from scratchgpt.validation import FLAGS, KEYWORDS, named
-from scratchgpt.wording import first_of
+from scratchgpt.wording import first_of, plural
 
 if TYPE_CHECKING:
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
 META_FILE = "meta.json"
 META_VERSION = 1
+MIN_SPLIT_TOKENS = 2  # the least window: a context of one token, and the token after it
 T = TypeVar("T")
 
 
@@ -270,14 +271,22 @@ decode the bytes with errors='replace' (nothing was written)
 
 
 def _check_encoded(tok: Tokenizer, counts: dict[str, int], source: str) -> None:
-    """Each split holds a token (``counts``: tokens a split): a tokenizer that folds text away
-    (``char-prose`` drops newlines and symbols) can leave a split with characters but nothing
-    to train or evaluate on, which no training run could open."""
+    """Each split holds one context window of the least size, a token and the next one to
+    predict (``counts``: tokens a split). A tokenizer that folds text away (``char-prose``
+    drops newlines and symbols) can leave a split with characters but no token; a text of two
+    characters left one in each split, prepared without a word though no run could train or
+    evaluate on it."""
     for name, count in counts.items():
         if not count:
             raise DataError(f"the {name} split of the data ({source or 'text'}) encodes to no "
                             f"tokens: the {tok.kind} tokenizer folds all of it away; use more "
                             "data or another validation fraction (nothing was written)")
+        if count < MIN_SPLIT_TOKENS:
+            raise DataError(f"the {name} split of the data ({source or 'text'}) is "
+                            f"{plural(count, 'token')}, too few for a context window of any "
+                            f"size (one token and the next to predict need "
+                            f"{MIN_SPLIT_TOKENS}); use more data or another validation "
+                            "fraction (nothing was written)")
 
 
 DATASET_FILES = ("train.bin", "val.bin", META_FILE)
