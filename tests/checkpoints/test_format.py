@@ -83,6 +83,22 @@ def test_damaged_settings_are_one_line_errors(tmp_path, damage, message):
         load_checkpoint(tmp_path / "d.pt")
 
 
+def test_weights_that_lack_many_tensors_name_three_and_count_the_rest(tmp_path, capsys):
+    """The names past the third are counted as every list in a message counts them
+    (wording.first_of), not in a parenthesis of their own: 'a, b, c and 9 more'."""
+    from tests.cli_errors import error_of
+
+    config = model_config("gpt", vocab_size=5, n_layer=2, n_head=2, n_embd=8, block_size=4)
+    weights = build_model(config).state_dict()
+    gone = [k for k in weights if ".h.1." in k]
+    weights = {k: v for k, v in weights.items() if k not in gone}
+    torch.save({**Checkpoint("gpt", config, {}).to_dict(), "model": weights}, tmp_path / "c.pt")
+    line = error_of(capsys, ["sample", "--checkpoint", str(tmp_path / "c.pt"), "--prompt", "a"])
+    assert len(gone) > 4 and line.endswith(
+        f"its weights do not fit the model its settings describe: missing {gone[0]}, {gone[1]}, "
+        f"{gone[2]} and {len(gone) - 3} more"), line
+
+
 def test_a_byte_changed_on_disk_is_refused_not_loaded(tmp_path):
     """Every part of the file is checked against the CRC-32 written with it: one flipped byte
     in the weights makes the file unreadable rather than a model with other weights."""

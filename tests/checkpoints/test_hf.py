@@ -124,6 +124,22 @@ def test_missing_tensor_is_named(hf_dir, tmp_path):
         load_model(d)
 
 
+def test_many_missing_tensors_are_named_three_and_counted(hf_dir, tmp_path, capsys):
+    """Past the first, the missing tensors were '(and 3 more)', in words of their own: they are
+    named and counted as every list in a message is (wording.first_of)."""
+    from tests.cli_errors import error_of
+
+    d = _copy(hf_dir, tmp_path / "m")
+    w = load_file(d / "model.safetensors")
+    gone = [k for k in w if k.startswith("transformer.h.1.mlp.")]
+    save_file({k: v for k, v in w.items() if k not in gone}, d / "model.safetensors")
+    line = error_of(capsys, ["convert", "--from", "hf", str(d), "--out", str(tmp_path / "run")])
+    assert len(gone) == 4 and line.endswith(  # (in the model's order)
+        "missing tensors 'h.1.mlp.c_fc.weight', 'h.1.mlp.c_fc.bias', 'h.1.mlp.c_proj.weight' "
+        "and 1 more"), line
+    assert not (tmp_path / "run").exists()
+
+
 def test_shape_mismatch_is_named(hf_dir, tmp_path):
     d = _copy(hf_dir, tmp_path / "s")
     cfg = json.loads((d / "config.json").read_text())

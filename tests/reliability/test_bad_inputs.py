@@ -114,6 +114,9 @@ def _damaged_checkpoints(root: Path, run: Path) -> dict[str, Path]:
                       if v.shape[:1] == (ckpt.model_config.vocab_size - 5,) else v
                       for k, v in ckpt.model.items()}
 
+    def no_mlp(ckpt):
+        ckpt.model = {k: v for k, v in ckpt.model.items() if ".mlp." not in k}
+
     # a copy cut short (torch said "[Errno 22] Invalid argument"), and convert --to gguf's
     # file given back as a checkpoint
     (root / "cut.pt").write_bytes((run / "best.pt").read_bytes()[:5_000])
@@ -123,6 +126,7 @@ def _damaged_checkpoints(root: Path, run: Path) -> dict[str, Path]:
             "deep_run": _ckpt_copy(run, root / "deep-run", deep),
             "vocab_run": _ckpt_copy(run, root / "vocab-run", wide_vocab),
             "small_tok_run": _ckpt_copy(run, root / "small-tok-run", small_tokenizer),
+            "no_mlp_run": _ckpt_copy(run, root / "no-mlp-run", no_mlp),
             "moved_data_run": _ckpt_copy(run, root / "moved-data-run", lambda ckpt: ckpt.data
                                          .update(dataset=str(root / "moved-away")))}
 
@@ -182,6 +186,12 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
         "transformer.wte.weight": "model-00001-of-00002.safetensors",
         "lm_head.weight": "model-00002-of-00002.safetensors"}}))
+    d = out["hf_no_mlp"] = root / "hf_no_mlp"  # weights that lack a block's MLP
+    shutil.copytree(good, d)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(d / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".mlp." not in k}, d / "model.safetensors")
     return out
 
 
@@ -396,6 +406,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("sample a checkpoint of a 1e9 vocabulary", lambda c: _sample(c, run="vocab_run"), "GiB"),
     ("sample a checkpoint whose tokenizer is too small",
      lambda c: _sample(c, run="small_tok_run"), "tokenizer"),
+    # the tensors past the third were "(and 1 more)", worded as no other list is
+    ("sample a checkpoint whose weights lack a block's MLP", lambda c: _sample(c, run="no_mlp_run"),
+     "do not fit the model its settings describe: missing transformer.h.0.mlp.c_fc.weight, "
+     "transformer.h.0.mlp.c_fc.bias, transformer.h.0.mlp.c_proj.weight and 1 more"),
     ("eval --max-tokens 0", lambda c: ["eval", "--checkpoint", c["run"], "--max-tokens", "0"],
      "max-tokens"),
     # it said "top_k must be >= 0", a name the user had not written
@@ -611,6 +625,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf of a model in shards, one missing",
      lambda c: ["convert", "--from", "hf", c["hf_shard_missing"], "--out",
                 c["root"] / "out" / "h8"], "names the shard 'model-00002-of-00002.safetensors'"),
+    # the tensors past the first were "(and 3 more)", worded as no other list is
+    ("convert --from hf of a model whose weights lack a block's MLP",
+     lambda c: ["convert", "--from", "hf", c["hf_no_mlp"], "--out", c["root"] / "out" / "h9"],
+     "missing tensors 'h.0.mlp.c_fc.weight', 'h.0.mlp.c_fc.bias', 'h.0.mlp.c_proj.weight' and "
+     "1 more"),
     # it said "not GPTClassifier", a class name the user never met
     ("convert --to hf of a classifier run",
      lambda c: ["convert", "--checkpoint", c["classifier"], "--to", "hf", "--out",

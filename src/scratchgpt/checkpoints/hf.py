@@ -59,6 +59,7 @@ from scratchgpt.checkpoints.io import (
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError
 from scratchgpt.signals import signals_held
 from scratchgpt.validation import json_loads
+from scratchgpt.wording import first_of
 
 CONFIG_FILE = "config.json"
 SHARD_INDEX = "model.safetensors.index.json"  # weights in shards, which it maps tensors to
@@ -68,6 +69,7 @@ OUR_TOKENIZER_DIR = "scratchgpt-tokenizer"  # our own tokenizer, kept beside the
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
 IGNORED_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints
+MISSING_NAMED = 3  # the missing tensors a refusal names; it counts the rest
 CHAT_TEMPLATE_KEY = "scratchgpt_chat_template"  # in config.json: the name of the chat template
 STAGING = "export"  # an export's temporary folder inside --out: .export.PID.X.tmp
 # its name before it held the process id (tempfile.mkdtemp's 8 characters): see
@@ -266,8 +268,8 @@ def state_dict_from_hf(weights: dict[str, Tensor], cfg: dict[str, Any],
     missing = [k for k in expected if k not in found
                and not (k == "lm_head.weight" and cfg["tie_weights"])]
     if missing:
-        raise CheckpointError(f"{where}: missing tensor {missing[0]!r}"
-                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise CheckpointError(f"{where}: missing tensor{'s' if len(missing) > 1 else ''} "
+                              f"{first_of([repr(k) for k in missing], MISSING_NAMED)}")
     for name, t in found.items():
         if tuple(t.shape) != tuple(expected[name].shape):
             theirs = tuple(t.t().shape) if name.endswith(CONV1D) else tuple(t.shape)

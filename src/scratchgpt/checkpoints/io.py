@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import CheckpointError, ConfigError, ScratchGPTError, StorageError
 from scratchgpt.validation import FLAGS, KEYWORDS, keywords, named
-from scratchgpt.wording import a_kind
+from scratchgpt.wording import a_kind, first_of
 
 if TYPE_CHECKING:  # (hf imports this module)
     from scratchgpt.checkpoints.hf import HFConfig
@@ -405,6 +405,9 @@ class Checkpoint:
                                   f"describe: {reason}")
 
 
+NAMES_SHOWN = 3  # the tensors a refusal of weights names of those missing (or unexpected)
+
+
 def state_dict_difference(expected: dict[str, tuple[int, ...]],
                           found: dict[str, tuple[int, ...]]) -> str:
     """What differs between two {name: shape} maps, most telling first, in one short line
@@ -413,16 +416,12 @@ def state_dict_difference(expected: dict[str, tuple[int, ...]],
     >>> state_dict_difference({"a": (2,), "b": (3,)}, {"a": (4,), "c": (1,)})
     'missing b; unexpected c; a has shape (4,), the model needs (2,)'
     """
-    def listed(names: list[str]) -> str:
-        more = f" (and {len(names) - 3} more)" if len(names) > 3 else ""
-        return ", ".join(names[:3]) + more
-
     missing = [k for k in expected if k not in found]
     unexpected = [k for k in found if k not in expected]
     shapes = [f"{k} has shape {found[k]}, the model needs {expected[k]}"
               for k in expected if k in found and found[k] != expected[k]]
-    parts = ([f"missing {listed(missing)}"] if missing else []) + \
-        ([f"unexpected {listed(unexpected)}"] if unexpected else []) + shapes[:2]
+    parts = ([f"missing {first_of(missing, NAMES_SHOWN)}"] if missing else []) + \
+        ([f"unexpected {first_of(unexpected, NAMES_SHOWN)}"] if unexpected else []) + shapes[:2]
     return "; ".join(parts)
 
 
