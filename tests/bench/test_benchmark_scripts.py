@@ -17,9 +17,12 @@ NEEDS_SCRATCHGPT = ["core", "finetune", "int8_gguf", "cpu_medium_sweep"]
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 
 
-def _script(name: str, *args: str, data_dir: Path | None = None) -> subprocess.CompletedProcess:
-    """Run benchmarks/NAME.sh with a PATH that holds no scratchgpt command."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+def _script(name: str, *args: str, data_dir: Path | None = None,
+            bin_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """Run benchmarks/NAME.sh with a PATH that holds no scratchgpt command (but the one in
+    ``bin_dir``, where given)."""
+    path = "/usr/bin:/bin" if bin_dir is None else f"{bin_dir}:/usr/bin:/bin"
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp")}
     if data_dir is not None:
         env["SCRATCHGPT_DATA_DIR"] = str(data_dir)
     return subprocess.run(["bash", str(ROOT / "benchmarks" / f"{name}.sh"), *args],
@@ -58,6 +61,37 @@ def test_a_folder_that_is_no_nanogpt_checkout_is_refused(tmp_path):
 def test_nanogpt_throughput_without_its_folder_says_its_usage():
     line = _one_line(_script("nanogpt_throughput"))
     assert "usage: benchmarks/nanogpt_throughput.sh NANOGPT_DIR" in line
+
+
+def _fake_scratchgpt(folder: Path) -> Path:
+    """A folder holding a ``scratchgpt`` that only notes each call in ``scratchgpt.log``."""
+    folder.mkdir()
+    (folder / "scratchgpt").write_text("#!/bin/sh\necho \"$@\" >> \"$0.log\"\n")
+    (folder / "scratchgpt").chmod(0o755)
+    return folder
+
+
+def test_finetune_names_a_missing_corpus_before_any_suite_runs(tmp_path):
+    """Each suite found its corpus missing only when it came: instruction-data.json after
+    the other two suites had run. Each is checked first, one line naming the file."""
+    fake, data = _fake_scratchgpt(tmp_path / "bin"), tmp_path / "corpora"
+    data.mkdir()
+    # (sms-spam's file is read under its other name too, SMSSpamCollection)
+    for file, put in (("sms-spam.tsv", "SMSSpamCollection"),
+                      ("instruction-data.json", "instruction-data.json")):
+        line = _one_line(_script("finetune", data_dir=data, bin_dir=fake))
+        assert line == f"finetune.sh: no {file} in SCRATCHGPT_DATA_DIR ({data}): set " \
+                       "SCRATCHGPT_DATA_DIR to the folder that holds it"
+        (data / put).write_text("x")
+    assert not (fake / "scratchgpt.log").exists()
+    gone = tmp_path / "gpt2"
+    line = _one_line(_script("finetune", str(gone), data_dir=data, bin_dir=fake))
+    assert line.startswith(f"finetune.sh: GPT2_DIR {gone} does not exist")
+    assert not (fake / "scratchgpt.log").exists()
+    done = _script("finetune", data_dir=data, bin_dir=fake)
+    assert done.returncode == 0, done.stderr
+    calls = (fake / "scratchgpt.log").read_text().splitlines()
+    assert [c.split()[3] for c in calls] == ["sms", "synthetic", "instruction-data"]
 
 
 def test_an_unknown_sweep_pair_is_refused_before_any_pair_runs(tmp_path):
