@@ -181,6 +181,41 @@ def test_a_first_line_naming_the_columns_is_noted(tmp_path, first):
     assert DataSpec(task="dates").header_note() == ""
 
 
+PROSE = "the cat sleeps\tle chat dort\nit is late\til est tard\n"
+WORDS = "gato\tköttur\nperro\thundur\ncasa\thús\n"
+
+
+@pytest.mark.parametrize("first, rest", [
+    ("en\tfr", PROSE), ("English\tFrench", PROSE), ("EN-us\tfr_FR", PROSE),
+    ("eng\tfra", PROSE), ("input\ttranslation", PROSE), ("question\tanswer", WORDS),
+    ("english\tspanish", WORDS)])
+def test_a_first_line_naming_languages_or_columns_is_noted(tmp_path, first, rest):
+    """Column names beyond 'source<TAB>target' are noted, in train's reading (the first
+    line, then the file) and eval's (every pair): languages by code or English name, a
+    source's name with a target's; words found nowhere else in the file."""
+    f = tmp_path / "d.tsv"
+    f.write_text(f"{first}\n{rest}", encoding="utf-8")
+    src, tgt = first.split("\t")
+    note = f"note: {f}:1 '{src}<TAB>{tgt}' is read as a pair; if it is a header, remove it"
+    assert DataSpec(task=None, path=str(f)).header_note() == note
+    assert header_note(read_tsv(f), f) == note
+
+
+@pytest.mark.parametrize("first, rest", [
+    ("es\tis", WORDS),  # Spanish-Icelandic words, two of them language codes
+    ("German\tDeutsch", "French\tFranzösisch\n"),  # names of languages, translated
+    ("cat\tchat", PROSE), ("source\tcible", PROSE), ("en\ten", PROSE),
+    ("question\tanswer", "answer\tfrage\n"),  # a word the file holds again
+    ("en\tfr", "fr\ten\nthe cat\tle chat\n")])
+def test_a_first_pair_of_the_datas_own_kind_is_not_noted(tmp_path, first, rest):
+    """No false alarm on a real first pair: words of a word list that are language codes
+    too, a language's name and its endonym, one word of a column found again below."""
+    f = tmp_path / "d.tsv"
+    f.write_text(f"{first}\n{rest}", encoding="utf-8")
+    assert DataSpec(task=None, path=str(f)).header_note() == ""
+    assert header_note(read_tsv(f), f) == ""
+
+
 def test_a_split_that_leaves_a_side_empty_says_which_and_by_what_fraction(tmp_path):
     """It said "too few pairs to hold out 0%" of --valid-fraction 0.001 (rounded to 0%), and
     neither how many pairs there were nor which side was empty."""

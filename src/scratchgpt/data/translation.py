@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import random
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,19 +69,76 @@ def read_tsv(path: str | Path) -> list[Pair]:
 
 # first lines that name the columns ('source<TAB>target'), case aside: read as a pair
 HEADERS = frozenset({("source", "target"), ("input", "output"), ("src", "tgt")})
+# words that name a column of pairs, each side's own (input<TAB>target names both too)
+SOURCE_NAMES = frozenset({"source", "src", "input", "original", "question", "prompt", "query"})
+TARGET_NAMES = frozenset({"target", "tgt", "output", "translation", "answer", "response",
+                          "reference"})
+# the names of languages a column of translations is named by: ISO 639-1 and 639-2 codes,
+# with a region ('en-US', 'pt_BR') or none, and English names. Endonyms ('Deutsch') are left
+# out: 'German<TAB>Deutsch' is a pair of an English-German list of language names
+LANGUAGE_CODES = frozenset(
+    "ar bg bn ca cs cy da de el en eo es et eu fa fi fr ga gl he hi hr hu hy id is it ja ka "
+    "kk ko la lt lv mk ms mt nb nl nn no pl pt ro ru sk sl sq sr sv sw ta te th tl tr uk ur "
+    "uz vi zh ara bul cat ces chi cze dan deu dut ell eng epo est fas fin fra fre ger gre heb "
+    "hin hrv hun ind isl ita jpn kor lat lit nld nor per pol por ron rum rus slk slv spa srp "
+    "swe tha tur ukr urd vie zho".split())
+LANGUAGE_NAMES = frozenset(
+    "arabic bulgarian catalan chinese croatian czech danish dutch english esperanto estonian "
+    "finnish french german greek hebrew hindi hungarian icelandic indonesian irish italian "
+    "japanese korean latin latvian lithuanian malay norwegian persian polish portuguese "
+    "romanian russian serbian slovak slovenian spanish swahili swedish thai turkish "
+    "ukrainian urdu vietnamese welsh".split())
+_REGION = re.compile(r"(?P<code>[a-z]{2,3})(?:[-_][a-z0-9]{2,4})?")
+
+
+def _language(field: str) -> str:
+    """'code' for a language code ('fr', 'eng', 'en-US'), 'name' for a language's English name,
+    or ''."""
+    if field in LANGUAGE_NAMES:
+        return "name"
+    m = _REGION.fullmatch(field)
+    return "code" if m and m["code"] in LANGUAGE_CODES else ""
+
+
+def _names_columns(src: str, tgt: str) -> bool:
+    """``src<TAB>tgt`` (lower case, stripped) names two columns: as HEADERS do, by a source's
+    name and a target's, or by two languages' names or codes."""
+    if (src, tgt) in HEADERS or (src in SOURCE_NAMES and tgt in TARGET_NAMES):
+        return True
+    return src != tgt and bool(_language(src)) and bool(_language(tgt))
+
+
+def _looks_like_data(pairs: Sequence[Pair], src: str, tgt: str) -> bool:
+    """The first pair, ``src<TAB>tgt`` (lower case, stripped), is one of the data's own: either
+    word is a field of another pair ('question<TAB>answer' of a word list that holds
+    'answer<TAB>réponse'),
+    or it names languages by codes, which are words too ('es<TAB>is' of a Spanish-Icelandic
+    word list), and no other pair is longer than a word."""
+    rest = pairs[1:]
+    fields = {f.strip().lower() for pair in rest for f in pair}
+    if src in fields or tgt in fields:
+        return True
+    codes = _language(src) == "code" and _language(tgt) == "code"
+    return codes and not any(len(f.split()) > 1 for pair in rest for f in pair)
 
 
 def header_note(pairs: Sequence[Pair], path: str | Path) -> str:
-    """A note that the first pair of ``pairs`` (of the file ``path``) looks like a header,
-    ('source<TAB>target', one of HEADERS), or ''. Every line is a pair: a header was trained
-    on as one, with no word.
+    """A note that the first pair of ``pairs`` (of the file ``path``) looks like a header, or
+    ''. Every line is a pair: a header was trained on as one, with no word. A header names
+    the columns (one of HEADERS, 'input<TAB>translation') or the languages ('en<TAB>fr',
+    'English<TAB>French') by words found nowhere else in the file.
 
     >>> header_note([("Source", "Target"), ("a", "b")], "p.tsv")
     "note: p.tsv:1 'Source<TAB>Target' is read as a pair; if it is a header, remove it"
+    >>> header_note([("en", "fr"), ("the cat", "le chat")], "p.tsv")
+    "note: p.tsv:1 'en<TAB>fr' is read as a pair; if it is a header, remove it"
     >>> header_note([("source", "cible")], "p.tsv")
     ''
     """
-    if not pairs or tuple(f.strip().lower() for f in pairs[0]) not in HEADERS:
+    if not pairs:
+        return ""
+    src, tgt = (f.strip().lower() for f in pairs[0])
+    if not _names_columns(src, tgt) or _looks_like_data(pairs, src, tgt):
         return ""
     src, tgt = pairs[0]
     return f"note: {path}:1 '{src}<TAB>{tgt}' is read as a pair; if it is a header, remove it"
@@ -327,13 +385,16 @@ class DataSpec:
         return train, held
 
     def header_note(self) -> str:
-        """:func:`header_note` of a TSV file's first line ('' for a task): only that line
-        is read again (a file :meth:`load` has read)."""
+        """:func:`header_note` of a TSV file ('' for a task), a file :meth:`load` has read:
+        only its first line is read again, unless that line names columns."""
         if self.path is None:
             return ""
         with open(self.path, "rb") as f:
             first = text_lines(decode_utf8(f.readline(), self.path))[:1]
-        return header_note([tuple(line.split("\t", 1)) for line in first], self.path)
+        fields = first[0].split("\t") if first else []
+        if len(fields) != 2 or not _names_columns(*(f.strip().lower() for f in fields)):
+            return ""
+        return header_note(read_tsv(self.path), self.path)
 
     def describe(self) -> str:
         return f"task {self.task}" if self.task else f"{self.path}"
