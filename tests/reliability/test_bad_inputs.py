@@ -387,6 +387,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 "--beam", "2", "--length-penalty", "-1e308"], "from -20 to 20"),
     ("sample --num-samples 1000000000", lambda c: _sample(c, "--num-samples", "1000000000"),
      "num-samples"),
+    # a batch no memory could hold was taken: it failed (or swapped) only once the server's
+    # batch grew into it under load
+    ("serve --max-batch whose KV caches cannot fit",
+     lambda c: ["serve", "--checkpoint", c["run"], "--port", "0", "--max-batch", str(10**12)],
+     "lower --max-batch (at most"),
     # it said "checkpoint X does not exist", naming neither flag of the two checkpoints
     ("sample --draft with no such run",
      lambda c: _sample(c, "--draft", c["root"] / "no-such-draft"), "--draft: checkpoint"),

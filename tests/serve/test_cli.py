@@ -45,6 +45,38 @@ def test_bad_flags_are_one_line_errors(capsys, monkeypatch, plain_run, argv, say
     assert says in error_of(capsys, ["serve", "--checkpoint", str(plain_run), *argv])
 
 
+def test_a_max_batch_whose_kv_caches_cannot_fit_is_refused_naming_what_fits(capsys,
+                                                                             monkeypatch,
+                                                                             plain_run):
+    """The tiny GPT's KV cache is 2 (keys, values) x 2 layers x 64 positions x 64 wide fp32
+    numbers a row: 64 KiB. With 1 MiB available, 16 rows fit and 17 are refused, in one
+    line that names the figures and the limit; nothing is served or left listening."""
+    optional("starlette")
+    from scratchgpt import memory
+
+    monkeypatch.setenv(memory.MEMORY_LIMIT_ENV, "1MiB")
+    monkeypatch.setattr("scratchgpt.serve.server._uvicorn_server",
+                        lambda *a, **k: pytest.fail("served a batch that cannot fit"))
+    says = error_of(capsys, ["serve", "--checkpoint", str(plain_run), "--port", "0",
+                             "--max-batch", "17"])
+    assert "--max-batch 17, a batch of 17 sequences of 64 tokens, needs about 1.1 MiB (kv " \
+        "cache 1.1), more than the 1.0 MiB of memory available; lower --max-batch (at most " \
+        "16 fit)" in says
+    served = []
+    monkeypatch.setattr("scratchgpt.serve.server._uvicorn_server",
+                        lambda service, *a, **k: served.append(service) or
+                        argparse.Namespace(run=lambda sockets: None))
+    for argv in (["--max-batch", "16"], ["--max-batch", "32", "--dtype", "bf16"]):
+        assert main(["serve", "--checkpoint", str(plain_run), "--port", "0", *argv]) == 0
+    assert [s.engine.max_rows for s in served] == [16, 32]  # bf16 keeps half the cache
+
+
+def test_help_names_the_limit_of_max_batch(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "fit in the memory available" in " ".join(capsys.readouterr().out.split())
+
+
 def test_an_empty_api_key_in_the_environment_is_refused(capsys, monkeypatch, plain_run):
     optional("starlette")
     monkeypatch.setenv("SCRATCHGPT_API_KEY", "")

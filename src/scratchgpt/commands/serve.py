@@ -45,7 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="CPU threads for torch (0 = torch's default)")
     p.add_argument("--max-batch", type=int, default=32,
                    help="most sequences decoded together (a request with n choices takes n; "
-                        "default 32)")
+                        "default 32); at most as many as their KV caches (keys and values "
+                        "over the model's context) fit in the memory available: more is "
+                        "refused, naming how many fit")
     p.add_argument("--max-queue", type=int, default=128,
                    help="most requests waiting for room in the batch; beyond it, 429 with "
                         "Retry-After (default 128)")

@@ -85,6 +85,7 @@ def load_service(cfg: ServeConfig) -> Any:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model, source = load_for_generation(cfg.checkpoint, cfg.which, "serve")
+    check_batch_memory(model.config, cfg.max_batch, cfg.dtype)
     # batch sizes vary: no oneDNN packing (it keeps state per batch size); steps run in C
     # where they can (models/native.py), a small model's whole batch: the C step leaves the
     # GIL to the thread that streams the tokens
@@ -107,6 +108,24 @@ def load_service(cfg: ServeConfig) -> Any:
                               "batch_rows": engine.batch_rows}
     return Service(engine, tokenizer, info, template, limits, metrics, cfg.timeout_s,
                    attention_tokens=min(context or 256, 256))
+
+
+def check_batch_memory(config: Any, max_batch: int, dtype: str = "fp32",
+                       available: int | None = None) -> None:
+    """Refuse (one line) a ``max_batch`` whose KV caches, each row's keys and values over the
+    model's whole context, could not fit in the memory available (``scratchgpt.memory``; the
+    weights, loaded already, are not in it): the batch grows to it under load, and only then
+    would the server fail or swap. bf16 weights keep a bf16 cache."""
+    from scratchgpt import memory
+
+    per_row = memory.inference_estimate(config, 1).parts["kv_cache"]
+    per_row //= 2 if dtype == "bf16" else 1
+    free = memory.available_bytes() if available is None else available
+    length = getattr(config, "block_size", None)
+    rows = f"{max_batch:,} sequences" + (f" of {length} tokens" if length else "")
+    memory.check_fits(memory.Estimate({"kv_cache": max_batch * per_row}),
+                      f"--max-batch {max_batch}, a batch of {rows},", available=free,
+                      remedy=f"lower --max-batch (at most {free // max(per_row, 1):,} fit)")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -184,7 +203,11 @@ def run_server(cfg: ServeConfig, announce: Any = print) -> None:
     """Serve until interrupted (Ctrl-C, SIGTERM)."""
     check_bind(cfg.host, cfg.api_key)
     sock = bind(cfg.host, cfg.port)
-    service = load_service(cfg)
+    try:
+        service = load_service(cfg)
+    except BaseException:  # a checkpoint or a setting refused: the port is free again at once
+        sock.close()
+        raise
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     announce(f"serving {service.info.id} ({service.info.model_type}, {cfg.dtype}) on "
