@@ -118,6 +118,43 @@ def test_unreachable_hub_is_one_line(monkeypatch, tmp_path, capsys):
     assert "pytorch_model.bin" not in patterns and asked[0]["local_files_only"] is False
 
 
+def test_a_cached_model_whose_hub_listing_holds_other_forms_loads_offline(hub, reference,
+                                                                          capsys):
+    """A newer huggingface_hub keeps the hub's listing of a model beside its cache and, offline,
+    refuses a request whose patterns match a listed file the cache lacks. A model that ships
+    its weights in more than one form (model.safetensors, shards, a .bin) is cached in one:
+    the request for it may name no file of the others, or the cached model is refused."""
+    tree_cache = pytest.importorskip("huggingface_hub._tree_cache")
+    snap = hub / "models--gpt2" / "snapshots" / REV
+    listed = [p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()]
+    listed += ["model.safetensors.index.json", "model-00001-of-00002.safetensors",
+               "pytorch_model.bin"]
+    tree_cache.write_tree_cache(str(hub / "models--gpt2"), REV, {
+        name: tree_cache.TreeCacheEntry(size=1, blob_id=f"{i:040x}")
+        for i, name in enumerate(listed)})
+    assert greedy(capsys, "hf:gpt2") == greedy(capsys, str(reference))
+
+
+def test_a_cached_copy_cut_short_is_named_so_offline(hub, tmp_path, monkeypatch, capsys):
+    """huggingface_hub finds, offline, that its cache lacks files its listing of the model
+    names (a download stopped part-way): that was 'it is not in CACHE', of a model that is."""
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    if not hasattr(errors, "IncompleteSnapshotError"):
+        pytest.skip("this huggingface_hub does not check a cached copy is whole")
+
+    def cut_short(repo_id, **kwargs):
+        raise errors.IncompleteSnapshotError("1 file(s) are missing", snapshot_path=str(hub))
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", cut_short)
+    line = error_of(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(tmp_path / "o")])
+    assert line.endswith(f"cannot download gpt2: offline (HF_HUB_OFFLINE is set) and its copy "
+                         f"in {hub} lacks files (a download cut short?); download it again "
+                         "online, or pass a local directory"), line
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("source, message", [
     ("bad//id", "neither a local directory nor a Hugging Face hub model id"),
     ("hf:", "'hf:' names no model; give a hub id after it, such as hf:gpt2"),  # not " is ..."

@@ -74,6 +74,7 @@ def cache_dir() -> Path | None:
 
 def _why(repo_id: str, e: Exception) -> str:
     """One line saying why ``repo_id`` could not be had, for each way the hub fails."""
+    from huggingface_hub import errors
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -92,9 +93,13 @@ def _why(repo_id: str, e: Exception) -> str:
                 "(a private model needs hf auth login)")
     if isinstance(e, RevisionNotFoundError):
         return f"{repo_id}: no such revision on the Hugging Face hub"
+    where = cache_dir() or "the Hugging Face cache"
+    how = "offline (HF_HUB_OFFLINE is set)" if offline() else "the hub cannot be reached"
+    # (a newer huggingface_hub's: the cache's listing of the model names files it lacks)
+    if isinstance(e, getattr(errors, "IncompleteSnapshotError", ())):
+        return (f"cannot download {repo_id}: {how} and its copy in {where} lacks files (a "
+                "download cut short?); download it again online, or pass a local directory")
     if isinstance(e, LocalEntryNotFoundError):
-        where = cache_dir() or "the Hugging Face cache"
-        how = "offline (HF_HUB_OFFLINE is set)" if offline() else "the hub cannot be reached"
         return (f"cannot download {repo_id}: {how} and it is not in {where}; pass a local "
                 "directory")
     reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
@@ -116,14 +121,17 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         raise CheckpointError(f"downloading {repo_id} needs the huggingface_hub package (pip "
                               "install huggingface_hub); or pass a local directory") from None
     # only one form of the weights: gpt2 ships both model.safetensors and pytorch_model.bin,
-    # 0.5 GB each; the index of a model in shards is asked for with the first, being small
-    path = _snapshot(repo_id, revision, SINGLE_WEIGHTS, SHARD_INDEX)
-    if not (path / SINGLE_WEIGHTS).is_file():
-        # the rest from the same commit, should the model change on the hub meanwhile
-        commit = path.name if COMMIT.fullmatch(path.name) else revision
-        index = path / SHARD_INDEX
-        path = (_snapshot(repo_id, commit, *map(glob.escape, listed_shards(index)))
-                if index.is_file() else _snapshot(repo_id, commit, OLD_WEIGHTS))
+    # 0.5 GB each. Each request names the files of one form alone, as the hub's cache,
+    # offline, holds a model whole only when it holds every file a request's patterns match
+    path = _snapshot(repo_id, revision, SINGLE_WEIGHTS)
+    if (path / SINGLE_WEIGHTS).is_file():
+        return path
+    # the rest from the same commit, should the model change on the hub meanwhile
+    commit = path.name if COMMIT.fullmatch(path.name) else revision
+    path = _snapshot(repo_id, commit, SHARD_INDEX)
+    index = path / SHARD_INDEX
+    path = (_snapshot(repo_id, commit, SHARD_INDEX, *map(glob.escape, listed_shards(index)))
+            if index.is_file() else _snapshot(repo_id, commit, OLD_WEIGHTS))
     if is_hf_dir(path):
         return path
     raise CheckpointError(f"{repo_id} on the Hugging Face hub has no config.json with "
