@@ -25,10 +25,11 @@ import time
 
 import torch
 
+from scratchgpt.bench import refuse_repeats
 from scratchgpt.bench.train import switched_off
 from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.data.dataset import TokenDataset
-from scratchgpt.errors import DataError
+from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.models import fused_block
 from scratchgpt.models.gpt import GPT, GPTConfig
 from scratchgpt.training.task import full_split_loss
@@ -48,14 +49,15 @@ def run_variant(model: GPT, data: TokenDataset, variant: str) -> float:
 
 
 def variant_list(text: str) -> list[str]:
-    """``--variants``: ``wN`` (N windows a batch, N >= 1) or ``modules``, comma-separated."""
+    """``--variants``: ``wN`` (N windows a batch, N >= 1) or ``modules``, comma-separated;
+    ``wN`` as N reads (``w032`` is ``w32``), so that a variant named twice is seen."""
     variants = [v.strip() for v in text.split(",")]
     for v in variants:
         if v != "modules" and not re.fullmatch(r"w0*[1-9][0-9]*", v):
             raise argparse.ArgumentTypeError(
                 f"expected wN (N windows a batch, N >= 1) or modules, comma-separated, "
                 f"got {v!r} in {text!r}")
-    return variants
+    return [v if v == "modules" else f"w{int(v[1:])}" for v in variants]
 
 
 def main() -> None:
@@ -64,9 +66,10 @@ def main() -> None:
     p.add_argument("--variants", type=variant_list, default="w32,w64,modules")
     p.add_argument("--rounds", type=positive_int, default=6)
     args = p.parse_args()
-    try:
+    try:  # a variant named twice was timed twice, a row each, as the bench commands refuse
+        refuse_repeats("--variants", args.variants)
         data = TokenDataset(args.dataset)
-    except DataError as e:  # not a prepared dataset: one line, as a bad flag is
+    except (ConfigError, DataError) as e:  # (not a prepared dataset): one line, as a bad flag
         p.error(str(e))
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=data.vocab_size, block_size=64, n_layer=4, n_head=4,

@@ -163,6 +163,16 @@ def test_eval_split_refuses_a_variant_it_cannot_run(variants, bad, tmp_path):
            f"comma-separated, got {bad!r} in {variants!r}" in line
 
 
+@pytest.mark.parametrize("variants, twice", [("w32,w32", "w32"), ("w32,modules,w032", "w32"),
+                                            ("modules,w8,modules,w8", "modules, w8")])
+def test_eval_split_refuses_a_variant_named_twice(variants, twice, tmp_path):
+    """Each was timed again, a row of the table each time (w032 is w32), where the bench
+    commands refuse a size or variant named twice; checked before the dataset is read."""
+    line = _one_line_of_usage_error(_python_script("eval_split", str(tmp_path),
+                                                   "--variants", variants))
+    assert line.endswith(f"error: --variants names {twice} more than once"), line
+
+
 def test_c_step_rows_refuses_more_steps_than_the_context_holds():
     """--steps 100 at cpu-small's context of 64 was a GenerationError traceback once the
     first round had reached the 65th position."""
