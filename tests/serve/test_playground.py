@@ -104,6 +104,17 @@ def test_the_attention_view_draws_a_heatmap(page, tmp_path):
     page.screenshot(path=tmp_path / "attention.png")
 
 
+def test_the_sampling_settings_show_on_the_tabs_that_sample_only(page):
+    """The Attention tab samples nothing (it reads the Complete tab's text): the settings,
+    which would change nothing there, are hidden, and come back on the other tabs."""
+    for tab, shown in [("attention", False), ("complete", True), ("attention", False),
+                       ("chat", True)]:
+        page.click(f"[data-tab={tab}]")
+        assert page.is_visible("#settings") is shown, tab
+        assert page.is_visible("#temperature") is shown and page.is_visible("#top-k") is shown
+    page.click("[data-tab=complete]")
+
+
 def test_the_chat_tab_streams_the_reply(page, tmp_path):
     page.click("[data-tab=chat]")
     page.fill("#temperature", "0")

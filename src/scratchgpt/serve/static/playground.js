@@ -491,11 +491,14 @@ function drawHeatmap(data) {
 
 // ---- start-up
 
+// Show tab `name`. The sampling settings belong to Complete and Chat: the Attention tab
+// reads the Complete tab's text and samples nothing, so they are hidden there.
 function showTab(name) {
   document.querySelectorAll("#tabs button").forEach((b) => {
     b.classList.toggle("active", b.dataset.tab === name);
   });
   document.querySelectorAll(".tab").forEach((s) => { s.hidden = s.id !== `tab-${name}`; });
+  $("settings").hidden = name === "attention";
 }
 
 function fillSelect(select, count) {
