@@ -166,6 +166,35 @@ def test_invalid_ids(hub, tmp_path, capsys, source, message):
         assert message in error_of(capsys, ["sample", "--checkpoint", source])
 
 
+def test_a_local_path_after_hf_is_not_called_missing(tmp_path, monkeypatch, capsys):
+    """hf: before a folder that is there asks the hub for it, which refused it as 'neither a
+    local directory nor a Hugging Face hub model id' (or '... nor a model on the hub'): the
+    user, looking at the folder, is told to drop the hf:."""
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    drop = "hf: names a hub model: give a local directory without it"
+    line = error_of(capsys, ["sample", "--checkpoint", "hf:./mine", "--prompt", "a"])
+    assert line.endswith(f"./mine is not a Hugging Face hub model id; {drop}"), line
+    line = error_of(capsys, ["sample", "--checkpoint", "hf:./elsewhere", "--prompt", "a"])
+    assert line.endswith("./elsewhere is neither a local directory nor a Hugging Face hub "
+                         "model id"), line
+
+    def not_on_the_hub(repo_id, **kwargs):
+        e = RepositoryNotFoundError.__new__(RepositoryNotFoundError)  # (its response unneeded)
+        Exception.__init__(e, "404 Client Error")
+        raise e
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_on_the_hub)
+    line = error_of(capsys, ["sample", "--checkpoint", "hf:mine", "--prompt", "a"])
+    assert line.endswith("mine is not a model on the Hugging Face hub (a private model needs hf "
+                         f"auth login; {drop})"), line
+
+
 def test_snapshot_without_weights(hub, tmp_path, capsys):
     snap = snapshot(hub, "someone/config-only")
     snap.mkdir(parents=True)

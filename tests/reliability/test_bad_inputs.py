@@ -449,6 +449,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --init-from gpt2",
      lambda c: ["train", "--init-from", "gpt2", "--dataset", c["data"], "--out",
                 c["root"] / "out" / "t", *TINY[8:]], "a Hugging Face model is hf:gpt2"),
+    # the run is there, yet was "neither a local directory nor a Hugging Face hub model id"
+    ("sample --checkpoint hf:RUN",
+     lambda c: ["sample", "--checkpoint", f"hf:{c['run']}", "--max-new-tokens", "4"],
+     "is not a Hugging Face hub model id; hf: names a hub model: give a local directory without"),
     # seq2seq
     ("seq2seq translate --source ''",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", ""], "empty"),

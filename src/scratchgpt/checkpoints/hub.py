@@ -83,14 +83,18 @@ def _why(repo_id: str, e: Exception) -> str:
         RevisionNotFoundError,
     )
 
+    # a path that is there reaches the hub only after hf:, which names a hub model
+    local = Path(repo_id).exists()
+    nor = "not" if local else "neither a local directory nor"
+    drop = f"; {HF_PREFIX} names a hub model: give a local directory without it" if local else ""
     if isinstance(e, HFValidationError):
-        return f"{repo_id} is neither a local directory nor a Hugging Face hub model id"
+        return f"{repo_id} is {nor} a Hugging Face hub model id{drop}"
     if isinstance(e, GatedRepoError):
         return (f"{repo_id} is gated on the Hugging Face hub: accept its terms on the hub and "
                 "log in (hf auth login)")
     if isinstance(e, RepositoryNotFoundError):
-        return (f"{repo_id} is neither a local directory nor a model on the Hugging Face hub "
-                "(a private model needs hf auth login)")
+        return (f"{repo_id} is {nor} a model on the Hugging Face hub (a private model needs "
+                f"hf auth login{drop})")
     if isinstance(e, RevisionNotFoundError):
         return f"{repo_id}: no such revision on the Hugging Face hub"
     where = cache_dir() or "the Hugging Face cache"
