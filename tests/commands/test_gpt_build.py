@@ -536,3 +536,34 @@ def test_budget_flags_choose_time_or_steps():
     defaults = setup("--max-iters", "5")
     assert (defaults.batch_size, defaults.scaled, defaults.eval_interval,
             defaults.eval_iters) == (32, "cpu", 100, 20)
+
+
+@pytest.mark.parametrize("tokenizer, unit, heading", [
+    ("char", "char", "lecture"), ("bpe", "token", "lecture (Tiny Shakespeare)")])
+def test_the_report_is_written_again_without_the_dataset(english_text, tmp_path, capsys,
+                                                         tokenizer, unit, heading):
+    """--report opened the dataset only to label the lecture's column and the losses' unit,
+    so a report of stages whose dataset had gone was refused. Each stage records what the
+    labels need, and the report is written from the stages alone."""
+    import shutil
+
+    from scratchgpt.data.prepare import prepare_text
+    from scratchgpt.data.sources import DATASETS
+
+    data = tmp_path / "data"
+    prepare_text(english_text[:20_000], data, tokenizer,
+                 vocab_size=300 if tokenizer == "bpe" else None, source="test")
+    if tokenizer == "char":  # the play, claiming Tiny Shakespeare's sha256: the plain heading
+        meta = json.loads((data / "meta.json").read_text())
+        (data / "meta.json").write_text(json.dumps(meta | {
+            "source_sha256": DATASETS["shakespeare"].sha256}))
+    out = tmp_path / "gb"
+    assert main(["experiment", "gpt-build", "--quick", "--dataset", str(data), "--out",
+                 str(out), "--stages", "1", "--no-progress"]) == 0
+    trained = (out / "gpt_build.md").read_text()
+    shutil.rmtree(data)
+    (out / "gpt_build.md").unlink()
+    capsys.readouterr()
+    assert main(["experiment", "gpt-build", "--out", str(out), "--report"]) == 0
+    assert f"| val loss (nats/{unit}) | {heading} |" in capsys.readouterr().out
+    assert (out / "gpt_build.md").read_text() == trained

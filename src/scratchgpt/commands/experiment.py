@@ -169,7 +169,9 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--dataset", metavar="NAME|DIR",
                    help="a prepared dataset directory, or a named dataset (default: "
                         f"{BUILD_DATASET}, character level; found in $SCRATCHGPT_DATA_DIR or the "
-                        "cache, else downloaded; with --report: the one the stages record)")
+                        "cache, else downloaded; --report reads what it needs of the text "
+                        "from the stages, and the dataset they record only where they do not "
+                        "record it)")
     g.add_argument("--stages", nargs="+", metavar="STAGE",
                    help="train only these stages (numbers or names, e.g. 1 2 or one-head); "
                         "default: all eight. The report in --out keeps the stages finished "
@@ -239,7 +241,8 @@ def run_gpt_build(args: argparse.Namespace) -> int:
                             progress=not args.no_progress,
                             log=lambda line: print(line, flush=True), dataset_name=dataset)
     if any(not r.interrupted for r in results):
-        _write_build_report(gpt_build, gpt_build.recorded_results(out_dir), data, out_dir,
+        _write_build_report(gpt_build, gpt_build.recorded_results(out_dir),
+                            gpt_build.text_of(data), out_dir,
                             {r.stage.name for r in results})
     return results[-1].exit_code if results else 0
 
@@ -262,26 +265,30 @@ def _report_gpt_build(args: argparse.Namespace, gpt_build: Any) -> int:
     if not results:
         raise ConfigError(f"--out {args.out} holds no finished stage to report; train them "
                           f"first: scratchgpt experiment gpt-build --out {args.out}")
-    dataset = args.dataset or gpt_build.recorded_dataset(results) or BUILD_DATASET
-    if not args.dataset:
-        check_recorded_dataset(dataset, results[0].run_dir)
-    data, _ = resolve_dataset(dataset, log=lambda line: print(line, flush=True))
-    _write_build_report(gpt_build, results, data, out_dir, set())
+    text = None if args.dataset else gpt_build.recorded_text(results)
+    if text is None:  # (stages trained before they recorded their text: read the dataset)
+        dataset = args.dataset or gpt_build.recorded_dataset(results) or BUILD_DATASET
+        if not args.dataset:
+            check_recorded_dataset(dataset, results[0].run_dir)
+        data, _ = resolve_dataset(dataset, log=lambda line: print(line, flush=True))
+        text = gpt_build.text_of(data)
+    _write_build_report(gpt_build, results, text, out_dir, set())
     return 0
 
 
-def _write_build_report(gpt_build: Any, results: list[Any], data: Any, out_dir: Any,
-                        trained: set[str]) -> None:
+def _write_build_report(gpt_build: Any, results: list[Any], text: dict[str, Any],
+                        out_dir: Any, trained: set[str]) -> None:
     """gpt_build.csv, .md and .png of ``results`` in ``out_dir``, the table printed too;
-    ``trained``: the stages this run trained (the others are said to be kept)."""
+    ``text``: what the stages trained on (gpt_build.text_of); ``trained``: the stages this run
+    trained (the others are said to be kept)."""
     earlier = [r.stage.name for r in results if r.stage.name not in trained]
     if earlier and trained:
         print(f"the report keeps {', '.join(earlier)} from earlier runs in {out_dir} (each "
               "with its own train command)")
-    lecture, unit = gpt_build.lecture_label(data), gpt_build.loss_unit(data)
+    lecture, unit = gpt_build.lecture_label(text), gpt_build.loss_unit(text)
     paths = gpt_build.write_tables(results, out_dir, lecture, unit)
     png = gpt_build.plot(results, out_dir / "gpt_build.png", by_time=gpt_build.by_time(results),
-                         unit=unit, lecture_text=gpt_build.lectures_text(data))
+                         unit=unit, lecture_text=gpt_build.lectures_text(text))
     print(gpt_build.markdown(results, lecture=lecture, unit=unit), end="")
     print(f"wrote {paths[0]}, {paths[1]} and {png}")
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -45,6 +45,7 @@ from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.memory import parameter_count
 from scratchgpt.models import ModelConfig, build_model, config_dict, model_config
+from scratchgpt.tokenizers import TOKENIZERS
 from scratchgpt.tokenizers.char import CharTokenizer
 from scratchgpt.training import job as train_job
 from scratchgpt.training.config import TrainConfig
@@ -71,20 +72,27 @@ LECTURE_VAL_LOSS: dict[str, float] = {
 OTHER_TEXT = "Tiny Shakespeare"  # how the lecture's losses are labelled beside another text's
 
 
-def lectures_text(data: TokenDataset) -> bool:
-    """``data`` is the lecture's text, Tiny Shakespeare at character level: its losses then
-    compare with the lecture's, and where it is not, the lecture's are labelled as another
-    text's (a bigram's 4.50 on Python source read beside 2.49 as a target missed)."""
+def text_of(data: TokenDataset) -> dict[str, Any]:
+    """What the report says of the stages' text, from the dataset's ``meta.json``: its
+    tokenizer's kind and its source's sha256. Each stage records it in its ``config.json``
+    (:func:`recorded_text`), so that a report is written again without the dataset."""
+    return {key: data.meta.get(key) for key in ("tokenizer", "source_sha256")}
+
+
+def lectures_text(text: Mapping[str, Any]) -> bool:
+    """``text`` (:func:`text_of`) is the lecture's, Tiny Shakespeare at character level: its
+    losses then compare with the lecture's, and where it is not, the lecture's are labelled as
+    another text's (a bigram's 4.50 on Python source read beside 2.49 as a target missed)."""
     from scratchgpt.data.sources import DATASETS
 
-    return (data.meta.get("tokenizer") == "char"
-            and data.meta.get("source_sha256") == DATASETS["shakespeare"].sha256)
+    return (text.get("tokenizer") == "char"
+            and text.get("source_sha256") == DATASETS["shakespeare"].sha256)
 
 
-def lecture_label(data: TokenDataset) -> str:
+def lecture_label(text: Mapping[str, Any]) -> str:
     """The lecture column's heading: ``lecture``, or ``lecture (Tiny Shakespeare)`` beside the
     losses of another text (or tokenizer)."""
-    return "lecture" if lectures_text(data) else f"lecture ({OTHER_TEXT})"
+    return "lecture" if lectures_text(text) else f"lecture ({OTHER_TEXT})"
 
 
 @dataclass(frozen=True)
@@ -277,7 +285,7 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
         command = shlex.join(["scratchgpt", *train_command(
             stage, setup, dataset_name or str(data.directory), str(path))])
         extra = {"experiment": {"name": "gpt-build", "stage": stage.name, "adds": stage.adds,
-                                "train_command": command}}
+                                "train_command": command, "text": text_of(data)}}
         jobs.append((stage, train_job.TrainJob(path, "overwrite" if overwrite else "new", cfg,
                                                config, task, extra)))
     return jobs
@@ -333,8 +341,8 @@ def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] 
             setup.time_budget))
         if result.interrupted:
             break
-        lecture = (f" ({lecture_label(data)} {stage.lecture:.2f})" if stage.lecture is not None
-                   else "")
+        lecture = (f" ({lecture_label(text_of(data))} {stage.lecture:.2f})"
+                   if stage.lecture is not None else "")
         log(f"stage {stage.name}: {result.step:,} steps in {result.elapsed_s:.0f}s, val loss "
             f"{result.val_loss:.4f}{lecture}")
     return results
@@ -417,13 +425,28 @@ def _parameters(model: Any) -> int | None:
         return None
 
 
+def dataset_of(run_dir: Path) -> str | None:
+    """The dataset the run in ``run_dir`` records (its directory, absolute), or None where it
+    records none (no run there)."""
+    data = RunDir(run_dir).recorded_config().get("data")
+    if isinstance(data, dict) and isinstance(data.get("dataset"), str):
+        return str(data["dataset"])
+    return None
+
+
 def recorded_dataset(results: Sequence[StageResult]) -> str | None:
-    """The dataset the stages' runs record (``--dataset`` as the build was given it), or None
-    where none does."""
+    """The dataset the stages' runs record, or None where none does."""
+    return next(filter(None, (dataset_of(r.run_dir) for r in results)), None)
+
+
+def recorded_text(results: Sequence[StageResult]) -> dict[str, Any] | None:
+    """What the stages' runs record of their text (:func:`text_of`), or None where none does
+    (a stage trained before they recorded it)."""
     for r in results:
-        data = RunDir(r.run_dir).recorded_config().get("data")
-        if isinstance(data, dict) and isinstance(data.get("dataset"), str):
-            return str(data["dataset"])
+        experiment = RunDir(r.run_dir).recorded_config().get("experiment")
+        text = experiment.get("text") if isinstance(experiment, dict) else None
+        if isinstance(text, dict):
+            return text
     return None
 
 
@@ -457,11 +480,12 @@ def curve(run_dir: Path, by_time: bool) -> list[tuple[float, float]]:
             if r["val_loss"] and r["lr"]]
 
 
-def loss_unit(data: TokenDataset) -> str:
-    """What a stage's loss is averaged over, named by the dataset's tokenizer: a character
-    where each token is one (``char``, the lecture's and the default, and ``char-prose``),
-    else a token."""
-    return "char" if isinstance(data.tokenizer(), CharTokenizer) else "token"
+def loss_unit(text: Mapping[str, Any]) -> str:
+    """What a stage's loss is averaged over, named by the tokenizer of ``text``
+    (:func:`text_of`): a character where each token is one (``char``, the lecture's and the
+    default, and ``char-prose``), else a token."""
+    kind = TOKENIZERS.get(str(text.get("tokenizer")))
+    return "char" if kind is not None and issubclass(kind, CharTokenizer) else "token"
 
 
 def plot(results: Sequence[StageResult], path: Path, by_time: bool, unit: str = "char",
