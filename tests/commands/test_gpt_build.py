@@ -538,6 +538,67 @@ def test_budget_flags_choose_time_or_steps():
             defaults.eval_iters) == (32, "cpu", 100, 20)
 
 
+def test_a_second_dataset_into_an_out_of_another_is_refused_naming_both(
+        small_dataset, english_text, tmp_path, capsys, monkeypatch):
+    """Stages trained on one dataset and then on another into one --out made one report that
+    compared them as one build. A second dataset is refused, naming both, unless the stages of
+    the first are all trained again; a build with --overwrite cut short before it had replaced
+    them all reports the new dataset's stages alone."""
+    from scratchgpt.data.prepare import prepare_text
+
+    other = tmp_path / "other"
+    prepare_text(english_text[-50_000:].upper(), other, "char", source="test")
+    out = tmp_path / "gb"
+    args = ["experiment", "gpt-build", "--quick", "--out", str(out), "--no-progress"]
+    assert main([*args, "--dataset", str(small_dataset), "--stages", "1", "2", "3"]) == 0
+    report = (out / "gpt_build.csv").read_text()
+    capsys.readouterr()
+    every = "1-bigram, 2-one-head, 3-multi-head"
+    for flags, held, remedy in (
+            (["--stages", "4"], every, "--stages 1 2 3 4 --overwrite"),
+            (["--stages", "1", "--overwrite"], "2-one-head, 3-multi-head",
+             "--stages 1 2 3 --overwrite"),
+            ([], every, "--overwrite")):
+        said = error_of(capsys, [*args, "--dataset", str(other), *flags])
+        assert f"{out} holds {held} trained on {small_dataset.resolve()}, not on " \
+            f"{other.resolve()} (--dataset)" in said, said
+        assert said.endswith(f"or {remedy} to train them again on it"), said
+    assert sorted(p.name for p in out.iterdir()) == [
+        "1-bigram", "2-one-head", "3-multi-head", "gpt_build.csv", "gpt_build.md",
+        "gpt_build.png"]
+    assert (out / "gpt_build.csv").read_text() == report
+    interrupt_stage_two(monkeypatch)
+    assert main([*args, "--dataset", str(other), "--stages", "1", "2", "3",
+                 "--overwrite"]) == 130
+    monkeypatch.undo()
+    assert "the report leaves out 3-multi-head, trained on another dataset " \
+        f"({small_dataset.resolve()})" in capsys.readouterr().out
+    with open(out / "gpt_build.csv") as f:
+        assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram"]
+    assert gpt_build.dataset_of(out / "1-bigram") == str(other.resolve())
+
+
+def test_a_report_of_stages_of_two_datasets_is_refused_naming_both(quick_build, tmp_path,
+                                                                    capsys):
+    """An --out written before a second dataset was refused can hold stages of two: --report
+    wrote one table of them. It now names both, and --stages reports one dataset's."""
+    import shutil
+
+    out = tmp_path / "gb"
+    for stage in ("1-bigram", "2-one-head"):
+        shutil.copytree(quick_build / stage, out / stage)
+    config = json.loads((out / "2-one-head" / "config.json").read_text())
+    config["data"]["dataset"] = str(tmp_path / "elsewhere")
+    (out / "2-one-head" / "config.json").write_text(json.dumps(config))
+    said = error_of(capsys, ["experiment", "gpt-build", "--out", str(out), "--report"])
+    ours = gpt_build.dataset_of(quick_build / "1-bigram")
+    assert f"holds stages trained on different datasets: 1-bigram on {ours}, 2-one-head on " \
+        f"{tmp_path / 'elsewhere'}; a report compares the stages of one: pass --stages" in said
+    assert not (out / "gpt_build.csv").exists()
+    assert main(["experiment", "gpt-build", "--out", str(out), "--report", "--stages",
+                 "1"]) == 0
+
+
 @pytest.mark.parametrize("tokenizer, unit, heading", [
     ("char", "char", "lecture"), ("bpe", "token", "lecture (Tiny Shakespeare)")])
 def test_the_report_is_written_again_without_the_dataset(english_text, tmp_path, capsys,

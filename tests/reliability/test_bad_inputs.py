@@ -59,6 +59,9 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     alphabet = sorted(set(play_text(40_000)))
     shifted = "".join(chr(ord(ch) + 200) for ch in alphabet)
     prepare_text((shifted * 400)[:20_000], c["other_data"], "char", source="test")
+    c["gb"] = root / "gb"  # a gpt-build's first stage, on the tiny data
+    assert main(["experiment", "gpt-build", "--quick", "--stages", "1", "--dataset",
+                 str(tiny_data), "--out", str(c["gb"]), "--no-progress", "--threads", "1"]) == 0
     c["foreign"] = _ckpt_copy(c["run"], root / "foreign", lambda ckpt: None)
     shutil.copy(c["lstm"] / "last.pt", c["foreign"] / "last.pt")
     c["no_ckpt"] = root / "no-ckpt"  # what a run killed while writing its first checkpoint left
@@ -613,6 +616,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["experiment", "gpt-build", "--quick", "--stages", "1", "bigram", "--dataset",
                 c["data"], "--out", c["root"] / "out" / "g"], "--stages names 1-bigram more "
                                                              "than once"),
+    # its report then compared the stages of two datasets as one build
+    ("experiment gpt-build --dataset another than its --out's stages'",
+     lambda c: ["experiment", "gpt-build", "--quick", "--stages", "2", "--dataset",
+                c["other_data"], "--out", c["gb"]], "one report would compare the stages of "
+                                                    "two datasets"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

@@ -241,8 +241,11 @@ def run_gpt_build(args: argparse.Namespace) -> int:
                             progress=not args.no_progress,
                             log=lambda line: print(line, flush=True), dataset_name=dataset)
     if any(not r.interrupted for r in results):
-        _write_build_report(gpt_build, gpt_build.recorded_results(out_dir),
-                            gpt_build.text_of(data), out_dir,
+        kept, other = gpt_build.on_dataset(gpt_build.recorded_results(out_dir), data)
+        if other:  # (a build with --overwrite cut short: the stages it had yet to replace)
+            print(f"the report leaves out {', '.join(r.stage.name for r in other)}, trained "
+                  f"on another dataset ({gpt_build.dataset_of(other[0].run_dir)})")
+        _write_build_report(gpt_build, kept, gpt_build.text_of(data), out_dir,
                             {r.stage.name for r in results})
     return results[-1].exit_code if results else 0
 
@@ -261,7 +264,7 @@ def _report_gpt_build(args: argparse.Namespace, gpt_build: Any) -> int:
     chosen = gpt_build.select(gpt_build.stages(gpt_build.BuildSetup()), args.stages,
                               "--stages")
     out_dir = results_dir(args.out, (), overwrite=True)
-    results = gpt_build.recorded_results(out_dir, chosen)
+    results = gpt_build.of_one_dataset(gpt_build.recorded_results(out_dir, chosen))
     if not results:
         raise ConfigError(f"--out {args.out} holds no finished stage to report; train them "
                           f"first: scratchgpt experiment gpt-build --out {args.out}")

@@ -245,6 +245,9 @@ def select(all_stages: list[Stage], wanted: Sequence[str] | None,
     return [s for s in all_stages if s in chosen]
 
 
+STAGE_NAMES = tuple(s.name for s in stages(BuildSetup()))  # (the same under any setup)
+
+
 @dataclass
 class StageResult:
     """How one stage ended (``interrupted``: Ctrl-C stopped it; no final evaluation)."""
@@ -271,6 +274,7 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
     ``dataset_name``: how the stages' ``train`` commands name the data (default: its
     directory)."""
     cfg = setup.train_config()
+    refuse_other_datasets(out, data, chosen, overwrite)
     if not overwrite:
         refuse_held_runs(out, chosen)
     jobs = []
@@ -289,6 +293,36 @@ def plan(setup: BuildSetup, data: TokenDataset, out: Path, chosen: list[Stage],
         jobs.append((stage, train_job.TrainJob(path, "overwrite" if overwrite else "new", cfg,
                                                config, task, extra)))
     return jobs
+
+
+def refuse_other_datasets(out: Path, data: TokenDataset, chosen: list[Stage],
+                          overwrite: bool) -> None:
+    """The stage runs that ``out`` keeps (all but the chosen ones ``overwrite`` replaces)
+    were trained on ``data``, or ``out`` would hold stages of two datasets, which its report
+    compared as one build. One trained on another dataset is refused, naming both."""
+    replaced = {s.name for s in chosen} if overwrite else set()
+    mine = str(data.directory.resolve())
+    other = {name: found for name in STAGE_NAMES if name not in replaced
+             and (found := dataset_of(out / name)) not in (None, mine)}
+    if not other:
+        return
+    theirs = next(iter(other.values()))
+    again = [n for n in STAGE_NAMES if n in other or n in {s.name for s in chosen}]
+    stages_flag = "" if len(again) == len(STAGE_NAMES) else \
+        f"--stages {' '.join(n.split('-')[0] for n in again)} "
+    raise ConfigError(f"{out} holds {', '.join(n for n in other if other[n] == theirs)} "
+                      f"trained on {theirs}, not on {mine} (--dataset): one report would "
+                      "compare the stages of two datasets; pass --out another directory, or "
+                      f"{stages_flag}--overwrite to train them again on it")
+
+
+def on_dataset(results: Sequence[StageResult], data: TokenDataset
+               ) -> tuple[list[StageResult], list[StageResult]]:
+    """``results`` split into those trained on ``data`` and the others (a build with
+    ``overwrite`` cut short keeps stages of the dataset it replaces)."""
+    mine = str(data.directory.resolve())
+    return ([r for r in results if dataset_of(r.run_dir) == mine],
+            [r for r in results if dataset_of(r.run_dir) != mine])
 
 
 def refuse_held_runs(out: Path, chosen: list[Stage]) -> None:
@@ -448,6 +482,21 @@ def recorded_text(results: Sequence[StageResult]) -> dict[str, Any] | None:
         if isinstance(text, dict):
             return text
     return None
+
+
+def of_one_dataset(results: Sequence[StageResult]) -> list[StageResult]:
+    """``results``, all trained on one dataset; stages of several are refused, naming two of
+    them and their stages (an ``--out`` written before a build refused a second dataset)."""
+    groups: dict[str | None, list[str]] = {}
+    for r in results:
+        groups.setdefault(dataset_of(r.run_dir), []).append(r.stage.name)
+    if len(groups) > 1:
+        (a, first), (b, second) = list(groups.items())[:2]
+        raise ConfigError(f"{results[0].run_dir.parent} holds stages trained on different "
+                          f"datasets: {', '.join(first)} on {a}, {', '.join(second)} on {b}; "
+                          "a report compares the stages of one: pass --stages with one "
+                          "dataset's")
+    return list(results)
 
 
 def by_time(results: Sequence[StageResult]) -> bool:
