@@ -71,6 +71,20 @@ def test_a_max_batch_whose_kv_caches_cannot_fit_is_refused_naming_what_fits(caps
     assert [s.engine.max_rows for s in served] == [16, 32]  # bf16 keeps half the cache
 
 
+def test_a_recurrent_models_batch_is_not_counted_over_a_context_it_lacks():
+    """A recurrent model keeps one state a row, whatever its length: its refusal names no
+    context (its config's block_size is the training window), and a row costs its state."""
+    from scratchgpt.errors import ConfigError
+    from scratchgpt.serve.server import check_batch_memory
+    from tests.generation.test_decode import MODELS
+
+    config = MODELS["lstm"].config
+    with pytest.raises(ConfigError) as e:
+        check_batch_memory(config, 10**15, available=2**30)
+    assert "a batch of 1,000,000,000,000,000 sequences, needs" in str(e.value)
+    assert "tokens" not in str(e.value)
+
+
 def test_help_names_the_limit_of_max_batch(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

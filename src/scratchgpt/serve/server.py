@@ -117,11 +117,12 @@ def check_batch_memory(config: Any, max_batch: int, dtype: str = "fp32",
     weights, loaded already, are not in it): the batch grows to it under load, and only then
     would the server fail or swap. bf16 weights keep a bf16 cache."""
     from scratchgpt import memory
+    from scratchgpt.models.gpt import GPTConfig
 
     per_row = memory.inference_estimate(config, 1).parts["kv_cache"]
     per_row //= 2 if dtype == "bf16" else 1
     free = memory.available_bytes() if available is None else available
-    length = getattr(config, "block_size", None)
+    length = config.block_size if isinstance(config, GPTConfig) else None  # (else a state)
     rows = f"{max_batch:,} sequences" + (f" of {length} tokens" if length else "")
     memory.check_fits(memory.Estimate({"kv_cache": max_batch * per_row}),
                       f"--max-batch {max_batch}, a batch of {rows},", available=free,
