@@ -217,6 +217,8 @@ def _bad_files(d):
     (d / "cases.tsv").write_text("\n".join(labelled_lines(40) + ["glad\tPOS"] * 10) + "\n")
     # a header other than text<TAB>label was a row: its names a third class of one text
     (d / "header.tsv").write_text("review\tsentiment\n" + "\n".join(labelled_lines(40)))
+    (d / "id-header.tsv").write_text("id\ttext\tlabel\n" + "".join(
+        f"{n}\t{line}\n" for n, line in enumerate(labelled_lines(40))))
     (d / "wrapped.json").write_text(json.dumps({"data": addition_records(10)}, indent=2))
     # an output that writes the template's markers: the record would teach a turn no one wrote
     (d / "forged.json").write_text(json.dumps(addition_records(3) + [{
@@ -270,6 +272,11 @@ def _bad_files(d):
     (["--task", "classify", "--data", "{d}/header.tsv"],
      "the label 'sentiment' has one text ('review'), which no validation or test split can "
      "hold. Is the first row a header?"),
+    # a header of more columns: the text was 'id<TAB>text' once the header was gone
+    (["--task", "classify", "--data", "{d}/id-header.tsv"],
+     "the label 'label' has one text ('id\\ttext'), which no validation or test split can hold. "
+     "Is the first row a header? Only text<TAB>label (text,label in a CSV) is read as one, and "
+     "a text is all 2 columns before the label: keep only the text and label columns"),
     (["--task", "instruct", "--data", "{d}/forged.json"], "forged.json record 4, "
      "messages[1]: its content holds '<|end|>', a marker of the chat template (it would end "
      "the turn)"),
@@ -1084,6 +1091,28 @@ def test_chat_keeps_the_conversation_and_drops_the_oldest_turns_that_do_not_fit(
     assert len(kept) < len(whole) + 12 and [m["role"] for m in kept[1:3]] == ["user",
                                                                              "assistant"]
     assert ids == encode_conversation(tok, template, kept, add_generation_prompt=True)[0][0]
+
+
+def test_a_column_before_the_text_is_warned_of(ft_dir, tmp_path):
+    """An id column (id<TAB>text<TAB>label, no header) was read as words of every text with
+    no word: each line's text holds as many tabs, so the warning counts the columns; texts
+    with tabs here and there are not columns."""
+    from scratchgpt.finetune.plan import FinetuneRequest, plan
+
+    lines = labelled_lines(40)
+    for name, rows, warned in (("id.tsv", [f"{n}\t{line}" for n, line in enumerate(lines)],
+                                True),
+                               ("tabs.tsv", [f"a\t{line}" for line in lines[:5]] + lines[5:],
+                                False)):
+        (tmp_path / name).write_text("\n".join(rows) + "\n")
+        said: list[str] = []
+        plan(FinetuneRequest("classify", str(ft_dir / "base"), str(tmp_path / "r"),
+                             str(tmp_path / name)), log=said.append)
+        warning = (f"warning: every line of {tmp_path / name} has 3 tab-separated columns; the "
+                   "label is the last and the text the 2 before it, tabs and all (an id column "
+                   "is read as words of the text); if some are not the text, keep "
+                   "text<TAB>label")
+        assert (warning in said) is warned, said
 
 
 def test_texts_longer_than_max_length_are_truncated_with_a_count(ft_dir, tmp_path):

@@ -219,6 +219,9 @@ def _files(root: Path) -> dict[str, Path]:
     words = play_text(2_000, seed=4).split()
     (root / "header.tsv").write_text("review\tsentiment\n" + "".join(
         f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
+    # a header of three columns: without it, each text would be 'id<TAB>text'
+    (root / "id-header.tsv").write_text("id\ttext\tlabel\n" + "".join(
+        f"{i}\t{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n" for i in range(40)))
     # UTF-16 without a byte-order mark: valid UTF-8, a NUL beside every letter
     (root / "utf16.tsv").write_bytes("".join(f"{' '.join(words[i:i + 3])}\t{'ab'[i % 2]}\n"
                                              for i in range(40)).encode("utf-16-be"))
@@ -230,6 +233,7 @@ def _files(root: Path) -> dict[str, Path]:
             "long_pair_tsv": root / "long-pair.tsv",
             "inf_budget": root / "inf-budget.toml", "typo": root / "typo.toml",
             "header_tsv": root / "header.tsv", "utf16_tsv": root / "utf16.tsv",
+            "id_header_tsv": root / "id-header.tsv",
             "one_char": root / "one-char.txt", "two_chars": root / "two-chars.txt",
             "loop": root / "loop",
             "three_chats": root / "three.json",
@@ -542,6 +546,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
                 c["header_tsv"], "--out", c["root"] / "out" / "ft"],
      "Is the first row a header?"),
+    # a header of more columns: the user who removed it trained on texts led by their ids
+    ("finetune --task classify --data a TSV whose header is id<TAB>text<TAB>label",
+     lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",
+                c["id_header_tsv"], "--out", c["root"] / "out" / "ft"],
+     "a text is all 2 columns before the label: keep only the text and label columns"),
     # labelled text was 'not valid JSON (Expecting value: line 1 column 1 (char 0))'
     ("finetune --task instruct --data a labelled TSV (classify's data)",
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",

@@ -107,6 +107,7 @@ def text_length(max_length: int, block_size: int) -> int:
     return min(max_length or block_size, block_size)
 
 
+TAB = "\t"
 LABEL_FIRST_HINT = ("are its lines label<TAB>text? A TSV's lines are read as text<TAB>label, "
                     "the label last")
 
@@ -140,8 +141,25 @@ def check_no_label_stands_alone(pairs: Sequence[tuple[str, str]], where: str) ->
     shown = text if len(text) <= 40 else text[:40] + "…"
     header = (" Is the first row a header? Only text<TAB>label (text,label in a CSV) is read "
               "as one" if alone == 0 else " Give it more texts, or leave it out")
+    if alone == 0 and "\t" in text:  # 'id<TAB>text<TAB>label': the text would hold the ids
+        header += (f", and a text is all {text.count(TAB) + 1} columns before the label: keep "
+                   "only the text and label columns")
     raise DataError(f"{where}: the label {label!r} has one text ({shown!r}), which no "
                     f"validation or test split can hold.{header}")
+
+
+def columns_warning(pairs: Sequence[tuple[str, str]], where: str) -> str:
+    """A warning when every text holds as many tabs, one or more: the file has more columns
+    than text<TAB>label (an id first, 'id<TAB>text<TAB>label'), and all but the last were
+    read as the text, tabs and all, so a model learns from the ids; or ''. (Not refused: a
+    text may hold a tab.)"""
+    tabs = {text.count(TAB) for text, _ in pairs}
+    if len(pairs) < 2 or len(tabs) != 1 or 0 in tabs:
+        return ""
+    columns = tabs.pop() + 2
+    return (f"warning: every line of {where} has {columns} tab-separated columns; the label is "
+            f"the last and the text the {columns - 1} before it, tabs and all (an id column "
+            "is read as words of the text); if some are not the text, keep text<TAB>label")
 
 
 def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = None
@@ -155,6 +173,8 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
     check_labels_come_last(pairs, where)
     check_labels_are_spelt_one_way(pairs, where)
     check_no_label_stands_alone(pairs, where)
+    if log and (columns := columns_warning(pairs, where)):
+        log(columns)
     labels = sorted({label for _, label in pairs})
     if spec.labels and labels != spec.labels:
         raise DataError(f"{where} has labels {labels}, the run has {spec.labels}")
