@@ -342,6 +342,52 @@ def test_an_occupied_out_is_refused_before_the_base_is_evaluated(ft_dir, tmp_pat
     assert (tmp_path / "run" / "best.pt").read_bytes() == before
 
 
+def _stop_at_batch(monkeypatch, call: int) -> None:
+    """A Ctrl-C while the training loop draws its ``call``-th batch of examples."""
+    import os
+    import signal
+
+    from scratchgpt.training.epochs import EpochBatches
+
+    real, calls = EpochBatches.next, {"n": 0}
+
+    def interrupting(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == call:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpochBatches, "next", interrupting)
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_a_stopped_lora_run_says_where_its_adapter_is(ft_dir, tmp_path, capsys, monkeypatch,
+                                                      lora):
+    """adapter.pt is written at a run's end: stopped, a LoRA run has none, and '--checkpoint
+    RUN/adapter.pt' was 'checkpoint RUN/adapter.pt does not exist'. The stop says so and
+    names the run, which commands read meanwhile; a run without adapters says nothing of
+    one."""
+    out = tmp_path / "run"
+    _stop_at_batch(monkeypatch, 2)
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "inst.json", "--out", out,
+                                  "--max-iters", "50", *(["--lora"] if lora else []), *SMALL],
+                                 capsys)
+    assert code == 130, err
+    assert f"stopped at step 2; saved {out / 'last.pt'}" in printed
+    said = ("adapter.pt is written when the run ends; until then, commands read the run "
+            f"itself: --checkpoint {out}")
+    assert (said in printed) is lora and not (out / "adapter.pt").exists()
+    _stop_at_batch(monkeypatch, 2)  # and so does a resumed run stopped again
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
+                                 capsys)
+    assert code == 130 and "stopped at step 4" in printed, err
+    assert (said in printed) is lora and not (out / "adapter.pt").exists()
+    code, _, err = run_cli(["sample", "--checkpoint", out, "--chat", "--prompt", "What is 1 + 2?",
+                            "--max-new-tokens", "2"], capsys)
+    assert code == 0, err
+
+
 def _weights(path):
     return load_checkpoint(path).model
 

@@ -511,12 +511,17 @@ def finish_run(out: Path, result: TrainResult, verbose: bool = True) -> None:
     write_adapter(out, checkpoint, verbose)
 
 
+def has_adapters(config: Any) -> bool:
+    """The model of ``config`` carries LoRA adapters: a LoRA run's, which writes
+    ``adapter.pt`` at its end."""
+    return isinstance(config, GPTLoRAConfig) or getattr(config, "lora", None) is not None
+
+
 def write_adapter(out: Path, checkpoint: Any, verbose: bool = True) -> None:
     """``adapter.pt`` of a run whose model carries LoRA adapters (else nothing)."""
     from scratchgpt.finetune.adapter import save_adapter
 
-    config = checkpoint.model_config
-    if not (isinstance(config, GPTLoRAConfig) or getattr(config, "lora", None) is not None):
+    if not has_adapters(checkpoint.model_config):
         return
     path = save_adapter(out)
     if verbose:
