@@ -437,6 +437,57 @@ def test_a_model_saved_in_shards_loads_and_a_missing_shard_is_named(tmp_path, ca
     assert not (tmp_path / "run").exists()
 
 
+def bin_shards(d: Path):
+    """tiny_hf() saved as .bin shards (pytorch_model.bin.index.json and the
+    pytorch_model-0000N-of-0000M.bin it names), as transformers saved a model with
+    safe_serialization=False and a max_shard_size; -> (the model, its shards)."""
+    from huggingface_hub import save_torch_state_dict
+
+    ref = tiny_hf()
+    ref.config.save_pretrained(d)
+    save_torch_state_dict(ref.state_dict(), d, safe_serialization=False, max_shard_size="40KB")
+    shards = sorted(d.glob("pytorch_model-*.bin"))
+    assert len(shards) > 1 and not list(d.glob("*.safetensors"))
+    return ref, shards
+
+
+def test_a_model_in_bin_shards_loads_and_a_missing_shard_is_named(tmp_path, capsys):
+    """.bin shards were 'not a Hugging Face directory' to convert --from hf. Each is read as
+    the single pytorch_model.bin is (tensors only, weights_only)."""
+    from scratchgpt.cli import main
+    from tests.cli_errors import error_of
+
+    d = tmp_path / "bin-sharded"
+    ref, shards = bin_shards(d)
+    capsys.readouterr()  # (huggingface_hub's note on unsafe serialization)
+    code = main(["convert", "--from", "hf", str(d), "--out", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()  # (its note that the run holds weights only: d has no tokenizer)
+    x = torch.randint(0, VOCAB, (2, 30))
+    with torch.no_grad():
+        want = ref(x).logits
+        for source in (d, tmp_path / "run"):
+            assert (load_model(source)[0](x) - want).abs().max().item() <= 1e-5, source
+    shards[0].write_bytes(b"not a torch file")  # a shard that is not what torch.save wrote
+    msg = error_of(capsys, ["sample", "--checkpoint", str(d), "--prompt", "a"])
+    assert f"{shards[0]} is not a readable weights shard: " in msg, msg
+    shards[-1].unlink()
+    msg = error_of(capsys, ["convert", "--from", "hf", str(d), "--out", str(tmp_path / "r2")])
+    assert msg.endswith(f"{d / 'pytorch_model.bin.index.json'} names the shard "
+                        f"'{shards[-1].name}', which is not a file beside it (a download or "
+                        "copy left it out?)"), msg
+    assert not (tmp_path / "r2").exists()
+
+
+def test_an_export_over_a_model_in_bin_shards_leaves_none_of_them(tmp_path):
+    """As over safetensors shards: the .bin shards go with their index."""
+    d = tmp_path / "bin-sharded"
+    bin_shards(d)
+    save_hf(GPT(GPTConfig(vocab_size=VOCAB, block_size=16, n_layer=1, n_head=2, n_embd=16)), d)
+    assert not list(d.glob("pytorch_model*"))
+    assert load_model(d)[0].config.n_layer == 1
+
+
 def test_an_export_over_a_model_in_shards_leaves_none_of_them(tmp_path, capsys):
     """An export replacing a model saved in shards removes the shards with their index, as it
     removes a single model.safetensors: none of the old model's files outlive it."""

@@ -201,8 +201,8 @@ def test_snapshot_without_weights(hub, tmp_path, capsys):
     (snap / "config.json").write_text("{}")
     line = error_of(capsys, ["convert", "--from", "hf", "someone/config-only", "--out",
                                str(tmp_path / "o")])
-    assert ("has no config.json with model.safetensors, model.safetensors.index.json or "
-            "pytorch_model.bin") in line
+    assert ("has no config.json with model.safetensors, model.safetensors.index.json, "
+            "pytorch_model.bin or pytorch_model.bin.index.json") in line
 
 
 def test_a_local_directory_wins_over_a_hub_id(hub, reference, tmp_path, monkeypatch, capsys):
@@ -236,25 +236,20 @@ def test_from_without_its_format_says_what_to_write(tmp_path, capsys, given, exa
     assert not (tmp_path / "o").exists()
 
 
-def test_a_model_in_shards_is_downloaded_with_every_shard(tmp_path, monkeypatch, capsys):
-    """A model that transformers saved in shards (model.safetensors.index.json and the files it
-    names) has no model.safetensors nor pytorch_model.bin, all the download asked for: it got
-    config.json alone and was refused. The hub is played by a snapshot_download that copies
-    what the patterns match, by the hub's own filter, out of a folder into a cache laid out as
-    the hub's; the cached model is then read offline by the real snapshot_download."""
+def tiny_transformers_gpt2():
+    """A GPT-2 of transformers' own, the reference the downloaded model's logits must equal."""
     transformers = pytest.importorskip("transformers")
-    import huggingface_hub
-    from huggingface_hub.utils import filter_repo_objects
-
     torch.manual_seed(0)
-    ref = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=2, n_head=2, n_embd=32, vocab_size=len(CHARS), n_positions=32)).eval()
-    remote = tmp_path / "on-the-hub"
-    ref.save_pretrained(remote, max_shard_size="40KB")
-    torch.save(ref.state_dict(), remote / "pytorch_model.bin")  # the other form, not wanted
-    shards = sorted(p.name for p in remote.glob("model-*.safetensors"))
-    assert len(shards) > 1 and not (remote / "model.safetensors").exists()
-    cache, fetched = tmp_path / "hub-cache", []
+
+
+def fake_hub(monkeypatch, remote: Path, cache: Path, fetched: list[str], fail=None) -> None:
+    """Play the hub with ``snapshot_download``: it copies what the patterns match, by the hub's
+    own filter, out of the folder ``remote`` into a cache laid out as the hub's, naming each
+    file copied in ``fetched``; ``fail(name)``, when given, may raise before a file is copied,
+    as a download stopped partway would."""
+    from huggingface_hub.utils import filter_repo_objects
 
     def hub(repo_id, revision=None, cache_dir=None, allow_patterns=None, local_files_only=False):
         assert repo_id == "someone/sharded" and revision in (None, REV) and not local_files_only
@@ -262,30 +257,80 @@ def test_a_model_in_shards_is_downloaded_with_every_shard(tmp_path, monkeypatch,
         snap.mkdir(parents=True, exist_ok=True)
         (snap.parent.parent / "refs").mkdir(exist_ok=True)
         (snap.parent.parent / "refs" / "main").write_text(REV)
-        names = [p.name for p in remote.iterdir()]
+        names = sorted(p.name for p in remote.iterdir())
         for name in filter_repo_objects(names, allow_patterns=allow_patterns):
+            if fail is not None:
+                fail(name)
             (snap / name).write_bytes((remote / name).read_bytes())
             fetched.append(name)
         return str(snap)
 
-    real = huggingface_hub.snapshot_download
+    import huggingface_hub
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+
+
+def downloads_whole(monkeypatch, capsys, tmp_path, ref) -> None:
+    """convert --from hf:someone/sharded, then the run it wrote and the cached model read
+    offline by the real snapshot_download, give transformers' logits (within 1e-5)."""
+    import huggingface_hub
+    from huggingface_hub._snapshot_download import snapshot_download
+
+    from scratchgpt.checkpoints import load_model
+
     out = tmp_path / "run"
     assert main(["convert", "--from", "hf", "hf:someone/sharded", "--out", str(out)]) == 0, \
         capsys.readouterr().err
-    assert sorted(n for n in fetched if n.startswith("model-")) == shards
-    assert "pytorch_model.bin" not in fetched
     x = torch.randint(0, len(CHARS), (2, 20))
-    from scratchgpt.checkpoints import load_model
-
     with torch.no_grad():
         want = ref(x).logits
         for source in (out, "hf:someone/sharded"):
             if source != out:  # the cache as a download left it, read offline by the hub's code
-                monkeypatch.setattr(huggingface_hub, "snapshot_download", real)
+                monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
                 monkeypatch.setenv("HF_HUB_OFFLINE", "1")
             model, _ = load_model(source)
             assert (model(x) - want).abs().max().item() <= 1e-5, source
+
+
+def test_a_model_in_shards_is_downloaded_with_every_shard(tmp_path, monkeypatch, capsys):
+    """A model that transformers saved in shards (model.safetensors.index.json and the files it
+    names) has no model.safetensors nor pytorch_model.bin, all the download asked for: it got
+    config.json alone and was refused. The hub is played by fake_hub; the cached model is then
+    read offline by the real snapshot_download."""
+    ref = tiny_transformers_gpt2()
+    remote = tmp_path / "on-the-hub"
+    ref.save_pretrained(remote, max_shard_size="40KB")
+    torch.save(ref.state_dict(), remote / "pytorch_model.bin")  # the other form, not wanted
+    shards = sorted(p.name for p in remote.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (remote / "model.safetensors").exists()
+    fetched: list[str] = []
+    fake_hub(monkeypatch, remote, tmp_path / "hub-cache", fetched)
+    downloads_whole(monkeypatch, capsys, tmp_path, ref)
+    assert sorted(n for n in fetched if n.startswith("model-")) == shards
+    assert "pytorch_model.bin" not in fetched
+
+
+def test_a_model_in_bin_shards_is_downloaded_with_every_shard(tmp_path, monkeypatch, capsys):
+    """A model saved as .bin shards (pytorch_model.bin.index.json and the
+    pytorch_model-0000N-of-0000M.bin it names: what transformers wrote with
+    safe_serialization=False and a max_shard_size) was refused, read neither from the hub nor
+    from a directory. Each form of the weights is still asked for alone, preferred first."""
+    from huggingface_hub import save_torch_state_dict
+
+    ref = tiny_transformers_gpt2()
+    remote = tmp_path / "on-the-hub"
+    ref.config.save_pretrained(remote)
+    save_torch_state_dict(ref.state_dict(), remote, safe_serialization=False,
+                          max_shard_size="40KB")
+    capsys.readouterr()  # (its note on unsafe serialization)
+    shards = sorted(p.name for p in remote.glob("pytorch_model-*.bin"))
+    assert len(shards) > 1 and (remote / "pytorch_model.bin.index.json").is_file()
+    assert not list(remote.glob("*.safetensors")) and not (remote / "pytorch_model.bin").exists()
+    fetched: list[str] = []
+    fake_hub(monkeypatch, remote, tmp_path / "hub-cache", fetched)
+    downloads_whole(monkeypatch, capsys, tmp_path, ref)
+    assert sorted(n for n in fetched if n.startswith("pytorch_model-")) == shards
+

@@ -189,6 +189,14 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
         "transformer.wte.weight": "model-00001-of-00002.safetensors",
         "lm_head.weight": "model-00002-of-00002.safetensors"}}))
+    d = out["hf_bin_shard_missing"] = root / "hf_bin_shard_missing"  # .bin shards, one left out
+    shutil.copytree(good, d)
+    (d / "model.safetensors").unlink()
+    torch.save(transformers.GPT2LMHeadModel.from_pretrained(good).state_dict(),
+               d / "pytorch_model-00001-of-00002.bin")
+    (d / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {
+        "transformer.wte.weight": "pytorch_model-00001-of-00002.bin",
+        "lm_head.weight": "pytorch_model-00002-of-00002.bin"}}))
     d = out["hf_no_mlp"] = root / "hf_no_mlp"  # weights that lack a block's MLP
     shutil.copytree(good, d)
     from safetensors.torch import load_file, save_file
@@ -651,6 +659,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf of a model in shards, one missing",
      lambda c: ["convert", "--from", "hf", c["hf_shard_missing"], "--out",
                 c["root"] / "out" / "h8"], "names the shard 'model-00002-of-00002.safetensors'"),
+    # .bin shards (pytorch_model.bin.index.json) were "not a Hugging Face directory"
+    ("convert --from hf of a model in .bin shards, one missing",
+     lambda c: ["convert", "--from", "hf", c["hf_bin_shard_missing"], "--out",
+                c["root"] / "out" / "h10"], "names the shard 'pytorch_model-00002-of-00002.bin'"),
     # the tensors past the first were "(and 3 more)", worded as no other list is
     ("convert --from hf of a model whose weights lack a block's MLP",
      lambda c: ["convert", "--from", "hf", c["hf_no_mlp"], "--out", c["root"] / "out" / "h9"],

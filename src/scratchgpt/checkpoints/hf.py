@@ -2,7 +2,8 @@
 
 A Hugging Face GPT-2 directory holds ``config.json`` (``"model_type": "gpt2"``), the weights as
 ``model.safetensors`` (or, above 5 GB, shards that ``model.safetensors.index.json`` lists, or
-the older ``pytorch_model.bin``) and usually tokenizer files. Our GPT
+the older ``pytorch_model.bin``, or its shards that ``pytorch_model.bin.index.json`` lists) and
+usually tokenizer files. Our GPT
 uses GPT-2's parameter names, so the mapping is nearly the identity:
 
 * keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not (``GPT2Model``);
@@ -64,7 +65,11 @@ from scratchgpt.wording import first_of
 CONFIG_FILE = "config.json"
 SHARD_INDEX = "model.safetensors.index.json"  # weights in shards, which it maps tensors to
 # (transformers' save_pretrained splits a model above 5 GB: GPT-2 XL in fp32)
-WEIGHT_FILES = ("model.safetensors", SHARD_INDEX, "pytorch_model.bin")  # preferred first
+BIN_SHARD_INDEX = "pytorch_model.bin.index.json"  # the same, of .bin shards (torch.save's:
+# what transformers wrote with safe_serialization=False)
+SHARD_INDEXES = (SHARD_INDEX, BIN_SHARD_INDEX)
+WEIGHT_FILES = ("model.safetensors", SHARD_INDEX, "pytorch_model.bin",  # preferred first
+                BIN_SHARD_INDEX)
 OUR_TOKENIZER_DIR = "scratchgpt-tokenizer"  # our own tokenizer, kept beside the HF files
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh")  # both are 0.5x(1 + tanh(...)), our nn.GELU(tanh)
@@ -295,12 +300,13 @@ def state_dict_to_hf(state: dict[str, Tensor], tie_weights: bool) -> dict[str, T
 
 def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
     """The tensors of ``model.safetensors`` (preferred), of the shards
-    ``model.safetensors.index.json`` names, or of ``pytorch_model.bin``."""
+    ``model.safetensors.index.json`` names, of ``pytorch_model.bin``, or of the shards
+    ``pytorch_model.bin.index.json`` names."""
     for name in WEIGHT_FILES:
         path = directory / name
         if not path.is_file():
             continue
-        if name == SHARD_INDEX:
+        if name in SHARD_INDEXES:
             return _read_shards(path), path
         if not name.endswith(".safetensors"):
             return read_torch_file(path, "weights file"), path
@@ -309,14 +315,20 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
 
 
 def _read_shards(index: Path) -> dict[str, Tensor]:
-    """The tensors of every shard ``index`` maps a tensor to (a file beside it)."""
-    tensors: dict[str, Tensor] = {}
+    """The tensors of every shard ``index`` maps a tensor to (a file beside it), each checked to
+    be there before any is read: safetensors shards, or .bin shards (read as
+    ``pytorch_model.bin`` is) for ``pytorch_model.bin.index.json``."""
+    paths = []
     for shard in listed_shards(index):
         path = index.parent / str(shard)
         if path.parent != index.parent or not path.is_file():
             raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file "
                                   f"beside it (a download or copy left it out?)")
-        tensors.update(_read_safetensors(path))
+        paths.append(path)
+    tensors: dict[str, Tensor] = {}
+    for path in paths:
+        tensors.update(_read_safetensors(path) if index.name == SHARD_INDEX
+                       else read_torch_file(path, "weights shard"))
     return tensors
 
 
@@ -496,7 +508,8 @@ def has_hf_form(tokenizer: Any) -> bool:
 def _clear_directory(directory: Path) -> None:
     """Remove the files of the Hugging Face model (ours or another tool's) in ``directory``;
     other files stay: the shards its index lists go with it."""
-    for name in (*_shard_names(directory / SHARD_INDEX), *DIRECTORY_FILES, *WEIGHT_FILES):
+    shards = [s for index in SHARD_INDEXES for s in _shard_names(directory / index)]
+    for name in (*shards, *DIRECTORY_FILES, *WEIGHT_FILES):
         (directory / name).unlink(missing_ok=True)
     shutil.rmtree(directory / OUR_TOKENIZER_DIR, ignore_errors=True)
 
@@ -584,7 +597,7 @@ def import_hf(source: str | Path, out: str | Path,
 
     if not is_hf_dir(source):
         raise CheckpointError(f"{source} is not a Hugging Face directory (config.json plus "
-                              "model.safetensors, its shards or pytorch_model.bin)"
+                              "model.safetensors, pytorch_model.bin or the shards of either)"
                               f"{_ours_already(source)}")
     config = read_hf_config(source)  # read once, for the model, tokenizer and template
     model, _ = load_hf(source, config)

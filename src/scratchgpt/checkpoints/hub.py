@@ -3,7 +3,8 @@
 :func:`download` asks ``huggingface_hub.snapshot_download`` for just the files a GPT-2
 directory needs (``config.json``, ``model.safetensors`` -- or, for a model saved in shards,
 ``model.safetensors.index.json`` and the shard files it names, or ``pytorch_model.bin`` when a
-model has no safetensors --, and the tokenizer files) and returns the snapshot directory in the
+model has no safetensors, or ``pytorch_model.bin.index.json`` and its shards when it has
+neither --, and the tokenizer files) and returns the snapshot directory in the
 hub's own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cache is the one
 ``transformers`` uses (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
 ``~/.cache/huggingface/hub``), so a model is downloaded once.
@@ -25,7 +26,7 @@ from pathlib import Path
 from scratchgpt.checkpoints.hf import (
     DIRECTORY_FILES,
     OUR_TOKENIZER_DIR,
-    SHARD_INDEX,
+    SHARD_INDEXES,
     WEIGHT_FILES,
     is_hf_dir,
     listed_shards,
@@ -35,7 +36,6 @@ from scratchgpt.errors import CheckpointError
 HF_PREFIX = "hf:"  # "--checkpoint hf:gpt2" names a hub model where a path is expected
 # Everything a GPT-2 directory may need besides its weights.
 DOWNLOAD_PATTERNS = (*DIRECTORY_FILES, f"{OUR_TOKENIZER_DIR}/*")
-SINGLE_WEIGHTS, OLD_WEIGHTS = "model.safetensors", "pytorch_model.bin"  # preferred first
 _TRUE = ("1", "true", "yes", "on")
 COMMIT = re.compile(r"[0-9a-f]{40}")  # the name of a snapshot directory in the hub's cache
 
@@ -125,18 +125,20 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         raise CheckpointError(f"downloading {repo_id} needs the huggingface_hub package (pip "
                               "install huggingface_hub); or pass a local directory") from None
     # only one form of the weights: gpt2 ships both model.safetensors and pytorch_model.bin,
-    # 0.5 GB each. Each request names the files of one form alone, as the hub's cache,
-    # offline, holds a model whole only when it holds every file a request's patterns match
-    path = _snapshot(repo_id, revision, SINGLE_WEIGHTS)
-    if (path / SINGLE_WEIGHTS).is_file():
-        return path
-    # the rest from the same commit, should the model change on the hub meanwhile
-    commit = path.name if COMMIT.fullmatch(path.name) else revision
-    path = _snapshot(repo_id, commit, SHARD_INDEX)
-    index = path / SHARD_INDEX
-    path = (_snapshot(repo_id, commit, SHARD_INDEX, *map(glob.escape, listed_shards(index)))
-            if index.is_file() else _snapshot(repo_id, commit, OLD_WEIGHTS))
-    if is_hf_dir(path):
+    # 0.5 GB each. Each request names the files of one form alone (WEIGHT_FILES, preferred
+    # first), as the hub's cache, offline, holds a model whole only when it holds every file a
+    # request's patterns match
+    commit, path = revision, None
+    for weights in WEIGHT_FILES:
+        path = _snapshot(repo_id, commit, weights)
+        # the rest from the same commit, should the model change on the hub meanwhile
+        commit = path.name if COMMIT.fullmatch(path.name) else commit
+        if (path / weights).is_file():
+            if weights in SHARD_INDEXES:  # and the shards it names
+                shards = map(glob.escape, listed_shards(path / weights))
+                path = _snapshot(repo_id, commit, weights, *shards)
+            break
+    if path is not None and is_hf_dir(path):
         return path
     raise CheckpointError(f"{repo_id} on the Hugging Face hub has no config.json with "
                           f"{', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]} (in {path})")
