@@ -334,3 +334,67 @@ def test_a_model_in_bin_shards_is_downloaded_with_every_shard(tmp_path, monkeypa
     downloads_whole(monkeypatch, capsys, tmp_path, ref)
     assert sorted(n for n in fetched if n.startswith("pytorch_model-")) == shards
 
+
+def _http_library():
+    """The HTTP library the installed huggingface_hub downloads with (httpx2, httpx)."""
+    import importlib
+
+    from huggingface_hub.errors import HfHubHTTPError
+
+    http = importlib.import_module(HfHubHTTPError.__bases__[0].__module__.split(".")[0])
+    if not hasattr(http, "ReadError"):
+        pytest.skip("this huggingface_hub's HTTP errors are OSErrors (requests)")
+    return http
+
+
+def _failure(kind: str):
+    """(an error huggingface_hub lets out of a download cut short, what our one line says)."""
+    from huggingface_hub import errors
+
+    http = _http_library()
+    url = "https://huggingface.co/someone/sharded/resolve/main/model-00002-of-00004.safetensors"
+    if kind == "5xx":
+        reply = http.Response(503, request=http.Request("GET", url))
+        return (errors.HfHubHTTPError(f"503 Server Error: Service Unavailable for url: {url}",
+                                      response=reply),
+                f"the Hugging Face hub failed (503 Server Error: Service Unavailable for url: "
+                f"{url}); try again later, or pass a local directory")
+    if kind == "xet":
+        if not hasattr(errors, "XetDownloadError"):
+            pytest.skip("this huggingface_hub has no XetDownloadError")
+        return errors.XetDownloadError("reconstruction failed"), "reconstruction failed"
+    name, message = {"reset": ("ReadError", "[Errno 104] Connection reset by peer"),
+                     "timeout": ("ReadTimeout", "The read operation timed out"),
+                     "cut off": ("RemoteProtocolError", "peer closed connection without "
+                                 "sending complete message body"),
+                     "proxy": ("ProxyError", "407 Proxy Authentication Required")}[kind]
+    return (getattr(http, name)(message),
+            f"the connection to the Hugging Face hub failed ({name}: {message}); try again, "
+            "or pass a local directory")
+
+
+@pytest.mark.parametrize("kind", ["reset", "timeout", "cut off", "proxy", "5xx", "xet"])
+def test_a_download_cut_short_is_one_line(tmp_path, monkeypatch, capsys, kind):
+    """Since huggingface_hub 1.x, a connection reset or a timeout partway through a file raises
+    its HTTP library's error, which is no OSError: that was a traceback. The error stops the
+    fake hub at the second shard; convert and sample both say it in one line, and convert
+    leaves no --out. (An HTTP 5xx, an OSError, was one line, which named no cause.)"""
+    error, says = _failure(kind)
+    ref = tiny_transformers_gpt2()
+    remote = tmp_path / "on-the-hub"
+    ref.save_pretrained(remote, max_shard_size="40KB")
+    capsys.readouterr()
+    second = sorted(p.name for p in remote.glob("model-*.safetensors"))[1]
+
+    def fail(name):
+        if name == second:
+            raise error
+
+    fetched: list[str] = []
+    fake_hub(monkeypatch, remote, tmp_path / "hub-cache", fetched, fail)
+    out = tmp_path / "o"
+    line = error_of(capsys, ["convert", "--from", "hf:someone/sharded", "--out", str(out)])
+    assert line.endswith(f"error: cannot download someone/sharded: {says}"), line
+    assert not out.exists() and len([n for n in fetched if n.startswith("model-")]) == 1
+    line = error_of(capsys, ["sample", "--checkpoint", "hf:someone/sharded", "--prompt", "a"])
+    assert line.endswith(f"error: cannot download someone/sharded: {says}"), line

@@ -10,7 +10,9 @@ hub's own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cac
 ``~/.cache/huggingface/hub``), so a model is downloaded once.
 
 Offline (``HF_HUB_OFFLINE=1``, or no network) the model is taken from that cache; a model that
-is not there is a one-line :class:`~scratchgpt.errors.CheckpointError` that says so.
+is not there is a one-line :class:`~scratchgpt.errors.CheckpointError` that says so. So is a
+download stopped partway, by the connection (reset, timed out: errors of huggingface_hub's HTTP
+library, which are no OSError) or by the hub (HTTP 5xx).
 
 Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``distilgpt2``,
 ``openai-community/gpt2``, or ``owner/name`` for any GPT-2 shaped model.
@@ -19,6 +21,7 @@ Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``dis
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import re
 from pathlib import Path
@@ -106,8 +109,47 @@ def _why(repo_id: str, e: Exception) -> str:
     if isinstance(e, LocalEntryNotFoundError):
         return (f"cannot download {repo_id}: {how} and it is not in {where}; pass a local "
                 "directory")
-    reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-    return f"cannot download {repo_id}: {reason}"
+    return _failed_midway(repo_id, e) or f"cannot download {repo_id}: {_first_line(e)}"
+
+
+def _failed_midway(repo_id: str, e: Exception) -> str | None:
+    """Why a download that had begun stopped, where the hub failed (HTTP 5xx) or the connection
+    did (reset, timed out, cut off mid-file, a proxy refusing), or None."""
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if isinstance(status, int):  # the hub answered; only 5xx is the hub's own failure
+        return (f"cannot download {repo_id}: the Hugging Face hub failed ({_first_line(e)}); "
+                "try again later, or pass a local directory") if status >= 500 else None
+    if isinstance(e, (ConnectionError, TimeoutError, *_http_errors())):
+        return (f"cannot download {repo_id}: the connection to the Hugging Face hub failed "
+                f"({type(e).__name__}: {_first_line(e)}); try again, or pass a local directory")
+    return None
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of ``e``'s message (200 characters at most), else its type's name."""
+    return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+
+
+def _http_errors() -> tuple[type[Exception], ...]:
+    """The base error of the HTTP library huggingface_hub downloads with, where installed:
+    httpx2 (2.x), httpx (1.x). Neither is an OSError, as requests' errors (0.x) were."""
+    found = []
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(name).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def _hub_failures() -> tuple[type[Exception], ...]:
+    """What ``snapshot_download`` raises when a model cannot be had: its own errors (OSError,
+    ValueError), and since huggingface_hub 1.x also its HTTP library's (a connection reset or a
+    read timing out partway through a file) and a failed Xet download's."""
+    from huggingface_hub import errors
+
+    xet = getattr(errors, "XetDownloadError", None)
+    return (OSError, ValueError, *_http_errors(), *([xet] if xet is not None else []))
 
 
 def download(repo_id: str, revision: str | None = None) -> Path:
@@ -153,7 +195,9 @@ def _snapshot(repo_id: str, revision: str | None, *weights: str) -> Path:
         return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
                                       allow_patterns=[*DOWNLOAD_PATTERNS, *weights],
                                       local_files_only=offline()))
-    except (OSError, ValueError) as e:  # every hub error is one of these
+    except Exception as e:  # noqa: BLE001 - those of _hub_failures(), decided once raised
+        if not isinstance(e, _hub_failures()):
+            raise
         raise CheckpointError(_why(repo_id, e)) from None
 
 
