@@ -69,6 +69,25 @@ def test_eval_on_the_runs_test_split_reproduces_its_report(short_run, tmp_path, 
            f"--max-length ({MAX_LENGTH} tokens)" in err
 
 
+def test_eval_of_the_runs_own_data_says_the_model_trained_on_it(short_run, tmp_path, capsys):
+    """--eval of the file the run was fine-tuned on printed a report like a test's, its
+    accuracy counting the texts the model trained on; a note says so, with the split's
+    sizes, and names the report of the held-out test split. A file of other bytes (the test
+    split alone, as above) gets none."""
+    run, data = short_run
+    sizes = load_checkpoint(run).data["classify"]["split_sizes"]
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data], capsys)
+    assert code == 0 and printed.startswith(f"{data}: accuracy"), err
+    assert f"note: {data} is the data the run was fine-tuned on: {sizes['train']} of its " \
+        f"texts trained the model and {sizes['val']} chose its best.pt, so the figures above " \
+        "are not those of unseen text; the run's test_metrics.json scores its held-out test " \
+        "split alone" in err.splitlines()
+    other = tmp_path / "other.tsv"
+    other.write_text("".join(data.read_text().splitlines(keepends=True)[1:]))
+    code, _, err = run_cli(["classify", "--checkpoint", run, "--eval", other], capsys)
+    assert code == 0 and "fine-tuned on" not in err, err
+
+
 def test_texts_are_cut_to_the_runs_max_length(short_run, tmp_path, capsys):
     """A text and its first MAX_LENGTH characters get the same probabilities, from the
     command line and from --file."""

@@ -132,7 +132,7 @@ def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> i
     from scratchgpt.finetune.data import check_labels_are_spelt_one_way, read_labelled
 
     labels = record["labels"]
-    pairs, where, _ = read_labelled(args.eval, None, min_labels=1, stdin=True)
+    pairs, where, sha = read_labelled(args.eval, None, min_labels=1, stdin=True)
     check_labels_come_last(pairs, where, labels)
     check_labels_are_spelt_one_way(pairs, where)
     unknown = sorted({label for _, label in pairs} - set(labels))
@@ -148,8 +148,23 @@ def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> i
         print(json.dumps(rep.to_dict(), indent=1))
     else:
         print(format_report(rep, where))
+    if sha == record.get("sha256"):
+        print(own_data_note(record, where), file=sys.stderr)
     if args.confusion:
         from scratchgpt.viz import plot_confusion
 
         plot_confusion(rep.confusion, labels, args.confusion, f"{where}: {rep.accuracy:.2%}")
     return 0
+
+
+def own_data_note(record: dict, where: str) -> str:
+    """The note that ``--eval`` scored the run's own data (the same bytes): its report, whose
+    figures looked like a test's, counts the texts the model trained on, and finetune's
+    report of the held-out test split is the one to quote."""
+    sizes = record.get("split_sizes", {})
+    trained = (f"{sizes['train']:,} of its texts trained the model and {sizes['val']:,} chose "
+               "its best.pt" if {"train", "val"} <= sizes.keys() else "most of its texts "
+               "trained the model")
+    return (f"note: {where} is the data the run was fine-tuned on: {trained}, so the figures "
+            "above are not those of unseen text; the run's test_metrics.json scores its "
+            "held-out test split alone")
