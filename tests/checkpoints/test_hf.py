@@ -471,6 +471,10 @@ def test_a_model_in_bin_shards_loads_and_a_missing_shard_is_named(tmp_path, caps
     shards[0].write_bytes(b"not a torch file")  # a shard that is not what torch.save wrote
     msg = error_of(capsys, ["sample", "--checkpoint", str(d), "--prompt", "a"])
     assert f"{shards[0]} is not a readable weights shard: " in msg, msg
+    torch.save({"transformer.wte.weight": [1.0]}, shards[0])  # torch.save's, of no tensor
+    msg = error_of(capsys, ["sample", "--checkpoint", str(d), "--prompt", "a"])
+    assert msg.endswith(f"{shards[0]} is not a readable weights shard: its "
+                        "'transformer.wte.weight' is a list, not a tensor"), msg
     shards[-1].unlink()
     msg = error_of(capsys, ["convert", "--from", "hf", str(d), "--out", str(tmp_path / "r2")])
     assert msg.endswith(f"{d / 'pytorch_model.bin.index.json'} names the shard "

@@ -197,6 +197,10 @@ def _hf_dirs(root: Path) -> dict[str, Path]:
     (d / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {
         "transformer.wte.weight": "pytorch_model-00001-of-00002.bin",
         "lm_head.weight": "pytorch_model-00002-of-00002.bin"}}))
+    d = out["hf_bin_list"] = root / "hf_bin_list"  # a pytorch_model.bin of no tensors by name
+    shutil.copytree(good, d)
+    (d / "model.safetensors").unlink()
+    torch.save([1, 2, 3], d / "pytorch_model.bin")
     d = out["hf_no_mlp"] = root / "hf_no_mlp"  # weights that lack a block's MLP
     shutil.copytree(good, d)
     from safetensors.torch import load_file, save_file
@@ -663,6 +667,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("convert --from hf of a model in .bin shards, one missing",
      lambda c: ["convert", "--from", "hf", c["hf_bin_shard_missing"], "--out",
                 c["root"] / "out" / "h10"], "names the shard 'pytorch_model-00002-of-00002.bin'"),
+    # an AttributeError traceback: 'list' object has no attribute 'get'
+    ("convert --from hf of a pytorch_model.bin holding a list",
+     lambda c: ["convert", "--from", "hf", c["hf_bin_list"], "--out", c["root"] / "out" / "h11"],
+     "holds a list, not tensors by name"),
     # the tensors past the first were "(and 3 more)", worded as no other list is
     ("convert --from hf of a model whose weights lack a block's MLP",
      lambda c: ["convert", "--from", "hf", c["hf_no_mlp"], "--out", c["root"] / "out" / "h9"],

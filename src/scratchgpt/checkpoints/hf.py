@@ -309,7 +309,7 @@ def read_hf_weights(directory: Path) -> tuple[dict[str, Tensor], Path]:
         if name in SHARD_INDEXES:
             return _read_shards(path), path
         if not name.endswith(".safetensors"):
-            return read_torch_file(path, "weights file"), path
+            return _read_torch_weights(path, "weights file"), path
         return _read_safetensors(path), path
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
 
@@ -328,8 +328,23 @@ def _read_shards(index: Path) -> dict[str, Tensor]:
     tensors: dict[str, Tensor] = {}
     for path in paths:
         tensors.update(_read_safetensors(path) if index.name == SHARD_INDEX
-                       else read_torch_file(path, "weights shard"))
+                       else _read_torch_weights(path, "weights shard"))
     return tensors
+
+
+def _read_torch_weights(path: Path, what: str) -> dict[str, Tensor]:
+    """The tensors by name of a ``.bin`` file torch.save wrote (``pytorch_model.bin`` or one of
+    its shards), read with weights_only; a file holding anything else is a CheckpointError."""
+    data = read_torch_file(path, what)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is not a readable {what}: it holds a "
+                              f"{type(data).__name__}, not tensors by name")
+    bad = next((k for k, v in data.items()
+                if not (isinstance(k, str) and isinstance(v, Tensor))), None)
+    if bad is not None:
+        raise CheckpointError(f"{path} is not a readable {what}: its {bad!r} is a "
+                              f"{type(data[bad]).__name__}, not a tensor")
+    return data
 
 
 def listed_shards(index: Path) -> list[str]:
