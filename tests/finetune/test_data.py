@@ -185,10 +185,31 @@ def test_alpaca_and_chat_records():
     ([{"instruction": "a", "output": "b"}, {"instruction": "c", "Input": "d", "output": "e"}],
      "f record 2: key 'Input' is not read .*; did you mean 'input'\\?"),
     ([{"instruction": "a", "outputs": "b"}], "f record 1: key 'outputs' is not read"),
+    # a blank reply or prompt was trained on: an empty output taught a reply of <|end|> alone
+    ([{"instruction": "a", "output": "b"}, {"instruction": "c", "output": ""}],
+     "f record 2: 'output' is empty: it would teach the model to reply with nothing; give it "
+     "text or leave the record out"),
+    ([{"instruction": " \n", "input": "x", "output": "b"}],
+     "f record 1: 'instruction' is blank \\(whitespace only\\): it would teach the model to "
+     "answer an empty prompt"),
+    ([{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": " "}]}],
+     "f record 1, messages\\[1\\]: the assistant's content is blank"),
+    ([{"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "y"}]}],
+     "f record 1, messages\\[0\\]: the user's content is empty"),
 ])
 def test_bad_instruction_records_name_the_record(records, needle):
     with pytest.raises(DataError, match=needle):
         parse_conversations(json.dumps(records), "f")
+
+
+def test_a_blank_system_message_or_input_passes():
+    """Only a prompt and a reply must hold text: an Alpaca 'input' is often empty, and so
+    may a system message be."""
+    records = [{"instruction": "a", "input": "", "output": "b"},
+               {"messages": [{"role": "system", "content": ""},
+                             {"role": "user", "content": "x"},
+                             {"role": "assistant", "content": "y"}]}]
+    assert len(parse_conversations(json.dumps(records), "f")) == 2
 
 
 def test_bad_instruction_records_are_named_in_a_users_words():

@@ -226,6 +226,10 @@ def _files(root: Path) -> dict[str, Path]:
     os.mkfifo(root / "a-pipe")
     long = root / "text.txt"
     long.write_text(play_text(20_000))
+    # a record whose output is empty: it taught a reply of the end marker alone
+    (root / "empty-output.json").write_text(json.dumps(
+        [{"instruction": f"{i} plus 1?", "output": str(i + 1) if i != 2 else ""}
+         for i in range(6)]))
     (root / "three.json").write_text(json.dumps([{"instruction": f"{i} plus 1?",
                                                   "output": str(i + 1)} for i in range(3)]))
     words = play_text(2_000, seed=4).split()
@@ -248,7 +252,7 @@ def _files(root: Path) -> dict[str, Path]:
             "id_header_tsv": root / "id-header.tsv",
             "one_char": root / "one-char.txt", "two_chars": root / "two-chars.txt",
             "loop": root / "loop",
-            "three_chats": root / "three.json",
+            "three_chats": root / "three.json", "empty_output": root / "empty-output.json",
             "a_dir": root / "a-dir", "bad_type": root / "bad-type.json",
             "a_list": root / "a-list.json",
             "plain_file": root / "plain-file", "text": long, "pipe": root / "a-pipe"}
@@ -553,6 +557,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
                 c["three_chats"], "--held-out", "0.9", "--out", c["root"] / "out" / "ft"],
      "leaves no conversation to train on"),
+    ("finetune --task instruct --data a record whose output is empty",
+     lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
+                c["empty_output"], "--out", c["root"] / "out" / "ft"],
+     "record 3: 'output' is empty: it would teach the model to reply with nothing"),
     # a header other than text<TAB>label was read as a text: a class of one, never tested
     ("finetune --task classify --data a TSV whose header is review<TAB>sentiment",
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",

@@ -228,6 +228,9 @@ def conversation(record: Any, where: str) -> list[Message]:
         if not any(m["role"] == "assistant" for m in messages):
             raise DataError(f"{where}: no assistant message (nothing to learn); roles are "
                             f"{', '.join(ROLES)}")
+        for i, m in enumerate(messages):
+            _check_not_blank(m["content"], f"{where}, messages[{i}]: the {m['role']}'s content",
+                             m["role"])
         return [{"role": m["role"], "content": m["content"]} for m in messages]
     _check_no_key_is_misspelt(record, where)
     missing = [k for k in ("instruction", "output") if k not in record]
@@ -240,7 +243,23 @@ def conversation(record: Any, where: str) -> list[Message]:
     for key in ("instruction", "input", "output"):
         if key in record and not isinstance(record[key], str):
             raise DataError(f"{where}: {key!r} must be a string")
+    _check_not_blank(record["instruction"], f"{where}: 'instruction'", "user")
+    _check_not_blank(record["output"], f"{where}: 'output'", "assistant")
     return alpaca_messages(record)
+
+
+BLANK_TEACHES = {"user": "the model to answer an empty prompt",
+                 "assistant": "the model to reply with nothing"}
+
+
+def _check_not_blank(text: str, what: str, role: str) -> None:
+    """A user's or an assistant's text that is empty or whitespace is refused: it was trained
+    on as it is (an empty 'output' taught the reply that is its end marker alone). A system
+    message and an Alpaca 'input' may be blank."""
+    if role in BLANK_TEACHES and not text.strip():
+        blank = "empty" if not text else "blank (whitespace only)"
+        raise DataError(f"{what} is {blank}: it would teach {BLANK_TEACHES[role]}; give it "
+                        "text or leave the record out")
 
 
 def json_kind(value: Any) -> str:
