@@ -228,6 +228,12 @@ def _bad_files(d):
 
 
 @pytest.mark.parametrize("args, needle", [
+    # --task left out was '--task must be one of classify, instruct', as of a wrong one
+    (["--data", "{f}/labels.tsv"], "--task is required: classify (texts with labels, for a "
+     "classifier) or instruct (instructions or chats, for a chat model)"),
+    (["--dataset", "sms-spam"], "--task is required: classify (texts with labels, for a "
+     "classifier) or instruct (instructions or chats, for a chat model); --dataset sms-spam "
+     "is --task classify's data"),
     (["--task", "classify", "--data", "{d}/nolabel.tsv"], "line 2: the label is missing"),
     (["--task", "classify", "--data", "{d}/one.tsv"], "at least two labels"),
     (["--task", "classify", "--data", "{f}/labels.tsv", "--lora-rank", "0"],

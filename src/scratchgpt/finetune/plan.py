@@ -40,7 +40,7 @@ from scratchgpt.finetune.base import (
     check_out_is_not_the_base,
     load_base,
 )
-from scratchgpt.finetune.data import Log
+from scratchgpt.finetune.data import TASK_DATASETS, Log
 from scratchgpt.finetune.defaults import DEFAULT_EPOCHS, LEARNING_RATES, TRAIN_DEFAULTS
 from scratchgpt.models import ModelConfig
 from scratchgpt.models.classifier import GPTClassifierConfig
@@ -193,7 +193,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if req.resume:
         return _plan_resume(req, log)
     if req.task not in TASKS:
-        raise ConfigError(f"--task must be one of {', '.join(TASKS)}")
+        raise ConfigError(_task_refusal(req.task, req.dataset))
     if not req.init_from:
         raise ConfigError("--init-from is required: the pretrained model to fine-tune (a run "
                           "directory, a .pt file, a Hugging Face GPT-2 directory or hf:ID)")
@@ -233,6 +233,18 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
                     {"finetune": {"task": req.task, "init_from": req.init_from,
                                   "epochs": req.epochs}},
                     init=init, finish=partial(finish_run, verbose=log is not None))
+
+
+def _task_refusal(task: str | None, dataset: str | None) -> str:
+    """Why a run without a known task is refused: a task left out (it said '--task must be
+    one of classify, instruct', as of a wrong one) is asked for, with what each task reads,
+    and the task a named --dataset is data for."""
+    if task is not None:
+        return f"--task must be one of {', '.join(TASKS)}, got {task!r}"
+    hint = next((f"; --dataset {dataset} is --task {t}'s data" for t, name in
+                 TASK_DATASETS.items() if name == dataset), "")
+    return ("--task is required: classify (texts with labels, for a classifier) or instruct "
+            f"(instructions or chats, for a chat model){hint}")
 
 
 def default_out(task: str, data: str | None, dataset: str | None) -> Path:
