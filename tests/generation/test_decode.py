@@ -11,6 +11,7 @@ from scratchgpt.generation.beam import beam_search
 from scratchgpt.generation.decode import (
     decode_n_tokens,
     prefill,
+    prefill_rows,
     slide_keep,
     window_start,
 )
@@ -82,6 +83,32 @@ def test_select_rows_copies_and_drops_rows(name):
         got = model(nxt, cache=cache)[:, -1]
         ref = model(torch.cat([prompts[[2, 2, 0]], nxt], 1))[:, -1]
     assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_replace_rows_puts_rows_prefilled_apart_in_place_and_reserve_keeps_the_rest():
+    """Rows 0 and 2 of a 3-row cache become the rows of a cache prefilled apart (two prompts
+    of different lengths, left-padded there), aligned at their ends; row 1 is untouched, and a
+    cache that reserved more slots than the context computes as before. The next token of
+    each row then gives the logits of a full forward over what that row now holds."""
+    model = MODELS["gpt"]
+    ctx = model.config.block_size
+    prompts = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 0, 1]])
+    with torch.no_grad():
+        cache = model.new_cache(3)
+        model(prompts, cache=cache)
+        cache.reserve(ctx + 6)
+        cache.reserve(ctx)  # (less than it holds: nothing changes)
+        assert cache.max_len == ctx + 6 and cache.pos == 6
+        fresh = model.new_cache(2)
+        prefill_rows(model, fresh, [[9, 10, 11], [5]])
+        cache.replace_rows(torch.tensor([0, 2]), fresh)
+        assert cache.pad_counts().tolist() == [3, 0, 5]
+        got = model(torch.tensor([[12], [13], [14]]), cache=cache)[:, -1]
+        rows = [[9, 10, 11, 12], [7, 8, 9, 10, 11, 12, 13], [5, 14]]
+        ref = [model(torch.tensor([r]))[0, -1] for r in rows]
+    assert torch.allclose(got, torch.stack(ref), atol=1e-5)
+    with pytest.raises(ValueError, match=r"cannot put 2 rows of 3 slots in place of rows \[1\]"):
+        cache.replace_rows(torch.tensor([1]), fresh)
 
 
 def test_slide_rule():

@@ -8,7 +8,8 @@ from scratchgpt.generation.generate import generate, generate_batch
 from scratchgpt.generation.sampling import SamplingConfig
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.bigram import BigramConfig, BigramLM
-from scratchgpt.models.gpt import GPT, GPTConfig
+from scratchgpt.models.fast_decode import prepare_for_decode
+from scratchgpt.models.gpt import GPT, GPTConfig, KVCache
 from tests.tiny_gpt import sharp_gpt
 
 GREEDY = SamplingConfig(temperature=0)
@@ -64,6 +65,17 @@ def test_bigram_batches_too():
     assert got == [alone(model, [1, 2], 5), alone(model, [3], 5)]
 
 
+def reads_its_context() -> GPT:
+    """A GPT (context 16) whose weights are tripled: its greedy texts read the context and do
+    not settle into one repeated token."""
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=4, n_embd=32))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3)
+    return model.eval()
+
+
 def test_a_batch_past_the_context_equals_each_prompt_alone():
     """Prompts of different lengths, generated past the context: each row slides its window
     when it would alone (its own length fills the context), not when the padded batch's
@@ -71,12 +83,7 @@ def test_a_batch_past_the_context_equals_each_prompt_alone():
     with the longest one, keeping 3/4 of a context counted with its padding: other tokens
     than alone from that step on. (A GPT whose weights are tripled reads its context: its
     greedy texts do not settle into one repeated token.)"""
-    torch.manual_seed(1)
-    model = GPT(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=4, n_embd=32))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(3)
-    model.eval()
+    model = reads_its_context()
     prompts = [list(range(1, 15)), [7], [3, 4, 5, 6, 7, 8], list(range(20, 36)), [9, 9]]
     got = generate_batch(model, prompts, 40, GREEDY)
     assert got == [alone(model, p, 40) for p in prompts]
@@ -89,3 +96,40 @@ def test_a_batch_past_the_context_equals_each_prompt_alone():
     ended = generate_batch(model, prompts, rule, GREEDY)
     assert ended == [alone(model, p, rule) for p in prompts]
     assert 1 < sum(len(e) < 40 for e in ended) < len(prompts)
+
+
+def test_rows_that_slide_together_and_apart_equal_each_prompt_alone_on_the_c_step():
+    """The model as ``sample`` prepares it (its one-token steps in C where this CPU has the
+    kernel): two rows of one length slide on the same step while the others go on, a prompt
+    longer than the context and rows of one and two tokens on steps of their own; a row that
+    slid is prefilled alone and put in place of its row of the cache."""
+    model = prepare_for_decode(reads_its_context(), "fp32")
+    prompts = [list(range(1, 13)), list(range(21, 33)), [7], list(range(2, 22)), [9, 9],
+               [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]]
+    got = generate_batch(model, prompts, 45, GREEDY)
+    assert got == [alone(model, p, 45) for p in prompts]
+    assert got[0] != got[1] and all(len(set(g[16:])) > 3 for g in got)
+
+
+def noted(method, calls: list[str]):
+    """``method`` that first appends its name to ``calls``."""
+    def call(self, *args):
+        calls.append(method.__name__)
+        return method(self, *args)
+    return call
+
+
+def test_a_batch_past_the_context_copies_its_cache_once_a_quarter_context(monkeypatch):
+    """Rows that slide on different steps are prefilled alone and written over their own rows
+    of the cache; the padding they leave is dropped once every quarter context or so. Each
+    slide copied the whole cache twice or three times (rows selected, the slid ones appended
+    after them, the padding trimmed): 8 rows of a 16-token context slide every other step."""
+    copies: list[str] = []
+    for name in ("select_rows", "append_rows", "trim"):
+        monkeypatch.setattr(KVCache, name, noted(getattr(KVCache, name), copies))
+    model = reads_its_context()
+    prompts = [list(range(3, 19 - i)) for i in range(8)]  # 16 .. 9 tokens
+    got = generate_batch(model, prompts, 48, GREEDY)
+    assert 2 <= len(copies) <= 48 // 4 + 1, copies
+    assert set(copies) == {"trim"}
+    assert got == [alone(model, p, 48) for p in prompts]

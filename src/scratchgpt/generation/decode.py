@@ -152,8 +152,10 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     computes what it would alone. A row leaves the batch (and the cache) once ``stop`` says
     so, after yielding the token it stopped on. Each row's window slides (see the module doc)
     when it would alone, at its own length, not the padded batch's: past the context too, row
-    ``b`` reads the tokens it would alone (the rows are then prefilled again, each from its
-    own window). A prompt longer than the context keeps its last ``context`` tokens.
+    ``b`` reads the tokens it would alone (a row that slides is prefilled again from its own
+    window and written over its row of the cache; the cache holds a quarter of a context
+    more slots than the context, so that the padding this leaves is dropped every many
+    steps, not at each). A prompt longer than the context keeps its last ``context`` tokens.
     """
     stop = StopRule.of(stop)
     if not isinstance(cfg, SamplingConfig):  # (None failed at the first step, 'no .greedy')
@@ -169,6 +171,8 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     rows_tokens = [list(p[-ctx:] if ctx else p) for p in prompts]
     needed = max(len(p) for p in rows_tokens) + stop.max_new_tokens - 1  # the last is not fed
     cache = model.new_cache(len(prompts), min(needed, ctx) if ctx else None)
+    if ctx and needed > ctx and len(prompts) > 1 and hasattr(cache, "reserve"):
+        cache.reserve(min(needed, ctx + ctx // 4))  # room for the padding of slid rows
     rows = list(range(len(prompts)))  # original index of each row still in the batch
     out: list[list[int]] = [[] for _ in prompts]
     starts = [0] * len(prompts)  # where each row's window begins in its prompt + new tokens
@@ -195,8 +199,8 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
             tokens = decode_one_token(model, cache, tokens, cfg, generator)
             continue
         windows = [seq[starts[b]:] for b, seq in zip(rows, seqs, strict=True)]
-        rows, logits = step_past_slides(model, cache, rows, tokens, windows, slid)
-        tokens = next_token(logits, cfg, generator)
+        tokens = next_token(step_past_slides(model, cache, tokens, windows, slid), cfg,
+                            generator)
 
 
 def slide_windows(starts: list[int], rows: list[int], seqs: list[list[int]],
@@ -213,24 +217,31 @@ def slide_windows(starts: list[int], rows: list[int], seqs: list[list[int]],
     return slid
 
 
-def step_past_slides(model: CachedLM, cache: DecodeCache, rows: list[int], tokens: Tensor,
-                     windows: list[list[int]], slid: list[int]) -> tuple[list[int], Tensor]:
+def step_past_slides(model: CachedLM, cache: DecodeCache, tokens: Tensor,
+                     windows: list[list[int]], slid: list[int]) -> Tensor:
     """One step of a batch where the rows at positions ``slid`` slid their windows, or the
-    cache is full of padding: those rows are prefilled again from their ``windows`` (the
-    newest token last), the others feed their newest token as every step does, the padding
-    that fills the cache dropped first. Returns (the rows in their new order: the others,
-    then those that slid; their next-token logits). Where rows cannot join a cache (the
-    NumPy engine's), or all slid, every row is prefilled again."""
-    stay = [i for i in range(len(rows)) if i not in slid]
-    if not stay or not hasattr(cache, "append_rows"):
-        return rows, prefill_rows(model, cache, windows)
+    cache is full of padding; returns every row's next-token logits (B, V).
+
+    Every row feeds its newest token ``tokens`` (B,) as every step does, the padding that
+    fills the cache dropped first; the rows that slid are then prefilled again, apart from
+    the others, from their ``windows`` (the newest token last), and put in place of their
+    rows of the cache (``replace_rows``): one copy of their windows, none of the other rows.
+    (Before the step a row that slid is made all padding, so that its token, whose logits
+    are not used, reads nothing and fits the cache.) Where a cache cannot replace rows (the
+    NumPy engine's), or all rows slid, every row is prefilled again."""
+    if len(slid) == len(windows) or not hasattr(cache, "replace_rows"):
+        return prefill_rows(model, cache, windows)
+    moved = torch.tensor(slid, dtype=torch.long)
+    width = max((len(windows[i]) for i in slid), default=1)  # the longest new window
     if slid:
-        cache.select_rows(torch.tensor(stay))
+        pads = cache.pad_counts().clone()
+        pads[moved] = cache.pos
+        cache.left_pad(pads)
     if window_start(0, cache.pos + 1, cache.max_len):  # (no row left is full: all are padded)
-        cache.trim(int(cache.pad_counts().min()))
-    logits = prefill(model, cache, tokens[stay][:, None])
+        cache.trim(min(int(cache.pad_counts().min()), cache.pos + 1 - width))
+    logits = prefill(model, cache, tokens[:, None])
     if slid:
-        fresh = model.new_cache(len(slid), cache.max_len)
-        logits = torch.cat([logits, prefill_rows(model, fresh, [windows[i] for i in slid])])
-        cache.append_rows(fresh)
-    return [rows[i] for i in stay + slid], logits
+        fresh = model.new_cache(len(slid), width)
+        logits[moved] = prefill_rows(model, fresh, [windows[i] for i in slid])
+        cache.replace_rows(moved, fresh)
+    return logits

@@ -160,6 +160,20 @@ class KVCache:
         self._layers()
         self.left_pad(pads)
 
+    def reserve(self, max_len: int) -> None:
+        """Hold up to ``max_len`` slots (more than now; the filled ones are kept). Slots are not
+        positions: rows padded in front may take more slots than the model's context, and a
+        batch past the context reserves a quarter of one more, so that the padding the rows'
+        windows leave is dropped (:meth:`trim`) once every many steps, not at each."""
+        if max_len <= self.max_len:
+            return
+        k, v = self._empty(self.batch_size, max_len), self._empty(self.batch_size, max_len)
+        k[:, :, :, : self.pos], v[:, :, :, : self.pos] = self._filled()
+        pads = None if self.pos_offset is None else self.pos_offset
+        self.k, self.v, self.max_len, self._causal = k, v, max_len, None
+        self._layers()
+        self.left_pad(pads)
+
     # ---- continuous batching (the JoinableCache interface of models/cache.py)
 
     def pad_counts(self) -> Tensor:
@@ -189,18 +203,34 @@ class KVCache:
         self.left_pad(torch.cat(pads))
 
     def trim(self, n: int) -> None:
-        """Drop the first ``n`` slots, padding in every row; ``pos`` goes down by ``n``."""
+        """Drop the first ``n`` slots, padding in every row; ``pos`` goes down by ``n``. In
+        place: the filled slots move to the front of the same buffers (the slots after them
+        keep finite old values, masked)."""
         if n == 0:
             return
         pads = self.pad_counts() - n
         if not 0 < n <= self.pos or bool((pads < 0).any()):
             raise ValueError(f"cannot trim {n} slots: every row must have that much padding")
-        old_k, old_v = self._filled()
-        self.k, self.v = self._empty(self.batch_size), self._empty(self.batch_size)
-        self.k[:, :, :, : self.pos - n], self.v[:, :, :, : self.pos - n] = (
-            old_k[:, :, :, n:], old_v[:, :, :, n:])
-        self._layers()
-        self.pos -= n
+        end = self.pos - n
+        for buf in (self.k, self.v):  # (a copy first: the two ranges overlap)
+            buf[:, :, :, :end] = buf[:, :, :, n:self.pos].clone()
+        self.pos = end
+        self.left_pad(pads)
+
+    def replace_rows(self, rows: Tensor, other: KVCache) -> None:
+        """Row ``rows[i]`` becomes ``other``'s row ``i``, aligned at their ends: ``other``'s
+        filled slots land in the last ``other.pos`` filled slots here (``other.pos <=
+        self.pos``), and the slots before them become padding of those rows. The other rows
+        are left as they are; one copy of ``other``'s filled slots, none of the rest."""
+        shift = self.pos - other.pos
+        if shift < 0 or other.batch_size != len(rows):
+            raise ValueError(f"cannot put {other.batch_size} rows of {other.pos} slots in "
+                             f"place of rows {rows.tolist()} of a cache of {self.pos}")
+        rows = rows.to(self.k.device)
+        old_k, old_v = other._filled()
+        self.k[:, rows, :, shift:self.pos], self.v[:, rows, :, shift:self.pos] = old_k, old_v
+        pads = self.pad_counts().clone()
+        pads[rows] = other.pad_counts().to(self.k.device) + shift
         self.left_pad(pads)
 
     def _empty(self, batch_size: int, max_len: int | None = None) -> Tensor:
