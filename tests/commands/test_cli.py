@@ -60,6 +60,31 @@ def test_a_run_that_ends_inside_its_warmup_says_so(small_dataset, tmp_path, caps
     assert "note:" not in capsys.readouterr().out
 
 
+def test_a_run_refused_late_says_no_start_of_run_note(small_dataset, tmp_path, capsys):
+    """The notes said before training (a warmup longer than the run, a resume with nothing
+    left to train) were printed before the checks that come last, so a refused run first
+    spoke as if it were starting: an optimizer with nothing to train in the model (found
+    once the model is built), a run another process is writing (found at its lock)."""
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    out = tmp_path / "r"
+    lstm = ["train", "--dataset", str(small_dataset), "--out", str(out), "--model", "lstm",
+            "--n-layer", "1", "--hidden", "16", "--block-size", "16", "--batch-size", "4",
+            "--eval-iters", "1", "--max-iters", "2", "--no-progress"]
+    code = main([*lstm, "--optimizer", "muon"])
+    said = capsys.readouterr()
+    assert code == 2 and "has nothing to train" in said.err and said.out == "", said
+    assert not out.exists()
+    assert main(lstm) == 0  # the same run with AdamW: said, then trained
+    assert capsys.readouterr().out.startswith("note: --warmup-iters 100 is not below")
+    with RunDir(out).lock():  # (another process writing the run)
+        code = main(["train", "--out", str(out), "--resume", "--no-progress"])
+    said = capsys.readouterr()
+    assert code == 2 and "is in use by process" in said.err and said.out == "", said
+    assert main(["train", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith(f"note: {out} is already at step 2")
+
+
 def test_out_naming_the_current_directory_trains_there(small_dataset, tmp_path, capsys,
                                                        monkeypatch):
     """--out . (or /) has no folder above it to check for a file: the check raised

@@ -656,6 +656,21 @@ def test_a_run_from_python_that_ends_inside_its_warmup_says_so_on_stderr(small_d
     assert "note:" not in capsys.readouterr().err
 
 
+def test_a_call_refused_late_says_no_start_of_run_note(small_dataset, tmp_path, capsys):
+    """train() printed its warmup note before the checks that come last: a call refused
+    once the model was built (Muon has nothing to train in a recurrent model) first said
+    how the run would train. Every refusal now comes before any note."""
+    data = TokenDataset(small_dataset)
+    lstm = model_config("lstm", vocab_size=data.vocab_size, n_layer=1, hidden=16,
+                        block_size=16)
+    short = dict(max_iters=2, eval_interval=2, eval_iters=1, warmup_iters=100)
+    with pytest.raises(ScratchGPTError, match="optimizer='muon' has nothing to train"):
+        train(cfg(optimizer="muon", **short), lstm, data, tmp_path / "r", progress=False)
+    assert capsys.readouterr().err == "" and not (tmp_path / "r").exists()
+    train(cfg(**short), lstm, data, tmp_path / "r", progress=False)  # said, then trained
+    assert capsys.readouterr().err.startswith("note: warmup_iters=100 is not below")
+
+
 def test_a_resume_from_python_in_another_process_count_says_so(small_dataset, tmp_path,
                                                                 capsys, monkeypatch):
     """A 2-process run resumed by train() with cfg's default nproc=1 went on in one process
@@ -679,7 +694,7 @@ def test_a_resume_from_python_in_another_process_count_says_so(small_dataset, tm
         m.setattr(job, "run", lambda plan, progress: planned.append(plan))
         train(cfg(max_iters=4, nproc=2, **short), None, data, out, resume=True,
               progress=False)
-    assert planned[0].train.nproc == 2 and "note:" not in capsys.readouterr().err
+    assert planned[0].train.nproc == 2 and planned[0].notes == ()
     assert train(cfg(max_iters=3, **short), None, data, out, resume=True,
                  progress=False).step == 3
     assert capsys.readouterr().err == (

@@ -94,9 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
-    if note := job.starting_note(plan):
-        print(note)
-    return report(job.run(plan, progress), plan.out)
+    # (said once every check has passed, the run's lock and the optimizer's included)
+    return report(job.run(job.with_notes(plan, job.starting_note(plan)), progress), plan.out)
 
 
 def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
@@ -148,9 +147,7 @@ def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -
             return _plan(argparse.Namespace(**{**vars(args), "overwrite": False}), settings,
                          None)
         plan = _plan(args, settings, print if progress else None)
-        if note := job.starting_note(plan):
-            print(note)
-        return plan
+        return job.with_notes(plan, job.starting_note(plan))
 
     plan, result, main = job.run_launched(begin, settings.given.get("device", "auto"), progress)
     distributed.exit_process(report(result, plan.out) if main else 0)

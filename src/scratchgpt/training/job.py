@@ -63,6 +63,12 @@ class TrainJob:
     # How the run directory's refusals name resume and overwrite: the command's flags, or the
     # Python API's keywords (validation.KEYWORDS) for a job of :func:`train`
     options: Mapping[str, str] = field(default_factory=lambda: FLAGS)
+    # What to say before the first step (the start-of-run notes: :func:`starting_note`), by
+    # ``say`` (print, or :func:`to_stderr`), in the process that trains as rank 0, once every
+    # check has passed: a note said earlier came before a refusal found later (the run's
+    # lock, an optimizer with nothing to train), as if the refused run were starting
+    notes: tuple[str, ...] = ()
+    say: Callable[[str], None] = print
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to --nproc processes: each reads the checkpoint itself rather than receiving
@@ -219,8 +225,23 @@ def warmup_note(job: TrainJob) -> str | None:
 def starting_note(job: TrainJob) -> str | None:
     """What to say before ``job`` trains: a resumed run with nothing left to train
     (:func:`finished_note`), else a run that ends inside its warmup (:func:`warmup_note`).
-    The command prints it, and so does :func:`train` (on stderr)."""
+    The command says it, and so does :func:`train` (on stderr), through
+    :func:`with_notes`."""
     return finished_note(job) or warmup_note(job)
+
+
+def with_notes(job: TrainJob, *notes: str | None,
+               say: Callable[[str], None] = print) -> TrainJob:
+    """``job``, saying ``notes`` (those not None) by ``say`` once every check has passed,
+    just before its first step (:attr:`TrainJob.notes`)."""
+    job.notes, job.say = tuple(n for n in notes if n), say
+    return job
+
+
+def to_stderr(line: str) -> None:
+    """A note of :func:`train`'s, said on stderr (a picklable ``say``: --nproc processes
+    say it)."""
+    print(line, file=sys.stderr)
 
 
 def check_resources(train: TrainConfig, config: ModelConfig,
@@ -348,6 +369,9 @@ def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
         init = job.init() if job.init is not None and resume is None else None
         trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out, job.options), resume,
                           init_weights=init, progress=progress, extra_config=job.extra)
+    if trainer.info.is_main:  # every check has passed: the run starts
+        for note in job.notes:
+            job.say(note)
     return trainer.fit()  # from here a signal is a request to stop after a step (StopFlag)
 
 
@@ -365,7 +389,8 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
     of another ``optimizer``. ``cfg`` gives every setting, ``nproc`` too: a run trained in
     2 processes goes on in ``cfg.nproc`` (a note on stderr says so where they differ). The
     notes the command prints before training (a run that ends inside its warmup, or has
-    nothing left to train) go to stderr.
+    nothing left to train) go to stderr, once every check has passed: a refused call says
+    nothing else.
 
     Ctrl-C (or SIGTERM) stops the run after the current step and saves ``last.pt``, as it
     does the command's; ``train`` then returns, with ``interrupted`` true in its result
@@ -391,10 +416,8 @@ def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str
                              str(data.directory), None, KEYWORDS)
     else:
         plan_ = _new_lm_job(data, cfg, config, Path(out), overwrite, options=KEYWORDS)
-    for note in (starting_note(plan_), nproc_note(plan_)):
-        if note:
-            print(note, file=sys.stderr)
-    return run(plan_, progress)
+    return run(with_notes(plan_, starting_note(plan_), nproc_note(plan_), say=to_stderr),
+               progress)
 
 
 def nproc_note(job: TrainJob) -> str | None:
