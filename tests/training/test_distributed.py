@@ -112,6 +112,90 @@ def test_ctrl_c_stops_every_process_and_saves(small_dataset, tmp_path):
     assert state["step"] >= 10 and len(state["rng"]["torch_per_rank"]) == 2
 
 
+def _children(pid: int, named: str) -> list[int]:
+    """The processes whose parent is ``pid`` and whose command line holds ``named``."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):  # (not a process, or one that has just ended)
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and named in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _interrupted_when(cmd: list[str], ready, env: dict) -> tuple[int, str, str]:
+    """Run ``cmd`` in a process group of its own; once ``ready(pid)``, Ctrl-C it (SIGINT to
+    the group, as from a terminal): (exit code, stdout, stderr). Killed, and failed, if it
+    goes on for two minutes after."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not ready(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # (the Ctrl-C was lost: the run trains on)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return proc.returncode, stdout, stderr
+
+
+def test_ctrl_c_while_the_processes_start_ends_the_run_in_one_line(small_dataset, tmp_path):
+    """--nproc's launcher ignored Ctrl-C while its processes ran, and so did the fork server
+    that starts them and each process until it set its own handlers: a Ctrl-C in the seconds
+    they took to start was lost, and the run trained on. Sent as soon as the fork server
+    exists, it now ends every process before its first step: one line, exit code 130, and no
+    run directory."""
+    import os
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "scratchgpt", "train", "--dataset", str(small_dataset),
+           "--out", str(out), "--max-iters", "1000000", "--batch-size", "4", *ARGS,
+           "--nproc", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    code, stdout, stderr = _interrupted_when(
+        cmd, lambda pid: bool(_children(pid, "forkserver")), env)
+    assert code == 130 and stderr == "scratchgpt train: interrupted\n", (code, stderr)
+    assert stdout == "" and not out.exists()
+
+
+def test_ctrl_c_as_torchrun_starts_says_one_line(small_dataset, tmp_path):
+    """Under torchrun a Ctrl-C reaches every process, and before the training loop (which
+    stops them all after the same step) each said 'interrupted', or rank 0 a gloo traceback
+    after the others had left. Rank 0 alone speaks now, and the run directory it had begun
+    is left as it was (what follows is torchrun's own report of the signal)."""
+    import os
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", "-m", "scratchgpt", "train", "--dataset", str(small_dataset), "--out",
+           str(out), "--max-iters", "1000000", "--batch-size", "4", *ARGS]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    # (rank 0 has locked the run: every process is past its imports, in train)
+    code, stdout, stderr = _interrupted_when(cmd, lambda pid: (out / ".lock").exists(), env)
+    ours = [line for line in stderr.splitlines() if line.startswith(("scratchgpt", "[rank"))]
+    if "stopped at step" in stdout:  # (the loop had begun: it stopped every rank and saved)
+        assert ours == [] and (out / "last.pt").is_file(), stderr
+    else:
+        assert ours == ["scratchgpt train: interrupted"], stderr
+        assert not out.exists(), list(out.iterdir())
+
+
 def test_torchrun_launch_equals_nproc(small_dataset, tmp_path):
     """`torchrun --nproc-per-node 2 -m scratchgpt train ...` trains exactly as `--nproc 2`."""
     import os

@@ -86,6 +86,13 @@ def defaults_by_model(types: dict[str, type]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scratchgpt.training import distributed
+
+    with distributed.quiet_unless_main():  # (a Ctrl-C as torchrun's processes start)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from scratchgpt.training import distributed, job
     from scratchgpt.training.settings import Settings, known_settings
 

@@ -30,6 +30,8 @@ import torch.distributed as dist
 from scratchgpt.errors import ScratchGPTError, Terminated
 
 T = TypeVar("T")
+# The signals that stop a run (held back in a --nproc process until it can hear them)
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass(frozen=True)
@@ -103,12 +105,78 @@ def main_first(step: Callable[[], T]) -> T | None:
         except BaseException as e:
             failed[0] = 2 if isinstance(e, ScratchGPTError) else \
                 130 if isinstance(e, KeyboardInterrupt) else 1
-            dist.broadcast_object_list(failed, src=0)
+            # (a Ctrl-C reaches the others too: those that left already cannot be told)
+            with contextlib.suppress(RuntimeError):
+                dist.broadcast_object_list(failed, src=0)
             raise
     dist.broadcast_object_list(failed, src=0)
     if failed[0] is not None:
         exit_process(failed[0])
     return value
+
+
+@contextlib.contextmanager
+def quiet_unless_main() -> Iterator[None]:
+    """In a process torchrun started: a block that a Ctrl-C (or SIGTERM) ends is said to be
+    interrupted by rank 0 alone, the others ending at once (exit code 130, or 143) without a
+    word. The signal reaches every process of the job (a terminal signals the whole group,
+    and torchrun relays it), and before the training loop, which stops every rank after the
+    same step, each said 'interrupted', one line per process; or, a peer having left first,
+    failed in a collective with a gloo traceback. So an error raised after a stop signal
+    came (which the block may have held back: signals_held) is that interruption."""
+    import threading
+
+    if not launched_by_torchrun() or threading.current_thread() is not threading.main_thread():
+        yield  # (only the main thread hears signals)
+        return
+    with _SignalsSeen() as signals:
+        try:
+            yield
+        except BaseException as e:
+            stop = _interruption(e) or signals.stop()
+            if stop is None:
+                raise
+            if int(os.environ["RANK"]) != 0:
+                exit_process(143 if isinstance(stop, Terminated) else 130)
+            if stop is e:
+                raise
+            raise stop from e
+
+
+def _interruption(e: BaseException | None) -> KeyboardInterrupt | None:
+    """The interruption ``e`` is, or was raised while handling (None if neither)."""
+    while e is not None and not isinstance(e, KeyboardInterrupt):
+        e = e.__context__
+    return e
+
+
+class _SignalsSeen:
+    """The stop signals this process gets inside the block, whichever handler takes them (a
+    handler that records a signal, as signals_held's does, raises nothing if the block fails
+    meanwhile): Python's own signal handler writes each signal's number to the wakeup fd,
+    here a pipe's end."""
+
+    def __enter__(self) -> _SignalsSeen:
+        self._read, self._write = os.pipe()
+        for fd in (self._read, self._write):
+            os.set_blocking(fd, False)
+        self._previous = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.set_wakeup_fd(self._previous)
+        os.close(self._read)
+        os.close(self._write)
+
+    def stop(self) -> KeyboardInterrupt | None:
+        """The first stop signal seen so far, as the exception it raises (None if none)."""
+        try:
+            seen = [s for s in os.read(self._read, 4096) if s in _STOP_SIGNALS]
+        except BlockingIOError:  # (nothing written)
+            return None
+        if not seen:
+            return None
+        return Terminated() if seen[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
 def exit_process(code: int) -> NoReturn:
@@ -132,6 +200,9 @@ def exit_process(code: int) -> NoReturn:
 # What every training process imports: torch, torch._dynamo (DDP imports it when it wraps the
 # model, 1-2 s) and the training job.
 _PRELOAD = ("torch", "torch._dynamo", "scratchgpt.training.job")
+# How long the other processes have to end on their own once one has ended with an error (a
+# Ctrl-C ends them all at once): torch's join otherwise kills them, with a warning apiece
+_GRACE_S = 10.0
 
 
 def _free_port() -> int:
@@ -144,18 +215,32 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+def _raise_if_stopped(stopped: Any) -> None:
+    """Raise the stop signal the parent recorded (``stopped.value``: its number, 0 if none),
+    as the signal itself would have been raised here."""
+    if stopped.value:
+        raise Terminated if stopped.value == signal.SIGTERM else KeyboardInterrupt
+
+
 def _worker(rank: int, world: int, port: int, device: str, fn: Callable[..., Any],
-            args: tuple, results: Any) -> None:
+            args: tuple, results: Any, stopped: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    # The parent ignores Ctrl-C while its children run, and relays SIGTERM to them; each
-    # child turns either into a stop request that the training loop honours at the next step,
-    # in step with the others (before the loop, into an exception, as in one process).
+    # Ctrl-C reaches every process of the terminal's group: the parent only records it, and
+    # relays SIGTERM; each child turns either into a stop request that the training loop
+    # honours at the next step, in step with the others (before the loop, into an exception,
+    # as in one process). Until here both were blocked (:func:`_start_fork_server`): one
+    # that came meanwhile is raised as the mask lifts, and one that came before this process
+    # was forked is the parent's record (checked again once the group has formed, by when
+    # the parent has surely recorded a signal that came as this process was forked).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        _raise_if_stopped(stopped)
         _thread_lock_for_bars()
         init_from_env(device)
+        _raise_if_stopped(stopped)
         with process_group():
             out = fn(*args)
         if rank == 0:
@@ -193,7 +278,9 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` in ``nproc`` new processes joined in one process group on this
     machine; return rank 0's result. ``fn`` and ``args`` must be picklable. An error in any
     process is raised here (a scratchgpt error stays one line); SIGTERM sent to this process
-    alone (``kill PID``) is relayed to the processes, which stop after the step and save."""
+    alone (``kill PID``) is relayed to the processes, which stop after the step and save.
+    A Ctrl-C (or SIGTERM) while the processes start ends them before their first step: the
+    interruption is raised here, as in one process (it was lost, the run training on)."""
     import torch.multiprocessing as mp
 
     # A fork server, not a fresh interpreter per process: the server (a clean process that
@@ -203,27 +290,48 @@ def launch(nproc: int, device: str, fn: Callable[..., Any], *args: Any) -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))
     results = ctx.SimpleQueue()
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    stopped = ctx.RawValue("i", 0)  # the first stop signal this process got (shared memory)
     context = None
 
+    def record(signum: int, frame: Any) -> None:
+        stopped.value = stopped.value or signum
+
     def relay(signum: int, frame: Any) -> None:
+        record(signum, frame)
         for p in context.processes if context is not None else ():
             if p.is_alive():
                 os.kill(p.pid, signum)
 
-    previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, relay)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, record),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, relay)}
     try:
+        _start_fork_server()
         with _main_module_not_run_again():
             context = mp.start_processes(_worker, args=(nproc, _free_port(), device, fn,
-                                                        args, results),
+                                                        args, results, stopped),
                                          nprocs=nproc, join=False, start_method="forkserver")
         with contextlib.suppress(mp.ProcessExitedException, mp.ProcessRaisedException):
-            while not context.join():
+            while not context.join(grace_period=_GRACE_S):
                 pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return _outcome(results)
+
+
+def _start_fork_server() -> None:
+    """Start the fork server, if it is not running yet, with Ctrl-C and SIGTERM blocked: the
+    mask passes to it and to every process forked from it, which lifts it once it has its
+    handlers (:func:`_worker`). The server had inherited this process's ignoring of Ctrl-C
+    while it started, and so did each training process until it set its handlers: a Ctrl-C
+    in the seconds they took to start was lost, and the run trained on."""
+    from multiprocessing import forkserver
+
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextlib.contextmanager

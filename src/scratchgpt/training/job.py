@@ -329,29 +329,36 @@ def run_launched(begin: Callable[[bool], TrainJob], device: str,
     takes the run's lock and begins the run first; the others plan after it (``begin(False)``:
     quietly, and never as an overwrite, the run being begun), then all train together. A
     refusal in rank 0 is its one line, the others leaving without a word
-    (:func:`distributed.main_first`). Returns (the job, its result, whether this is rank 0),
-    for the command to report in rank 0 and then leave by :func:`distributed.exit_process`."""
-    info = distributed.init_from_env(device)
-    begun = distributed.main_first(lambda: _begun(begin(True)))
-    job, run_dir = begun if begun is not None else (begin(False), None)
-    try:
-        with distributed.process_group():
-            result = run_in_process(job, progress and info.is_main)
-        if run_dir is not None and job.finish is not None and not result.interrupted:
-            job.finish(job.out, result)  # (what run writes at the end: adapter.pt, a report)
-    except BaseException:
-        if run_dir is not None:
-            run_dir.abort()
-        raise
+    (:func:`distributed.main_first`); so is a Ctrl-C before the first step, which reaches
+    every process (:func:`distributed.quiet_unless_main`), and leaves the run directory as
+    it was. Returns (the job, its result, whether this is rank 0), for the command to report
+    in rank 0 and then leave by :func:`distributed.exit_process`."""
+    held: list[RunDir] = []  # rank 0's run directory, once locked
+    with distributed.quiet_unless_main():
+        info = distributed.init_from_env(device)
+        try:
+            begun = distributed.main_first(lambda: _begun(begin(True), held))
+            job = begun if begun is not None else begin(False)
+            with distributed.process_group():
+                result = run_in_process(job, progress and info.is_main)
+            if held and job.finish is not None and not result.interrupted:
+                job.finish(job.out, result)  # (what run writes at the end: adapter.pt, a report)
+        except BaseException:
+            for run_dir in held:  # (as run's lock() does: a directory it made goes)
+                run_dir.abort()
+                run_dir.release()
+            raise
     return job, result, info.is_main
 
 
-def _begun(job: TrainJob) -> tuple[TrainJob, RunDir]:
-    """``job`` with its run directory locked and begun (rank 0's part of :func:`run_launched`)."""
+def _begun(job: TrainJob, held: list[RunDir]) -> TrainJob:
+    """``job`` with its run directory locked (added to ``held``) and begun (rank 0's part of
+    :func:`run_launched`)."""
     run_dir = RunDir(job.out, job.options)
     run_dir.acquire()
+    held.append(run_dir)
     run_dir.begin(job.mode)
-    return job, run_dir
+    return job
 
 
 def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
