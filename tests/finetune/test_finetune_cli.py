@@ -889,6 +889,22 @@ def test_ctrl_c_at_a_terminal_stops_the_reply_not_the_chat(chat_model, monkeypat
     assert printed.count("assistant> ") == 2 and "assistant> ok\n" in printed
 
 
+@pytest.mark.parametrize("system", [[], ["--system", "Be brief."]])
+def test_reset_at_a_terminal_says_the_conversation_starts_over(chat_model, monkeypatch, capsys,
+                                                               system):
+    """/reset at a terminal printed nothing, and the prompt came back as if the line was
+    lost; it now says the earlier turns are gone (and that --system stays). Piped, the
+    output stays the replies alone (test_chat_repl_streams_replies...)."""
+    monkeypatch.setattr("sys.stdin", _Terminal("hi\n/reset\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "40", *system], capsys)
+    assert code == 0, err
+    said = "(a new conversation: the earlier turns are forgotten" + \
+        ("; the --system message stays)" if system else ")")
+    assert f"you> {said}" in printed.splitlines(), printed  # (after the prompt it answers)
+    assert printed.count("assistant> ") == 2
+
+
 @pytest.mark.parametrize("terminal, stop", [(False, KeyboardInterrupt), (True, "Terminated")])
 def test_a_chat_stopped_mid_reply_ends_the_replys_line(chat_model, monkeypatch, capsys,
                                                        terminal, stop):

@@ -109,8 +109,11 @@ class ChatSession:
     def command(self, text: str) -> None:
         """A line that is one '/word': /reset, /help, or a note that the command is unknown
         (it is not sent to the model as a message)."""
-        if text == "/reset":
-            self.reset()
+        if text == "/reset":  # (at a terminal it said nothing: the prompt came back as if
+            self.reset()      # the line was lost; piped, the output stays the replies alone)
+            if self.interactive:
+                kept = "; the --system message stays" if self.args.system else ""
+                print(f"(a new conversation: the earlier turns are forgotten{kept})")
         elif text == "/help":
             for name, what in COMMANDS.items():
                 print(f"  {name:<7} {what}")
