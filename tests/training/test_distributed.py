@@ -263,6 +263,31 @@ def test_torchrun_plans_as_train_does_and_refuses_in_one_line(small_dataset, tmp
     assert f"note: {run} is already at step 2 of --max-iters 2" in out, out
 
 
+def test_torchrun_refuses_a_resume_whose_run_was_written_since_it_was_planned(small_dataset,
+                                                                             tmp_path):
+    """A resume is planned from last.pt before the run's lock is taken; train --resume then
+    checks, holding it, that last.pt is still the one it planned from (another process may
+    have written the run meanwhile, and resuming from the plan would overwrite its newer
+    checkpoints). Rank 0 under torchrun locked and began the run without that check."""
+    import os
+
+    from scratchgpt.errors import RunInUseError
+    from scratchgpt.training import job
+    from scratchgpt.training.settings import Settings
+
+    out = tmp_path / "r"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(out), "--max-iters",
+                 "2", "--batch-size", "4", *ARGS]) == 0
+    plan = job.plan(Settings(), str(out), True, False, None, log=None)
+    (out / "again.pt").write_bytes((out / "last.pt").read_bytes())
+    os.replace(out / "again.pt", out / "last.pt")  # (another process saved it meanwhile)
+    held: list = []
+    with pytest.raises(RunInUseError, match="changed while this process was starting"):
+        job._begun(plan, held)  # (rank 0's part of run_launched; it aborts what it holds)
+    for run_dir in held:
+        run_dir.release()
+
+
 def test_a_run_with_a_progress_bar_ends_without_a_leaked_semaphore(small_dataset, tmp_path):
     """tqdm's bar made a multiprocessing lock in rank 0, which ends by os._exit: every --nproc
     run with a bar ended with the resource tracker's 'leaked semaphore objects' warning."""

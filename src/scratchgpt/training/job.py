@@ -305,9 +305,7 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
     first checkpoint leaves the directory as it found it (an overwritten run comes back)."""
     run_dir = RunDir(job.out, job.options)
     with run_dir.lock():
-        run_dir.begin(job.mode)
-        if job.mode == "resume":
-            check_unchanged(job, run_dir)
+        _begin(run_dir, job)
         try:
             if job.train.nproc > 1:
                 result = distributed.launch(job.train.nproc, job.train.device, run_in_process,
@@ -357,8 +355,17 @@ def _begun(job: TrainJob, held: list[RunDir]) -> TrainJob:
     run_dir = RunDir(job.out, job.options)
     run_dir.acquire()
     held.append(run_dir)
-    run_dir.begin(job.mode)
+    _begin(run_dir, job)
     return job
+
+
+def _begin(run_dir: RunDir, job: TrainJob) -> None:
+    """Begin ``job``'s run in ``run_dir``, whose lock this process holds: :meth:`RunDir.begin`
+    and, for a resumed run, :func:`check_unchanged` (rank 0 under torchrun began without it,
+    and resumed from a plan that newer checkpoints had overtaken)."""
+    run_dir.begin(job.mode)
+    if job.mode == "resume":
+        check_unchanged(job, run_dir)
 
 
 def check_unchanged(job: TrainJob, run_dir: RunDir) -> None:
