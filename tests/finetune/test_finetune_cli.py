@@ -542,6 +542,36 @@ def test_a_resume_refuses_what_it_cannot_change_and_runs_from_any_directory(
     assert code == 0 and printed.split()[0] in ("pos", "neg"), err
 
 
+@pytest.mark.parametrize("task, name, added", [
+    ("classify", "labels.tsv", "glad\tpos\n"),
+    ("instruct", "inst.json", None)])
+def test_a_resume_of_data_changed_since_says_what_to_do(ft_dir, tmp_path, capsys, task, name,
+                                                        added):
+    """Data edited since the run began was refused by its two sha256s alone, with nothing
+    said of why or what to do: the refusal says the split would not be the run's and how to
+    go on, for both tasks, and the run is left as it was."""
+    import shutil
+
+    data = tmp_path / name
+    shutil.copy(ft_dir / name, data)
+    out = tmp_path / "run"
+    assert run_cli(["finetune", "--task", task, "--init-from", ft_dir / "base", "--data", data,
+                    "--out", out, "--max-iters", "2", *SMALL], capsys)[0] == 0
+    if added:
+        data.write_text(data.read_text() + added)
+    else:  # (a record fewer: the file is read as a whole)
+        data.write_text(json.dumps(json.loads(data.read_text())[1:]))
+    last = (out / "last.pt").read_bytes()
+    code, _, err = run_cli(["finetune", "--out", out, "--resume", "--max-iters", "4", *SMALL],
+                           capsys)
+    error = one_line_error(code, err).rstrip()
+    assert error.startswith(f"scratchgpt finetune: error: {data} changed since the run "
+                            "started (sha256 ") and error.endswith(
+        "and its split would not be the run's: put the run's file back to go on with it, or "
+        "fine-tune a new run on this one (another --out, or --overwrite)"), error
+    assert (out / "last.pt").read_bytes() == last
+
+
 def test_a_resume_takes_the_runs_own_task_base_and_data_given_again(ft_dir, tmp_path, capsys,
                                                                     monkeypatch):
     """The command that started a run, typed again with --resume, resumes it (--task,

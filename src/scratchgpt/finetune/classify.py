@@ -28,6 +28,7 @@ from scratchgpt.errors import CheckpointError, ConfigError, DataError
 from scratchgpt.finetune.data import (
     Log,
     check_labels_are_spelt_one_way,
+    check_unchanged,
     encode_plain,
     lacking_characters,
     read_labelled,
@@ -167,9 +168,7 @@ def load_data(spec: ClassifySpec, tokenizer: Any, block_size: int, log: Log = No
     """Read, check, split (seeded, stratified) and encode ``spec``'s data. A resumed run's
     data must be the same file (sha256) with the same labels."""
     pairs, where, sha = read_labelled(spec.data, spec.dataset)
-    if spec.sha256 and sha != spec.sha256:
-        raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
-                        f"recorded {spec.sha256[:12]}…)")
+    check_unchanged(where, sha, spec.sha256)
     check_labels_come_last(pairs, where)
     check_labels_are_spelt_one_way(pairs, where)
     check_no_label_stands_alone(pairs, where)

@@ -47,6 +47,18 @@ def check_named_for(dataset: str | None, task: str) -> None:
                         f"{TASK_DATASETS[task]} or --data FILE")
 
 
+def check_unchanged(where: str, sha: str, recorded: str | None) -> None:
+    """A run's data file read again (``--resume``, the test report at a run's end) must hold
+    the bytes the run began with, ``recorded`` (None: nothing to compare): another file's
+    split would not be the run's. Refused saying what to do, which the sha256s alone did
+    not."""
+    if recorded and sha != recorded:
+        raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
+                        f"recorded {recorded[:12]}…), and its split would not be the run's: "
+                        "put the run's file back to go on with it, or fine-tune a new run on "
+                        "this one (another --out, or --overwrite)")
+
+
 def read_source(data: str | None, dataset: str | None,
                 stdin: bool = False) -> tuple[str, str, str]:
     """(text, where it came from, sha256 of its bytes) of ``--data FILE`` or a named dataset;

@@ -27,6 +27,7 @@ from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES, ChatTemplate, Message
 from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.finetune.data import (
     Log,
+    check_unchanged,
     encode_plain,
     lacking_characters,
     random_split,
@@ -120,9 +121,7 @@ def load_data(spec: InstructSpec, tokenizer: Any, block_size: int, log: Log = No
               ) -> InstructData:
     """Read, check, split and encode ``spec``'s conversations."""
     chats, where, sha = read_conversations(spec.data, spec.dataset)
-    if spec.sha256 and sha != spec.sha256:
-        raise DataError(f"{where} changed since the run started (sha256 {sha[:12]}…, "
-                        f"recorded {spec.sha256[:12]}…)")
+    check_unchanged(where, sha, spec.sha256)
     if len(chats) < 2:
         raise DataError(f"{where}: needs at least 2 conversations (one to hold out)")
     train_idx, held_idx = random_split(len(chats), spec.held_out, spec.split_seed)
