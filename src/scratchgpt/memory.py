@@ -44,6 +44,7 @@ from torch.overrides import TorchFunctionMode
 
 from scratchgpt.errors import ConfigError, ScratchGPTError
 from scratchgpt.models import ModelConfig, build_model
+from scratchgpt.models.gpt import sliding_batch_slots
 
 MEMORY_LIMIT_ENV = "SCRATCHGPT_MEMORY_LIMIT"  # bytes (or 512MiB, 2GiB, ...) deemed available
 DIRECT_DEPTH = 64  # deeper configs are extrapolated rather than built on the meta device
@@ -207,11 +208,15 @@ def training_estimate(config: ModelConfig, batch_size: int, optimizer: str = "ad
 def inference_estimate(config: ModelConfig, batch_size: int, length: int | None = None,
                        weight_bytes: int = FP32) -> Estimate:
     """Bytes to generate ``batch_size`` sequences of up to ``length`` tokens (default: the
-    model's context): weights, the KV cache (a recurrent state for RNNs), and the largest
-    transient, a prefill's logits and activations."""
+    model's context): weights, the KV cache (a recurrent state for RNNs; a batch that goes
+    past the context holds :func:`~scratchgpt.models.gpt.sliding_batch_slots`), and the
+    largest transient, a prefill's logits and activations."""
     layers, width, vocab, context = _shape(config)
-    length = min(length or context, context) if hasattr(config, "n_head") else (length or 1)
+    asked = length or context
+    length = min(asked, context) if hasattr(config, "n_head") else asked
     cached = length if hasattr(config, "n_head") else 1  # an RNN's state is one position
+    if hasattr(config, "n_head") and batch_size > 1 and asked > context:
+        cached = sliding_batch_slots(context)  # rows sliding at their own lengths
     per_token = vocab + ACTIVATION_FLOATS * width + _attention_floats(config, length)
     return Estimate({"weights": weight_bytes * parameter_count(config),
                      "kv_cache": FP32 * 2 * layers * batch_size * cached * width,

@@ -33,6 +33,7 @@ from scratchgpt.errors import GenerationError
 from scratchgpt.generation.sampling import SamplingConfig, draw, logits_to_probs, next_token
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM, DecodeCache
+from scratchgpt.models.gpt import sliding_batch_slots
 
 PAD_ID = 0  # token id written into left padding; masked out, so any valid id works
 
@@ -172,7 +173,7 @@ def decode(model: CachedLM, prompts: Sequence[Sequence[int]], stop: int | StopRu
     needed = max(len(p) for p in rows_tokens) + stop.max_new_tokens - 1  # the last is not fed
     cache = model.new_cache(len(prompts), min(needed, ctx) if ctx else None)
     if ctx and needed > ctx and len(prompts) > 1 and hasattr(cache, "reserve"):
-        cache.reserve(min(needed, ctx + ctx // 4))  # room for the padding of slid rows
+        cache.reserve(min(needed, sliding_batch_slots(ctx)))  # room for the padding of slid rows
     rows = list(range(len(prompts)))  # original index of each row still in the batch
     out: list[list[int]] = [[] for _ in prompts]
     starts = [0] * len(prompts)  # where each row's window begins in its prompt + new tokens

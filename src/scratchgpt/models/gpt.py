@@ -63,6 +63,17 @@ def gpt2_incompatibility(cfg: GPTConfig | Mapping[str, Any]) -> str | None:
     return next((why for bad, why in reasons if bad), None)
 
 
+def sliding_batch_slots(context: int) -> int:
+    """Slots a batch's cache holds when it generates past ``context``: a quarter of a context
+    more, so that the padding its rows' windows leave as they slide, each at its own length,
+    is dropped once every many steps, not at each (:meth:`KVCache.reserve`, ``trim``).
+
+    >>> sliding_batch_slots(256)
+    320
+    """
+    return context + context // 4
+
+
 class KVCache:
     """Preallocated keys and values for every layer, indexed by absolute slot (a
     :class:`~scratchgpt.models.cache.DecodeCache`).
