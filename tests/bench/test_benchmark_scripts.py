@@ -111,6 +111,7 @@ def test_an_unknown_sweep_pair_is_refused_before_any_pair_runs(tmp_path):
 @pytest.mark.parametrize("script, flag", [
     ("c_step_rows", "--threads"), ("dropout", "--rounds"), ("dropout", "--threads"),
     ("top_p", "--vocab"), ("muon_step", "--steps"), ("alternate", "--rounds"),
+    ("batch_slide", "--batch"), ("batch_slide", "--new-tokens"),
 ])
 def test_python_benchmarks_refuse_a_count_below_one(script, flag):
     """Each was a traceback once the benchmark had set up: torch's set_num_threads, an
@@ -179,3 +180,10 @@ def test_c_step_rows_refuses_more_steps_than_the_context_holds():
     line = _one_line_of_usage_error(_python_script("c_step_rows", "--rows", "1",
                                                    "--steps", "57"))
     assert "argument --steps: at most 56 for --shape cpu-small" in line and "got 57" in line
+
+
+def test_batch_slide_refuses_a_decode_file_that_is_not_there(tmp_path):
+    """Checked before the model is built and the first variant timed."""
+    missing = tmp_path / "decode.py"
+    line = _one_line_of_usage_error(_python_script("batch_slide", "--against", str(missing)))
+    assert f"argument --against: no such file: {str(missing)!r}" in line
