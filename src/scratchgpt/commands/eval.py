@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.errors import ConfigError
     from scratchgpt.models.fast_decode import to_inference_dtype
     from scratchgpt.training.allocator import keep_freed_memory
-    from scratchgpt.training.task import full_split_loss, loss_by_position
+    from scratchgpt.training.task import evaluated_tokens, full_split_loss, loss_by_position
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
@@ -167,19 +167,6 @@ def hf_dataset(args: argparse.Namespace, source, model):
 def _prepare(checkpoint: str) -> str:
     """The command that prepares a text with ``checkpoint``'s tokenizer, for eval to read."""
     return f"scratchgpt prepare --data TEXT --tokenizer-from {checkpoint} --out DIR"
-
-
-def evaluated_tokens(data, split: str, block: int, max_tokens: int | None) -> int:
-    """The tokens whose loss eval reports for ``split``: the targets of its whole windows of
-    ``block`` (each needs ``block`` + 1 tokens, its targets shifted by one), or of the first
-    ``max_tokens // block`` of them, at least one, as the evaluation reads them
-    (``TokenDataset.sequential_batches`` under ``full_split_loss``'s ``max_tokens``). A
-    ``--max-tokens`` past the split, or not a multiple of the context, evaluates another
-    count than it names, which the output says."""
-    windows = (len(data.splits[split]) - 1) // block
-    if max_tokens is not None:
-        windows = min(windows, max(1, max_tokens // block))
-    return windows * block
 
 
 def perplexity(loss: float) -> float:

@@ -165,12 +165,18 @@ class TokenDataset:
         return random_windows(self._windowed(split, block_size), batch_size, block_size,
                               generator, shard)
 
+    def window_count(self, split: str, block_size: int) -> int:
+        """How many non-overlapping windows of ``block_size`` (each with its ``block_size`` + 1
+        tokens: the targets are shifted by one) ``split`` holds: what a full-split evaluation
+        reads."""
+        return (len(self.splits[split]) - 1) // block_size
+
     def sequential_batches(self, split: str, batch_size: int, block_size: int):
         """Every non-overlapping window of ``split`` once, in order: the full-split evaluation.
         A split without one window is a DataError (it gave no batch, and a loss over them
         divided by zero)."""
         data = self._windowed(split, block_size)
-        n = (len(data) - 1) // block_size
+        n = self.window_count(split, block_size)
         for start in range(0, n, batch_size):
             rows = np.arange(start, min(start + batch_size, n)) * block_size
             window = rows[:, None] + np.arange(block_size + 1)  # (rows, T + 1)

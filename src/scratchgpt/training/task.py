@@ -163,7 +163,7 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
     """(logits (B, T, V), targets (B, T)) for every non-overlapping window of ``split`` in
     order, in eval mode; with ``max_tokens``, only the first windows whose targets fit in it
     (at least one)."""
-    windows = None if max_tokens is None else max(1, max_tokens // block_size)
+    windows = None if max_tokens is None else _window_cap(max_tokens, block_size)
     batch_size = batch_size or eval_batch_size(block_size, device)
     with _eval_mode(model):
         for x, y in data.sequential_batches(split, batch_size, block_size):
@@ -173,6 +173,23 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
             yield model(x.to(device)), y.to(device)
             if windows == 0:
                 break
+
+
+def _window_cap(max_tokens: int, block_size: int) -> int:
+    """The windows ``max_tokens`` allows: those whose targets fit in it, at least one."""
+    return max(1, max_tokens // block_size)
+
+
+def evaluated_tokens(data: TokenDataset, split: str, block_size: int,
+                     max_tokens: int | None = None) -> int:
+    """The targets whose loss :func:`full_split_loss` (and :func:`loss_by_position`) averages
+    over ``split`` in windows of ``block_size``: every whole window's, or the first windows'
+    that ``max_tokens`` allows, at least one. A ``max_tokens`` past the split, or not a
+    multiple of the window, evaluates another count than it names."""
+    windows = data.window_count(split, block_size)
+    if max_tokens is not None:
+        windows = min(windows, _window_cap(max_tokens, block_size))
+    return windows * block_size
 
 
 # Tokens per batch of a whole-split evaluation on a CPU: a small model's activations for
