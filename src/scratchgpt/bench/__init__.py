@@ -1,5 +1,14 @@
 """Benchmarks, one module each (see scratchgpt.commands.bench)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
+    from contextlib import AbstractContextManager
+
 
 def refuse_repeats(flag: str, names: list[str]) -> None:
     """A list flag (``--archs``, ``--cells``) naming one choice twice is refused: each one
@@ -55,3 +64,73 @@ def bench_threads_positive(text: str) -> int:
     from scratchgpt.commands.argtypes import positive_int
 
     return _within_cores(positive_int(text), text, "1")
+
+
+STDOUT = "-"  # what --json holds when given no FILE (and --json - asks the same)
+JSON_HELP = ("the figures as one JSON object: on stdout without FILE (what the benchmark "
+             "prints otherwise then goes to stderr), into FILE with it (checked before the "
+             "benchmark runs; an existing FILE is kept unless --overwrite); a run stopped by "
+             "Ctrl-C gives what it measured, marked \"interrupted\": true")
+
+
+def add_json_argument(p: argparse.ArgumentParser, overwrite: bool = True) -> None:
+    """Every benchmark's ``--json [FILE]`` (and ``--overwrite`` of FILE, unless the benchmark
+    has its own ``--overwrite`` that covers FILE too): see :class:`JsonOutput`."""
+    p.add_argument("--json", nargs="?", const=STDOUT, metavar="FILE", help=JSON_HELP)
+    if overwrite:
+        p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
+
+
+class JsonOutput:
+    """Where a benchmark's figures go: ``--json`` alone prints one JSON object on stdout,
+    ``--json FILE`` writes it (``FILE`` checked by :func:`results_file` when this is made,
+    before any work), no ``--json`` neither. Every figures object says whether Ctrl-C (or
+    SIGTERM) stopped the run: ``"interrupted"``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import sys
+
+        from scratchgpt.commands.argtypes import results_file
+
+        self.stdout = sys.stdout if args.json == STDOUT else None
+        self.file = None if self.stdout is not None else results_file(args.json, args.overwrite)
+
+    def emit(self, figures: dict[str, Any], interrupted: bool = False) -> None:
+        import json
+
+        from scratchgpt.commands.argtypes import write_results
+
+        figures = {**figures, "interrupted": interrupted}
+        if self.stdout is not None:
+            print(json.dumps(figures), file=self.stdout, flush=True)
+        else:
+            write_results(self.file, figures)
+
+    def printing(self) -> AbstractContextManager[Any]:
+        """A context for the benchmark's run: what it prints goes to stderr while the JSON
+        object has stdout, so that stdout holds that object alone."""
+        import contextlib
+        import sys
+
+        if self.stdout is None:
+            return contextlib.nullcontext()
+        return contextlib.redirect_stdout(sys.stderr)
+
+    def kept_on_interrupt(self, measured: Callable[[], dict[str, Any] | None]
+                          ) -> AbstractContextManager[None]:
+        """A context in which Ctrl-C (or SIGTERM) emits ``measured()`` (the figures so far,
+        or None while nothing is measured yet), marked interrupted, and goes on stopping the
+        run (exit 130, or 143)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def kept() -> Any:
+            try:
+                yield
+            except KeyboardInterrupt:
+                figures = measured()
+                if figures is not None:
+                    self.emit(figures, interrupted=True)
+                raise
+
+        return kept()

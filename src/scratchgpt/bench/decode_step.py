@@ -31,14 +31,13 @@ reported).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.bench import bench_threads_positive, refuse_repeats
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads_positive, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 from scratchgpt.validation import flag_of
 
@@ -92,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default 1: thread CPU time is the clock)")
     p.add_argument("--ops", type=non_negative_int, default=0,
                    help="also list the N costliest kernels of each call by op name (0 = none)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
 
 
 # ---- recording and replaying the kernels of one call
@@ -370,6 +369,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchgpt.bench.generate import read_bandwidth
 
     variants, token_counts = _parse(args)
+    out = JsonOutput(args)
     torch.set_num_threads(args.threads)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
     base, what = build(args)
@@ -384,7 +384,9 @@ def run(args: argparse.Namespace) -> int:
               "context": args.context, "read_bandwidth_gb_s": read_bandwidth() / 1e9,
               "calls": [p.summary(overhead) for p in profiles],
               "sampling_ms": {k: v / 1e6 for k, v in sampling.items()}}
-    print(json.dumps(report) if args.json else format_report(report))
+    with out.printing():
+        print(format_report(report))
+    out.emit(report)
     return 0
 
 

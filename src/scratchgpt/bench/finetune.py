@@ -30,12 +30,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scratchgpt.bench import bench_threads
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads
 from scratchgpt.commands.argtypes import (
     positive_int,
     results_dir,
-    results_file,
-    write_results,
 )
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError, DataError
@@ -82,13 +80,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1: on a shared 2-core machine two OpenMP "
                         "threads wait on each other; 0 = torch's default)")
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    add_json_argument(p, overwrite=False)
 
 
 def run(args: argparse.Namespace) -> int:
+    out, json_out = check_flags(args)
+    with json_out.printing():
+        return _run(args, out, json_out)
+
+
+def _run(args: argparse.Namespace, out: Path, json_out: JsonOutput) -> int:
     import torch
 
-    out, json_file = check_flags(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,12 +102,12 @@ def run(args: argparse.Namespace) -> int:
                "instruction-data": instruction_data_suite}[args.suite](args, out)
     figures["total_s"] = round(time.perf_counter() - t0, 1)
     print(f"== total wall time {figures['total_s']:.0f} s; {_load()}")
-    write_results(json_file, figures)
+    json_out.emit(figures)
     return 0
 
 
-def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    """(--out, --json FILE), every flag checked before any work or any file is written: a
+def check_flags(args: argparse.Namespace) -> tuple[Path, JsonOutput]:
+    """(--out, where --json goes), every flag checked before any work or any file is written: a
     nonsense value, a flag the suite would ignore, a --base that is no GPT, or an earlier run
     of the suite in --out without --overwrite, is one line, not a failure minutes into the
     benchmark (or a run that silently differs from what was asked). Fills in the defaults of
@@ -136,12 +139,12 @@ def check_flags(args: argparse.Namespace) -> tuple[Path, Path | None]:
               "synthetic": (*base, SYNTHETIC_DATA, SYNTHETIC_RUN),
               "instruction-data": (*base, INSTRUCTION_RUN)}[args.suite]
     out = results_dir(args.out, writes, args.overwrite)
-    json_file = results_file(args.json, args.overwrite)
+    json_out = JsonOutput(args)
     args.loaded_base = None
     if args.base is not None:
         run_dir = SYNTHETIC_RUN if args.suite == "synthetic" else INSTRUCTION_RUN
         args.loaded_base = _check_base(args.base, out / run_dir)
-    return out, json_file
+    return out, json_out
 
 
 def _check_suite_flags(args: argparse.Namespace) -> None:

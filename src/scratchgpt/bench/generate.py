@@ -19,7 +19,6 @@ fp32).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -28,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.bench import bench_threads, refuse_repeats
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 
 DTYPES = ("fp32", "bf16", "int8")
@@ -72,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "prompt)")
     p.add_argument("--batch", type=non_negative_int, default=8,
                    help="batch for batched throughput (0 = skip)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
 
 
 def read_bandwidth(n_bytes: int = 512 * 2**20, reps: int = 5) -> float:
@@ -378,6 +377,7 @@ def run(args: argparse.Namespace) -> int:
     check_context(args)
     if args.llama_cpp:
         check_llama_cpp(args.vocab_size)
+    out = JsonOutput(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -424,7 +424,9 @@ def run(args: argparse.Namespace) -> int:
                                     args.batch)
         report["batched"]["vs_batch1_decode"] = (report["batched"]["tok_s"]
                                                  / one["ours"]["decode_tok_s_median"])
-    print(json.dumps(report) if args.json else format_report(report))
+    with out.printing():
+        print(format_report(report))
+    out.emit(report)
     return 0
 
 

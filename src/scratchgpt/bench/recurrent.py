@@ -17,13 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scratchgpt.bench import bench_threads, refuse_repeats
-from scratchgpt.commands.argtypes import (
-    new_tokens,
-    positive_int,
-    results_file,
-    write_results,
-)
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
+from scratchgpt.commands.argtypes import new_tokens, positive_int
 
 VOCAB = 65
 
@@ -43,11 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timed repeats after one warm-up; the median is reported (default 5)")
     p.add_argument("--threads", type=bench_threads, default=1,
                    help="torch CPU threads (default 1; 0 = torch's default)")
-    p.add_argument("--json", metavar="FILE",
-                   help="also write the figures as JSON (checked before the benchmark runs; "
-                        "a run stopped by Ctrl-C writes the rows measured, marked "
-                        "interrupted)")
-    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
+    add_json_argument(p)
 
 
 def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
@@ -125,11 +116,16 @@ def measure(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_repeats("--cells", args.cells)
+    out = JsonOutput(args)
+    check_fits(args)
+    with out.printing():
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: JsonOutput) -> int:
     import torch
 
-    refuse_repeats("--cells", args.cells)
-    json_file = results_file(args.json, args.overwrite)
-    check_fits(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(f"hidden {args.hidden}, {args.n_layer} layer(s); training {args.batch_size} x "
@@ -138,15 +134,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'cell':<5} {'train tok/s torch':>18} {'scratch':>9} {'x':>6}   "
           f"{'sample tok/s torch':>18} {'scratch':>9} {'x':>6}   max |dlogit|")
     rows: list[dict[str, Any]] = []
-    try:
+    with out.kept_on_interrupt(lambda: _figures(args, rows) if rows else None):
         for cell in args.cells:
             rows.append(measure(cell, args))
             _print_row(rows[-1])
-    except KeyboardInterrupt:  # (SIGTERM too) the rows measured are kept, marked as cut short
-        if rows:
-            write_results(json_file, _figures(args, rows, interrupted=True))
-        raise
-    write_results(json_file, _figures(args, rows, interrupted=False))
+    out.emit(_figures(args, rows))
     return 0
 
 
@@ -157,13 +149,11 @@ def _print_row(r: dict[str, Any]) -> None:
           f"{r['torch_speedup_decode']:>6.1f}   {r['max_abs_logit_diff']:.1e}", flush=True)
 
 
-def _figures(args: argparse.Namespace, rows: list[dict[str, Any]],
-             interrupted: bool) -> dict[str, Any]:
-    """The --json figures: the settings, the rows measured, and whether Ctrl-C (or SIGTERM)
-    stopped the run before every cell of --cells had its row."""
+def _figures(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The --json figures: the settings and the rows measured (every cell of --cells, unless
+    Ctrl-C or SIGTERM stopped the run)."""
     import torch
 
     return {"threads": torch.get_num_threads(), "hidden": args.hidden,
             "n_layer": args.n_layer, "batch_size": args.batch_size, "seq_len": args.seq_len,
-            "decode_tokens": args.decode_tokens, "repeats": args.repeats,
-            "interrupted": interrupted, "results": rows}
+            "decode_tokens": args.decode_tokens, "repeats": args.repeats, "results": rows}

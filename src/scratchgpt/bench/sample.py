@@ -8,8 +8,8 @@ figure is generation time inside the process (no interpreter start-up), median o
 ``--compile`` times ``sample --compile`` against the eager model in the same run, alternating
 (eager, compiled, eager, ...), and reports the one-time compile separately.
 
-``--json FILE`` also writes the figures and their settings; a run stopped by Ctrl-C writes
-the runs timed so far, marked ``"interrupted": true``.
+``--json`` prints the figures and their settings as one JSON object (``--json FILE`` writes
+it); a run stopped by Ctrl-C gives the runs timed so far, marked ``"interrupted": true``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import statistics
 import time
 from typing import Any
 
-from scratchgpt.bench import bench_threads
-from scratchgpt.commands.argtypes import new_tokens, positive_int, results_file, write_results
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads
+from scratchgpt.commands.argtypes import new_tokens, positive_int
 from scratchgpt.training.config import PRESETS
 
 DEFAULT_PRESET = "cpu-small"
@@ -47,24 +47,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=bench_threads, default=0,
                    help="CPU threads (0 = as sample chooses: 1 for a small model, else "
                         "torch's default)")
-    p.add_argument("--json", metavar="FILE",
-                   help="also write the figures as JSON (checked before the benchmark runs; "
-                        "a run stopped by Ctrl-C writes the runs timed, marked interrupted)")
-    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
+    add_json_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.checkpoint and args.preset is not None:  # it would be dropped for the checkpoint's
+        from scratchgpt.errors import ConfigError  # shape
+
+        raise ConfigError("--preset shapes a random model; --checkpoint gives the model")
+    out = JsonOutput(args)
+    with out.printing():
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: JsonOutput) -> int:
     import torch
 
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.models.fast_decode import decode_threads, prepare_for_decode
     from scratchgpt.models.native import describe
 
-    if args.checkpoint and args.preset is not None:  # it would be dropped for the checkpoint's
-        from scratchgpt.errors import ConfigError  # shape
-
-        raise ConfigError("--preset shapes a random model; --checkpoint gives the model")
-    json_file = results_file(args.json, args.overwrite)
     model, what = _model(args)
     _check_prompt_fits(model, args.prompt_len)
     n_params = model.num_params()
@@ -86,15 +88,11 @@ def run(args: argparse.Namespace) -> int:
         report["compile_s"] = time.perf_counter() - t
     cfg = SamplingConfig(args.temperature, None, args.top_p)
     times: dict[str, list[float]] = {name: [] for name in variants}
-    try:
+    with out.kept_on_interrupt(lambda: _figures(report, times) if times["eager"] else None):
         _time_variants(variants, cfg, args, times)
-    except KeyboardInterrupt:  # (SIGTERM too) the runs timed are kept, marked as cut short
-        if times["eager"]:
-            write_results(json_file, _figures(report, times, interrupted=True))
-        raise
-    figures = _figures(report, times, interrupted=False)
+    figures = _figures(report, times)
     _print_report(figures, args.compile)
-    write_results(json_file, figures)
+    out.emit(figures)
     return 0
 
 
@@ -136,11 +134,10 @@ def _time_variants(variants: dict[str, Any], cfg: Any, args: argparse.Namespace,
             assert out.shape[1] == args.prompt_len + args.tokens
 
 
-def _figures(report: dict[str, Any], times: dict[str, list[float]],
-             interrupted: bool) -> dict[str, Any]:
-    """The --json figures: the settings, each variant's timed runs (their count, median, min
-    and max seconds, tokens/s of the median), and whether Ctrl-C (or SIGTERM) stopped the run
-    before every repeat was timed."""
+def _figures(report: dict[str, Any], times: dict[str, list[float]]) -> dict[str, Any]:
+    """The --json figures: the settings and each variant's timed runs (their count, median,
+    min and max seconds, tokens/s of the median), fewer than --repeats where Ctrl-C (or
+    SIGTERM) stopped the run."""
     results = []
     for name, ts in times.items():
         if ts:
@@ -148,7 +145,7 @@ def _figures(report: dict[str, Any], times: dict[str, list[float]],
             results.append({"variant": name, "runs": len(ts), "median_s": med,
                             "min_s": min(ts), "max_s": max(ts),
                             "tokens_per_s": report["tokens"] / med})
-    figures = {**report, "interrupted": interrupted, "results": results}
+    figures = {**report, "results": results}
     if len(results) == 2:  # eager and compiled
         figures["compiled_speedup"] = results[0]["median_s"] / results[1]["median_s"]
     return figures

@@ -14,14 +14,8 @@ import argparse
 import platform
 import time
 
-from scratchgpt.bench import bench_threads, refuse_repeats
-from scratchgpt.commands.argtypes import (
-    duration,
-    positive_int,
-    results_file,
-    seed_int,
-    write_results,
-)
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
+from scratchgpt.commands.argtypes import duration, positive_int, seed_int
 from scratchgpt.data.translation import TASKS
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
@@ -49,20 +43,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pairs per training step (64)")
     p.add_argument("--learning-rate", "--lr", type=float, default=2e-3,
                    help="Adam learning rate of every model (2e-3)")
-    p.add_argument("--json", metavar="FILE",
-                   help="also write the figures as JSON (checked before the benchmark runs)")
-    p.add_argument("--overwrite", action="store_true", help="replace --json FILE if it exists")
+    add_json_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_repeats("--archs", args.archs)
+    out = JsonOutput(args)
+    with out.printing():
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: JsonOutput) -> int:
     import torch
 
     from scratchgpt.data.translation import DataSpec
     from scratchgpt.training import seq2seq
 
-    refuse_repeats("--archs", args.archs)
-    json_file = results_file(args.json, args.overwrite)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     cfg = seq2seq.train_config({"batch_size": args.batch_size, "seed": args.seed,
@@ -76,13 +73,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {machine}, "
           f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
           f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
-    rows = [_run_arch(arch, task.fresh(), cfg, not args.no_progress) for arch in args.archs]
+    rows: list[dict] = []
+
+    def figures() -> dict:
+        return {"budget_s": cfg.time_budget_s, "threads": torch.get_num_threads(),
+                "results": rows}
+
+    with out.kept_on_interrupt(lambda: figures() if rows else None):
+        for arch in args.archs:  # a model cut short has no row: its figures are not its own
+            rows.append(_run_arch(arch, task.fresh(), cfg, not args.no_progress))
     print("\narch             params   steps  train s   exact match")
     for r in rows:
         print(f"{r['arch']:<15} {r['params']:>7,} {r['steps']:>7} {r['train_seconds']:>8.0f}"
               f"   {r['exact_match']:.2%}")
-    write_results(json_file, {"budget_s": cfg.time_budget_s,
-                              "threads": torch.get_num_threads(), "results": rows})
+    out.emit(figures())
     return 0
 
 

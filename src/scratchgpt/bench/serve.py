@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import random
 import re
@@ -38,7 +37,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from scratchgpt.bench import bench_threads
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads
 from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.validation import flag_of
 
@@ -72,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-only", action="store_true",
                    help="the same workload through the batching engine in this process, no "
                         "HTTP: what serving costs on top of the model")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
 
 
 # ---- the server under test
@@ -432,19 +431,20 @@ def check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    with tempfile.TemporaryDirectory() as tmp:
+    out = JsonOutput(args)
+    with out.printing(), tempfile.TemporaryDirectory() as tmp:
         if args.url:
             url = server_root(args.url)
             check_reachable(url)
-            return report(args, url, lambda: 0)
+            return report(args, out, url, lambda: 0)
         checkpoint = args.checkpoint
         if checkpoint is None:
             checkpoint = str(Path(tmp) / "run")
             write_random_run(args.shape, Path(checkpoint))
         if args.engine_only:
-            return report_engine(args, checkpoint)
+            return report_engine(args, out, checkpoint)
         with ServerProcess(checkpoint, args) as server:
-            return report(args, server.url, server.rss_bytes)
+            return report(args, out, server.url, server.rss_bytes)
 
 
 def server_root(url: str) -> str:
@@ -483,17 +483,15 @@ def check_reachable(url: str) -> None:
                               "http://127.0.0.1:PORT")
 
 
-def report_engine(args: argparse.Namespace, checkpoint: str) -> int:
+def report_engine(args: argparse.Namespace, out: JsonOutput, checkpoint: str) -> int:
     what = args.checkpoint or f"{args.shape} shape, random weights"
     result = {"model": what, "dtype": args.dtype, **engine_throughput(checkpoint, args)}
-    if args.json:
-        print(json.dumps(result))
-        return 0
     print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
           f"prompt + {args.max_tokens} new tokens, greedy, the engine alone (no HTTP)")
     print(f"1 row at a time: {result['engine_one_at_a_time_tokens_per_s']:.1f} tok/s; up to "
           f"{args.clients} rows: {result['engine_concurrent_tokens_per_s']:.1f} tok/s; "
           f"{result['engine_speedup']:.2f}x")
+    out.emit(result)
     return 0
 
 
@@ -503,7 +501,7 @@ def served_model(url: str) -> tuple[str, str]:
     return f"{card['id']} (served at {url})", str(card.get("dtype", "?"))
 
 
-def report(args: argparse.Namespace, url: str, rss: Any) -> int:
+def report(args: argparse.Namespace, out: JsonOutput, url: str, rss: Any) -> int:
     what, dtype = (served_model(url) if args.url else
                    (args.checkpoint or f"{args.shape} shape, random weights", args.dtype))
     result: dict[str, Any] = {"model": what, "dtype": dtype}
@@ -511,13 +509,12 @@ def report(args: argparse.Namespace, url: str, rss: Any) -> int:
         result["soak"] = run_soak(url, args, rss)
     else:
         result.update(throughput(url, args))
-    if args.json:
-        print(json.dumps(result))
-    elif args.soak:
+    if args.soak:
         print(f"model: {what}, {dtype}")
         print_soak(result["soak"])
     else:
         print(f"model: {what}, {dtype}; {args.requests} requests of {args.prompt_tokens} "
               f"prompt + {args.max_tokens} new tokens, greedy, streamed")
         print_throughput(result)
+    out.emit(result)
     return 0 if not args.soak or result["soak"]["passed"] else 1

@@ -32,7 +32,6 @@ Reported per K:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -40,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scratchgpt.bench import bench_threads, refuse_repeats
+from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, positive_int, seed_int
 from scratchgpt.errors import naming
 from scratchgpt.validation import flag_of
@@ -100,7 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "can be (a small fp32 GPT; the target's baseline too, when it can)")
     p.add_argument("--threads", type=bench_threads, default=None,
                    help="torch threads (default: torch's choice); both methods use the same")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
 
 
 def target_nll(model, prompt, tokens: list[int]) -> float:
@@ -396,6 +395,7 @@ def run(args: argparse.Namespace) -> int:
 
     ks = parse_ks(args.k)
     check_sources(args)
+    out = JsonOutput(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     setup = random_setup(args) if args.random_target else checkpoint_setup(args)
@@ -413,10 +413,9 @@ def run(args: argparse.Namespace) -> int:
               "compiled": [name for name, m in (("target", setup.target),
                                                 ("draft", setup.draft)) if _compiled(m)],
               "results": rows}
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    print_report(report)
+    with out.printing():
+        print_report(report)
+    out.emit(report)
     return 0
 
 

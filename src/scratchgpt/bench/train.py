@@ -24,7 +24,6 @@ others wait (Python, dispatch, operators too small to split, each call's own set
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.bench import JsonOutput, add_json_argument
 from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
 from scratchgpt.commands.argtypes import positive_int
 
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="then profile each variant's step, the variants again taking "
                         "turns, and show where its time goes: products, attention, casts, "
                         "activation, ... (torch.profiler; each kind's median over the turns)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(p)
 
 
 def matmul_peak(dtype_name: str, n: int = 2048, reps: int = 8) -> float:
@@ -405,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
     check_range("--steps", args.steps, 1)
     args.rounds = turns(args.rounds, args.steps)
     check_range("--warmup", args.warmup, 0)
+    out = JsonOutput(args)
     # each variant's model and optimizer live while it is timed (AdamW's state, Muon's less)
     memory.check_fits(memory.training_estimate(gpt_config(args), args.batch_size),
                       "this training step")
@@ -421,10 +422,9 @@ def run(args: argparse.Namespace) -> int:
               "attention": attention_kernel.describe(),
               "block_products": tile_matmul.describe(), "results": results,
               "serial": serial_parts(ours, threads)}
-    if args.json:
-        print(json.dumps(report))
-    else:
+    with out.printing():
         _print_report(args, report, peaks)
+    out.emit(report)
     return 0
 
 

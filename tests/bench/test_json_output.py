@@ -1,0 +1,111 @@
+"""Every benchmark's ``--json [FILE]``: without FILE one JSON object on stdout (what the
+benchmark prints otherwise going to stderr), with FILE the same object written there; and a
+run stopped by Ctrl-C gives what it measured, marked interrupted, exit 130."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from scratchgpt.cli import main
+from scratchgpt.commands.bench import BENCHMARKS
+from tests.bench.test_bench_flags import RANDOM_PAIR, RECURRENT, SAMPLE
+from tests.bench.test_decode_step_bench import SHAPE as DECODE_SHAPE
+from tests.bench.test_generate_bench import SHAPE as GENERATE_SHAPE
+from tests.bench.test_train_bench import SHAPE as TRAIN_SHAPE
+from tests.requires import optional
+
+SMALLEST = {
+    "train": ["bench", "train", *TRAIN_SHAPE, "--variants", "fp32", "--attn-dropout", "0"],
+    "sample": [*SAMPLE, "--repeats", "1"],
+    "recurrent": RECURRENT,
+    "generate": ["bench", "generate", *GENERATE_SHAPE, "--dtypes", "fp32"],
+    "decode-step": ["bench", "decode-step", *DECODE_SHAPE, "--tokens", "1", "--variants",
+                    "plain"],
+    "speculative": RANDOM_PAIR,
+    "seq2seq": ["bench", "seq2seq", "--budget", "1s", "--archs", "lstm", "--n-train", "50",
+                "--n-test", "5", "--no-progress"],
+    "serve": ["bench", "serve", "--engine-only", "--clients", "1", "--requests", "1",
+              "--prompt-tokens", "2", "--max-tokens", "2", "--threads", "1"],
+}
+
+
+def shape_of(value: Any) -> Any:
+    """``value`` with every number replaced by its kind: two runs of a benchmark measure other
+    times, but name the same settings, rows and keys."""
+    if isinstance(value, dict):
+        return {k: shape_of(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape_of(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "number"
+    return value
+
+
+def test_every_benchmark_with_json_is_in_the_table():
+    assert set(SMALLEST) | {"finetune", "tokenize"} == set(BENCHMARKS)
+
+
+@pytest.mark.parametrize("name", sorted(SMALLEST))
+def test_json_on_stdout_and_in_a_file_is_the_same_object(name, tmp_path, capsys):
+    """bench train, generate, decode-step, speculative and serve took --json as a switch
+    (stdout), recurrent, sample, seq2seq and finetune as --json FILE: a user could not guess
+    which. Both forms work for every benchmark, and give the same object."""
+    if name == "serve":
+        optional("httpx")
+    assert main([*SMALLEST[name], "--json"]) == 0
+    printed = capsys.readouterr()
+    on_stdout = json.loads(printed.out)  # the object alone: the table went to stderr
+    assert on_stdout["interrupted"] is False
+    assert printed.err.strip()
+    file = tmp_path / "figures.json"
+    assert main([*SMALLEST[name], "--json", str(file)]) == 0
+    table = capsys.readouterr().out
+    in_file = json.loads(file.read_text())
+    assert shape_of(in_file) == shape_of(on_stdout)
+    assert table.strip() and not table.lstrip().startswith("{")  # the table, as without --json
+
+
+@pytest.mark.parametrize("name", ["train", "generate", "decode-step", "speculative"])
+def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, capsys,
+                                                             monkeypatch):
+    """The benchmarks that printed JSON take a FILE as those that wrote one do: one holding
+    earlier results is kept without --overwrite, refused before the benchmark runs."""
+    import importlib
+
+    module = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
+    earlier = tmp_path / "figures.json"
+    earlier.write_text("earlier results")
+    from tests.cli_errors import error_of
+
+    for spy in ("matmul_peak", "read_bandwidth", "build", "random_setup"):
+        if hasattr(module, spy):
+            monkeypatch.setattr(module, spy, lambda *a, **k: pytest.fail("the benchmark ran"))
+    assert "pass --overwrite" in error_of(capsys, [*SMALLEST[name], "--json", str(earlier)])
+    assert earlier.read_text() == "earlier results"
+
+
+def test_bench_finetune_json_on_stdout_and_in_a_file_is_the_same_object(tmp_path, capsys,
+                                                                       monkeypatch):
+    """bench finetune took --json FILE alone. Its suites train for minutes on corpora; here
+    the suite is one that reports at once, what bench finetune does with its figures is
+    what is tested."""
+    from scratchgpt.bench import finetune
+
+    def suite(args, out):
+        print("a row of the table")
+        return {"suite": "sms", "rows": [{"mode": "full fine-tuning", "accuracy": 0.5}]}
+
+    monkeypatch.setattr(finetune, "sms_suite", suite)
+    argv = ["bench", "finetune", "--suite", "sms", "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--json"]) == 0
+    printed = capsys.readouterr()
+    on_stdout = json.loads(printed.out)
+    assert "a row of the table" in printed.err
+    file = tmp_path / "figures.json"
+    assert main([*argv, "--overwrite", "--json", str(file)]) == 0
+    assert "a row of the table" in capsys.readouterr().out
+    assert shape_of(json.loads(file.read_text())) == shape_of(on_stdout)
+    assert on_stdout["rows"] == [{"mode": "full fine-tuning", "accuracy": 0.5}]
