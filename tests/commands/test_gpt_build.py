@@ -599,6 +599,63 @@ def test_a_report_of_stages_of_two_datasets_is_refused_naming_both(quick_build, 
                  "1"]) == 0
 
 
+def test_a_dataset_prepared_again_from_another_text_counts_as_another(
+        english_text, tmp_path, capsys, monkeypatch):
+    """A dataset directory prepared again in place from another text was told apart by its
+    path alone, so stages of the two texts made one report. The text each stage records
+    (source sha256, tokenizer) is compared too: a build is refused as for another dataset,
+    saying the text changed, and a build with --overwrite cut short reports its new stages
+    alone."""
+    from scratchgpt.data.prepare import prepare_text
+
+    data = tmp_path / "data"
+    prepare_text(english_text[:30_000], data, "char", source="test")
+    out = tmp_path / "gb"
+    args = ["experiment", "gpt-build", "--quick", "--out", str(out), "--no-progress",
+            "--dataset", str(data)]
+    assert main([*args, "--stages", "1", "2", "3"]) == 0
+    report = (out / "gpt_build.csv").read_text()
+    prepare_text(english_text[:30_000].upper(), data, "char", source="test", overwrite=True)
+    capsys.readouterr()
+    said = error_of(capsys, [*args, "--stages", "4"])
+    assert f"{out} holds 1-bigram, 2-one-head, 3-multi-head trained on {data.resolve()} " \
+        "before it was prepared again from another text, not on its text now (--dataset): " \
+        "one report would compare the stages of two datasets; pass --out another directory, " \
+        "or --stages 1 2 3 4 --overwrite to train them again on it" in said, said
+    assert (out / "gpt_build.csv").read_text() == report
+    assert not (out / "4-feed-forward").exists()
+    interrupt_stage_two(monkeypatch)
+    assert main([*args, "--stages", "1", "2", "3", "--overwrite"]) == 130
+    monkeypatch.undo()
+    assert "the report leaves out 3-multi-head" in capsys.readouterr().out
+    with open(out / "gpt_build.csv") as f:
+        assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram"]
+
+
+def test_a_report_of_one_directory_holding_two_texts_is_refused(quick_build, tmp_path,
+                                                                 capsys):
+    """Stages of one dataset directory, prepared again from another text between them (an
+    --out written before a build refused it), made one report: --report now refuses them as
+    stages of two datasets, saying so, where both record their text."""
+    import shutil
+
+    out = tmp_path / "gb"
+    for stage in ("1-bigram", "2-one-head", "3-multi-head"):
+        shutil.copytree(quick_build / stage, out / stage)
+    for stage, text in (("2-one-head", {"source_sha256": "0" * 64}), ("3-multi-head", None)):
+        config = json.loads((out / stage / "config.json").read_text())
+        config["experiment"]["text"] = text  # 3: trained before stages recorded their text
+        (out / stage / "config.json").write_text(json.dumps(config))
+    said = error_of(capsys, ["experiment", "gpt-build", "--out", str(out), "--report"])
+    ours = gpt_build.dataset_of(quick_build / "1-bigram")
+    assert f"holds stages trained on different datasets: 1-bigram, 3-multi-head on {ours}, " \
+        f"2-one-head on {ours} as prepared again from another text; a report compares the " \
+        "stages of one: pass --stages" in said, said
+    assert not (out / "gpt_build.csv").exists()
+    assert main(["experiment", "gpt-build", "--out", str(out), "--report", "--stages", "1",
+                 "3"]) == 0
+
+
 @pytest.mark.parametrize("tokenizer, unit, heading", [
     ("char", "char", "lecture"), ("bpe", "token", "lecture (Tiny Shakespeare)")])
 def test_the_report_is_written_again_without_the_dataset(english_text, tmp_path, capsys,

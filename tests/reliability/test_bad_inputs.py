@@ -62,6 +62,11 @@ def ctx(tmp_path_factory, tiny_data) -> dict[str, Path]:
     c["gb"] = root / "gb"  # a gpt-build's first stage, on the tiny data
     assert main(["experiment", "gpt-build", "--quick", "--stages", "1", "--dataset",
                  str(tiny_data), "--out", str(c["gb"]), "--no-progress", "--threads", "1"]) == 0
+    c["gb_retexted"] = root / "gb-retexted"  # its stage, as if the data was prepared again
+    shutil.copytree(c["gb"], c["gb_retexted"])  # since from another text
+    config = json.loads((c["gb_retexted"] / "1-bigram" / "config.json").read_text())
+    config["experiment"]["text"]["source_sha256"] = "0" * 64
+    (c["gb_retexted"] / "1-bigram" / "config.json").write_text(json.dumps(config))
     c["foreign"] = _ckpt_copy(c["run"], root / "foreign", lambda ckpt: None)
     shutil.copy(c["lstm"] / "last.pt", c["foreign"] / "last.pt")
     c["no_ckpt"] = root / "no-ckpt"  # what a run killed while writing its first checkpoint left
@@ -650,6 +655,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["experiment", "gpt-build", "--quick", "--stages", "2", "--dataset",
                 c["other_data"], "--out", c["gb"]], "one report would compare the stages of "
                                                     "two datasets"),
+    # told apart by its path alone, the dataset prepared again made one report of two texts
+    ("experiment gpt-build --dataset prepared again from another text since its stages",
+     lambda c: ["experiment", "gpt-build", "--quick", "--stages", "2", "--dataset", c["data"],
+                "--out", c["gb_retexted"]], "before it was prepared again from another text"),
     # Hugging Face imports
     ("convert --from hf claiming 1e5 layers",
      lambda c: ["convert", "--from", "hf", c["hf_deep"], "--out", c["root"] / "out" / "hf1"],

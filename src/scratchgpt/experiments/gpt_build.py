@@ -299,30 +299,58 @@ def refuse_other_datasets(out: Path, data: TokenDataset, chosen: list[Stage],
                           overwrite: bool) -> None:
     """The stage runs that ``out`` keeps (all but the chosen ones ``overwrite`` replaces)
     were trained on ``data``, or ``out`` would hold stages of two datasets, which its report
-    compared as one build. One trained on another dataset is refused, naming both."""
+    compared as one build. One trained on another dataset is refused, naming both; so is one
+    trained on ``data``'s directory before it was prepared again from another text
+    (:func:`text_changed`)."""
     replaced = {s.name for s in chosen} if overwrite else set()
     mine = str(data.directory.resolve())
     other = {name: found for name in STAGE_NAMES if name not in replaced
-             and (found := dataset_of(out / name)) not in (None, mine)}
+             and (found := trained_on(out / name, data)) not in (None, mine)}
     if not other:
         return
     theirs = next(iter(other.values()))
     again = [n for n in STAGE_NAMES if n in other or n in {s.name for s in chosen}]
     stages_flag = "" if len(again) == len(STAGE_NAMES) else \
         f"--stages {' '.join(n.split('-')[0] for n in again)} "
+    what = (f"{mine} before it was prepared again from another text, not on its text now"
+            if theirs == CHANGED else f"{theirs}, not on {mine}")
     raise ConfigError(f"{out} holds {', '.join(n for n in other if other[n] == theirs)} "
-                      f"trained on {theirs}, not on {mine} (--dataset): one report would "
-                      "compare the stages of two datasets; pass --out another directory, or "
+                      f"trained on {what} (--dataset): one report would compare the stages of "
+                      "two datasets; pass --out another directory, or "
                       f"{stages_flag}--overwrite to train them again on it")
+
+
+CHANGED = "(its text changed)"  # what :func:`trained_on` says of a dataset prepared again
+
+
+def trained_on(run_dir: Path, data: TokenDataset) -> str | None:
+    """The dataset the run in ``run_dir`` was trained on, as :func:`dataset_of` names it, or
+    :data:`CHANGED` where that is ``data``'s directory but not its text now; None where
+    ``run_dir`` records no dataset (no run there)."""
+    found = dataset_of(run_dir)
+    if found == str(data.directory.resolve()) and text_changed(run_dir, text_of(data)):
+        return CHANGED
+    return found
+
+
+def text_changed(run_dir: Path, text: Mapping[str, Any]) -> bool:
+    """The run in ``run_dir`` records a text (tokenizer, source sha256: :func:`text_of`)
+    other than ``text``: its dataset directory was prepared again in place from another text
+    (or tokenizer) since. Only what both record is compared; a run trained before stages
+    recorded their text has not changed."""
+    recorded = text_recorded(run_dir) or {}
+    return any(recorded.get(key) is not None and text.get(key) is not None
+               and recorded.get(key) != text.get(key) for key in ("tokenizer", "source_sha256"))
 
 
 def on_dataset(results: Sequence[StageResult], data: TokenDataset
                ) -> tuple[list[StageResult], list[StageResult]]:
     """``results`` split into those trained on ``data`` and the others (a build with
-    ``overwrite`` cut short keeps stages of the dataset it replaces)."""
+    ``overwrite`` cut short keeps stages of the dataset it replaces, or of ``data``'s
+    directory before it was prepared again from another text)."""
     mine = str(data.directory.resolve())
-    return ([r for r in results if dataset_of(r.run_dir) == mine],
-            [r for r in results if dataset_of(r.run_dir) != mine])
+    return ([r for r in results if trained_on(r.run_dir, data) == mine],
+            [r for r in results if trained_on(r.run_dir, data) != mine])
 
 
 def refuse_held_runs(out: Path, chosen: list[Stage]) -> None:
@@ -476,27 +504,43 @@ def recorded_dataset(results: Sequence[StageResult]) -> str | None:
 def recorded_text(results: Sequence[StageResult]) -> dict[str, Any] | None:
     """What the stages' runs record of their text (:func:`text_of`), or None where none does
     (a stage trained before they recorded it)."""
-    for r in results:
-        experiment = RunDir(r.run_dir).recorded_config().get("experiment")
-        text = experiment.get("text") if isinstance(experiment, dict) else None
-        if isinstance(text, dict):
-            return text
-    return None
+    return next(filter(None, (text_recorded(r.run_dir) for r in results)), None)
+
+
+def text_recorded(run_dir: Path) -> dict[str, Any] | None:
+    """What the stage run in ``run_dir`` records of its text (:func:`text_of`), or None where
+    it records none."""
+    experiment = RunDir(run_dir).recorded_config().get("experiment")
+    text = experiment.get("text") if isinstance(experiment, dict) else None
+    return text if isinstance(text, dict) else None
 
 
 def of_one_dataset(results: Sequence[StageResult]) -> list[StageResult]:
     """``results``, all trained on one dataset; stages of several are refused, naming two of
-    them and their stages (an ``--out`` written before a build refused a second dataset)."""
-    groups: dict[str | None, list[str]] = {}
+    them and their stages (an ``--out`` written before a build refused a second dataset, or
+    the same dataset directory prepared again from another text: :func:`text_changed`)."""
+    groups: list[list[StageResult]] = []
     for r in results:
-        groups.setdefault(dataset_of(r.run_dir), []).append(r.stage.name)
+        group = next((g for g in groups if not _apart(g[0].run_dir, r.run_dir)), None)
+        if group is None:
+            groups.append([r])
+        else:
+            group.append(r)
     if len(groups) > 1:
-        (a, first), (b, second) = list(groups.items())[:2]
+        first, second = groups[:2]
+        a, b = dataset_of(first[0].run_dir), dataset_of(second[0].run_dir)
+        again = " as prepared again from another text" if a == b else ""
         raise ConfigError(f"{results[0].run_dir.parent} holds stages trained on different "
-                          f"datasets: {', '.join(first)} on {a}, {', '.join(second)} on {b}; "
-                          "a report compares the stages of one: pass --stages with one "
-                          "dataset's")
+                          f"datasets: {', '.join(r.stage.name for r in first)} on {a}, "
+                          f"{', '.join(r.stage.name for r in second)} on {b}{again}; a report "
+                          "compares the stages of one: pass --stages with one dataset's")
     return list(results)
+
+
+def _apart(run: Path, other: Path) -> bool:
+    """The stage runs ``run`` and ``other`` were trained on different datasets: two
+    directories, or one holding another text each time (where both record it)."""
+    return dataset_of(run) != dataset_of(other) or text_changed(run, text_recorded(other) or {})
 
 
 def by_time(results: Sequence[StageResult]) -> bool:
