@@ -142,6 +142,39 @@ def test_a_split_shorter_than_trains_default_window_is_noted_with_the_largest_th
     assert "block-size" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("tokenizer,text,vocabulary_of_one", [
+    ("char", "a" * 600, True), ("char-prose", "b" * 600, True),
+    ("gpt2", "ab" * 600, False)])  # (GPT-2 writes "abab" as one token)
+def test_a_training_split_of_one_token_repeated_is_noted(tmp_path, capsys, tokenizer, text,
+                                                         vocabulary_of_one):
+    """A text of one character was prepared in silence, and a model trained on it learned
+    nothing (its loss 0 at once): a note says the vocabulary has one token, or, of a
+    tokenizer with more, that the training split is one token repeated. A text of two
+    tokens in the training split is prepared without it."""
+    from scratchgpt.cli import main
+
+    (tmp_path / "t.txt").write_text(text)
+    assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--out", str(tmp_path / "d"),
+                 "--tokenizer", tokenizer, "--no-progress"]) == 0
+    data = TokenDataset(tmp_path / "d")
+    ids = set(data.splits["train"].tolist())
+    assert len(ids) == 1
+    (token,) = ids
+    spelt = data.tokenizer().decode([token])
+    notes = [line for line in capsys.readouterr().out.splitlines() if "one token" in line]
+    what = (f"the vocabulary has one token, {spelt!r} (the training split is that character "
+            "repeated)" if vocabulary_of_one else f"the training split is one token repeated, "
+            f"{spelt!r} (id {token:,} of {data.vocab_size:,})")
+    more = "one character" if vocabulary_of_one else "that token"
+    assert notes == [f"note: {what}: a model trained on it learns nothing but that token (its "
+                     f"loss falls to 0); prepare a text of more than {more}"]
+    assert (data.vocab_size == 1) == vocabulary_of_one
+    (tmp_path / "u.txt").write_text(text[:-1] + "c" + text[-1:] * 200)
+    assert main(["prepare", "--data", str(tmp_path / "u.txt"), "--out", str(tmp_path / "e"),
+                 "--tokenizer", tokenizer, "--no-progress"]) == 0
+    assert "one token" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("fraction,empty", [(0.9999999, "training"), (1e-17, "validation")])
 def test_a_fraction_that_empties_a_split_names_that_split(tmp_path, english_text, fraction,
                                                           empty):

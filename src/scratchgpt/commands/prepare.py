@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
           f"({meta['tokenizer']}, {meta['dtype']}) in {args.out}")
     report_unknown(meta, vocabulary)
     report_short_splits(meta)
+    report_one_token(args.out, meta)
     if args.tokenizer == "bpe":
         report_short_vocabulary(meta["vocab_size"], args.vocab_size)
     return 0
@@ -199,6 +200,27 @@ def report_short_splits(meta: dict) -> None:
           f"({other}: {sizes[other]:,}), too few for one context window of train's default "
           f"--block-size {window} and the token after it; train with --block-size "
           f"{sizes[short] - 1} or less, or prepare more text")
+
+
+def report_one_token(out: str, meta: dict) -> None:
+    """A note when the training split is one token repeated (data.prepare.repeated_token):
+    a text of one character was prepared in silence, and a model trained on it learned
+    nothing, its loss 0 at once. Where the vocabulary is that token alone (a character
+    tokenizer's), the note says so."""
+    from scratchgpt.data.prepare import repeated_token
+    from scratchgpt.tokenizers import load_tokenizer
+
+    token = repeated_token(out, meta)
+    if token is None:
+        return
+    spelt = load_tokenizer(out).decode([token])
+    one = meta["vocab_size"] == 1
+    what = (f"the vocabulary has one token, {spelt!r} (the training split is that character "
+            "repeated)" if one else
+            f"the training split is one token repeated, {spelt!r} (id {token:,} of "
+            f"{meta['vocab_size']:,})")
+    print(f"note: {what}: a model trained on it learns nothing but that token (its loss falls "
+          f"to 0); prepare a text of more than {'one character' if one else 'that token'}")
 
 
 def report_unknown(meta: dict, vocabulary: str) -> None:

@@ -289,6 +289,22 @@ def _check_encoded(tok: Tokenizer, counts: dict[str, int], source: str) -> None:
                             "fraction (nothing was written)")
 
 
+def repeated_token(directory: str | Path, meta: Mapping[str, Any]) -> int | None:
+    """The token id that the training split of the dataset in ``directory`` (``meta``: its
+    ``meta.json``) holds alone, repeated, or None where it holds more than one. A model trained
+    on one token repeated has nothing to learn: its loss falls to 0 at once. A character text
+    of one character does so, and a BPE's of a run of one (GPT-2 writes "aaaa...", and
+    "abab...", as one token). Read a piece at a time, the first piece of another token ends
+    it."""
+    from scratchgpt.data.dataset import CHUNK
+
+    ids = np.memmap(Path(directory) / "train.bin", dtype=np.dtype(meta["dtype"]), mode="r")
+    first = int(ids[0])
+    if any((ids[i:i + CHUNK] != first).any() for i in range(0, len(ids), CHUNK)):
+        return None
+    return first
+
+
 DATASET_FILES = ("train.bin", "val.bin", META_FILE)
 OWN_FILES = (*DATASET_FILES, TOKENIZER_FILE, MERGES_FILE)  # all that prepare writes
 
