@@ -42,8 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "convert", help="convert between Hugging Face GPT-2 directories and our checkpoints; "
                         "export GGUF for llama.cpp",
         description="--from hf DIR: a Hugging Face GPT-2 directory (config.json + "
-                    "model.safetensors, its shards or pytorch_model.bin) becomes a run directory "
-                    "with best.pt "
+                    "model.safetensors or pytorch_model.bin, either whole or in shards) becomes a "
+                    "run directory with best.pt "
                     "(and the tokenizer, when DIR has one; without one a note says that the run "
                     "holds weights only, which sample cannot prompt). DIR may also be a hub model "
                     "id (gpt2, gpt2-medium, gpt2-large, gpt2-xl, owner/name): it is downloaded "
