@@ -109,3 +109,108 @@ def test_bench_finetune_json_on_stdout_and_in_a_file_is_the_same_object(tmp_path
     assert "a row of the table" in capsys.readouterr().out
     assert shape_of(json.loads(file.read_text())) == shape_of(on_stdout)
     assert on_stdout["rows"] == [{"mode": "full fine-tuning", "accuracy": 0.5}]
+
+
+def _stop_at(monkeypatch, owner: Any, name: str, call: int) -> None:
+    """Ctrl-C as ``owner.name`` is called the ``call``-th time (the calls before run)."""
+    real, calls = getattr(owner, name), {"n": 0}
+
+    def stopping(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, stopping)
+
+
+def _interrupted(capsys, argv: list[str], name: str) -> dict:
+    """The object ``argv --json`` printed, the run stopped by Ctrl-C (exit 130)."""
+    assert main([*argv, "--json"]) == 130
+    printed = capsys.readouterr()
+    assert printed.err.endswith(f"scratchgpt bench {name}: interrupted\n")
+    figures = json.loads(printed.out)
+    assert figures["interrupted"] is True
+    return figures
+
+
+def test_bench_generate_stopped_keeps_the_dtypes_measured(capsys, monkeypatch):
+    """bench generate --json printed nothing when Ctrl-C stopped it: the dtypes measured
+    were lost."""
+    from scratchgpt.bench import generate
+
+    _stop_at(monkeypatch, generate, "measure", 2)  # fp32 measured, then Ctrl-C in bf16's
+    figures = _interrupted(capsys, [*SMALLEST["generate"][:-1], "fp32,bf16"], "generate")
+    assert list(figures["variants"]) == ["fp32"]
+    assert figures["variants"]["fp32"]["ours"]["decode_tok_s_median"] > 0
+
+
+def test_bench_speculative_stopped_keeps_the_ks_measured(capsys, monkeypatch):
+    from scratchgpt.bench import speculative
+
+    _stop_at(monkeypatch, speculative.Runner, "measure", 2)
+    argv = [*RANDOM_PAIR[:RANDOM_PAIR.index("--k") + 1], "1,2", "--repeats", "1"]
+    figures = _interrupted(capsys, argv, "speculative")
+    assert [row["k"] for row in figures["results"]] == [1]
+
+
+def test_bench_decode_step_stopped_keeps_the_calls_timed(capsys, monkeypatch):
+    from scratchgpt.bench import decode_step
+
+    _stop_at(monkeypatch, decode_step, "replay", 2)  # one repeat replayed, then Ctrl-C
+    figures = _interrupted(capsys, SMALLEST["decode-step"], "decode-step")
+    [call] = figures["calls"]
+    assert (call["variant"], call["tokens"]) == ("plain", 1) and call["call_ms"] > 0
+    assert figures["context"] == 8
+
+
+def test_bench_train_stopped_keeps_the_turns_timed(capsys, monkeypatch):
+    """Ctrl-C in the second of bench train's three turns (one step each): the results are
+    the first turn's."""
+    from scratchgpt.bench import train
+
+    real = train.variant_step
+
+    def stopping_step(args, variant):
+        step, model = real(args, variant)
+        calls = {"n": 0}
+
+        def counted():
+            calls["n"] += 1
+            if calls["n"] == 3:  # the warm-up, the first turn's step, then Ctrl-C
+                raise KeyboardInterrupt
+            return step()
+
+        return counted, model
+
+    monkeypatch.setattr(train, "variant_step", stopping_step)
+    figures = _interrupted(capsys, SMALLEST["train"], "train")
+    [result] = figures["results"]
+    assert result["variant"] == "fp32" and result["ms_per_step"] > 0
+    assert "serial" not in figures  # a figure of every turn's steps
+
+
+def test_bench_seq2seq_stopped_keeps_the_models_scored(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the second model's training wrote no --json file: the first model's row,
+    printed, was lost to it."""
+    from scratchgpt.bench import seq2seq
+
+    _stop_at(monkeypatch, seq2seq, "_run_arch", 2)
+    out = tmp_path / "b.json"
+    argv = [*SMALLEST["seq2seq"][:5], "lstm", "transformer", *SMALLEST["seq2seq"][6:]]
+    assert main([*argv, "--json", str(out)]) == 130
+    assert capsys.readouterr().err.endswith("scratchgpt bench seq2seq: interrupted\n")
+    figures = json.loads(out.read_text())
+    assert figures["interrupted"] is True
+    assert [row["arch"] for row in figures["results"]] == ["lstm"]
+
+
+def test_bench_serve_stopped_keeps_the_phase_measured(capsys, monkeypatch):
+    optional("httpx")
+    optional("uvicorn")
+    from scratchgpt.serve import loadtest
+
+    _stop_at(monkeypatch, loadtest, "load", 3)  # the warm-up, one at a time, then Ctrl-C
+    argv = [a for a in SMALLEST["serve"] if a != "--engine-only"]
+    figures = _interrupted(capsys, argv, "serve")
+    assert figures["one_at_a_time"]["requests"] == 1 and "concurrent" not in figures

@@ -374,20 +374,33 @@ def run(args: argparse.Namespace) -> int:
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
     base, what = build(args)
     args.context = fit_context(args.context, max(token_counts), base.config.block_size)
-    with torch.inference_mode():
+    profiles: list[CallProfile] = []
+
+    def measured() -> dict[str, Any] | None:  # on Ctrl-C: the calls timed at least once
+        timed = [p for p in profiles if p.kernel_ns]  # (appended last of a repeat)
+        if not timed:
+            return None
+        ns = clock_overhead(clock)
+        return {**_settings(args, what), "calls": [p.summary(ns) for p in timed]}
+
+    with torch.inference_mode(), out.kept_on_interrupt(measured):
         models = {v: variant_model(base, v, args.dtype) for v in variants}
-        profiles = profile_calls(models, token_counts, args, clock)
+        profile_calls(models, token_counts, args, clock, profiles)
         overhead = clock_overhead(clock)
         sampling = time_calls(sampling_calls(base.config.vocab_size), 300, clock)
-    report = {"model": what, "top_ops": args.ops, "dtype": args.dtype, "threads": args.threads,
-              "clock": "thread CPU time" if args.threads == 1 else "wall time",
-              "context": args.context, "read_bandwidth_gb_s": read_bandwidth() / 1e9,
+    report = {**_settings(args, what), "read_bandwidth_gb_s": read_bandwidth() / 1e9,
               "calls": [p.summary(overhead) for p in profiles],
               "sampling_ms": {k: v / 1e6 for k, v in sampling.items()}}
     with out.printing():
         print(format_report(report))
     out.emit(report)
     return 0
+
+
+def _settings(args: argparse.Namespace, what: str) -> dict[str, Any]:
+    return {"model": what, "top_ops": args.ops, "dtype": args.dtype, "threads": args.threads,
+            "clock": "thread CPU time" if args.threads == 1 else "wall time",
+            "context": args.context}
 
 
 def fit_context(context: int | None, tokens: int, positions: int) -> int:
@@ -413,16 +426,18 @@ def fit_context(context: int | None, tokens: int, positions: int) -> int:
 
 
 def profile_calls(models: dict[str, Any], token_counts: list[int], args: argparse.Namespace,
-                  clock: Callable[[], int]) -> list[CallProfile]:
-    """Time every (variant, T) call as run, and its kernels replayed, all alternating."""
-    calls, profiles = {}, []
+                  clock: Callable[[], int], profiles: list[CallProfile]) -> None:
+    """Time every (variant, T) call as run, and its kernels replayed, all alternating, each
+    call's profile appended to ``profiles`` (its times too, as they are taken)."""
+    calls = {}
     for v, model in models.items():
         for t in token_counts:
             fn = forward_call(model, args.context, t)
             fn()  # warm-up: first calls allocate and pick kernels
             prof = CallProfile(v, t, kernels=record(fn, model_tensors(model)),
                                c_step_bytes=c_step_bytes(model, t))
-            calls[(v, t)], profiles = fn, profiles + [prof]
+            calls[(v, t)] = fn
+            profiles.append(prof)
     repeats = args.repeats or _repeats_for(calls, clock)
     for _ in range(repeats):
         for prof in profiles:
@@ -434,7 +449,6 @@ def profile_calls(models: dict[str, Any], token_counts: list[int], args: argpars
             fn.cache.rollback(args.context)  # type: ignore[attr-defined]
             prof.replay_ns.append(total)
             prof.kernel_ns.append(each)
-    return profiles
 
 
 def c_step_bytes(model: Any, tokens: int) -> int:

@@ -395,20 +395,21 @@ def run(args: argparse.Namespace) -> int:
     greedy: dict[str, list[int]] = {}
     models = {}
     n_ctx = args.prompt_len + args.new_tokens
-    for name in dtypes:
-        models[name] = ours_for(base, cfg, name, args.plain)
-        hf = None
-        if hf_base is not None and name != "int8":  # transformers has no int8 of this kind
-            hf = hf_base.to(torch.float32 if name == "fp32" else torch.bfloat16)  # in place
-        with (llama_cpp_model(base, GGUF_TYPE[name], n_ctx, torch.get_num_threads())
-              if args.llama_cpp else _nothing()) as (llm, llm_bytes):
-            v, greedy[name] = measure(models[name], hf, llm, prompt, args)
-        v["bytes_per_token"] = {"ours": step_bytes(models[name])}
-        if llm_bytes:
-            v["bytes_per_token"]["llama.cpp"] = llm_bytes
-            v["llama.cpp"]["gguf_type"] = GGUF_TYPE[name]
-        report["variants"][name] = v
-        bandwidth = max(bandwidth, read_bandwidth())  # best seen: load on a shared box varies
+    with out.kept_on_interrupt(lambda: report if report["variants"] else None):
+        for name in dtypes:  # on Ctrl-C, the dtypes measured are kept
+            models[name] = ours_for(base, cfg, name, args.plain)
+            hf = None
+            if hf_base is not None and name != "int8":  # transformers has no int8 of this kind
+                hf = hf_base.to(torch.float32 if name == "fp32" else torch.bfloat16)  # in place
+            with (llama_cpp_model(base, GGUF_TYPE[name], n_ctx, torch.get_num_threads())
+                  if args.llama_cpp else _nothing()) as (llm, llm_bytes):
+                v, greedy[name] = measure(models[name], hf, llm, prompt, args)
+            v["bytes_per_token"] = {"ours": step_bytes(models[name])}
+            if llm_bytes:
+                v["bytes_per_token"]["llama.cpp"] = llm_bytes
+                v["llama.cpp"]["gguf_type"] = GGUF_TYPE[name]
+            report["variants"][name] = v
+            bandwidth = max(bandwidth, read_bandwidth())  # best seen: load on a shared box varies
     report["read_bandwidth_gb_s"] = bandwidth / 1e9
     report["decode_step"] = {name: native.describe(m) for name, m in models.items()}
     add_ceilings(report, bandwidth)

@@ -236,12 +236,14 @@ def workload(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
              "temperature": 0} for prompt in random_prompts(card["vocab_size"], args)]
 
 
-def throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def throughput(url: str, args: argparse.Namespace,
+               out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both phases' figures, each put in ``out`` as it ends (what a Ctrl-C leaves)."""
     from scratchgpt.serve.loadtest import load
 
     bodies = workload(url, args)
     asyncio.run(load(url, bodies[:2], 1))  # warm up
-    out: dict[str, Any] = {}
+    out = {} if out is None else out
     if not args.no_sequential:
         out["one_at_a_time"] = answered(asyncio.run(load(url, bodies, 1,
                                                          time_limit_s=args.time_limit)))
@@ -505,10 +507,11 @@ def report(args: argparse.Namespace, out: JsonOutput, url: str, rss: Any) -> int
     what, dtype = (served_model(url) if args.url else
                    (args.checkpoint or f"{args.shape} shape, random weights", args.dtype))
     result: dict[str, Any] = {"model": what, "dtype": dtype}
-    if args.soak:
-        result["soak"] = run_soak(url, args, rss)
-    else:
-        result.update(throughput(url, args))
+    with out.kept_on_interrupt(lambda: result if "one_at_a_time" in result else None):
+        if args.soak:
+            result["soak"] = run_soak(url, args, rss)
+        else:
+            throughput(url, args, result)  # on Ctrl-C: the phase measured is kept
     if args.soak:
         print(f"model: {what}, {dtype}")
         print_soak(result["soak"])

@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
     runner = Runner(setup, args)
     runner.baseline(args.seed)  # warm-up: first calls allocate and pick kernels
     runner.speculative(args.seed, ks[0])
-    rows = [runner.measure(ki, k) for ki, k in enumerate(ks)]
+    rows: list[dict[str, Any]] = []
     report = {"threads": torch.get_num_threads(), "tokens": args.tokens,
               "repeats": args.repeats, "prompt_tokens": setup.prompt.size(1),
               "sampling": {"temperature": args.temperature, "top_k": args.top_k,
@@ -413,6 +413,9 @@ def run(args: argparse.Namespace) -> int:
               "compiled": [name for name, m in (("target", setup.target),
                                                 ("draft", setup.draft)) if _compiled(m)],
               "results": rows}
+    with out.kept_on_interrupt(lambda: report if rows else None):
+        for ki, k in enumerate(ks):  # on Ctrl-C, the rows of the K measured are kept
+            rows.append(runner.measure(ki, k))
     with out.printing():
         print_report(report)
     out.emit(report)

@@ -297,10 +297,13 @@ def turns(rounds: int | None, steps: int) -> int:
     return rounds
 
 
-def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
+def time_variants(args: argparse.Namespace, variants: list[str],
+                  so_far: list[dict] | None = None) -> list[dict]:
     """Each variant's result: its steps warmed up (a compiled one compiled) one variant after
     another, then timed taking turns, ``args.rounds`` turns of ``args.steps / args.rounds``
-    steps each."""
+    steps each. ``so_far`` holds the results of the turns done after each turn (what a
+    Ctrl-C leaves)."""
+    so_far = [] if so_far is None else so_far
     built = [variant_step(args, v) for v in variants]
     first_steps = []
     for step, _ in built:
@@ -317,9 +320,10 @@ def time_variants(args: argparse.Namespace, variants: list[str]) -> list[dict]:
                 t = time.perf_counter()
                 step()
                 own.append(time.perf_counter() - t)
-    results = [_result(args, v, model, statistics.median(own), first)
-               for v, (_, model), own, first in zip(variants, built, times, first_steps,
-                                                    strict=True)]
+        so_far[:] = [_result(args, v, model, statistics.median(own), first)
+                     for v, (_, model), own, first in zip(variants, built, times, first_steps,
+                                                          strict=True)]
+    results = list(so_far)
     if args.breakdown:  # the same steps, now profiled: where each one's time goes
         for result, parts in zip(results, _breakdowns([s for s, _ in built], args.steps, rounds),
                                  strict=True):
@@ -411,17 +415,19 @@ def run(args: argparse.Namespace) -> int:
                       "this training step")
     # Only the precisions being timed: a bf16 matmul is emulated (slow) on CPUs without bf16.
     peaks = {d: matmul_peak(d) for d in ("fp32", "bf16") if d in dtypes}
-    results = []
-    if args.nanogpt:
-        results.append(run_nanogpt(args))
-    ours = time_variants(args, variants)
-    results += ours
     threads = torch.get_num_threads()
     report = {"threads": threads, "matmul_peak_tflops":
               {k: round(v / 1e12, 3) for k, v in peaks.items()},
               "attention": attention_kernel.describe(),
-              "block_products": tile_matmul.describe(), "results": results,
-              "serial": serial_parts(ours, threads)}
+              "block_products": tile_matmul.describe()}
+    results: list[dict] = []
+    ours: list[dict] = []  # on Ctrl-C: the variants' results of the turns timed
+    with out.kept_on_interrupt(lambda: {**report, "results": results + ours}
+                               if results or ours else None):
+        if args.nanogpt:
+            results.append(run_nanogpt(args))
+        ours = time_variants(args, variants, ours)
+    report.update(results=results + ours, serial=serial_parts(ours, threads))
     with out.printing():
         _print_report(args, report, peaks)
     out.emit(report)
