@@ -106,3 +106,62 @@ def test_the_gpt_build_token_counts_are_steps_times_windows():
     assert lecture, "experiment_gpt_build.md no longer gives the lecture's tokens"
     batch, context, steps = (int(g.replace(",", "")) for g in lecture.groups()[:3])
     assert round(batch * context * steps / 1e6) == int(lecture[4])
+
+
+READ = re.compile(r"^\* Read:(.*?)(?=^\* Proof:)", re.M | re.S)
+NAME = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+def defines(source: str, name: str) -> bool:
+    """Whether ``source`` (Python or C) defines ``name``: a def or class, a module-level
+    assignment, or a C function; ``Class.method`` needs both."""
+    *owner, last = name.split(".")
+    if owner and not re.search(rf"^class {owner[-1]}\b", source, re.M):
+        return False
+    python = rf"^\s*(?:async\s+)?(?:def|class)\s+{last}\b|^{last}\s*(?::|=)"
+    c_function = rf"^[A-Za-z_][\w \*]*\b{last}\s*\("
+    return bool(re.search(f"{python}|{c_function}", source, re.M))
+
+
+def test_every_name_a_read_line_gives_is_defined_in_a_file_it_links():
+    """`Block.forward` in [models/gpt.py]: a name to read must be found where the line sends
+    the reader, so a renamed class or function cannot leave the guide pointing at nothing."""
+    guide = DOCS / "GUIDE.md"
+    blocks = READ.findall(guide.read_text())
+    named = [(name, block) for block in blocks for name in NAME.findall(block)]
+    assert len(named) >= 20, "the guide's Read lines no longer name what to read"
+    for name, block in named:
+        sources = [(guide.parent / target.split("#")[0]).resolve()
+                   for _, target in LINK.findall(block)]
+        code = [p.read_text() for p in sources if p.suffix in (".py", ".c", ".h")]
+        assert any(defines(source, name) for source in code), \
+            f"GUIDE.md: `{name}` is defined in none of {[p.name for p in sources]}"
+
+
+def test_every_python_script_the_guide_runs_exists():
+    scripts = re.findall(r"`python ([\w/.-]+\.py)\b", (DOCS / "GUIDE.md").read_text())
+    assert scripts, "the guide runs no Python script"
+    for script in scripts:
+        assert (ROOT / script).is_file(), f"GUIDE.md runs python {script}, which is not there"
+
+
+def test_the_feed_forward_command_is_the_experiments_stage_4():
+    """The guide's one-command feed-forward run trains what the gpt-build experiment's stage 4
+    trains (the model and every training setting but the evaluation's cadence), so a learner
+    who runs it alone sees the stage the experiment reports."""
+    from scratchgpt.experiments.gpt_build import BuildSetup, stages, train_command
+
+    text = (DOCS / "GUIDE.md").read_text()
+    given = [c for c in commands(text) if "--out runs/feed-forward" in c]
+    assert len(given) == 1, "the guide no longer gives the feed-forward run"
+    parser = build_parser()
+    guide = vars(parser.parse_args(shlex.split(given[0])[1:]))
+    guide["model"] = guide["model"] or "gpt"  # train's default model
+    setup = BuildSetup(time_budget=guide["time_budget"], max_iters=guide["max_iters"])
+    stage = next(s for s in stages(setup) if s.key == "feed-forward")
+    experiment = vars(parser.parse_args(train_command(stage, setup, "shakespeare",
+                                                      "runs/feed-forward")))
+    cadence = {"eval_interval", "eval_iters", "log_interval"}
+    differ = {k for k in guide.keys() | experiment.keys()
+              if k not in cadence and guide.get(k) != experiment.get(k)}
+    assert not differ, {k: (guide.get(k), experiment.get(k)) for k in differ}
