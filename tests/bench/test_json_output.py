@@ -5,6 +5,7 @@ run stopped by Ctrl-C gives what it measured, marked interrupted, exit 130."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,11 +69,12 @@ def test_json_on_stdout_and_in_a_file_is_the_same_object(name, tmp_path, capsys)
     assert table.strip() and not table.lstrip().startswith("{")  # the table, as without --json
 
 
-@pytest.mark.parametrize("name", ["train", "generate", "decode-step", "speculative"])
+@pytest.mark.parametrize("name", ["train", "generate", "decode-step", "speculative", "serve"])
 def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, capsys,
                                                              monkeypatch):
     """The benchmarks that printed JSON take a FILE as those that wrote one do: one holding
-    earlier results is kept without --overwrite, refused before the benchmark runs."""
+    earlier results is kept without --overwrite, and one no folder can hold is refused, both
+    before the benchmark runs."""
     import importlib
 
     module = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
@@ -80,11 +82,15 @@ def test_json_file_is_checked_before_the_benchmark_and_kept(name, tmp_path, caps
     earlier.write_text("earlier results")
     from tests.cli_errors import error_of
 
-    for spy in ("matmul_peak", "read_bandwidth", "build", "random_setup"):
+    for spy in ("matmul_peak", "read_bandwidth", "build", "random_setup", "write_random_run"):
         if hasattr(module, spy):
             monkeypatch.setattr(module, spy, lambda *a, **k: pytest.fail("the benchmark ran"))
     assert "pass --overwrite" in error_of(capsys, [*SMALLEST[name], "--json", str(earlier)])
     assert earlier.read_text() == "earlier results"
+    if Path("/proc/self").is_dir():  # /proc takes no new file, whoever runs the test
+        where = Path("/proc/scratchgpt-bench/figures.json")
+        assert f"--json {where}: no file can be written in /proc (" in error_of(
+            capsys, [*SMALLEST[name], "--json", str(where)])
 
 
 def test_bench_finetune_json_on_stdout_and_in_a_file_is_the_same_object(tmp_path, capsys,
@@ -94,7 +100,7 @@ def test_bench_finetune_json_on_stdout_and_in_a_file_is_the_same_object(tmp_path
     what is tested."""
     from scratchgpt.bench import finetune
 
-    def suite(args, out):
+    def suite(args, out, rows=None):
         print("a row of the table")
         return {"suite": "sms", "rows": [{"mode": "full fine-tuning", "accuracy": 0.5}]}
 
@@ -214,3 +220,27 @@ def test_bench_serve_stopped_keeps_the_phase_measured(capsys, monkeypatch):
     argv = [a for a in SMALLEST["serve"] if a != "--engine-only"]
     figures = _interrupted(capsys, argv, "serve")
     assert figures["one_at_a_time"]["requests"] == 1 and "concurrent" not in figures
+
+
+def test_bench_finetune_stopped_keeps_the_rows_measured(tmp_path, capsys, monkeypatch):
+    """bench finetune --suite sms stopped by Ctrl-C in its first fine-tuning run wrote
+    nothing: the baseline's row was lost. The suite's corpus, pretraining and baseline are
+    stand-ins here (they take minutes and a downloaded corpus)."""
+    from scratchgpt.bench import finetune
+    from scratchgpt.data import prepare
+    from scratchgpt.finetune import data
+
+    pairs = [(f"text {i}", "spam" if i % 4 else "ham") for i in range(40)]
+    monkeypatch.setattr(data, "read_labelled", lambda *a, **k: (pairs, "sms-spam", None))
+    monkeypatch.setattr(prepare, "prepare_text", lambda *a, **k: None)
+    monkeypatch.setattr(finetune, "pretrain", lambda *a, **k: 1.0)
+    baseline = {"mode": "TF-IDF + logistic regression", "test_accuracy": 0.9}
+    monkeypatch.setattr(finetune, "tfidf_baseline", lambda *a: dict(baseline))
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune, "finetune", stopped)
+    figures = _interrupted(capsys, ["bench", "finetune", "--out", str(tmp_path / "runs")],
+                           "finetune")
+    assert figures["suite"] == "sms" and figures["rows"] == [baseline]

@@ -24,6 +24,7 @@ Named datasets are read from ``$SCRATCHGPT_DATA_DIR`` (``sms-spam.tsv`` or
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import time
@@ -98,8 +99,11 @@ def _run(args: argparse.Namespace, out: Path, json_out: JsonOutput) -> int:
     print(f"== machine: {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} torch threads; {_load()}")
     t0 = time.perf_counter()
-    figures = {"sms": sms_suite, "synthetic": synthetic_suite,
-               "instruction-data": instruction_data_suite}[args.suite](args, out)
+    rows: list[dict[str, Any]] = []  # the sms suite's, each as it is measured
+    suite = {"sms": functools.partial(sms_suite, rows=rows), "synthetic": synthetic_suite,
+             "instruction-data": instruction_data_suite}[args.suite]
+    with json_out.kept_on_interrupt(lambda: {"suite": "sms", "rows": rows} if rows else None):
+        figures = suite(args, out)
     figures["total_s"] = round(time.perf_counter() - t0, 1)
     print(f"== total wall time {figures['total_s']:.0f} s; {_load()}")
     json_out.emit(figures)
@@ -233,7 +237,10 @@ def finetune(args: argparse.Namespace, **request: Any) -> Any:
 # ---- SMS spam
 
 
-def sms_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def sms_suite(args: argparse.Namespace, out: Path,
+              rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The three ways of fine-tuning a classifier beside a TF-IDF baseline, each row put in
+    ``rows`` as it is measured (what a Ctrl-C leaves)."""
     from scratchgpt.data.prepare import prepare_text
     from scratchgpt.finetune.data import read_labelled, stratified_split
     from scratchgpt.models.lora import LoRAConfig
@@ -245,7 +252,8 @@ def sms_suite(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     prepare_text(corpus, out / SMS_TEXT, "bpe", vocab_size=2048, source="sms-spam train",
                  overwrite=True)  # check_flags refused an earlier run without --overwrite
     pretrain(out / SMS_TEXT, out / SMS_BASE, args.pretrain_budget, args.threads)
-    rows = [tfidf_baseline(pairs, train_idx, test_idx)]
+    rows = [] if rows is None else rows
+    rows.append(tfidf_baseline(pairs, train_idx, test_idx))
     modes = [("full fine-tuning", dict(policy="all")),
              (f"last {args.last_k} block(s)", dict(policy="last-k", last_k=args.last_k)),
              (f"LoRA r={args.lora_rank}", dict(lora=LoRAConfig(rank=args.lora_rank,
