@@ -165,3 +165,16 @@ def test_the_feed_forward_command_is_the_experiments_stage_4():
     differ = {k for k in guide.keys() | experiment.keys()
               if k not in cadence and guide.get(k) != experiment.get(k)}
     assert not differ, {k: (guide.get(k), experiment.get(k)) for k in differ}
+
+
+def test_every_section_the_guide_sends_to_is_a_heading_there():
+    """`the tables in [BENCHMARKS.md](BENCHMARKS.md) ("A tokenizer for 90 s")`: each quoted
+    section must begin a heading of the linked document, so renaming one there is caught."""
+    text = " ".join((DOCS / "GUIDE.md").read_text().split())
+    pointers = re.findall(r"\]\(([\w.-]+\.md)\) \(([^)]*\"[^)]*)\)", text)
+    assert pointers, "the guide sends the reader to no section of another document"
+    for doc, titles in pointers:
+        headings = re.findall(r"^#+ (.*)$", (DOCS / doc).read_text(), re.M)
+        for title in re.findall(r"\"([^\"]+)\"", titles):
+            assert any(h.startswith(title) for h in headings), \
+                f"GUIDE.md: no section of {doc} begins {title!r}"
