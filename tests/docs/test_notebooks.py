@@ -72,3 +72,22 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_file_a_notebook_names_exists(path):
+    """`scratchgpt/models/rnn.py`, `tests/...`, `docs/...`: a file the text sends the reader
+    to is there (under src/ for the package); a bare name such as `count.py` is beside a file
+    named before it."""
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    named = re.findall(r"`([\w/.-]+\.(?:py|c|md))`", text)
+    folders: list[Path] = []
+    for name in named:
+        if "/" in name:
+            found = [p for p in (ROOT / name, ROOT / "src" / name) if p.is_file()]
+            assert found, f"{path.name} names {name}, which is not there"
+            folders.append(found[0].parent)
+        else:
+            assert any((f / name).is_file() for f in folders), \
+                f"{path.name} names {name}, beside none of the files it names before it"
