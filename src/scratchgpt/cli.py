@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import gc
 import importlib
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -189,12 +190,23 @@ def _main(argv: Sequence[str] | None, entry: bool) -> int:
         return _fail(command, str(e) if chosen is None else as_typed(str(e), chosen, argv))
     except KeyboardInterrupt as e:
         stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"{command}: {stopped}", file=sys.stderr)
+        if not another_rank():  # (torchrun's Ctrl-C reaches every process: rank 0 says it)
+            print(f"{command}: {stopped}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:
         return 0
     except OSError as e:  # the machine, not scratchgpt: a full disk, a read-only directory
         return _fail(command, _os_error_message(e))
+
+
+def another_rank() -> bool:
+    """Whether this process is one of torchrun's other than rank 0 (``RANK`` and
+    ``WORLD_SIZE`` set, as torchrun sets them): read from the environment, since a Ctrl-C
+    while the processes still import torch comes before any process group."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ["RANK"]) != 0
+    except (KeyError, ValueError):
+        return False
 
 
 def as_typed(message: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:

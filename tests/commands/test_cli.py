@@ -1173,3 +1173,25 @@ def test_a_gpt_option_refusal_names_the_flags_typed(small_dataset, tmp_path, cap
     assert msg.endswith("error: --unet-skips needs --n-layer >= 2 (it joins first-half blocks "
                         "to second-half ones)"), msg
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("rank, world, says", [("1", "2", False), ("0", "2", True),
+                                               ("1", "1", True), (None, None, True)])
+def test_a_ctrl_c_is_told_once_under_torchrun(monkeypatch, capsys, rank, world, says):
+    """torchrun sends a Ctrl-C to every process: one still importing torch, before any
+    process group, printed its own 'interrupted' line, one line per rank. Rank 0 alone (or a
+    process of no torchrun job) says it; every one exits 130."""
+    from scratchgpt.commands import eval as eval_command
+
+    for name, value in (("RANK", rank), ("WORLD_SIZE", world)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eval_command, "run", interrupted)
+    assert main(["eval", "--checkpoint", "runs/x"]) == 130
+    assert capsys.readouterr().err == ("scratchgpt eval: interrupted\n" if says else "")
