@@ -73,6 +73,22 @@ def test_resuming_a_finished_run_says_it_is_finished(checkpoint, tmp_path, capsy
     assert load_checkpoint(run / "last.pt").state.step == 15
 
 
+def test_a_resume_refused_at_the_lock_says_no_start_of_run_note(checkpoint, tmp_path,
+                                                                capsys):
+    """A finished run resumed while another process writes it printed its note (nothing
+    left to train) before the lock refused it, as if it were about to run."""
+    import shutil
+
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    run = shutil.copytree(checkpoint, tmp_path / "run")
+    capsys.readouterr()
+    with RunDir(run).lock():  # (another process writing the run)
+        code = main(["seq2seq", "train", "--out", str(run), "--resume", "--no-progress"])
+    said = capsys.readouterr()
+    assert code == 2 and "is in use by process" in said.err and said.out == "", said
+
+
 def test_attention_figure_has_a_colour_scale():
     """The heatmap was shades of grey with no scale, each figure stretched to its own largest
     weight: how much attention a shade meant could not be read off it."""

@@ -25,3 +25,22 @@ def test_a_finetune_ended_on_its_budget_says_so_and_resumes_to_a_new_max_iters(
                             "--no-progress"], capsys)
     assert code == 0, err
     assert load_checkpoint(out / "last.pt").state.step == step + 2
+
+
+def test_a_resume_refused_at_the_lock_says_no_start_of_run_note(ft_dir, tmp_path, capsys):
+    """A finished run resumed while another process writes it printed its note (nothing
+    left to train) before the lock refused it, as if it were about to run."""
+    from scratchgpt.checkpoints.rundir import RunDir
+
+    out = tmp_path / "ft"
+    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
+                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
+                            "--eval-iters", "1", "--max-iters", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    with RunDir(out).lock():  # (another process writing the run)
+        code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
+                                     capsys)
+    assert code == 2 and "is in use by process" in err and "note:" not in printed, printed
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
+                                 capsys)
+    assert code == 0 and f"note: {out} is already at step 2" in printed, (printed, err)

@@ -123,10 +123,10 @@ def run(args: argparse.Namespace) -> int:
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(req, progress)
     train_job = plan(req, log=print)
-    if note := job.finished_note(train_job):  # a resumed run with nothing left to train
-        print(note)
     before = starting_figures(train_job, log=print)
-    result = job.run(train_job, progress)
+    # (a resumed run with nothing left to train says so once every check has passed, the
+    # run's lock included)
+    result = job.run(job.with_notes(train_job, job.finished_note(train_job)), progress)
     return report(result, train_job, before)
 
 
@@ -145,10 +145,8 @@ def _torchrun_process(req: Any, progress: bool) -> int:
         if not main:
             return plan(dataclasses.replace(req, overwrite=False), log=None)
         train_job = plan(req, log=print)
-        if note := job.finished_note(train_job):
-            print(note)
         before.update(starting_figures(train_job, log=print))
-        return train_job
+        return job.with_notes(train_job, job.finished_note(train_job))
 
     device = req.train_flags.get("device", "auto")
     train_job, result, main = job.run_launched(begin, device, progress)

@@ -266,9 +266,10 @@ def run_train(args: argparse.Namespace) -> int:
     spec = data_spec(args, train_flags.get("seed", seq2seq.TRAIN_DEFAULTS["seed"]))
     plan = seq2seq.plan(spec, args.arch, train_flags, model_flags, args.out, args.resume,
                         args.overwrite, args.label_smoothing, args.eval_pairs)
-    if note := job.finished_note(plan):  # it printed a blank line and the last summary
-        print(note)
-    result = job.run(plan, progress=not args.no_progress)
+    # (said once every check has passed, the run's lock included: it printed a blank line
+    # and the last summary)
+    result = job.run(job.with_notes(plan, job.finished_note(plan)),
+                     progress=not args.no_progress)
     if result.interrupted:
         print(f"stopped at step {result.step}; saved {plan.out / 'last.pt'} (continue with "
               f"--out {plan.out} --resume)")
