@@ -473,6 +473,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("train --init-from a prepared dataset",
      lambda c: ["train", "--init-from", c["data"], "--dataset", c["data"], "--out",
                 c["root"] / "out" / "t", *TINY[8:]], "prepared dataset"),
+    # the base was loaded and the data read before the device was checked
+    ("train --init-from RUN --device cuda (none here)",
+     lambda c: ["train", "--init-from", c["run"], "--dataset", c["data"], "--out",
+                c["root"] / "out" / "t", *TINY[8:], "--device", "cuda"], "cuda"),
     # GPT-2 named as a path: "checkpoint gpt2 does not exist", no word of hf:gpt2
     ("train --init-from gpt2",
      lambda c: ["train", "--init-from", "gpt2", "--dataset", c["data"], "--out",

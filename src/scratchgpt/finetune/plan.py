@@ -48,7 +48,7 @@ from scratchgpt.models.gpt import GPTConfig
 from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig, count_parameters
 from scratchgpt.training.config import TrainConfig, train_fields
 from scratchgpt.training.epochs import steps_per_epoch
-from scratchgpt.training.job import TrainJob, lm_task
+from scratchgpt.training.job import TrainJob, check_device, check_resources, lm_task
 from scratchgpt.training.optim import muon_matrices
 from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
@@ -579,14 +579,16 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     if out:  # (refused before the base and the data are read, as finetune's --out is)
         check_out_is_not_the_base(Path(out), init_from, "--init-from")
         RunDir(out).check_can_begin("overwrite" if overwrite else "new")
+    train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
+    check_device(train)  # (a plain train's checks, before the base is loaded)
     base = load_base(init_from)
+    gpt = _gpt_config(base, given)
+    config = gpt if lora is None else _with_lora(gpt, lora)
+    check_resources(train, config)  # (its memory too, before the data is prepared)
     data, name = resolve_dataset(dataset or given.get("dataset"), log=log,
                                  tokenizer=base.tokenizer)  # (a named one: with the base's)
     check_base_tokenizer(base, data.tokenizer(), f"dataset {data.directory}")
-    gpt = _gpt_config(base, given)
     data.check_block_size(gpt.block_size, fixed=True)
-    config = gpt if lora is None else _with_lora(gpt, lora)
-    train = TrainConfig(**{k: v for k, v in given.items() if k in train_fields()})
     init = BaseInit(base, config, train.seed)
     if log is not None:
         log(describe_parameters(init.model(), train.optimizer))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scratchgpt import memory
 from scratchgpt.checkpoints.io import Checkpoint
@@ -39,6 +39,9 @@ from scratchgpt.training.task import LanguageModelTask, Task
 from scratchgpt.training.trainer import Trainer, TrainResult
 from scratchgpt.validation import FLAGS, KEYWORDS, give, keywords, named
 from scratchgpt.wording import plural
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -244,12 +247,20 @@ def to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+def check_device(train: TrainConfig, options: Mapping[str, str] = FLAGS) -> torch.device:
+    """The device of ``train`` exists and computes the precision asked for: the checks of
+    :func:`check_resources` that need no model (a run from a base checks them before
+    loading it)."""
+    device = resolve_device(train.device, options)
+    resolve_dtype(train.dtype, device)
+    return device
+
+
 def check_resources(train: TrainConfig, config: ModelConfig,
                     options: Mapping[str, str] = FLAGS) -> None:
     """The device exists, computes the precision asked for, and has the memory the run needs
     (see :mod:`scratchgpt.memory`): checked before any file is touched."""
-    device = resolve_device(train.device, options)
-    resolve_dtype(train.dtype, device)
+    device = check_device(train, options)
     estimate = memory.training_estimate(config, train.batch_size, train.optimizer)
     copies = train.nproc if device.type == "cpu" else 1  # each process holds a copy
     memory.check_fits(estimate, "training this model", device, copies)
