@@ -367,12 +367,13 @@ def _stop_at_batch(monkeypatch, call: int) -> None:
 
 
 @pytest.mark.parametrize("lora", [True, False])
-def test_a_stopped_lora_run_says_where_its_adapter_is(ft_dir, tmp_path, capsys, monkeypatch,
-                                                      lora):
-    """adapter.pt is written at a run's end: stopped, a LoRA run has none, and '--checkpoint
-    RUN/adapter.pt' was 'checkpoint RUN/adapter.pt does not exist'. The stop says so and
-    names the run, which commands read meanwhile; a run without adapters says nothing of
-    one."""
+def test_a_stopped_lora_run_writes_its_adapter(ft_dir, tmp_path, capsys, monkeypatch, lora):
+    """adapter.pt was written at a run's end only: stopped, a LoRA run had none, and
+    '--checkpoint RUN/adapter.pt' was 'checkpoint RUN/adapter.pt does not exist'. A stop
+    writes it as the end does (from best.pt, atomically) and names it; a run without
+    adapters writes and says nothing of one."""
+    from scratchgpt.finetune.adapter import adapter_dict
+
     out = tmp_path / "run"
     _stop_at_batch(monkeypatch, 2)
     code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
@@ -380,15 +381,23 @@ def test_a_stopped_lora_run_says_where_its_adapter_is(ft_dir, tmp_path, capsys, 
                                   "--max-iters", "50", *(["--lora"] if lora else []), *SMALL],
                                  capsys)
     assert code == 130, err
-    assert f"stopped at step 2; saved {out / 'last.pt'}" in printed
-    said = ("adapter.pt is written when the run ends; until then, commands read the run "
-            f"itself: --checkpoint {out}")
-    assert (said in printed) is lora and not (out / "adapter.pt").exists()
+    saved = f"saved {out / 'last.pt'}" + (f" and {out / 'adapter.pt'}" if lora else "")
+    assert f"stopped at step 2; {saved} (continue with" in printed, printed
+    assert (out / "adapter.pt").exists() is lora and not list(out.glob(".*tmp*"))
+    if lora:  # the adapters of the run's best.pt, as the end writes them
+        written = torch.load(out / "adapter.pt", weights_only=False)
+        expected = adapter_dict(load_checkpoint(out))
+        assert written.keys() == expected.keys()
+        assert written["weights"].keys() and all(torch.equal(written["weights"][k], v)
+                   for k, v in expected["weights"].items())
+        code, _, err = run_cli(["sample", "--checkpoint", out / "adapter.pt", "--chat",
+                                "--prompt", "What is 1 + 2?", "--max-new-tokens", "2"], capsys)
+        assert code == 0, err
     _stop_at_batch(monkeypatch, 2)  # and so does a resumed run stopped again
     code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
                                  capsys)
-    assert code == 130 and "stopped at step 4" in printed, err
-    assert (said in printed) is lora and not (out / "adapter.pt").exists()
+    assert code == 130 and f"stopped at step 4; {saved} (continue with" in printed, err
+    assert (out / "adapter.pt").exists() is lora
     code, _, err = run_cli(["sample", "--checkpoint", out, "--chat", "--prompt", "What is 1 + 2?",
                             "--max-new-tokens", "2"], capsys)
     assert code == 0, err
@@ -1354,3 +1363,32 @@ def test_finetune_runs_under_torchrun_as_train_does(ft_dir, tmp_path):
     assert again.returncode != 0 and again.stderr.count("scratchgpt finetune: error:") == 1
     assert "already holds a run" in again.stderr and "[rank1]" not in again.stderr
     assert (out / "last.pt").read_bytes() == before
+
+
+def test_a_stopped_continued_pretraining_run_writes_its_adapter(ft_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    """train --init-from BASE --lora stopped by Ctrl-C wrote no adapter.pt (only its end
+    did): the stop writes it, from the run's checkpoint, as the end does."""
+    import os
+    import signal
+
+    from scratchgpt.training.task import LanguageModelTask
+
+    real, calls = LanguageModelTask.train_batch, {"n": 0}
+
+    def interrupting(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LanguageModelTask, "train_batch", interrupting)
+    out = tmp_path / "run"
+    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                            ft_dir / "data", "--out", out, "--lora", "--max-iters", "50",
+                            "--eval-iters", "1", "--no-progress"], capsys)
+    assert code == 130 and (out / "last.pt").exists(), err
+    assert (out / "adapter.pt").is_file() and not list(out.glob(".*tmp*"))
+    code, _, err = run_cli(["sample", "--checkpoint", out / "adapter.pt", "--prompt", "a",
+                            "--max-new-tokens", "2"], capsys)
+    assert code == 0, err

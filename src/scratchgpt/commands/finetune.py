@@ -158,11 +158,10 @@ def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:
 
     out = train_job.out
     if result.interrupted:
-        print(f"stopped at step {result.step}; saved {out / 'last.pt'} (continue with "
-              f"scratchgpt finetune --out {out} --resume)")
-        if has_adapters(train_job.model):  # ('checkpoint adapter.pt does not exist', it said)
-            print(f"adapter.pt is written when the run ends; until then, commands read the "
-                  f"run itself: --checkpoint {out}")
+        # (a LoRA run's adapter.pt is written on a stop too, from best.pt as at the end)
+        adapter = f" and {out / 'adapter.pt'}" if has_adapters(train_job.model) else ""
+        print(f"stopped at step {result.step}; saved {out / 'last.pt'}{adapter} (continue "
+              f"with scratchgpt finetune --out {out} --resume)")
         return result.exit_code
     extra = "".join(f", {k} {v:.4f}" for k, v in result.metrics.items()
                     if k not in ("train_loss", "val_loss"))

@@ -516,16 +516,17 @@ def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
 
 def finish_run(out: Path, result: TrainResult, verbose: bool = True) -> None:
     """A classifier's test report (printed, ``test_metrics.json``, ``confusion.png``) and a
-    LoRA run's ``adapter.pt``, from the run's ``best.pt``."""
+    LoRA run's ``adapter.pt``, from the run's ``best.pt``; a stopped run writes its
+    ``adapter.pt`` alone (its test split waits for the end)."""
     checkpoint = load_checkpoint(out)
-    if checkpoint.data.get("task") == "classify":
+    if checkpoint.data.get("task") == "classify" and not result.interrupted:
         report_test_split(checkpoint, out, verbose)
     write_adapter(out, checkpoint, verbose)
 
 
 def has_adapters(config: Any) -> bool:
     """The model of ``config`` carries LoRA adapters: a LoRA run's, which writes
-    ``adapter.pt`` at its end."""
+    ``adapter.pt`` at its end, and when a signal stops it."""
     return isinstance(config, GPTLoRAConfig) or getattr(config, "lora", None) is not None
 
 
@@ -600,7 +601,8 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
 
 
 def finish_adapter(out: Path, result: TrainResult, verbose: bool = True) -> None:
-    """The end of a continued-pretraining run: its ``adapter.pt`` when it trained LoRA."""
+    """The end of a continued-pretraining run, or its stop: its ``adapter.pt`` when it
+    trains LoRA."""
     write_adapter(out, load_checkpoint(out), verbose)
 
 

@@ -61,7 +61,9 @@ class TrainJob:
     # the model's whole initial state dict, read in each process that trains.
     init: Callable[[], dict[str, Any]] | None = None
     # What a kind of training writes once it has finished (e.g. a LoRA run's adapter.pt), in
-    # the main process, with the run's lock still held: finish(run directory, result).
+    # the main process, with the run's lock still held: finish(run directory, result). A run
+    # a signal stopped calls it too (result.interrupted), for what its stop keeps beside
+    # last.pt (adapter.pt, not a test report)
     finish: Callable[[Path, TrainResult], None] | None = None
     # How the run directory's refusals name resume and overwrite: the command's flags, or the
     # Python API's keywords (validation.KEYWORDS) for a job of :func:`train`
@@ -326,7 +328,7 @@ def run(job: TrainJob, progress: bool = True) -> TrainResult:
         except BaseException:
             run_dir.abort()
             raise
-        if job.finish is not None and not result.interrupted:
+        if job.finish is not None:
             job.finish(job.out, result)
         return result
 
@@ -350,7 +352,7 @@ def run_launched(begin: Callable[[bool], TrainJob], device: str,
             job = begun if begun is not None else begin(False)
             with distributed.process_group():
                 result = run_in_process(job, progress and info.is_main)
-            if held and job.finish is not None and not result.interrupted:
+            if held and job.finish is not None:
                 job.finish(job.out, result)  # (what run writes at the end: adapter.pt, a report)
         except BaseException:
             for run_dir in held:  # (as run's lock() does: a directory it made goes)
