@@ -944,6 +944,26 @@ def test_reset_at_a_terminal_says_the_conversation_starts_over(chat_model, monke
     assert printed.count("assistant> ") == 2
 
 
+@pytest.mark.parametrize("system", ["", "   ", "\t\n "])
+def test_a_blank_system_message_is_none_as_an_empty_one(chat_model, monkeypatch, capsys,
+                                                        system):
+    """--system "" opens the chat with no system message; --system "   " sent one of spaces,
+    a system turn the model was never shown. Blank is now empty: no system message, and
+    /reset does not say it stays."""
+    from scratchgpt.commands.chat import ChatSession
+
+    opened: list[list[dict]] = []
+    monkeypatch.setattr(ChatSession, "loop", lambda self: opened.append(self.messages) or 0)
+    code, _, err = run_cli(["chat", "--checkpoint", chat_model, "--system", system], capsys)
+    assert code == 0 and opened == [[]], (err, opened)
+    monkeypatch.undo()
+    monkeypatch.setattr("sys.stdin", _Terminal("hi\n/reset\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "4", "--system", system], capsys)
+    assert code == 0, err
+    assert "you> (a new conversation: the earlier turns are forgotten)" in printed, printed
+
+
 @pytest.mark.parametrize("terminal, stop", [(False, KeyboardInterrupt), (True, "Terminated")])
 def test_a_chat_stopped_mid_reply_ends_the_replys_line(chat_model, monkeypatch, capsys,
                                                        terminal, stop):

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
                           "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
     tokenizer = source.tokenizer()
+    if args.system is not None and not args.system.strip():  # as an empty one: no message
+        args.system = None  # (a blank one was sent: a system turn of spaces)
     if args.system and (problem := template.marker_in(args.system)
                         or unknown_characters(tokenizer, args.system)):
         raise ConfigError(f"--system {problem}")
