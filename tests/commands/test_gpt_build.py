@@ -627,7 +627,8 @@ def test_a_dataset_prepared_again_from_another_text_counts_as_another(
     interrupt_stage_two(monkeypatch)
     assert main([*args, "--stages", "1", "2", "3", "--overwrite"]) == 130
     monkeypatch.undo()
-    assert "the report leaves out 3-multi-head" in capsys.readouterr().out
+    assert "the report leaves out 3-multi-head, trained on the dataset's text before it was " \
+        "prepared again" in capsys.readouterr().out  # (it named the same directory as another)
     with open(out / "gpt_build.csv") as f:
         assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram"]
 

@@ -243,8 +243,11 @@ def run_gpt_build(args: argparse.Namespace) -> int:
     if any(not r.interrupted for r in results):
         kept, other = gpt_build.on_dataset(gpt_build.recorded_results(out_dir), data)
         if other:  # (a build with --overwrite cut short: the stages it had yet to replace)
+            on = gpt_build.trained_on(other[0].run_dir, data)
+            what = ("the dataset's text before it was prepared again" if on == gpt_build.CHANGED
+                    else f"another dataset ({on})")
             print(f"the report leaves out {', '.join(r.stage.name for r in other)}, trained "
-                  f"on another dataset ({gpt_build.dataset_of(other[0].run_dir)})")
+                  f"on {what}")
         _write_build_report(gpt_build, kept, gpt_build.text_of(data), out_dir,
                             {r.stage.name for r in results})
     return results[-1].exit_code if results else 0
