@@ -186,6 +186,12 @@ TEMPLATES: dict[str, ChatTemplate] = {
 }
 
 
+def system_message(text: str | None) -> str | None:
+    """A ``--system`` flag's message: None where it is missing, empty or whitespace (a
+    conversation then opens with no system turn, as the model was trained on such)."""
+    return text if text is not None and text.strip() else None
+
+
 def template_for(source: Any) -> ChatTemplate | None:
     """The chat template a model was fine-tuned with, or None (a model that cannot chat).
 

@@ -1412,3 +1412,16 @@ def test_a_stopped_continued_pretraining_run_writes_its_adapter(ft_dir, tmp_path
     code, _, err = run_cli(["sample", "--checkpoint", out / "adapter.pt", "--prompt", "a",
                             "--max-new-tokens", "2"], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("system", ["   ", "\t\n "])
+def test_sample_chat_takes_a_blank_system_message_as_none(chat_model, capsys, system):
+    """sample --chat --system "   " sent a system turn of spaces (and printed it), where chat
+    opens such a conversation with no system message: both read it through one rule."""
+    args = ["sample", "--checkpoint", chat_model, "--chat", "--prompt", "hi",
+            "--temperature", "0", "--max-new-tokens", "4"]
+    code, alone, err = run_cli(args, capsys)
+    assert code == 0, err
+    code, printed, err = run_cli([*args, "--system", system], capsys)
+    assert code == 0, err
+    assert printed == alone and alone.startswith("<|user|>\nhi\n"), printed

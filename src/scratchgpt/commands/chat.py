@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from scratchgpt.chat import template_for
+    from scratchgpt.chat import system_message, template_for
     from scratchgpt.checkpoints.io import load_for_generation
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.stopping import MAX_NEW_TOKENS
@@ -70,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
                           "template); make a chat model with scratchgpt finetune "
                           "--task instruct")
     tokenizer = source.tokenizer()
-    if args.system is not None and not args.system.strip():  # as an empty one: no message
-        args.system = None  # (a blank one was sent: a system turn of spaces)
+    args.system = system_message(args.system)  # (a blank one was sent: a turn of spaces)
     if args.system and (problem := template.marker_in(args.system)
                         or unknown_characters(tokenizer, args.system)):
         raise ConfigError(f"--system {problem}")

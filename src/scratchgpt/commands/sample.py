@@ -240,7 +240,7 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     """``--chat``: (prompt text, its ids, the stop rule) with the model's chat template."""
     import dataclasses
 
-    from scratchgpt.chat import template_for
+    from scratchgpt.chat import system_message, template_for
     from scratchgpt.finetune.instruct import encode_conversation
 
     template = template_for(source)
@@ -249,6 +249,7 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
                           "no chat template)")
     if not text:
         raise ConfigError("--chat needs a prompt (the user's message)")
+    args.system = system_message(args.system)  # (a blank one: no system turn)
     for what, content in (("--system", args.system), ("the prompt", text)):
         if content and (problem := chat_text_problem(tok, template, content, args.unknown)):
             raise ConfigError(f"--chat: {what} {problem}")
