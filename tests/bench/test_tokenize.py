@@ -82,3 +82,45 @@ def test_run_as_a_module_it_is_the_command_and_refuses_in_one_line(tmp_path):
     assert done.stderr.splitlines() == [
         "scratchgpt bench tokenize: error: no text to encode: pass --data FILE, or put "
         "tinyshakespeare.txt in a folder and set SCRATCHGPT_DATA_DIR to it"]
+
+
+def test_json_on_stdout_and_in_a_file_is_the_same_object(tmp_path, capsys):
+    """bench tokenize was the one benchmark without --json: its figures could only be read
+    off the printed table. It takes --json [FILE] as the others do."""
+    import json
+
+    from scratchgpt.cli import main
+    from tests.bench.test_json_output import shape_of
+
+    (tmp_path / "t.txt").write_text("to be or not to be\n" * 50, encoding="utf-8")
+    args = ["bench", "tokenize", "--data", str(tmp_path / "t.txt"), "--repeat", "1",
+            "--vocab-size", "300"]
+    assert main([*args, "--json"]) == 0
+    printed = capsys.readouterr()
+    figures = json.loads(printed.out)  # the object alone: the table went to stderr
+    assert "all encodings equal: yes" in printed.err
+    assert figures["interrupted"] is False and figures["all_equal"] is True
+    assert {e["tokens"] for e in figures["encoders"]} == {figures["encoders"][0]["tokens"]}
+    assert figures["bpe_training"]["vocab_size"] == 300
+    assert main([*args, "--json", str(tmp_path / "f.json")]) == 0
+    assert "all encodings equal: yes" in capsys.readouterr().out
+    assert shape_of(json.loads((tmp_path / "f.json").read_text())) == shape_of(figures)
+
+
+def test_ctrl_c_in_bpe_training_keeps_the_encoders_measured(tmp_path, capsys, monkeypatch):
+    import json
+
+    from scratchgpt.cli import main
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BPETokenizer, "train", interrupted)
+    (tmp_path / "t.txt").write_text("to be or not to be\n" * 50, encoding="utf-8")
+    out = tmp_path / "f.json"
+    assert main(["bench", "tokenize", "--data", str(tmp_path / "t.txt"), "--repeat", "1",
+                 "--json", str(out)]) == 130
+    figures = json.loads(out.read_text())
+    assert figures["interrupted"] is True and figures["bpe_training"] is None
+    assert len(figures["encoders"]) >= 3 and figures["all_equal"] is True

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scratchgpt.bench import JsonOutput, add_json_argument
 from scratchgpt.commands.argtypes import bpe_vocab_size, positive_int
 from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.wording import plural
@@ -34,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vocabulary size for the training benchmark (default 4096)")
     parser.add_argument("--train-repeat", type=positive_int, default=1,
                         help="timed training runs; the fastest counts (default 1)")
+    add_json_argument(parser)
 
 
 def _read_data(arg: str | None) -> tuple[Path, str]:
@@ -100,28 +102,57 @@ def _reference_tiktoken() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Print the timing table; exit code 1 if any encoder disagrees with the others."""
+    out = JsonOutput(args)  # (--json FILE is checked before any work)
+    with out.printing():
+        return _run(args, out)
+
+
+Row = tuple[str, float, float, list[int]]  # (encoder, wall s, cpu s, its ids)
+
+
+def _encode_rows(text: str, repeat: int, rows: list[Row]) -> Any:
+    """Time every encoder on ``text`` into ``rows`` (the reference first, when tiktoken is
+    there); returns the pure-Python tokenizer, for the round trip."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    python = BPETokenizer.gpt2(backend="python")
+    auto = BPETokenizer.gpt2(backend="auto")
+    reference = _reference_tiktoken()
+    if reference is not None:
+        reference.encode_ordinary("warm up")
+        rows.append(("tiktoken gpt2 (reference)",
+                     *_best_of(repeat, lambda: reference.encode_ordinary(text))))
+    auto.encode_ordinary("warm up")  # builds the tiktoken Encoding once, outside the timing
+    rows.append((f"scratchgpt auto ({auto.backend})",
+                 *_best_of(repeat, lambda: auto.encode_ordinary(text))))
+    rows.append(("scratchgpt python, cold cache",
+                 *_best_of(repeat, lambda: python.encode_ordinary(text),
+                           before=python.clear_cache)))
+    rows.append(("scratchgpt python, warm cache",
+                 *_best_of(repeat, lambda: python.encode_ordinary(text))))
+    return python
+
+
+def _figures(path: Path, text: str, args: argparse.Namespace, rows: list[Row],
+             training: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The --json figures: the text, each encoder measured (all of them, unless Ctrl-C
+    stopped the run) and, once timed, BPE training."""
+    mb = len(text.encode("utf-8")) / 1e6
+    return {"text": str(path), "chars": len(text), "mb": round(mb, 4), "repeat": args.repeat,
+            "encoders": [{"name": name, "wall_s": wall, "cpu_s": cpu, "tokens": len(ids),
+                          "mb_per_s": mb / wall} for name, wall, cpu, ids in rows],
+            "all_equal": all(ids == rows[0][3] for *_, ids in rows) if rows else None,
+            "bpe_training": training}
+
+
+def _run(args: argparse.Namespace, out: JsonOutput) -> int:
     from scratchgpt.tokenizers.bpe import BPETokenizer
 
     path, text = _read_data(args.data)
     mb = len(text.encode("utf-8")) / 1e6
-    python = BPETokenizer.gpt2(backend="python")
-    auto = BPETokenizer.gpt2(backend="auto")
-    reference = _reference_tiktoken()
-
-    rows: list[tuple[str, float, float, list[int]]] = []
-    if reference is not None:
-        reference.encode_ordinary("warm up")
-        rows.append(("tiktoken gpt2 (reference)",
-                     *_best_of(args.repeat, lambda: reference.encode_ordinary(text))))
-    auto.encode_ordinary("warm up")  # builds the tiktoken Encoding once, outside the timing
-    rows.append((f"scratchgpt auto ({auto.backend})",
-                 *_best_of(args.repeat, lambda: auto.encode_ordinary(text))))
-    rows.append(("scratchgpt python, cold cache",
-                 *_best_of(args.repeat, lambda: python.encode_ordinary(text),
-                           before=python.clear_cache)))
-    rows.append(("scratchgpt python, warm cache",
-                 *_best_of(args.repeat, lambda: python.encode_ordinary(text))))
-
+    rows: list[Row] = []
+    with out.kept_on_interrupt(lambda: _figures(path, text, args, rows) if rows else None):
+        python = _encode_rows(text, args.repeat, rows)
     base_wall, base_cpu = rows[0][1], rows[0][2]
     first = rows[0][0].split()[0]  # ratios are relative to the first row
     print(f"text: {path} ({len(text):,} chars, {mb:.2f} MB); GPT-2 vocabulary; "
@@ -132,18 +163,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<31}{wall:>8.3f}{mb / wall:>7.1f}{cpu:>8.3f}{len(ids):>10,}"
               f"{wall / base_wall:>17.2f}{cpu / base_cpu:>16.2f}")
     equal = all(ids == rows[0][3] for *_, ids in rows)
-    print(f"all encodings equal: {'yes' if equal else 'NO'}")
+    print(f"all encodings equal: {'yes' if equal else 'NO'}", flush=True)
     if python.decode(rows[0][3]) != text:
         print("decode(encode(text)) != text")
         equal = False
 
-    wall, cpu, tok = _best_of(args.train_repeat,
-                              lambda: BPETokenizer.train(text, args.vocab_size, backend="python"))
+    with out.kept_on_interrupt(lambda: _figures(path, text, args, rows)):
+        wall, cpu, tok = _best_of(args.train_repeat, lambda: BPETokenizer.train(
+            text, args.vocab_size, backend="python"))
     trained_ids = tok.encode_ordinary(text)
     print(f"BPE training to vocab {args.vocab_size}: {wall:.2f} s wall, {cpu:.2f} s cpu (best of "
           f"{args.train_repeat}), {plural(len(tok.merges), 'merge')}; this text is then "
           f"{plural(len(trained_ids), 'token', grouped=True)} "
           f"({len(text) / len(trained_ids):.2f} chars/token)")
+    out.emit(_figures(path, text, args, rows, {
+        "vocab_size": args.vocab_size, "wall_s": wall, "cpu_s": cpu, "repeat": args.train_repeat,
+        "merges": len(tok.merges), "tokens": len(trained_ids)}))
     return 0 if equal else 1
 
 
