@@ -1389,20 +1389,11 @@ def test_a_stopped_continued_pretraining_run_writes_its_adapter(ft_dir, tmp_path
                                                                 monkeypatch):
     """train --init-from BASE --lora stopped by Ctrl-C wrote no adapter.pt (only its end
     did): the stop writes it, from the run's checkpoint, as the end does."""
-    import os
     import signal
 
-    from scratchgpt.training.task import LanguageModelTask
+    from tests.interrupts import interrupt_at
 
-    real, calls = LanguageModelTask.train_batch, {"n": 0}
-
-    def interrupting(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(LanguageModelTask, "train_batch", interrupting)
+    interrupt_at(monkeypatch, 2, signal.SIGINT)  # (as the second batch is drawn)
     out = tmp_path / "run"
     code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
                             ft_dir / "data", "--out", out, "--lora", "--max-iters", "50",
