@@ -178,3 +178,22 @@ def test_every_section_the_guide_sends_to_is_a_heading_there():
         for title in re.findall(r"\"([^\"]+)\"", titles):
             assert any(h.startswith(title) for h in headings), \
                 f"GUIDE.md: no section of {doc} begins {title!r}"
+
+
+def test_no_two_train_commands_of_the_guide_write_one_run():
+    """A learner who runs the guide's commands in turn meets no refusal of a run directory
+    already there: each `train` writes its own --out (runs/<dataset name> without one), unless
+    it continues or replaces that run on purpose (--resume, --overwrite)."""
+    from scratchgpt.data.resolve import dataset_name
+
+    parser = build_parser()
+    written: dict[str, str] = {}
+    for command in commands((DOCS / "GUIDE.md").read_text()):
+        args = parser.parse_args(shlex.split(command, comments=True)[1:])
+        if args.command != "train" or args.resume or args.overwrite:
+            continue
+        out = str(Path(args.out or Path("runs") / dataset_name(args.dataset)))
+        assert out not in written, \
+            f"GUIDE.md: `{command}` writes {out}, as `{written[out]}` did before"
+        written[out] = command
+    assert len(written) >= 5, "the guide gives too few train commands to check"
