@@ -222,6 +222,32 @@ def test_bench_serve_stopped_keeps_the_phase_measured(capsys, monkeypatch):
     assert figures["one_at_a_time"]["requests"] == 1 and "concurrent" not in figures
 
 
+def test_bench_serve_engine_only_stopped_keeps_the_one_row_figure(capsys, monkeypatch):
+    """bench serve --engine-only stopped by Ctrl-C printed and wrote nothing: the one row at
+    a time figure, measured, was lost."""
+    from scratchgpt.serve import batch
+
+    _stop_at(monkeypatch, batch, "ContinuousBatch", 3)  # the warm-up, one row, then Ctrl-C
+    figures = _interrupted(capsys, SMALLEST["serve"], "serve")
+    assert figures["engine_one_at_a_time_tokens_per_s"] > 0 and figures["tokens"] == [2]
+    assert "engine_concurrent_tokens_per_s" not in figures
+
+
+def test_bench_serve_soak_stopped_keeps_the_warm_up_answers(capsys, monkeypatch):
+    """bench serve --soak stopped by Ctrl-C printed and wrote nothing: the warm-up's answers
+    and the memory measured after it were lost."""
+    optional("httpx")
+    optional("uvicorn")
+    from scratchgpt.serve import loadtest
+
+    _stop_at(monkeypatch, loadtest, "soak", 2)  # the warm-up, then Ctrl-C in the soak
+    argv = [a for a in SMALLEST["serve"] if a != "--engine-only"]
+    figures = _interrupted(capsys, [*argv, "--soak", "--soak-requests", "6",
+                                    "--soak-clients", "2"], "serve")["soak"]
+    assert figures["warm_up"]["requests"] == 6 and figures["warm_up"]["server_errors"] == 0
+    assert figures["rss_before_mb"] > 0 and "passed" not in figures
+
+
 def test_bench_finetune_stopped_keeps_the_rows_measured(tmp_path, capsys, monkeypatch):
     """bench finetune --suite sms stopped by Ctrl-C in its first fine-tuning run wrote
     nothing: the baseline's row was lost. The suite's corpus, pretraining and baseline are

@@ -270,42 +270,49 @@ def answered(result: Any) -> dict[str, Any]:
     return summary
 
 
-def engine_throughput(checkpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+def engine_throughput(checkpoint: str, args: argparse.Namespace,
+                      out: dict[str, Any] | None = None) -> dict[str, Any]:
     """The workload through ``ContinuousBatch`` alone: one request at a time, then up to
     ``--clients`` rows at once (a finished request's place goes to the next, as the clients
-    do), as the server's engine runs it but with no HTTP, JSON or event loop."""
-    import torch
-
-    from scratchgpt.generation.stopping import StopRule
-    from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Job, TokenOut
+    do), as the server's engine runs it but with no HTTP, JSON or event loop. Each figure is
+    put in ``out`` as it is measured (what a Ctrl-C leaves)."""
     from scratchgpt.serve.server import ServeConfig, load_service
 
     # the model as `scratchgpt serve` loads it (threads, dtype, decode preparation)
     service = load_service(ServeConfig(checkpoint, dtype=args.dtype, threads=args.threads))
     model = service.engine.batch.model
     prompts = random_prompts(model.config.vocab_size, args)
+    out = {} if out is None else out
+    engine_run(model, prompts, args.clients, args.max_tokens)  # warm up
+    n_one, one = engine_run(model, prompts, 1, args.max_tokens)
+    out.update({"engine_one_at_a_time_tokens_per_s": round(one, 1), "clients": args.clients,
+                "tokens": [n_one]})
+    n_many, many = engine_run(model, prompts, args.clients, args.max_tokens)
+    out.update({"engine_concurrent_tokens_per_s": round(many, 1),
+                "engine_speedup": round(many / one, 2), "tokens": [n_one, n_many]})
+    return out
 
-    def run_with(rows: int) -> tuple[int, float]:
-        """(tokens generated, tokens/s) with up to ``rows`` rows at once."""
-        batch, waiting = ContinuousBatch(model), [Job(p, StopRule(args.max_tokens))
-                                                  for p in prompts]
-        tokens, start = 0, time.perf_counter()
-        with torch.inference_mode():
-            while waiting or batch.rows:
-                out, joining = Deliveries(), waiting[:rows - batch.size]
-                del waiting[:len(joining)]
-                if joining:
-                    batch.admit(joining, out)
-                for _, events in (*out.items(), *batch.step().items()):
-                    tokens += sum(isinstance(e, TokenOut) for e in events)
-        return tokens, tokens / (time.perf_counter() - start)
 
-    run_with(args.clients)  # warm up
-    (n_one, one), (n_many, many) = run_with(1), run_with(args.clients)
-    return {"engine_one_at_a_time_tokens_per_s": round(one, 1),
-            "engine_concurrent_tokens_per_s": round(many, 1),
-            "engine_speedup": round(many / one, 2), "clients": args.clients,
-            "tokens": [n_one, n_many]}
+def engine_run(model: Any, prompts: list[list[int]], rows: int,
+               max_tokens: int) -> tuple[int, float]:
+    """(tokens generated, tokens/s) of ``prompts`` through ``ContinuousBatch``, with up to
+    ``rows`` rows at once."""
+    import torch
+
+    from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.serve.batch import ContinuousBatch, Deliveries, Job, TokenOut
+
+    batch, waiting = ContinuousBatch(model), [Job(p, StopRule(max_tokens)) for p in prompts]
+    tokens, start = 0, time.perf_counter()
+    with torch.inference_mode():
+        while waiting or batch.rows:
+            out, joining = Deliveries(), waiting[:rows - batch.size]
+            del waiting[:len(joining)]
+            if joining:
+                batch.admit(joining, out)
+            for _, events in (*out.items(), *batch.step().items()):
+                tokens += sum(isinstance(e, TokenOut) for e in events)
+    return tokens, tokens / (time.perf_counter() - start)
 
 
 def clients_label(n: int) -> str:
@@ -361,15 +368,23 @@ def prompt_words(url: str) -> list[str]:
     return words
 
 
-def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
+def run_soak(url: str, args: argparse.Namespace, rss: Any,
+             out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The soak's figures, each put in ``out`` as it is measured (what a Ctrl-C leaves: the
+    warm-up's answers and the memory after it, then the soak's answers)."""
     from scratchgpt.serve.loadtest import soak
 
     setup = soak_setup(url)
+    out = {} if out is None else out
     warm = asyncio.run(soak(url, min(200, args.soak_requests), args.soak_clients, setup, 1))
+    out["warm_up"] = soak_answers(warm)
     wait_idle(url)
     before = rss()
+    out["rss_before_mb"] = round(before / 2**20, 1) if before else None  # None: --url
     report = asyncio.run(soak(url, args.soak_requests, args.soak_clients, setup, 2,
                               time_limit_s=args.time_limit * 3))
+    out.update({**soak_answers(report), "seconds": round(report.seconds, 1),
+                "clients": args.soak_clients})
     health = wait_idle(url)
     time.sleep(1.0)  # the engine gives memory back once idle
     after = rss()
@@ -377,14 +392,18 @@ def run_soak(url: str, args: argparse.Namespace, rss: Any) -> dict[str, Any]:
     ok = (report.server_errors == 0 and not report.unexpected and warm.server_errors == 0
           and (health["queue_depth"], health["batch_rows"]) == (0, 0)
           and (ratio is None or ratio <= 1.10))  # a leak grows; giving memory back is fine
-    return {"requests": report.requests, "seconds": round(report.seconds, 1),
-            "clients": args.soak_clients, "server_errors": report.server_errors,
+    out.update({"queue_depth_after": health["queue_depth"],
+                "batch_rows_after": health["batch_rows"],
+                "rss_after_mb": None if ratio is None else round(after / 2**20, 1),
+                "rss_ratio": None if ratio is None else round(ratio, 3), "passed": ok})
+    return out
+
+
+def soak_answers(report: Any) -> dict[str, Any]:
+    """How the server answered a soak's requests (a ``SoakReport``), as figures."""
+    return {"requests": report.requests, "server_errors": report.server_errors,
             "unexpected": report.unexpected,
-            "statuses": {k: {str(s): n for s, n in c.items()} for k, c in report.by_kind.items()},
-            "queue_depth_after": health["queue_depth"], "batch_rows_after": health["batch_rows"],
-            "rss_before_mb": None if ratio is None else round(before / 2**20, 1),
-            "rss_after_mb": None if ratio is None else round(after / 2**20, 1),
-            "rss_ratio": None if ratio is None else round(ratio, 3), "passed": ok}
+            "statuses": {k: {str(s): n for s, n in c.items()} for k, c in report.by_kind.items()}}
 
 
 def print_soak(result: dict[str, Any]) -> None:
@@ -487,7 +506,10 @@ def check_reachable(url: str) -> None:
 
 def report_engine(args: argparse.Namespace, out: JsonOutput, checkpoint: str) -> int:
     what = args.checkpoint or f"{args.shape} shape, random weights"
-    result = {"model": what, "dtype": args.dtype, **engine_throughput(checkpoint, args)}
+    result: dict[str, Any] = {"model": what, "dtype": args.dtype}
+    # on Ctrl-C: the one-row figure, once measured, is kept
+    with out.kept_on_interrupt(lambda: result if "tokens" in result else None):
+        engine_throughput(checkpoint, args, result)
     print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
           f"prompt + {args.max_tokens} new tokens, greedy, the engine alone (no HTTP)")
     print(f"1 row at a time: {result['engine_one_at_a_time_tokens_per_s']:.1f} tok/s; up to "
@@ -495,6 +517,11 @@ def report_engine(args: argparse.Namespace, out: JsonOutput, checkpoint: str) ->
           f"{result['engine_speedup']:.2f}x")
     out.emit(result)
     return 0
+
+
+def measured(result: dict[str, Any]) -> bool:
+    """Whether bench serve's figures hold a phase measured (or the soak's warm-up)."""
+    return "one_at_a_time" in result or "warm_up" in result.get("soak", {})
 
 
 def served_model(url: str) -> tuple[str, str]:
@@ -507,11 +534,12 @@ def report(args: argparse.Namespace, out: JsonOutput, url: str, rss: Any) -> int
     what, dtype = (served_model(url) if args.url else
                    (args.checkpoint or f"{args.shape} shape, random weights", args.dtype))
     result: dict[str, Any] = {"model": what, "dtype": dtype}
-    with out.kept_on_interrupt(lambda: result if "one_at_a_time" in result else None):
+    # on Ctrl-C: the phases measured are kept (the soak's from its warm-up on)
+    with out.kept_on_interrupt(lambda: result if measured(result) else None):
         if args.soak:
-            result["soak"] = run_soak(url, args, rss)
+            run_soak(url, args, rss, result.setdefault("soak", {}))
         else:
-            throughput(url, args, result)  # on Ctrl-C: the phase measured is kept
+            throughput(url, args, result)
     if args.soak:
         print(f"model: {what}, {dtype}")
         print_soak(result["soak"])
