@@ -348,6 +348,38 @@ def test_an_occupied_out_is_refused_before_the_base_is_evaluated(ft_dir, tmp_pat
     assert (tmp_path / "run" / "best.pt").read_bytes() == before
 
 
+@pytest.mark.parametrize("task, data", [("classify", "labels.tsv"), ("instruct", "inst.json")])
+def test_the_precision_and_the_memory_are_checked_before_the_base_and_the_data(
+        ft_dir, tmp_path, capsys, monkeypatch, task, data):
+    """finetune checked the device alone before loading its base, as train --init-from did:
+    --dtype bf16 where bf16 is emulated was refused once the base was loaded and the data
+    read, and a batch beyond memory was never refused. The precision is refused before the
+    base is read, as a plain train refuses it; the memory (which the base's shape gives)
+    before the data is read."""
+    from scratchgpt.finetune import classify, instruct, plan
+    from scratchgpt.training import precision
+
+    def not_read(*args, **kwargs):
+        raise AssertionError("read before the refusal")
+
+    out = tmp_path / "run"
+    start = ["finetune", "--task", task, "--init-from", ft_dir / "base", "--data",
+             ft_dir / data, "--out", out, "--no-progress"]
+    load_base = plan.load_base
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: False)
+    monkeypatch.setattr(plan, "load_base", not_read)
+    code, printed, err = run_cli([*start, "--dtype", "bf16", "--device", "cpu"], capsys)
+    assert "bf16 is not supported on this cpu" in one_line_error(code, err)
+    assert printed == "" and not out.exists(), printed
+    monkeypatch.setattr(plan, "load_base", load_base)
+    monkeypatch.setattr(classify, "load_data", not_read)
+    monkeypatch.setattr(instruct, "load_data", not_read)
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "64MiB")  # (the tiny base loads within it)
+    code, printed, err = run_cli([*start, "--batch-size", "10000000"], capsys)
+    assert "more than the 64.0 MiB" in one_line_error(code, err)
+    assert printed == "" and not out.exists(), printed
+
+
 def _stop_at_batch(monkeypatch, call: int) -> None:
     """A Ctrl-C while the training loop draws its ``call``-th batch of examples."""
     import os

@@ -570,6 +570,11 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
                 c["empty_output"], "--out", c["root"] / "out" / "ft"],
      "record 3: 'output' is empty: it would teach the model to reply with nothing"),
+    # the memory was never checked: the base was loaded, the data read and the base evaluated
+    ("finetune --task instruct --batch-size 1000000000",
+     lambda c: ["finetune", "--task", "instruct", "--init-from", c["run"], "--data",
+                c["three_chats"], "--batch-size", "1000000000", "--out",
+                c["root"] / "out" / "ft"], "more than the"),
     # a header other than text<TAB>label was read as a text: a class of one, never tested
     ("finetune --task classify --data a TSV whose header is review<TAB>sentiment",
      lambda c: ["finetune", "--task", "classify", "--init-from", c["run"], "--data",

@@ -50,7 +50,6 @@ from scratchgpt.training.config import TrainConfig, train_fields
 from scratchgpt.training.epochs import steps_per_epoch
 from scratchgpt.training.job import TrainJob, check_device, check_resources, lm_task
 from scratchgpt.training.optim import muon_matrices
-from scratchgpt.training.precision import resolve_device
 from scratchgpt.training.settings import (
     CHANGEABLE_MODEL_FIELDS,
     FINETUNE_TASKS,
@@ -200,7 +199,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if req.lora is not None and (req.policy != "all" or "--train" in req.given_flags):
         raise ConfigError(f"--train {req.policy} and {lora_named(req.given_flags)} are two ways "
                           "of choosing what trains; give one")
-    _check_flags_fit_the_task(req)
+    flagged = _check_flags_fit_the_task(req)
     out = Path(req.out) if req.out else default_out(req.task, req.data, req.dataset)
     # refused before the base is loaded and evaluated: on a large base that is minutes
     check_out_is_not_the_base(out, req.init_from, "--init-from")
@@ -212,6 +211,9 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
         raise ConfigError(f"--max-length {req.max_length} is longer than the base's context "
                           f"({gpt.block_size} tokens); give at most {gpt.block_size}, or 0 "
                           "for all of it")
+    # the memory, before the data is read (a classifier's head counted for 2 classes, the
+    # fewest: its labels, which the data gives, add a few weights)
+    check_resources(flagged, _model_config(req, gpt))
     extra = {"base": base.record(), "epochs": req.epochs}  # (a resume compares --epochs)
     if req.task == "classify":
         task, config = _classify(req, base, gpt, extra, log)
@@ -266,9 +268,11 @@ OTHER_TASKS_FLAGS = {"classify": ("--held-out", "--eval-generate"),
                      "instruct": ("--class-weights", "--last-k")}
 
 
-def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
+def _check_flags_fit_the_task(req: FinetuneRequest) -> TrainConfig:
     """Flags of the other task, or of another way of training, are refused rather than
-    ignored."""
+    ignored; and the device, with its precision, as a plain train checks them (before the base
+    is loaded). Returns the training settings of the flags (the task's defaults, no epochs
+    counted yet), whose batch size, device and optimizer the memory check reads."""
     other = [f for f in req.given_flags if f in OTHER_TASKS_FLAGS[req.task]]
     if other:
         task = "instruct" if req.task == "classify" else "classify"
@@ -280,7 +284,8 @@ def _check_flags_fit_the_task(req: FinetuneRequest) -> None:
     check_epochs(req.epochs)  # (before the data is read and summed up)
     cfg = TrainConfig(**{**TRAIN_DEFAULTS[req.task], **req.train_flags})
     check_no_curriculum(cfg)  # (a fine-tuning task goes through its examples epoch by epoch)
-    resolve_device(cfg.device)  # --device cuda without a GPU
+    check_device(cfg)  # --device cuda without a GPU, --dtype bf16 where it is emulated
+    return cfg
 
 
 def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str, Any],
@@ -290,12 +295,7 @@ def _classify(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
                                  options=FLAGS)
     data = classify.load_data(spec, base.tokenizer, gpt.block_size, log)
     task = classify.ClassifyTask(data, base.tokenizer, spec.class_weights, extra)
-    policy = "lora" if req.lora is not None else req.policy
-    # --last-k counts blocks only for --train last-k (its default, 2, would not fit a 1-layer
-    # base that trains otherwise)
-    last_k = req.last_k if policy == "last-k" else 1
-    with lora_flags_named():  # (a --lora-rank wider than the base's layers)
-        config = GPTClassifierConfig(gpt, len(data.labels), policy, last_k, req.lora)
+    config = _model_config(req, gpt, len(data.labels))
     if log is not None:
         sizes = data.record["split_sizes"]
         log(f"{data.record['source']}: {sum(sizes.values()):,} texts, labels "
@@ -313,13 +313,26 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
                                  held_out=req.held_out, max_length=req.max_length,
                                  eval_generate=req.eval_generate, options=FLAGS)
     data = instruct.load_data(spec, base.tokenizer, gpt.block_size, log)
-    config = gpt if req.lora is None else _with_lora(gpt, req.lora)
+    config = _model_config(req, gpt)
     if log is not None:
         sizes = data.record["split_sizes"]
         log(f"{data.record['source']}: train on "
             f"{plural(sizes['train'], 'conversation', grouped=True)}, {sizes['val']:,} held "
             f"out (seed {spec.split_seed}); template {spec.template}")
     return instruct.InstructTask(data, base.tokenizer, extra), config
+
+
+def _model_config(req: FinetuneRequest, gpt: GPTConfig, n_classes: int = 2) -> ModelConfig:
+    """The model a run of ``req`` trains from the GPT ``gpt``: a classifier of ``n_classes``
+    (--task classify), else the GPT itself; with adapters for --lora."""
+    if req.task != "classify":
+        return gpt if req.lora is None else _with_lora(gpt, req.lora)
+    policy = "lora" if req.lora is not None else req.policy
+    # --last-k counts blocks only for --train last-k (its default, 2, would not fit a 1-layer
+    # base that trains otherwise)
+    last_k = req.last_k if policy == "last-k" else 1
+    with lora_flags_named():  # (a --lora-rank wider than the base's layers)
+        return GPTClassifierConfig(gpt, n_classes, policy, last_k, req.lora)
 
 
 @contextlib.contextmanager
