@@ -39,3 +39,41 @@ def test_generation_prompt_ends_where_the_reply_starts():
 def test_bad_messages_are_one_line_errors(bad, message):
     with pytest.raises(DataError, match=message):
         T.render(bad)
+
+
+def _cut_reply(text: str, max_new_tokens: int) -> tuple[str, list[tuple[str, int]]]:
+    """A reply of one token a character, cut after ``max_new_tokens`` of ``text``'s: its
+    :class:`~scratchgpt.serve.reply.ReplyText` text and the pieces it handed out on the way (text,
+    tokens), the last by ``finish``."""
+    from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.serve.reply import ReplyText
+
+    rule = StopRule(max_new_tokens, None, (T.stop,), lambda ids: "".join(map(chr, ids)))
+    reply = ReplyText(rule, T.stop)
+    pieces = []
+    for token in map(ord, text[:max_new_tokens]):
+        pieces.append(reply.add(token))
+        if rule.done(reply.ids):
+            break
+    pieces.append(reply.finish())
+    return reply.text, pieces
+
+
+@pytest.mark.parametrize("text, n, shown", [
+    ("ok<|end|>", 9, "ok"),  # it reached the marker
+    ("ok<|end|>", 4, "ok"),  # cut while writing it: "ok<|"
+    ("ok<|end|>", 8, "ok"),  # "ok<|end|" is all of it but its last character
+    ("a <b", 3, "a <"),  # cut after a '<' of the text: it was left out, as "a "
+    ("<", 1, "<"),
+    ("ok<|end|>", 3, "ok<"),  # the model's own '<', as the above: nothing tells them apart
+    ("x<<|e", 5, "x<"),
+    ("plain text", 10, "plain text"),
+])
+def test_a_reply_cut_while_writing_the_end_marker_leaves_it_out_but_a_lone_lt(text, n, shown):
+    """A reply cut short (its length) while writing the end marker was ending its turn; a '<'
+    alone, the marker's first character, is as often the text's own (``a <``, ``<b>``) and is
+    kept. Streamed, the pieces join to the text, and count the tokens they show."""
+    whole, pieces = _cut_reply(text, n)
+    assert whole == shown
+    assert "".join(p for p, _ in pieces) == shown
+    assert sum(k for _, k in pieces) == len(shown)  # (a token a character)

@@ -329,24 +329,46 @@ def test_chat_replies_and_stops_at_the_end_of_turn(client):
     assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in tokens)
 
 
-@pytest.mark.parametrize("max_tokens", [3, 5, 6])
+# the tiny model answers "ok" and ends its turn: cut after "ok<|", "ok<|e" or "ok<|en", the
+# reply was writing the template's end marker, and is "ok"; cut after "ok<", its '<' is kept, as
+# the '<' that ends a text ("a <") is: nothing tells the two apart
+CUT_REPLIES = [(3, "ok<"), (4, "ok"), (5, "ok"), (6, "ok")]
+
+
+@pytest.mark.parametrize("max_tokens, shown", CUT_REPLIES)
 def test_a_reply_cut_while_ending_its_turn_leaves_the_marker_out_whole_and_streamed(
-        client, max_tokens):
-    """The tiny model answers "ok" and ends its turn: cut after "ok<", "ok<|e" or "ok<|en",
-    the reply was writing the template's end marker, and is "ok" (finish_reason "length"),
-    whole and streamed, its tokens' log-probabilities with it."""
+        client, max_tokens, shown):
+    """A reply cut short while writing the end marker is shown without the start of it it
+    wrote (finish_reason "length"), whole and streamed, its tokens' log-probabilities with
+    it; a '<' alone, the marker's first character, stays."""
     body = {"messages": [{"role": "user", "content": "the king"}], "temperature": 0,
             "max_tokens": max_tokens, "logprobs": True}
     whole = client.post("/v1/chat/completions", json=body).json()
     (choice,) = whole["choices"]
-    assert (choice["message"]["content"], choice["finish_reason"]) == ("ok", "length")
-    assert "".join(t["token"] for t in choice["logprobs"]["content"]) == "ok"
+    assert (choice["message"]["content"], choice["finish_reason"]) == (shown, "length")
+    assert "".join(t["token"] for t in choice["logprobs"]["content"]) == shown
     assert whole["usage"]["completion_tokens"] == max_tokens  # generated, though not shown
     chunks = [c["choices"][0] for c in stream(client, "/v1/chat/completions", body)]
-    assert "".join(c["delta"].get("content", "") for c in chunks) == "ok"
+    assert "".join(c["delta"].get("content", "") for c in chunks) == shown
     assert [t for c in chunks if c["logprobs"] for t in c["logprobs"]["content"]] == \
         choice["logprobs"]["content"]
     assert chunks[-1]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("max_tokens, shown", CUT_REPLIES)
+def test_the_chat_command_cuts_a_reply_as_the_server_does(chat_run, monkeypatch, capsys,
+                                                         max_tokens, shown):
+    """scratchgpt chat printed (and kept in the conversation) "ok<|e" where the server
+    answered "ok": the two share the rule."""
+    import io
+
+    from tests.finetune.conftest import run_cli
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("the king\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_run, "--temperature", "0",
+                                  "--max-new-tokens", max_tokens, "--stats"], capsys)
+    assert code == 0, err
+    assert printed == shown + "\n" and "ended by the token limit" in err
 
 
 def test_a_cut_text_ending_in_the_start_of_a_requests_stop_string_keeps_it(client, server):

@@ -176,6 +176,7 @@ class ChatSession:
         from scratchgpt.generation.generate import stream
         from scratchgpt.generation.printer import StreamPrinter
         from scratchgpt.generation.stopping import StopRule
+        from scratchgpt.serve.reply import ReplyText
 
         rule = StopRule(self.args.max_new_tokens, self.tok.eot_id, (self.template.stop,),
                         self.tok.decode)
@@ -183,6 +184,8 @@ class ChatSession:
         if self.interactive:
             sys.stdout.write("assistant> ")
         printer = StreamPrinter(rule)
+        # a reply cut short while writing the end marker is shown without it, as serve's
+        printer.text = ReplyText(rule, self.template.stop)
         stopped = self._stream(printer, stream(self.model, prompt, rule, self.cfg, self.gen))
         text = printer.finish()
         sys.stdout.write("\n")

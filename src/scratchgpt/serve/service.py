@@ -5,9 +5,9 @@ the limits): it encodes prompts, builds one :class:`~scratchgpt.serve.batch.Job`
 (``n`` choices each), and turns the tokens that come back into text with
 :class:`~scratchgpt.generation.stopping.StreamText` (stop strings cut, partial characters held
 back; a chat reply cut short leaves out the start of the end-of-turn marker it was writing,
-:class:`ReplyText`). :func:`complete` and :func:`chat` give the whole response;
-:func:`stream_completion` and :func:`stream_chat` the server-sent events, one chunk per choice
-per engine step.
+:class:`~scratchgpt.serve.reply.ReplyText`, as ``scratchgpt chat`` does). :func:`complete` and
+:func:`chat` give the whole response; :func:`stream_completion` and :func:`stream_chat` the
+server-sent events, one chunk per choice per engine step.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from scratchgpt.serve import protocol as api
 from scratchgpt.serve.batch import Ended, Failed, Job, PromptScores, TokenOut, TopLogprobs
 from scratchgpt.serve.engine import Engine, EngineStopped, QueueFull
 from scratchgpt.serve.metrics import Metrics
+from scratchgpt.serve.reply import ReplyText
 
 
 @dataclass(frozen=True)
@@ -158,40 +159,6 @@ def spelled(tokens: Sequence[api.TokenInfo], text: str) -> list[api.TokenInfo]:
     return out
 
 
-def marker_start(text: str, marker: str) -> int:
-    """How many characters at the end of ``text`` begin ``marker`` (all of it but its last
-    character at most): ``marker_start("ok<|e", "<|end|>") == 3``."""
-    return next((k for k in range(len(marker) - 1, 0, -1) if text.endswith(marker[:k])), 0)
-
-
-class ReplyText(StreamText):
-    """A chat reply's :class:`StreamText`. A reply cut short (its ``max_tokens``, its time)
-    while the model was writing the template's end-of-turn ``marker`` was ending its turn:
-    the start of the marker it wrote is left out, as the whole marker is from a reply that
-    reached it (``ok<|e`` is ``ok``). The held-back text (the longest stop string but one
-    character) always holds that start. A request's own stop strings keep OpenAI's
-    behaviour: a cut reply that ends in the start of one keeps it."""
-
-    def __init__(self, rule: StopRule, marker: str):
-        super().__init__(rule)
-        self.marker = marker
-
-    def finish(self) -> tuple[str, int]:
-        if self.finished or self.rule.ends(self.ids):  # (the marker, if any, is cut already)
-            return super().finish()
-        piece, n = super().finish()
-        cut = min(len(piece), marker_start(self.text, self.marker))
-        if not cut:
-            return piece, n
-        piece, self.text = piece[:-cut], self.text[:-cut]
-        first = self.released - n
-        keep = 0  # the tokens that start before the end of the piece left
-        while keep < n and len(self.decode(self.ids[first:first + keep])) < len(piece):
-            keep += 1
-        self.released = first + keep
-        return piece, keep
-
-
 class Submission:
     """The jobs of one HTTP request and their events as they come back (on the event loop:
     the engine's ``post`` is the loop's ``call_soon_threadsafe``)."""
@@ -297,7 +264,8 @@ class Run:
 
     def __init__(self, service: Service, jobs: list[Job], prompt_tokens: int,
                  marker: str | None = None):
-        """``marker``: a chat reply's end-of-turn marker (see :class:`ReplyText`)."""
+        """``marker``: a chat reply's end-of-turn marker (see
+        :class:`~scratchgpt.serve.reply.ReplyText`)."""
         self.service, self.jobs, self.prompt_tokens = service, jobs, prompt_tokens
         self.sub = Submission(service.engine, jobs)
         self.choices = [[Choice(i * job.n + c, text_of(job.rule, marker),
