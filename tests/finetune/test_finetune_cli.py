@@ -1417,21 +1417,25 @@ def test_finetune_runs_under_torchrun_as_train_does(ft_dir, tmp_path):
     assert (out / "last.pt").read_bytes() == before
 
 
+@pytest.mark.parametrize("quiet", [["--no-progress"], []])
 def test_a_stopped_continued_pretraining_run_writes_its_adapter(ft_dir, tmp_path, capsys,
-                                                                monkeypatch):
+                                                                monkeypatch, quiet):
     """train --init-from BASE --lora stopped by Ctrl-C wrote no adapter.pt (only its end
-    did): the stop writes it, from the run's checkpoint, as the end does."""
+    did): the stop writes it, from the run's checkpoint, as the end does, and says where it
+    is with the progress bar and without it (--no-progress wrote it in silence)."""
     import signal
 
     from tests.interrupts import interrupt_at
 
     interrupt_at(monkeypatch, 2, signal.SIGINT)  # (as the second batch is drawn)
     out = tmp_path / "run"
-    code, _, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
-                            ft_dir / "data", "--out", out, "--lora", "--max-iters", "50",
-                            "--eval-iters", "1", "--no-progress"], capsys)
+    code, printed, err = run_cli(["train", "--init-from", ft_dir / "base", "--dataset",
+                                  ft_dir / "data", "--out", out, "--lora", "--max-iters", "50",
+                                  "--eval-iters", "1", *quiet], capsys)
     assert code == 130 and (out / "last.pt").exists(), err
     assert (out / "adapter.pt").is_file() and not list(out.glob(".*tmp*"))
+    assert f"adapter: {out / 'adapter.pt'} (" in printed, printed
+    assert f"stopped at step 2; saved {out / 'last.pt'}" in printed, printed
     code, _, err = run_cli(["sample", "--checkpoint", out / "adapter.pt", "--prompt", "a",
                             "--max-new-tokens", "2"], capsys)
     assert code == 0, err

@@ -319,6 +319,10 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
         log(f"{data.record['source']}: train on "
             f"{plural(sizes['train'], 'conversation', grouped=True)}, {sizes['val']:,} held "
             f"out (seed {spec.split_seed}); template {spec.template}")
+        if spec.eval_generate > sizes["val"]:  # (the exact match scores those there are)
+            log(f"note: --eval-generate {spec.eval_generate} is more than the "
+                f"{plural(sizes['val'], 'held-out conversation', grouped=True)}: the exact "
+                f"match scores {sizes['val']:,} (a larger --held-out holds out more)")
     return instruct.InstructTask(data, base.tokenizer, extra), config
 
 
@@ -615,8 +619,9 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
 
 def finish_adapter(out: Path, result: TrainResult, verbose: bool = True) -> None:
     """The end of a continued-pretraining run, or its stop: its ``adapter.pt`` when it
-    trains LoRA."""
-    write_adapter(out, load_checkpoint(out), verbose)
+    trains LoRA. A stop says where it is, quiet (``--no-progress``) or not: train's stop line
+    names ``last.pt`` alone, and a stopped run's adapters were written in silence."""
+    write_adapter(out, load_checkpoint(out), verbose or result.interrupted)
 
 
 def with_adapter_finish(job: TrainJob, verbose: bool = True) -> TrainJob:
