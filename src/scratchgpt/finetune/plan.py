@@ -319,6 +319,10 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
         log(f"{data.record['source']}: train on "
             f"{plural(sizes['train'], 'conversation', grouped=True)}, {sizes['val']:,} held "
             f"out (seed {spec.split_seed}); template {spec.template}")
+        if spec.eval_generate > sizes["val"]:  # (the exact match scores those there are)
+            log(f"note: --eval-generate {spec.eval_generate} is more than the "
+                f"{plural(sizes['val'], 'held-out conversation', grouped=True)}: the exact "
+                f"match scores {sizes['val']:,} (a larger --held-out holds out more)")
     return instruct.InstructTask(data, base.tokenizer, extra), config
 
 
