@@ -18,6 +18,7 @@ from scratchgpt.finetune.data import read_labelled, split_digest, stratified_spl
 from tests.cli_errors import error_of
 from tests.finetune.conftest import NEGATIVE, POSITIVE, run_cli
 
+TAB = "\t"
 MAX_LENGTH = 8  # tokens, i.e. characters (the base is char-level): a word or two of a text
 
 
@@ -290,3 +291,28 @@ def test_the_confusion_matrix_s_class_names_never_overlap(labels):
     assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     assert all(fig.bbox.contains(b.x0, b.y0) and fig.bbox.contains(b.x1, b.y1)
                for b in boxes)  # (and none is cut off by the figure's edge)
+
+
+@pytest.mark.parametrize("name, lines, why", [
+    ("flipped.tsv", [f"{line.split(TAB)[1]}\t{line.split(TAB)[0]}"
+                     for line in misleading_lines(20)], "20 labels among 20 texts"),
+    # read as labels the model lacks: 'label 'hate sad' is not one the model knows'
+    ("upper.tsv", ["POS\tlove happy", "neg\thate sad"],
+     "its texts are the model's labels (neg, pos) and its labels are not"),
+    ("flipped.csv", ["pos,love happy", "neg,hate sad", "pos,nice day"], "3 labels among 3")])
+def test_eval_of_a_file_written_label_first_says_so_first_and_what_to_do(
+        short_run, tmp_path, capsys, name, lines, why):
+    """The line named the file's counts first and only asked whether its columns were
+    swapped, with no word of what to do (no flag reads a file label first); a file whose
+    texts were the model's labels in capitals was refused for its labels, the texts. It names
+    the swapped columns first, then why, then the remedy."""
+    run, _ = short_run
+    labelled = tmp_path / name
+    labelled.write_text("\n".join(lines) + "\n")
+    line = error_of(capsys, ["classify", "--checkpoint", str(run), "--eval", str(labelled)])
+    first, last = ("label,text", "text,label") if name.endswith(".csv") else (
+        "label<TAB>text", "text<TAB>label")
+    assert line.startswith(f"scratchgpt classify: error: {labelled}: its label and text "
+                           f"columns look swapped ({why}"), line
+    assert f"{first}?);" in line and line.endswith(f"read as {last}, the label last: swap "
+                                                   "its two columns"), line

@@ -84,10 +84,13 @@ def _classifier(root: Path, base: Path) -> dict[str, Path]:
     (root / "labels.tsv").write_text("".join(f"{t}\t{label}\n" for t, label in rows))
     (root / "label-first.tsv").write_text("".join(f"{label}\t{i} {t}\n"
                                                   for i, (t, label) in enumerate(rows)))
+    # texts that are the model's labels in capitals: read as two labels it lacks
+    (root / "label-first-caps.tsv").write_text("A\tsome words\nb\tother words\n")
     assert main(["finetune", "--task", "classify", "--init-from", str(base), "--data",
                  str(root / "labels.tsv"), "--out", str(root / "classifier"), "--max-iters",
                  "1", "--batch-size", "4", "--no-progress"]) == 0
-    return {"classifier": root / "classifier", "label_first": root / "label-first.tsv"}
+    return {"classifier": root / "classifier", "label_first": root / "label-first.tsv",
+            "label_first_caps": root / "label-first-caps.tsv"}
 
 
 def _ckpt_copy(src: Path, dst: Path, change: Callable) -> Path:
@@ -612,6 +615,10 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
     ("classify --eval a file written label<TAB>text",
      lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first"]],
      "are its lines label<TAB>text?"),
+    # it said "label 'other words' is not one the model knows (a, b)"
+    ("classify --eval a file written label<TAB>text, its texts the labels in capitals",
+     lambda c: ["classify", "--checkpoint", c["classifier"], "--eval", c["label_first_caps"]],
+     "its label and text columns look swapped (its texts are the model's labels (a, b)"),
     # both would read standard input: one of them would find it already read, and empty
     ("classify --file - --eval -",
      lambda c: ["classify", "--checkpoint", c["classifier"], "--file", "-", "--eval", "-"],

@@ -109,25 +109,35 @@ def text_length(max_length: int, block_size: int) -> int:
 
 
 TAB = "\t"
-LABEL_FIRST_HINT = ("are its lines label<TAB>text? A TSV's lines are read as text<TAB>label, "
-                    "the label last")
-
-
 def check_labels_come_last(pairs: Sequence[tuple[str, str]], where: str,
                            known: Sequence[str] = ()) -> None:
     """Refuse labelled data that looks written label first: labels (those not among a model's
     ``known`` ones) nearly one a text, or, scored against a model, texts that are all labels it
-    knows while the labels are not."""
+    knows (in any case: ``POS`` for ``pos``) while the labels are not. The message says so
+    first, then why, then what to do."""
     labels = {label for _, label in pairs}
     unknown = labels - set(known)
     if not unknown:
         return
     if len(unknown) > max(2, len(pairs) // 2):
-        raise DataError(f"{where}: {len(labels):,} labels among {len(pairs):,} texts, nearly "
-                        f"one a text: {LABEL_FIRST_HINT}")
-    if known and all(text.strip() in known for text, _ in pairs):
-        raise DataError(f"{where}: its texts are the model's labels ({', '.join(known)}) and "
-                        f"its labels are not: {LABEL_FIRST_HINT}")
+        raise DataError(label_first(where, f"{len(labels):,} labels among {len(pairs):,} "
+                                           "texts, nearly one a text"))
+    folded = {k.casefold() for k in known}
+    if known and all(text.strip().casefold() in folded for text, _ in pairs):
+        raise DataError(label_first(where, f"its texts are the model's labels "
+                                           f"({', '.join(known)}) and its labels are not"))
+
+
+def label_first(where: str, why: str) -> str:
+    """The refusal of ``where``, a file that looks written label first, for reason ``why``:
+    the columns swapped, why they look so, how the file is read and what to do (no flag reads
+    a file label first: the named dataset sms-spam alone is read so)."""
+    csv_file = where.lower().endswith(".csv")
+    first, last, rows = ("label,text", "text,label", "rows") if csv_file else (
+        "label<TAB>text", "text<TAB>label", "lines")
+    return (f"{where}: its label and text columns look swapped ({why}: are its {rows} "
+            f"{first}?); a {'CSV' if csv_file else 'TSV'}'s {rows} are read as {last}, the "
+            "label last: swap its two columns")
 
 
 def check_no_label_stands_alone(pairs: Sequence[tuple[str, str]], where: str) -> None:
