@@ -398,3 +398,54 @@ def test_a_download_cut_short_is_one_line(tmp_path, monkeypatch, capsys, kind):
     assert not out.exists() and len([n for n in fetched if n.startswith("model-")]) == 1
     line = error_of(capsys, ["sample", "--checkpoint", "hf:someone/sharded", "--prompt", "a"])
     assert line.endswith(f"error: cannot download someone/sharded: {says}"), line
+
+
+@pytest.fixture()
+def failing_hub(tmp_path, monkeypatch):
+    """The hub played by an HTTP server on 127.0.0.1 that answers every request 503; its
+    ``paths`` list what was asked. The cache is empty and the hub online."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from huggingface_hub import constants
+
+    paths: list[str] = []
+
+    class Unavailable(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+            paths.append(self.path)
+            self.send_error(503)
+
+        do_HEAD = do_GET
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 (http.server's signature)
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # a proxy set for the internet must not apply
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{httpd.server_address[1]}")
+    # (read from the environment when huggingface_hub was imported, maybe by an offline test)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    yield paths
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def test_a_hub_listing_answered_5xx_says_the_hub_failed(failing_hub, tmp_path, capsys):
+    """huggingface_hub lists a model's files before it downloads them; a 503 to that listing
+    read 'the hub cannot be reached', of a hub that had answered. It is said as a 5xx to a
+    download is: the hub failed, with its status, and to try again later."""
+    out = tmp_path / "o"
+    line = error_of(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(out)])
+    assert "cannot download gpt2: the Hugging Face hub failed (" in line, line
+    assert "503" in line and line.endswith("); try again later, or pass a local directory")
+    assert "cannot be reached" not in line
+    assert any(p.startswith("/api/models/gpt2") for p in failing_hub), failing_hub
+    assert not out.exists()

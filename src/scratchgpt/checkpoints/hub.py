@@ -12,7 +12,8 @@ hub's own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cac
 Offline (``HF_HUB_OFFLINE=1``, or no network) the model is taken from that cache; a model that
 is not there is a one-line :class:`~scratchgpt.errors.CheckpointError` that says so. So is a
 download stopped partway, by the connection (reset, timed out: errors of huggingface_hub's HTTP
-library, which are no OSError) or by the hub (HTTP 5xx).
+library, which are no OSError) or by the hub (HTTP 5xx, to a file's download or to the listing
+of the model's files that comes first: the hub answered, and was not out of reach).
 
 Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``distilgpt2``,
 ``openai-community/gpt2``, or ``owner/name`` for any GPT-2 shaped model.
@@ -100,6 +101,12 @@ def _why(repo_id: str, e: Exception) -> str:
                 f"hf auth login{drop})")
     if isinstance(e, RevisionNotFoundError):
         return f"{repo_id}: no such revision on the Hugging Face hub"
+    # huggingface_hub raises that the model is not cached (LocalEntryNotFoundError) from the
+    # hub's answer to its listing of the model's files: a 5xx there is an answer, not a hub
+    # out of reach
+    answered = _hub_failed(repo_id, e.__cause__) if isinstance(e, LocalEntryNotFoundError) else None
+    if answered is not None:
+        return answered
     where = cache_dir() or "the Hugging Face cache"
     how = "offline (HF_HUB_OFFLINE is set)" if offline() else "the hub cannot be reached"
     # (a newer huggingface_hub's: the cache's listing of the model names files it lacks)
@@ -115,17 +122,26 @@ def _why(repo_id: str, e: Exception) -> str:
 def _failed_midway(repo_id: str, e: Exception) -> str | None:
     """Why a download that had begun stopped, where the hub failed (HTTP 5xx) or the connection
     did (reset, timed out, cut off mid-file, a proxy refusing), or None."""
-    status = getattr(getattr(e, "response", None), "status_code", None)
-    if isinstance(status, int):  # the hub answered; only 5xx is the hub's own failure
-        return (f"cannot download {repo_id}: the Hugging Face hub failed ({_first_line(e)}); "
-                "try again later, or pass a local directory") if status >= 500 else None
+    if isinstance(getattr(getattr(e, "response", None), "status_code", None), int):
+        return _hub_failed(repo_id, e)  # the hub answered; only 5xx is the hub's own failure
     if isinstance(e, (ConnectionError, TimeoutError, *_http_errors())):
         return (f"cannot download {repo_id}: the connection to the Hugging Face hub failed "
                 f"({type(e).__name__}: {_first_line(e)}); try again, or pass a local directory")
     return None
 
 
-def _first_line(e: Exception) -> str:
+def _hub_failed(repo_id: str, e: BaseException | None) -> str | None:
+    """Why ``repo_id`` could not be had where the hub answered ``e``, a request of the download
+    or of its listing of the model's files, with HTTP 5xx (its status in ``e``'s first line),
+    or None."""
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if e is None or not isinstance(status, int) or status < 500:
+        return None
+    return (f"cannot download {repo_id}: the Hugging Face hub failed ({_first_line(e)}); "
+            "try again later, or pass a local directory")
+
+
+def _first_line(e: BaseException) -> str:
     """The first line of ``e``'s message (200 characters at most), else its type's name."""
     return str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
 
