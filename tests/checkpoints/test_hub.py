@@ -449,3 +449,69 @@ def test_a_hub_listing_answered_5xx_says_the_hub_failed(failing_hub, tmp_path, c
     assert "cannot be reached" not in line
     assert any(p.startswith("/api/models/gpt2") for p in failing_hub), failing_hub
     assert not out.exists()
+
+
+def _xet_transfer_to_nowhere(monkeypatch, tmp_path):
+    """``fetch(name)``: a download through huggingface_hub's Xet backend (its ``xet_get``, and
+    hf_xet for real) from a storage address where nothing listens, which fails as hf_xet fails:
+    a plain RuntimeError out of its native code."""
+    import socket
+    import time
+
+    pytest.importorskip("hf_xet")
+    from huggingface_hub import file_download
+    from huggingface_hub.utils import _xet as xet
+
+    if not hasattr(file_download, "xet_get") or not hasattr(xet, "XetSessionHolder"):
+        pytest.skip("this huggingface_hub has no Xet download to fail")
+    with socket.socket() as s:  # a port of this machine that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"
+    # one attempt (hf_xet retries for two minutes), in a session of this test's own
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("HF_XET_CLIENT_RETRY_MAX_DURATION", "1")
+    monkeypatch.setattr(xet, "_GLOBAL_XET_HOLDER", xet.XetSessionHolder())
+    storage = xet.XetConnectionInfo(access_token="token", endpoint=nowhere,
+                                    expiration_unix_epoch=int(time.time()) + 3600)
+    monkeypatch.setattr(xet, "refresh_xet_connection_info", lambda **kwargs: storage)
+
+    def fetch(name: str) -> None:
+        file_download.xet_get(incomplete_path=tmp_path / f"{name}.incomplete",
+                              xet_file_data=xet.XetFileData("0" * 64, f"{nowhere}/refresh"),
+                              headers={}, expected_size=1)
+
+    return fetch
+
+
+def test_a_failed_xet_transfer_is_one_line(tmp_path, monkeypatch, capsys):
+    """hf_xet, huggingface_hub's Xet transfer backend, raises its failures as plain
+    RuntimeErrors, which were no hub failure here: a traceback. The fake hub downloads its
+    second shard through the real Xet code, which fails; convert says it in one line."""
+    fetch = _xet_transfer_to_nowhere(monkeypatch, tmp_path)
+    ref = tiny_transformers_gpt2()
+    remote = tmp_path / "on-the-hub"
+    ref.save_pretrained(remote, max_shard_size="40KB")
+    capsys.readouterr()
+    second = sorted(p.name for p in remote.glob("model-*.safetensors"))[1]
+    fake_hub(monkeypatch, remote, tmp_path / "hub-cache", [],
+             lambda name: fetch(name) if name == second else None)
+    out = tmp_path / "o"
+    line = error_of(capsys, ["convert", "--from", "hf:someone/sharded", "--out", str(out)])
+    assert "error: cannot download someone/sharded: the Xet transfer from the Hugging Face " \
+           "hub failed (" in line, line
+    assert line.endswith("); try again, or pass a local directory") and not out.exists()
+
+
+def test_a_runtime_error_not_of_the_hub_is_not_taken_for_one(tmp_path, monkeypatch):
+    """Only hf_xet's RuntimeErrors are the hub's: one raised elsewhere (here by the fake hub
+    itself) goes on as it was raised, a bug to see whole."""
+    from scratchgpt.checkpoints.hub import download
+
+    def fail(name):
+        raise RuntimeError("not the hub's")
+
+    remote = tmp_path / "on-the-hub"
+    tiny_transformers_gpt2().save_pretrained(remote)
+    fake_hub(monkeypatch, remote, tmp_path / "hub-cache", [], fail)
+    with pytest.raises(RuntimeError, match="not the hub's"):
+        download("someone/sharded")

@@ -12,8 +12,9 @@ hub's own cache, which :func:`~scratchgpt.checkpoints.hf.load_hf` reads. The cac
 Offline (``HF_HUB_OFFLINE=1``, or no network) the model is taken from that cache; a model that
 is not there is a one-line :class:`~scratchgpt.errors.CheckpointError` that says so. So is a
 download stopped partway, by the connection (reset, timed out: errors of huggingface_hub's HTTP
-library, which are no OSError) or by the hub (HTTP 5xx, to a file's download or to the listing
-of the model's files that comes first: the hub answered, and was not out of reach).
+library, which are no OSError), by the hub (HTTP 5xx, to a file's download or to the listing
+of the model's files that comes first: the hub answered, and was not out of reach) or in
+``hf_xet``, huggingface_hub's Xet transfer backend (whose failures are plain RuntimeErrors).
 
 Ids are the hub's: ``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``distilgpt2``,
 ``openai-community/gpt2``, or ``owner/name`` for any GPT-2 shaped model.
@@ -25,6 +26,7 @@ import glob
 import importlib
 import os
 import re
+import traceback
 from pathlib import Path
 
 from scratchgpt.checkpoints.hf import (
@@ -127,7 +129,24 @@ def _failed_midway(repo_id: str, e: Exception) -> str | None:
     if isinstance(e, (ConnectionError, TimeoutError, *_http_errors())):
         return (f"cannot download {repo_id}: the connection to the Hugging Face hub failed "
                 f"({type(e).__name__}: {_first_line(e)}); try again, or pass a local directory")
+    if _is_xet_failure(e):
+        return (f"cannot download {repo_id}: the Xet transfer from the Hugging Face hub failed "
+                f"({_first_line(e)}); try again, or pass a local directory")
     return None
+
+
+def _is_xet_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a failure of huggingface_hub's Xet transfer backend (``hf_xet``), which
+    raises a plain RuntimeError from its native code: one whose last Python frame is in
+    ``hf_xet`` or in huggingface_hub's Xet code (its ``xet_get``, its ``utils._xet``). Other
+    RuntimeErrors are not taken for the hub's."""
+    if not isinstance(e, RuntimeError) or e.__traceback__ is None:
+        return False
+    *_, (frame, _) = traceback.walk_tb(e.__traceback__)
+    module, function = frame.f_globals.get("__name__", ""), frame.f_code.co_name
+    package = module.split(".")[0]
+    return package == "hf_xet" or (package == "huggingface_hub"
+                                   and "xet" in f"{module}.{function}".lower())
 
 
 def _hub_failed(repo_id: str, e: BaseException | None) -> str | None:
@@ -211,8 +230,8 @@ def _snapshot(repo_id: str, revision: str | None, *weights: str) -> Path:
         return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir(),
                                       allow_patterns=[*DOWNLOAD_PATTERNS, *weights],
                                       local_files_only=offline()))
-    except Exception as e:  # noqa: BLE001 - those of _hub_failures(), decided once raised
-        if not isinstance(e, _hub_failures()):
+    except Exception as e:  # noqa: BLE001 - the hub's and hf_xet's failures, decided once raised
+        if not isinstance(e, _hub_failures()) and not _is_xet_failure(e):
             raise
         raise CheckpointError(_why(repo_id, e)) from None
 
