@@ -435,6 +435,45 @@ def test_a_stopped_lora_run_writes_its_adapter(ft_dir, tmp_path, capsys, monkeyp
     assert code == 0, err
 
 
+def test_a_resumed_instruct_run_reports_the_loss_its_base_had_before_training(
+        ft_dir, tmp_path, capsys, monkeypatch):
+    """An instruction run reports the base's held-out response loss before training beside
+    its own after; resumed, it reported none ('held-out response loss: X before, Y after'
+    went missing), the figure measured at the first start being kept nowhere. The run's
+    state keeps it, and the resume reports the first start's figure, measured once."""
+    import re
+
+    out = tmp_path / "run"
+    _stop_at_batch(monkeypatch, 2)
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "inst.json", "--out", out,
+                                  "--max-iters", "4", *SMALL], capsys)
+    assert code == 130 and "stopped at step 2" in printed, err
+    measured = re.search(r"before fine-tuning: held-out response loss (\d+\.\d{4})\n", printed)
+    assert measured, printed
+    monkeypatch.undo()  # (no stop this time)
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
+                                 capsys)
+    assert code == 0 and "done: 4 steps" in printed, err
+    assert f"held-out response loss: {measured.group(1)} before, " in printed, printed
+    assert "before fine-tuning" not in printed, printed  # (not measured again)
+
+
+def test_a_task_made_in_another_process_keeps_the_bases_figures(ft_dir, tmp_path):
+    """--nproc processes make the run's task anew: rank 0 saves the figures the planning
+    process measured of the base, not an empty record of them."""
+    import pickle
+
+    from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
+
+    job = plan(FinetuneRequest("instruct", str(ft_dir / "base"), str(tmp_path / "run"),
+                               str(ft_dir / "inst.json"), train_flags={"batch_size": 8}),
+               log=None)
+    figures = starting_figures(job, log=None)
+    assert figures["val_loss"] > 0
+    assert pickle.loads(pickle.dumps(job.task))().state_dict()["before"] == figures
+
+
 def _weights(path):
     return load_checkpoint(path).model
 

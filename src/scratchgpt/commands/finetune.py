@@ -47,7 +47,8 @@ last.pt, exact --resume, --time-budget, Ctrl-C saves.
 --task instruct: Alpaca JSON (instruction, input, output) or chat JSONL ({"messages": [...]}
   with roles system/user/assistant), or --dataset instruction-data. Conversations are written
   with the chat template (<|user|>, <|assistant|> lines, replies ending in <|end|>); only reply
-  tokens carry the loss. Reports the held-out response loss before and after.
+  tokens carry the loss. Reports the held-out response loss before and after (the base's,
+  measured as the run starts, is kept in its checkpoints: a resumed run reports it too).
 --lora trains low-rank adapters only and writes adapter.pt (small; refuses any other base).
 --merge RUN|adapter.pt --out DIR folds the adapters into the weights (a plain model that
   'scratchgpt convert --to hf' exports); with --init-from, the adapter goes onto that base.""")

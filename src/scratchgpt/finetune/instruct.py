@@ -233,6 +233,10 @@ class InstructTask:
         self.epochs = EpochBatches([len(t) for t, _ in data.train])
         self.extra_data = extra_data or {}
         self.final_eval: GenerationEval | None = None
+        # the base's held-out figures before training (val_loss, exact_match), which a new
+        # run measures before its first step: kept in the run's state, so that a resumed run
+        # reports them beside its own
+        self.before: dict[str, float] = {}
 
     def train_batch(self, batch_size: int, generator: torch.Generator,
                     shard: tuple[int, int] = (0, 1)) -> Batch:
@@ -278,10 +282,11 @@ class InstructTask:
                 "chat_template": self.template.name, **self.extra_data}
 
     def state_dict(self) -> dict[str, Any]:
-        return self.epochs.state_dict()
+        return {**self.epochs.state_dict(), "before": dict(self.before)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epochs.load_state_dict(state)
+        self.before = dict(state.get("before") or {})  # (none in a run from before it was kept)
 
 
 @torch.no_grad()

@@ -100,20 +100,26 @@ class FinetuneRequest:
 
 class TaskFactory:
     """Makes a run's task (``TrainJob.task``) from its data record; picklable. The task the
-    plan built is reused in the planning process, and rebuilt in any other."""
+    plan built is reused in the planning process, and rebuilt in any other, in the state the
+    planning process left it (the base's figures :func:`starting_figures` measured, which
+    rank 0 saves in the run's checkpoints)."""
 
     def __init__(self, kind: str, record: dict[str, Any], tokenizer: Any,
                  extra: dict[str, Any], block_size: int, task: Any = None):
         self.kind, self.record, self.tokenizer = kind, record, tokenizer
         self.extra, self.block_size, self._task = extra, block_size, task
+        self._state: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_task": None}
+        state = None if self._task is None else self._task.state_dict()
+        return {**self.__dict__, "_task": None, "_state": state}
 
     def __call__(self) -> Any:
         if self._task is None:
             self._task = make_task(self.kind, self.record, self.tokenizer, self.extra,
                                    self.block_size)
+            if self._state is not None:
+                self._task.load_state_dict(self._state)
         return self._task
 
 
@@ -509,11 +515,17 @@ def _shown(flag: str, value: Any) -> str:
 
 
 def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
-    """A new instruction run's held-out figures before training: response loss and (with
-    ``eval_generate``) exact match of the base's greedy replies."""
+    """An instruction run's held-out figures before training: response loss and (with
+    ``eval_generate``) exact match of the base's greedy replies. A new run measures them
+    (and keeps them in its task's state, :attr:`InstructTask.before`); a resumed run reads
+    them from its checkpoint."""
     task = train_job.task()
-    if train_job.mode == "resume" or not isinstance(task, instruct.InstructTask):
+    if not isinstance(task, instruct.InstructTask):
         return {}
+    if train_job.mode == "resume":
+        checkpoint = train_job.checkpoint()
+        task.load_state_dict(checkpoint.state.task if checkpoint.state is not None else {})
+        return dict(task.before)
     model = train_job.init.model()
     figures: dict[str, Any] = {"val_loss": instruct.held_out_loss(
         model, task.examples.held_out, train_job.train.batch_size)}
@@ -525,6 +537,7 @@ def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
         figures["exact_match"] = ev.rate
         if log is not None:
             log("before fine-tuning: " + ev.describe("held-out", samples=1))
+    task.before = figures
     return figures
 
 
