@@ -413,14 +413,16 @@ def test_a_config_built_from_python_names_an_unknown_setting(make, keyword, mess
     assert str(e.value) == message
 
 
-def _budgeted_run(cli_main, data, out) -> int:
-    """A CLI run that ends on its --time-budget of 0.3 s; returns the step it ended at."""
+def _budgeted_run(cli_main, data, out, capsys) -> int:
+    """A CLI run that ends on its --time-budget of 0.3 s; returns the step it ended at. What
+    it printed is read off (its stderr says where the budget ran out)."""
     assert cli_main(["train", "--dataset", str(data), "--n-layer", "1", "--n-head", "2",
                      "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
                      "--eval-iters", "1", "--max-iters", "1000000", "--time-budget", "0.3s",
                      "--out", str(out), "--no-progress"]) == 0
     step = load_checkpoint(out / "last.pt").state.step
     assert 0 < step < 1_000_000
+    assert f"--time-budget 0.3s spent at step {step};" in capsys.readouterr().err
     return step
 
 
@@ -428,7 +430,7 @@ def test_a_run_ended_on_its_budget_resumes_to_a_new_max_iters(small_dataset, tmp
                                                                cli_main, capsys):
     """--max-iters on resume extends a run that its spent --time-budget ended; without one,
     the note says the budget is spent and how to go on."""
-    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r")
+    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r", capsys)
     capsys.readouterr()
     assert cli_main(["train", "--resume", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     assert "already used its --time-budget" in capsys.readouterr().out
@@ -443,7 +445,7 @@ def test_a_resume_refuses_a_budget_it_has_already_used(small_dataset, tmp_path, 
     """A --time-budget shorter than the run has trained would train nothing: one line."""
     from tests.cli_errors import error_of
 
-    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r")
+    step = _budgeted_run(cli_main, small_dataset, tmp_path / "r", capsys)
     before = (tmp_path / "r" / "last.pt").read_bytes()
     line = error_of(capsys, ["train", "--resume", "--out", str(tmp_path / "r"),
                              "--time-budget", "0.1s", "--max-iters", str(step + 5)])
@@ -463,7 +465,7 @@ def test_a_resume_that_repeats_its_used_up_budget_with_more_iterations_is_refuse
     from tests.cli_errors import error_of
 
     out = tmp_path / "r"
-    step = _budgeted_run(cli_main, small_dataset, out)
+    step = _budgeted_run(cli_main, small_dataset, out, capsys)
     before = (out / "last.pt").read_bytes()
     resume = ["train", "--resume", "--out", str(out), "--time-budget", "0.3s"]
     line = error_of(capsys, [*resume, "--max-iters", str(step + 5)])

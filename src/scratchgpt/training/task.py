@@ -10,6 +10,9 @@ metrics, checkpoints, resume, time budgets and stopping. A *task* owns the rest:
 * ``estimate``: a quick loss estimate on a split, for periodic evaluation;
 * ``final_metrics``: the figures reported at the end (``val_loss`` exact, plus its own), and
   ``report``: any text worth printing about them (e.g. accuracy by length);
+* optionally ``final_scope()``: what the final evaluation goes through, in words (``the full
+  validation split (41 windows, 10,496 tokens)``), which a run its time budget ended says
+  before it (on a large split it takes minutes, where a run looked hung past its budget);
 * ``tokenizers`` and ``data``: what the run directory and checkpoints record;
 * optionally ``eval_fields`` and ``eval_extras()``: figures of its own that each evaluation
   adds to ``metrics.csv`` and the progress line (e.g. a classifier's ``val_acc``), and
@@ -33,6 +36,7 @@ from scratchgpt.data.dataset import TokenDataset, windows_at
 from scratchgpt.errors import ConfigError
 from scratchgpt.training.epochs import EpochWindows
 from scratchgpt.training.precision import autocast
+from scratchgpt.wording import plural
 
 Batch = tuple[Tensor, ...]
 
@@ -136,6 +140,15 @@ class LanguageModelTask:
         val = full_split_loss(model, self.dataset, "val", self.block_size, setting.device)
         return {"train_loss": self.estimate(model, "train", iters, setting), "val_loss": val,
                 "val_bpc": self.dataset.bits_per_char("val", val)}
+
+    def final_scope(self) -> str:
+        """What :meth:`final_metrics` evaluates exactly: every window of the validation split,
+        counted as :func:`full_split_loss` reads them (``scratchgpt eval`` reports the same
+        tokens)."""
+        windows = self.dataset.window_count("val", self.block_size)
+        tokens = evaluated_tokens(self.dataset, "val", self.block_size)
+        return (f"the full validation split ({plural(windows, 'window', grouped=True)}, "
+                f"{plural(tokens, 'token', grouped=True)})")
 
     def report(self) -> str:
         return ""

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -293,6 +294,7 @@ class Trainer:
         """The task's final figures, logged and saved with the evaluated model; {} when a
         signal stops the evaluation (it can take a while: every window of the split), which
         then ends at once rather than after it, the run resuming into it."""
+        self._announce_final_evaluation()
         stop.stop_at_once = True
         try:
             metrics = self.task.final_metrics(self.model, self.cfg.eval_iters, self.setting)
@@ -307,6 +309,21 @@ class Trainer:
         self.state.final = {k: float(v) for k, v in metrics.items()}
         self._save_evaluated(metrics["val_loss"])
         return metrics
+
+    def _announce_final_evaluation(self) -> None:
+        """A run its time budget ended says so, and what the final evaluation goes through
+        (the task's ``final_scope()``), before it: on stderr, with or without the progress bar.
+        The evaluation is exact over the whole split, seconds on Tiny Shakespeare and minutes
+        on a larger one, and under ``--no-progress`` the run printed nothing past its budget,
+        as if it hung. (Not from a run with no directory: an experiment's, a benchmark's.)"""
+        budget = self.cfg.time_budget_s
+        if not budget or self.state.elapsed_s < budget or self.run is None \
+                or not self.info.is_main:
+            return
+        scope = getattr(self.task, "final_scope", None)
+        what = f"evaluating {scope()}" if scope is not None else "running the final evaluation"
+        print(f"{named(self.options, 'time_budget', self.cfg.time_budget)} spent at step "
+              f"{self.state.step}; {what}...", file=sys.stderr, flush=True)
 
     # ---- files
 

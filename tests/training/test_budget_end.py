@@ -1,0 +1,83 @@
+"""What a run does once its time budget is spent: it says so, and what its final evaluation
+goes through, before that evaluation (which reads the whole split, minutes on a large one)."""
+
+import json
+import re
+
+import pytest
+
+from scratchgpt.checkpoints import load_checkpoint
+from scratchgpt.training.task import LanguageModelTask
+
+BLOCK = 16
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", str(BLOCK),
+        "--batch-size", "4", "--eval-iters", "1"]
+SAID = re.compile(r"^--time-budget 0\.3s spent at step (\d+); evaluating the full validation "
+                  r"split \(([\d,]+) windows, ([\d,]+) tokens\)\.\.\.$", re.M)
+
+
+def _output_at_final_evaluation(monkeypatch, capsys) -> list:
+    """The output (out, err) printed by the time each final evaluation begins."""
+    seen = []
+    real = LanguageModelTask.final_metrics
+
+    def final_metrics(self, *args, **kwargs):
+        seen.append(capsys.readouterr())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LanguageModelTask, "final_metrics", final_metrics)
+    return seen
+
+
+@pytest.mark.parametrize("progress", [["--no-progress"], []])
+def test_a_run_its_budget_ended_says_what_it_evaluates_before_evaluating(
+        small_dataset, tmp_path, cli_main, capsys, monkeypatch, progress):
+    """Under --no-progress a budgeted run printed nothing from its budget's end to the end of
+    its final evaluation over the whole validation split, as if it hung. It says, in either
+    progress mode, at which step the budget ran out and how many windows and tokens it
+    evaluates: as many as 'scratchgpt eval' reports for the split."""
+    seen = _output_at_final_evaluation(monkeypatch, capsys)
+    run = tmp_path / "r"
+    assert cli_main(["train", "--dataset", str(small_dataset), *TINY, "--max-iters", "1000000",
+                     "--time-budget", "0.3s", "--out", str(run), *progress]) == 0
+    after = capsys.readouterr()
+    assert len(seen) == 1
+    said = SAID.findall(seen[0].err)
+    assert len(said) == 1, seen[0].err  # before the evaluation began
+    assert "done:" not in seen[0].out and "done:" in after.out
+    assert not SAID.search(after.err)  # said once
+    step, windows, tokens = (int(n.replace(",", "")) for n in said[0])
+    assert step == load_checkpoint(run / "last.pt").state.step
+    assert cli_main(["eval", "--checkpoint", str(run), "--which", "last", "--split", "val",
+                     "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)["val_tokens"]
+    assert tokens == evaluated == windows * BLOCK and windows > 1
+
+
+def test_a_run_its_iterations_ended_says_nothing_more(small_dataset, tmp_path, cli_main,
+                                                      capsys, monkeypatch):
+    """The line is a budget's: a run that reached its --max-iters (a budget not spent
+    beside it) ends as it did."""
+    seen = _output_at_final_evaluation(monkeypatch, capsys)
+    assert cli_main(["train", "--dataset", str(small_dataset), *TINY, "--max-iters", "3",
+                     "--time-budget", "1h", "--out", str(tmp_path / "r"),
+                     "--no-progress"]) == 0
+    assert len(seen) == 1 and "spent at step" not in seen[0].err + capsys.readouterr().err
+
+
+def test_the_python_api_names_its_keyword(small_dataset, tmp_path, capsys):
+    """train() from Python says it too, naming the keyword it was given."""
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models import model_config
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.job import train
+
+    data = TokenDataset(small_dataset)
+    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
+                          block_size=BLOCK)
+    res = train(TrainConfig(batch_size=4, eval_iters=1, max_iters=1_000_000, time_budget="0.3s",
+                            dtype="fp32"), config, data, tmp_path / "r", progress=False)
+    windows = data.window_count("val", BLOCK)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"time_budget='0.3s' spent at step {res.step}; evaluating the full validation split "
+        f"({windows:,} windows, {windows * BLOCK:,} tokens)...")
