@@ -192,7 +192,8 @@ def test_a_folder_of_files_no_run_wrote_is_refused_even_with_overwrite(tmp_path)
     theirs.write_config(run_config(Checkpoint("bigram", config, {})))
     with theirs.lock():
         theirs.begin("overwrite")
-    assert theirs.is_scratchgpt_run() is False  # (its config.json is aside until it commits)
+    # killed here, its config.json aside: still a run, which the next start puts back
+    assert not theirs.file("config.json").exists() and theirs.is_scratchgpt_run()
 
 
 def write_run(run: RunDir, marker: str) -> None:

@@ -43,6 +43,7 @@ from scratchgpt.checkpoints.io import (
     remove_stale_temporaries,
     save_checkpoint,
     take_lock,
+    temporary_name,
 )
 from scratchgpt.errors import CheckpointError, RunInUseError, StorageError
 from scratchgpt.validation import FLAGS, file_above, json_loads, named
@@ -77,8 +78,9 @@ class RunDir:
 
     def is_scratchgpt_run(self) -> bool:
         """True if the directory holds a scratchgpt checkpoint or run configuration (a run
-        writes its config.json before anything else)."""
-        return self.has_checkpoint() or _is_run_config(self.file(CONFIG_FILE))
+        writes its config.json before anything else), there or moved aside by an overwrite
+        (a kill while they were moved leaves the rest of the run's files without them)."""
+        return _holds_our_run(self.path) or _holds_our_run(self.file(REPLACED_DIR))
 
     # ---- the lock
 
@@ -261,8 +263,17 @@ class RunDir:
         process group) is not always the one that called :meth:`begin`."""
         self._uncommitted = False
         if self.file(REPLACED_DIR).exists():
-            shutil.rmtree(self.file(REPLACED_DIR), ignore_errors=True)
-            fsync_dir(self.path)
+            self._discard_aside()
+
+    def _discard_aside(self) -> None:
+        """Delete the replaced run, in one step as far as a later start can see: renamed to a
+        temporary name first (which the next start clears if a kill cuts the deletion short).
+        Deleted in place, a cut-short deletion would leave some old files aside without
+        their mark, and the next start would put them back beside the new run's."""
+        trash = self.file(temporary_name(REPLACED_DIR))
+        os.replace(self.file(REPLACED_DIR), trash)
+        fsync_dir(self.path)
+        shutil.rmtree(trash, ignore_errors=True)
 
     def abort(self) -> None:
         """The new run failed. Before its first checkpoint: remove what it wrote and put a
@@ -277,17 +288,27 @@ class RunDir:
             self._uncommitted = False
 
     def _restore(self) -> None:
-        """Put the files aside back, deleting the new run's. A move aside that was itself
-        cut short (no mark) has no new files yet: everything aside just goes back."""
+        """Put the files aside back, deleting the new run's; every step can be cut short by a
+        kill and done again by the next start. While the mark is aside (or nothing is: a new
+        run in a directory of its own), the files beside it are the new run's: those with no
+        old file to take their place are deleted, then the mark. Without the mark (a move
+        aside itself cut short, or a restore past that point), whatever is aside goes back
+        over what is there, and nothing else is touched."""
         aside = self.file(REPLACED_DIR)
-        moved = not aside.is_dir() or (aside / MOVED_MARK).exists()
+        if not aside.is_dir() or (aside / MOVED_MARK).exists():
+            for name in RUN_FILES:
+                if not (aside / name).exists():
+                    self.file(name).unlink(missing_ok=True)
+            fsync_dir(self.path)
+            if not aside.is_dir():
+                return
+            (aside / MOVED_MARK).unlink()
+            fsync_dir(aside)
         for name in RUN_FILES:
             if (aside / name).exists():
                 os.replace(aside / name, self.file(name))
-            elif moved:
-                self.file(name).unlink(missing_ok=True)
-        shutil.rmtree(aside, ignore_errors=True)
         fsync_dir(self.path)
+        self._discard_aside()
 
     def _recover_interrupted_overwrite(self) -> None:
         """A process killed while replacing a run left ``.replaced/``: if the new run never
@@ -296,7 +317,7 @@ class RunDir:
         if not aside.is_dir():
             return
         if (aside / MOVED_MARK).exists() and self.file("last.pt").is_file():
-            shutil.rmtree(aside, ignore_errors=True)
+            self._discard_aside()
         else:
             self._restore()
 
@@ -376,6 +397,11 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def _holds_our_run(folder: Path) -> bool:
+    """True if ``folder`` holds a checkpoint or a config.json that :func:`run_config` wrote."""
+    return RunDir(folder).has_checkpoint() or _is_run_config(folder / CONFIG_FILE)
 
 
 def _is_run_config(path: Path) -> bool:
