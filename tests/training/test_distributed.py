@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from scratchgpt.cli import main
+from scratchgpt.wording import plural
 
 ARGS = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--eval-iters", "2", "--eval-interval", "10", "--no-progress", "--dtype", "fp32",
@@ -74,7 +75,7 @@ def test_time_budget_ends_every_process_at_the_same_step(small_dataset, tmp_path
                  "--batch-size", "4", "--nproc", "2", "--time-budget", "3s", *ARGS]) == 0
     state = torch.load(tmp_path / "r" / "last.pt", weights_only=True)["state"]
     assert state["step"] > 0 and 3.0 <= state["elapsed_s"] < 10.0
-    assert f"done: {state['step']} steps" in capsys.readouterr().out
+    assert f"done: {plural(state['step'], 'step')} in" in capsys.readouterr().out
 
 
 def test_bad_input_fails_before_processes_start(small_dataset, tmp_path, capsys):
