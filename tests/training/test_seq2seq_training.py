@@ -201,3 +201,117 @@ def test_a_fresh_task_draws_as_a_new_one_on_the_same_pairs():
     assert fresh.final_eval is None and task.final_eval is not None
     assert first_sources(fresh) == new
     assert task.epochs.state_dict() == drawn
+
+
+def test_the_final_check_decodes_batches_of_similar_targets_each_to_its_own_bound():
+    """The final check decoded every batch to the longest held-out target plus 2, which an
+    undertrained model (ending no output) filled every time. It decodes the pairs in batches
+    of similar target length, each to its own longest target plus 2: the same figures as
+    decoding every batch to the longest of all, in fewer steps."""
+    from scratchgpt.models.seq2seq import build_seq2seq
+    from scratchgpt.training.seq2seq import EVAL_MARGIN, evaluate, evaluate_by_length
+
+    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=48))
+    torch.manual_seed(0)
+    model = build_seq2seq(task.model_config("lstm-attention", d_model=16))
+    with torch.no_grad():
+        model.head.weight.mul_(10.0)  # outputs that differ from source to source
+    steps = _ending_at_s(model, task.tgt_tok)
+    alone = evaluate(model, task.held_out, task.src_tok, task.tgt_tok, batch_size=1)
+    # every other output that ended is made its pair's target: exact match neither 0 nor 1
+    pairs = [(s, p if i % 2 and p.endswith("s") else t) for i, ((s, t), p)
+             in enumerate(zip(task.held_out, alone.predictions, strict=True))]
+    calls = _decode_calls(model, steps)
+    steps.clear()
+    whole = evaluate(model, pairs, task.src_tok, task.tgt_tok, batch_size=8)
+    whole_steps, whole_calls = len(steps), calls[:]
+    steps.clear()
+    calls.clear()
+    by_length = evaluate_by_length(model, pairs, task.src_tok, task.tgt_tok, batch_size=8)
+    assert 0 < by_length.correct < len(pairs) and by_length.total == len(pairs)
+    assert (by_length.correct, by_length.by_length) == (whole.correct, whole.by_length)
+    targets = sorted(len(t) for _, t in pairs)
+    bounds = [max(targets[i:i + 8]) + EVAL_MARGIN for i in range(0, len(pairs), 8)]
+    assert [(rows, bound) for rows, bound, _ in calls] == [(8, b) for b in bounds]
+    assert len(set(bounds)) > 1 and {b for _, b, _ in whole_calls} == {max(bounds)}
+    assert all(0 < ran <= bound for _, bound, ran in calls)  # no batch ran past its bound
+    assert len(steps) < whole_steps
+
+
+def _decode_calls(model, steps: list[int]) -> list[tuple[int, int, int]]:
+    """(rows, max_len, steps it ran) of each greedy decode of ``model`` from here on;
+    ``steps``: :func:`_ending_at_s`'s list, one entry a step."""
+    real, calls = model.greedy_decode, []
+
+    def greedy_decode(src, lengths, max_len, out=None):
+        before = len(steps)
+        result = real(src, lengths, max_len, out=out)
+        calls.append((src.size(0), max_len, len(steps) - before))
+        return result
+
+    model.greedy_decode = greedy_decode
+    return calls
+
+
+@pytest.mark.parametrize(("given", "decoded"), [("12", 12), ("0", 40)])
+def test_a_seq2seq_run_its_budget_ended_says_how_many_pairs_it_decodes(
+        cli_main, tmp_path, capsys, monkeypatch, given, decoded):
+    """After its budget, a seq2seq run printed nothing while it scored the held-out pairs
+    (minutes, once): it says how many it decodes and to what length, decodes as many, no
+    output past its batch's longest target plus 2, and reports that count."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.models.seq2seq import Seq2Seq
+    from scratchgpt.training.seq2seq import EVAL_MARGIN, seq2seq_task
+
+    calls = []
+    real = Seq2Seq.greedy_decode
+
+    def greedy_decode(self, src, lengths, max_len, out=None):
+        ids, attn = real(self, src, lengths, max_len, out=out)
+        calls.append((src.size(0), max_len, max(len(x) for x in ids)))
+        return ids, attn
+
+    monkeypatch.setattr(Seq2Seq, "greedy_decode", greedy_decode)
+    run = tmp_path / "run"
+    assert cli_main(["seq2seq", "train", "--task", "reverse", "--out", str(run), "--n-train",
+                     "300", "--n-test", "40", "--d-model", "16", "--batch-size", "32",
+                     "--time-budget", "0.3s", "--eval-pairs", given, "--no-progress",
+                     "--threads", "1"]) == 0
+    out, err = capsys.readouterr()
+    step = load_checkpoint(run / "last.pt").state.step
+    which = f"the first {decoded}" if decoded < 40 else "all of them"
+    assert (f"--time-budget 0.3s spent at step {step}; evaluating the loss over 40 held-out "
+            f"pairs and greedy decodes of {which} (in batches of similar target length, each "
+            f"to its longest target + {EVAL_MARGIN} tokens)...") in err.splitlines(), err
+    assert f"/{decoded})\n" in out.split("source chars")[0], out
+    ckpt = load_checkpoint(run / "last.pt")
+    task = seq2seq_task(ckpt.data["seq2seq"], ckpt.tokenizers)
+    targets = sorted(len(t) for _, t in task.held_out[:decoded])
+    bounds = [max(targets[i:i + 32]) + EVAL_MARGIN for i in range(0, decoded, 32)]
+    assert [(rows, bound) for rows, bound, _ in calls] == \
+        [(min(32, decoded - i), b) for i, b in zip(range(0, decoded, 32), bounds, strict=True)]
+    assert all(longest <= bound for _, bound, longest in calls)
+
+
+def test_the_final_held_out_loss_is_over_every_pair_in_batches_of_similar_length(monkeypatch):
+    """The final held-out loss went through the pairs in their order, each batch padded to
+    its longest (reverse's pairs run from 10 to 60 letters). It goes through them in batches of
+    similar length: the same loss over the same pairs, with fewer padded tokens computed."""
+    from scratchgpt.models.seq2seq import build_seq2seq
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=64))
+    model = build_seq2seq(task.model_config("transformer", d_model=16))
+    setting = EvalSetting(torch.device("cpu"), "float32", 8, 0)
+    shapes = []
+    real = seq2seq_training.sequence_loss
+
+    def spy(model, batch, *args):
+        shapes.append(batch[0].numel() + batch[2].numel())  # source and target tokens, padded
+        return real(model, batch, *args)
+
+    monkeypatch.setattr(seq2seq_training, "sequence_loss", spy)
+    in_order = task.estimate(model, "val", len(task.held_examples), setting)
+    padded, shapes[:] = sum(shapes), []
+    assert task.held_out_loss(model, setting) == pytest.approx(in_order, rel=1e-6)
+    assert len(shapes) == 8 and sum(shapes) < 0.8 * padded
