@@ -183,9 +183,8 @@ class ChatSession:
         prompt = torch.tensor([self.prompt_ids()], dtype=torch.long)
         if self.interactive:
             sys.stdout.write("assistant> ")
-        printer = StreamPrinter(rule)
         # a reply cut short while writing the end marker is shown without it, as serve's
-        printer.text = ReplyText(rule, self.template.stop)
+        printer = StreamPrinter(rule, text=ReplyText(rule, self.template.stop))
         stopped = self._stream(printer, stream(self.model, prompt, rule, self.cfg, self.gen))
         text = printer.finish()
         sys.stdout.write("\n")

@@ -20,10 +20,13 @@ from scratchgpt.generation.stopping import StopRule, StreamText
 class StreamPrinter:
     """Writes a row's final text to ``out`` (stdout by default) as tokens arrive.
 
-    The rule must carry a ``decode`` function (token ids -> text)."""
+    The rule must carry a ``decode`` function (token ids -> text). ``text``: the
+    :class:`StreamText` of ``rule`` to stream through, when not a plain one (a chat reply's
+    :class:`~scratchgpt.serve.reply.ReplyText`)."""
 
-    def __init__(self, rule: StopRule, out: TextIO | None = None):
-        self.text, self.out = StreamText(rule), out or sys.stdout
+    def __init__(self, rule: StopRule, out: TextIO | None = None,
+                 text: StreamText | None = None):
+        self.text, self.out = text or StreamText(rule), out or sys.stdout
 
     @property
     def ids(self) -> list[int]:
