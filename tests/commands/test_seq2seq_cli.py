@@ -1,6 +1,7 @@
 """`scratchgpt seq2seq` and `scratchgpt experiment` end to end, with tiny settings."""
 
 import csv
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -292,10 +293,11 @@ def reversal_run(tmp_path_factory):
     return out
 
 
-def _translated(run, beam: int) -> tuple[list[str], list[str]]:
-    """(lines, notes) of translating SOURCES all at once, 4 sources a batch: the lines the
-    command printed before it printed each batch as decoded, and the note (stderr) of the
-    translations --max-len cut, once 0, 4, 8 and all 10 of them are printed."""
+@functools.cache
+def _reference(run, beam: int) -> tuple[list[str], list[str], list[list[int]]]:
+    """(lines, notes, ids) of :func:`_translated`. Decoded once per run and beam (a beam of 3
+    takes seconds): the tests read the module's run and never change it, and each asks for it
+    before it patches the decoder."""
     from scratchgpt.checkpoints import load_model
     from scratchgpt.training.seq2seq import translate
 
@@ -309,7 +311,15 @@ def _translated(run, beam: int) -> tuple[list[str], list[str]]:
         which = (f"translation {cut[0]} of 10 was" if len(cut) == 1 else
                  f"translations {', '.join(map(str, cut))} of 10 were")
         notes.append(f"note: {which} cut at --max-len 64, before <eos>\n" if cut else "")
-    return [f"{text}\n" for text in texts], notes
+    return [f"{text}\n" for text in texts], notes, ids
+
+
+def _translated(run, beam: int) -> tuple[list[str], list[str]]:
+    """(lines, notes) of translating SOURCES all at once, 4 sources a batch: the lines the
+    command printed before it printed each batch as decoded, and the note (stderr) of the
+    translations --max-len cut, once 0, 4, 8 and all 10 of them are printed."""
+    lines, notes, _ = _reference(run, beam)
+    return list(lines), list(notes)
 
 
 def _decodes_seen(monkeypatch, capsys, stop_at: int, stop: type[BaseException]) -> list[str]:
@@ -442,13 +452,10 @@ def test_translate_stopped_in_a_batch_prints_what_it_had_decoded(
     import signal
 
     from scratchgpt.checkpoints import load_model
-    from scratchgpt.training.seq2seq import translate
 
     model, source = load_model(str(reversal_run))
     tgt_tok = source.checkpoint.tokenizer("target")
-    lines, _ = _translated(reversal_run, beam)
-    _, ids, _ = translate(model, SOURCES, source.checkpoint.tokenizer("source"), tgt_tok, beam,
-                          64, batch_size=4)
+    lines, _, ids = _reference(reversal_run, beam)
     batch = 2  # the last batch, sources 9 and 10
     step = _a_step_where_one_has_ended(model, SOURCES[8:], source.checkpoint, beam)
     _stop_at_step(monkeypatch, batch, step, getattr(signal, signum))
