@@ -4,6 +4,7 @@ import csv
 import functools
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 
 import pytest
@@ -49,9 +50,8 @@ def test_train_writes_a_run_directory(checkpoint):
 
 
 def test_a_run_is_refused_then_resumed_and_extended(checkpoint, tmp_path, capsys):
-    out = tmp_path / "run"
+    out = shutil.copytree(checkpoint, tmp_path / "run")  # a run of these very settings
     args = ["seq2seq", "train", "--task", "dates", "--out", str(out), *TINY]
-    assert main(args) == 0
     assert main(args) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert main(["seq2seq", "train", "--out", str(out), "--resume", "--max-iters", "20",
@@ -1087,14 +1087,23 @@ def test_the_final_check_decodes_the_first_eval_pairs(cli_main, tmp_path, capsys
     assert reports[12].startswith("\n".join(table) + "\n(the first 12 of the 300")
 
 
-def test_eval_scores_as_many_pairs_as_the_run_recorded(cli_main, tmp_path, capsys, decodes):
+@pytest.fixture(scope="module")
+def run_of_12(tmp_path_factory):
+    """A run trained with --eval-pairs 12, for the tests below to copy (each changes its
+    copy)."""
+    out = tmp_path_factory.mktemp("eval-pairs") / "run"
+    assert main(["seq2seq", "train", "--task", "dates", "--out", str(out), *TINY,
+                 "--eval-pairs", "12"]) == 0
+    return out
+
+
+def test_eval_scores_as_many_pairs_as_the_run_recorded(cli_main, run_of_12, tmp_path, capsys,
+                                                       decodes):
     """A run trained with --eval-pairs 12 records it, yet 'seq2seq eval' scored every held-out
     pair: other figures than the run's report, and minutes for 2,000. It scores the run's
     number unless --eval-pairs says otherwise (0: all), says so under the table, and scores
     every pair of a --data file."""
-    run = tmp_path / "run"
-    assert cli_main(["seq2seq", "train", "--task", "dates", "--out", str(run), *TINY,
-                     "--eval-pairs", "12"]) == 0
+    run = shutil.copytree(run_of_12, tmp_path / "run")
     capsys.readouterr()
     for given, n in (([], 12), (["--eval-pairs", "5"], 5), (["--eval-pairs", "0"], 40),
                      (["--limit", "7"], 7)):  # (--limit: the flag's earlier spelling)
@@ -1116,15 +1125,13 @@ def test_eval_scores_as_many_pairs_as_the_run_recorded(cli_main, tmp_path, capsy
     assert decodes.counts == [9] and "(the first" not in capsys.readouterr().out
 
 
-def test_a_resumed_run_decodes_as_many_pairs_as_it_recorded(cli_main, tmp_path, capsys,
-                                                            decodes):
+def test_a_resumed_run_decodes_as_many_pairs_as_it_recorded(cli_main, run_of_12, tmp_path,
+                                                            capsys, decodes):
     """--eval-pairs was not recorded: the end of a resumed run made with --eval-pairs 12
     decoded 256 (all 40 here), and eval could not tell what the run had scored. The run
     records it; a resume keeps it, and one that gives --eval-pairs again decodes as many,
     and records them, as it takes a new --eval-iters."""
-    run = tmp_path / "run"
-    assert cli_main(["seq2seq", "train", "--task", "dates", "--out", str(run), *TINY,
-                     "--eval-pairs", "12"]) == 0
+    run = shutil.copytree(run_of_12, tmp_path / "run")
     assert json.loads((run / "config.json").read_text())["data"]["eval_pairs"] == 12
     resume = ["seq2seq", "train", "--out", str(run), "--resume", "--no-progress"]
     for steps, given, decoded, recorded in ((20, [], 12, 12),
