@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import sys
 import time
@@ -34,12 +35,19 @@ from tests.requires import optional
 LONG = ["--max-iters", "1000000", "--eval-interval", "1", "--log-interval", "1"]
 
 
-@pytest.fixture
-def run(tiny_data, tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained_run(tiny_data, tmp_path_factory):
+    """A finished run of 2 steps, trained once: the tests change copies of it."""
+    out = tmp_path_factory.mktemp("trained") / "run"
     assert main(["train", "--dataset", str(tiny_data), "--out", str(out), "--max-iters", "2",
                  "--eval-interval", "1", *TINY]) == 0
     return out
+
+
+@pytest.fixture
+def run(trained_run, tmp_path):
+    """A copy of ``trained_run`` of the test's own (it records no path of its folder)."""
+    return shutil.copytree(trained_run, tmp_path / "run")
 
 
 def test_a_second_writer_is_refused_while_a_run_trains(run, tiny_data, tmp_path, capsys,
