@@ -292,26 +292,3 @@ def test_a_seq2seq_run_its_budget_ended_says_how_many_pairs_it_decodes(
         [(min(32, decoded - i), b) for i, b in zip(range(0, decoded, 32), bounds, strict=True)]
     assert all(longest <= bound for _, bound, longest in calls)
 
-
-def test_the_final_held_out_loss_is_over_every_pair_in_batches_of_similar_length(monkeypatch):
-    """The final held-out loss went through the pairs in their order, each batch padded to
-    its longest (reverse's pairs run from 10 to 60 letters). It goes through them in batches of
-    similar length: the same loss over the same pairs, with fewer padded tokens computed."""
-    from scratchgpt.models.seq2seq import build_seq2seq
-    from scratchgpt.training import seq2seq as seq2seq_training
-
-    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=64))
-    model = build_seq2seq(task.model_config("transformer", d_model=16))
-    setting = EvalSetting(torch.device("cpu"), "float32", 8, 0)
-    shapes = []
-    real = seq2seq_training.sequence_loss
-
-    def spy(model, batch, *args):
-        shapes.append(batch[0].numel() + batch[2].numel())  # source and target tokens, padded
-        return real(model, batch, *args)
-
-    monkeypatch.setattr(seq2seq_training, "sequence_loss", spy)
-    in_order = task.estimate(model, "val", len(task.held_examples), setting)
-    padded, shapes[:] = sum(shapes), []
-    assert task.held_out_loss(model, setting) == pytest.approx(in_order, rel=1e-6)
-    assert len(shapes) == 8 and sum(shapes) < 0.8 * padded
