@@ -39,3 +39,48 @@ def test_the_kv_estimate_holds_the_slots_generation_takes(rows, new_tokens):
     estimate = memory.inference_estimate(model.config, rows, length).parts["kv_cache"]
     assert held <= estimate
     assert held > 0.75 * estimate  # (and not far more than it takes)
+
+
+def test_a_classifier_is_estimated_with_its_gpt_s_shape():
+    """A classifier's config wraps its GPT's, whose shape the estimate did not look into: it
+    saw width 1, 1 layer and context 1, and estimated bytes of activations where a forward
+    keeps a GPT's worth (a GPT-2-small classifier at batch 8: 0 GiB of some 4). The estimate
+    comes within a tenth of what a real forward keeps for the backward pass (its blocks keep
+    about 17 x width floats a token, the estimate counts 16), where it was 1/5000 of it."""
+    import torch
+
+    from scratchgpt.models.classifier import GPTClassifier, GPTClassifierConfig
+    from scratchgpt.models.gpt import GPTConfig
+
+    gpt = GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=128, block_size=32)
+    model = GPTClassifier(GPTClassifierConfig(gpt, 3))
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(torch.randint(0, 65, (4, 32)))
+    estimate = memory.training_estimate(model.config, batch_size=4)
+    assert estimate.parts["activations"] >= 0.9 * sum(kept.values()) > 0
+    assert estimate.parts["weights"] == 4 * sum(p.numel() for p in model.parameters())
+
+
+def test_a_lora_model_is_estimated_with_its_gpt_s_shape():
+    """A LoRA model wraps its GPT's config too: its estimate counted one layer of width 1
+    and no vocabulary, though it runs its whole GPT and its logits (the KV cache of its
+    inference: one position, as if it were an RNN)."""
+    from scratchgpt.models.gpt import GPTConfig
+    from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig
+
+    gpt = GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16)
+    lora = GPTLoRAConfig(gpt, LoRAConfig(rank=2))
+    for estimate in (memory.training_estimate, memory.inference_estimate):
+        wrapped, plain = estimate(lora, 4).parts, estimate(gpt, 4).parts
+        for part in ("activations", "kv_cache"):  # (its weights: the GPT's and adapters)
+            assert wrapped.get(part) == plain.get(part), part
+    assert memory.inference_estimate(gpt, 4).parts["kv_cache"] > 0

@@ -171,22 +171,39 @@ def parameter_count(config: ModelConfig) -> int:
 # ---- estimates
 
 
+def _read(config: ModelConfig, names: tuple[str, ...], default: Any = None) -> Any:
+    """The first of ``names`` that ``config`` has, else that the GPT it wraps has (``gpt``: a
+    classifier's or LoRA model's backbone), else ``default``. A wrapper's own fields come
+    first: a classifier's ``n_classes`` are its outputs, in place of its GPT's vocabulary."""
+    for c in (config, getattr(config, "gpt", None)):
+        found = next((getattr(c, k) for k in names if c is not None and hasattr(c, k)), None)
+        if found is not None:
+            return found
+    return default
+
+
 def _shape(config: ModelConfig) -> tuple[int, int, int, int]:
-    """(layers, width, vocabulary, context) of any model config, for activation estimates."""
-    width = next((getattr(config, k) for k in ("n_embd", "hidden", "d_model", "embed_dim")
-                  if hasattr(config, k)), 1)  # (a bigram model is a table: its logits count)
-    layers = getattr(config, "n_layer", 1) * (2 if hasattr(config, "d_model") else 1)
-    vocab = next((getattr(config, k) for k in ("vocab_size", "tgt_vocab", "n_classes")
-                  if hasattr(config, k)), 1)
-    context = next((getattr(config, k) for k in ("block_size", "max_positions")
-                    if hasattr(config, k)), 1)
+    """(layers, width, vocabulary, context) of any model config, for activation estimates;
+    a model that wraps a GPT (a classifier, a LoRA model) has its GPT's shape, and its own
+    outputs."""
+    width = _read(config, ("n_embd", "hidden", "d_model", "embed_dim"),
+                  1)  # (a bigram model is a table: its logits count)
+    layers = _read(config, ("n_layer",), 1) * (2 if hasattr(config, "d_model") else 1)
+    vocab = _read(config, ("vocab_size", "tgt_vocab", "n_classes"), 1)
+    context = _read(config, ("block_size", "max_positions"), 1)
     return layers, width, vocab, context
+
+
+def _attends(config: ModelConfig) -> bool:
+    """A model with attention heads (a KV cache), its own or the GPT's it wraps."""
+    return _read(config, ("n_head",)) is not None
 
 
 def _attention_floats(config: ModelConfig, tokens: int) -> int:
     """Attention weights kept per token and layer when attention is written out (``math``, or
     attention dropout): one row of ``tokens`` per head. The fused kernel keeps none."""
-    if not hasattr(config, "n_head") or not hasattr(config, "attn_impl"):
+    config = getattr(config, "gpt", config)  # (a classifier's or LoRA model's: its GPT's)
+    if not _attends(config) or not hasattr(config, "attn_impl"):
         return 0
     dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     return config.n_head * tokens if config.attn_impl == "math" or dropout > 0 else 0
@@ -212,10 +229,10 @@ def inference_estimate(config: ModelConfig, batch_size: int, length: int | None 
     past the context holds :func:`~scratchgpt.models.gpt.sliding_batch_slots`), and the
     largest transient, a prefill's logits and activations."""
     layers, width, vocab, context = _shape(config)
-    asked = length or context
-    length = min(asked, context) if hasattr(config, "n_head") else asked
-    cached = length if hasattr(config, "n_head") else 1  # an RNN's state is one position
-    if hasattr(config, "n_head") and batch_size > 1 and asked > context:
+    asked, attends = length or context, _attends(config)
+    length = min(asked, context) if attends else asked
+    cached = length if attends else 1  # an RNN's state is one position
+    if attends and batch_size > 1 and asked > context:
         cached = sliding_batch_slots(context)  # rows sliding at their own lengths
     per_token = vocab + ACTIVATION_FLOATS * width + _attention_floats(config, length)
     return Estimate({"weights": weight_bytes * parameter_count(config),

@@ -380,6 +380,28 @@ def test_the_precision_and_the_memory_are_checked_before_the_base_and_the_data(
     assert printed == "" and not out.exists(), printed
 
 
+def test_a_classify_batch_beyond_memory_is_refused_before_the_data(ft_dir, tmp_path, capsys,
+                                                                    monkeypatch):
+    """A classifier's estimate saw width 1, 1 layer and context 1 (its GPT's shape is inside
+    its config): a batch of 1000 windows of the tiny base's 64 tokens (some 250 MiB of
+    activations) was estimated at a few hundred KiB, so it read its data and trained on.
+    Refused in one line, before the data is read."""
+    from scratchgpt.finetune import classify
+
+    def not_read(*args, **kwargs):
+        raise AssertionError("read before the refusal")
+
+    monkeypatch.setattr(classify, "load_data", not_read)
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "64MiB")
+    out = tmp_path / "run"
+    code, printed, err = run_cli(["finetune", "--task", "classify", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "labels.tsv", "--out", out,
+                                  "--batch-size", "1000", "--no-progress"], capsys)
+    assert "training this model needs about" in one_line_error(code, err)
+    assert "more than the 64.0 MiB" in err
+    assert printed == "" and not out.exists(), printed
+
+
 def _stop_at_batch(monkeypatch, call: int) -> None:
     """A Ctrl-C while the training loop draws its ``call``-th batch of examples."""
     import os
