@@ -44,3 +44,22 @@ def test_a_resume_refused_at_the_lock_says_no_start_of_run_note(ft_dir, tmp_path
     code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
                                  capsys)
     assert code == 0 and f"note: {out} is already at step 2" in printed, (printed, err)
+
+
+def test_a_resume_checks_the_memory_as_train_s_resume_does(ft_dir, tmp_path, capsys,
+                                                           monkeypatch):
+    """train --resume checks the device and the memory the run will take (a --batch-size
+    given now, the run's own); finetune --resume checked neither, and trained a batch beyond
+    memory. Refused in one line, the run as it was."""
+    out = tmp_path / "ft"
+    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
+                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
+                            "--eval-iters", "1", "--max-iters", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    before = (out / "last.pt").read_bytes()
+    monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "64MiB")  # (the tiny run loads within it)
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--batch-size", "1000",
+                                  "--max-iters", "4", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "training this model needs about" in err and "more than the 64.0 MiB" in err, err
+    assert printed == "" and (out / "last.pt").read_bytes() == before, printed

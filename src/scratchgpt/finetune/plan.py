@@ -395,6 +395,7 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     kind = checkpoint.data["task"]
     dropout = {} if req.dropout is None else {"dropout": req.dropout}
     config, cfg = resumed_run(checkpoint, Settings(flags={**req.train_flags, **dropout}))
+    check_resources(cfg, config)  # (as train's resume checks them: a --batch-size given now)
     tokenizer = checkpoint.tokenizer("text")
     extra = {k: checkpoint.data.get(k) for k in ("base", "epochs")}
     factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, _gpt_of(config).block_size)
