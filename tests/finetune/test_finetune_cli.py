@@ -1198,6 +1198,8 @@ def test_train_init_from_checks_the_tokenizer_and_trains_lora(ft_dir, tmp_path, 
                                   "--embd-dropout", "0.05"], capsys)
     assert code == 0, err
     assert (tmp_path / "y" / "adapter.pt").is_file()
+    # and says so under --no-progress, as finetune does (its end wrote it in silence)
+    assert f"adapter: {tmp_path / 'y' / 'adapter.pt'} (" in printed, printed
     ckpt = load_checkpoint(tmp_path / "y")
     assert ckpt.model_type == "gpt-lora" and ckpt.data["base"]["source"] == str(ft_dir / "base")
     gpt = ckpt.model_config.gpt  # the base's model, with the dropouts given here
@@ -1496,7 +1498,9 @@ def test_a_stopped_continued_pretraining_run_writes_its_adapter(ft_dir, tmp_path
     assert code == 130 and (out / "last.pt").exists(), err
     assert (out / "adapter.pt").is_file() and not list(out.glob(".*tmp*"))
     assert f"adapter: {out / 'adapter.pt'} (" in printed, printed
-    assert f"stopped at step 2; saved {out / 'last.pt'}" in printed, printed
+    # the stop line names both files, in finetune's words (it named last.pt alone)
+    assert f"stopped at step 2; saved {out / 'last.pt'} and {out / 'adapter.pt'} (" \
+        in printed, printed
     code, _, err = run_cli(["sample", "--checkpoint", out / "adapter.pt", "--prompt", "a",
                             "--max-new-tokens", "2"], capsys)
     assert code == 0, err

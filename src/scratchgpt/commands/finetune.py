@@ -155,14 +155,12 @@ def _torchrun_process(req: Any, progress: bool) -> int:
 
 
 def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:
-    from scratchgpt.finetune.plan import has_adapters
+    from scratchgpt.finetune.plan import saved_at_stop
 
     out = train_job.out
     if result.interrupted:
-        # (a LoRA run's adapter.pt is written on a stop too, from best.pt as at the end)
-        adapter = f" and {out / 'adapter.pt'}" if has_adapters(train_job.model) else ""
-        print(f"stopped at step {result.step}; saved {out / 'last.pt'}{adapter} (continue "
-              f"with scratchgpt finetune --out {out} --resume)")
+        print(f"stopped at step {result.step}; saved {saved_at_stop(out, train_job.model)} "
+              f"(continue with scratchgpt finetune --out {out} --resume)")
         return result.exit_code
     extra = "".join(f", {k} {v:.4f}" for k, v in result.metrics.items()
                     if k not in ("train_loss", "val_loss"))

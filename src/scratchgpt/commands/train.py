@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from scratchgpt.commands.options import (
@@ -102,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         return _torchrun_process(args, settings, progress)
     plan = _plan(args, settings, print if progress else None)
     # (said once every check has passed, the run's lock and the optimizer's included)
-    return report(job.run(job.with_notes(plan, job.starting_note(plan)), progress), plan.out)
+    return report(job.run(job.with_notes(plan, job.starting_note(plan)), progress), plan)
 
 
 def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
@@ -124,7 +123,7 @@ def _plan(args: argparse.Namespace, settings: Any, log: Any) -> Any:
     plan = job.plan(settings, args.out, args.resume, args.overwrite, args.dataset, log=log)
     if lora is not None:
         _check_lora_kept(args, lora, plan.model)
-    return with_adapter_finish(plan, verbose=log is not None)
+    return with_adapter_finish(plan)
 
 
 def _check_lora_kept(args: argparse.Namespace, lora: Any, config: Any) -> None:
@@ -157,14 +156,18 @@ def _torchrun_process(args: argparse.Namespace, settings: Any, progress: bool) -
         return job.with_notes(plan, job.starting_note(plan))
 
     plan, result, main = job.run_launched(begin, settings.given.get("device", "auto"), progress)
-    distributed.exit_process(report(result, plan.out) if main else 0)
+    distributed.exit_process(report(result, plan) if main else 0)
 
 
-def report(result: Any, out: Path) -> int:
-    """Print how training ended; return the exit code (130 after Ctrl-C, 143 after SIGTERM)."""
+def report(result: Any, plan: Any) -> int:
+    """Print how the training of ``plan`` (its job) ended; return the exit code (130 after
+    Ctrl-C, 143 after SIGTERM)."""
+    from scratchgpt.finetune.plan import saved_at_stop
+
+    out = plan.out
     if result.interrupted:
-        print(f"stopped at step {result.step}; saved {out / 'last.pt'} (continue with "
-              f"--out {out} --resume)")
+        print(f"stopped at step {result.step}; saved {saved_at_stop(out, plan.model)} "
+              f"(continue with --out {out} --resume)")
         return result.exit_code
     bpc = result.metrics.get("val_bpc")
     per_char = f", {bpc:.4f} bits/char" if bpc is not None else ""

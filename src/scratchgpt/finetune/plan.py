@@ -561,6 +561,14 @@ def has_adapters(config: Any) -> bool:
     return isinstance(config, GPTLoRAConfig) or getattr(config, "lora", None) is not None
 
 
+def saved_at_stop(out: Path, config: Any) -> str:
+    """What the stop line of a run in ``out`` (``finetune``'s and ``train``'s) says it saved:
+    ``OUT/last.pt``, and ``OUT/adapter.pt`` of a model of ``config`` carrying adapters, which
+    a stop writes too (from best.pt, as at the end)."""
+    adapter = f" and {out / 'adapter.pt'}" if has_adapters(config) else ""
+    return f"{out / 'last.pt'}{adapter}"
+
+
 def write_adapter(out: Path, checkpoint: Any, verbose: bool = True) -> None:
     """``adapter.pt`` of a run whose model carries LoRA adapters (else nothing)."""
     from scratchgpt.finetune.adapter import save_adapter
@@ -628,19 +636,20 @@ def plan_continued(settings: Settings, init_from: str, lora: LoRAConfig | None,
     extra = {"base": base.record()}
     return TrainJob(out_dir, "overwrite" if overwrite else "new", train, config,
                     partial(lm_task, data.directory, gpt.block_size, extra), settings.sources(),
-                    init=init, finish=partial(finish_adapter, verbose=log is not None))
+                    init=init, finish=finish_adapter)
 
 
-def finish_adapter(out: Path, result: TrainResult, verbose: bool = True) -> None:
+def finish_adapter(out: Path, result: TrainResult) -> None:
     """The end of a continued-pretraining run, or its stop: its ``adapter.pt`` when it
-    trains LoRA. A stop says where it is, quiet (``--no-progress``) or not: train's stop line
-    names ``last.pt`` alone, and a stopped run's adapters were written in silence."""
-    write_adapter(out, load_checkpoint(out), verbose or result.interrupted)
+    trains LoRA, named as ``finetune`` names it (``adapter: PATH (size; fits only the base
+    ...)``), quiet (``--no-progress``) or not: what the run wrote is part of its summary, and
+    a quiet run's adapters were written in silence."""
+    write_adapter(out, load_checkpoint(out))
 
 
-def with_adapter_finish(job: TrainJob, verbose: bool = True) -> TrainJob:
+def with_adapter_finish(job: TrainJob) -> TrainJob:
     """``job`` (e.g. a resumed ``train`` run) writing ``adapter.pt`` at its end if its model
     has adapters."""
     if isinstance(job.model, GPTLoRAConfig) and job.finish is None:
-        job.finish = partial(finish_adapter, verbose=verbose)
+        job.finish = finish_adapter
     return job
