@@ -84,3 +84,35 @@ def test_a_lora_model_is_estimated_with_its_gpt_s_shape():
         for part in ("activations", "kv_cache"):  # (its weights: the GPT's and adapters)
             assert wrapped.get(part) == plain.get(part), part
     assert memory.inference_estimate(gpt, 4).parts["kv_cache"] > 0
+
+
+def test_a_deep_classifier_or_lora_model_is_counted_from_two_shallow_builds(monkeypatch):
+    """A deep GPT is counted from two shallow builds; one inside a classifier's or LoRA
+    model's config was built whole on the meta device, every layer of it (20,000 layers:
+    35 s, where its GPT took 0.04; a checkpoint claiming a million, minutes). The counts of
+    the shallow builds are the model's own, trained blocks (--train last-k) included."""
+    from scratchgpt.models import build_model
+    from scratchgpt.models.classifier import GPTClassifierConfig
+    from scratchgpt.models.gpt import GPTConfig
+    from scratchgpt.models.lora import GPTLoRAConfig, LoRAConfig
+    from scratchgpt.training.optim import hidden_matrices
+
+    gpt = GPTConfig(vocab_size=65, n_layer=memory.DIRECT_DEPTH + 6, n_head=2, n_embd=32,
+                    block_size=16)
+    configs = [GPTClassifierConfig(gpt, 3), GPTClassifierConfig(gpt, 3, "last-k", 5),
+               GPTClassifierConfig(gpt, 3, "lora", lora=LoRAConfig(rank=2)),
+               GPTLoRAConfig(gpt, LoRAConfig(rank=2))]
+    built = [build_model(c) for c in configs]  # (built before the builds are watched)
+    meta_counts, depths = memory._meta_counts, []
+
+    def watched(config):
+        depths.append(memory._read(config, ("n_layer",)))
+        assert depths[-1] <= memory.DIRECT_DEPTH, "built whole"
+        return meta_counts(config)
+
+    monkeypatch.setattr(memory, "_meta_counts", watched)
+    for config, model in zip(configs, built, strict=True):
+        exact = (sum(p.numel() for p in model.parameters()),
+                 sum(p.numel() for p in hidden_matrices(model)))
+        assert memory._counts(config) == exact, config
+    assert depths and max(depths) <= memory.DIRECT_DEPTH

@@ -148,29 +148,6 @@ def _meta_counts(config: ModelConfig) -> tuple[int, int]:
             sum(p.numel() for p in hidden_matrices(model)))
 
 
-def _counts(config: ModelConfig) -> tuple[int, int]:
-    depth = getattr(config, "n_layer", None)
-    if depth is None or depth <= DIRECT_DEPTH:
-        return _meta_counts(config)
-    # Beyond the first few layers every layer adds the same parameters, so two shallow
-    # builds give the count of any depth. (The shallow depths cover a GPT's value-embedding
-    # layers; a config with more tables than that is counted without them: a lower bound.)
-    tables = getattr(config, "value_embeds", 0)
-    shrink = {} if 2 * tables + 4 <= DIRECT_DEPTH else {"value_embeds": 0}
-    low = max(2, 2 * tables if not shrink else 2)
-    a, b = (_meta_counts(dataclasses.replace(config, n_layer=n, **shrink))
-            for n in (low, low + 2))
-    return tuple(x + (y - x) * (depth - low) // 2 for x, y in zip(a, b, strict=True))
-
-
-def parameter_count(config: ModelConfig) -> int:
-    """The number of parameters a model of ``config`` has (shared weights counted once)."""
-    return _counts(config)[0]
-
-
-# ---- estimates
-
-
 def _read(config: ModelConfig, names: tuple[str, ...], default: Any = None) -> Any:
     """The first of ``names`` that ``config`` has, else that the GPT it wraps has (``gpt``: a
     classifier's or LoRA model's backbone), else ``default``. A wrapper's own fields come
@@ -180,6 +157,38 @@ def _read(config: ModelConfig, names: tuple[str, ...], default: Any = None) -> A
         if found is not None:
             return found
     return default
+
+
+def _counts(config: ModelConfig) -> tuple[int, int]:
+    depth = _read(config, ("n_layer",))  # (a classifier's or LoRA model's: its GPT's)
+    if depth is None or depth <= DIRECT_DEPTH:
+        return _meta_counts(config)
+    # Beyond the first few layers every layer adds the same parameters, so two shallow
+    # builds give the count of any depth. (The shallow depths cover a GPT's value-embedding
+    # layers, and a classifier's last_k trained blocks; a config with more tables than that
+    # is counted without them: a lower bound.)
+    tables = _read(config, ("value_embeds",), 0)
+    shrink = {} if 2 * tables + 4 <= DIRECT_DEPTH else {"value_embeds": 0}
+    low = max(2, 2 * tables if not shrink else 2, getattr(config, "last_k", 1))
+    a, b = (_meta_counts(_with_depth(config, n, shrink)) for n in (low, low + 2))
+    return tuple(x + (y - x) * (depth - low) // 2 for x, y in zip(a, b, strict=True))
+
+
+def _with_depth(config: ModelConfig, n_layer: int, changes: dict[str, Any]) -> ModelConfig:
+    """``config`` with ``n_layer`` layers and ``changes``: its own, or those of the GPT it
+    wraps (a classifier's or LoRA model's)."""
+    gpt = getattr(config, "gpt", None)
+    if gpt is None:
+        return dataclasses.replace(config, n_layer=n_layer, **changes)
+    return dataclasses.replace(config, gpt=dataclasses.replace(gpt, n_layer=n_layer, **changes))
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """The number of parameters a model of ``config`` has (shared weights counted once)."""
+    return _counts(config)[0]
+
+
+# ---- estimates
 
 
 def _shape(config: ModelConfig) -> tuple[int, int, int, int]:
