@@ -28,7 +28,9 @@ def readme_example() -> str:
 
 
 def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # one thread, as the notebooks' test runs: two spinning OpenMP threads on a CPU the rest
+    # of the suite shares made the example's 200 steps take minutes instead of seconds
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     env.pop("SCRATCHGPT_DATA_DIR", None)  # the example reads only its own input.txt
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
