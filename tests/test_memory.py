@@ -116,3 +116,31 @@ def test_a_deep_classifier_or_lora_model_is_counted_from_two_shallow_builds(monk
                  sum(p.numel() for p in hidden_matrices(model)))
         assert memory._counts(config) == exact, config
     assert depths and max(depths) <= memory.DIRECT_DEPTH
+
+
+def test_a_deep_classifiers_checkpoint_is_checked_by_size_without_building_it(monkeypatch):
+    """Loading a checkpoint checks its weights against the model its settings describe; a
+    deep GPT is compared by size, but a classifier's or LoRA model's depth was looked for on
+    the wrapper, so the whole model was built on the meta device first, every layer."""
+    from scratchgpt.checkpoints import Checkpoint
+    from scratchgpt.errors import CheckpointError
+    from scratchgpt.models import build_model
+    from scratchgpt.models.classifier import GPTClassifierConfig
+    from scratchgpt.models.gpt import GPTConfig
+
+    gpt = GPTConfig(vocab_size=65, n_layer=memory.DIRECT_DEPTH + 6, n_head=2, n_embd=32,
+                    block_size=16)
+    config = GPTClassifierConfig(gpt, 3)
+    weights = build_model(config).state_dict()
+    meta_counts = memory._meta_counts
+
+    def shallow_only(config):
+        assert memory.depth(config) <= memory.DIRECT_DEPTH, "built whole"
+        return meta_counts(config)
+
+    monkeypatch.setattr(memory, "_meta_counts", shallow_only)
+    Checkpoint("gpt-classifier", config, weights).check_weights()  # (its own weights: accepted)
+    fewer = {k: v for k, v in weights.items() if ".h.3." not in k}  # a layer short
+    assert len(fewer) < len(weights)
+    with pytest.raises(CheckpointError, match=rf"numbers .* \(n_layer {gpt.n_layer}\)"):
+        Checkpoint("gpt-classifier", config, fewer).check_weights()

@@ -159,9 +159,16 @@ def _read(config: ModelConfig, names: tuple[str, ...], default: Any = None) -> A
     return default
 
 
+def depth(config: ModelConfig) -> int:
+    """The layers of ``config``, or of the GPT a classifier or LoRA model wraps (0 for a
+    model without ``n_layer``). Beyond :data:`DIRECT_DEPTH`, counts are extrapolated rather
+    than built on the meta device."""
+    return _read(config, ("n_layer",), 0)
+
+
 def _counts(config: ModelConfig) -> tuple[int, int]:
-    depth = _read(config, ("n_layer",))  # (a classifier's or LoRA model's: its GPT's)
-    if depth is None or depth <= DIRECT_DEPTH:
+    layers = depth(config)
+    if layers <= DIRECT_DEPTH:
         return _meta_counts(config)
     # Beyond the first few layers every layer adds the same parameters, so two shallow
     # builds give the count of any depth. (The shallow depths cover a GPT's value-embedding
@@ -171,7 +178,7 @@ def _counts(config: ModelConfig) -> tuple[int, int]:
     shrink = {} if 2 * tables + 4 <= DIRECT_DEPTH else {"value_embeds": 0}
     low = max(2, 2 * tables if not shrink else 2, getattr(config, "last_k", 1))
     a, b = (_meta_counts(_with_depth(config, n, shrink)) for n in (low, low + 2))
-    return tuple(x + (y - x) * (depth - low) // 2 for x, y in zip(a, b, strict=True))
+    return tuple(x + (y - x) * (layers - low) // 2 for x, y in zip(a, b, strict=True))
 
 
 def _with_depth(config: ModelConfig, n_layer: int, changes: dict[str, Any]) -> ModelConfig:

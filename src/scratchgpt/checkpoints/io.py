@@ -383,7 +383,8 @@ class Checkpoint:
         if not isinstance(self.model, dict) or not all(
                 isinstance(k, str) and isinstance(v, Tensor) for k, v in self.model.items()):
             raise CheckpointError(f"{where}: its weights are not a mapping of names to tensors")
-        if getattr(self.model_config, "n_layer", 0) > memory.DIRECT_DEPTH:
+        depth = memory.depth(self.model_config)  # (a classifier's or LoRA model's GPT's)
+        if depth > memory.DIRECT_DEPTH:
             # too deep to build on the meta device in good time: compare sizes instead (a
             # state dict holds every parameter, shared ones twice, and some buffers)
             stored, needed = (sum(v.numel() for v in self.model.values()),
@@ -391,7 +392,7 @@ class Checkpoint:
             if stored < needed:
                 raise CheckpointError(f"{where}: its weights hold {stored:,} numbers but the "
                                       f"model its settings describe has {needed:,} parameters "
-                                      f"(n_layer {self.model_config.n_layer:,})")
+                                      f"(n_layer {depth:,})")
             return  # the names are checked by load_state_dict once built
         from scratchgpt.models import build_model
 
