@@ -3,8 +3,10 @@
 # (offline once installed). The tests need nothing outside the repository: they build the small
 # corpora they use. The gguf extra compiles llama.cpp (llama-cpp-python) the first time, about
 # 10 minutes on 2 cores; pip keeps the built wheel, so later set-ups reuse it.
-# Extra arguments go to pytest (e.g. scripts/test.sh -x tests/data). A lint error does not stop
-# the tests from running; the script fails if either fails.
+# The tests run in one process per CPU core (pytest-xdist's -n auto): each test uses one thread,
+# and many wait on processes they start. Extra arguments go to pytest (e.g. scripts/test.sh -x
+# tests/data; -n 0 runs them in this process alone, one after another). A lint error does not
+# stop the tests from running; the script fails if either fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev,gguf
@@ -19,5 +21,5 @@ fi
 export SCRATCHGPT_TEST_REQUIRE="${SCRATCHGPT_TEST_REQUIRE:-gguf,llama_cpp}"
 status=0
 .venv/bin/ruff check src tests benchmarks || status=$?
-.venv/bin/python -m pytest "$@" || status=$?
+.venv/bin/python -m pytest -n auto "$@" || status=$?
 exit "$status"
