@@ -401,20 +401,22 @@ def test_a_download_cut_short_is_one_line(tmp_path, monkeypatch, capsys, kind):
 
 
 @pytest.fixture()
-def failing_hub(tmp_path, monkeypatch):
-    """The hub played by an HTTP server on 127.0.0.1 that answers every request 503; its
-    ``paths`` list what was asked. The cache is empty and the hub online."""
+def failing_hub(tmp_path, monkeypatch, request):
+    """The hub played by an HTTP server on 127.0.0.1 that answers every request 503 (or the
+    status a test parametrizes it with, indirectly); its ``paths`` list what was asked. The
+    cache is empty and the hub online."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from huggingface_hub import constants
 
     paths: list[str] = []
+    status = getattr(request, "param", 503)
 
     class Unavailable(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
             paths.append(self.path)
-            self.send_error(503)
+            self.send_error(status)
 
         do_HEAD = do_GET
 
@@ -447,6 +449,25 @@ def test_a_hub_listing_answered_5xx_says_the_hub_failed(failing_hub, tmp_path, c
     assert "cannot download gpt2: the Hugging Face hub failed (" in line, line
     assert "503" in line and line.endswith("); try again later, or pass a local directory")
     assert "cannot be reached" not in line
+    assert any(p.startswith("/api/models/gpt2") for p in failing_hub), failing_hub
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("failing_hub", "then"), [
+    (429, "too many requests, try again later, or pass a local directory"),
+    (403, "pass a local directory")], indirect=["failing_hub"])
+def test_a_hub_listing_answered_4xx_says_the_hub_refused(failing_hub, tmp_path, capsys, then,
+                                                         request):
+    """A 4xx other than those huggingface_hub names (401, 404: no such model) to the listing
+    also read 'the hub cannot be reached', of a hub that had refused the request: it says so,
+    with the status, and for a 429 to try again later."""
+    out = tmp_path / "o"
+    line = error_of(capsys, ["convert", "--from", "hf", "gpt2", "--out", str(out)])
+    status = request.node.callspec.params["failing_hub"]
+    assert f"cannot download gpt2: the Hugging Face hub refused the request ({status}" in line, \
+        line
+    assert line.endswith(f"); {then}"), line
+    assert "cannot be reached" not in line and "hub failed" not in line
     assert any(p.startswith("/api/models/gpt2") for p in failing_hub), failing_hub
     assert not out.exists()
 

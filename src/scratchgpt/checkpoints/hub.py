@@ -104,8 +104,8 @@ def _why(repo_id: str, e: Exception) -> str:
     if isinstance(e, RevisionNotFoundError):
         return f"{repo_id}: no such revision on the Hugging Face hub"
     # huggingface_hub raises that the model is not cached (LocalEntryNotFoundError) from the
-    # hub's answer to its listing of the model's files: a 5xx there is an answer, not a hub
-    # out of reach
+    # hub's answer to its listing of the model's files: a 5xx or a 4xx there is an answer,
+    # not a hub out of reach
     answered = _hub_failed(repo_id, e.__cause__) if isinstance(e, LocalEntryNotFoundError) else None
     if answered is not None:
         return answered
@@ -125,7 +125,7 @@ def _failed_midway(repo_id: str, e: Exception) -> str | None:
     """Why a download that had begun stopped, where the hub failed (HTTP 5xx) or the connection
     did (reset, timed out, cut off mid-file, a proxy refusing), or None."""
     if isinstance(getattr(getattr(e, "response", None), "status_code", None), int):
-        return _hub_failed(repo_id, e)  # the hub answered; only 5xx is the hub's own failure
+        return _hub_failed(repo_id, e)  # the hub answered: its failure (5xx) or refusal (4xx)
     if isinstance(e, (ConnectionError, TimeoutError, *_http_errors())):
         return (f"cannot download {repo_id}: the connection to the Hugging Face hub failed "
                 f"({type(e).__name__}: {_first_line(e)}); try again, or pass a local directory")
@@ -151,13 +151,17 @@ def _is_xet_failure(e: BaseException) -> bool:
 
 def _hub_failed(repo_id: str, e: BaseException | None) -> str | None:
     """Why ``repo_id`` could not be had where the hub answered ``e``, a request of the download
-    or of its listing of the model's files, with HTTP 5xx (its status in ``e``'s first line),
-    or None."""
+    or of its listing of the model's files, with an HTTP error (its status in ``e``'s first
+    line): a 5xx is the hub's own failure, a 4xx its refusal (429: too many requests); else
+    None."""
     status = getattr(getattr(e, "response", None), "status_code", None)
-    if e is None or not isinstance(status, int) or status < 500:
+    if e is None or not isinstance(status, int) or status < 400:
         return None
-    return (f"cannot download {repo_id}: the Hugging Face hub failed ({_first_line(e)}); "
-            "try again later, or pass a local directory")
+    what = "failed" if status >= 500 else "refused the request"
+    then = {429: "too many requests, try again later, or "}.get(
+        status, "try again later, or " if status >= 500 else "")
+    return (f"cannot download {repo_id}: the Hugging Face hub {what} ({_first_line(e)}); "
+            f"{then}pass a local directory")
 
 
 def _first_line(e: BaseException) -> str:
