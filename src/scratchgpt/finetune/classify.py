@@ -39,7 +39,7 @@ from scratchgpt.finetune.data import (
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.validation import KEYWORDS, named
-from scratchgpt.wording import some_of
+from scratchgpt.wording import plural, some_of
 
 SPLITS = ("train", "val", "test")
 CLASS_WEIGHTS = ("none", "balanced")
@@ -318,6 +318,14 @@ class ClassifyTask:
         return {"train_loss": self.estimate(model, "train", iters, setting),
                 "val_loss": self.estimate(model, "val", val_iters, setting),
                 **self.eval_extras()}
+
+    def final_scope(self) -> str:
+        """What the final evaluation goes through, said before it by a run its budget ended:
+        the validation split :meth:`final_metrics` reads whole, then the test split that the
+        run's end scores with ``best.pt``."""
+        val, test = (len(self.examples.splits[name]) for name in ("val", "test"))
+        return (f"the {plural(val, 'validation text', grouped=True)}, then best.pt on the "
+                f"{plural(test, 'test text', grouped=True)}")
 
     def report(self) -> str:
         return ""
