@@ -31,3 +31,42 @@ def test_eval_generate_beyond_the_held_out_conversations_says_it_scores_fewer(
     counts = [line.split("(")[1].split(",")[0] for line in printed.splitlines()
               if "held-out exact match" in line]
     assert len(counts) == 2 and all(c.endswith(f"/{scored}") for c in counts), printed
+
+
+@pytest.mark.parametrize("eval_generate", ["5", "0"])
+def test_a_run_its_budget_ended_says_what_it_evaluates(ft_dir, tmp_path, capsys, monkeypatch,
+                                                       eval_generate):
+    """A run its --time-budget ended said only 'running the final evaluation': it names the
+    held-out conversations whose response loss it takes and the greedy replies it generates
+    (none without --eval-generate), as many as the run then reports."""
+    import re
+
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.finetune import instruct
+
+    said, real = [], instruct.InstructTask.final_metrics
+
+    def final_metrics(self, *args, **kwargs):
+        said.append(capsys.readouterr())  # (what the run printed by then)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(instruct.InstructTask, "final_metrics", final_metrics)
+    out = tmp_path / "r"
+    code, printed, err = run_cli(["finetune", "--task", "instruct", "--init-from",
+                                  ft_dir / "base", "--data", ft_dir / "inst.json",
+                                  "--held-out", "0.2", "--eval-generate", eval_generate,
+                                  "--out", out, "--max-iters", "1000000", "--time-budget",
+                                  "0.5s", "--batch-size", "4", "--eval-iters", "1",
+                                  "--no-progress"], capsys)
+    assert code == 0, err
+    lines = re.findall(r"^--time-budget 0\.5s spent at step (\d+); evaluating the response "
+                       r"loss over the (\d+) held-out conversations(?: and (\d+) greedy "
+                       r"replies)?\.\.\.$", said[0].err, re.M) if len(said) == 1 else said
+    assert len(lines) == 1, said  # before the evaluation began
+    step, held, replies = lines[0]
+    assert int(step) == load_checkpoint(out / "last.pt").state.step
+    printed = said[0].out + printed
+    assert f", {held} held out (seed" in printed, printed
+    scored = re.findall(r"held-out exact match \S+ \(\d+/(\d+), greedy replies\)", printed)
+    assert scored == ([replies] * 2 if replies else []), printed  # before and after training
+    assert (replies == "5") == (eval_generate == "5")

@@ -38,7 +38,7 @@ from scratchgpt.finetune.data import (
 from scratchgpt.training.epochs import EpochBatches
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.validation import KEYWORDS, named
-from scratchgpt.wording import some_of
+from scratchgpt.wording import plural, some_of
 
 IGNORE = -100  # F.cross_entropy's ignore_index: targets that carry no loss
 Example = tuple[list[int], list[bool]]  # (tokens, whether each token is a reply token)
@@ -265,11 +265,24 @@ class InstructTask:
         metrics = {"train_loss": self.estimate(model, "train", iters, setting),
                    "val_loss": held_out_loss(model, self.examples.held_out, setting.batch_size,
                                              setting.device)}
-        if self.spec.eval_generate:
-            self.final_eval = exact_match(model, self.tokenizer, self.template,
-                                          self.examples.held_out_chats[:self.spec.eval_generate])
+        if chats := self.generated_chats():
+            self.final_eval = exact_match(model, self.tokenizer, self.template, chats)
             metrics["exact_match"] = self.final_eval.rate
         return metrics
+
+    def generated_chats(self) -> list[list[Message]]:
+        """The held-out conversations whose last reply :meth:`final_metrics` generates
+        greedily: the first ``eval_generate`` (none without it)."""
+        return self.examples.held_out_chats[:self.spec.eval_generate]
+
+    def final_scope(self) -> str:
+        """What :meth:`final_metrics` goes through, said before it by a run its budget ended:
+        every held-out conversation's response loss, and the greedy replies it generates."""
+        held = plural(len(self.examples.held_out), "held-out conversation", grouped=True)
+        replies = len(self.generated_chats())
+        return (f"the response loss over the {held}"
+                + (f" and {plural(replies, 'greedy reply', 'greedy replies', grouped=True)}"
+                   if replies else ""))
 
     def report(self) -> str:
         return "" if self.final_eval is None else self.final_eval.describe("held-out")
