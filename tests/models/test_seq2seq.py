@@ -204,3 +204,72 @@ def test_searches_never_emit_the_ids_no_target_holds(arch):
     for out in (m.greedy_decode(src, lengths, 6)[0], m.beam_decode(src, lengths, 3, 6)[0]):
         assert all(len(ids) > 0 for ids in out)
         assert not {PAD_ID, BOS_ID, UNK_ID} & {t for ids in out for t in ids}
+
+
+def _cached_and_uncached(decode):
+    """``decode(model)`` through the Transformer's KV cache, then re-running the whole prefix."""
+    m = _model("transformer")
+    assert isinstance(m, TransformerSeq2Seq)
+    cached = decode(m)
+    m.kv_cache = False
+    return cached, decode(m)
+
+
+@pytest.mark.parametrize("beam", [None, 3])
+def test_kv_cache_decodes_what_the_whole_prefix_does(beam):
+    """Greedy and beam search give the same tokens, and the same attention maps to within
+    1e-6 (absolute; float32 sums of at most 12 terms), through the cache as without it, for
+    a batch whose rows end at different steps (and one that runs out of steps)."""
+    src, lengths = _batch()
+
+    def decode(m):
+        if beam is None:
+            return m.greedy_decode(src, lengths, max_len=12)
+        return m.beam_decode(src, lengths, beam=beam, max_len=12)
+
+    (tok, att), (tok_ref, att_ref) = _cached_and_uncached(decode)
+    assert len({len(ids) for ids in tok}) > 1  # rows end at different steps
+    assert tok == tok_ref
+    for a, b in zip(att, att_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0.0)
+
+
+def test_kv_cache_steps_give_the_same_distributions():
+    """Step by step, with beam-style row reselection between steps, the cached decode's
+    log-probabilities and attention equal the whole-prefix decode's to within 1e-5."""
+    src, lengths = _batch()
+    rows = torch.tensor([3, 0, 0, 2])  # drop row 1, duplicate row 0
+
+    def decode(m):
+        state, prev, out = m.start(src, lengths), torch.full((4,), 4), []
+        for t in range(6):
+            logp, attn = m.step(state, prev)
+            out.append((logp, attn))
+            if t == 2:
+                m.reorder(state, rows)
+                logp = logp[rows]
+            prev = logp.argmax(-1)
+        return out
+
+    cached, ref = _cached_and_uncached(decode)
+    for (logp, attn), (logp_ref, attn_ref) in zip(cached, ref, strict=True):
+        torch.testing.assert_close(logp, logp_ref, atol=1e-5, rtol=0.0)
+        torch.testing.assert_close(attn, attn_ref, atol=1e-6, rtol=0.0)
+
+
+def test_kv_cache_feeds_the_decoder_one_position_a_step():
+    """Through the cache, each decoder step processes the newest position alone: the decoder
+    work of a decode grows with its length, not with its square."""
+    m = _model("transformer")
+    widths = []
+    m.dec_layers[0].ffn.register_forward_hook(lambda _m, inp, _o: widths.append(inp[0].size(1)))
+    tok, _ = m.greedy_decode(*_batch(), max_len=12)
+    assert widths == [1] * max(len(ids) for ids in tok)
+
+
+def test_kv_cache_decode_past_max_positions_is_refused():
+    m = _model("transformer")
+    with torch.no_grad():
+        m.head.bias[EOS_ID] -= 100.0  # never ends: runs into the last position
+    with pytest.raises(ScratchGPTError, match="exceeds max_positions"):
+        m.greedy_decode(*_batch(), max_len=m.config.max_positions + 1)

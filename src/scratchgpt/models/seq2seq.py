@@ -41,7 +41,7 @@ from scratchgpt.models.configs.seq2seq import (  # noqa: F401
     default_config,
     unused_settings,
 )
-from scratchgpt.models.dropout import Dropout
+from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
 
@@ -366,8 +366,78 @@ class LSTMSeq2Seq(Seq2Seq):
 
 
 # ---------------------------------------------------------------------------------------------
-# Transformer encoder-decoder (pre-norm)
+# Transformer encoder-decoder (pre-norm), and its decoder's KV cache
 # ---------------------------------------------------------------------------------------------
+# The KV cache: without it, every decode step re-runs the decoder over the whole output so
+# far, so a decode of ``T`` tokens costs ``O(T^2)`` decoder positions. With it, a step feeds the
+# newest token only: its self-attention reads the keys and values of the earlier output
+# positions from the cache (and appends its own), and its cross-attention reads the encoder
+# output's keys and values, projected once per decode in :func:`init_layer_cache`.
+#
+# The cache lives in the :data:`DecodeState` dict, one entry per layer and tensor, every one
+# with the rows on dim 0::
+#
+#     self_k.{l}, self_v.{l}    [N, H, t, d]  keys/values of the t output positions fed so far
+#     cross_k.{l}, cross_v.{l}  [N, H, S, d]  keys/values of the encoder output
+#
+# so :meth:`Seq2Seq.reorder` keeps, drops or duplicates a row's cache with the row when beam
+# search reselects its beams. (The GPT's :class:`~scratchgpt.models.gpt.KVCache` preallocates
+# slots for left-padded prompts and rolls back for speculative decoding; a seq2seq decode needs
+# neither, and a plain tensor per entry is what ``reorder`` already handles.)
+
+
+def project_kv(attn: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``x [N, T, E]`` -> ``attn``'s keys and values ``[N, H, T, d]``."""
+    return attn._split_heads(attn.k_proj(x)), attn._split_heads(attn.v_proj(x))
+
+
+def init_layer_cache(state: DecodeState, layer: int, cross: MultiHeadAttention,
+                     memory: Tensor) -> None:
+    """Layer ``layer``'s cache before the first step: the cross-attention's keys and values of
+    ``memory [N, S, E]``, and no output positions yet."""
+    k, v = project_kv(cross, memory)  # [N, H, S, d]
+    state[f"cross_k.{layer}"], state[f"cross_v.{layer}"] = k, v
+    empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # [N, H, 0, d]
+    state[f"self_k.{layer}"], state[f"self_v.{layer}"] = empty, empty
+
+
+def cached_length(state: DecodeState) -> int:
+    """Output positions fed so far."""
+    return state["self_k.0"].size(2)
+
+
+def attend(attn: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor,
+           pad: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """One new position ``x [N, 1, E]`` attends keys/values ``[N, H, Tk, d]`` (``pad [N, Tk]``:
+    True at keys it must not see) -> (output ``[N, 1, E]``, probabilities ``[N, H, 1, Tk]``);
+    :class:`MultiHeadAttention`'s arithmetic for the last query row."""
+    n = x.size(0)
+    q = attn._split_heads(attn.q_proj(x))  # [N, H, 1, d]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)  # [N, H, 1, Tk]
+    if pad is not None:
+        scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
+    probs = scores.softmax(dim=-1)
+    out = dropout(probs, attn.dropout, attn.training) @ v  # [N, H, 1, d]
+    out = out.transpose(1, 2).reshape(n, 1, attn.embed_dim)  # concatenate the heads
+    return attn.out_proj(out), probs
+
+
+def self_attend(state: DecodeState, layer: int, attn: MultiHeadAttention,
+                h: Tensor) -> Tensor:
+    """Causal self-attention of the newest position ``h [N, 1, E]``: its keys and values join
+    the cache, and it attends every cached position (all earlier, none later) -> ``[N, 1, E]``."""
+    k_new, v_new = project_kv(attn, h)  # [N, H, 1, d]
+    k = torch.cat([state[f"self_k.{layer}"], k_new], dim=2)  # [N, H, t+1, d]
+    v = torch.cat([state[f"self_v.{layer}"], v_new], dim=2)
+    state[f"self_k.{layer}"], state[f"self_v.{layer}"] = k, v
+    return attend(attn, h, k, v)[0]
+
+
+def cross_attend(state: DecodeState, layer: int, attn: MultiHeadAttention,
+                 h: Tensor) -> tuple[Tensor, Tensor]:
+    """Cross-attention of ``h [N, 1, E]`` to the cached encoder keys/values ->
+    (``[N, 1, E]``, probabilities ``[N, H, 1, S]``)."""
+    return attend(attn, h, state[f"cross_k.{layer}"], state[f"cross_v.{layer}"], state["pad"])
 
 
 class FeedForward(nn.Sequential):
@@ -412,12 +482,24 @@ class DecoderLayer(nn.Module):
         y = y + self.drop(ctx)
         return y + self.drop(self.ffn(self.ln3(y))), w  # w: [B, heads, T, S] or None
 
+    def step(self, y: Tensor, state: DecodeState, layer: int) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` for the newest position ``y [N, 1, d]`` alone, through the KV
+        cache in ``state`` (see :func:`init_layer_cache`) ->
+        (``[N, 1, d]``, cross-attention ``[N, heads, 1, S]``)."""
+        y = y + self.drop(self_attend(state, layer, self.self_attn, self.ln1(y)))
+        ctx, w = cross_attend(state, layer, self.cross_attn, self.ln2(y))
+        y = y + self.drop(ctx)
+        return y + self.drop(self.ffn(self.ln3(y))), w
+
 
 class TransformerSeq2Seq(Seq2Seq):
     """Vaswani et al. (2017) with pre-norm layers and sinusoidal positions.
 
     ``attn_layer``/``attn_head`` choose which cross-attention ``step`` reports (default: the last
-    layer, averaged over heads).
+    layer, averaged over heads). ``kv_cache`` (default True): ``start`` sets up a decode that
+    feeds each step's newest token alone through a KV cache; False re-runs the decoder over the
+    whole output so far at every step (same tokens, the cost growing with its square; kept to
+    check the cache against).
     """
 
     def __init__(self, config: Seq2SeqConfig):
@@ -440,13 +522,15 @@ class TransformerSeq2Seq(Seq2Seq):
         self.head = nn.Linear(d, config.tgt_vocab)
         self.attn_layer: int = -1
         self.attn_head: int | None = None
+        self.kv_cache = True
 
-    def _embed(self, table: nn.Embedding, ids: Tensor) -> Tensor:
-        t = ids.size(1)
-        if t > self.config.max_positions:
-            raise ConfigError(f"sequence of {t} tokens exceeds max_positions "
+    def _embed(self, table: nn.Embedding, ids: Tensor, first: int = 0) -> Tensor:
+        """``ids [B, T]`` at positions ``first .. first+T-1`` -> ``[B, T, d]``."""
+        end = first + ids.size(1)
+        if end > self.config.max_positions:
+            raise ConfigError(f"sequence of {end} tokens exceeds max_positions "
                              f"{self.config.max_positions}")
-        return self.drop(table(ids) * math.sqrt(self.config.d_model) + self.pos[:t])
+        return self.drop(table(ids) * math.sqrt(self.config.d_model) + self.pos[first:end])
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, Tensor]:
         """-> (memory [B, S, d], pad [B, S])."""
@@ -473,14 +557,36 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def start(self, src: Tensor, src_lengths: Tensor) -> DecodeState:
         memory, pad = self.encode(src, src_lengths)
-        bos = torch.full((src.size(0), 0), self.config.bos_id, dtype=torch.long, device=src.device)
-        return {"memory": memory, "pad": pad, "tokens": bos}
+        if not self.kv_cache:
+            bos = torch.full((src.size(0), 0), self.config.bos_id, dtype=torch.long,
+                             device=src.device)
+            return {"memory": memory, "pad": pad, "tokens": bos}
+        state: DecodeState = {"pad": pad}
+        for i, layer in enumerate(self.dec_layers):
+            init_layer_cache(state, i, layer.cross_attn, memory)
+        return state
 
     def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
-        # Re-run the decoder over the whole prefix (simple; targets here are short).
+        if "tokens" in state:
+            return self._step_uncached(state, prev)
+        y = self._embed(self.tgt_embed, prev.unsqueeze(1), cached_length(state))  # [N, 1, d]
+        weights = []
+        for i, layer in enumerate(self.dec_layers):
+            y, w = layer.step(y, state, i)
+            weights.append(w)
+        logits = self.head(self.dec_norm(y[:, -1]))  # [N, V]
+        w = weights[self.attn_layer][:, :, -1]  # [N, heads, S]
+        return logits.float().log_softmax(dim=-1), self._reported(w)
+
+    def _step_uncached(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`step` without the cache: the decoder re-runs over the whole prefix."""
         state["tokens"] = torch.cat([state["tokens"], prev.unsqueeze(1)], dim=1)  # [N, t]
         logits, weights = self.decode(state["tokens"], state["memory"], state["pad"],
                                       need_weights=True)
-        w = weights[self.attn_layer][:, :, -1]  # [N, heads, S] for the newest position
-        w = w.mean(dim=1) if self.attn_head is None else w[:, self.attn_head]
-        return logits[:, -1].float().log_softmax(dim=-1), w
+        w = weights[self.attn_layer]
+        assert w is not None
+        return logits[:, -1].float().log_softmax(dim=-1), self._reported(w[:, :, -1])
+
+    def _reported(self, w: Tensor) -> Tensor:
+        """The cross-attention ``step`` reports, from the newest position's ``[N, heads, S]``."""
+        return w.mean(dim=1) if self.attn_head is None else w[:, self.attn_head]
