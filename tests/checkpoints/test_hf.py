@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -502,3 +505,100 @@ def test_an_export_over_a_model_in_shards_leaves_none_of_them(tmp_path, capsys):
     assert not list(d.glob("model-*.safetensors")) and (d / "notes.txt").read_text() == "mine"
     assert not (d / "model.safetensors.index.json").exists()
     assert load_model(d)[0].config.n_layer == 1
+
+
+# ---- an export killed as its files move into place
+
+SAMPLE = "the old text, a new text"
+
+
+def _export_of(seed: int, text: str, template: str | None) -> tuple:
+    """save_hf's arguments (besides the directory): a GPT of one shape, its own weights, a BPE
+    tokenizer trained on ``text`` and a chat template or none."""
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    tok = BPETokenizer.train(text, 262)
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                          n_embd=16))
+    return model, tok, template
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    """What a reader of ``d`` may read: every file but the temporaries (.NAME.PID.X.tmp)."""
+    from tests.reliability.conftest import snapshot
+
+    return {name: data for name, data in snapshot(d).items()
+            if not Path(name).parts[0].endswith(".tmp")}
+
+
+def _what_loads(d: Path) -> object:
+    """The weights, the tokenizer's ids of SAMPLE and the chat template a load of ``d`` gives,
+    or the line it is refused with."""
+    from scratchgpt.checkpoints.hf import hf_chat_template
+    from scratchgpt.errors import CheckpointError
+
+    try:
+        model, source = load_model(d)
+        return ({k: v.numpy().tobytes() for k, v in model.state_dict().items()},
+                source.tokenizer().encode(SAMPLE), hf_chat_template(d, source.hf_config))
+    except CheckpointError as e:
+        return str(e)
+
+
+def test_an_export_killed_at_every_step_leaves_one_model_or_a_refusal(tmp_path, monkeypatch):
+    """An export over an earlier one, killed before each of its disk changes in turn (as
+    tests/checkpoints/test_rundir_kills.py kills a run's --overwrite): the directory then
+    holds the earlier export, or the new one, or is refused by every reader in one line; never
+    a mix of the two (killed as the files moved, the new config.json beside the old
+    model.safetensors of the same shape loaded as a model that never existed). The next
+    export over it writes the new one whole, and its marker goes."""
+    from scratchgpt.chat import DEFAULT_TEMPLATE
+    from scratchgpt.checkpoints.hf import moving_markers
+    from tests.checkpoints.test_rundir_kills import killed, steps
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # (durability is not what is tested)
+    old = _export_of(1, "the old text of the old model, told twice: the old text", None)
+    new = _export_of(2, "a new text for a new model; a new one, a new text", DEFAULT_TEMPLATE)
+    reference = tmp_path / "reference"
+    save_hf(old[0], reference, *old[1:])
+    before = (_files(reference), _what_loads(reference))
+    changes = steps(lambda: save_hf(new[0], reference, *new[1:]))
+    after = (_files(reference), _what_loads(reference))
+    assert before[0] != after[0] and before[1] != after[1]
+    assert isinstance(after[1], tuple) and after[1][2] == DEFAULT_TEMPLATE
+    ended = subprocess.Popen([sys.executable, "-c", ""])  # the killed export's process id
+    ended.wait()
+    refused = []
+    for n in range(changes):
+        d = tmp_path / f"probe-{n}"
+        save_hf(old[0], d, *old[1:])
+        with monkeypatch.context() as m:
+            m.setattr(os, "getpid", lambda: ended.pid)
+            killed(lambda d=d: save_hf(new[0], d, *new[1:]), n)
+        if moving_markers(d):
+            assert _what_loads(d) == (f"{d}: an export into it was cut short (process "
+                                      f"{ended.pid} died while moving the files in: they may "
+                                      "mix two models); export again"), n
+            refused.append(n)
+        else:
+            assert (_files(d), _what_loads(d)) in (before, after), n
+        save_hf(new[0], d, *new[1:])
+        assert (_files(d), _what_loads(d)) == after and not moving_markers(d), n
+    assert len(refused) >= 10, refused  # every unlink and rename of the move, at least
+
+
+def test_a_directory_an_export_is_moving_into_is_said_to_be(tmp_path):
+    """A marker of a live process (pid 1 always runs): an export is under way; its files are
+    not read, nor are they removed by a load."""
+    from scratchgpt.errors import CheckpointError
+
+    model, tok, _ = _export_of(1, "the old text", None)
+    d = save_hf(model, tmp_path / "hf", tok)
+    marker = d / ".export-moving.1.0a1b2c3d.tmp"
+    marker.touch()
+    with pytest.raises(CheckpointError) as refused:
+        load_model(d)
+    assert str(refused.value) == (f"{d}: an export into it is under way (process 1 is moving "
+                                  "the files in); read it once that export ends")
+    assert marker.exists()

@@ -389,6 +389,51 @@ def test_an_export_killed_outright_is_cleared_by_the_next_one(run_dir, tmp_path,
                                  if p.name.endswith((".tmp", ".lock"))]
 
 
+def killed_as_it_moves(argv: list[str]) -> None:
+    """In a forked process: ``scratchgpt ARGV``, a --to hf export, killed with SIGKILL as the
+    second of its files moves from the temporary folder into --out."""
+    rename, moved = os.replace, []
+
+    def kill_9_at_the_second(src: str | Path, dst: str | Path) -> None:
+        if Path(src).parent.name.startswith(".export."):
+            moved.append(dst)
+            if len(moved) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+        rename(src, dst)
+
+    os.replace = kill_9_at_the_second
+    main(argv)
+
+
+def test_an_export_killed_as_its_files_move_is_refused_until_the_next_one(run_dir, tmp_path,
+                                                                         capsys):
+    """A kill -9 between two of the renames that move an export into --out left one file of
+    the new export beside the rest of the earlier one, and nothing said so: a new config.json
+    beside old weights of the same shape loaded as a model that never existed. The marker the
+    export leaves makes every reader refuse it in one line, naming the dead process, until
+    the next export (--overwrite: the directory holds a model, if not a whole one) replaces it
+    whole and removes the marker. (tests/checkpoints/test_hf.py kills an export before each
+    of its disk changes.)"""
+    from tests.reliability.procs import start_call
+
+    hf = tmp_path / "hf"
+    argv = ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)]
+    run(capsys, argv)
+    killed = start_call(killed_as_it_moves, ([*argv, "--overwrite"],), tmp_path / "killed.log")
+    assert killed.wait() == -signal.SIGKILL, killed.output()
+    cut_short = (f"{hf}: an export into it was cut short (process {killed.pid} died while "
+                 "moving the files in: they may mix two models); export again")
+    assert error_of(capsys, ["sample", "--checkpoint", str(hf), "--prompt", "ab"]) == \
+        f"scratchgpt sample: error: {cut_short}"
+    assert error_of(capsys, ["convert", "--from", "hf", str(hf), "--out",
+                             str(tmp_path / "back")]) == f"scratchgpt convert: error: {cut_short}"
+    assert not (tmp_path / "back").exists()
+    assert "already holds a Hugging Face model (pass --overwrite" in error_of(capsys, argv)
+    run(capsys, [*argv, "--overwrite"])
+    assert not list(hf.glob(".*.tmp"))  # neither the marker nor the temporary folder
+    assert greedy(capsys, hf, "ab") == greedy(capsys, run_dir, "ab")
+
+
 def fail_as_it_writes(monkeypatch, to: str, also: Path | None = None) -> None:
     """Make an export ``--to`` ``to`` fail with a full disk as it writes the weights, having
     written part of them; first ``also`` is written, as another process would."""

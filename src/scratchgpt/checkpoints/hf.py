@@ -49,6 +49,7 @@ from scratchgpt import memory
 from scratchgpt.checkpoints.io import (
     TEMP_SUFFIX,
     current_umask,
+    dead_temporaries,
     fsync_dir,
     missing_folders,
     read_torch_file,
@@ -80,6 +81,11 @@ STAGING = "export"  # an export's temporary folder inside --out: .export.PID.X.t
 # its name before it held the process id (tempfile.mkdtemp's 8 characters): see
 # io.dead_temporaries
 UNTAGGED_STAGING = rf"\.{STAGING}\.[a-z0-9_]{{8}}{re.escape(TEMP_SUFFIX)}"
+# An export's marker in --out while it replaces the files there (.export-moving.PID.X.tmp):
+# made before the first earlier file goes, removed once the last new one is in place, so
+# that a directory an export killed outright left half moved (the new config.json beside the
+# old weights) is refused by every reader (check_export_whole), not loaded as neither model
+MOVING = "export-moving"
 # A GPT-2 directory's files besides its weights: what a hub download fetches, and what an
 # export clears first (with the weights), so that an earlier model's tokenizer never stays
 # beside a new model, where every reader would take it for the new model's.
@@ -89,10 +95,35 @@ DIRECTORY_FILES = (CONFIG_FILE, "generation_config.json", "tokenizer.json",
 
 
 def is_hf_dir(path: str | Path) -> bool:
-    """True if ``path`` is a directory holding a Hugging Face config.json and weights file."""
+    """True if ``path`` is a directory holding a Hugging Face config.json and weights file,
+    or the marker of an export moving its files in (cut short or under way: whatever files it
+    holds, its readers refuse it, see :func:`check_export_whole`)."""
     path = Path(path)
-    return (path.is_dir() and (path / CONFIG_FILE).is_file()
-            and any((path / w).is_file() for w in WEIGHT_FILES))
+    return path.is_dir() and (((path / CONFIG_FILE).is_file()
+                               and any((path / w).is_file() for w in WEIGHT_FILES))
+                              or bool(moving_markers(path)))
+
+
+def moving_markers(directory: Path) -> list[Path]:
+    """The markers of exports moving their files into ``directory`` (see :data:`MOVING`)."""
+    return sorted(directory.glob(f".{MOVING}.*{TEMP_SUFFIX}"))
+
+
+def check_export_whole(directory: Path) -> None:
+    """A CheckpointError where an export was moving its files into ``directory`` (its marker
+    is there): killed part-way, the directory holds part of the earlier model and part of the
+    new one, or misses files; still running, it is about to."""
+    markers = moving_markers(directory)
+    if not markers:
+        return
+    dead = dead_temporaries(directory, MOVING)
+    pid = (dead or markers)[0].name.split(".")[2]
+    if dead:
+        raise CheckpointError(f"{directory}: an export into it was cut short (process {pid} "
+                              "died while moving the files in: they may mix two models); "
+                              "export again")
+    raise CheckpointError(f"{directory}: an export into it is under way (process {pid} is "
+                          "moving the files in); read it once that export ends")
 
 
 # ---- config
@@ -112,7 +143,10 @@ class HFConfig:
 
 
 def read_hf_config(directory: str | Path) -> HFConfig:
-    """The parsed ``config.json`` of ``directory``; unreadable or not JSON: a CheckpointError."""
+    """The parsed ``config.json`` of ``directory``; unreadable or not JSON, or the directory
+    half replaced by an export (:func:`check_export_whole`): a CheckpointError. Every reader of
+    a Hugging Face directory starts here."""
+    check_export_whole(Path(directory))
     path = Path(directory) / CONFIG_FILE
     try:
         return HFConfig(json_loads(path.read_text(encoding="utf-8")), path)
@@ -456,13 +490,16 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     or SIGTERM removes the folder, or, once the files move, is held until they all have. The
     folder's name holds the process id (``.export.PID.X.tmp``): an export killed outright
     leaves it, and the next export into ``directory`` removes it (never a live export's), and
-    one an older scratchgpt left without the id (``.export.X.tmp``) once a day old."""
+    one an older scratchgpt left without the id (``.export.X.tmp``) once a day old. One killed
+    outright as the files move leaves its marker (``.export-moving.PID.X.tmp``), and every
+    reader refuses the directory until the next export replaces it whole (see
+    :func:`check_export_whole`)."""
     check_gpt_to_export(model, "Hugging Face format")
     directory = Path(directory)
     created = missing_folders(directory)
     directory.mkdir(parents=True, exist_ok=True)
     remove_dead_temporaries(directory, STAGING, UNTAGGED_STAGING)
-    earlier = "export" if is_hf_dir(directory) else None
+    earlier = "export" if is_hf_dir(directory) and not moving_markers(directory) else None
     staging = directory / temporary_name(STAGING)
     try:
         staging.mkdir()
@@ -476,13 +513,29 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
         # temporary folder
         raise write_failure(directory, e, earlier) from None
     with signals_held():  # half moved, the directory would hold neither export
-        if is_hf_dir(directory):  # an earlier export: none of its files may outlive it
-            _clear_directory(directory)
-        for f in staging.iterdir():
-            os.replace(f, directory / f.name)
-        staging.rmdir()
-    fsync_dir(directory)
+        _move_in(staging, directory)
     return directory
+
+
+def _move_in(staging: Path, directory: Path) -> None:
+    """Replace the model in ``directory`` (an earlier export's, whole or cut short) by the
+    files of ``staging``, under a marker (:data:`MOVING`) from before the first old file goes
+    until the last new one is in place, each made durable before the next step: a kill or a
+    power loss in between leaves the marker, which readers refuse, and the next export
+    replaces everything again and removes it (and those of exports killed before)."""
+    earlier = is_hf_dir(directory)  # none of an earlier model's files may outlive it
+    marker = directory / temporary_name(MOVING)
+    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    fsync_dir(directory)
+    if earlier:
+        _clear_directory(directory)
+    for f in staging.iterdir():
+        os.replace(f, directory / f.name)
+    staging.rmdir()
+    fsync_dir(directory)
+    for done in (*dead_temporaries(directory, MOVING), marker):
+        done.unlink(missing_ok=True)
+    fsync_dir(directory)
 
 
 def _write_hf_files(model: nn.Module, directory: Path, tokenizer: Any,
