@@ -172,6 +172,15 @@ def test_only_gpt_models_export(tmp_path):
         save_hf(BigramLM(BigramConfig(vocab_size=10)), tmp_path / "x")
 
 
+def test_an_unknown_chat_template_is_refused_as_such_before_anything_is_written(tmp_path):
+    """save_hf's writer reports what it raises as a failure to write: an unknown template
+    name read 'only part of it was written ...: is the disk full?'."""
+    model = GPT(GPTConfig(vocab_size=8, n_layer=1, n_head=1, n_embd=8, block_size=8))
+    with pytest.raises(ConfigError, match=r"unknown chat template 'nope'; the templates are "):
+        save_hf(model, tmp_path / "x", chat_template="nope")
+    assert not (tmp_path / "x").exists()
+
+
 def test_every_exported_file_is_readable_as_the_umask_allows(tmp_path):
     """model.safetensors was safetensors' private 0600 beside 0644 for every other file, so
     another user (a server's account, a shared folder) read the config but not the weights."""

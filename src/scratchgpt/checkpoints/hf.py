@@ -495,6 +495,8 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     reader refuses the directory until the next export replaces it whole (see
     :func:`check_export_whole`)."""
     check_gpt_to_export(model, "Hugging Face format")
+    _check_template_name(chat_template)  # (before anything is written, and not taken for a
+    # failure to write: the writer reports what it raises as the disk's)
     directory = Path(directory)
     created = missing_folders(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -515,6 +517,14 @@ def save_hf(model: nn.Module, directory: str | Path, tokenizer: Any = None,
     with signals_held():  # half moved, the directory would hold neither export
         _move_in(staging, directory)
     return directory
+
+
+def _check_template_name(name: str | None) -> None:
+    from scratchgpt.chat import TEMPLATES
+
+    if name is not None and name not in TEMPLATES:
+        raise ConfigError(f"unknown chat template {name!r}; the templates are "
+                          f"{', '.join(sorted(TEMPLATES))}")
 
 
 def _move_in(staging: Path, directory: Path) -> None:
