@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,9 +34,25 @@ def _context() -> Any:
     return _CONTEXT
 
 
-def _run_cli(argv: Sequence[str], log: str) -> None:
+def _end_with(test_process: int) -> None:
+    """In the forked process: end it once the test process that started it is gone. The
+    commands these tests kill run for a million steps; when pytest itself was stopped (Ctrl-C
+    twice, a kill), the forkserver's children trained on, each holding a core for hours."""
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(test_process, 0)
+            except ProcessLookupError:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _run_cli(argv: Sequence[str], log: str, test_process: int) -> None:
     """In the forked process: ``scratchgpt ARGV`` with stdout and stderr in ``log``; the exit
     code is the process's."""
+    _end_with(test_process)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -50,7 +67,8 @@ def _run_cli(argv: Sequence[str], log: str) -> None:
     os._exit(code)
 
 
-def _call(fn: Callable[..., Any], args: tuple, log: str) -> None:
+def _call(fn: Callable[..., Any], args: tuple, log: str, test_process: int) -> None:
+    _end_with(test_process)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -87,14 +105,14 @@ class Proc:
 
 
 def start_cli(argv: Sequence[str], log: Path) -> Proc:
-    p = _context().Process(target=_run_cli, args=(list(map(str, argv)), str(log)))
+    p = _context().Process(target=_run_cli, args=(list(map(str, argv)), str(log), os.getpid()))
     p.start()
     return Proc(p, log)
 
 
 def start_call(fn: Callable[..., Any], args: tuple, log: Path) -> Proc:
     """``fn(*args)`` in a forked process (``fn`` must be a module-level function)."""
-    p = _context().Process(target=_call, args=(fn, args, str(log)))
+    p = _context().Process(target=_call, args=(fn, args, str(log), os.getpid()))
     p.start()
     return Proc(p, log)
 
