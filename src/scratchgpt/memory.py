@@ -219,7 +219,7 @@ def _attention_floats(config: ModelConfig, tokens: int) -> int:
     """Attention weights kept per token and layer when attention is written out (``math``, or
     attention dropout): one row of ``tokens`` per head. The fused kernel keeps none."""
     config = getattr(config, "gpt", config)  # (a classifier's or LoRA model's: its GPT's)
-    if not _attends(config) or not hasattr(config, "attn_impl"):
+    if not hasattr(config, "n_head") or not hasattr(config, "attn_impl"):
         return 0
     dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     return config.n_head * tokens if config.attn_impl == "math" or dropout > 0 else 0

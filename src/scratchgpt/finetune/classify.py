@@ -109,6 +109,8 @@ def text_length(max_length: int, block_size: int) -> int:
 
 
 TAB = "\t"
+
+
 def check_labels_come_last(pairs: Sequence[tuple[str, str]], where: str,
                            known: Sequence[str] = ()) -> None:
     """Refuse labelled data that looks written label first: labels (those not among a model's
