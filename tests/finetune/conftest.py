@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,17 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
         code = stop.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def classify_run(ft_dir: Path, out: Path, *flags: Any) -> list[Any]:
+    """``finetune --task classify`` of the tiny base on labels.tsv into ``out``, in batches of
+    8 with one evaluation batch, quiet, with ``flags`` (the run the resume tests start)."""
+    return ["finetune", "--task", "classify", "--init-from", ft_dir / "base", "--data",
+            ft_dir / "labels.tsv", "--out", out, "--batch-size", "8", "--eval-iters", "1",
+            *flags, "--no-progress"]
+
+
+BUDGETED = ("--max-iters", "1000000", "--time-budget", "0.5s")  # a run its budget ends
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import re
 
 from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.finetune import classify
-from tests.finetune.conftest import run_cli
+from tests.finetune.conftest import BUDGETED, classify_run, run_cli
 
 SAID = re.compile(r"^--time-budget 0\.5s spent at step (\d+); evaluating the ([\d,]+) "
                   r"validation texts, then best\.pt on the ([\d,]+) test texts\.\.\.$", re.M)
@@ -33,10 +33,7 @@ def test_a_classify_run_its_budget_ended_says_what_it_evaluates(ft_dir, tmp_path
     monkeypatch.setattr(classify.ClassifyTask, "final_metrics", final_metrics)
     monkeypatch.setattr(classify, "_loss_and_predictions", scoring)
     out = tmp_path / "ft"
-    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
-                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
-                            "--eval-iters", "1", "--max-iters", "1000000", "--time-budget",
-                            "0.5s", "--no-progress"], capsys)
+    code, _, err = run_cli(classify_run(ft_dir, out, *BUDGETED), capsys)
     assert code == 0, err
     assert len(said) == 1
     lines = SAID.findall(said[0])

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from scratchgpt.checkpoints import load_checkpoint
-from tests.finetune.conftest import run_cli
+from tests.finetune.conftest import BUDGETED, classify_run, run_cli
 
 
 def test_a_finetune_ended_on_its_budget_says_so_and_resumes_to_a_new_max_iters(
         ft_dir, tmp_path, capsys):
     out = tmp_path / "ft"
-    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
-                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
-                            "--eval-iters", "1", "--max-iters", "1000000", "--time-budget",
-                            "0.5s", "--no-progress"], capsys)
+    code, _, err = run_cli(classify_run(ft_dir, out, *BUDGETED), capsys)
     assert code == 0, err
     step = load_checkpoint(out / "last.pt").state.step
     assert 0 < step < 1_000_000
@@ -33,9 +30,7 @@ def test_a_resume_refused_at_the_lock_says_no_start_of_run_note(ft_dir, tmp_path
     from scratchgpt.checkpoints.rundir import RunDir
 
     out = tmp_path / "ft"
-    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
-                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
-                            "--eval-iters", "1", "--max-iters", "2", "--no-progress"], capsys)
+    code, _, err = run_cli(classify_run(ft_dir, out, "--max-iters", "2"), capsys)
     assert code == 0, err
     with RunDir(out).lock():  # (another process writing the run)
         code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--no-progress"],
@@ -52,9 +47,7 @@ def test_a_resume_checks_the_memory_as_train_s_resume_does(ft_dir, tmp_path, cap
     given now, the run's own); finetune --resume checked neither, and trained a batch beyond
     memory. Refused in one line, the run as it was."""
     out = tmp_path / "ft"
-    code, _, err = run_cli(["finetune", "--task", "classify", "--init-from", ft_dir / "base",
-                            "--data", ft_dir / "labels.tsv", "--out", out, "--batch-size", "8",
-                            "--eval-iters", "1", "--max-iters", "2", "--no-progress"], capsys)
+    code, _, err = run_cli(classify_run(ft_dir, out, "--max-iters", "2"), capsys)
     assert code == 0, err
     before = (out / "last.pt").read_bytes()
     monkeypatch.setenv("SCRATCHGPT_MEMORY_LIMIT", "64MiB")  # (the tiny run loads within it)
