@@ -1,6 +1,7 @@
 """Length batching and defaults of seq2seq training."""
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -123,6 +124,20 @@ def test_the_final_evaluation_decodes_a_training_batch_at_a_time(tmp_path, monke
                                             torch.device("cpu"), decoding)
 
 
+def _varied_decoder(n_test: int) -> tuple[Seq2SeqTask, Any, list[int]]:
+    """A reverse task with ``n_test`` held-out pairs and an untrained LSTM-attention model
+    whose outputs differ from source to source and end at steps that differ from row to row
+    (:func:`_ending_at_s`); -> (task, model, the steps each decode runs)."""
+    from scratchgpt.models.seq2seq import build_seq2seq
+
+    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=n_test))
+    torch.manual_seed(0)
+    model = build_seq2seq(task.model_config("lstm-attention", d_model=16))
+    with torch.no_grad():
+        model.head.weight.mul_(10.0)  # outputs that differ from source to source
+    return task, model, _ending_at_s(model, task.tgt_tok)
+
+
 def _ending_at_s(model, tgt_tok) -> list[int]:
     """Make ``model`` write ``<eos>`` right after each ``s`` it writes (so its random outputs
     end at steps that differ from row to row, and some never end); -> the number of steps
@@ -143,15 +158,9 @@ def test_a_batch_decodes_as_each_pair_alone_and_stops_once_every_row_ended():
     """The final check decodes a batch at a time: rows that end early get the same output as
     decoded alone, a batch whose rows have all ended stops there, and no output runs past
     the longest target plus its <eos> and one token (it ran to twice the longest, plus 2)."""
-    from scratchgpt.models.seq2seq import build_seq2seq
     from scratchgpt.training.seq2seq import EVAL_MARGIN, evaluate
 
-    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=24))
-    torch.manual_seed(0)
-    model = build_seq2seq(task.model_config("lstm-attention", d_model=16))
-    with torch.no_grad():
-        model.head.weight.mul_(10.0)  # outputs that differ from source to source
-    steps = _ending_at_s(model, task.tgt_tok)
+    task, model, steps = _varied_decoder(24)
     longest = max(len(t) for _, t in task.held_out)
     alone = evaluate(model, task.held_out, task.src_tok, task.tgt_tok, batch_size=1)
     ended = [p for p in alone.predictions if len(p) < longest + EVAL_MARGIN]
@@ -208,15 +217,9 @@ def test_the_final_check_decodes_batches_of_similar_targets_each_to_its_own_boun
     undertrained model (ending no output) filled every time. It decodes the pairs in batches
     of similar target length, each to its own longest target plus 2: the same figures as
     decoding every batch to the longest of all, in fewer steps."""
-    from scratchgpt.models.seq2seq import build_seq2seq
     from scratchgpt.training.seq2seq import EVAL_MARGIN, evaluate, evaluate_by_length
 
-    task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=200, n_test=48))
-    torch.manual_seed(0)
-    model = build_seq2seq(task.model_config("lstm-attention", d_model=16))
-    with torch.no_grad():
-        model.head.weight.mul_(10.0)  # outputs that differ from source to source
-    steps = _ending_at_s(model, task.tgt_tok)
+    task, model, steps = _varied_decoder(48)
     alone = evaluate(model, task.held_out, task.src_tok, task.tgt_tok, batch_size=1)
     # every other output that ended is made its pair's target: exact match neither 0 nor 1
     pairs = [(s, p if i % 2 and p.endswith("s") else t) for i, ((s, t), p)
