@@ -59,7 +59,7 @@ def _cut_reply(text: str, max_new_tokens: int) -> tuple[str, list[tuple[str, int
     return reply.text, pieces
 
 
-@pytest.mark.parametrize("text, n, shown", [
+CUT_REPLIES = [
     ("ok<|end|>", 9, "ok"),  # it reached the marker
     ("ok<|end|>", 4, "ok"),  # cut while writing it: "ok<|"
     ("ok<|end|>", 8, "ok"),  # "ok<|end|" is all of it but its last character
@@ -68,7 +68,11 @@ def _cut_reply(text: str, max_new_tokens: int) -> tuple[str, list[tuple[str, int
     ("ok<|end|>", 3, "ok<"),  # the model's own '<', as the above: nothing tells them apart
     ("x<<|e", 5, "x<"),
     ("plain text", 10, "plain text"),
-])
+    ("ok<|e<|end|>" + "x" * 9, 21, "ok<|e"),  # it ended at the marker: nothing more is cut
+]
+
+
+@pytest.mark.parametrize("text, n, shown", CUT_REPLIES)
 def test_a_reply_cut_while_writing_the_end_marker_leaves_it_out_but_a_lone_lt(text, n, shown):
     """A reply cut short (its length) while writing the end marker was ending its turn; a '<'
     alone, the marker's first character, is as often the text's own (``a <``, ``<b>``) and is
@@ -77,3 +81,15 @@ def test_a_reply_cut_while_writing_the_end_marker_leaves_it_out_but_a_lone_lt(te
     assert whole == shown
     assert "".join(p for p, _ in pieces) == shown
     assert sum(k for _, k in pieces) == len(shown)  # (a token a character)
+
+
+@pytest.mark.parametrize("text, n, shown", CUT_REPLIES)
+def test_a_replys_whole_text_is_what_its_streamed_pieces_join_to(text, n, shown):
+    """``sample --chat`` prints a reply whole (``--no-stream``, ``--num-samples``, ``--beam``)
+    through ``reply_text``: the text ``chat`` and ``serve`` stream for the same tokens."""
+    from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.serve.reply import reply_text
+
+    rule = StopRule(n, None, (T.stop,), lambda ids: "".join(map(chr, ids)))
+    ids = list(map(ord, text[:n]))
+    assert reply_text(rule, T.stop, ids) == _cut_reply(text, n)[0] == shown

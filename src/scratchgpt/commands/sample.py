@@ -237,7 +237,8 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
 
 
 def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
-    """``--chat``: (prompt text, its ids, the stop rule) with the model's chat template."""
+    """``--chat``: (prompt text, its ids, the stop rule, the template's end-of-turn marker)
+    with the model's chat template."""
     import dataclasses
 
     from scratchgpt.chat import system_message, template_for
@@ -257,7 +258,7 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
         [{"role": "user", "content": text}]
     (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)
     rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, template.stop))
-    return template.render(messages), ids, rule
+    return template.render(messages), ids, rule, template.stop
 
 
 def chat_text_problem(tok, template, content: str, unknown: str) -> str | None:
@@ -318,14 +319,15 @@ def run(args: argparse.Namespace) -> int:
         from scratchgpt.data.sources import text_lines  # (lines as an editor ends them)
 
         return run_batch(model, tok, text_lines(text), rule, cfg, gen, args)
+    marker = None
     if args.chat:
-        text, ids, rule = chat_prompt(args, source, tok, text, rule)
+        text, ids, rule, marker = chat_prompt(args, source, tok, text, rule)
     else:
         ids = encode(tok, text, args.unknown) if text else []
     if not ids:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
-    job = Job(model, tok, text, ids, rule, cfg, gen)
+    job = Job(model, tok, text, ids, rule, cfg, gen, marker)
     note_long_prompts(model, [len(ids)])  # (beam search, too, reads the last context tokens)
     if args.draft is not None:
         return run_speculative(job, args)
@@ -359,11 +361,29 @@ def warm_up(model) -> None:
 
 class Job:
     """What every way of sampling needs: the model, the tokenizer, the prompt (text and ids),
-    the stop rule, the sampling settings and the random generator."""
+    the stop rule, the sampling settings, the random generator and, with ``--chat``, the chat
+    template's end-of-turn ``marker``: then a row's new tokens are a reply, shown as ``chat``
+    and ``serve`` show it, streamed or whole (serve/reply.py: a reply cut short while writing
+    the marker leaves out the part of it that it wrote)."""
 
-    def __init__(self, model, tok, text: str, ids: list[int], rule, cfg, gen):
+    def __init__(self, model, tok, text: str, ids: list[int], rule, cfg, gen,
+                 marker: str | None = None):
         self.model, self.tok, self.text, self.ids = model, tok, text, ids
-        self.rule, self.cfg, self.gen = rule, cfg, gen
+        self.rule, self.cfg, self.gen, self.marker = rule, cfg, gen, marker
+
+    def text_of(self, new_ids: Sequence[int]) -> str:
+        """The text a row's new tokens are shown as."""
+        from scratchgpt.serve.reply import reply_text
+
+        return self.rule.text(new_ids) if self.marker is None else \
+            reply_text(self.rule, self.marker, new_ids)
+
+    def printer(self) -> StreamPrinter:
+        """A printer that streams a row's text as :meth:`text_of` shows it whole."""
+        from scratchgpt.serve.reply import ReplyText
+
+        return StreamPrinter(self.rule, text=None if self.marker is None else
+                             ReplyText(self.rule, self.marker))
 
     def prompt(self):
         import torch
@@ -384,7 +404,7 @@ def print_streamed(job: Job, tokens: Iterable[int]) -> None:
     """The prompt, then the text of ``tokens`` as they come. Ctrl-C or SIGTERM writes the
     text held back for a stop string too before it ends the line."""
     sys.stdout.write(job.text)
-    printer = StreamPrinter(job.rule)
+    printer = job.printer()
     with line_ended_if_stopped(printer):
         for token in tokens:
             printer.add(token)
@@ -402,21 +422,24 @@ def print_all(texts: list[str], notes: Sequence[str | None] | None = None) -> No
             print(notes[i], file=sys.stderr, flush=True)
 
 
-def print_samples(texts: list[str], fill: Callable[[list[list[int]]], object], rule) -> None:
+def print_samples(texts: list[str], fill: Callable[[list[list[int]]], object], rule,
+                  text_of: Callable[[list[int]], str] | None = None) -> None:
     """Each prompt text with its row's new tokens, which ``fill`` appends to the lists it is
-    given (one a text) as they are generated, printed once all rows have stopped. Ctrl-C or
-    SIGTERM prints what there is before the command ends: finished samples as they are, the
-    others as far as they got, each with a note on stderr that it was cut off."""
+    given (one a text) as they are generated, printed once all rows have stopped, as
+    ``text_of`` shows them (default ``rule.text``). Ctrl-C or SIGTERM prints what there is
+    before the command ends: finished samples as they are, the others as far as they got,
+    each with a note on stderr that it was cut off."""
     out: list[list[int]] = [[] for _ in texts]
+    shown = text_of or rule.text
     try:
         fill(out)
     except KeyboardInterrupt:
         if any(out):
-            print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)],
+            print_all([text + shown(ids) for text, ids in zip(texts, out, strict=True)],
                       [None if rule.done(ids) else
                        f"--- cut off after {plural(len(ids), 'new token')}" for ids in out])
         raise
-    print_all([text + rule.text(ids) for text, ids in zip(texts, out, strict=True)])
+    print_all([text + shown(ids) for text, ids in zip(texts, out, strict=True)])
 
 
 def run_samples(job: Job, n: int) -> int:
@@ -424,7 +447,7 @@ def run_samples(job: Job, n: int) -> int:
     from scratchgpt.generation.generate import generate_batch
 
     print_samples([job.text] * n, lambda out: generate_batch(
-        job.model, [job.ids] * n, job.rule, job.cfg, job.gen, out=out), job.rule)
+        job.model, [job.ids] * n, job.rule, job.cfg, job.gen, out=out), job.rule, job.text_of)
     return 0
 
 
@@ -441,7 +464,7 @@ def run_beam(job: Job, args: argparse.Namespace) -> int:
         raise
     if len(hyps) < args.num_samples:
         note_few_hypotheses(job.model, len(hyps), args)
-    print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps],
+    print_all([job.text + job.text_of(new_ids) for new_ids, _ in hyps],
               [f"--- beam score {score:.4f}" for _, score in hyps])
     return 0
 
@@ -457,7 +480,7 @@ def print_so_far(job: Job, hyps: list[tuple[list[int], float]]) -> None:
             f", cut off after {plural(len(new_ids), 'new token')}"
         notes.append(f"--- beam score {score:.4f}, the {'next ' if rank else ''}best so "
                      f"far{cut}")
-    print_all([job.text + job.rule.text(new_ids) for new_ids, _ in hyps], notes)
+    print_all([job.text + job.text_of(new_ids) for new_ids, _ in hyps], notes)
 
 
 def note_few_hypotheses(model, found: int, args: argparse.Namespace) -> None:
@@ -526,7 +549,7 @@ def run_speculative(job: Job, args: argparse.Namespace) -> int:
             for t in dec.stream(job.rule):
                 out[0].append(t)
 
-        print_samples([job.text], fill, job.rule)
+        print_samples([job.text], fill, job.rule, job.text_of)
     else:
         print_streamed(job, dec.stream(job.rule))
     st = dec.stats

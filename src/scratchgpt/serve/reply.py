@@ -1,10 +1,13 @@
 """A chat reply's text: without the start of the end-of-turn marker it was cut short writing.
 
-``serve``'s chat replies and ``scratchgpt chat``'s stream through :class:`ReplyText`, so that
-the two show a reply cut at its length alike.
+``serve``'s chat replies and ``scratchgpt chat``'s stream through :class:`ReplyText`, and
+``scratchgpt sample --chat`` prints its replies, streamed or whole (:func:`reply_text`), by the
+same rule, so that all of them show a reply cut at its length alike.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from scratchgpt.generation.stopping import StopRule, StreamText
 
@@ -13,6 +16,26 @@ def marker_start(text: str, marker: str) -> int:
     """How many characters at the end of ``text`` begin ``marker`` (all of it but its last
     character at most): ``marker_start("ok<|e", "<|end|>") == 3``."""
     return next((k for k in range(len(marker) - 1, 0, -1) if text.endswith(marker[:k])), 0)
+
+
+def marker_cut(text: str, marker: str) -> int:
+    """How many characters at the end of a reply cut short (``text``) are left out: the start
+    of ``marker`` it was writing, but not the marker's first character alone (see
+    :class:`ReplyText`): ``marker_cut("ok<|e", "<|end|>") == 3``, ``marker_cut("ok<", "<|end|>")
+    == 0``."""
+    started = marker_start(text, marker)
+    return started if started > 1 else 0
+
+
+def reply_text(rule: StopRule, marker: str, ids: Sequence[int]) -> str:
+    """The text of a chat reply's new tokens ``ids``, whole: what :class:`ReplyText`'s pieces
+    join to. ``rule.text(ids)``, and, when neither the end-of-text token nor a stop string
+    ended the reply (its length, Ctrl-C cut it short), without the start of ``marker`` it was
+    writing. (Tokens after the end, which a stream never hands on, change nothing.)"""
+    text = rule.text(ids)
+    if rule.ends(ids) or text != rule.decode(ids):  # it ended: the marker is cut already
+        return text
+    return text[:len(text) - marker_cut(text, marker)]
 
 
 class ReplyText(StreamText):
@@ -33,8 +56,7 @@ class ReplyText(StreamText):
         if self.finished or self.rule.ends(self.ids):  # (the marker, if any, is cut already)
             return super().finish()
         piece, n = super().finish()
-        started = marker_start(self.text, self.marker)
-        cut = min(len(piece), started if started > 1 else 0)
+        cut = min(len(piece), marker_cut(self.text, self.marker))
         if not cut:
             return piece, n
         piece, self.text = piece[:-cut], self.text[:-cut]
