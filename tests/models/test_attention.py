@@ -55,6 +55,23 @@ def test_causal_mask_blocks_the_future():
     assert not torch.allclose(out2[0, 3:], out[0, 3:])
 
 
+def test_a_query_row_attends_alone_through_the_steps_forward_is_made_of():
+    """project_q, project_kv and attend, called for query ``i`` alone over keys ``0 .. i`` (as a
+    KV-cached decoder calls them), give row ``i`` of the causal forward: output and per-head
+    probabilities."""
+    _, ours = _pair()
+    x = torch.randn(2, 5, 16)
+    out, w = ours(x, x, x, causal=True, need_weights=True, average_weights=False)
+    q = ours.project_q(x)  # [2, 4, 5, 4]
+    k, v = ours.project_kv(x)
+    assert q.shape == k.shape == v.shape == (2, 4, 5, 4)
+    for i in range(5):
+        out_i, p_i = ours.attend(q[:, :, i:i + 1], k[:, :, :i + 1], v[:, :, :i + 1])
+        assert out_i.shape == (2, 1, 16) and p_i.shape == (2, 4, 1, i + 1)
+        torch.testing.assert_close(out_i[:, 0], out[:, i], atol=1e-6, rtol=0.0)
+        torch.testing.assert_close(p_i[:, :, 0], w[:, :, i, :i + 1], atol=1e-6, rtol=0.0)
+
+
 def test_head_split_must_divide():
     with pytest.raises(ValueError):
         MultiHeadAttention(10, 3)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.models.attention import MultiHeadAttention
+from scratchgpt.models.attention import MultiHeadAttention, attention_mask
 
 # the config and its helpers are data (models/configs/seq2seq.py, no torch); the model's users
 # find them here too
@@ -41,7 +41,7 @@ from scratchgpt.models.configs.seq2seq import (  # noqa: F401
     default_config,
     unused_settings,
 )
-from scratchgpt.models.dropout import Dropout, dropout
+from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
 
@@ -372,7 +372,9 @@ class LSTMSeq2Seq(Seq2Seq):
 # far, so a decode of ``T`` tokens costs ``O(T^2)`` decoder positions. With it, a step feeds the
 # newest token only: its self-attention reads the keys and values of the earlier output
 # positions from the cache (and appends its own), and its cross-attention reads the encoder
-# output's keys and values, projected once per decode in :func:`init_layer_cache`.
+# output's keys and values, projected once per decode in :func:`init_layer_cache`. Both call
+# :class:`MultiHeadAttention`'s own steps (``project_q``, ``project_kv``, ``attend``), the ones
+# its ``forward`` is made of, so the cached decode runs the arithmetic of the whole-prefix one.
 #
 # The cache lives in the :data:`DecodeState` dict, one entry per layer and tensor, every one
 # with the rows on dim 0::
@@ -386,16 +388,11 @@ class LSTMSeq2Seq(Seq2Seq):
 # neither, and a plain tensor per entry is what ``reorder`` already handles.)
 
 
-def project_kv(attn: MultiHeadAttention, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``x [N, T, E]`` -> ``attn``'s keys and values ``[N, H, T, d]``."""
-    return attn._split_heads(attn.k_proj(x)), attn._split_heads(attn.v_proj(x))
-
-
 def init_layer_cache(state: DecodeState, layer: int, cross: MultiHeadAttention,
                      memory: Tensor) -> None:
     """Layer ``layer``'s cache before the first step: the cross-attention's keys and values of
     ``memory [N, S, E]``, and no output positions yet."""
-    k, v = project_kv(cross, memory)  # [N, H, S, d]
+    k, v = cross.project_kv(memory)  # [N, H, S, d]
     state[f"cross_k.{layer}"], state[f"cross_v.{layer}"] = k, v
     empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # [N, H, 0, d]
     state[f"self_k.{layer}"], state[f"self_v.{layer}"] = empty, empty
@@ -406,38 +403,25 @@ def cached_length(state: DecodeState) -> int:
     return state["self_k.0"].size(2)
 
 
-def attend(attn: MultiHeadAttention, x: Tensor, k: Tensor, v: Tensor,
-           pad: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """One new position ``x [N, 1, E]`` attends keys/values ``[N, H, Tk, d]`` (``pad [N, Tk]``:
-    True at keys it must not see) -> (output ``[N, 1, E]``, probabilities ``[N, H, 1, Tk]``);
-    :class:`MultiHeadAttention`'s arithmetic for the last query row."""
-    n = x.size(0)
-    q = attn._split_heads(attn.q_proj(x))  # [N, H, 1, d]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)  # [N, H, 1, Tk]
-    if pad is not None:
-        scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
-    probs = scores.softmax(dim=-1)
-    out = dropout(probs, attn.dropout, attn.training) @ v  # [N, H, 1, d]
-    out = out.transpose(1, 2).reshape(n, 1, attn.embed_dim)  # concatenate the heads
-    return attn.out_proj(out), probs
-
-
 def self_attend(state: DecodeState, layer: int, attn: MultiHeadAttention,
                 h: Tensor) -> Tensor:
     """Causal self-attention of the newest position ``h [N, 1, E]``: its keys and values join
     the cache, and it attends every cached position (all earlier, none later) -> ``[N, 1, E]``."""
-    k_new, v_new = project_kv(attn, h)  # [N, H, 1, d]
+    k_new, v_new = attn.project_kv(h)  # [N, H, 1, d]
     k = torch.cat([state[f"self_k.{layer}"], k_new], dim=2)  # [N, H, t+1, d]
     v = torch.cat([state[f"self_v.{layer}"], v_new], dim=2)
     state[f"self_k.{layer}"], state[f"self_v.{layer}"] = k, v
-    return attend(attn, h, k, v)[0]
+    return attn.attend(attn.project_q(h), k, v)[0]
 
 
 def cross_attend(state: DecodeState, layer: int, attn: MultiHeadAttention,
                  h: Tensor) -> tuple[Tensor, Tensor]:
     """Cross-attention of ``h [N, 1, E]`` to the cached encoder keys/values ->
     (``[N, 1, E]``, probabilities ``[N, H, 1, S]``)."""
-    return attend(attn, h, state[f"cross_k.{layer}"], state[f"cross_v.{layer}"], state["pad"])
+    pad = state["pad"]  # [N, S], True at padding
+    masked = attention_mask(1, pad.size(1), key_padding_mask=pad)  # [N, 1, 1, S]
+    q = attn.project_q(h)  # [N, H, 1, d]
+    return attn.attend(q, state[f"cross_k.{layer}"], state[f"cross_v.{layer}"], masked)
 
 
 class FeedForward(nn.Sequential):
