@@ -7,6 +7,7 @@ from scratchgpt.data.translation import DataSpec
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.models.seq2seq import (
     ARCHS,
+    FIRST_SLOTS,
     Seq2SeqConfig,
     TransformerSeq2Seq,
     build_seq2seq,
@@ -255,6 +256,64 @@ def test_kv_cache_steps_give_the_same_distributions():
     for (logp, attn), (logp_ref, attn_ref) in zip(cached, ref, strict=True):
         torch.testing.assert_close(logp, logp_ref, atol=1e-5, rtol=0.0)
         torch.testing.assert_close(attn, attn_ref, atol=1e-6, rtol=0.0)
+
+
+@pytest.mark.parametrize("beam", [None, 3])
+def test_kv_cache_long_decode_decodes_what_the_whole_prefix_does(beam):
+    """A decode three times the usual length (36 tokens a row, <eos> ruled out), through two
+    doublings of the cache's self-attention slots, gives the whole-prefix decode's tokens and
+    attention maps (to within 1e-6), greedy and beam alike."""
+    src, lengths = _batch()
+    steps = 2 * FIRST_SLOTS + 4
+
+    def decode(m):
+        with torch.no_grad():
+            m.head.bias[EOS_ID] = float("-inf")
+        if beam is None:
+            return m.greedy_decode(src, lengths, max_len=steps)
+        return m.beam_decode(src, lengths, beam=beam, max_len=steps)
+
+    (tok, att), (tok_ref, att_ref) = _cached_and_uncached(decode)
+    assert [len(ids) for ids in tok] == [steps] * 4
+    assert tok == tok_ref
+    for a, b in zip(att, att_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0.0)
+
+
+def test_kv_cache_slots_double_when_full_and_decode_the_same():
+    """The self-attention slots start at FIRST_SLOTS and double each time they are full; step
+    by step across two doublings, with beam-style row reselection on the step before the
+    first, the log-probabilities and attention equal the whole-prefix decode's."""
+    src, lengths = _batch()
+    steps, rows = 2 * FIRST_SLOTS + 4, torch.tensor([3, 0, 0, 2])
+    slots = []
+
+    def decode(m):
+        state, prev, out = m.start(src, lengths), torch.full((4,), 4), []
+        for t in range(steps):
+            logp, attn = m.step(state, prev)
+            out.append((logp, attn))
+            if "self_k.1" in state:  # the cached decode
+                slots.append((state["self_k.1"].size(2), state["self_v.0"].size(2)))
+            if t == FIRST_SLOTS - 2:
+                m.reorder(state, rows)
+                logp = logp[rows]
+            prev = logp.argmax(-1)
+        return out
+
+    cached, ref = _cached_and_uncached(decode)
+    grown = [FIRST_SLOTS] * FIRST_SLOTS + [2 * FIRST_SLOTS] * FIRST_SLOTS + [4 * FIRST_SLOTS] * 4
+    assert slots == [(n, n) for n in grown]
+    for (logp, attn), (logp_ref, attn_ref) in zip(cached, ref, strict=True):
+        torch.testing.assert_close(logp, logp_ref, atol=1e-5, rtol=0.0)
+        torch.testing.assert_close(attn, attn_ref, atol=1e-6, rtol=0.0)
+
+
+def test_kv_cache_decodes_a_batch_of_no_sources_to_nothing():
+    m = _model("transformer")
+    src, lengths = torch.zeros(0, 6, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    assert m.greedy_decode(src, lengths, max_len=4) == ([], [])
+    assert m.beam_decode(src, lengths, beam=2, max_len=4) == ([], [])
 
 
 def test_kv_cache_feeds_the_decoder_one_position_a_step():

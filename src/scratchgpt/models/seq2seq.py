@@ -370,47 +370,74 @@ class LSTMSeq2Seq(Seq2Seq):
 # ---------------------------------------------------------------------------------------------
 # The KV cache: without it, every decode step re-runs the decoder over the whole output so
 # far, so a decode of ``T`` tokens costs ``O(T^2)`` decoder positions. With it, a step feeds the
-# newest token only: its self-attention reads the keys and values of the earlier output
-# positions from the cache (and appends its own), and its cross-attention reads the encoder
-# output's keys and values, projected once per decode in :func:`init_layer_cache`. Both call
-# :class:`MultiHeadAttention`'s own steps (``project_q``, ``project_kv``, ``attend``), the ones
-# its ``forward`` is made of, so the cached decode runs the arithmetic of the whole-prefix one.
+# newest token only: its self-attention writes its keys and values into the next free slot of
+# the cache and reads those of every earlier output position from it, and its cross-attention
+# reads the encoder output's keys and values, projected once per decode in
+# :func:`init_layer_cache`. Both call :class:`MultiHeadAttention`'s own steps (``project_q``,
+# ``project_kv``, ``attend``), the ones its ``forward`` is made of, so the cached decode runs
+# the arithmetic of the whole-prefix one.
 #
 # The cache lives in the :data:`DecodeState` dict, one entry per layer and tensor, every one
 # with the rows on dim 0::
 #
-#     self_k.{l}, self_v.{l}    [N, H, t, d]  keys/values of the t output positions fed so far
-#     cross_k.{l}, cross_v.{l}  [N, H, S, d]  keys/values of the encoder output
+#     self_k.{l}, self_v.{l}    [N, H, slots, d]  keys/values of the output positions:
+#                                                  slots 0 .. t-1 filled, the others free
+#     self_len                  [N]               t, the output positions fed so far (the same
+#                                                  number in every row)
+#     cross_k.{l}, cross_v.{l}  [N, H, S, d]      keys/values of the encoder output
 #
 # so :meth:`Seq2Seq.reorder` keeps, drops or duplicates a row's cache with the row when beam
-# search reselects its beams. (The GPT's :class:`~scratchgpt.models.gpt.KVCache` preallocates
-# slots for left-padded prompts and rolls back for speculative decoding; a seq2seq decode needs
-# neither, and a plain tensor per entry is what ``reorder`` already handles.)
+# search reselects its beams (``self_len`` too has a row dimension for that reason). The
+# self-attention slots are allocated ahead: :data:`FIRST_SLOTS` at the start, twice as many
+# whenever they are full, so a decode of ``T`` tokens copies ``O(T)`` cached positions in all to
+# grow them, where appending with ``torch.cat`` copied the whole cache every step (``O(T^2)``).
+# Beam search's ``reorder`` still copies every row's cache each step, as it must. (The GPT's
+# :class:`~scratchgpt.models.gpt.KVCache` allocates its whole length up front and adds slots for
+# left-padded prompts and rollback for speculative decoding; ``start`` is not told how long a
+# decode will be, and a seq2seq decode needs neither, so plain tensors in the dict, which
+# ``reorder`` already handles, hold this one.)
+
+FIRST_SLOTS = 16  # self-attention slots per layer a decode starts with; doubled when full
 
 
 def init_layer_cache(state: DecodeState, layer: int, cross: MultiHeadAttention,
                      memory: Tensor) -> None:
     """Layer ``layer``'s cache before the first step: the cross-attention's keys and values of
-    ``memory [N, S, E]``, and no output positions yet."""
+    ``memory [N, S, E]``, and :data:`FIRST_SLOTS` free self-attention slots."""
     k, v = cross.project_kv(memory)  # [N, H, S, d]
     state[f"cross_k.{layer}"], state[f"cross_v.{layer}"] = k, v
-    empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # [N, H, 0, d]
-    state[f"self_k.{layer}"], state[f"self_v.{layer}"] = empty, empty
+    n, heads, _, d = k.shape
+    state[f"self_k.{layer}"] = k.new_zeros(n, heads, FIRST_SLOTS, d)  # [N, H, slots, d]
+    state[f"self_v.{layer}"] = k.new_zeros(n, heads, FIRST_SLOTS, d)
 
 
 def cached_length(state: DecodeState) -> int:
-    """Output positions fed so far."""
-    return state["self_k.0"].size(2)
+    """Output positions fed so far (0 in a state of no rows, which decodes nothing)."""
+    fed = state["self_len"]  # [N], one number
+    return int(fed[0]) if fed.numel() else 0
 
 
-def self_attend(state: DecodeState, layer: int, attn: MultiHeadAttention,
-                h: Tensor) -> Tensor:
-    """Causal self-attention of the newest position ``h [N, 1, E]``: its keys and values join
-    the cache, and it attends every cached position (all earlier, none later) -> ``[N, 1, E]``."""
+def self_slots(state: DecodeState, layer: int, t: int) -> tuple[Tensor, Tensor]:
+    """Layer ``layer``'s self-attention key and value slots ``[N, H, slots, d]``, with slot ``t``
+    (the first free one) among them: when all are full, twice as many, the filled ones copied."""
+    k, v = state[f"self_k.{layer}"], state[f"self_v.{layer}"]
+    if t == k.size(2):
+        k = torch.cat([k, torch.zeros_like(k)], dim=2)  # [N, H, 2 * slots, d]
+        v = torch.cat([v, torch.zeros_like(v)], dim=2)
+        state[f"self_k.{layer}"], state[f"self_v.{layer}"] = k, v
+    return k, v
+
+
+def self_attend(state: DecodeState, layer: int, attn: MultiHeadAttention, h: Tensor,
+                t: int) -> Tensor:
+    """Causal self-attention of the newest position ``h [N, 1, E]``, output position ``t``: its
+    keys and values fill slot ``t`` of the cache, and it attends slots ``0 .. t`` (every earlier
+    position, none later) -> ``[N, 1, E]``."""
     k_new, v_new = attn.project_kv(h)  # [N, H, 1, d]
-    k = torch.cat([state[f"self_k.{layer}"], k_new], dim=2)  # [N, H, t+1, d]
-    v = torch.cat([state[f"self_v.{layer}"], v_new], dim=2)
-    state[f"self_k.{layer}"], state[f"self_v.{layer}"] = k, v
+    k_slots, v_slots = self_slots(state, layer, t)  # [N, H, slots, d]
+    k_slots.narrow(2, t, 1).copy_(k_new)
+    v_slots.narrow(2, t, 1).copy_(v_new)
+    k, v = k_slots.narrow(2, 0, t + 1), v_slots.narrow(2, 0, t + 1)  # [N, H, t+1, d]
     return attn.attend(attn.project_q(h), k, v)[0]
 
 
@@ -466,11 +493,11 @@ class DecoderLayer(nn.Module):
         y = y + self.drop(ctx)
         return y + self.drop(self.ffn(self.ln3(y))), w  # w: [B, heads, T, S] or None
 
-    def step(self, y: Tensor, state: DecodeState, layer: int) -> tuple[Tensor, Tensor]:
-        """:meth:`forward` for the newest position ``y [N, 1, d]`` alone, through the KV
-        cache in ``state`` (see :func:`init_layer_cache`) ->
+    def step(self, y: Tensor, state: DecodeState, layer: int, t: int) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` for the newest position ``y [N, 1, d]`` (output position ``t``) alone,
+        through the KV cache in ``state`` (see :func:`init_layer_cache`) ->
         (``[N, 1, d]``, cross-attention ``[N, heads, 1, S]``)."""
-        y = y + self.drop(self_attend(state, layer, self.self_attn, self.ln1(y)))
+        y = y + self.drop(self_attend(state, layer, self.self_attn, self.ln1(y), t))
         ctx, w = cross_attend(state, layer, self.cross_attn, self.ln2(y))
         y = y + self.drop(ctx)
         return y + self.drop(self.ffn(self.ln3(y))), w
@@ -545,7 +572,7 @@ class TransformerSeq2Seq(Seq2Seq):
             bos = torch.full((src.size(0), 0), self.config.bos_id, dtype=torch.long,
                              device=src.device)
             return {"memory": memory, "pad": pad, "tokens": bos}
-        state: DecodeState = {"pad": pad}
+        state: DecodeState = {"pad": pad, "self_len": pad.new_zeros(pad.size(0), dtype=torch.long)}
         for i, layer in enumerate(self.dec_layers):
             init_layer_cache(state, i, layer.cross_attn, memory)
         return state
@@ -553,11 +580,13 @@ class TransformerSeq2Seq(Seq2Seq):
     def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
         if "tokens" in state:
             return self._step_uncached(state, prev)
-        y = self._embed(self.tgt_embed, prev.unsqueeze(1), cached_length(state))  # [N, 1, d]
+        t = cached_length(state)
+        y = self._embed(self.tgt_embed, prev.unsqueeze(1), t)  # [N, 1, d]
         weights = []
         for i, layer in enumerate(self.dec_layers):
-            y, w = layer.step(y, state, i)
+            y, w = layer.step(y, state, i, t)
             weights.append(w)
+        state["self_len"] = state["self_len"] + 1
         logits = self.head(self.dec_norm(y[:, -1]))  # [N, V]
         w = weights[self.attn_layer][:, :, -1]  # [N, heads, S]
         return logits.float().log_softmax(dim=-1), self._reported(w)
