@@ -784,6 +784,28 @@ def test_a_client_that_hangs_up_mid_stream_frees_its_rows_at_once(client, server
     assert client.get("/health").json()["batch_rows"] == 0
 
 
+def test_a_stream_the_client_hung_up_on_is_counted_as_gone(client, server):
+    """A stream its client left before the end is counted as 499 (the client went), as a
+    whole answer's is: it was counted as 200, a stream answered in full. One read to its
+    end is still a 200."""
+    path = "/v1/completions"
+
+    def counts() -> dict[str, float]:
+        return {k[1]: v for k, v in request_counts(client.get("/metrics").text).items()
+                if k[0] == path}
+
+    before = counts()
+    with client.stream("POST", path, json={"prompt": "a", "max_tokens": 4096,
+                                           "stream": True}) as r:
+        next(r.iter_lines())
+    assert wait_for(lambda: counts().get("499", 0) == before.get("499", 0) + 1)
+    stream(client, path, {"prompt": "a", "max_tokens": 2})
+    assert wait_for(lambda: counts().get("200", 0) == before.get("200", 0) + 1)
+    time.sleep(0.2)  # time for a wrong count to arrive
+    assert counts().get("499", 0) == before.get("499", 0) + 1
+    assert counts().get("200", 0) == before.get("200", 0) + 1
+
+
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions",
                                   "/api/attention"])
 def test_a_client_that_hangs_up_while_sending_its_body_is_no_server_error(client, server,

@@ -70,22 +70,25 @@ def error_response(e: api.ApiError) -> JSONResponse:
 class EventStream(StreamingResponse):
     """Server-sent events that stop as soon as the client goes away: ``on_close`` runs then
     (or when the stream ends), whichever ASGI version the server speaks. ``on_end`` (the
-    request's count) runs once the stream is over, unless a bug ended it: the server's 500
-    handler counts that request, as a 500."""
+    request's count) runs once the stream is over with its status: 200 when it was all sent,
+    499 when the client hung up before its end; a bug that ended it calls nothing: the
+    server's 500 handler counts that request, as a 500."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]):
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.on_close = on_close
-        self.on_end: Callable[[], None] = lambda: None
+        self.on_end: Callable[[int], None] = lambda status: None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        crashed = False
+        crashed, sent = False, False
         try:
             async with anyio.create_task_group() as tg:
                 async def stream() -> None:
+                    nonlocal sent
                     with contextlib.suppress(OSError):
                         await self.stream_response(send)
+                        sent = True  # (a client gone mid-send raised, or cancelled this)
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(stream)
@@ -98,7 +101,7 @@ class EventStream(StreamingResponse):
             self.on_close()
             await self.body_iterator.aclose()
             if not crashed:
-                self.on_end()
+                self.on_end(self.status_code if sent else CLIENT_CLOSED)
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -189,11 +192,11 @@ class Handlers:
                 response = error_response(e)
             except ClientDisconnect:  # gone before its body was all sent: no one to answer
                 response = Response(status_code=CLIENT_CLOSED)
-            count = partial(self.service.metrics.request_done, template, response.status_code)
+            count = partial(self.service.metrics.request_done, template)
             if isinstance(response, EventStream):
-                response.on_end = count
+                response.on_end = count  # with its status once it ends (or the client went)
             else:
-                count()
+                count(response.status_code)
             return response
         return handle
 
