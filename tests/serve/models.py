@@ -15,6 +15,7 @@ import torch
 from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
 from scratchgpt.checkpoints import Checkpoint, save_checkpoint
 from scratchgpt.models import build_model, model_config
+from scratchgpt.tokenizers.bpe import BPETokenizer
 from scratchgpt.tokenizers.char import CharTokenizer
 from tests.corpus import play_text
 
@@ -63,4 +64,22 @@ def save_run(model: torch.nn.Module, tok: CharTokenizer, out: Path, chat: bool =
     data = {"chat_template": DEFAULT_TEMPLATE} if chat else {}
     save_checkpoint(out / "best.pt", Checkpoint("gpt", model.config, model.state_dict(),
                                                 {"text": tok.state()}, data))
+    return out
+
+
+def save_bpe_chat_run(out: Path) -> Path:
+    """A chat run of an untrained one-layer GPT over a small byte-level BPE tokenizer (one
+    with an ``<|endoftext|>`` special token), for what depends on how prompts are encoded."""
+    text = TEMPLATE.render([{"role": "user", "content": "the cat sat"},
+                            {"role": "assistant", "content": "on the mat"}],
+                           add_generation_prompt=False) * 20
+    tok = BPETokenizer.train(text, vocab_size=300)
+    cfg = model_config("gpt", vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=1,
+                       n_embd=16)
+    torch.manual_seed(0)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(out)  # (its merges.txt: the checkpoint's tokenizer reads them from beside it)
+    save_checkpoint(out / "best.pt", Checkpoint("gpt", cfg, build_model(cfg).state_dict(),
+                                                {"text": tok.state()},
+                                                {"chat_template": DEFAULT_TEMPLATE}))
     return out

@@ -773,6 +773,32 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "the <|endoftext|> cat"}],
+    [{"role": "user", "content": "the cat"}, {"role": "assistant", "content": "on the mat"},
+     {"role": "user", "content": "sat <|endoftext|>"}]])
+def test_a_chat_prompt_is_encoded_as_fine_tuning_and_chat_encode_it(tmp_path, messages):
+    """A chat request's prompt is the tokens fine-tuning trained on and ``scratchgpt chat``
+    sends: ``<|endoftext|>`` in a message is plain text there. The server encoded the
+    rendered text as a completion prompt, in which it is the end-of-text token: the model
+    read a document boundary no other path gives it."""
+    from scratchgpt.chat import TEMPLATES
+    from scratchgpt.finetune.instruct import encode_conversation
+    from scratchgpt.serve.server import ServeConfig, load_service
+    from scratchgpt.serve.service import chat_run
+    from tests.serve.models import save_bpe_chat_run
+
+    service = load_service(ServeConfig(str(save_bpe_chat_run(tmp_path / "bpe"))))
+    tok = service.tokenizer
+    run = chat_run(service, parse_chat({"messages": messages, "max_tokens": 1},
+                                       service.limits))
+    want = encode_conversation(tok, TEMPLATES[service.info.chat_template], messages,
+                               add_generation_prompt=True)[0][0]
+    assert run.jobs[0].prompt == want
+    assert tok.eot_id not in run.jobs[0].prompt
+    assert run.prompt_tokens == len(want)
+
+
 def test_a_client_that_hangs_up_mid_stream_frees_its_rows_at_once(client, server):
     engine = server.service.engine
     with client.stream("POST", "/v1/completions", json={

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from scratchgpt.chat import ChatTemplate
+from scratchgpt.chat import ChatTemplate, Message
 from scratchgpt.data.prepare import encode_corpus
 from scratchgpt.errors import ScratchGPTError
 from scratchgpt.generation.prompt import start_of_text
@@ -85,11 +85,34 @@ class Service:
         ids, text = self.tokens(prompt, param)
         if not ids:
             ids = start_of_text(self.tokenizer)[0]
+        return self.within_limit(ids, param), text
+
+    def within_limit(self, ids: list[int], param: str) -> list[int]:
+        """``ids``, unless longer than the server takes: then a 400 with OpenAI's code."""
         if len(ids) > self.limits.max_prompt_tokens:
             raise api.ApiError(400, f"the prompt has {len(ids)} tokens; this server takes at "
                                     f"most {self.limits.max_prompt_tokens}", param=param,
                                code="context_length_exceeded")
-        return ids, text
+        return ids
+
+    def chat_prompt(self, messages: Sequence[Message]) -> list[int]:
+        """A conversation's prompt tokens, encoded as fine-tuning encoded the model's
+        conversations and as ``chat`` and ``sample --chat`` encode theirs
+        (:func:`~scratchgpt.finetune.instruct.encode_conversation`: each piece of the template
+        on its own, and a special token's spelling in a message, ``<|endoftext|>``, plain
+        text); a message with characters the model does not know is a 400 naming them."""
+        from scratchgpt.finetune.instruct import encode_conversation
+
+        assert self.template is not None
+        try:
+            (ids, _), replaced = encode_conversation(self.tokenizer, self.template, messages,
+                                                     add_generation_prompt=True)
+        except ScratchGPTError as e:  # "messages[2]: ...": the message at fault is the param
+            at = re.match(r"messages\[\d+\]", str(e))
+            raise api.ApiError(400, str(e), param=at.group() if at else "messages") from None
+        if replaced:  # the same words as a prompt's: the characters, named
+            self.tokens(self.template.render(messages), "messages")
+        return self.within_limit(ids, "messages")
 
     def tokens(self, prompt: str | list[int], param: str = "prompt") -> tuple[list[int], str]:
         """Token ids (checked against the vocabulary) and text of a prompt given as either
@@ -435,12 +458,7 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
     if req.messages[-1]["role"] == "assistant":
         raise api.ApiError(400, "the last message must be the user's (or the system's)",
                            param="messages")
-    try:
-        text = service.template.render(req.messages)
-    except ScratchGPTError as e:  # "messages[2]: ...": the message at fault is the param
-        at = re.match(r"messages\[\d+\]", str(e))
-        raise api.ApiError(400, str(e), param=at.group() if at else "messages") from None
-    ids, _ = service.encode(text, param="messages")
+    ids = service.chat_prompt(req.messages)
     job = service.job(ids, req.gen, (service.template.stop, *req.gen.stop))
     run = Run(service, [job], len(ids), marker=service.template.stop)
     run.id = f"chatcmpl-{uuid.uuid4().hex}"
