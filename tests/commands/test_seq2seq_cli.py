@@ -129,6 +129,30 @@ def test_attention_title_stays_within_the_figure():
         plt.close(fig)
 
 
+@pytest.mark.parametrize("flags, drawn", [
+    ([], "decoder layer 1, mean of 4 heads"),
+    (["--layer", "0", "--head", "-1"], "decoder layer 0, head 3"),
+    (["--head", "2"], "decoder layer 1, head 2"),
+])
+def test_a_transformers_alignment_title_names_the_layer_and_head_drawn(
+        cli_main, checkpoint, tmp_path, monkeypatch, flags, drawn):
+    """The figures of two layers or heads of a transformer had the same title,
+    'transformer: SOURCE -> OUTPUT': which attention a figure showed was not in it."""
+    from scratchgpt import viz
+
+    titles = []
+    real = viz.alignment_figure
+
+    def spy(weights, source, output, title=""):
+        titles.append(title)
+        return real(weights, source, output, title)
+
+    monkeypatch.setattr(viz, "alignment_figure", spy)
+    assert cli_main(["seq2seq", "attention", "--checkpoint", str(checkpoint), "--source",
+                     "3 mar 99", "--out", str(tmp_path / "a.png"), *flags]) == 0
+    assert len(titles) == 1 and titles[0].startswith(f"transformer, {drawn}: '3 mar 99' -> ")
+
+
 def test_a_long_alignment_is_drawn_at_a_readable_size(tmp_path):
     """The figure grew with the tokens: a source of 480 characters drew a 20,502 x 12,744 PNG
     in 1m45s, a label per token. It stops growing at ALIGNMENT_MAX_INCHES and labels every

@@ -152,7 +152,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "attention", help="plot the cross-attention of one translation",
         description="Heatmap of the attention weights while translating --source: one row per "
                     "generated token, one column per source token (as in Bahdanau et al., 2015). "
-                    "Transformer: last layer, mean over heads, unless --layer/--head. A plain "
+                    "Transformer: last layer, mean over heads, unless --layer/--head (the title "
+                    "names the layer and head drawn). A plain "
                     "--arch lstm model has no attention to draw.")
     _add_checkpoint(a)
     a.add_argument("--source", required=True, metavar="TEXT",
@@ -563,12 +564,8 @@ def run_attention(args: argparse.Namespace) -> int:
     if model.config.arch == "lstm":  # its decoder reads one summary of the source
         raise ConfigError(f"{args.checkpoint} is a plain lstm encoder-decoder, which has no "
                           "attention to draw; train --arch lstm-attention or transformer")
-    if isinstance(model, TransformerSeq2Seq):
-        if args.layer is not None:
-            model.attn_layer = pick_index(args.layer, model.config.n_layer, "--layer")[0]
-        if args.head is not None:
-            model.attn_head = pick_index(args.head, model.config.n_head, "--head")[0]
-    elif args.layer is not None or args.head is not None:
+    drawn = _attention_drawn(args, model) if isinstance(model, TransformerSeq2Seq) else ""
+    if not drawn and (args.layer is not None or args.head is not None):
         raise ConfigError("--layer/--head only apply to transformer checkpoints")
 
     note_unseen(src_tok, [args.source])
@@ -580,10 +577,24 @@ def run_attention(args: argparse.Namespace) -> int:
                   for c in args.source] + ["<eos>"]
     tgt_labels = [visible(t) for t in tgt_tok.token_strings(ids[0])]
     fig = alignment_figure(weights, src_labels, tgt_labels,
-                           f"{model.config.arch}: {args.source!r} -> {texts[0]!r}")
+                           f"{model.config.arch}{drawn}: {args.source!r} -> {texts[0]!r}")
     out = save_figure(fig, args.out, dpi=120)
     cut = "" if _ended(ids[0], model.config.eos_id) else \
         f" (cut at --max-len {longest}, before <eos>)"
     print(f"{args.source!r} -> {texts[0]!r}{cut}")
     print(f"wrote {out}: {len(tgt_labels)} output x {plural(len(src_labels), 'source token')}")
     return 0
+
+
+def _attention_drawn(args: argparse.Namespace, model: Any) -> str:
+    """Point a transformer's reported cross-attention at ``--layer`` and ``--head`` (default:
+    the last layer, the mean of its heads) and say which it is, for the figure's title: the
+    figures of two layers or heads had the same title, and nothing told them apart."""
+    cfg = model.config
+    layer = pick_index(-1 if args.layer is None else args.layer, cfg.n_layer, "--layer")[0]
+    model.attn_layer = layer
+    if args.head is not None:
+        model.attn_head = pick_index(args.head, cfg.n_head, "--head")[0]
+    heads = (f"mean of {plural(cfg.n_head, 'head')}" if args.head is None
+             else f"head {model.attn_head}")
+    return f", decoder layer {layer}, {heads}"
