@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from scratchgpt.checkpoints import load_checkpoint
 from scratchgpt.training.task import LanguageModelTask
@@ -81,3 +82,56 @@ def test_the_python_api_names_its_keyword(small_dataset, tmp_path, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"time_budget='0.3s' spent at step {res.step}; evaluating the full validation split "
         f"({windows:,} windows, {windows * BLOCK:,} tokens)...")
+
+
+def _tiny_train(data, out, **kw):
+    from scratchgpt.models import model_config
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.job import train
+
+    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
+                          block_size=BLOCK, dropout=0.1)
+    return train(TrainConfig(**{**dict(batch_size=4, eval_iters=1, dtype="fp32"), **kw}),
+                 config, data, out, progress=False)
+
+
+def test_a_first_forward_set_up_is_not_counted_against_the_budget(small_dataset, tmp_path,
+                                                                   monkeypatch):
+    """What a process's first step does once (on a new machine, building the C kernels:
+    seconds) is done before the budget's clock starts: a 3 s budget was spent on step 1
+    alone. Here the model's first forward takes 2 s, the budget is 0.3 s."""
+    import time
+
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models.gpt import GPT
+
+    slow, real = [2.0], GPT.forward
+
+    def forward(self, *args, **kwargs):
+        while slow:
+            time.sleep(slow.pop())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    res = _tiny_train(TokenDataset(small_dataset), tmp_path / "r", max_iters=1_000_000,
+                      time_budget="0.3s")
+    assert not slow  # the slow forward ran
+    assert 0.3 <= res.elapsed_s < 2.0 and res.step > 1
+
+
+@pytest.mark.parametrize("windows", ["random", "epoch"])
+def test_the_untimed_first_step_changes_nothing_a_run_computes(small_dataset, tmp_path,
+                                                               monkeypatch, windows):
+    """The warm-up's forward and backward leave the weights, the random state (dropout),
+    the batch stream and the epoch's order as they were: the run is bit for bit the run
+    without it."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.training.trainer import Trainer
+
+    data = TokenDataset(small_dataset)
+    _tiny_train(data, tmp_path / "warm", max_iters=6, windows=windows)
+    monkeypatch.setattr(Trainer, "_warm_up", lambda self: None)
+    _tiny_train(data, tmp_path / "cold", max_iters=6, windows=windows)
+    warm, cold = (load_checkpoint(tmp_path / name / "last.pt").model for name in ("warm", "cold"))
+    assert all(torch.equal(warm[k], cold[k]) for k in warm)

@@ -65,9 +65,11 @@ class TrainConfig:
     grad_accum: int = field(default=1, metadata={"help": "micro-steps accumulated per update"})
     max_iters: int = field(default=2000, metadata={"help": "optimizer updates to run"})
     time_budget: str = field(default="", metadata={
-        "help": "stop after this much wall time (e.g. 90s, 10m); the LR schedule then decays "
-                "over the budget (or over max_iters if they end first). Training ends cleanly "
-                "with a final eval and checkpoint ('' = no budget, where a preset sets one)"})
+        "help": "stop after this much wall time of training (e.g. 90s, 10m), the periodic "
+                "evaluations included, and one-off set-up (the first run on a machine builds "
+                "the C kernels) not; the LR schedule then decays over the budget (or over "
+                "max_iters if they end first). Training ends cleanly with a final eval and "
+                "checkpoint ('' = no budget, where a preset sets one)"})
     learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate",
                                                           "aliases": ["--lr"]})
     min_lr: float = field(default=1e-4, metadata={

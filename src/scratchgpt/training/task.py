@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -111,6 +112,13 @@ class LanguageModelTask:
             return self.dataset.get_batch("train", batch_size, seq_len, generator, shard)
         starts = self.epochs.next(batch_size, generator, shard)
         return windows_at(self.dataset.splits["train"], starts, seq_len)
+
+    def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
+        """A batch of the training batches' shape that draws from no generator and moves no
+        epoch: the first window of the training split, ``batch_size`` times (the trainer's
+        untimed warm-up step, :meth:`Trainer._warm_up`)."""
+        starts = np.zeros(batch_size, dtype=np.int64)
+        return windows_at(self.dataset.splits["train"], starts, seq_len or self.block_size)
 
     @staticmethod
     def loss(model: nn.Module, batch: Batch) -> Tensor:

@@ -196,6 +196,7 @@ class Trainer:
         """Train until ``max_iters``, the time budget, or a stop signal; returns the result."""
         cfg, state = self.cfg, self.state
         start_tokens, start_elapsed = state.tokens, state.elapsed_s
+        self._warm_up()
         self._open_files(resumed=state.step > 0)
         bar = Progress(self.progress_enabled, cfg.max_iters, state.step, cfg.time_budget_s,
                        state.elapsed_s)
@@ -225,6 +226,27 @@ class Trainer:
                 bar.close()
             # still under the stop flag: a signal during the final evaluation saves last.pt
             return self._finish(stop, start_tokens, start_elapsed)
+
+    def _warm_up(self) -> None:
+        """One forward and backward before the clock starts, its gradients dropped: what a
+        process's first step does once is not counted against the time budget. That is
+        seconds where a machine builds scratchgpt's C kernels on their first use (a 3 s
+        budget was spent on step 1 alone), oneDNN's first-call set-up and ``--compile``'s
+        graph. Exact: a task's batch for it (``warm_up_batch``) draws from no generator, the
+        random state is put back, and nothing is stepped. Not under DDP (its hooks are the
+        wrapper's), nor for a task without one."""
+        batch_of = getattr(self.task, "warm_up_batch", None)
+        if batch_of is None or self.info.enabled:
+            return
+        cfg, step = self.cfg, self.state.step
+        seq_len = window_length(step, cfg.seq_len_warmup, self.task.block_size) \
+            if cfg.seq_len_warmup else None
+        batch = batch_of(batch_rows(step, cfg.batch_size_ramp, cfg.batch_size), seq_len)
+        self.model.train()
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda), autocast(self.device, self.dtype):
+            self.task.loss(self.forward, tuple(t.to(self.device) for t in batch)).backward()
+        self.opt.zero_grad(set_to_none=True)
 
     def _next_batch(self) -> tuple[Tensor, ...]:
         """This process's rows of the next global batch; counts the group's tokens. Under a
