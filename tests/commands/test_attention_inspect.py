@@ -110,6 +110,35 @@ def test_attention_cuts_text_longer_than_the_context(runs, tmp_path, capsys):
     assert "over 16 tokens" in captured.out
 
 
+@pytest.mark.parametrize("text, shown", [
+    ("abc " * 10, "'abc abc abc abc '"),  # cut to the context of 16: the tokens plotted
+    ("a cat", "'a cat'"),
+])
+def test_attention_title_quotes_the_text_plotted(runs, tmp_path, monkeypatch, text, shown):
+    """The title quoted the whole text (up to 60 characters, with no sign of a cut) over a
+    figure of the context's first tokens alone."""
+    from scratchgpt import viz
+
+    titles = []
+    real = viz.attention_figure
+
+    def spy(weights, labels, layers, heads, title=""):
+        titles.append(title)
+        return real(weights, labels, layers, heads, title)
+
+    monkeypatch.setattr(viz, "attention_figure", spy)
+    assert main(["attention", "--checkpoint", str(runs["gpt"]), "--text", text, "--head", "0",
+                 "--out", str(tmp_path / "a.png")]) == 0
+    assert titles == [f"{runs['gpt'].name}: {shown}"]
+
+
+def test_a_title_marks_the_text_it_leaves_out():
+    from scratchgpt.commands.attention import TITLE_CHARS, quoted
+
+    assert quoted("x" * TITLE_CHARS) == repr("x" * TITLE_CHARS)
+    assert quoted("x" * (TITLE_CHARS + 1)) == repr("x" * TITLE_CHARS) + "..."
+
+
 @pytest.mark.parametrize("text, out, extra, message", [
     ("abc", "a.png", ["--layer", "2"], "--layer must be in [0, 1]"),
     ("abc", "a.png", ["--head", "-4"], "--head must be in [0, 2]"),

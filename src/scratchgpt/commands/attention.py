@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     heads = pick_index(args.head, cfg.n_head, "--head")
     tok = checkpoint_tokenizer(source)
     ids = encode(tok, args.text, args.unknown)  # (a text has a token at least)
-    if len(ids) > cfg.block_size:
+    cut = len(ids) > cfg.block_size
+    if cut:
         print(f"note: the text has {len(ids)} tokens, the model's context {cfg.block_size}: "
               f"plotting the first {cfg.block_size}", file=sys.stderr)
         ids = ids[: cfg.block_size]
@@ -83,9 +84,20 @@ def run(args: argparse.Namespace) -> int:
         _, per_layer = model.forward_with_attention(torch.tensor([ids]))  # L x (1, H, T, T)
     weights = torch.stack(per_layer)[:, 0].float()  # (L, H, T, T)
     weights = weights[layers][:, heads].numpy()  # (layers, heads, T, T)
-    title = f"{Path(args.checkpoint).name}: {args.text[:60]!r}"
+    title = f"{Path(args.checkpoint).name}: {quoted(tok.decode(ids) if cut else args.text)}"
     fig = attention_figure(weights, token_labels(tok, ids), layers, heads, title)
     out = save_figure(fig, args.out)
     print(f"wrote {out}: {plural(len(layers), 'layer')} x {plural(len(heads), 'head')} over "
           f"{plural(len(ids), 'token')}")
     return 0
+
+
+TITLE_CHARS = 60  # the characters of the text a figure's title shows; '...' marks the rest
+
+
+def quoted(text: str) -> str:
+    """The text plotted, quoted for the figure's title: the first TITLE_CHARS characters, and
+    '...' where there are more (the title read as the whole text). Where the context cut the
+    text, the caller passes the decoded tokens kept: the title showed the whole text over a
+    figure of its first tokens alone."""
+    return repr(text[:TITLE_CHARS]) + ("..." if len(text) > TITLE_CHARS else "")
