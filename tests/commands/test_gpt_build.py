@@ -10,13 +10,14 @@ import csv
 import dataclasses
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 import torch
 
-from scratchgpt.checkpoints.io import load_model
+from scratchgpt.checkpoints.io import load_checkpoint, load_model
 from scratchgpt.cli import main
 from scratchgpt.data.dataset import TokenDataset
 from scratchgpt.errors import ConfigError
@@ -344,7 +345,15 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     assert main([*args, "1", "2", "3"]) == 130
     monkeypatch.undo()
     bigram = (tmp_path / "1-bigram" / "best.pt").read_bytes()
-    capsys.readouterr()
+    # where it stopped, and how to go on, is said at once (nothing followed the signal's line)
+    cut = tmp_path / "2-one-head"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(
+        rf"stage 2-one-head stopped at step \d+; saved {re.escape(str(cut / 'last.pt'))} "
+        rf"\(scratchgpt train --resume --out {re.escape(str(cut))} finishes it; then "
+        r"--stages 3 goes on with the rest\)", last), last
+    step = int(last.split("at step ")[1].split(";")[0])
+    assert step == load_checkpoint(cut, "last").state.step
     said = error_of(capsys, [*args, "1", "2", "3"])
     assert "holds 1-bigram, 2-one-head; to go on with the stages not finished there, pass " \
            "--stages 2 3 --overwrite (a stage cut short trains again from its start; " \
@@ -354,6 +363,16 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
         assert [r["stage"] for r in csv.DictReader(f)] == ["1-bigram", "2-one-head",
                                                            "3-multi-head"]
     assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == bigram  # kept, not retrained
+
+
+def test_a_build_stopped_in_its_last_stage_points_to_the_report(tmp_path):
+    chosen = gpt_build.select(gpt_build.stages(gpt_build.BuildSetup()), ["2", "5"])
+    cut = gpt_build.StageResult(chosen[-1], 0, 7, 0, 0.0, math.nan, math.nan,
+                                tmp_path / "5-blocks", interrupted=True)
+    note = gpt_build.stopped_note(cut, chosen, tmp_path)
+    assert note.startswith("stage 5-blocks stopped at step 7; ")
+    assert note.endswith(f"then scratchgpt experiment gpt-build --out {tmp_path} --report "
+                         "writes the report with it)")
 
 
 def test_a_stage_finished_by_train_resume_is_in_the_report(small_dataset, quick_build,

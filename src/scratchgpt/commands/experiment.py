@@ -232,7 +232,7 @@ def run_gpt_build(args: argparse.Namespace) -> int:
         return _report_gpt_build(args, gpt_build)
     setup = _build_setup(args, gpt_build)
     # before the data is read (a named dataset may be downloaded)
-    gpt_build.select(gpt_build.stages(setup), args.stages, "--stages")
+    chosen = gpt_build.select(gpt_build.stages(setup), args.stages, "--stages")
     # (the report in --out is added to, not refused: no file of it is named here)
     out_dir = results_dir(args.out, (), args.overwrite)
     dataset = args.dataset or BUILD_DATASET
@@ -250,6 +250,8 @@ def run_gpt_build(args: argparse.Namespace) -> int:
                   f"on {what}")
         _write_build_report(gpt_build, kept, gpt_build.text_of(data), out_dir,
                             {r.stage.name for r in results})
+    if results and results[-1].interrupted:  # (after the report of the stages before it)
+        print(gpt_build.stopped_note(results[-1], chosen, out_dir))
     return results[-1].exit_code if results else 0
 
 

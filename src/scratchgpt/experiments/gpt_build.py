@@ -385,6 +385,18 @@ def _how_to_go_on(out: Path, held: list[Stage], rest: list[Stage]) -> str:
             f"{resume}, or --overwrite to train them all again")
 
 
+def stopped_note(cut: StageResult, chosen: Sequence[Stage], out: Path) -> str:
+    """What a build stopped by Ctrl-C in the stage of ``cut`` (one of ``chosen``) says: where
+    it stopped, what it saved, and how to go on (it printed nothing after the signal's line:
+    neither the step nor that ``train --resume`` finishes the stage)."""
+    rest = [s for s in chosen if s.number > cut.stage.number]
+    then = (f"then --stages {' '.join(str(s.number) for s in rest)} goes on with the rest"
+            if rest else f"then scratchgpt experiment gpt-build --out {out} --report writes "
+                         "the report with it")
+    return (f"stage {cut.stage.name} stopped at step {cut.steps}; saved {cut.run_dir / 'last.pt'} "
+            f"(scratchgpt train --resume --out {cut.run_dir} finishes it; {then})")
+
+
 def run(setup: BuildSetup, data: TokenDataset, out: Path, wanted: Sequence[str] | None = None,
         overwrite: bool = False, progress: bool = True, log: Callable[[str], None] = print,
         dataset_name: str | None = None) -> list[StageResult]:
