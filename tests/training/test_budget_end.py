@@ -135,3 +135,33 @@ def test_the_untimed_first_step_changes_nothing_a_run_computes(small_dataset, tm
     _tiny_train(data, tmp_path / "cold", max_iters=6, windows=windows)
     warm, cold = (load_checkpoint(tmp_path / name / "last.pt").model for name in ("warm", "cold"))
     assert all(torch.equal(warm[k], cold[k]) for k in warm)
+
+
+def test_a_run_well_past_its_budget_says_by_how_much_and_why(small_dataset, tmp_path,
+                                                             monkeypatch, capsys):
+    """The budget is checked between steps: a step of seconds (a busy machine's) ends a run
+    well past it, which the run said nothing of but "done: 1 step in 2.1s". It says how far
+    past, and how long the step took."""
+    import time
+
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models.gpt import GPT
+
+    calls, real = [], GPT.forward
+
+    def forward(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # step 1's (the first is the untimed warm-up's)
+            time.sleep(1.6)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+    res = _tiny_train(TokenDataset(small_dataset), tmp_path / "r", max_iters=1_000_000,
+                      time_budget="0.5s")
+    said = re.search(r"^time_budget='0\.5s' spent at step 1, (\d+\.\d) s past it \(it is "
+                     r"checked between steps, and step 1 took (\d+\.\d) s\); evaluating ",
+                     capsys.readouterr().err, re.M)
+    assert res.step == 1 and said, res.step
+    past, took = float(said[1]), float(said[2])
+    assert past == pytest.approx(res.elapsed_s - 0.5, abs=0.06)
+    assert 1.6 <= took <= res.elapsed_s + 0.05

@@ -164,6 +164,7 @@ class Trainer:
         self.extra_config = extra_config or {}
         self.metrics: MetricsLog | None = None
         self._last_loss = math.nan  # the most recent logged training loss
+        self._last_check_s = 0.0  # the time from the budget's last check but one to its last
 
     def _set_threads(self) -> None:
         threads = self.cfg.threads
@@ -214,8 +215,10 @@ class Trainer:
                                       self._next_batch, self.device, self.dtype, params)
                     state.step += 1
                     state.final = {}  # a step past the final evaluation: it is due again
+                    checked = state.elapsed_s
                     state.elapsed_s, stopped = stop.agree(
                         start_elapsed + time.perf_counter() - t0, self.device)
+                    self._last_check_s = state.elapsed_s - checked
                     # the step is logged (and evaluated, at an evaluation step) as in a run
                     # that goes on, so a resumed run's metrics and best.pt are the same
                     self._log(loss, lr, bar, state.tokens - start_tokens,
@@ -345,7 +348,22 @@ class Trainer:
         scope = getattr(self.task, "final_scope", None)
         what = f"evaluating {scope()}" if scope is not None else "running the final evaluation"
         print(f"{named(self.options, 'time_budget', self.cfg.time_budget)} spent at step "
-              f"{self.state.step}; {what}...", file=sys.stderr, flush=True)
+              f"{self.state.step}{self._overrun(budget)}; {what}...", file=sys.stderr,
+              flush=True)
+
+    def _overrun(self, budget: float) -> str:
+        """Why a run ended well past its budget, which it checks between steps: the last step
+        (with an evaluation before it, at an evaluation's step) took that long. On a busy
+        machine a step of a 3 s run took seconds, and the run said only that its budget was
+        spent, then "done: 2 steps in 6.2s"."""
+        over = self.state.elapsed_s - budget
+        if over < max(1.0, 0.1 * budget):
+            return ""
+        previous = self.state.step - 1
+        what = ("the evaluation at step {0} and step {1} took" if previous
+                and previous % self.cfg.eval_interval == 0 else "step {1} took")
+        return (f", {over:.1f} s past it (it is checked between steps, and "
+                f"{what.format(previous, self.state.step)} {self._last_check_s:.1f} s)")
 
     # ---- files
 
