@@ -6,13 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from scratchgpt.checkpoints import load_checkpoint
-from tests.finetune.conftest import addition_records, labelled_lines, run_cli
+from tests.finetune.conftest import addition_records, classify_run, labelled_lines, run_cli
 
 SMALL = ["--batch-size", "8", "--no-progress"]
 
@@ -64,6 +65,26 @@ def test_classify_run_reports_per_epoch_and_on_the_test_split(classifier):
     assert record["labels"] == ["neg", "pos"] and record["split_seed"] == 0
     assert load_checkpoint(out).data["base"]["identity"]
     assert report["accuracy"] > 0.7  # two easily told classes
+
+
+def test_the_end_line_says_its_figures_are_the_whole_validation_split(ft_dir, tmp_path,
+                                                                      capsys):
+    """The end line gave the validation loss with no word of what it covers: the whole
+    validation split, where the evaluation of the same step before it (the progress bar's
+    'step 4: ..., val 0.6901', metrics.csv's row) read --eval-iters batches, and another loss
+    for one step. It says so, as train's does, and names the best loss, best.pt's."""
+    out = tmp_path / "run"
+    code, printed, err = run_cli(classify_run(ft_dir, out, "--max-iters", "4",
+                                              "--eval-interval", "4"), capsys)
+    assert code == 0, err
+    done = re.search(r"^done: 4 steps in [\d.]+s; train loss [\d.]+; full val split: val loss "
+                     r"([\d.]+), val_acc [\d.]+.*; best ([\d.]+)$", printed, re.M)
+    assert done, printed
+    rows = [r for r in csv.DictReader((out / "metrics.csv").open()) if r["val_loss"]]
+    estimate, whole = rows[-2:]  # step 4's, over one batch of 8; the final, over all 24
+    assert estimate["step"] == whole["step"] == "4"
+    assert done[1] == whole["val_loss"] != estimate["val_loss"]
+    assert float(done[2]) == min(float(r["val_loss"]) for r in rows)
 
 
 def test_a_classifier_s_loss_is_drawn_per_text(classifier, ft_dir, tmp_path, monkeypatch):

@@ -164,8 +164,10 @@ def report(result: Any, train_job: Any, before: dict[str, Any]) -> int:
         return result.exit_code
     extra = "".join(f", {k} {v:.4f}" for k, v in result.metrics.items()
                     if k not in ("train_loss", "val_loss"))
+    # (as train's: the last evaluation line's val loss, over --eval-iters batches, is another)
     print(f"done: {plural(result.step, 'step')} in {result.elapsed_s:.1f}s; train loss "
-          f"{result.train_loss:.4f}, val loss {result.val_loss:.4f}{extra}")
+          f"{result.train_loss:.4f}; full val split: val loss {result.val_loss:.4f}{extra}; "
+          f"best {result.best_val_loss:.4f}")
     if "val_loss" in before:
         print(f"held-out response loss: {before['val_loss']:.4f} before, "
               f"{result.val_loss:.4f} after")
