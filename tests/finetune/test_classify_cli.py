@@ -156,6 +156,21 @@ def test_a_confusion_file_in_a_file_is_refused_and_a_new_folder_made(short_run, 
     assert code == 2 and "it goes with --confusion" in err and printed == "", err
 
 
+def test_the_confusion_file_drawn_is_named(short_run, tmp_path, capsys):
+    """--eval --confusion drew its file without a word of it, where eval's --plot and
+    inspect's --out say 'wrote FILE': the user could not tell from the output whether the
+    figure had been drawn, nor where. With --json, stdout stays JSON alone."""
+    run, data = short_run
+    path = tmp_path / "c.png"
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path], capsys)
+    assert code == 0 and path.is_file(), err
+    assert printed.splitlines()[-1] == f"wrote {path}"
+    code, printed, err = run_cli(["classify", "--checkpoint", run, "--eval", data,
+                                  "--confusion", path, "--overwrite", "--json"], capsys)
+    assert code == 0 and json.loads(printed)["total"] == 160, err
+
+
 @pytest.mark.parametrize("texts, n", [([""], 1), (["love", "  "], 2)])
 def test_an_empty_text_is_refused_not_labelled(ft_dir, capsys, texts, n):
     """An empty text has no token to read: it is refused (as --file skips blank lines and

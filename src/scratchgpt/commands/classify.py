@@ -154,6 +154,8 @@ def evaluate_file(model, tokenizer, record: dict, args: argparse.Namespace) -> i
         from scratchgpt.viz import plot_confusion
 
         plot_confusion(rep.confusion, labels, args.confusion, f"{where}: {rep.accuracy:.2%}")
+        if not args.json:  # (as eval's --plot and inspect's --out say: stdout may be JSON)
+            print(f"wrote {args.confusion}")
     return 0
 
 
