@@ -1040,6 +1040,27 @@ def test_train_help_states_seq2seq_defaults_per_arch(capsys):
     assert "--nproc" not in text and "--windows" not in text  # a seq2seq run has neither
 
 
+def test_seq2seq_runs_on_one_thread_unless_told(cli_main, checkpoint, tmp_path, monkeypatch):
+    """A new run, translate, eval and attention took torch's default threads, one per core:
+    on a busy 2-core machine the dates task's lstm-attention trained 20 updates in 96-115 s
+    where one thread took 7-13 s. They now take one, as bench seq2seq and the experiments do;
+    --threads 0 still gives torch's choice."""
+    from scratchgpt.training import seq2seq as seq2seq_training
+
+    assert seq2seq_training.train_config({}).threads == 1
+    assert seq2seq_training.train_config({"threads": 0}).threads == 0
+    set_to = []
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    for action in (["translate", "--source", "3 mar 99"], ["eval", "--eval-pairs", "2"],
+                   ["attention", "--source", "3 mar 99", "--out", str(tmp_path / "a.png")]):
+        set_to.clear()
+        assert cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint)]) == 0
+        assert set_to == [1], action
+        assert cli_main(["seq2seq", *action, "--checkpoint", str(checkpoint), "--threads", "0",
+                         *(["--overwrite"] if action[0] == "attention" else [])]) == 0
+        assert set_to == [1], action  # (0: torch's own number, left as it is)
+
+
 def _long_pair_tsv(path, long_source: int = 20_000):
     """Thirty short pairs and one of ``long_source`` characters."""
     rows = reversal_rows(3)

@@ -8,9 +8,14 @@ from typing import Any
 # Training defaults of seq2seq runs (flags override them); tuned on the dates task on a 2-core
 # CPU (docs/bench_seq2seq.md). Without --max-iters a run lasts --time-budget, 10 minutes by
 # default.
+# One torch thread, as bench seq2seq and the experiments: on a busy 2-core machine torch's
+# default two OpenMP threads spin-waited against the other jobs, and 20 updates of the dates
+# task's lstm-attention took 96-115 s where one thread took 7-13 s (its final greedy decodes
+# alike), so the guide's 2-minute run ended inside its warmup.
 TRAIN_DEFAULTS: dict[str, Any] = dict(
     batch_size=64, learning_rate=2e-3, warmup_iters=200, weight_decay=0.01,
-    eval_interval=250, eval_iters=20, log_interval=10, seed=0)
+    eval_interval=250, eval_iters=20, log_interval=10, seed=0, threads=1)
+DEFAULT_THREADS = TRAIN_DEFAULTS["threads"]  # translate's, eval's and attention's too
 DEFAULT_BUDGET = "10m"
 UNLIMITED_ITERS = 10**12
 MIN_LR_FRACTION = 0.05  # the cosine ends at this fraction of the peak rate unless --min-lr
