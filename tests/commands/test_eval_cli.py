@@ -410,3 +410,26 @@ def test_the_output_says_how_many_tokens_each_split_had(run_dir, capsys, monkeyp
         assert counts[1] == figures["val_tokens"] and sum(counts) == sum(seen)
         assert all(ln.endswith(" tokens") for ln in lines)
     assert figures["val_tokens"] > 3 * BLOCK  # 10**9: the whole split, not the 10**9 named
+
+
+@pytest.mark.parametrize("flags,shown", [([], True), (["--no-progress"], False)])
+def test_eval_shows_each_splits_progress_unless_told_not_to(run_dir, capsys, monkeypatch,
+                                                            flags, shown):
+    """A large split takes minutes (a million training tokens took five on a busy machine),
+    which eval spent printing nothing. Each split has a bar on stderr by tokens once it has
+    run for a second (here at once), as prepare's slow steps do; stdout keeps the figures."""
+    from tqdm import tqdm
+
+    from scratchgpt.tokenizers import bpe
+
+    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)
+    assert main(["eval", "--checkpoint", str(run_dir), "--json", *flags]) == 0
+    out, err = capsys.readouterr()
+    figures = json.loads(out)
+    for split in ("train", "val"):
+        done = f"{split} split: 100%"
+        assert (done in err) is shown, err
+        if shown:  # counted in tokens, to the split's last one
+            tokens = tqdm.format_sizeof(figures[f"{split}_tokens"])
+            line = err[err.index(done):].splitlines()[0].split("\r")[0]
+            assert f" {tokens}/{tokens} " in line and "token/s" in line, line

@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--by-position")
     p.add_argument("--overwrite", action="store_true", help="replace the --plot file if it exists")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (by default one on stderr for each split that takes "
+                        "over a second: a large training split takes minutes)")
     p.set_defaults(func=run)
 
 
@@ -73,15 +76,16 @@ def run(args: argparse.Namespace) -> int:
     device = next(model.parameters()).device
     splits = ("train", "val") if args.split == "both" else (args.split,)
     for split in splits:
+        bar = None if args.no_progress else f"{split} split"
         with torch.inference_mode():
             if by_position:  # the same loss, and the curve from the same pass
                 loss, curve = loss_by_position(model, data, split, block, device,
-                                               max_tokens=args.max_tokens)
+                                               max_tokens=args.max_tokens, progress=bar)
                 curves[split] = curve.tolist()
                 figures[f"{split}_by_position"] = [round(v, 5) for v in curves[split]]
             else:
                 loss = full_split_loss(model, data, split, block, device,
-                                       max_tokens=args.max_tokens)
+                                       max_tokens=args.max_tokens, progress=bar)
         losses[split] = loss
         figures[f"{split}_tokens"] = evaluated_tokens(data, split, block, args.max_tokens)
         figures[f"{split}_loss"] = round(loss, 5)

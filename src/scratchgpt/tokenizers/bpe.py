@@ -167,7 +167,8 @@ class BPETokenizer(Tokenizer):
         report = max(1, num_merges // 10)
         possible = sum(len(c) - 1 for c in chunks)  # (each merge joins at least one pair)
 
-        with _bar(min(num_merges, possible), progress, "BPE: learning merges", "merge") as bar:
+        with progress_bar(min(num_merges, possible), progress, "BPE: learning merges",
+                          "merge") as bar:
             def step(k: int, pair: tuple[int, int], count: int) -> None:
                 bar.update()
                 if verbose and (k % report == 0 or k == num_merges):
@@ -417,7 +418,7 @@ def count_chunks(text: str, special_tokens: Collection[str], pre: PreTokenizer,
     segments = special_token_regex(special_tokens).split(text) if special_tokens else [text]
     counter: Counter[str] = Counter()
     cuttable = pre.pattern == GPT2_PATTERN
-    with _bar(sum(map(len, segments)), progress, "BPE: reading the text", "char") as bar:
+    with progress_bar(sum(map(len, segments)), progress, "BPE: reading the text", "char") as bar:
         for segment in segments:
             for a, b in (piece_bounds(segment, piece_chars) if cuttable
                          else [(0, len(segment))]):
@@ -426,12 +427,13 @@ def count_chunks(text: str, special_tokens: Collection[str], pre: PreTokenizer,
     return counter
 
 
-def _bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
+def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
     """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
-    :data:`PROGRESS_DELAY_S` (none when not ``enabled``)."""
+    :data:`PROGRESS_DELAY_S` (none when not ``enabled``); counts of characters or tokens are
+    shown scaled (1.2M)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "char",
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
                 delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
 
 

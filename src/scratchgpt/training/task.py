@@ -179,19 +179,25 @@ class LanguageModelTask:
 
 @torch.no_grad()
 def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size: int,
-                   device: torch.device, batch_size: int | None,
-                   max_tokens: int | None) -> Iterator[tuple[Tensor, Tensor]]:
+                   device: torch.device, batch_size: int | None, max_tokens: int | None,
+                   progress: str | None = None) -> Iterator[tuple[Tensor, Tensor]]:
     """(logits (B, T, V), targets (B, T)) for every non-overlapping window of ``split`` in
     order, in eval mode; with ``max_tokens``, only the first windows whose targets fit in it
-    (at least one)."""
+    (at least one). ``progress``: a bar of that name on stderr, by tokens, once the pass
+    has run for a second (a large split takes minutes)."""
+    from scratchgpt.tokenizers.bpe import progress_bar  # (not for training's imports)
+
     windows = None if max_tokens is None else _window_cap(max_tokens, block_size)
     batch_size = batch_size or eval_batch_size(block_size, device)
-    with _eval_mode(model):
+    total = evaluated_tokens(data, split, block_size, max_tokens)
+    with _eval_mode(model), progress_bar(total, progress is not None, progress or "",
+                                         "token") as bar:
         for x, y in data.sequential_batches(split, batch_size, block_size):
             if windows is not None:
                 x, y = x[:windows], y[:windows]
                 windows -= y.size(0)
             yield model(x.to(device)), y.to(device)
+            bar.update(y.numel())
             if windows == 0:
                 break
 
@@ -231,16 +237,18 @@ def eval_batch_size(block_size: int, device: torch.device) -> int:
 
 def full_split_loss(model: nn.Module, data: TokenDataset, split: str,
                     block_size: int | None = None, device: torch.device | None = None,
-                    batch_size: int | None = None, max_tokens: int | None = None) -> float:
+                    batch_size: int | None = None, max_tokens: int | None = None,
+                    progress: str | None = None) -> float:
     """Exact fp32 loss over every non-overlapping window of ``split`` (or its first
     ``max_tokens`` tokens' worth of windows): the number reported as *the* val loss.
     Windows of ``block_size`` tokens (by default the model's ``config.block_size``), on
     ``device`` (by default the one its weights are on). ``batch_size``: windows per forward,
-    by default :func:`eval_batch_size`'s."""
+    by default :func:`eval_batch_size`'s. ``progress``: the name of a bar on stderr, shown
+    once the pass has run for a second (None: no bar)."""
     block_size, device = _window_and_device(model, block_size, device)
     total, count = 0.0, 0
     for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
-                                    max_tokens):
+                                    max_tokens, progress):
         total += lm_loss(logits, y).item() * y.numel()
         count += y.numel()
     return total / count
@@ -249,7 +257,8 @@ def full_split_loss(model: nn.Module, data: TokenDataset, split: str,
 def loss_by_position(model: nn.Module, data: TokenDataset, split: str,
                      block_size: int | None = None, device: torch.device | None = None,
                      batch_size: int | None = None,
-                     max_tokens: int | None = None) -> tuple[float, Tensor]:
+                     max_tokens: int | None = None,
+                     progress: str | None = None) -> tuple[float, Tensor]:
     """:func:`full_split_loss` (the same number, bit for bit) and, from the same pass, the
     loss at each position of the window averaged over those windows: float64 (T,).
 
@@ -261,7 +270,7 @@ def loss_by_position(model: nn.Module, data: TokenDataset, split: str,
     sums = torch.zeros(block_size, dtype=torch.float64)
     total, windows = 0.0, 0
     for logits, y in _split_outputs(model, data, split, block_size, device, batch_size,
-                                    max_tokens):
+                                    max_tokens, progress):
         total += lm_loss(logits, y).item() * y.numel()  # as full_split_loss sums it
         losses = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, T)
         sums += losses.double().sum(0).cpu()
