@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from scratchgpt.commands.argtypes import add_which_flag, figure_file
+from scratchgpt.commands.argtypes import add_which_flag, figure_file, thread_count
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +44,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--by-position")
     p.add_argument("--overwrite", action="store_true", help="replace the --plot file if it exists")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--threads", type=thread_count, default=0,
+                   help="CPU threads for torch (0 = torch's default: one per core). On a "
+                        "machine other jobs keep busy, 1 can be several times faster: threads "
+                        "that share a core wait on each other at every product, as train's "
+                        "--threads says")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (by default one on stderr for each split that takes "
                         "over a second: a large training split takes minutes)")
@@ -62,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     figure_file(args.plot, args.overwrite, "--plot")  # refused before any work
+    if args.threads:
+        torch.set_num_threads(args.threads)
     keep_freed_memory()  # every batch reuses the last one's memory, as training's steps do
     model, source = load_language_model(args.checkpoint, args.which, "eval")
     to_inference_dtype(model, args.dtype)
