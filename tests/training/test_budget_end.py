@@ -79,9 +79,9 @@ def test_the_python_api_names_its_keyword(small_dataset, tmp_path, capsys):
     res = train(TrainConfig(batch_size=4, eval_iters=1, max_iters=1_000_000, time_budget="0.3s",
                             dtype="fp32"), config, data, tmp_path / "r", progress=False)
     windows = data.window_count("val", BLOCK)
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"time_budget='0.3s' spent at step {res.step}; evaluating the full validation split "
-        f"({windows:,} windows, {windows * BLOCK:,} tokens)...")
+    assert (f"time_budget='0.3s' spent at step {res.step}; evaluating the full validation split "
+            f"({windows:,} windows, {windows * BLOCK:,} tokens)...") in (
+        capsys.readouterr().err.splitlines())
 
 
 def _tiny_train(data, out, **kw):
@@ -165,3 +165,23 @@ def test_a_run_well_past_its_budget_says_by_how_much_and_why(small_dataset, tmp_
     past, took = float(said[1]), float(said[2])
     assert past == pytest.approx(res.elapsed_s - 0.5, abs=0.06)
     assert 1.6 <= took <= res.elapsed_s + 0.05
+
+
+def test_a_run_its_budget_ended_inside_its_warmup_says_so(small_dataset, tmp_path, capsys):
+    """As a run whose --max-iters is not above its --warmup-iters says before it starts, one
+    its budget ended inside the warmup says so: its rate only rose, and never decayed (a 3 s
+    run of cpu-small, warming up over 100 updates, ended at step 26 with nothing said). One
+    past its warmup says nothing of it."""
+    from scratchgpt.data.dataset import TokenDataset
+
+    data = TokenDataset(small_dataset)
+    res = _tiny_train(data, tmp_path / "r", max_iters=1_000_000, warmup_iters=100_000,
+                      time_budget="0.3s")
+    assert (f"note: the run ended inside its warmup, at step {res.step} of "
+            f"warmup_iters=100000: the learning rate rose to {res.step / 100_001:.0%} of "
+            "learning_rate=0.001 and the cosine schedule never started; give a longer "
+            "time_budget or a smaller warmup_iters") in capsys.readouterr().err.splitlines()
+    _tiny_train(data, tmp_path / "past", max_iters=1_000_000, warmup_iters=0,
+                time_budget="0.3s")
+    err = capsys.readouterr().err
+    assert "spent at step" in err and "warmup" not in err

@@ -52,7 +52,7 @@ from scratchgpt.training.progress import Progress
 from scratchgpt.training.state import TrainState, capture_rng, restore_rng
 from scratchgpt.training.stopping import StopFlag
 from scratchgpt.training.task import Batch, EvalSetting, LanguageModelTask, Task
-from scratchgpt.validation import FLAGS, flag_of, named, offset_seed
+from scratchgpt.validation import FLAGS, flag_of, give, named, offset_seed
 
 LossFn = Callable[[nn.Module, Batch], Tensor]
 
@@ -350,6 +350,23 @@ class Trainer:
         print(f"{named(self.options, 'time_budget', self.cfg.time_budget)} spent at step "
               f"{self.state.step}{self._overrun(budget)}; {what}...", file=sys.stderr,
               flush=True)
+        self._say_warmup_cut()
+
+    def _say_warmup_cut(self) -> None:
+        """A run its budget ended inside its warmup says so, as one whose --max-iters is not
+        above its --warmup-iters does before it starts: its rate only rose and never decayed
+        (a 3 s run of cpu-small's 100-update warmup ended at step 26, at a quarter of the
+        rate, with nothing said). (Not where the warmup is all of --max-iters: said already.)"""
+        cfg, options, step = self.cfg, self.options, self.state.step
+        if step >= cfg.warmup_iters or cfg.warmup_iters >= cfg.max_iters:
+            return
+        print(f"note: the run ended inside its warmup, at step {step} of "
+              f"{named(options, 'warmup_iters', cfg.warmup_iters)}: the learning rate rose to "
+              f"{step / (cfg.warmup_iters + 1):.0%} of "
+              f"{named(options, 'learning_rate', cfg.learning_rate)} and the {cfg.schedule} "
+              f"schedule never started; {give(options)} a longer "
+              f"{named(options, 'time_budget')} or a smaller {named(options, 'warmup_iters')}",
+              file=sys.stderr, flush=True)
 
     def _overrun(self, budget: float) -> str:
         """Why a run ended well past its budget, which it checks between steps: the last step
