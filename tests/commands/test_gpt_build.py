@@ -164,6 +164,38 @@ def test_the_plots_steps_read_as_plain_numbers_and_its_legend_covers_no_curve(
     assert box.x0 >= axes.x1 and box.x1 <= drawn[0].bbox.x1, (box, axes)
 
 
+def test_the_plots_seconds_below_one_read_as_plain_numbers_apart(tmp_path, monkeypatch):
+    """A stage that evaluated within its first second put ticks below 1 s on the log axis of
+    time, which read '3e-01', '4e-01', ... and ran into each other ('3e-04e-01')."""
+    import scratchgpt.viz
+
+    stage = gpt_build.stages(gpt_build.BuildSetup())[0]
+    run = tmp_path / stage.name
+    run.mkdir()
+    times = [0.25, 0.5, 0.8, 1.1, 2.0, 4.0, 8.0]
+    (run / "metrics.csv").write_text(
+        "step,tokens,elapsed_s,lr,loss,train_loss,val_loss\n"
+        + "".join(f"{100 * (i + 1)},0,{t},1e-3,,4.0,{4.0 - i / 10}\n"
+                  for i, t in enumerate(times)))
+    result = gpt_build.StageResult(stage, 1, 700, 0, 8.0, 3.4, 3.4, run, time_budget="8s")
+    drawn = []
+    monkeypatch.setattr(scratchgpt.viz, "save_figure", lambda fig, path: drawn.append(fig))
+    gpt_build.plot([result], tmp_path / "p.png", by_time=True)
+    right = drawn[0].axes[1]
+    drawn[0].canvas.draw()
+    renderer = drawn[0].canvas.get_renderer()
+    low, high = right.get_xlim()
+    shown = sorted((t for minor in (False, True) for t in right.get_xticklabels(minor=minor)
+                    if t.get_text() and low <= t.get_position()[0] <= high),
+                   key=lambda t: t.get_position()[0])
+    texts = [t.get_text() for t in shown]
+    assert "0.3" in texts and "1" in texts and not any("e" in x for x in texts), texts
+    assert [float(x) for x in texts] == pytest.approx([t.get_position()[0] for t in shown])
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    # none runs into the next
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), texts
+
+
 def test_the_plot_says_why_it_has_no_curve(small_dataset, tmp_path, monkeypatch):
     """An --eval-interval longer than the steps leaves no estimate to draw: the panel was an
     empty frame with an empty legend box."""

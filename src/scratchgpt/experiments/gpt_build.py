@@ -674,6 +674,19 @@ def _at_least_a_span(ax: Any, values: Sequence[float]) -> None:
         ax.set_ylim(middle - MIN_SPAN / 2, middle + MIN_SPAN / 2)
 
 
+def _plain_log_formatter(base: Any) -> Any:
+    """A log axis's ``LogFormatter`` (``base``: matplotlib's, imported by the caller) that
+    writes the ticks it labels as plain numbers: 20 and 1000 as such, not 2 x 10^1 and 10^3,
+    and 0.3 s as 0.3, where matplotlib's wrote '3e-01', whose labels ran into each other
+    ('3e-04e-01') on the time axis of a stage that evaluated within its first second."""
+
+    class PlainLogFormatter(base):  # type: ignore[misc, valid-type]
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    return PlainLogFormatter
+
+
 def _plot_during_training(right: Any, results: Sequence[StageResult], by_time: bool) -> None:
     """The right panel: each stage's val-loss estimates over training time or steps."""
     from matplotlib.ticker import LogFormatter
@@ -695,6 +708,6 @@ def _plot_during_training(right: Any, results: Sequence[StageResult], by_time: b
         return
     right.set_xscale("log")
     for ticks in (right.xaxis.set_major_formatter, right.xaxis.set_minor_formatter):
-        ticks(LogFormatter())  # 20 and 1000 as such, not 2 x 10^1 and 10^3
+        ticks(_plain_log_formatter(LogFormatter)())
     # beside the axes: eight stages' names inside them covered the curves they name
     right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
