@@ -397,6 +397,24 @@ def test_an_interrupted_build_is_told_how_to_go_on(small_dataset, tmp_path, caps
     assert (tmp_path / "1-bigram" / "best.pt").read_bytes() == bigram  # kept, not retrained
 
 
+def test_a_build_cut_in_its_first_stage_is_told_train_resume_finishes_it(
+        small_dataset, tmp_path, capsys, monkeypatch):
+    """Cut in the first stage asked for, the same command again was refused with 'already
+    holds a run; pass --overwrite', which trains it again from its start, with no word that
+    train --resume finishes it."""
+    interrupt_stage_two(monkeypatch)
+    args = ["experiment", "gpt-build", "--quick", "--dataset", str(small_dataset),
+            "--out", str(tmp_path), "--no-progress", "--stages", "2", "3"]
+    assert main(args) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    said = error_of(capsys, args)
+    assert said.endswith(f"{tmp_path / '2-one-head'} already holds a run, not finished; pass "
+                         "--overwrite to train the stages again from their start (scratchgpt "
+                         f"train --resume --out {tmp_path / '2-one-head'} finishes it where it "
+                         "stopped), or --out another directory"), said
+
+
 def test_a_build_stopped_in_its_last_stage_points_to_the_report(tmp_path):
     chosen = gpt_build.select(gpt_build.stages(gpt_build.BuildSetup()), ["2", "5"])
     cut = gpt_build.StageResult(chosen[-1], 0, 7, 0, 0.0, math.nan, math.nan,

@@ -367,9 +367,12 @@ def refuse_held_runs(out: Path, chosen: list[Stage]) -> None:
         raise ConfigError(f"{out} already holds a finished run of each stage asked for; pass "
                           "--report to write the report of them, --overwrite to train them "
                           "again, or --out another directory")
-    if rest == chosen:  # none finished: nothing to go on with
-        raise ConfigError(f"{out / held[0].name} already holds a run; pass --overwrite to "
-                          "train the stages again, or --out another directory")
+    if rest == chosen:  # none finished: each held run was cut short (or is no stage's)
+        cut = out / held[0].name
+        raise ConfigError(f"{cut} already holds a run, not finished; pass --overwrite to "
+                          "train the stages again from their start (scratchgpt train "
+                          f"--resume --out {cut} finishes it where it stopped), or --out "
+                          "another directory")
     raise ConfigError(_how_to_go_on(out, held, rest))
 
 
