@@ -1195,3 +1195,26 @@ def test_a_ctrl_c_is_told_once_under_torchrun(monkeypatch, capsys, rank, world, 
     monkeypatch.setattr(eval_command, "run", interrupted)
     assert main(["eval", "--checkpoint", "runs/x"]) == 130
     assert capsys.readouterr().err == ("scratchgpt eval: interrupted\n" if says else "")
+
+
+def test_dtype_help_says_what_auto_picks_and_where_a_run_records_it(small_dataset, tmp_path,
+                                                                    capsys):
+    """--dtype's help listed 'auto' among the precisions without saying what it picks, so
+    whether a run trained in bf16 could not be told from the command line; it says, and
+    names the config.json entry that records what the run used."""
+    import json
+
+    from scratchgpt.training.precision import resolve_dtype
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    words = " ".join(capsys.readouterr().out.split())
+    dtype = words[words.index("--dtype DTYPE compute precision"):]
+    dtype = dtype[:dtype.index("--device DEVICE")]
+    assert "auto (bf16 where the device runs it fast" in dtype and "else fp32" in dtype
+    key = "dtype_resolved"
+    assert key in dtype
+    assert main(["train", "--dataset", str(small_dataset), *TINY, "--dtype", "auto",
+                 "--max-iters", "1", "--out", str(tmp_path / "r")]) == 0
+    recorded = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert recorded[key] == resolve_dtype("auto", torch.device("cpu"))

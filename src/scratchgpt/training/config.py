@@ -122,7 +122,9 @@ class TrainConfig:
     eval_iters: int = field(default=50, metadata={"help": "batches per periodic estimate"})
     log_interval: int = field(default=10, metadata={"help": "updates between metric rows"})
     dtype: str = field(default="auto", metadata={
-        "help": "compute precision: auto, bf16 (autocast), fp32"})
+        "help": "compute precision: auto (bf16 where the device runs it fast: a GPU that has "
+                "it, a CPU with AVX-512 or AMX whose oneDNN has bf16; else fp32; config.json's "
+                "dtype_resolved says which), bf16 (autocast), fp32"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
     threads: int = field(default=0, metadata={
