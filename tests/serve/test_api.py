@@ -923,6 +923,26 @@ def test_a_full_queue_answers_429_with_retry_after(chat_run):
         assert wait_for(lambda: (engine.batch_rows, engine.queue_depth) == (0, 0))
 
 
+def test_a_request_of_more_prompts_than_the_queue_holds_is_refused_not_told_to_retry(
+        chat_run):
+    """Each prompt of a request waits in the queue as one: a request of more prompts than
+    ``--max-queue`` could never be taken, and is a 400 naming the most it may send. It was a
+    429 'retry later' on an idle server, which clients (the openai one among them) retried
+    in vain."""
+    import httpx
+
+    with start_server(chat_run, max_batch=4, max_queue=2) as s:
+        body = {"prompt": ["a", "b", "c"], "max_tokens": 2, "temperature": 0}
+        refused = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert error["param"] == "prompt"
+        assert error["message"] == "at most 2 prompts per request, got 3"
+        taken = httpx.post(s.url + "/v1/completions", json={**body, "prompt": ["a", "b"]},
+                           timeout=60)
+        assert taken.status_code == 200 and len(taken.json()["choices"]) == 2
+
+
 def test_out_of_time_a_queued_request_gets_503_and_a_running_one_ends(chat_run):
     import httpx
 

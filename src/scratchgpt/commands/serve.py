@@ -49,8 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "over the model's context) fit in the memory available: more is "
                         "refused, naming how many fit")
     p.add_argument("--max-queue", type=int, default=128,
-                   help="most requests waiting for room in the batch; beyond it, 429 with "
-                        "Retry-After (default 128)")
+                   help="most requests waiting for room in the batch (each prompt of a "
+                        "request takes a place; a request may send no more prompts than "
+                        "this); beyond it, 429 with Retry-After (default 128)")
     p.add_argument("--timeout", type=finite_float, default=600.0,
                    help="seconds a request may take, waiting included; then its generation "
                         "ends (finish_reason 'length'), or it fails with 503 if it never "

@@ -33,6 +33,7 @@ from typing import Any
 
 from scratchgpt.chat import ROLES
 from scratchgpt.validation import SEED_MAX
+from scratchgpt.wording import plural
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
                404: "invalid_request_error", 405: "invalid_request_error",
@@ -376,8 +377,8 @@ def parse_completion(data: Mapping[str, Any], limits: Limits) -> CompletionReque
         COMMON["max_tokens"]("max_tokens", 0)
     prompts = f["prompt"] if f["prompt"] is not None else [""]
     if len(prompts) > limits.max_prompts:
-        raise ApiError(400, f"at most {limits.max_prompts} prompts per request",
-                       param="prompt")
+        raise ApiError(400, f"at most {plural(limits.max_prompts, 'prompt')} per request, "
+                            f"got {len(prompts)}", param="prompt")
     gen = _generation(f, limits, f["max_tokens"], limits.default_max_tokens, f["logprobs"])
     if len(prompts) * gen.n > limits.max_n:
         raise ApiError(400, f"prompts x n = {len(prompts) * gen.n} exceeds {limits.max_n} "

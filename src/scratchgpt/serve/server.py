@@ -101,7 +101,10 @@ def load_service(cfg: ServeConfig) -> Any:
     limits = cfg.limits
     if context is not None and limits.max_prompt_tokens > context:
         limits = Limits(**{**limits.__dict__, "max_prompt_tokens": context})
-    limits = Limits(**{**limits.__dict__, "max_n": min(limits.max_n, cfg.max_batch)})
+    # a request's rows must fit the batch at once, and its prompts (a queue place each) the
+    # queue: a request larger was refused as busy (429, retry later) however idle the server
+    limits = Limits(**{**limits.__dict__, "max_n": min(limits.max_n, cfg.max_batch),
+                       "max_prompts": min(limits.max_prompts, cfg.max_queue)})
     metrics = Metrics()
     engine = Engine(model, max_rows=cfg.max_batch, max_queue=cfg.max_queue, observer=metrics)
     metrics.gauges = lambda: {"queue_depth": engine.queue_depth,
