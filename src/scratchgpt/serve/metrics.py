@@ -38,6 +38,7 @@ class Metrics:
         self.ttft_counts = [0] * (len(TTFT_BUCKETS) + 1)  # the last: above every bucket
         self.ttft_sum = 0.0
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of recent steps
+        self._since = time.monotonic()  # a server up for less than the window: its uptime
 
     # ---- updates (any thread)
 
@@ -69,7 +70,10 @@ class Metrics:
     # ---- reading
 
     def rates(self) -> tuple[float, float]:
-        """Tokens per second and mean tokens per engine iteration over the last window."""
+        """Tokens per second and mean tokens per engine iteration over the last window (the
+        time since the server started, while that is shorter). The rate is over the whole
+        window, idle time included: over the time since its first step, a lone token just
+        generated read as a thousand a second."""
         now = time.monotonic()
         with self._lock:
             self._forget(now)
@@ -77,7 +81,7 @@ class Metrics:
         if not recent:
             return 0.0, 0.0
         total = sum(n for _, n in recent)
-        span = max(now - recent[0][0], 1e-3)
+        span = max(min(RATE_WINDOW_S, now - self._since), 1e-3)
         return total / span, total / len(recent)
 
     def render(self) -> str:
