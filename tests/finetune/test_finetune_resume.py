@@ -56,3 +56,27 @@ def test_a_resume_checks_the_memory_as_train_s_resume_does(ft_dir, tmp_path, cap
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "training this model needs about" in err and "more than the 64.0 MiB" in err, err
     assert printed == "" and (out / "last.pt").read_bytes() == before, printed
+
+
+def test_a_finetune_that_ends_inside_its_warmup_says_so_as_train_does(ft_dir, tmp_path,
+                                                                      capsys):
+    """A run its budget ended (--max-iters 1,000,000: 100 warmup updates), resumed to a few
+    more updates, keeps its warmup and ends inside it: the rate only rose and the schedule
+    never started, which train's note says and finetune's run did not. So is one started
+    with a --warmup-iters of its whole run."""
+    out = tmp_path / "ft"
+    code, _, err = run_cli(classify_run(ft_dir, out, *BUDGETED), capsys)
+    assert code == 0, err
+    step = load_checkpoint(out / "last.pt").state.step
+    code, printed, err = run_cli(["finetune", "--out", out, "--resume", "--max-iters",
+                                  step + 2, "--no-progress"], capsys)
+    assert code == 0, err
+    assert f"note: --warmup-iters 100 is not below --max-iters {step + 2}: the learning " \
+        "rate rises for the whole run" in printed, printed
+    code, printed, err = run_cli(classify_run(ft_dir, tmp_path / "new", "--max-iters", "3",
+                                              "--warmup-iters", "3"), capsys)
+    assert code == 0, err
+    assert "note: --warmup-iters 3 is not below --max-iters 3" in printed, printed
+    code, printed, err = run_cli(classify_run(ft_dir, tmp_path / "ok", "--max-iters", "3"),
+                                 capsys)
+    assert code == 0 and "note:" not in printed, printed  # (its warmup: 3 / 20, none)

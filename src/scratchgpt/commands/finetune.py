@@ -125,9 +125,9 @@ def run(args: argparse.Namespace) -> int:
         return _torchrun_process(req, progress)
     train_job = plan(req, log=print)
     before = starting_figures(train_job, log=print)
-    # (a resumed run with nothing left to train says so once every check has passed, the
-    # run's lock included)
-    result = job.run(job.with_notes(train_job, job.finished_note(train_job)), progress)
+    # (a resumed run with nothing left to train, or one that ends inside its warmup, says so
+    # once every check has passed, the run's lock included)
+    result = job.run(job.with_notes(train_job, job.starting_note(train_job)), progress)
     return report(result, train_job, before)
 
 
@@ -147,7 +147,7 @@ def _torchrun_process(req: Any, progress: bool) -> int:
             return plan(dataclasses.replace(req, overwrite=False), log=None)
         train_job = plan(req, log=print)
         before.update(starting_figures(train_job, log=print))
-        return job.with_notes(train_job, job.finished_note(train_job))
+        return job.with_notes(train_job, job.starting_note(train_job))
 
     device = req.train_flags.get("device", "auto")
     train_job, result, main = job.run_launched(begin, device, progress)
