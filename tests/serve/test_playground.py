@@ -285,6 +285,31 @@ def test_a_server_out_of_reach_or_a_stream_cut_short_is_said_so(page, answer, sa
     assert "error" in page.get_attribute("#status", "class")
 
 
+def test_a_server_that_wants_an_api_key_says_where_to_type_it(page, chat_run):
+    """A page from a server started with --api-key says that it needs the key and where it
+    goes, then that the key typed is not the server's, and works once it is: it said 'cannot
+    reach the model: ... (Authorization: Bearer KEY)', of a server it had reached, in the
+    words of an HTTP header."""
+    from tests.serve.conftest import start_server
+
+    with start_server(chat_run, api_key="sesame") as keyed:
+        other = page.context.browser.new_page()
+        try:
+            other.goto(keyed.url + "/")
+            card = "document.getElementById('model-card').textContent"
+            other.wait_for_function(f"{card}.includes('API key')")
+            assert other.inner_text("#model-card") == (
+                "this server needs its API key (serve --api-key): type it in the box at the "
+                "top right")
+            for key, says in (("open", "the API key in the box at the top right is not this "
+                                       "server's"), ("sesame", "chatty: ")):
+                other.fill("#api-key", key)
+                other.dispatch_event("#api-key", "change")
+                other.wait_for_function(f"{card}.startsWith({json.dumps(says)})")
+        finally:
+            other.close()
+
+
 def test_the_page_works_offline():
     """No CDN: the shipped files load nothing from another host."""
     optional("starlette")

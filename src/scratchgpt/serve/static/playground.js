@@ -27,6 +27,10 @@ function headers() {
 // The server is out of reach (stopped, or the network down): the browser's own words for it
 // ("Failed to fetch") do not say which end failed.
 const UNREACHABLE = "cannot reach the server: is scratchgpt serve still running?";
+// A 401: the server's own words name an HTTP header, which a page's user never writes.
+const NEEDS_KEY = "this server needs its API key (serve --api-key): type it in the box at " +
+  "the top right";
+const WRONG_KEY = "the API key in the box at the top right is not this server's";
 const CUT_SHORT = "the connection to the server was lost before the text was finished";
 
 async function request(path, body, signal) {
@@ -48,6 +52,7 @@ async function request(path, body, signal) {
       message = error.message;
       code = error.code;
     } catch (e) { /* not JSON */ }
+    if (response.status === 401) message = $("api-key").value.trim() ? WRONG_KEY : NEEDS_KEY;
     throw Object.assign(new Error(message), {status: response.status, code});
   }
   return response;
@@ -522,7 +527,10 @@ async function loadModel() {
       fillSelect($("head"), model.n_head);
     }
   } catch (e) {
-    $("model-card").textContent = `cannot reach the model: ${e.message}`;
+    // an unreachable server and a missing key say so themselves: the server was reached
+    // when it asked for a key ("cannot reach the model" said otherwise)
+    $("model-card").textContent = !e.status || e.status === 401 ? e.message
+      : `cannot read the model: ${e.message}`;
   }
 }
 
