@@ -187,3 +187,32 @@ def test_batch_slide_refuses_a_decode_file_that_is_not_there(tmp_path):
     missing = tmp_path / "decode.py"
     line = _one_line_of_usage_error(_python_script("batch_slide", "--against", str(missing)))
     assert f"argument --against: no such file: {str(missing)!r}" in line
+
+
+def test_seq2seq_decode_refuses_an_against_file_that_is_not_there(tmp_path):
+    missing = tmp_path / "seq2seq.py"
+    line = _one_line_of_usage_error(_python_script("seq2seq_decode", "--against", str(missing)))
+    assert f"argument --against: no such file: {str(missing)!r}" in line
+
+
+@pytest.mark.parametrize("text, says", [("x = 1\n", "no TransformerSeq2Seq in"),
+                                        ("def (\n", "cannot import")])
+def test_seq2seq_decode_refuses_an_against_file_that_is_no_seq2seq_module(tmp_path, text, says):
+    """Refused as a bad flag is, not by a traceback (AttributeError, SyntaxError) on loading."""
+    other = tmp_path / "other.py"
+    other.write_text(text)
+    done = _python_script("seq2seq_decode", "--against", str(other), "--batch", "1",
+                          "--tokens", "2", "--rounds", "1")
+    assert f"argument --against: {says} {str(other)!r}" in _one_line_of_usage_error(done)
+
+
+def test_seq2seq_decode_times_an_earlier_cache_against_this_one(tmp_path):
+    """--against: both versions' KV-cache decodes (checked equal first), one row each."""
+    before = tmp_path / "seq2seq_before.py"
+    before.write_text((ROOT / "src" / "scratchgpt" / "models" / "seq2seq.py").read_text())
+    done = _python_script("seq2seq_decode", "--against", str(before), "--batch", "2",
+                          "--tokens", "3", "--rounds", "1")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("|")[1].strip() for line in done.stdout.splitlines()
+            if line.startswith("| KV") or line.startswith("| whole")]
+    assert rows == ["KV cache, seq2seq_before.py", "KV cache, this version"]
