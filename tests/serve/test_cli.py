@@ -99,6 +99,22 @@ def test_an_empty_api_key_in_the_environment_is_refused(capsys, monkeypatch, pla
     assert "SCRATCHGPT_API_KEY" in error_of(capsys, ["serve", "--checkpoint", str(plain_run)])
 
 
+@pytest.mark.parametrize("typed", [".", "best.pt", "./", "../shakes", "runs/shakes",
+                                   "runs/shakes/best.pt", "hf:openai-community/gpt2"])
+def test_the_model_id_is_the_run_directorys_name_however_the_run_is_named(tmp_path,
+                                                                        monkeypatch, typed):
+    """Served from inside its run directory (``--checkpoint .`` or ``best.pt``), a run is
+    still named by its directory, as README says: it was "model", so a client that sent the
+    run's name was answered 404."""
+    from scratchgpt.serve.server import model_id
+
+    run = tmp_path / "runs" / "shakes"
+    run.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path if typed.startswith("runs/") else run)
+    assert model_id(typed) == ("openai-community/gpt2" if typed.startswith("hf:")
+                               else "shakes")
+
+
 def test_a_missing_checkpoint_is_a_one_line_error(capsys, tmp_path):
     optional("starlette")
     assert str(tmp_path / "nothing") in error_of(

@@ -12,6 +12,7 @@ needs an API key (:func:`check_bind`).
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -61,10 +62,11 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 def model_id(checkpoint: str) -> str:
     """The name ``/v1/models`` gives a checkpoint: its run directory's name (``runs/shakes``
-    and ``runs/shakes/best.pt`` -> ``shakes``), or a hub id (``hf:gpt2`` -> ``gpt2``)."""
+    and ``runs/shakes/best.pt`` -> ``shakes``; ``.`` and ``best.pt`` served from inside it
+    too, where they were ``model``), or a hub id (``hf:gpt2`` -> ``gpt2``)."""
     if checkpoint.startswith("hf:"):
         return checkpoint[3:]
-    path = Path(checkpoint)
+    path = Path(os.path.abspath(checkpoint))  # (no symlink followed: the name typed stays)
     return (path.parent.name if path.suffix == ".pt" else path.name) or "model"
 
 
