@@ -222,6 +222,7 @@ def _files(root: Path) -> dict[str, Path]:
     (root / "one-char.txt").write_text("a")
     (root / "two-chars.txt").write_text("ab")  # a token in each split: no window in either
     (root / "blank-line.txt").write_text("3 may 1999\n\n1 may 2000\n")  # (to translate)
+    (root / "long-line.txt").write_text("3 may 1999\n" + "1 " * 300 + "\n1 may 2000\n")
     (root / "loop").symlink_to(root / "loop")
     (root / "a-dir").mkdir()
     (root / "bad-type.json").write_text(json.dumps({"learning_rate": "fast"}))
@@ -501,7 +502,12 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
                 c["root"] / "blank-line.txt"], "line 2: empty line"),
     ("seq2seq translate an over-long source",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "1 " * 2000],
-     "at most"),
+     "the source has 4000 tokens, more than the 511 this model reads (trained with "
+     "--max-positions 512)"),
+    # it said 'a source has 600 tokens', not which line of the file
+    ("seq2seq translate --source-file with an over-long line",
+     lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source-file",
+                c["root"] / "long-line.txt"], "source 2 of 3 has 600 tokens, more than the 511"),
     ("seq2seq translate --beam 1e30",
      lambda c: ["seq2seq", "translate", "--checkpoint", c["s2s"], "--source", "1 may",
                 "--beam", str(10**30)], "GiB"),

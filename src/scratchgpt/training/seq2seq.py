@@ -53,7 +53,7 @@ from scratchgpt.training.seq2seq_defaults import (
 from scratchgpt.training.settings import Settings, check_resumed_by, resumed_run
 from scratchgpt.training.task import Batch, EvalSetting, _eval_mode
 from scratchgpt.validation import flag_of
-from scratchgpt.wording import plural
+from scratchgpt.wording import plural, some_of
 
 Example = tuple[list[int], list[int]]  # (source ids ending in <eos>, target ids without specials)
 
@@ -313,12 +313,18 @@ def check_lengths(model: Seq2Seq, source_lengths: Sequence[int], max_len: int) -
     limit = model.config.max_positions if model.config.arch == "transformer" else None
     if limit is None:
         return
-    if max(source_lengths) > limit:
-        raise GenerationError(f"a source has {max(source_lengths) - 1} tokens; this model reads "
-                              f"at most {limit - 1} (its max_positions is {limit})")
+    trained = f"trained with --max-positions {limit}"
+    too_long = [n for n, length in enumerate(source_lengths, start=1) if length > limit]
+    if too_long:  # (it said 'a source has N tokens': which of thousands of lines, it did not)
+        first, total = too_long[0], len(source_lengths)
+        which = "the source" if total == 1 else f"source {first} of {total}"
+        also = (f"; {some_of(len(too_long), total, 'source')} too long in all"
+                if len(too_long) > 1 else "")
+        raise GenerationError(f"{which} has {source_lengths[first - 1] - 1} tokens, more than "
+                              f"the {limit - 1} this model reads ({trained}){also}")
     if max_len > limit:
         raise GenerationError(f"--max-len {max_len} exceeds the {limit} positions this model "
-                              "can write (its max_positions)")
+                              f"can write ({trained})")
 
 
 def check_decode_fits(model: Seq2Seq, rows: int, source_len: int, max_len: int,
