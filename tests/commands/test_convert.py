@@ -153,6 +153,30 @@ def test_importing_a_dir_without_tokenizer_says_the_run_cannot_be_prompted(tmp_p
     assert capsys.readouterr().err == ""
 
 
+def test_the_help_says_what_checkpoint_takes_and_who_refuses_a_weights_only_run(
+        run_dir, tmp_path, capsys):
+    """--help said --checkpoint took a run directory or a .pt file, where a Hugging Face
+    directory, hf:ID and a LoRA run's adapter.pt export too; and that a run imported without a
+    tokenizer was one 'sample cannot prompt', where the import's note names every command
+    that refuses it."""
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "a Hugging Face GPT-2 directory or hf:ID" in shown and "adapter.pt" in shown, shown
+    hf = tmp_path / "hf"
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(run_dir), "--out", str(hf)])
+    run(capsys, ["convert", "--to", "hf", "--checkpoint", str(hf), "--out",
+                 str(tmp_path / "again")])  # a Hugging Face directory exports as it says
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == \
+        (hf / "model.safetensors").read_bytes()
+    refusing = "which sample, chat, finetune and train --init-from refuse"
+    assert refusing in shown, shown
+    save_hf(tiny_gpt(), tmp_path / "bare")
+    assert main(["convert", "--from", "hf", str(tmp_path / "bare"), "--out",
+                 str(tmp_path / "weights")]) == 0
+    assert refusing in " ".join(capsys.readouterr().err.split())
+
+
 def test_a_tokenizer_larger_than_the_model_is_one_line(tmp_path, capsys):
     """A directory whose tokenizer has ids the model cannot embed is refused, as a checkpoint
     with such a tokenizer is: by sample, and by convert --from hf, which writes nothing."""

@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "model.safetensors or pytorch_model.bin, either whole or in shards) becomes a "
                     "run directory with best.pt "
                     "(and the tokenizer, when DIR has one; without one a note says that the run "
-                    "holds weights only, which sample cannot prompt). DIR may also be a hub model "
+                    "holds weights only, which sample, chat, finetune and train --init-from "
+                    "refuse). DIR may also be a hub model "
                     "id (gpt2, gpt2-medium, gpt2-large, gpt2-xl, owner/name): it is downloaded "
                     "through huggingface_hub into the Hugging Face cache once (offline, "
                     "HF_HUB_OFFLINE=1, only that cache is used). --to hf: a GPT checkpoint becomes"
@@ -62,7 +63,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "a hub model id such as gpt2 (--from hf:gpt2 is --from hf gpt2)")
     way.add_argument("--to", dest="target", choices=("hf", "gguf"),
                      help="export to this format: hf (a directory) or gguf (one file)")
-    p.add_argument("--checkpoint", default=None, help="with --to: run directory or .pt file")
+    p.add_argument("--checkpoint", default=None,
+                   help="with --to: the model to export: a run directory or .pt file (a LoRA "
+                        "run, or its adapter.pt, exports with its adapters folded in), a "
+                        "Hugging Face GPT-2 directory or hf:ID")
     add_which_flag(p)
     p.add_argument("--type", dest="gguf_type", choices=GGUF_TYPES, default=None,
                    help="with --to gguf: weight precision, f32 (exact), f16, or q8_0 (int8 "
