@@ -155,6 +155,35 @@ def test_a_cached_copy_cut_short_is_named_so_offline(hub, tmp_path, monkeypatch,
     assert not (tmp_path / "o").exists()
 
 
+def test_a_mistyped_local_path_is_said_to_be_no_directory(monkeypatch, tmp_path, capsys):
+    """A path that is not there is asked of the hub as an owner/name id; offline, the refusal
+    said only 'cannot download runs/gpt2-locl: ...; pass a local directory' to a user who had
+    given one, mistyped. When its folder is here it says first that no such directory is; an
+    id whose owner is no folder here is refused as before."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def no_network(repo_id, **kwargs):
+        raise LocalEntryNotFoundError("connection error")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for name in ("HF_HUB_CACHE", "HF_HOME"):  # (the cache named in words)
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    line = error_of(capsys, ["convert", "--from", "hf", "runs/gpt2-locl", "--out", "o"])
+    assert line.endswith("error: runs/gpt2-locl is no local directory (runs holds no "
+                         "'gpt2-locl'), and as a hub model id: cannot download runs/gpt2-locl: "
+                         "the hub cannot be reached and it is not in the Hugging Face cache; "
+                         "pass a local directory"), line
+    line = error_of(capsys, ["convert", "--from", "hf", "someone/gpt2", "--out", "o"])
+    assert line.endswith("error: cannot download someone/gpt2: the hub cannot be reached and "
+                         "it is not in the Hugging Face cache; pass a local directory"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
 @pytest.mark.parametrize("source, message", [
     ("bad//id", "neither a local directory nor a Hugging Face hub model id"),
     ("hf:", "'hf:' names no model; give a hub id after it, such as hf:gpt2"),  # not " is ..."

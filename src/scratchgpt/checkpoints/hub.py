@@ -248,4 +248,19 @@ def resolve_hf_source(source: str | Path) -> Path:
         return download(text[len(HF_PREFIX):])
     if Path(text).exists():
         return Path(text)
-    return download(text)
+    try:
+        return download(text)
+    except CheckpointError as e:
+        raise CheckpointError(_no_such_folder(text, str(e))) from None
+
+
+def _no_such_folder(text: str, why: str) -> str:
+    """``why`` the hub model ``text`` could not be had, saying first that no such folder is
+    here when ``text`` reads as a path mistyped (``runs/gpt2`` where ``runs`` is a folder):
+    'cannot download runs/gpt2: ...; pass a local directory' left the user, who had given
+    one, to guess. A refusal that says so already, or an id like no path here, is ``why``."""
+    folder = Path(text).parent
+    if is_bare(text) or not folder.is_dir() or "neither a local directory" in why:
+        return why
+    return (f"{text} is no local directory ({folder} holds no {Path(text).name!r}), and as a "
+            f"hub model id: {why}")
