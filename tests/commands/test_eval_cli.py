@@ -209,6 +209,7 @@ def test_table_and_plot(run_dir, tmp_path, capsys):
                                                  "--plot", str(png)])
     assert png.read_bytes() == b"kept"
     assert main(["eval", "--checkpoint", str(run_dir), "--plot", str(png), "--overwrite"]) == 0
+    capsys.readouterr()  # (its output, a progress bar on a slow machine among it)
     assert "goes with --plot" in error_of(capsys, ["eval", "--checkpoint", str(run_dir),
                                                    "--overwrite"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
