@@ -146,9 +146,26 @@ def note_missing_glyphs(fig: Any, path: str | Path) -> None:
               file=sys.stderr)
 
 
-def _tick_size(n: int) -> float:
-    """Font size for ``n`` tick labels: smaller as they crowd."""
-    return max(5.0, min(10.0, 160.0 / max(n, 1)))
+TICK_POINTS = (5.0, 10.0)  # the smallest and largest font size of a figure's tick labels
+
+
+def _tick_size(n: int, inches: float) -> float:
+    """Font size for ``n`` tick labels along an axis ``inches`` long: what the room each label
+    has allows (a line of text and a little space: its points / 1.4), within
+    :data:`TICK_POINTS`. (It was 160 / n points whatever the axis: a 51-character source was
+    labelled in 5 pt across a figure 16 inches wide.)
+
+    >>> _tick_size(52, 13.5), _tick_size(52, 4.0), _tick_size(3, 2.0)
+    (10.0, 5.0, 10.0)
+    """
+    least, most = TICK_POINTS
+    return max(least, min(most, inches * 72.0 / max(n, 1) / 1.4))
+
+
+def _axes_inches(ax: Any) -> tuple[float, float]:
+    """The width and height of ``ax`` in inches, as laid out when asked."""
+    box, (width, height) = ax.get_position(), ax.get_figure().get_size_inches()
+    return box.width * width, box.height * height
 
 
 def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[str], *,
@@ -160,14 +177,15 @@ def heatmap(ax: Any, weights: Any, x_labels: Sequence[str], y_labels: Sequence[s
     Single characters stay upright; longer labels on the x axis turn vertical. ``vmax`` None
     scales the colours to the largest weight. Returns the image (for a colour bar)."""
     xs, ys = range(0, len(x_labels), every[0]), range(0, len(y_labels), every[1])  # labelled
+    width, height = _axes_inches(ax)
     image = ax.imshow(weights, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                       interpolation="nearest")
     ax.set_xticks(xs, [x_labels[i] for i in xs] if show_x else [""] * len(xs),
-                  fontsize=_tick_size(len(xs)))
+                  fontsize=_tick_size(len(xs), width))
     for label in ax.get_xticklabels():
         label.set_rotation(90 if len(label.get_text()) > 1 else 0)
     ax.set_yticks(ys, [y_labels[i] for i in ys] if show_y else [""] * len(ys),
-                  fontsize=_tick_size(len(ys)))
+                  fontsize=_tick_size(len(ys), height))
     ax.tick_params(length=0)
     return image
 
@@ -285,7 +303,8 @@ def distribution_figure(labels: Sequence[str], panels: Sequence[tuple[str, Seque
         note = f"  ·  {notes[i]}" if i < len(notes) and notes[i] else ""
         ax.set_title(f"{title}{note}", fontsize=9, loc="left")
     bottom = axes[-1][0]
-    bottom.set_xticks(xs, [*labels, "other"], fontsize=_tick_size(n + 1))
+    bottom.set_xticks(xs, [*labels, "other"],
+                     fontsize=_tick_size(n + 1, _axes_inches(bottom)[0]))
     for label in bottom.get_xticklabels():
         label.set_rotation(90 if len(label.get_text()) > 1 else 0)
     fig.tight_layout()
@@ -436,8 +455,9 @@ def confusion_figure(confusion: Sequence[Sequence[int]], labels: Sequence[str],
         for p in range(n):
             ax.text(p, t, str(confusion[t][p]), ha="center", va="center",
                     color="white" if shares[t][p] > 0.5 else "black")
-    ax.set_xticks(range(n), labels, fontsize=_tick_size(n))
-    ax.set_yticks(range(n), labels, fontsize=_tick_size(n))
+    width, height = _axes_inches(ax)
+    ax.set_xticks(range(n), labels, fontsize=_tick_size(n, width))
+    ax.set_yticks(range(n), labels, fontsize=_tick_size(n, height))
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     if title:
