@@ -9,6 +9,7 @@ from scratchgpt.viz import (
     TICK_POINTS,
     _tick_size,
     alignment_figure,
+    attention_figure,
     context_loss_figure,
     pyplot,
 )
@@ -23,6 +24,46 @@ def test_the_context_axis_reads_as_plain_token_counts() -> None:
     low, high = ax.get_xlim()
     shown = [t.get_text() for t in ax.get_xticklabels() if low <= t.get_position()[0] <= high]
     assert shown == ["1", "2", "4", "8", "16", "32", "64"], shown
+
+
+def _causal_weights(layers: int, heads: int, t: int) -> np.ndarray:
+    """Attention-like weights ``(layers, heads, t, t)``: each row a distribution over the keys
+    up to its query."""
+    rng = np.random.default_rng(0)
+    weights = rng.random((layers, heads, t, t)) * np.tril(np.ones((t, t)))
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def test_an_attention_grid_has_one_colour_scale_and_names_its_axes() -> None:
+    """A grid of layers x heads had neither a colour bar nor axis labels, where the figure of
+    one head has both: how much attention a colour meant, and which axis was the query, could
+    not be read off it."""
+    labels = list("ROMEO:␣I")
+    fig = attention_figure(_causal_weights(2, 3, 8), labels, [0, 1], [0, 1, 2], "gpt")
+    try:
+        fig.canvas.draw()
+        heat = [ax for ax in fig.axes if ax.get_images()]
+        bars = [ax for ax in fig.axes if ax not in heat]
+        assert len(heat) == 6 and len(bars) == 1, fig.axes
+        assert bars[0].get_ylabel() == "attention weight"
+        assert all(ax.get_images()[0].get_clim() == (0.0, 1.0) for ax in heat)
+        bar_ticks = [float(t) for t in bars[0].get_yticks()]
+        assert min(bar_ticks) == 0.0 and max(bar_ticks) == 1.0, bar_ticks
+        rows = [heat[:3], heat[3:]]
+        assert [ax.get_xlabel() for ax in rows[1]] == ["key (attended to)"] * 3
+        assert [ax.get_xlabel() for ax in rows[0]] == [""] * 3
+        assert [ax.get_ylabel() for ax in (rows[0][0], rows[1][0])] == ["query (attending)"] * 2
+        assert all(ax.get_ylabel() == "" for row in rows for ax in row[1:])
+        assert [t.get_text() for t in rows[1][0].get_xticklabels()] == labels
+        assert [t.get_text() for t in rows[0][0].get_yticklabels()] == labels
+        frame = fig.bbox  # the labels and the bar are inside the figure, clear of the heatmaps
+        for text in (rows[1][0].xaxis.label, rows[0][0].yaxis.label, bars[0].yaxis.label):
+            box = text.get_window_extent()
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0, box
+        right = max(ax.get_window_extent().x1 for ax in heat)
+        assert bars[0].get_window_extent().x0 > right
+    finally:
+        pyplot().close(fig)
 
 
 def test_a_long_sources_labels_are_as_large_as_their_room_allows() -> None:

@@ -195,7 +195,7 @@ def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
                      heads: Sequence[int], title: str = "") -> Any:
     """Attention weights ``(len(layers), len(heads), T, T)`` (query rows, key columns) as a
     figure: one large heatmap with a colour bar when a single head is given, otherwise a grid
-    with a row per layer and a column per head (tick labels on the outer axes only)."""
+    with a row per layer and a column per head (see :func:`_attention_grid`)."""
     plt = pyplot()
     n_rows, n_cols, t = len(layers), len(heads), len(labels)
     if n_rows == n_cols == 1:
@@ -207,17 +207,36 @@ def attention_figure(weights: Any, labels: Sequence[str], layers: Sequence[int],
         ax.set_title(f"layer {layers[0]}, head {heads[0]}")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     else:
-        side = min(4.0, max(1.6, 0.16 * t + 0.6))
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(side * n_cols + 1.0, side * n_rows + 1.0),
-                                 squeeze=False)
-        for r, layer in enumerate(layers):
-            for c, head in enumerate(heads):
-                ax = axes[r][c]
-                heatmap(ax, weights[r][c], labels, labels, show_x=r == n_rows - 1, show_y=c == 0)
-                ax.set_title(f"layer {layer}, head {head}", fontsize=8)
+        fig = _attention_grid(plt, weights, labels, layers, heads)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    return fig
+
+
+def _attention_grid(plt: Any, weights: Any, labels: Sequence[str], layers: Sequence[int],
+                    heads: Sequence[int]) -> Any:
+    """:func:`attention_figure`'s grid of layers x heads: tick labels, and what the axes are,
+    on the outer axes only, and one colour bar for all (every heatmap shares the scale 0..1).
+    Laid out by matplotlib's constrained layout, which makes room for the shared bar."""
+    n_rows, n_cols, t = len(layers), len(heads), len(labels)
+    side = min(4.0, max(1.6, 0.16 * t + 0.6))
+    fig, axes = plt.subplots(n_rows, n_cols, squeeze=False, layout="constrained",
+                             figsize=(side * n_cols + 1.6, side * n_rows + 1.2))
+    for r, layer in enumerate(layers):
+        for c, head in enumerate(heads):
+            ax = axes[r][c]
+            image = heatmap(ax, weights[r][c], labels, labels, show_x=r == n_rows - 1,
+                            show_y=c == 0)
+            ax.set_title(f"layer {layer}, head {head}", fontsize=8)
+            if r == n_rows - 1:
+                ax.set_xlabel("key (attended to)", fontsize=8)
+            if c == 0:
+                ax.set_ylabel("query (attending)", fontsize=8)
+    bar = fig.colorbar(image, ax=axes, shrink=0.9 if n_rows > 1 else 1.0,
+                       aspect=max(20, 12 * n_rows), label="attention weight")
+    bar.ax.tick_params(labelsize=8)
     return fig
 
 
