@@ -145,8 +145,14 @@ def test_importing_a_dir_without_tokenizer_says_the_run_cannot_be_prompted(tmp_p
     assert err.startswith(f"note: {tmp_path / 'bare'} has no tokenizer") and \
         "convert again with --overwrite" in err, err
     assert (tmp_path / "run" / "best.pt").is_file()
-    assert main(["sample", "--checkpoint", str(tmp_path / "run"), "--prompt", "a"]) == 2
-    assert "no tokenizer" in capsys.readouterr().err
+    for argv in (["sample", "--prompt", "a"], ["chat"]):
+        # (it said 'no tokenizer found: RUN/tokenizer.json does not exist', as if a file of
+        # the run were lost)
+        assert error_of(capsys, [argv[0], "--checkpoint", str(tmp_path / "run"),
+                                 *argv[1:]]) == (
+            f"scratchgpt {argv[0]}: error: {tmp_path / 'run' / 'best.pt'} holds weights only: "
+            f"it was converted from {tmp_path / 'bare'}, which had no tokenizer files; put the "
+            "model's tokenizer there and convert again with --overwrite"), argv
     save_hf(tiny_gpt(), tmp_path / "full", CharTokenizer(CHARS))
     assert main(["convert", "--from", "hf", str(tmp_path / "full"), "--out",
                  str(tmp_path / "run2")]) == 0

@@ -352,11 +352,26 @@ class Checkpoint:
         if role in self.tokenizers:
             tok = tokenizer_from_dict(self.tokenizers[role], directory, where=str(self.path))
         elif role == "text" and directory is not None:
+            self._check_not_weights_only(directory)
             tok = load_tokenizer(directory)
         else:
             raise CheckpointError(f"{self.path}: holds no {role} tokenizer")
         self.check_tokenizer(tok, role)
         return tok
+
+    def _check_not_weights_only(self, directory: Path) -> None:
+        """A model imported from a Hugging Face directory without tokenizer files holds
+        weights only (``convert --from hf`` said so); a command that needs its tokenizer says
+        that, where it said 'no tokenizer found: DIR/tokenizer.json does not exist', as if
+        the run had lost a file."""
+        from scratchgpt.tokenizers import TOKENIZER_FILE
+
+        origin = self.data.get("converted_from")
+        if origin is None or (directory / TOKENIZER_FILE).is_file():
+            return
+        raise CheckpointError(f"{self.path} holds weights only: it was converted from {origin}, "
+                              "which had no tokenizer files; put the model's tokenizer there "
+                              f"and convert again with --overwrite")
 
     def check_tokenizer(self, tok: Any, role: str = "text") -> None:
         """A tokenizer larger than the model's vocabulary makes ids the model cannot embed; a
