@@ -185,3 +185,46 @@ def test_a_run_its_budget_ended_inside_its_warmup_says_so(small_dataset, tmp_pat
                 time_budget="0.3s")
     err = capsys.readouterr().err
     assert "spent at step" in err and "warmup" not in err
+
+
+def assert_warm_up_is_exact(train, task_class, tmp_path, monkeypatch) -> None:
+    """``train(out)``, a run of a task of ``task_class``, does the trainer's untimed warm-up
+    on the task's ``warm_up_batch`` (asked once) and ends at the weights bit for bit of the
+    same run without it (for the tasks that do not train through ``_tiny_train``)."""
+    from scratchgpt.checkpoints import load_checkpoint
+    from scratchgpt.training.trainer import Trainer
+
+    asked, real = [], task_class.warm_up_batch
+
+    def warm_up_batch(self, *args):
+        asked.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(task_class, "warm_up_batch", warm_up_batch)
+    train(tmp_path / "warm")
+    assert len(asked) == 1
+    with monkeypatch.context() as cold:
+        cold.setattr(Trainer, "_warm_up", lambda self: None)
+        train(tmp_path / "cold")
+    assert len(asked) == 1
+    warm, cold_ = (load_checkpoint(tmp_path / name / "last.pt").model for name in ("warm", "cold"))
+    assert warm.keys() == cold_.keys() and all(torch.equal(warm[k], cold_[k]) for k in warm)
+
+
+def assert_warm_up_batch_draws_nothing(make_task, rows: int) -> None:
+    """A task from ``make_task()`` gives a warm-up batch of the training batches' rows that
+    draws no random number and moves no epoch: the batches drawn after it are those a twin
+    task that made none draws, and the global random state is as it was."""
+    warm, cold = make_task(), make_task()
+    gens = [torch.Generator().manual_seed(3) for _ in range(2)]
+    first = warm.train_batch(rows, gens[0])
+    assert all(torch.equal(a, b) for a, b in zip(first, cold.train_batch(rows, gens[1]),
+                                                 strict=True))
+    rng = torch.get_rng_state()
+    batch = warm.warm_up_batch(rows)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert [t.size(0) for t in batch] == [t.size(0) for t in first]
+    for _ in range(5):  # into the next epoch
+        assert all(torch.equal(a, b) for a, b in zip(warm.train_batch(rows, gens[0]),
+                                                     cold.train_batch(rows, gens[1]),
+                                                     strict=True))

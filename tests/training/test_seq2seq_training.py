@@ -19,6 +19,10 @@ from scratchgpt.training.seq2seq import (
     training_memory,
 )
 from scratchgpt.training.task import EvalSetting
+from tests.training.test_budget_end import (
+    assert_warm_up_batch_draws_nothing,
+    assert_warm_up_is_exact,
+)
 
 
 def test_length_batches_cover_everything_once_and_group_lengths():
@@ -295,3 +299,23 @@ def test_a_seq2seq_run_its_budget_ended_says_how_many_pairs_it_decodes(
         [(min(32, decoded - i), b) for i, b in zip(range(0, decoded, 32), bounds, strict=True)]
     assert all(longest <= bound for _, bound, longest in calls)
 
+
+
+def test_the_warm_up_batch_draws_nothing():
+    spec = DataSpec(task="reverse", n_train=30, n_test=6)
+    assert_warm_up_batch_draws_nothing(lambda: Seq2SeqTask.from_spec(spec), rows=8)
+
+
+def test_a_seq2seq_runs_warm_up_changes_nothing_it_computes(cli_main, tmp_path, capsys,
+                                                            monkeypatch):
+    """seq2seq train (a time budget by default) paid its first step's one-off set-up inside
+    the budget: its task had no warm-up batch, so the trainer skipped it. Its warm-up
+    (dropout on, so the random state counts) leaves the run bit for bit as it was."""
+    def train(out):
+        assert cli_main(["seq2seq", "train", "--task", "reverse", "--out", str(out),
+                         "--n-train", "100", "--n-test", "10", "--d-model", "16",
+                         "--dropout", "0.1", "--batch-size", "8", "--max-iters", "4",
+                         "--eval-pairs", "2", "--no-progress", "--threads", "1"]) == 0, \
+            capsys.readouterr().err
+
+    assert_warm_up_is_exact(train, Seq2SeqTask, tmp_path, monkeypatch)

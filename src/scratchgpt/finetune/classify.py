@@ -282,6 +282,12 @@ class ClassifyTask:
         idx = self.epochs.next(batch_size, generator, shard)
         return collate([self.train_examples[i] for i in idx])
 
+    def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
+        """A batch of the training batches' shape that draws from no generator and moves no
+        epoch: the first ``batch_size`` training texts (the trainer's untimed warm-up step;
+        ``seq_len`` is a language model's, refused here)."""
+        return collate(self.train_examples[:batch_size])
+
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         x, lengths, labels = batch
         logits = model(x, lengths)  # (B, n_classes)

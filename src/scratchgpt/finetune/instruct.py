@@ -243,6 +243,12 @@ class InstructTask:
         idx = self.epochs.next(batch_size, generator, shard)
         return collate([self.examples.train[i] for i in idx])
 
+    def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
+        """A batch of the training batches' shape that draws from no generator and moves no
+        epoch: the first ``batch_size`` training conversations (the trainer's untimed warm-up
+        step; ``seq_len`` is a language model's, refused here)."""
+        return collate(self.examples.train[:batch_size])
+
     @staticmethod
     def loss(model: nn.Module, batch: Batch) -> Tensor:
         x, y = batch

@@ -139,6 +139,12 @@ class Seq2SeqTask:
         return collate([self.examples[i] for i in self.epochs.next(batch_size, generator,
                                                                      shard)])
 
+    def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
+        """A batch of the training batches' shape that draws from no generator and moves no
+        epoch: the first ``batch_size`` training pairs (the trainer's untimed warm-up step;
+        ``seq_len`` is a language model's, refused here)."""
+        return collate(self.examples[:batch_size])
+
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return sequence_loss(model, batch, self.label_smoothing)
 
