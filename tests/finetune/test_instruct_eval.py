@@ -70,3 +70,32 @@ def test_a_run_its_budget_ended_says_what_it_evaluates(ft_dir, tmp_path, capsys,
     scored = re.findall(r"held-out exact match \S+ \(\d+/(\d+), greedy replies\)", printed)
     assert scored == ([replies] * 2 if replies else []), printed  # before and after training
     assert (replies == "5") == (eval_generate == "5")
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_greedy_replies_show_a_progress_bar_unless_told_not_to(ft_dir, tmp_path, capsys,
+                                                                   monkeypatch, progress):
+    """--eval-generate N generated its replies before and after training (some 18 s on a busy
+    machine) with nothing on the screen: a bar on stderr counts them, each time, once they
+    have taken a second (here at once), and none under --no-progress (``progress=False``)."""
+    import pickle
+
+    from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
+    from scratchgpt.tokenizers import bpe
+    from scratchgpt.training import job
+
+    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
+    train_job = plan(FinetuneRequest("instruct", str(ft_dir / "base"), str(tmp_path / "r"),
+                                     str(ft_dir / "inst.json"), held_out=0.2, eval_generate=3,
+                                     train_flags={"max_iters": 1, "batch_size": 4},
+                                     progress=progress), log=None)
+    starting_figures(train_job, log=None)
+    before = capsys.readouterr().err
+    # (--nproc's processes, each of which evaluates, make the task anew: without a bar)
+    assert not pickle.loads(pickle.dumps(train_job.task))().progress
+    result = job.run(train_job, progress=False)  # (the training's own bar aside)
+    after = capsys.readouterr().err
+    assert result.metrics["exact_match"] >= 0
+    for err in (before, after):
+        assert ("greedy replies: 100%" in err and " 3/3 " in err) == progress, err
+        assert ("greedy replies" in err) == progress, err

@@ -225,8 +225,10 @@ class InstructTask:
     """Instruction tuning for the training core (see the module docstring)."""
 
     def __init__(self, data: InstructData, tokenizer: Any,
-                 extra_data: dict[str, Any] | None = None):
+                 extra_data: dict[str, Any] | None = None, progress: bool = False):
         self.examples, self.tokenizer = data, tokenizer
+        # a bar on stderr while the greedy replies of eval_generate are generated (seconds)
+        self.progress = progress
         self.spec = InstructSpec(**{k: v for k, v in data.record.items()
                                     if k in InstructSpec.__dataclass_fields__})
         self.template = TEMPLATES[self.spec.template]
@@ -272,7 +274,8 @@ class InstructTask:
                    "val_loss": held_out_loss(model, self.examples.held_out, setting.batch_size,
                                              setting.device)}
         if chats := self.generated_chats():
-            self.final_eval = exact_match(model, self.tokenizer, self.template, chats)
+            self.final_eval = exact_match(model, self.tokenizer, self.template, chats,
+                                          progress=self.progress)
             metrics["exact_match"] = self.final_eval.rate
         return metrics
 
@@ -383,12 +386,19 @@ def reply(model: nn.Module, tokenizer: Any, template: ChatTemplate,
 
 
 def exact_match(model: nn.Module, tokenizer: Any, template: ChatTemplate,
-                chats: Sequence[Sequence[Message]], batch_size: int = 32) -> GenerationEval:
-    """Greedy replies to the prompts of ``chats`` against their last assistant messages."""
+                chats: Sequence[Sequence[Message]], batch_size: int = 32,
+                progress: bool = False) -> GenerationEval:
+    """Greedy replies to the prompts of ``chats`` against their last assistant messages.
+    ``progress``: a bar on stderr, by replies, once they have taken a second (generating a
+    few dozen took some 18 s on a busy machine, with nothing said)."""
+    from scratchgpt.tokenizers.bpe import progress_bar
+
     prompts, refs = zip(*(split_last_reply(c) for c in chats), strict=True)
     longest = max(len(encode_plain(tokenizer, r)[0]) for r in refs)
     replies: list[str] = []
-    for i in range(0, len(prompts), batch_size):
-        replies += reply(model, tokenizer, template, prompts[i:i + batch_size],
-                         max_new_tokens=longest + 8)
+    with progress_bar(len(prompts), progress, "greedy replies", "reply") as bar:
+        for i in range(0, len(prompts), batch_size):
+            replies += reply(model, tokenizer, template, prompts[i:i + batch_size],
+                             max_new_tokens=longest + 8)
+            bar.update(len(prompts[i:i + batch_size]))
     return GenerationEval([p[-1]["content"] for p in prompts], replies, list(refs))

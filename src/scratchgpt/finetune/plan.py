@@ -93,6 +93,9 @@ class FinetuneRequest:
     # the base at init_from when the caller has loaded it already (bench finetune, which
     # checks its --base before writing anything): not loaded a second time
     base: Base | None = None
+    # instruct: a progress bar on stderr while the --eval-generate replies are generated,
+    # before and after training, once they take a second (the caller's choice: off here)
+    progress: bool = False
 
 
 # ---- the task of a run, made in each process that trains
@@ -105,19 +108,22 @@ class TaskFactory:
     rank 0 saves in the run's checkpoints)."""
 
     def __init__(self, kind: str, record: dict[str, Any], tokenizer: Any,
-                 extra: dict[str, Any], block_size: int, task: Any = None):
+                 extra: dict[str, Any], block_size: int, task: Any = None,
+                 progress: bool = False):
         self.kind, self.record, self.tokenizer = kind, record, tokenizer
         self.extra, self.block_size, self._task = extra, block_size, task
+        self.progress = progress
         self._state: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        # (every process of a data-parallel run evaluates: none of them draws a bar)
         state = None if self._task is None else self._task.state_dict()
-        return {**self.__dict__, "_task": None, "_state": state}
+        return {**self.__dict__, "_task": None, "_state": state, "progress": False}
 
     def __call__(self) -> Any:
         if self._task is None:
             self._task = make_task(self.kind, self.record, self.tokenizer, self.extra,
-                                   self.block_size)
+                                   self.block_size, progress=self.progress)
             if self._state is not None:
                 self._task.load_state_dict(self._state)
         return self._task
@@ -128,14 +134,15 @@ def _spec(cls: type, record: dict[str, Any]) -> Any:
 
 
 def make_task(kind: str, record: dict[str, Any], tokenizer: Any, extra: dict[str, Any],
-              block_size: int, log: Log = None) -> Any:
-    """The task of a run from what it records about its data."""
+              block_size: int, log: Log = None, progress: bool = False) -> Any:
+    """The task of a run from what it records about its data (``progress``: an instruction
+    task's bar while it generates replies)."""
     if kind == "classify":
         spec = _spec(classify.ClassifySpec, record)
         data = classify.load_data(spec, tokenizer, block_size, log)
         return classify.ClassifyTask(data, tokenizer, spec.class_weights, extra)
     data = instruct.load_data(_spec(instruct.InstructSpec, record), tokenizer, block_size, log)
-    return instruct.InstructTask(data, tokenizer, extra)
+    return instruct.InstructTask(data, tokenizer, extra, progress)
 
 
 # ---- settings
@@ -236,7 +243,7 @@ def plan(req: FinetuneRequest, log: Log = print) -> TrainJob:
     if log is not None:
         log(describe_parameters(model, cfg.optimizer))
     factory = TaskFactory(req.task, task.examples.record, base.tokenizer, extra, gpt.block_size,
-                          task)
+                          task, req.progress)
     return TrainJob(out, "overwrite" if req.overwrite else "new", cfg, config, factory,
                     {"finetune": {"task": req.task, "init_from": req.init_from,
                                   "epochs": req.epochs}},
@@ -329,7 +336,7 @@ def _instruct(req: FinetuneRequest, base: Base, gpt: GPTConfig, extra: dict[str,
             log(f"note: --eval-generate {spec.eval_generate} is more than the "
                 f"{plural(sizes['val'], 'held-out conversation', grouped=True)}: the exact "
                 f"match scores {sizes['val']:,} (a larger --held-out holds out more)")
-    return instruct.InstructTask(data, base.tokenizer, extra), config
+    return instruct.InstructTask(data, base.tokenizer, extra, req.progress), config
 
 
 def _model_config(req: FinetuneRequest, gpt: GPTConfig, n_classes: int = 2) -> ModelConfig:
@@ -398,7 +405,8 @@ def _plan_resume(req: FinetuneRequest, log: Log) -> TrainJob:
     check_resources(cfg, config)  # (as train's resume checks them: a --batch-size given now)
     tokenizer = checkpoint.tokenizer("text")
     extra = {k: checkpoint.data.get(k) for k in ("base", "epochs")}
-    factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra, _gpt_of(config).block_size)
+    factory = TaskFactory(kind, checkpoint.data[kind], tokenizer, extra,
+                          _gpt_of(config).block_size, progress=req.progress)
     return TrainJob(out, "resume", cfg, config, factory, {}, checkpoint,
                     finish=partial(finish_run, verbose=log is not None))
 
@@ -534,7 +542,8 @@ def starting_figures(train_job: TrainJob, log: Log = print) -> dict[str, Any]:
         log(f"before fine-tuning: held-out response loss {figures['val_loss']:.4f}")
     if task.spec.eval_generate:
         ev = instruct.exact_match(model, task.tokenizer, task.template,
-                                  task.examples.held_out_chats[:task.spec.eval_generate])
+                                  task.examples.held_out_chats[:task.spec.eval_generate],
+                                  progress=task.progress)
         figures["exact_match"] = ev.rate
         if log is not None:
             log("before fine-tuning: " + ev.describe("held-out", samples=1))
