@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     req = FinetuneRequest(
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
         args.overwrite, given(args, train_fields()), lora=lora,
-        given_flags=tuple(flags + lora_flags(args)), **shaping)
+        given_flags=tuple(flags + lora_flags(args)), progress=progress, **shaping)
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(req, progress)
     train_job = plan(req, log=print)
@@ -144,7 +144,8 @@ def _torchrun_process(req: Any, progress: bool) -> int:
 
     def begin(main: bool) -> Any:
         if not main:
-            return plan(dataclasses.replace(req, overwrite=False), log=None)
+            # (quietly: rank 0 alone draws the --eval-generate bar)
+            return plan(dataclasses.replace(req, overwrite=False, progress=False), log=None)
         train_job = plan(req, log=print)
         before.update(starting_figures(train_job, log=print))
         return job.with_notes(train_job, job.starting_note(train_job))
