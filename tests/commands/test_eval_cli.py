@@ -421,9 +421,9 @@ def test_eval_shows_each_splits_progress_unless_told_not_to(run_dir, capsys, mon
     run for a second (here at once), as prepare's slow steps do; stdout keeps the figures."""
     from tqdm import tqdm
 
-    from scratchgpt.tokenizers import bpe
+    from scratchgpt import bars
 
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)
     assert main(["eval", "--checkpoint", str(run_dir), "--json", *flags]) == 0
     out, err = capsys.readouterr()
     figures = json.loads(out)

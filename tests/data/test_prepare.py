@@ -771,10 +771,10 @@ def test_text_with_a_lone_surrogate_is_refused_before_anything_is_written(tmp_pa
 @pytest.mark.parametrize("flags,shown", [([], True), (["--no-progress"], False)])
 def test_prepare_shows_bpe_training_progress_unless_told_not_to(tmp_path, capsys, monkeypatch,
                                                                 english_text, flags, shown):
+    from scratchgpt import bars
     from scratchgpt.cli import main
-    from scratchgpt.tokenizers import bpe
 
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once its step runs this long)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once its step runs that long)
     (tmp_path / "t.txt").write_text(english_text[:20_000], encoding="utf-8")
     assert main(["prepare", "--data", str(tmp_path / "t.txt"), "--tokenizer", "bpe",
                  "--vocab-size", "300", "--out", str(tmp_path / "d"), *flags]) == 0

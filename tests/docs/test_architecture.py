@@ -53,6 +53,7 @@ def test_errors_is_a_leaf_and_validation_and_chat_stand_on_it_alone() -> None:
     assert imported(PACKAGE / "errors.py") == set()
     assert imported(PACKAGE / "paths.py") == set()  # the cache directory, for every layer
     assert imported(PACKAGE / "wording.py") == set()  # counts in messages, for every layer
+    assert imported(PACKAGE / "bars.py") == set()  # progress bars, for every layer
     assert imported(PACKAGE / "validation.py") == {"scratchgpt.errors"}
     # chat.py reads a Hugging Face directory's template through checkpoints/hf.py, on call
     assert imported(PACKAGE / "chat.py", top_level_only=True) == {"scratchgpt.errors"}
@@ -71,7 +72,7 @@ def test_no_command_imports_another() -> None:
 def test_models_and_tokenizers_stand_on_the_leaves_alone() -> None:
     """The bottom row: a network or a tokenizer imports no training, data or generation."""
     leaves = {"scratchgpt.errors", "scratchgpt.validation", "scratchgpt.paths",
-              "scratchgpt.wording"}
+              "scratchgpt.wording", "scratchgpt.bars"}
     for part in ("models", "tokenizers"):
         for path in sorted((PACKAGE / part).rglob("*.py")):
             outside = {m for m in imported(path)

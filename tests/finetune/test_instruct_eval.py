@@ -80,11 +80,11 @@ def test_the_greedy_replies_show_a_progress_bar_unless_told_not_to(ft_dir, tmp_p
     have taken a second (here at once), and none under --no-progress (``progress=False``)."""
     import pickle
 
+    from scratchgpt import bars
     from scratchgpt.finetune.plan import FinetuneRequest, plan, starting_figures
-    from scratchgpt.tokenizers import bpe
     from scratchgpt.training import job
 
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
     train_job = plan(FinetuneRequest("instruct", str(ft_dir / "base"), str(tmp_path / "r"),
                                      str(ft_dir / "inst.json"), held_out=0.2, eval_generate=3,
                                      train_flags={"max_iters": 1, "batch_size": 4},
@@ -106,9 +106,9 @@ def test_finetune_draws_the_greedy_replies_bar_unless_no_progress(ft_dir, tmp_pa
                                                                   monkeypatch, quiet):
     """The command passes its --no-progress to the replies' bar: the bar was the library's
     alone, and ``finetune --eval-generate`` still said nothing while it generated."""
-    from scratchgpt.tokenizers import bpe
+    from scratchgpt import bars
 
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
     code, _, err = run_cli(["finetune", "--task", "instruct", "--init-from", ft_dir / "base",
                             "--data", ft_dir / "inst.json", "--held-out", "0.2",
                             "--eval-generate", "3", "--out", tmp_path / "r", "--max-iters", "1",

@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 import regex
 
+from scratchgpt import bars
 from scratchgpt.errors import ScratchGPTError
-from scratchgpt.tokenizers import BPETokenizer, bpe, load_tokenizer
+from scratchgpt.tokenizers import BPETokenizer, load_tokenizer
 from scratchgpt.tokenizers.bpe import count_chunks
 from scratchgpt.tokenizers.bpe_algorithm import (
     LONG_TRAINING_CHUNK,
@@ -241,7 +242,7 @@ def test_a_long_text_is_counted_piece_by_piece_as_it_is_whole(english_text):
 @pytest.mark.parametrize("progress", [True, False])
 def test_training_shows_its_progress_on_stderr_when_asked(english_text, monkeypatch, capsys,
                                                            progress):
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)  # (bars show once a step runs this long)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # (bars show once a step runs this long)
     tok = BPETokenizer.train(english_text[:20_000], 300, backend="python", progress=progress)
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -257,7 +258,7 @@ def test_a_vocabulary_size_that_is_no_integer_is_refused(size):
 
 
 def test_a_training_out_of_pairs_ends_its_bar_full(monkeypatch, capsys):
-    monkeypatch.setattr(bpe, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)
     tok = BPETokenizer.train("the cat sat on the mat " * 20, 1000, progress=True)
     assert len(tok.merges) < 1000 - 257  # (it ran out of pairs)
     n = len(tok.merges)

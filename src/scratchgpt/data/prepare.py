@@ -26,12 +26,13 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scratchgpt.bars import progress_over
 from scratchgpt.checkpoints.io import (
     TEMP_SUFFIX,
     dead_temporaries,
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 META_FILE = "meta.json"
 META_VERSION = 1
 MIN_SPLIT_TOKENS = 2  # the least window: a context of one token, and the token after it
-T = TypeVar("T")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -99,7 +99,7 @@ def encode_pieces(tok: Tokenizer, text: str, dtype: np.dtype, progress: bool = F
     a piece, whose ids joined are the whole text's. Only one piece's ids are Python ints at a
     time. ``progress`` shows a bar over the pieces."""
     bounds = _bounds(tok, text, piece_chars)
-    for a, b in _bar(bounds, progress and len(bounds) > 1, desc, "piece"):
+    for a, b in progress_over(bounds, progress and len(bounds) > 1, desc, "piece"):
         yield np.asarray(encode_corpus(tok, text[a:b]), dtype=dtype)
 
 
@@ -139,20 +139,10 @@ def _sampled(tok: BPETokenizer, text: str, bpe_dropout: float, copies: int, dtyp
              progress: bool) -> Iterator[np.ndarray]:
     # (a cut is where no chunk of the pre-tokenizer spans, so the pieces draw from rng in the
     # order the whole text does, and sample the same ids)
-    for _ in _bar(range(copies), progress, "BPE-dropout copies"):
+    for _ in progress_over(range(copies), progress, "BPE-dropout copies", "copy"):
         for a, b in bounds:
             yield np.asarray(tok.encode_with_dropout(text[a:b], bpe_dropout, rng,
                                                      allowed_special="all"), dtype=dtype)
-
-
-def _bar(items: Sequence[T], enabled: bool, desc: str, unit: str = "copy") -> Iterable[T]:
-    if not enabled:
-        return items
-    from tqdm.auto import tqdm
-
-    from scratchgpt.tokenizers.bpe import PROGRESS_DELAY_S
-
-    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True, delay=PROGRESS_DELAY_S)
 
 
 def prepare_text(text: str, out: str | Path, tokenizer: str | Tokenizer = "char",

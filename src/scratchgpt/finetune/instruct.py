@@ -391,7 +391,7 @@ def exact_match(model: nn.Module, tokenizer: Any, template: ChatTemplate,
     """Greedy replies to the prompts of ``chats`` against their last assistant messages.
     ``progress``: a bar on stderr, by replies, once they have taken a second (generating a
     few dozen took some 18 s on a busy machine, with nothing said)."""
-    from scratchgpt.tokenizers.bpe import progress_bar
+    from scratchgpt.bars import progress_bar
 
     prompts, refs = zip(*(split_last_reply(c) for c in chats), strict=True)
     longest = max(len(encode_plain(tokenizer, r)[0]) for r in refs)

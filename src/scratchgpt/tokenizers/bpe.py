@@ -39,6 +39,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from scratchgpt.bars import progress_bar
 from scratchgpt.errors import TokenizerError
 from scratchgpt.tokenizers import bpe_files
 from scratchgpt.tokenizers.base import Tokenizer, check_unknown_policy
@@ -67,8 +68,6 @@ from scratchgpt.tokenizers.tiktoken_backend import TiktokenBackend, tiktoken_ava
 # Cache entries kept per tokenizer (chunk -> ids); cleared wholesale when full. Natural text has
 # few distinct chunks (Tiny Shakespeare: 15k of 300k), so nearly every chunk is a cache hit.
 CACHE_SIZE = 1 << 17
-# A progress bar is drawn once its step has run this long: a small text's training shows none.
-PROGRESS_DELAY_S = 1.0
 
 Backend = Literal["auto", "python", "tiktoken"]
 AllowedSpecial = Literal["all"] | Collection[str]
@@ -425,16 +424,6 @@ def count_chunks(text: str, special_tokens: Collection[str], pre: PreTokenizer,
                 counter.update(pre.split(segment[a:b]))
                 bar.update(b - a)
     return counter
-
-
-def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
-    """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
-    :data:`PROGRESS_DELAY_S` (none when not ``enabled``); counts of characters or tokens are
-    shown scaled (1.2M)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
-                delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
 
 
 def _merges_file_name(name: Any) -> str:

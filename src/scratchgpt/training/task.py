@@ -185,7 +185,7 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
     order, in eval mode; with ``max_tokens``, only the first windows whose targets fit in it
     (at least one). ``progress``: a bar of that name on stderr, by tokens, once the pass
     has run for a second (a large split takes minutes)."""
-    from scratchgpt.tokenizers.bpe import progress_bar  # (not for training's imports)
+    from scratchgpt.bars import progress_bar  # (not for training's imports)
 
     windows = None if max_tokens is None else _window_cap(max_tokens, block_size)
     batch_size = batch_size or eval_batch_size(block_size, device)

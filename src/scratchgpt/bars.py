@@ -1,0 +1,38 @@
+"""Progress bars for the long passes outside training (BPE learning, preparing a dataset,
+evaluating a split, generating replies): tqdm on stderr, drawn only once a pass has run for
+:data:`PROGRESS_DELAY_S`, so a small job prints none. A leaf: no scratchgpt imports.
+(A training run's own bar, by steps or seconds, is ``training/progress.py``.)
+
+>>> with progress_bar(3, enabled=False, desc="replies", unit="reply") as bar:
+...     bar.update(3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# A bar is drawn once its pass has run this long: a small text's BPE training shows none.
+PROGRESS_DELAY_S = 1.0
+
+
+def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
+    """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
+    :data:`PROGRESS_DELAY_S` (none when not ``enabled``); counts of characters or tokens are
+    shown scaled (1.2M)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
+                delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
+
+
+def progress_over(items: Sequence[T], enabled: bool, desc: str, unit: str) -> Iterable[T]:
+    """``items``, with a bar on stderr as they are gone through (as :func:`progress_bar`);
+    ``items`` themselves when not ``enabled``."""
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True, delay=PROGRESS_DELAY_S)
