@@ -45,9 +45,11 @@ def stream(client, path: str, body: dict) -> list:
         return events(r)
 
 
-def test_models_health_and_the_model_card(client, server):
+def test_models_health_and_the_model_card(client, server, chat_run):
     card = client.get("/v1/models").json()["data"][0]
     assert card["id"] == "chatty" and card["object"] == "model"
+    # (OpenAI's 'created', when the weights were written: it said 0, 1970, for every model)
+    assert card["created"] == int((chat_run / "best.pt").stat().st_mtime) > 0
     assert card["context_length"] == 64 and card["chat_template"] == "scratchgpt-chat-v1"
     assert client.get("/v1/models/chatty").json()["id"] == "chatty"
     assert client.get("/v1/models/other").status_code == 404

@@ -70,6 +70,15 @@ def model_id(checkpoint: str) -> str:
     return (path.parent.name if path.suffix == ".pt" else path.name) or "model"
 
 
+def written_at(path: Path) -> int:
+    """When the weights the server loaded were written, in Unix seconds (``/v1/models``'
+    ``created``, which said 0, 1970, for every model); 0 where that cannot be read."""
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return 0
+
+
 def load_service(cfg: ServeConfig) -> Any:
     """Load the checkpoint, ready it for decoding and build the service (engine not yet
     running: the application starts it)."""
@@ -99,7 +108,7 @@ def load_service(cfg: ServeConfig) -> Any:
     info = ModelInfo(cfg.model_name or model_id(cfg.checkpoint), source.model_type,
                      model.config.vocab_size, context, cfg.dtype,
                      gpt and gpt.n_layer, gpt and gpt.n_head,
-                     template and template.name)
+                     template and template.name, written_at(source.path))
     limits = cfg.limits
     if context is not None and limits.max_prompt_tokens > context:
         limits = Limits(**{**limits.__dict__, "max_prompt_tokens": context})

@@ -50,10 +50,12 @@ class ModelInfo:
     n_layer: int | None = None  # GPTs: the attention view's layers and heads
     n_head: int | None = None
     chat_template: str | None = None
+    created: int = 0  # when the weights were written (Unix seconds), as OpenAI's ``created``
 
     def card(self) -> dict[str, Any]:
         """``/v1/models``'s entry; the fields after ``owned_by`` are this server's own."""
-        return {"id": self.id, "object": "model", "created": 0, "owned_by": "scratchgpt",
+        return {"id": self.id, "object": "model", "created": self.created,
+                "owned_by": "scratchgpt",
                 "model_type": self.model_type, "vocab_size": self.vocab_size,
                 "context_length": self.context, "dtype": self.dtype, "n_layer": self.n_layer,
                 "n_head": self.n_head, "chat_template": self.chat_template,
