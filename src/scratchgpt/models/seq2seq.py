@@ -45,8 +45,9 @@ from scratchgpt.models.dropout import Dropout
 from scratchgpt.models.positions import sinusoidal_positions
 from scratchgpt.models.rnn import Recurrent
 
-# Per-row decoding state: every tensor has the batch (or batch*beam) rows on dim 0.
-DecodeState = dict[str, Tensor]
+# Per-row decoding state: every tensor has the batch (or batch*beam) rows on dim 0; an int is
+# the same for every row (a KV cache's count of positions fed), kept as it is by ``reorder``.
+DecodeState = dict[str, Tensor | int]
 # What a decode stopped part-way has, per example: (its output so far, whether that output is
 # final: the one the whole decode returns). Greedy: the tokens so far, final once <eos> is
 # among them. Beam: the hypothesis the search would return if it ended now, final once the
@@ -97,7 +98,8 @@ class Seq2Seq(nn.Module):
     def reorder(state: DecodeState, rows: Tensor) -> None:
         """Keep/duplicate rows of the state (beam search): row ``i`` becomes old row ``rows[i]``."""
         for k, v in state.items():
-            state[k] = v.index_select(0, rows)
+            if isinstance(v, Tensor):  # (an int is every row's)
+                state[k] = v.index_select(0, rows)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -377,17 +379,17 @@ class LSTMSeq2Seq(Seq2Seq):
 # ``project_kv``, ``attend``), the ones its ``forward`` is made of, so the cached decode runs
 # the arithmetic of the whole-prefix one.
 #
-# The cache lives in the :data:`DecodeState` dict, one entry per layer and tensor, every one
-# with the rows on dim 0::
+# The cache lives in the :data:`DecodeState` dict, one entry per layer and tensor, every
+# tensor with the rows on dim 0::
 #
 #     self_k.{l}, self_v.{l}    [N, H, slots, d]  keys/values of the output positions:
 #                                                  slots 0 .. t-1 filled, the others free
-#     self_len                  [N]               t, the output positions fed so far (the same
-#                                                  number in every row)
+#     self_len                  int               t, the output positions fed so far (the same
+#                                                  in every row)
 #     cross_k.{l}, cross_v.{l}  [N, H, S, d]      keys/values of the encoder output
 #
 # so :meth:`Seq2Seq.reorder` keeps, drops or duplicates a row's cache with the row when beam
-# search reselects its beams (``self_len`` too has a row dimension for that reason). The
+# search reselects its beams (and keeps ``self_len``, every row's). The
 # self-attention slots are allocated ahead: :data:`FIRST_SLOTS` at the start, twice as many
 # whenever they are full, so a decode of ``T`` tokens copies ``O(T)`` cached positions in all to
 # grow them, where appending with ``torch.cat`` copied the whole cache every step (``O(T^2)``).
@@ -409,12 +411,6 @@ def init_layer_cache(state: DecodeState, layer: int, cross: MultiHeadAttention,
     n, heads, _, d = k.shape
     state[f"self_k.{layer}"] = k.new_zeros(n, heads, FIRST_SLOTS, d)  # [N, H, slots, d]
     state[f"self_v.{layer}"] = k.new_zeros(n, heads, FIRST_SLOTS, d)
-
-
-def cached_length(state: DecodeState) -> int:
-    """Output positions fed so far (0 in a state of no rows, which decodes nothing)."""
-    fed = state["self_len"]  # [N], one number
-    return int(fed[0]) if fed.numel() else 0
 
 
 def self_slots(state: DecodeState, layer: int, t: int) -> tuple[Tensor, Tensor]:
@@ -572,7 +568,7 @@ class TransformerSeq2Seq(Seq2Seq):
             bos = torch.full((src.size(0), 0), self.config.bos_id, dtype=torch.long,
                              device=src.device)
             return {"memory": memory, "pad": pad, "tokens": bos}
-        state: DecodeState = {"pad": pad, "self_len": pad.new_zeros(pad.size(0), dtype=torch.long)}
+        state: DecodeState = {"pad": pad, "self_len": 0}
         for i, layer in enumerate(self.dec_layers):
             init_layer_cache(state, i, layer.cross_attn, memory)
         return state
@@ -580,13 +576,13 @@ class TransformerSeq2Seq(Seq2Seq):
     def step(self, state: DecodeState, prev: Tensor) -> tuple[Tensor, Tensor]:
         if "tokens" in state:
             return self._step_uncached(state, prev)
-        t = cached_length(state)
+        t = state["self_len"]  # output positions fed so far
         y = self._embed(self.tgt_embed, prev.unsqueeze(1), t)  # [N, 1, d]
         weights = []
         for i, layer in enumerate(self.dec_layers):
             y, w = layer.step(y, state, i, t)
             weights.append(w)
-        state["self_len"] = state["self_len"] + 1
+        state["self_len"] = t + 1
         logits = self.head(self.dec_norm(y[:, -1]))  # [N, V]
         w = weights[self.attn_layer][:, :, -1]  # [N, heads, S]
         return logits.float().log_softmax(dim=-1), self._reported(w)
