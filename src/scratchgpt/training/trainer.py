@@ -241,10 +241,7 @@ class Trainer:
         batch_of = getattr(self.task, "warm_up_batch", None)
         if batch_of is None or self.info.enabled:
             return
-        cfg, step = self.cfg, self.state.step
-        seq_len = window_length(step, cfg.seq_len_warmup, self.task.block_size) \
-            if cfg.seq_len_warmup else None
-        batch = batch_of(batch_rows(step, cfg.batch_size_ramp, cfg.batch_size), seq_len)
+        batch = batch_of(*self._batch_shape())
         self.model.train()
         cuda = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda), autocast(self.device, self.dtype):
@@ -254,15 +251,22 @@ class Trainer:
     def _next_batch(self) -> tuple[Tensor, ...]:
         """This process's rows of the next global batch; counts the group's tokens. Under a
         batch-size ramp or sequence-length warmup the batch has this step's rows and windows."""
-        cfg, shard = self.cfg, (self.info.rank, self.info.world_size)
-        rows = batch_rows(self.state.step, cfg.batch_size_ramp, cfg.batch_size)
-        if cfg.seq_len_warmup:
-            window = window_length(self.state.step, cfg.seq_len_warmup, self.task.block_size)
+        shard = (self.info.rank, self.info.world_size)
+        rows, window = self._batch_shape()
+        if window is not None:
             batch = self.task.train_batch(rows, self.batch_gen, shard, seq_len=window)
         else:
             batch = self.task.train_batch(rows, self.batch_gen, shard)
         self.state.tokens += self.task.batch_tokens(batch) * self.info.world_size
         return batch
+
+    def _batch_shape(self) -> tuple[int, int | None]:
+        """(rows, window) of this step's batch: its rows under a batch-size ramp, and its
+        windows' length under a sequence-length warmup (None without one: the task's own)."""
+        cfg, step = self.cfg, self.state.step
+        window = window_length(step, cfg.seq_len_warmup, self.task.block_size) \
+            if cfg.seq_len_warmup else None
+        return batch_rows(step, cfg.batch_size_ramp, cfg.batch_size), window
 
     def _finished(self) -> bool:
         budget = self.cfg.time_budget_s
