@@ -26,6 +26,7 @@ from scratchgpt.models import LM_CONFIGS, ModelConfig, config_dict, model_type
 from scratchgpt.signals import signals_held
 from scratchgpt.training import distributed
 from scratchgpt.training.config import TrainConfig
+from scratchgpt.training.optim import warmup_reached
 from scratchgpt.training.precision import resolve_device, resolve_dtype
 from scratchgpt.training.settings import (
     Settings,
@@ -218,7 +219,7 @@ def warmup_note(job: TrainJob) -> str | None:
     cfg, options = job.train, job.options
     if cfg.warmup_iters < cfg.max_iters:
         return None
-    reached = cfg.max_iters / (cfg.warmup_iters + 1)  # the rate of the last update
+    reached = warmup_reached(cfg.max_iters, cfg.warmup_iters)  # the rate of the last update
     return (f"note: {named(options, 'warmup_iters', cfg.warmup_iters)} is not below "
             f"{named(options, 'max_iters', cfg.max_iters)}: the learning rate rises for the "
             f"whole run, to {reached:.0%} of {named(options, 'learning_rate', cfg.learning_rate)}"

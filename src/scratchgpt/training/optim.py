@@ -206,3 +206,14 @@ def lr_at(progress_iters: int, warmup: int, lr: float, min_lr: float,
         down = min(max((d - (1.0 - wsd_decay)) / wsd_decay, 0.0), 1.0)  # 0 until the decay
         return lr - down * (lr - min_lr)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * d)) * (lr - min_lr)
+
+
+def warmup_reached(updates: int, warmup: int) -> float:
+    """The rate of the last of ``updates`` updates that all fall inside a ``warmup``, as a
+    fraction of the peak rate (:func:`lr_at`'s): what a run that ends inside its warmup
+    reached.
+
+    >>> round(warmup_reached(26, 100), 3)  # 26 updates of a 100-update warmup
+    0.257
+    """
+    return lr_at(updates - 1, warmup, 1.0, 1.0, 0.0)

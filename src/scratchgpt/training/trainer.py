@@ -41,6 +41,7 @@ from scratchgpt.training.optim import (
     lr_at,
     make_optimizer,
     set_lr,
+    warmup_reached,
 )
 from scratchgpt.training.precision import (
     autocast,
@@ -366,7 +367,7 @@ class Trainer:
             return
         print(f"note: the run ended inside its warmup, at step {step} of "
               f"{named(options, 'warmup_iters', cfg.warmup_iters)}: the learning rate rose to "
-              f"{step / (cfg.warmup_iters + 1):.0%} of "
+              f"{warmup_reached(step, cfg.warmup_iters):.0%} of "
               f"{named(options, 'learning_rate', cfg.learning_rate)} and the {cfg.schedule} "
               f"schedule never started; {give(options)} a longer "
               f"{named(options, 'time_budget')} or a smaller {named(options, 'warmup_iters')}",
