@@ -248,7 +248,7 @@ class InstructTask:
     def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
         """A batch of the training batches' shape that draws from no generator and moves no
         epoch: the first ``batch_size`` training conversations (the trainer's untimed warm-up
-        step; ``seq_len`` is a language model's, refused here)."""
+        step; ``seq_len`` is a language model's: this task refuses a sequence-length warmup)."""
         return collate(self.examples.train[:batch_size])
 
     @staticmethod

@@ -142,7 +142,7 @@ class Seq2SeqTask:
     def warm_up_batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
         """A batch of the training batches' shape that draws from no generator and moves no
         epoch: the first ``batch_size`` training pairs (the trainer's untimed warm-up step;
-        ``seq_len`` is a language model's, refused here)."""
+        ``seq_len`` is a language model's: this task refuses a sequence-length warmup)."""
         return collate(self.examples[:batch_size])
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
