@@ -14,7 +14,9 @@ Each is compiled once per machine with the system's C compiler (``cc``, or ``$CC
 ``kernels/`` of scratchgpt's cache (:func:`scratchgpt.paths.cache_dir`: ``$SCRATCHGPT_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/scratchgpt``, else ``~/.cache/scratchgpt``), named by a hash of the
 source, the flags, the compiler and the CPU's features, so a home directory shared by
-machines of different kinds gets one build for each. Built with OpenMP: PyTorch has already
+machines of different kinds gets one build for each. A process about to build says so on
+stderr, once, where stderr is a terminal (the first command on a machine pauses there for a
+few seconds). Built with OpenMP: PyTorch has already
 loaded its libgomp, so the kernels run on PyTorch's own threads. The training kernels share
 their rows between those threads as a static schedule would, but a thread done with its own
 takes over the last rows of a slower one (``shares.h``; ``SCRATCHGPT_SHARES=static``,
@@ -35,6 +37,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -90,12 +93,27 @@ def _build(source: Path, compiler: str) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    _say_building()
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         built = Path(tmp) / out.name
         subprocess.run([compiler, *FLAGS, str(source), "-o", str(built), "-lm"], check=True,
                        capture_output=True, timeout=300)
         os.replace(built, out)
     return out
+
+
+_said_building = False  # whether this process has said that it compiles kernels
+
+
+def _say_building() -> None:
+    """One line on stderr, where it is a terminal, before a process's first build: the first
+    command on a machine pauses seconds there while it compiles the kernels it uses. Not where
+    stderr is a file or a pipe (a log, a test), whose readers did not ask for it."""
+    global _said_building
+    if not _said_building and sys.stderr is not None and sys.stderr.isatty():
+        print("scratchgpt: compiling its C kernels for this CPU (once per machine, a few "
+              "seconds)", file=sys.stderr, flush=True)
+        _said_building = True
 
 
 def load_library(source: Path, switch: str | None) -> ctypes.CDLL | None:
