@@ -62,13 +62,16 @@ class ChatTemplate:
     def segments(self, messages: Sequence[Message], add_generation_prompt: bool = False
                  ) -> list[tuple[str, bool]]:
         """The conversation as (text, is_target) pieces that join to :meth:`render`'s text:
-        the assistant replies with their end marker are targets, everything else is not."""
+        the assistant replies with their end marker are targets (but one whose ``weight`` is
+        0, as OpenAI's fine-tuning files mark a reply to learn nothing from), everything else
+        is not."""
         self.check(messages)
         pieces: list[tuple[str, bool]] = []
         for m in messages:
             head = f"{self.marker(m['role'])}\n"
             if m["role"] == "assistant":
-                pieces += [(head, False), (m["content"] + self.end, True), ("\n", False)]
+                target = m.get("weight", 1) != 0
+                pieces += [(head, False), (m["content"] + self.end, target), ("\n", False)]
             else:
                 pieces.append((f"{head}{m['content']}\n", False))
         if add_generation_prompt:

@@ -196,6 +196,19 @@ def test_alpaca_and_chat_records():
      "f record 1, messages\\[1\\]: the assistant's content is blank"),
     ([{"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "y"}]}],
      "f record 1, messages\\[0\\]: the user's content is empty"),
+    # OpenAI's fine-tuning files mark a reply to learn nothing from with weight 0
+    ([{"messages": [{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": "y", "weight": 0.5}]}],
+     "f record 1, messages\\[1\\]: 'weight' must be 0 \\(no loss on this reply\\) or 1, got 0.5"),
+    ([{"messages": [{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": "y", "weight": "0"}]}],
+     "'weight' must be 0 .* got \"0\""),
+    ([{"messages": [{"role": "user", "content": "x", "weight": 0},
+                    {"role": "assistant", "content": "y"}]}],
+     "f record 1, messages\\[0\\]: 'weight' is read on an assistant message only"),
+    ([{"messages": [{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": "y", "weight": 0}]}],
+     "f record 1: every assistant message has weight 0 \\(nothing to learn\\)"),
 ])
 def test_bad_instruction_records_name_the_record(records, needle):
     with pytest.raises(DataError, match=needle):
@@ -317,6 +330,26 @@ def test_only_reply_tokens_are_targets():
     moved = logits.detach().clone()
     moved[0, prompt_positions] += 5.0
     assert torch.equal(response_loss(moved, yb), loss.detach())
+
+
+def test_a_reply_of_weight_0_is_in_the_text_but_no_target():
+    """OpenAI's fine-tuning files keep a reply in the conversation but out of the loss with
+    ``"weight": 0``: the key was not read, and such a reply was trained on in silence."""
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> "
+                              "abcdefghijklmnopqrstuvwxyz?0123456789")
+    turns = [{"role": "user", "content": "what is 2 plus 2?"},
+             {"role": "assistant", "content": "5", "weight": 0},
+             {"role": "user", "content": "and 3 plus 3?"},
+             {"role": "assistant", "content": "6", "weight": 1}]
+    chat = parse_conversations(json.dumps({"messages": turns}), "f")[0]
+    assert [m.get("weight", 1) for m in chat if m["role"] == "assistant"] == [0, 1]
+    example, _ = encode_conversation(tok, TEMPLATE, chat)
+    plain = [{"role": m["role"], "content": m["content"]} for m in chat]
+    assert tok.decode(example[0]) == TEMPLATE.render(plain, False)  # the text is unchanged
+    targets = [t for t in inputs_and_targets(example)[1] if t != IGNORE]
+    assert tok.decode(targets) == "6<|end|>"  # the weight-1 reply alone carries the loss
+    assert tok.decode([t for t in inputs_and_targets(encode_conversation(
+        tok, TEMPLATE, plain)[0])[1] if t != IGNORE]) == "5<|end|>6<|end|>"
 
 
 def test_padding_is_no_target():

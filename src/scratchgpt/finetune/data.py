@@ -243,7 +243,7 @@ def conversation(record: Any, where: str) -> list[Message]:
         for i, m in enumerate(messages):
             _check_not_blank(m["content"], f"{where}, messages[{i}]: the {m['role']}'s content",
                              m["role"])
-        return [{"role": m["role"], "content": m["content"]} for m in messages]
+        return _weighed_messages(messages, where)
     _check_no_key_is_misspelt(record, where)
     missing = [k for k in ("instruction", "output") if k not in record]
     if missing:
@@ -258,6 +258,30 @@ def conversation(record: Any, where: str) -> list[Message]:
     _check_not_blank(record["instruction"], f"{where}: 'instruction'", "user")
     _check_not_blank(record["output"], f"{where}: 'output'", "assistant")
     return alpaca_messages(record)
+
+
+def _weighed_messages(messages: list[dict[str, Any]], where: str) -> list[Message]:
+    """A chat's messages as the template reads them: role and content, and an assistant
+    message's ``weight`` of 0 (OpenAI's fine-tuning files: the reply stays in the
+    conversation but carries no loss) kept as ``"weight": 0``; a weight of 1 is the default.
+    Any other weight, or one on another role's message, is refused."""
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        message = {"role": m["role"], "content": m["content"]}
+        if "weight" in m:
+            weight, at = m["weight"], f"{where}, messages[{i}]"
+            if m["role"] != "assistant":
+                raise DataError(f"{at}: 'weight' is read on an assistant message only (the "
+                                f"{m['role']}'s carries no loss)")
+            if weight not in (0, 1) or isinstance(weight, bool):
+                raise DataError(f"{at}: 'weight' must be 0 (no loss on this reply) or 1, got "
+                                f"{json.dumps(weight)}")
+            if weight == 0:
+                message["weight"] = 0
+        out.append(message)
+    if all(m.get("weight") == 0 for m in out if m["role"] == "assistant"):
+        raise DataError(f"{where}: every assistant message has weight 0 (nothing to learn)")
+    return out
 
 
 BLANK_TEACHES = {"user": "the model to answer an empty prompt",
