@@ -211,6 +211,23 @@ def test_a_labelled_file_given_as_file_gets_a_note_naming_eval(short_run, tmp_pa
     assert code == 0 and "--eval" not in err, err
 
 
+def test_a_file_of_one_line_prints_the_columns_of_a_file_of_many(short_run, tmp_path, capsys):
+    """--file printed label, probability and text for each line, but for a file of one line
+    the text was left out: a script reading the third column broke on such a file. A single
+    text given as an argument is printed without it, as it stands on the command line."""
+    run, _ = short_run
+    rows = {}
+    for lines in (["love it", "hate it"], ["love it"]):
+        (tmp_path / "t.txt").write_text("\n".join(lines) + "\n")
+        code, printed, err = run_cli(["classify", "--checkpoint", run, "--file",
+                                      tmp_path / "t.txt"], capsys)
+        assert code == 0, err
+        rows[len(lines)] = [line.split("\t") for line in printed.splitlines()]
+    assert [len(r) for r in rows[2]] == [3, 3] and rows[1] == rows[2][:1]
+    code, printed, _ = run_cli(["classify", "--checkpoint", run, "love it"], capsys)
+    assert code == 0 and printed.rstrip("\n").split("\t") == rows[1][0][:2]
+
+
 def _stdin(raw: bytes) -> io.TextIOWrapper:
     """Standard input holding ``raw``, decoded as a terminal's is (invalid bytes kept as
     surrogates, which would reach the tokenizer as U+FFFD)."""

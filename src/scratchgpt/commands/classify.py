@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
             for t, p in zip(texts, probs, strict=True)]
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
-    elif len(rows) == 1:
-        print(f"{rows[0]['label']}\t{rows[0]['probability']:.4f}")
+    elif len(rows) == 1 and not args.file:  # (a file's lines keep their column of text,
+        print(f"{rows[0]['label']}\t{rows[0]['probability']:.4f}")  # one line or many)
     else:
         for r in rows:
             print(f"{r['label']}\t{r['probability']:.4f}\t{r['text']}")
