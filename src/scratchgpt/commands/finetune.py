@@ -184,9 +184,10 @@ def merge(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise ConfigError("--merge needs --out, the directory to write the merged model to")
-    if args.task or args.data or args.dataset or args.resume:
-        raise ConfigError("--merge trains nothing; drop --task, --data, --dataset, --resume")
-    training = training_flags(args)
+    data = [flag for flag, value in (("--task", args.task), ("--data", args.data),
+                                     ("--dataset", args.dataset), ("--resume", args.resume))
+            if value]
+    training = data + training_flags(args)
     if training:
         raise ConfigError(f"--merge trains nothing; drop {' '.join(training)}")
     out, kind = merge_run(args.merge, args.out, args.init_from, args.overwrite)
