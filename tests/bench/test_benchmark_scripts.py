@@ -112,6 +112,7 @@ def test_an_unknown_sweep_pair_is_refused_before_any_pair_runs(tmp_path):
     ("c_step_rows", "--threads"), ("dropout", "--rounds"), ("dropout", "--threads"),
     ("top_p", "--vocab"), ("muon_step", "--steps"), ("alternate", "--rounds"),
     ("batch_slide", "--batch"), ("batch_slide", "--new-tokens"),
+    ("block_products", "--calls"), ("block_products", "--threads"), ("block_products", "--rows"),
 ])
 def test_python_benchmarks_refuse_a_count_below_one(script, flag):
     """Each was a traceback once the benchmark had set up: torch's set_num_threads, an
@@ -216,3 +217,10 @@ def test_seq2seq_decode_times_an_earlier_cache_against_this_one(tmp_path):
     rows = [line.split("|")[1].strip() for line in done.stdout.splitlines()
             if line.startswith("| KV") or line.startswith("| whole")]
     assert rows == ["KV cache, seq2seq_before.py", "KV cache, this version"]
+
+
+def test_block_products_refuses_rows_its_products_cannot_take():
+    """Rows that are no multiple of 32 (or a CPU with neither AMX nor AVX512-BF16) are one
+    line before anything is timed: the step would take PyTorch's products there."""
+    line = _one_line_of_usage_error(_python_script("block_products", "--rows", "100"))
+    assert "must be multiples of 32" in line or "neither AMX tiles nor AVX512-BF16" in line
