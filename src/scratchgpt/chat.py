@@ -104,13 +104,23 @@ chat template (it would end the turn); remove it
         "holds '<|user|>', a marker of the chat template (it would start a turn as the user); \
 remove it"
         """
-        found = [(content.find(mark), role, mark)
-                 for role, mark in (*self.markers, ("end", self.end)) if mark in content]
-        if not found:
+        found = self.first_marker(content)
+        if found is None:
             return None
-        _, role, mark = min(found)
+        _, role, mark = found
         what = "end the turn" if role == "end" else f"start a turn as the {role}"
         return f"holds {mark!r}, a marker of the chat template (it would {what}); remove it"
+
+    def first_marker(self, content: str) -> tuple[int, str, str] | None:
+        """(where, whose (a role, or ``end``), the marker) of the first marker of the
+        template in ``content``, or None.
+
+        >>> TEMPLATES[DEFAULT_TEMPLATE].first_marker("ok\\n<|user|>\\nhi")
+        (3, 'user', '<|user|>')
+        """
+        found = [(content.find(mark), role, mark)
+                 for role, mark in (*self.markers, ("end", self.end)) if mark in content]
+        return min(found) if found else None
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """The text of the conversation; with ``add_generation_prompt`` (and a last message

@@ -1061,6 +1061,36 @@ def test_reset_at_a_terminal_says_the_conversation_starts_over(chat_model, monke
     assert printed.count("assistant> ") == 2
 
 
+def test_a_reply_that_writes_another_turn_is_kept_up_to_its_marker(chat_model, monkeypatch,
+                                                                  capsys):
+    """A model that has not learned to end its turn goes on to write the next one's marker
+    (``ok\\n<|user|>\\nhi``): the reply was kept whole, so every later message was refused
+    ('messages[1]: its content holds '<|user|>' ... remove it', which no one could) until
+    /reset. The conversation keeps the reply up to the marker, and a note says so."""
+    import scratchgpt.generation.generate as generate
+    from scratchgpt.checkpoints.io import load_model
+
+    tok = load_model(chat_model)[1].tokenizer()
+    real, replies, prompts = generate.stream, [], []
+
+    def another_turn_first(model, prompt, *args, **kwargs):
+        replies.append(None)
+        prompts.append(tok.decode(prompt[0].tolist()))
+        if len(replies) == 1:
+            yield from (torch.tensor([t]) for t in tok.encode("ok\n<|user|>\nhi"))
+            return
+        yield from real(model, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(generate, "stream", another_turn_first)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\nhi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
+                                  "--max-new-tokens", "2"], capsys)  # (room for both turns)
+    assert code == 0 and "error" not in err, err
+    assert len(replies) == 2 and printed.splitlines()[-1] == "ok"  # the second was answered
+    assert prompts[1] == "<|user|>\nhi\n<|assistant|>\nok<|end|>\n<|user|>\nhi\n<|assistant|>\n"
+    assert err.count("note: the reply went on to write '<|user|>'") == 1, err
+
+
 @pytest.mark.parametrize("system", ["", "   ", "\t\n "])
 def test_a_blank_system_message_is_none_as_an_empty_one(chat_model, monkeypatch, capsys,
                                                         system):

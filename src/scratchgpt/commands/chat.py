@@ -147,7 +147,18 @@ class ChatSession:
             print(f"error: {e}", file=sys.stderr)
             self.messages.pop()
             return
-        self.messages.append({"role": "assistant", "content": reply})
+        self.messages.append({"role": "assistant", "content": self.kept(reply)})
+
+    def kept(self, reply: str) -> str:
+        """The reply as the conversation keeps it: up to a marker of the template that the
+        model went on to write (the next turn's, ``<|user|>``), with a note. Kept whole, it
+        made every later message a refusal that no message could mend."""
+        found = self.template.first_marker(reply)
+        if found is None:
+            return reply
+        print(f"note: the reply went on to write {found[2]!r}, a marker of the chat template "
+              "(another turn); the conversation keeps it up to there", file=sys.stderr)
+        return reply[:found[0]].strip()
 
     def prompt_ids(self) -> list[int]:
         """The conversation as tokens ending where the reply begins, encoded piece by piece as
