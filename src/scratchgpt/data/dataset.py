@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +16,8 @@ from scratchgpt.errors import DataError
 from scratchgpt.tokenizers import Tokenizer, load_tokenizer
 from scratchgpt.validation import FLAGS, json_loads, named
 from scratchgpt.wording import plural
+
+IDENTITY_KEYS = ("source_sha256", "train_tokens", "val_tokens")
 
 
 def random_windows(data: np.ndarray, batch_size: int, block_size: int,
@@ -120,6 +123,11 @@ class TokenDataset:
 
     def tokenizer(self) -> Tokenizer:
         return dataset_tokenizer(self.directory, self.vocab_size)
+
+    def identity(self) -> dict[str, Any]:
+        """What tells this dataset from its directory prepared again from another text, or
+        split another way: its source's sha256 and each split's tokens (``meta.json``)."""
+        return {key: self.meta.get(key) for key in IDENTITY_KEYS}
 
     def chars_per_token(self, split: str) -> float:
         """Characters of text per token in ``split``: what turns a loss per token into one per

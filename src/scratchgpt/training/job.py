@@ -153,9 +153,12 @@ def _plan_resume(settings: Settings, out: str | None, dataset: str | None,
     own = checkpoint.tokenizer("text") if "text" in checkpoint.tokenizers else None
     data, _ = resolve_dataset(dataset or recorded, log=log, tokenizer=own)  # (a name: with own)
     check_same_tokenizer(checkpoint, data, options)
+    if not dataset:
+        check_same_data(checkpoint, data, options)
     data.check_block_size(config.block_size, fixed=True)
     # what the run records besides its dataset (e.g. the base it was fine-tuned from) stays
-    recorded_extra = {k: v for k, v in checkpoint.data.items() if k != "dataset"}
+    recorded_extra = {k: v for k, v in checkpoint.data.items()
+                      if k not in ("dataset", "dataset_identity")}  # (the task records them)
     check_resources(train, config, options)
     return TrainJob(Path(out), "resume", train, config,
                     partial(lm_task, data.directory, config.block_size, recorded_extra,
@@ -176,6 +179,32 @@ def check_recorded_dataset(recorded: str, run: str | Path,
     raise DataError(f"the dataset the run was trained on, {recorded}, is no longer there; "
                     f"pass {named(options, 'dataset')} (prepared with the run's tokenizer: "
                     f"prepare --tokenizer-from {run})")
+
+
+def check_same_data(checkpoint: Checkpoint, data: TokenDataset,
+                    options: Mapping[str, str] = FLAGS) -> None:
+    """The dataset a resumed run finds where it was trained is the one it was trained on
+    (:meth:`TokenDataset.identity`). Prepared again there from another text, with the same
+    tokenizer, it was read without a word: the run went on with other data and kept a best
+    val loss of another validation split. Continuing on it is asked for by naming it."""
+    recorded = checkpoint.data.get("dataset_identity")  # (None: a run that did not record it)
+    if not recorded or recorded == data.identity():
+        return
+    now = data.identity()
+    if recorded.get("source_sha256") != now.get("source_sha256"):
+        what = "from another text"
+    else:
+        what = f"with another split ({_split_tokens(now)}; the run's {_split_tokens(recorded)})"
+    raise DataError(f"the dataset the run was trained on, {data.directory}, was prepared "
+                    f"again {what} since, so resuming would train on other data than the run's "
+                    f"and compare val losses of another validation split; prepare the run's "
+                    f"text there again to continue it exactly, or {give(options)} "
+                    f"{named(options, 'dataset', str(data.directory))} to go on with the new data")
+
+
+def _split_tokens(identity: Mapping[str, Any]) -> str:
+    counts = [identity.get(f"{split}_tokens") for split in ("train", "val")]
+    return " + ".join(f"{n:,}" if isinstance(n, int) else "?" for n in counts) + " tokens"
 
 
 def _default_out_to_resume(dataset: str | None) -> str:

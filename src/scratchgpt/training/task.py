@@ -166,7 +166,9 @@ class LanguageModelTask:
 
     def data(self) -> dict[str, Any]:
         # absolute, so that --resume finds the run's data from any directory
-        return {"dataset": str(self.dataset.directory.resolve()), **self.extra_data}
+        # and its identity, so that --resume knows it again once prepared anew in place
+        return {"dataset": str(self.dataset.directory.resolve()), **self.extra_data,
+                "dataset_identity": self.dataset.identity()}
 
     def state_dict(self) -> dict[str, Any]:
         # random windows are drawn from the saved generator alone; an epoch also has an order
