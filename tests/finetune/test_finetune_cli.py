@@ -1091,6 +1091,28 @@ def test_a_reply_that_writes_another_turn_is_kept_up_to_its_marker(chat_model, m
     assert err.count("note: the reply went on to write '<|user|>'") == 1, err
 
 
+def test_stats_names_the_end_of_text_token_when_it_ended_the_reply(tmp_path, monkeypatch,
+                                                                  capsys):
+    """--stats said 'ended by the end marker <|end|>' of a reply that the end-of-text token
+    ended (a byte-level BPE model's <|endoftext|>): the stop rule counts both as an end."""
+    import scratchgpt.generation.generate as generate
+    from scratchgpt.checkpoints.io import load_model
+    from tests.serve.models import save_bpe_chat_run
+
+    run = save_bpe_chat_run(tmp_path / "bpe")
+    tok = load_model(run)[1].tokenizer()
+    endings = {"eot": [tok.eot_id], "marker": tok.encode("<|end|>")}
+    for end, says in (("eot", "the end-of-text token"), ("marker", "the end marker <|end|>")):
+        tokens = [*tok.encode("on the mat"), *endings[end]]
+        monkeypatch.setattr(generate, "stream", lambda *a, t=tokens, **k: (
+            torch.tensor([i]) for i in t))
+        monkeypatch.setattr("sys.stdin", io.StringIO("the cat sat\n"))
+        code, printed, err = run_cli(["chat", "--checkpoint", run, "--temperature", "0",
+                                      "--stats"], capsys)
+        assert code == 0 and printed == "on the mat\n", err
+        assert f"tokens, ended by {says}]" in err, err
+
+
 @pytest.mark.parametrize("system", ["", "   ", "\t\n "])
 def test_a_blank_system_message_is_none_as_an_empty_one(chat_model, monkeypatch, capsys,
                                                         system):

@@ -204,10 +204,15 @@ class ChatSession:
             print("(reply stopped; it stays in the conversation. /exit, Ctrl-D or Ctrl-C at "
                   "the prompt ends the chat)", file=sys.stderr)
         if self.args.stats:
-            ended = ("Ctrl-C" if stopped else "the end marker " + self.template.stop
-                     if rule.ends(printer.ids) else "the token limit")
+            ended = "Ctrl-C" if stopped else self.ended_by(rule, printer.ids)
             print(f"[{plural(len(printer.ids), 'token')}, ended by {ended}]", file=sys.stderr)
         return text.strip()
+
+    def ended_by(self, rule, ids: list[int]) -> str:
+        """What ended a reply that Ctrl-C did not stop, as --stats names it."""
+        if ids and ids[-1] == rule.eos_id:  # (which rule.ends counts too)
+            return "the end-of-text token"
+        return f"the end marker {self.template.stop}" if rule.ends(ids) else "the token limit"
 
     def _stream(self, printer, tokens) -> bool:
         """Print the reply as it comes; True when Ctrl-C stopped it. At a terminal Ctrl-C
