@@ -223,3 +223,23 @@ def test_every_reverse_run_the_guide_gives_trains_as_long_as_the_task_needs():
             budget = getattr(args, "budget", None) or args.time_budget
             assert budget and parse_duration(budget) >= REVERSE_NEEDS_S, \
                 f"GUIDE.md: `{command}` trains for less than the reverse task needs"
+
+
+def test_the_line_the_guide_reads_a_runs_val_loss_from_gives_it(small_dataset, tmp_path, capsys):
+    """The guide sends a reader to the line of `train`'s output that gives the val loss and
+    the bits per character: it said the last line, which names the run's files, so a reader
+    looked for figures where there are none."""
+    from scratchgpt.cli import main
+    from tests.commands.test_cli import TINY
+
+    named = set(re.findall(r"`train`'s `([^`]+)`\s+line|each run's\s+`([^`]+)`\s+line",
+                           (DOCS / "GUIDE.md").read_text()))
+    prefixes = {p for pair in named for p in pair if p}
+    assert prefixes, "the guide no longer says which line of train's output to read"
+    assert main(["train", "--dataset", str(small_dataset), "--out", str(tmp_path / "run"),
+                 "--max-iters", "2", "--eval-interval", "2", *TINY]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for prefix in prefixes:
+        line = next((x for x in lines if x.startswith(prefix)), None)
+        assert line is not None, f"train printed no line starting {prefix!r}"
+        assert re.search(r"val loss [\d.]+ .*[\d.]+ bits/char", line), line
