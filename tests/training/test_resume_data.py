@@ -65,3 +65,19 @@ def test_a_resume_takes_its_dataset_prepared_again_alike(trained, tmp_path):
     assert main(["train", "--out", str(run), "--resume", "--max-iters", "4",
                  "--no-progress"]) == 0
     assert load_checkpoint(run / "last.pt").state.step == 4
+
+
+def test_eval_says_when_the_runs_dataset_was_prepared_again(trained, tmp_path, capsys):
+    """eval reads the run's dataset where it was trained; prepared again from another text,
+    its figures are that text's, which a note on stderr says (not when --dataset names it)."""
+    text, data, run = trained
+    assert main(["eval", "--checkpoint", str(run), "--split", "val", "--json"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    _prepare(tmp_path, text[20_000:], data)
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(run), "--split", "val", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {data} was prepared again from another text since the run" in err, err
+    assert main(["eval", "--checkpoint", str(run), "--split", "val", "--json", "--dataset",
+                 str(data)]) == 0
+    assert "note:" not in capsys.readouterr().err

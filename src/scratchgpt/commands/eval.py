@@ -126,7 +126,11 @@ def dataset_of(args: argparse.Namespace, ckpt):
     must be the run's."""
     from scratchgpt.data.resolve import resolve_dataset
     from scratchgpt.errors import CheckpointError
-    from scratchgpt.training.job import check_recorded_dataset, check_same_tokenizer
+    from scratchgpt.training.job import (
+        check_recorded_dataset,
+        check_same_tokenizer,
+        data_changed,
+    )
 
     dataset = args.dataset or ckpt.data.get("dataset")
     if not dataset:  # a converted model, or one fine-tuned on conversations or labels
@@ -142,6 +146,10 @@ def dataset_of(args: argparse.Namespace, ckpt):
     data, _ = resolve_dataset(dataset, log=lambda line: print(line, file=sys.stderr),
                               tokenizer=own)
     check_same_tokenizer(ckpt, data)
+    changed = data_changed(ckpt, data) if args.dataset is None else None
+    if changed:  # (on stderr: stdout may be --json)
+        print(f"note: {data.directory} was prepared again {changed} since the run was "
+              "trained: these figures are on its data now, not on the run's", file=sys.stderr)
     return data
 
 

@@ -184,22 +184,30 @@ def check_recorded_dataset(recorded: str, run: str | Path,
 def check_same_data(checkpoint: Checkpoint, data: TokenDataset,
                     options: Mapping[str, str] = FLAGS) -> None:
     """The dataset a resumed run finds where it was trained is the one it was trained on
-    (:meth:`TokenDataset.identity`). Prepared again there from another text, with the same
-    tokenizer, it was read without a word: the run went on with other data and kept a best
-    val loss of another validation split. Continuing on it is asked for by naming it."""
-    recorded = checkpoint.data.get("dataset_identity")  # (None: a run that did not record it)
-    if not recorded or recorded == data.identity():
+    (:func:`data_changed`). Prepared again there from another text, with the same tokenizer,
+    it was read without a word: the run went on with other data and kept a best val loss of
+    another validation split. Continuing on it is asked for by naming it."""
+    what = data_changed(checkpoint, data)
+    if what is None:
         return
-    now = data.identity()
-    if recorded.get("source_sha256") != now.get("source_sha256"):
-        what = "from another text"
-    else:
-        what = f"with another split ({_split_tokens(now)}; the run's {_split_tokens(recorded)})"
     raise DataError(f"the dataset the run was trained on, {data.directory}, was prepared "
                     f"again {what} since, so resuming would train on other data than the run's "
                     f"and compare val losses of another validation split; prepare the run's "
                     f"text there again to continue it exactly, or {give(options)} "
                     f"{named(options, 'dataset', str(data.directory))} to go on with the new data")
+
+
+def data_changed(checkpoint: Checkpoint, data: TokenDataset) -> str | None:
+    """How ``data`` differs from the dataset the run of ``checkpoint`` was trained on
+    (:meth:`TokenDataset.identity`): "from another text", "with another split (...)", or None
+    where it does not (or the run did not record it)."""
+    recorded = checkpoint.data.get("dataset_identity")
+    now = data.identity()
+    if not recorded or recorded == now:
+        return None
+    if recorded.get("source_sha256") != now.get("source_sha256"):
+        return "from another text"
+    return f"with another split ({_split_tokens(now)}; the run's {_split_tokens(recorded)})"
 
 
 def _split_tokens(identity: Mapping[str, Any]) -> str:
