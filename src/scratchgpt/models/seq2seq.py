@@ -145,7 +145,10 @@ class Seq2Seq(nn.Module):
 
         Each step takes the best ``2 * beam`` continuations of the live beams: an ``<eos>`` among
         the top ``beam`` closes a hypothesis, the best ``beam`` others stay live. An example
-        stops after ``beam`` closed hypotheses. With ``beam=1`` this is exactly greedy search.
+        stops once ``beam`` hypotheses have closed and none of its live beams, scored as it
+        stands, beats the best of them (Hugging Face's rule): stopped at ``beam`` closed alone,
+        the unlikely endings a step's runners-up close could fill them while the likely beam
+        was still writing. With ``beam=1`` this is exactly greedy search.
         ``out``: see :data:`SoFar`.
         """
         if beam < 1:
@@ -194,15 +197,25 @@ class _BeamSearch:
         rows = torch.arange(b * k, device=dev)  # dead slots keep any valid row
         new_tok = torch.full((b, k), self.model.config.pad_id, dtype=torch.long, device=dev)
         for i in range(b):
-            if len(self.finished[i]) < k:
+            if not self._settled(i):
                 self._choose(i, t, top_s[i], top_i[i] // v, top_i[i] % v, attn,
                              (new_scores, rows, new_tok))
         self.model.reorder(self.state, rows)
         self.hist_tok = torch.cat([self.hist_tok[rows], new_tok.view(-1, 1)], dim=1)
         self.hist_att = torch.cat([self.hist_att[rows], attn[rows].float().unsqueeze(1)], dim=1)
         self.scores, self.prev = new_scores, new_tok.view(-1)
-        return (all(len(f) >= k for f in self.finished)
+        return (all(self._settled(i) for i in range(b))
                 or bool((self.scores == float("-inf")).all()))
+
+    def _settled(self, i: int) -> bool:
+        """Example ``i`` is decided: ``beam`` hypotheses have closed, and the best of them
+        scores at least as well as every live beam as it stands (at its present length)."""
+        closed = self.finished[i]
+        if len(closed) < self.k:
+            return False
+        live = float(self.scores[i].max())
+        length = max(self.hist_tok.size(1), 1)
+        return max(h[0] for h in closed) >= live / length ** self.penalty
 
     def _choose(self, i: int, t: int, top_s: Tensor, top_row: Tensor, top_tok: Tensor,
                 attn: Tensor, out: tuple[Tensor, Tensor, Tensor]) -> None:
@@ -235,8 +248,7 @@ class _BeamSearch:
 
     def so_far(self) -> SoFar:
         """Each example's :meth:`results` if the search ended now, and whether it is over."""
-        return [(self._best(i)[0].tolist(), len(self.finished[i]) >= self.k)
-                for i in range(self.b)]
+        return [(self._best(i)[0].tolist(), self._settled(i)) for i in range(self.b)]
 
     def _best(self, i: int) -> tuple[Tensor, Tensor]:
         """(token ids, attention) of example ``i``'s best hypothesis: of the closed ones, and,
