@@ -14,7 +14,8 @@ tokenizer (characters included) can learn it::
     42<|end|>
 
 A prompt for generation ends right after ``<|assistant|>\\n``; generation stops at ``<|end|>``
-(the :attr:`ChatTemplate.stop` string). Training masks the loss to the assistant replies and
+(the :attr:`ChatTemplate.stop` string), or at another turn's marker
+(:attr:`ChatTemplate.reply_stops`). Training masks the loss to the assistant replies and
 their end marker: :meth:`ChatTemplate.segments` says which pieces of the text are targets.
 
 A model fine-tuned with a template records its name in its checkpoint
@@ -55,6 +56,14 @@ class ChatTemplate:
     def stop(self) -> str:
         """The string that ends an assistant turn: generation stops there."""
         return self.end
+
+    @property
+    def reply_stops(self) -> tuple[str, ...]:
+        """The strings a reply stops at: the end marker, and the marker of any role's turn,
+        which a model that has not learned to end its turn goes on to write (a reply kept
+        with one would be refused in the next request, as every message holding a marker
+        is). The marker is no part of the reply."""
+        return (self.end, *(mark for _, mark in self.markers))
 
     def marker(self, role: str) -> str:
         return dict(self.markers)[role]

@@ -1061,34 +1061,34 @@ def test_reset_at_a_terminal_says_the_conversation_starts_over(chat_model, monke
     assert printed.count("assistant> ") == 2
 
 
-def test_a_reply_that_writes_another_turn_is_kept_up_to_its_marker(chat_model, monkeypatch,
-                                                                  capsys):
+def test_a_reply_stops_where_it_goes_on_to_write_another_turn(chat_model, monkeypatch,
+                                                              capsys):
     """A model that has not learned to end its turn goes on to write the next one's marker
     (``ok\\n<|user|>\\nhi``): the reply was kept whole, so every later message was refused
     ('messages[1]: its content holds '<|user|>' ... remove it', which no one could) until
-    /reset. The conversation keeps the reply up to the marker, and a note says so."""
+    /reset. The reply stops at the marker, as at the end marker, and is kept up to it."""
     import scratchgpt.generation.generate as generate
     from scratchgpt.checkpoints.io import load_model
 
     tok = load_model(chat_model)[1].tokenizer()
-    real, replies, prompts = generate.stream, [], []
+    real, prompts = generate.stream, []
 
-    def another_turn_first(model, prompt, *args, **kwargs):
-        replies.append(None)
+    def another_turn_first(model, prompt, rule, *args, **kwargs):
         prompts.append(tok.decode(prompt[0].tolist()))
-        if len(replies) == 1:
-            yield from (torch.tensor([t]) for t in tok.encode("ok\n<|user|>\nhi"))
+        if len(prompts) > 1:
+            yield from real(model, prompt, rule, *args, **kwargs)
             return
-        yield from real(model, prompt, *args, **kwargs)
+        ids = tok.encode("ok\n<|user|>\nhi")
+        n = next((n for n in range(1, len(ids)) if rule.done(ids[:n])), len(ids))  # (as
+        yield from (torch.tensor([t]) for t in ids[:n])  # stream stops: at the rule's end)
 
     monkeypatch.setattr(generate, "stream", another_turn_first)
     monkeypatch.setattr("sys.stdin", io.StringIO("hi\nhi\n"))
     code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--temperature", "0",
-                                  "--max-new-tokens", "2"], capsys)  # (room for both turns)
+                                  "--max-new-tokens", "20", "--stats"], capsys)
     assert code == 0 and "error" not in err, err
-    assert len(replies) == 2 and printed.splitlines()[-1] == "ok"  # the second was answered
-    assert prompts[1] == "<|user|>\nhi\n<|assistant|>\nok<|end|>\n<|user|>\nhi\n<|assistant|>\n"
-    assert err.count("note: the reply went on to write '<|user|>'") == 1, err
+    assert printed.split() == ["ok", "ok"]  # (the first with its newline before <|user|>)
+    assert len(prompts) == 2 and "ended by the user's marker <|user|>]" in err, err
 
 
 def test_stats_names_the_end_of_text_token_when_it_ended_the_reply(tmp_path, monkeypatch,

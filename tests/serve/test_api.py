@@ -373,6 +373,28 @@ def test_the_chat_command_cuts_a_reply_as_the_server_does(chat_run, monkeypatch,
     assert printed == shown + "\n" and "ended by the token limit" in err
 
 
+@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok\n"),
+                                             ("ok<|assistant|>\nok", "ok"),
+                                             ("ok<|end|>\n<|user|>", "ok")])
+def test_a_chat_reply_stops_where_the_model_writes_another_turn(server, written, reply):
+    """A model that has not learned to end its turn goes on to write the next one's marker:
+    the reply held it, and a client that sent the conversation on (the playground's chat, an
+    OpenAI client's history) had every later request refused for a message holding a marker
+    of the template. Every marker ends a reply, as the end marker does; a request's own stop
+    strings still apply."""
+    from scratchgpt.serve.reply import reply_text
+    from scratchgpt.serve.service import chat_run
+
+    service = server.service
+    req = parse_chat({"messages": [{"role": "user", "content": "the king"}], "stop": ["zz"],
+                      "max_tokens": 40}, Limits())
+    rule = chat_run(service, req).jobs[0].rule
+    ids = service.tokenizer.encode(written)
+    n = next((n for n in range(1, len(ids) + 1) if rule.ends(ids[:n])), None)
+    assert n is not None and reply_text(rule, service.template.stop, ids[:n]) == reply
+    assert "zz" in rule.stop_strings
+
+
 def test_a_cut_text_ending_in_the_start_of_a_requests_stop_string_keeps_it(client, server):
     """OpenAI's behaviour: a stop string that did not occur cuts nothing, even where the text
     cut at max_tokens ends in its start (only the chat template's marker is left out)."""

@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="A read-eval-print loop: each line you type is a user message; the reply "
                     "streams as it is generated, written with the model's own chat template "
                     "(the one it was fine-tuned with), and stops at the template's end marker "
-                    "(<|end|>), the end-of-text token or --max-new-tokens. The conversation is "
+                    "(<|end|>) or another turn's marker (<|user|>), the end-of-text token or "
+                    "--max-new-tokens. The conversation is "
                     "kept: each reply sees the earlier turns (the oldest are dropped when they "
                     "no longer fit the context). " + HELP_LINE)
     p.add_argument("--checkpoint", required=True,
@@ -147,18 +148,7 @@ class ChatSession:
             print(f"error: {e}", file=sys.stderr)
             self.messages.pop()
             return
-        self.messages.append({"role": "assistant", "content": self.kept(reply)})
-
-    def kept(self, reply: str) -> str:
-        """The reply as the conversation keeps it: up to a marker of the template that the
-        model went on to write (the next turn's, ``<|user|>``), with a note. Kept whole, it
-        made every later message a refusal that no message could mend."""
-        found = self.template.first_marker(reply)
-        if found is None:
-            return reply
-        print(f"note: the reply went on to write {found[2]!r}, a marker of the chat template "
-              "(another turn); the conversation keeps it up to there", file=sys.stderr)
-        return reply[:found[0]].strip()
+        self.messages.append({"role": "assistant", "content": reply})
 
     def prompt_ids(self) -> list[int]:
         """The conversation as tokens ending where the reply begins, encoded piece by piece as
@@ -189,7 +179,7 @@ class ChatSession:
         from scratchgpt.generation.stopping import StopRule
         from scratchgpt.serve.reply import ReplyText
 
-        rule = StopRule(self.args.max_new_tokens, self.tok.eot_id, (self.template.stop,),
+        rule = StopRule(self.args.max_new_tokens, self.tok.eot_id, self.template.reply_stops,
                         self.tok.decode)
         prompt = torch.tensor([self.prompt_ids()], dtype=torch.long)
         if self.interactive:
@@ -212,7 +202,11 @@ class ChatSession:
         """What ended a reply that Ctrl-C did not stop, as --stats names it."""
         if ids and ids[-1] == rule.eos_id:  # (which rule.ends counts too)
             return "the end-of-text token"
-        return f"the end marker {self.template.stop}" if rule.ends(ids) else "the token limit"
+        found = self.template.first_marker(self.tok.decode(ids)) if rule.ends(ids) else None
+        if found is None:
+            return "the token limit"
+        _, role, mark = found
+        return f"the end marker {mark}" if role == "end" else f"the {role}'s marker {mark}"
 
     def _stream(self, printer, tokens) -> bool:
         """Print the reply as it comes; True when Ctrl-C stopped it. At a terminal Ctrl-C

@@ -461,7 +461,7 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
         raise api.ApiError(400, "the last message must be the user's (or the system's)",
                            param="messages")
     ids = service.chat_prompt(req.messages)
-    job = service.job(ids, req.gen, (service.template.stop, *req.gen.stop))
+    job = service.job(ids, req.gen, (*service.template.reply_stops, *req.gen.stop))
     run = Run(service, [job], len(ids), marker=service.template.stop)
     run.id = f"chatcmpl-{uuid.uuid4().hex}"
     return run
