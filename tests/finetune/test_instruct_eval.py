@@ -118,3 +118,28 @@ def test_finetune_draws_the_greedy_replies_bar_unless_no_progress(ft_dir, tmp_pa
         assert "greedy replies" not in err, err
     else:  # (before training and after it)
         assert err.count("greedy replies: 100%") >= 2 and " 3/3 " in err, err
+
+
+def test_a_greedy_reply_stops_where_it_writes_another_turn_as_chats_does(monkeypatch):
+    """A reply that goes on to write the next turn (``6\\n<|user|>\\n...``) is ``6`` to
+    ``chat`` and ``serve``, which stop at any marker of the template: the exact match read
+    the whole text and scored it a miss."""
+    import torch
+
+    import scratchgpt.generation.generate as generate
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    from scratchgpt.finetune.instruct import exact_match
+    from scratchgpt.tokenizers import CharTokenizer
+
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    tok = CharTokenizer.train("<|system|>\n<|user|>\n<|assistant|>\n<|end|> What is+0123456789?")
+    written = {"What is 3+3": "6\n<|user|>\nWhat is 1+1?", "What is 3+4": "7<|end|>"}
+
+    def batch(model, ids, rule, sampling):  # (the tokens a model wrote, cut as the rule cuts)
+        return [tok.encode(written[tok.decode(p).split("\n")[-3]]) for p in ids]
+
+    monkeypatch.setattr(generate, "generate_batch", batch)
+    chats = [[{"role": "user", "content": f"What is 3+{n - 3}"},
+              {"role": "assistant", "content": str(n)}] for n in (6, 7)]
+    ev = exact_match(torch.nn.Linear(1, 1), tok, template, chats)
+    assert [r.strip() for r in ev.replies] == ["6", "7"] and ev.correct == 2
