@@ -90,9 +90,11 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = args.tokenizer
     vocabulary = "the tokenizer's vocabulary (learned from the training split)"
     if args.tokenizer_from is not None:  # (an empty one is an error, not "learn one")
-        if args.tokenizer != "char" or args.vocab_size is not None:
-            raise ConfigError("--tokenizer-from takes the model's or dataset's tokenizer; drop "
-                              "--tokenizer and --vocab-size")
+        given = [flag for flag, value in (("--tokenizer", args.tokenizer != "char"),
+                                          ("--vocab-size", args.vocab_size is not None)) if value]
+        if given:
+            raise ConfigError("--tokenizer-from takes the model's or dataset's tokenizer, its "
+                              f"vocabulary too; drop {' and '.join(given)}")
         tokenizer, vocabulary = tokenizer_from(args.tokenizer_from)
         if args.bpe_dropout and tokenizer.kind != "bpe":  # before the text is read
             raise ConfigError(f"--bpe-dropout needs a BPE tokenizer; the tokenizer of "
@@ -117,8 +119,8 @@ def vocab_size(args: argparse.Namespace) -> int | None:
     """``--vocab-size``, checked once ``--tokenizer`` says whether it applies: with
     ``--tokenizer char`` a size such as 65 was refused as not above 256 (a BPE's byte tokens)
     rather than as a flag of BPE's alone."""
-    if args.vocab_size is None:
-        return None
+    if args.vocab_size is None or args.tokenizer_from is not None:  # (refused with it, below)
+        return args.vocab_size
     if args.tokenizer != "bpe":
         raise ConfigError("--vocab-size applies to --tokenizer bpe only")
     try:
