@@ -209,8 +209,10 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    help="where to train: auto (a GPU if there is one; default), cpu or cuda")
     g.add_argument("--threads", type=thread_count,
-                   help="torch CPU threads (default 0: torch's own choice; 1 is often faster "
-                        "for the small stages and on a busy machine)")
+                   help="torch CPU threads of every stage (default 1, as memory's and "
+                        "count's: on a busy 2-core machine one thread took ten times as many "
+                        "steps in a stage's budget as torch's own choice of two; 0: torch's "
+                        "own choice, one per core)")
     g.add_argument("--overwrite", action="store_true",
                    help="replace the stages' runs already in --out")
     g.add_argument("--quick", action="store_true",

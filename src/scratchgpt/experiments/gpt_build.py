@@ -137,7 +137,7 @@ class BuildSetup:
     eval_iters: int = 20
     seed: int = 1337
     device: str = "auto"
-    threads: int = 0
+    threads: int = 1  # torch's; 0: its own choice (two spin-waiting threads on a busy CPU)
 
     def __post_init__(self) -> None:
         if self.scaled not in SCALED:
