@@ -147,3 +147,25 @@ def test_ctrl_c_mid_beam_search_prints_its_hypotheses_as_chat_shows_them(chat, c
         assert out == SEP.join(prompt + s + "\n" for s in shown), k
         cut_apart += shown != [rule.text(ids) for ids, _ in hyps]
     assert cut_apart >= len(CUTS) - 1
+
+
+@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok\n"),
+                                             ("ok<|assistant|>\nok", "ok")])
+def test_a_reply_stops_where_the_model_writes_another_turn(chat, written, reply):
+    """sample --chat stopped at the end marker alone: a reply that went on to write the next
+    turn's marker was printed with it and the turn after, where chat and serve end it there."""
+    import argparse
+
+    from scratchgpt.checkpoints.io import load_for_generation
+    from scratchgpt.commands.sample import chat_prompt
+    from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.serve.reply import reply_text
+
+    run, _, tok = chat
+    _, source = load_for_generation(run, None, "sample")
+    args = argparse.Namespace(checkpoint=run, system=None, unknown="error")
+    _, _, rule, marker = chat_prompt(args, source, tok, MESSAGES[0]["content"],
+                                     StopRule(40, tok.eot_id, (), tok.decode))
+    ids = tok.encode(written)
+    n = next((n for n in range(1, len(ids) + 1) if rule.ends(ids[:n])), None)
+    assert n is not None and reply_text(rule, marker, ids[:n]) == reply

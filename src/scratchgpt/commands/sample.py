@@ -257,7 +257,9 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": text}]
     (ids, _), _ = encode_conversation(tok, template, messages, add_generation_prompt=True)
-    rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, template.stop))
+    # the end marker, or another turn's marker a model that has not learned to end its turn
+    # goes on to write: its reply ends there, as chat's and serve's do
+    rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, *template.reply_stops))
     return template.render(messages), ids, rule, template.stop
 
 
