@@ -18,13 +18,25 @@ T = TypeVar("T")
 PROGRESS_DELAY_S = 1.0
 
 
+def tqdm_class() -> Any:
+    """tqdm's bar class: Jupyter's widget where a notebook can draw one (``tqdm.auto``), else
+    the text bar. In a notebook without ipywidgets, ``tqdm.auto`` put the warning "IProgress
+    not found. Please update jupyter and ipywidgets" into the reader's output, and then drew
+    the text bar anyway."""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
     """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
     :data:`PROGRESS_DELAY_S` (none when not ``enabled``); counts of characters or tokens are
     shown scaled (1.2M)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
+    return tqdm_class()(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
                 delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
 
 
@@ -33,6 +45,4 @@ def progress_over(items: Sequence[T], enabled: bool, desc: str, unit: str) -> It
     ``items`` themselves when not ``enabled``."""
     if not enabled:
         return items
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=desc, unit=unit, dynamic_ncols=True, delay=PROGRESS_DELAY_S)
+    return tqdm_class()(items, desc=desc, unit=unit, dynamic_ncols=True, delay=PROGRESS_DELAY_S)

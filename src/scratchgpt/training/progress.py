@@ -17,8 +17,9 @@ class Progress:
         self.budget = budget_s
         if not enabled or step >= total_steps or (budget_s and elapsed_s >= budget_s):
             return
-        from tqdm.auto import tqdm
+        from scratchgpt.bars import tqdm_class
 
+        tqdm = tqdm_class()
         # Redrawn ten times a second on a terminal; into a log file or a pipe, where every
         # redraw stays as text, every ten seconds.
         every = 0.1 if sys.stderr.isatty() else 10.0
