@@ -923,8 +923,11 @@ def test_bad_flags_are_refused_before_the_pairs_are_made(cli_main, tmp_path, cap
                           # a setting of another architecture would change nothing
                           (["--arch", "lstm", "--n-head", "3", "--d-ff", "64"],
                            "--arch lstm does not take --d-ff, --n-head"),
+                          (["--bidirectional"], "--arch transformer does not take "
+                                                "--bidirectional"),
+                          # named as given: it said --bidirectional of --no-bidirectional
                           (["--no-bidirectional"], "--arch transformer does not take "
-                                                   "--bidirectional")):
+                                                   "--no-bidirectional")):
         assert cli_main(["seq2seq", "train", "--out", str(tmp_path), *flags]) == 2
         err = capsys.readouterr().err
         assert reason in err and len(err.strip().splitlines()) == 1

@@ -525,7 +525,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      lambda c: ["seq2seq", "eval", "--checkpoint", c["data"]], "seq2seq trains on pairs"),
     ("seq2seq resume with another architecture's flag",
      lambda c: ["seq2seq", "train", "--out", c["s2s"], "--resume", "--no-bidirectional"],
-     "does not take --bidirectional"),
+     "does not take --no-bidirectional"),
     # a run is resumed by the command that trains its kind (train read a seq2seq model's
     # config as a GPT's: an AttributeError traceback)
     ("train --resume of a seq2seq run",

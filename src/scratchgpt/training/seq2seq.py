@@ -535,9 +535,10 @@ def check_arch_takes(arch: str, flags: dict[str, Any]) -> None:
     """A model flag that only another architecture uses is refused: it would change nothing,
     yet a new run's config.json would record it."""
     unused = unused_settings(arch, flags)
-    if unused:
-        raise ConfigError(f"--arch {arch} does not take "
-                          + ", ".join(flag_of(k) for k in unused))
+    if unused:  # (a switch turned off is named as it was given: --no-bidirectional)
+        raise ConfigError(f"--arch {arch} does not take " + ", ".join(
+            flag_of(k).replace("--", "--no-", 1) if flags[k] is False else flag_of(k)
+            for k in unused))
 
 
 # Memory a generated pair takes once made and encoded (measured: ~0.8 KiB for reverse's
