@@ -216,7 +216,7 @@ def _add_gpt_build(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--overwrite", action="store_true",
                    help="replace the stages' runs already in --out")
     g.add_argument("--quick", action="store_true",
-                   help="a smoke test, seconds in all on a 2-core CPU: 20 steps per "
+                   help="a smoke test, about a minute in all on a 2-core CPU: 20 steps per "
                         "stage and a tiny stage 8")
     g.add_argument("--report", action="store_true",
                    help="train nothing: write the report (gpt_build.csv, .md, .png) of the "

@@ -158,7 +158,7 @@ class BuildSetup:
 
 
 def quick_setup(**overrides: Any) -> BuildSetup:
-    """All eight stages in seconds on a 2-core CPU, as a smoke test: 20 steps each
+    """All eight stages in about a minute on a 2-core CPU, as a smoke test: 20 steps each
     and a tiny last stage."""
     values: dict[str, Any] = dict(time_budget="", max_iters=20, eval_interval=10, eval_iters=2,
                                   batch_size=8, scaled="tiny")
