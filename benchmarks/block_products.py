@@ -23,20 +23,20 @@ from collections.abc import Callable
 
 import torch
 
+from scratchgpt.bench import bench_threads_positive
 from scratchgpt.bench.train import matmul_peak
 from scratchgpt.commands.argtypes import positive_int
 from scratchgpt.models import tile_matmul
 
 
 def thread_counts(text: str) -> list[int]:
-    """``--threads``: comma-separated positive counts."""
+    """``--threads``: thread counts, comma-separated, each as a benchmark's ``--threads``
+    takes it (1 up to the cores)."""
     try:
-        counts = [int(t) for t in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"expected thread counts like 1,2, got {text!r}")
-    return counts
+        return [bench_threads_positive(t) for t in text.split(",")]
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(
+            f"{e} in {text!r} (thread counts, comma-separated)") from None
 
 
 def best_us(call: Callable[[], object], calls: int, repeats: int) -> float:
