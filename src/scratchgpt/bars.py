@@ -36,8 +36,9 @@ def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
     """A tqdm bar on stderr of ``total`` steps, drawn once it has run for
     :data:`PROGRESS_DELAY_S` (none when not ``enabled``); counts of characters or tokens are
     shown scaled (1.2M)."""
-    return tqdm_class()(total=total, desc=desc, unit=unit, unit_scale=unit in ("char", "token"),
-                delay=PROGRESS_DELAY_S, disable=not enabled, dynamic_ncols=True)
+    return tqdm_class()(total=total, desc=desc, unit=unit,
+                        unit_scale=unit in ("char", "token"), delay=PROGRESS_DELAY_S,
+                        disable=not enabled, dynamic_ncols=True)
 
 
 def progress_over(items: Sequence[T], enabled: bool, desc: str, unit: str) -> Iterable[T]:
