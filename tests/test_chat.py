@@ -48,8 +48,8 @@ def _cut_reply(text: str, max_new_tokens: int) -> tuple[str, list[tuple[str, int
     from scratchgpt.generation.stopping import StopRule
     from scratchgpt.serve.reply import ReplyText
 
-    rule = StopRule(max_new_tokens, None, (T.stop,), lambda ids: "".join(map(chr, ids)))
-    reply = ReplyText(rule, T.stop)
+    rule = StopRule(max_new_tokens, None, T.reply_stops, lambda ids: "".join(map(chr, ids)))
+    reply = ReplyText(rule, T)
     pieces = []
     for token in map(ord, text[:max_new_tokens]):
         pieces.append(reply.add(token))
@@ -69,14 +69,20 @@ CUT_REPLIES = [
     ("x<<|e", 5, "x<"),
     ("plain text", 10, "plain text"),
     ("ok<|e<|end|>" + "x" * 9, 21, "ok<|e"),  # it ended at the marker: nothing more is cut
+    ("ok<|user|>", 6, "ok"),  # cut while writing another role's marker: "ok<|us"
+    ("ok<|assistant|>", 14, "ok"),  # "ok<|assistant|", the longest marker but one character
+    ("ok<|system|>", 12, "ok"),  # it reached the marker
+    ("ok<|s", 5, "ok"),
+    ("x<<|u", 5, "x<"),
 ]
 
 
 @pytest.mark.parametrize("text, n, shown", CUT_REPLIES)
-def test_a_reply_cut_while_writing_the_end_marker_leaves_it_out_but_a_lone_lt(text, n, shown):
-    """A reply cut short (its length) while writing the end marker was ending its turn; a '<'
-    alone, the marker's first character, is as often the text's own (``a <``, ``<b>``) and is
-    kept. Streamed, the pieces join to the text, and count the tokens they show."""
+def test_a_reply_cut_while_writing_a_marker_leaves_it_out_but_a_lone_lt(text, n, shown):
+    """A reply cut short (its length) while writing the end marker, or another role's marker
+    (at which it stops too), was ending its turn; a '<' alone, a marker's first character, is
+    as often the text's own (``a <``, ``<b>``) and is kept. Streamed, the pieces join to the
+    text, and count the tokens they show."""
     whole, pieces = _cut_reply(text, n)
     assert whole == shown
     assert "".join(p for p, _ in pieces) == shown
@@ -90,6 +96,6 @@ def test_a_replys_whole_text_is_what_its_streamed_pieces_join_to(text, n, shown)
     from scratchgpt.generation.stopping import StopRule
     from scratchgpt.serve.reply import reply_text
 
-    rule = StopRule(n, None, (T.stop,), lambda ids: "".join(map(chr, ids)))
+    rule = StopRule(n, None, T.reply_stops, lambda ids: "".join(map(chr, ids)))
     ids = list(map(ord, text[:n]))
-    assert reply_text(rule, T.stop, ids) == _cut_reply(text, n)[0] == shown
+    assert reply_text(rule, T, ids) == _cut_reply(text, n)[0] == shown

@@ -34,7 +34,7 @@ def chat(tmp_path_factory) -> tuple[Path, torch.nn.Module, object]:
 def _rule(tok, max_new_tokens: int):
     from scratchgpt.generation.stopping import StopRule
 
-    return StopRule(max_new_tokens, tok.eot_id, (TEMPLATE.stop,), tok.decode)
+    return StopRule(max_new_tokens, tok.eot_id, TEMPLATE.reply_stops, tok.decode)
 
 
 def _prompt(tok) -> torch.Tensor:
@@ -48,7 +48,7 @@ def _as_chat_shows(rule, ids: list[int]) -> str:
     """The text ``scratchgpt chat`` streams for these reply tokens under ``rule``."""
     from scratchgpt.serve.reply import ReplyText
 
-    reply = ReplyText(rule, TEMPLATE.stop)
+    reply = ReplyText(rule, TEMPLATE)
     pieces = [reply.add(t)[0] for t in ids]
     return "".join(pieces) + reply.finish()[0]
 
@@ -113,11 +113,13 @@ def test_beam_hypotheses_cut_while_ending_their_turn_print_as_chat_shows_them(ch
     (["--draft", "ngram"], 1), (["--draft", "ngram", "--no-stream"], 1)])
 def test_ctrl_c_while_the_reply_writes_its_end_marker_prints_it_as_chat_shows_it(
         chat, capsys, monkeypatch, flags, rows):
-    """Ctrl-C after "ok<|e": the reply was ending its turn; every sampling path prints "ok"
-    (a '<' alone stays: "ok<"), as chat does when a piped chat is stopped there."""
+    """Ctrl-C after "ok<|e" (or "ok<|us", the start of another turn's marker, at which a
+    reply stops too): the reply was ending its turn; every sampling path prints "ok" (a '<'
+    alone stays: "ok<"), as chat does when a piped chat is stopped there."""
     run, _, tok = chat
     prompt = TEMPLATE.render(MESSAGES)
-    for written, shown in (("ok<|e", "ok"), ("ok<|end|", "ok"), ("ok<", "ok<")):
+    for written, shown in (("ok<|e", "ok"), ("ok<|end|", "ok"), ("ok<", "ok<"),
+                           ("ok<|us", "ok"), ("ok<|assistant|", "ok")):
         with monkeypatch.context() as patch:
             _stopped_after(patch, tok.encode(written), rows=rows)
             code, out, err = _sample(run, capsys, *flags)
@@ -164,8 +166,8 @@ def test_a_reply_stops_where_the_model_writes_another_turn(chat, written, reply)
     run, _, tok = chat
     _, source = load_for_generation(run, None, "sample")
     args = argparse.Namespace(checkpoint=run, system=None, unknown="error")
-    _, _, rule, marker = chat_prompt(args, source, tok, MESSAGES[0]["content"],
-                                     StopRule(40, tok.eot_id, (), tok.decode))
+    _, _, rule, template = chat_prompt(args, source, tok, MESSAGES[0]["content"],
+                                       StopRule(40, tok.eot_id, (), tok.decode))
     ids = tok.encode(written)
     n = next((n for n in range(1, len(ids) + 1) if rule.ends(ids[:n])), None)
-    assert n is not None and reply_text(rule, marker, ids[:n]) == reply
+    assert n is not None and reply_text(rule, template, ids[:n]) == reply

@@ -1091,6 +1091,32 @@ def test_a_reply_stops_where_it_goes_on_to_write_another_turn(chat_model, monkey
     assert len(prompts) == 2 and "ended by the user's marker <|user|>]" in err, err
 
 
+@pytest.mark.parametrize("written, n, shown", [("ok<|user|>\nhi", 6, "ok"),
+                                                ("ok<|assistant|>", 14, "ok"),
+                                                ("ok<|end|>", 5, "ok"), ("ok<a", 3, "ok<")])
+def test_a_reply_cut_while_writing_another_turns_marker_leaves_its_start_out(
+        chat_model, monkeypatch, capsys, written, n, shown):
+    """Cut by --max-new-tokens while writing another turn's marker (``ok<|us``), at which a
+    reply stops too, the reply was ending its turn, as one cut writing ``<|e``: chat printed
+    and kept ``ok<|us`` where it shows ``ok`` for the other."""
+    import scratchgpt.generation.generate as generate
+    from scratchgpt.checkpoints.io import load_model
+
+    tok = load_model(chat_model)[1].tokenizer()
+
+    def written_tokens(model, prompt, rule, *args, **kwargs):
+        ids = tok.encode(written)
+        k = next((k for k in range(1, len(ids)) if rule.done(ids[:k])), len(ids))
+        yield from (torch.tensor([t]) for t in ids[:k])
+
+    monkeypatch.setattr(generate, "stream", written_tokens)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    code, printed, err = run_cli(["chat", "--checkpoint", chat_model, "--max-new-tokens", n,
+                                  "--stats"], capsys)
+    assert code == 0 and "ended by the token limit" in err, err
+    assert printed == shown + "\n"
+
+
 def test_stats_names_the_end_of_text_token_when_it_ended_the_reply(tmp_path, monkeypatch,
                                                                   capsys):
     """--stats said 'ended by the end marker <|end|>' of a reply that the end-of-text token

@@ -391,8 +391,26 @@ def test_a_chat_reply_stops_where_the_model_writes_another_turn(server, written,
     rule = chat_run(service, req).jobs[0].rule
     ids = service.tokenizer.encode(written)
     n = next((n for n in range(1, len(ids) + 1) if rule.ends(ids[:n])), None)
-    assert n is not None and reply_text(rule, service.template.stop, ids[:n]) == reply
+    assert n is not None and reply_text(rule, service.template, ids[:n]) == reply
     assert "zz" in rule.stop_strings
+
+
+@pytest.mark.parametrize("written, shown", [("ok<|us", "ok"), ("ok<|assistant|", "ok"),
+                                             ("ok<|s", "ok"), ("ok<|e", "ok"), ("ok<", "ok<")])
+def test_a_chat_reply_cut_while_writing_any_marker_leaves_its_start_out(server, written, shown):
+    """A reply stops at every marker of the template, so one cut short (max_tokens) while
+    writing another turn's marker was ending its turn as much as one writing the end marker:
+    "ok<|us" was sent as such where "ok<|e" was "ok". A '<' alone stays."""
+    from scratchgpt.serve.service import chat_run
+
+    service = server.service
+    ids = service.tokenizer.encode(written)
+    req = parse_chat({"messages": [{"role": "user", "content": "the king"}],
+                      "max_tokens": len(ids)}, Limits())
+    text = chat_run(service, req).choices[0][0].stream  # (what streamed and whole replies use)
+    pieces = [text.add(t) for t in ids] + [text.finish()]
+    assert "".join(p for p, _ in pieces) == shown
+    assert service.tokenizer.decode(ids[:sum(n for _, n in pieces)]) == shown
 
 
 def test_a_cut_text_ending_in_the_start_of_a_requests_stop_string_keeps_it(client, server):

@@ -184,8 +184,9 @@ class ChatSession:
         prompt = torch.tensor([self.prompt_ids()], dtype=torch.long)
         if self.interactive:
             sys.stdout.write("assistant> ")
-        # a reply cut short while writing the end marker is shown without it, as serve's
-        printer = StreamPrinter(rule, text=ReplyText(rule, self.template.stop))
+        # a reply cut short while writing a marker of the template is shown without it, as
+        # serve's
+        printer = StreamPrinter(rule, text=ReplyText(rule, self.template))
         stopped = self._stream(printer, stream(self.model, prompt, rule, self.cfg, self.gen))
         text = printer.finish()
         sys.stdout.write("\n")

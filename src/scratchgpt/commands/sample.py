@@ -237,8 +237,7 @@ def load_source_for_decoding(path: str, args: argparse.Namespace, engine: str = 
 
 
 def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
-    """``--chat``: (prompt text, its ids, the stop rule, the template's end-of-turn marker)
-    with the model's chat template."""
+    """``--chat``: (prompt text, its ids, the stop rule, the model's chat template)."""
     import dataclasses
 
     from scratchgpt.chat import system_message, template_for
@@ -260,7 +259,7 @@ def chat_prompt(args: argparse.Namespace, source, tok, text: str | None, rule):
     # the end marker, or another turn's marker a model that has not learned to end its turn
     # goes on to write: its reply ends there, as chat's and serve's do
     rule = dataclasses.replace(rule, stop_strings=(*rule.stop_strings, *template.reply_stops))
-    return template.render(messages), ids, rule, template.stop
+    return template.render(messages), ids, rule, template
 
 
 def chat_text_problem(tok, template, content: str, unknown: str) -> str | None:
@@ -321,15 +320,15 @@ def run(args: argparse.Namespace) -> int:
         from scratchgpt.data.sources import text_lines  # (lines as an editor ends them)
 
         return run_batch(model, tok, text_lines(text), rule, cfg, gen, args)
-    marker = None
+    template = None
     if args.chat:
-        text, ids, rule, marker = chat_prompt(args, source, tok, text, rule)
+        text, ids, rule, template = chat_prompt(args, source, tok, text, rule)
     else:
         ids = encode(tok, text, args.unknown) if text else []
     if not ids:
         ids, text = start_of_text(tok)  # unconditional
     check_memory(model, max(args.num_samples, args.beam or 1), len(ids) + args.max_new_tokens)
-    job = Job(model, tok, text, ids, rule, cfg, gen, marker)
+    job = Job(model, tok, text, ids, rule, cfg, gen, template)
     note_long_prompts(model, [len(ids)])  # (beam search, too, reads the last context tokens)
     if args.draft is not None:
         return run_speculative(job, args)
@@ -364,28 +363,27 @@ def warm_up(model) -> None:
 class Job:
     """What every way of sampling needs: the model, the tokenizer, the prompt (text and ids),
     the stop rule, the sampling settings, the random generator and, with ``--chat``, the chat
-    template's end-of-turn ``marker``: then a row's new tokens are a reply, shown as ``chat``
-    and ``serve`` show it, streamed or whole (serve/reply.py: a reply cut short while writing
-    the marker leaves out the part of it that it wrote)."""
+    ``template``: then a row's new tokens are a reply, shown as ``chat`` and ``serve`` show
+    it, streamed or whole (serve/reply.py: a reply cut short while writing a marker of the
+    template leaves out the part of it that it wrote)."""
 
-    def __init__(self, model, tok, text: str, ids: list[int], rule, cfg, gen,
-                 marker: str | None = None):
+    def __init__(self, model, tok, text: str, ids: list[int], rule, cfg, gen, template=None):
         self.model, self.tok, self.text, self.ids = model, tok, text, ids
-        self.rule, self.cfg, self.gen, self.marker = rule, cfg, gen, marker
+        self.rule, self.cfg, self.gen, self.template = rule, cfg, gen, template
 
     def text_of(self, new_ids: Sequence[int]) -> str:
         """The text a row's new tokens are shown as."""
         from scratchgpt.serve.reply import reply_text
 
-        return self.rule.text(new_ids) if self.marker is None else \
-            reply_text(self.rule, self.marker, new_ids)
+        return self.rule.text(new_ids) if self.template is None else \
+            reply_text(self.rule, self.template, new_ids)
 
     def printer(self) -> StreamPrinter:
         """A printer that streams a row's text as :meth:`text_of` shows it whole."""
         from scratchgpt.serve.reply import ReplyText
 
-        return StreamPrinter(self.rule, text=None if self.marker is None else
-                             ReplyText(self.rule, self.marker))
+        return StreamPrinter(self.rule, text=None if self.template is None else
+                             ReplyText(self.rule, self.template))
 
     def prompt(self):
         import torch

@@ -1,4 +1,5 @@
-"""A chat reply's text: without the start of the end-of-turn marker it was cut short writing.
+"""A chat reply's text: without the start of a marker of the chat template it was cut short
+writing.
 
 ``serve``'s chat replies and ``scratchgpt chat``'s stream through :class:`ReplyText`, and
 ``scratchgpt sample --chat`` prints its replies, streamed or whole (:func:`reply_text`), by the
@@ -8,8 +9,12 @@ same rule, so that all of them show a reply cut at its length alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from scratchgpt.generation.stopping import StopRule, StreamText
+
+if TYPE_CHECKING:
+    from scratchgpt.chat import ChatTemplate
 
 
 def marker_start(text: str, marker: str) -> int:
@@ -18,45 +23,60 @@ def marker_start(text: str, marker: str) -> int:
     return next((k for k in range(len(marker) - 1, 0, -1) if text.endswith(marker[:k])), 0)
 
 
-def marker_cut(text: str, marker: str) -> int:
-    """How many characters at the end of a reply cut short (``text``) are left out: the start
-    of ``marker`` it was writing, but not the marker's first character alone (see
-    :class:`ReplyText`): ``marker_cut("ok<|e", "<|end|>") == 3``, ``marker_cut("ok<", "<|end|>")
-    == 0``."""
-    started = marker_start(text, marker)
+def marker_cut(text: str, markers: Sequence[str]) -> int:
+    """How many characters at the end of a reply cut short (``text``) are left out: the
+    longest start of one of ``markers`` (a template's :attr:`~scratchgpt.chat.ChatTemplate.
+    reply_stops`) it was writing, but not a marker's first character alone (see
+    :class:`ReplyText`).
+
+    >>> stops = ("<|end|>", "<|user|>")
+    >>> marker_cut("ok<|e", stops), marker_cut("ok<|us", stops), marker_cut("ok<", stops)
+    (3, 4, 0)
+    """
+    started = max((marker_start(text, m) for m in markers), default=0)
     return started if started > 1 else 0
 
 
-def reply_text(rule: StopRule, marker: str, ids: Sequence[int]) -> str:
-    """The text of a chat reply's new tokens ``ids``, whole: what :class:`ReplyText`'s pieces
-    join to. ``rule.text(ids)``, and, when neither the end-of-text token nor a stop string
-    ended the reply (its length, Ctrl-C cut it short), without the start of ``marker`` it was
-    writing. (Tokens after the end, which a stream never hands on, change nothing.)"""
+def left_out(rule: StopRule, template: ChatTemplate, ids: Sequence[int]) -> int:
+    """How many characters at the end of ``rule.text(ids)`` a chat reply leaves out: none
+    where the end-of-text token or a stop string ended it (the marker is cut already), the
+    start of the template's marker it was writing where it was cut short (its length,
+    Ctrl-C)."""
     text = rule.text(ids)
-    if rule.ends(ids) or text != rule.decode(ids):  # it ended: the marker is cut already
-        return text
-    return text[:len(text) - marker_cut(text, marker)]
+    if rule.ends(ids) or text != rule.decode(ids):  # it ended (tokens after the end too)
+        return 0
+    return marker_cut(text, template.reply_stops)
+
+
+def reply_text(rule: StopRule, template: ChatTemplate, ids: Sequence[int]) -> str:
+    """The text of a chat reply's new tokens ``ids``, whole: what :class:`ReplyText`'s pieces
+    join to. ``rule.text(ids)`` without what :func:`left_out` says. (Tokens after the end,
+    which a stream never hands on, change nothing.)"""
+    text = rule.text(ids)
+    return text[:len(text) - left_out(rule, template, ids)]
 
 
 class ReplyText(StreamText):
     """A chat reply's :class:`StreamText`. A reply cut short (its length, its time) while the
-    model was writing the template's end-of-turn ``marker`` was ending its turn: the start of
-    the marker it wrote is left out, as the whole marker is from a reply that reached it
-    (``ok<|e`` is ``ok``). The marker's first character alone is kept: ``a <`` or ``<`` ends
-    text as often as it starts the marker, and it is what the model wrote (``ok<`` stays). The
-    held-back text (the longest stop string but one character) always holds that start. Other
-    stop strings (a request's own) keep OpenAI's behaviour: a cut reply that ends in the start
-    of one keeps it."""
+    model was writing one of the ``template``'s markers (:attr:`~scratchgpt.chat.
+    ChatTemplate.reply_stops`: the end of its turn, or another role's marker line) was ending
+    its turn: the start of the marker it wrote is left out, as the whole marker is from a
+    reply that reached it (``ok<|e`` and ``ok<|us`` are ``ok``). A marker's first character
+    alone is kept: ``a <`` or ``<`` ends text as often as it starts a marker, and it is what
+    the model wrote (``ok<`` stays). The held-back text (at least the longest marker but one
+    character) always holds that start. Other stop strings (a request's own) keep OpenAI's
+    behaviour: a cut reply that ends in the start of one keeps it."""
 
-    def __init__(self, rule: StopRule, marker: str):
+    def __init__(self, rule: StopRule, template: ChatTemplate):
         super().__init__(rule)
-        self.marker = marker
+        self.template = template
+        self.hold = max(self.hold, *(len(m) - 1 for m in template.reply_stops))
 
     def finish(self) -> tuple[str, int]:
-        if self.finished or self.rule.ends(self.ids):  # (the marker, if any, is cut already)
+        if self.finished:
             return super().finish()
         piece, n = super().finish()
-        cut = min(len(piece), marker_cut(self.text, self.marker))
+        cut = min(len(piece), left_out(self.rule, self.template, self.ids))
         if not cut:
             return piece, n
         piece, self.text = piece[:-cut], self.text[:-cut]

@@ -4,7 +4,7 @@
 the limits): it encodes prompts, builds one :class:`~scratchgpt.serve.batch.Job` per prompt
 (``n`` choices each), and turns the tokens that come back into text with
 :class:`~scratchgpt.generation.stopping.StreamText` (stop strings cut, partial characters held
-back; a chat reply cut short leaves out the start of the end-of-turn marker it was writing,
+back; a chat reply cut short leaves out the start of the template's marker it was writing,
 :class:`~scratchgpt.serve.reply.ReplyText`, as ``scratchgpt chat`` does). :func:`complete` and
 :func:`chat` give the whole response; :func:`stream_completion` and :func:`stream_chat` the
 server-sent events, one chunk per choice per engine step.
@@ -213,9 +213,10 @@ class Submission:
             self.engine.cancel(job)
 
 
-def text_of(rule: StopRule, marker: str | None) -> StreamText:
-    """The text of one choice: a chat reply's ends without the start of its ``marker``."""
-    return StreamText(rule) if marker is None else ReplyText(rule, marker)
+def text_of(rule: StopRule, template: ChatTemplate | None) -> StreamText:
+    """The text of one choice: a chat reply's (by its ``template``) ends without the start of
+    a marker it was writing."""
+    return StreamText(rule) if template is None else ReplyText(rule, template)
 
 
 @dataclass
@@ -288,12 +289,12 @@ class Run:
     """One request's jobs in the engine, as a stream of :class:`Update` s."""
 
     def __init__(self, service: Service, jobs: list[Job], prompt_tokens: int,
-                 marker: str | None = None):
-        """``marker``: a chat reply's end-of-turn marker (see
+                 template: ChatTemplate | None = None):
+        """``template``: a chat reply's chat template (see
         :class:`~scratchgpt.serve.reply.ReplyText`)."""
         self.service, self.jobs, self.prompt_tokens = service, jobs, prompt_tokens
         self.sub = Submission(service.engine, jobs)
-        self.choices = [[Choice(i * job.n + c, text_of(job.rule, marker),
+        self.choices = [[Choice(i * job.n + c, text_of(job.rule, template),
                                 job.top_logprobs is not None)
                          for c in range(job.n)] for i, job in enumerate(jobs)]
         self.prompt_scores: dict[int, PromptScores] = {}
@@ -462,7 +463,7 @@ def chat_run(service: Service, req: api.ChatRequest) -> Run:
                            param="messages")
     ids = service.chat_prompt(req.messages)
     job = service.job(ids, req.gen, (*service.template.reply_stops, *req.gen.stop))
-    run = Run(service, [job], len(ids), marker=service.template.stop)
+    run = Run(service, [job], len(ids), template=service.template)
     run.id = f"chatcmpl-{uuid.uuid4().hex}"
     return run
 
