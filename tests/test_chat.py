@@ -74,6 +74,15 @@ CUT_REPLIES = [
     ("ok<|system|>", 12, "ok"),  # it reached the marker
     ("ok<|s", 5, "ok"),
     ("x<<|u", 5, "x<"),
+    # the line break the template writes before a role's marker line goes with the marker
+    ("ok\n<|user|>\nhi", 11, "ok"),  # it reached the marker
+    ("ok\n<|assistant|>", 15, "ok"),  # "ok\n<|assistant|": the longest held back
+    ("ok\n<|us", 6, "ok"),  # cut while writing it
+    ("ok\n<|", 5, "ok"),  # (the start of every marker)
+    ("ok\n<", 4, "ok\n<"),  # a '<' alone is the text's own, and so its line break
+    ("ok\n<|end|>", 10, "ok\n"),  # the end marker follows the reply: "ok\n" is its own
+    ("ok\n<|e", 6, "ok\n"),
+    ("ok\n\n<|user|>", 11, "ok\n"),  # one line break is the template's
 ]
 
 

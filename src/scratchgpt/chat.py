@@ -62,7 +62,9 @@ class ChatTemplate:
         """The strings a reply stops at: the end marker, and the marker of any role's turn,
         which a model that has not learned to end its turn goes on to write (a reply kept
         with one would be refused in the next request, as every message holding a marker
-        is). The marker is no part of the reply."""
+        is). The marker is no part of the reply, nor is the line break before a role's
+        marker line, which the template writes after every message
+        (:func:`~scratchgpt.serve.reply.reply_text`)."""
         return (self.end, *(mark for _, mark in self.markers))
 
     def marker(self, role: str) -> str:

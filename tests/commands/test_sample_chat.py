@@ -119,7 +119,8 @@ def test_ctrl_c_while_the_reply_writes_its_end_marker_prints_it_as_chat_shows_it
     run, _, tok = chat
     prompt = TEMPLATE.render(MESSAGES)
     for written, shown in (("ok<|e", "ok"), ("ok<|end|", "ok"), ("ok<", "ok<"),
-                           ("ok<|us", "ok"), ("ok<|assistant|", "ok")):
+                           ("ok<|us", "ok"), ("ok<|assistant|", "ok"), ("ok\n<|us", "ok"),
+                           ("ok\n<|e", "ok\n")):
         with monkeypatch.context() as patch:
             _stopped_after(patch, tok.encode(written), rows=rows)
             code, out, err = _sample(run, capsys, *flags)
@@ -151,11 +152,14 @@ def test_ctrl_c_mid_beam_search_prints_its_hypotheses_as_chat_shows_them(chat, c
     assert cut_apart >= len(CUTS) - 1
 
 
-@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok\n"),
+@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok"),
+                                             ("ok\n<|end|>", "ok\n"),
                                              ("ok<|assistant|>\nok", "ok")])
 def test_a_reply_stops_where_the_model_writes_another_turn(chat, written, reply):
     """sample --chat stopped at the end marker alone: a reply that went on to write the next
-    turn's marker was printed with it and the turn after, where chat and serve end it there."""
+    turn's marker was printed with it and the turn after, where chat and serve end it there.
+    The line break before a role's marker line is the template's, as it holds the reply
+    (before the end marker, the reply's own)."""
     import argparse
 
     from scratchgpt.checkpoints.io import load_for_generation

@@ -142,4 +142,4 @@ def test_a_greedy_reply_stops_where_it_writes_another_turn_as_chats_does(monkeyp
     chats = [[{"role": "user", "content": f"What is 3+{n - 3}"},
               {"role": "assistant", "content": str(n)}] for n in (6, 7)]
     ev = exact_match(torch.nn.Linear(1, 1), tok, template, chats)
-    assert [r.strip() for r in ev.replies] == ["6", "7"] and ev.correct == 2
+    assert ev.replies == ["6", "7"] and ev.correct == 2  # (the line break is the template's)

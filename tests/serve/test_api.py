@@ -373,7 +373,8 @@ def test_the_chat_command_cuts_a_reply_as_the_server_does(chat_run, monkeypatch,
     assert printed == shown + "\n" and "ended by the token limit" in err
 
 
-@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok\n"),
+@pytest.mark.parametrize("written, reply", [("ok\n<|user|>\nthe king", "ok"),
+                                             ("ok\n<|end|>", "ok\n"),
                                              ("ok<|assistant|>\nok", "ok"),
                                              ("ok<|end|>\n<|user|>", "ok")])
 def test_a_chat_reply_stops_where_the_model_writes_another_turn(server, written, reply):
@@ -396,11 +397,14 @@ def test_a_chat_reply_stops_where_the_model_writes_another_turn(server, written,
 
 
 @pytest.mark.parametrize("written, shown", [("ok<|us", "ok"), ("ok<|assistant|", "ok"),
-                                             ("ok<|s", "ok"), ("ok<|e", "ok"), ("ok<", "ok<")])
+                                             ("ok<|s", "ok"), ("ok<|e", "ok"), ("ok<", "ok<"),
+                                             ("ok\n<|us", "ok"), ("ok\n<|user|>", "ok"),
+                                             ("ok\n<|e", "ok\n"), ("ok\n<", "ok\n<")])
 def test_a_chat_reply_cut_while_writing_any_marker_leaves_its_start_out(server, written, shown):
     """A reply stops at every marker of the template, so one cut short (max_tokens) while
     writing another turn's marker was ending its turn as much as one writing the end marker:
-    "ok<|us" was sent as such where "ok<|e" was "ok". A '<' alone stays."""
+    "ok<|us" was sent as such where "ok<|e" was "ok". A '<' alone stays. The line break the
+    template writes before a role's marker line goes with it ("ok\\n<|user|>" is "ok")."""
     from scratchgpt.serve.service import chat_run
 
     service = server.service

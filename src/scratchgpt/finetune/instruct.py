@@ -372,18 +372,19 @@ def reply(model: nn.Module, tokenizer: Any, template: ChatTemplate,
           prompts: Sequence[Sequence[Message]], max_new_tokens: int = 256,
           temperature: float = 0.0) -> list[str]:
     """The model's replies to each conversation (greedy by default), generated as one batch;
-    each stops at the template's end marker, or at another turn's marker, as ``chat``'s and
-    ``serve``'s replies do."""
+    each stops at the template's end marker, or at another turn's marker, and reads as
+    ``chat``'s and ``serve``'s replies do (:func:`~scratchgpt.serve.reply.reply_text`)."""
     from scratchgpt.generation.generate import generate_batch
     from scratchgpt.generation.sampling import SamplingConfig
     from scratchgpt.generation.stopping import StopRule
+    from scratchgpt.serve.reply import reply_text
 
     ids = [encode_conversation(tokenizer, template, p, add_generation_prompt=True)[0][0]
            for p in prompts]
     rule = StopRule(max_new_tokens, tokenizer.eot_id, template.reply_stops, tokenizer.decode)
     with _eval_mode(model):
         out = generate_batch(model, ids, rule, SamplingConfig(temperature))
-    return [rule.text(new) for new in out]
+    return [reply_text(rule, template, new) for new in out]
 
 
 def exact_match(model: nn.Module, tokenizer: Any, template: ChatTemplate,

@@ -1,9 +1,11 @@
-"""A chat reply's text: without the start of a marker of the chat template it was cut short
-writing.
+"""A chat reply's text as the chat template holds it: without the start of a marker of the
+template it was cut short writing, nor the line break the template writes before a role's
+marker.
 
 ``serve``'s chat replies and ``scratchgpt chat``'s stream through :class:`ReplyText`, and
 ``scratchgpt sample --chat`` prints its replies, streamed or whole (:func:`reply_text`), by the
-same rule, so that all of them show a reply cut at its length alike.
+same rule, as ``finetune --eval-generate`` reads its greedy replies, so that all of them show a
+reply alike.
 """
 
 from __future__ import annotations
@@ -38,14 +40,36 @@ def marker_cut(text: str, markers: Sequence[str]) -> int:
 
 
 def left_out(rule: StopRule, template: ChatTemplate, ids: Sequence[int]) -> int:
-    """How many characters at the end of ``rule.text(ids)`` a chat reply leaves out: none
-    where the end-of-text token or a stop string ended it (the marker is cut already), the
-    start of the template's marker it was writing where it was cut short (its length,
-    Ctrl-C)."""
+    """How many characters at the end of ``rule.text(ids)`` a chat reply leaves out: the start
+    of the template's marker it was writing where it was cut short (its length, Ctrl-C; a stop
+    string or the end-of-text token that ended it is cut already), and the line break before
+    a role's marker (:func:`line_break`)."""
     text = rule.text(ids)
     if rule.ends(ids) or text != rule.decode(ids):  # it ended (tokens after the end too)
-        return 0
-    return marker_cut(text, template.reply_stops)
+        cut, after = 0, rule.decode(ids)[len(text):]
+    else:
+        cut = marker_cut(text, template.reply_stops)
+        after = text[len(text) - cut:]
+    return cut + line_break(text[:len(text) - cut], after, template)
+
+
+def line_break(text: str, after: str, template: ChatTemplate) -> int:
+    """1 where a reply's ``text`` ends in a line break and what it left out ``after`` it is a
+    role's marker (or the start of one, longer than its first character), else 0. The
+    template writes a line break after every message, before the next one's marker line
+    (``ok\\n<|user|>``): it is the template's, not the reply's, which the template holds as
+    ``ok``. Before the end marker, which follows the reply directly, it is the reply's own
+    (``ok\\n<|end|>`` holds ``ok\\n``); where what was cut short could begin either
+    (``<|``), it goes with the role's marker line.
+
+    >>> from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+    >>> t = TEMPLATES[DEFAULT_TEMPLATE]
+    >>> line_break("ok\\n", "<|user|>\\nhi", t), line_break("ok\\n", "<|end|>", t)
+    (1, 0)
+    """
+    roles = [mark for _, mark in template.markers]
+    turn = len(after) > 1 and any(after.startswith(m) or m.startswith(after) for m in roles)
+    return int(turn and text.endswith("\n"))
 
 
 def reply_text(rule: StopRule, template: ChatTemplate, ids: Sequence[int]) -> str:
@@ -63,14 +87,17 @@ class ReplyText(StreamText):
     its turn: the start of the marker it wrote is left out, as the whole marker is from a
     reply that reached it (``ok<|e`` and ``ok<|us`` are ``ok``). A marker's first character
     alone is kept: ``a <`` or ``<`` ends text as often as it starts a marker, and it is what
-    the model wrote (``ok<`` stays). The held-back text (at least the longest marker but one
-    character) always holds that start. Other stop strings (a request's own) keep OpenAI's
-    behaviour: a cut reply that ends in the start of one keeps it."""
+    the model wrote (``ok<`` stays). The line break the template writes before a role's
+    marker line is left out with it (:func:`line_break`: ``ok\\n<|user|>`` is ``ok``). The
+    held-back text (at least the longest marker) always holds both. Other stop strings (a
+    request's own) keep OpenAI's behaviour: a cut reply that ends in the start of one keeps
+    it."""
 
     def __init__(self, rule: StopRule, template: ChatTemplate):
         super().__init__(rule)
         self.template = template
-        self.hold = max(self.hold, *(len(m) - 1 for m in template.reply_stops))
+        # held back: all of a marker but its last character, and the line break before it
+        self.hold = max(self.hold, *map(len, template.reply_stops))
 
     def finish(self) -> tuple[str, int]:
         if self.finished:
