@@ -495,6 +495,30 @@ def test_char_export_says_what_llama_cpp_ends_on(tmp_path, capsys, cli_main):
     assert "--ignore-eos" in capsys.readouterr().out
 
 
+def test_a_chat_export_notes_every_marker_a_reply_ends_at(tmp_path, capsys, cli_main):
+    """Our replies end at the template's end marker and at any role's marker line (a model
+    that has not learned to end its turn writes the next one): the note told llama.cpp users
+    to pass the end marker alone, so theirs went on into turns nobody wrote. It lists the
+    template's reply stops, as a list to pass as llama-cpp-python's ``stop``."""
+    import ast
+
+    from scratchgpt.chat import DEFAULT_TEMPLATE, TEMPLATES
+
+    template = TEMPLATES[DEFAULT_TEMPLATE]
+    tok = CharTokenizer.train(template.render([{"role": "user", "content": "Hi"}]))
+    model, run = random_gpt(tok.vocab_size, n_embd=32), tmp_path / "run"
+    tok.save(run)
+    save_checkpoint(run / "best.pt", Checkpoint("gpt", model.config, model.state_dict(),
+                                                {"text": tok.state()},
+                                                {"chat_template": DEFAULT_TEMPLATE}))
+    assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
+                     str(tmp_path / "m.gguf")]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if "stop=" in line]
+    assert note.startswith("note: llama.cpp stops at end of text"), note
+    stops = ast.literal_eval(note.split("stop=")[1].split(" (")[0])
+    assert stops == list(template.reply_stops) and len(stops) > 1
+
+
 def test_llama_cpp_prompts_an_exported_chat_model_as_we_do(tmp_path, capsys, cli_main):
     """A chat model's GGUF holds its template in Jinja: llama-cpp-python picks it as the
     model's chat format, renders each conversation as our template does, and tokenizes that
@@ -518,7 +542,7 @@ def test_llama_cpp_prompts_an_exported_chat_model_as_we_do(tmp_path, capsys, cli
             {"chat_template": DEFAULT_TEMPLATE} if chat else {}))
         assert cli_main(["convert", "--to", "gguf", "--checkpoint", str(run), "--out",
                          str(run / "m.gguf")]) == 0
-        assert ("'<|end|>' as a stop string" in capsys.readouterr().out) == chat
+        assert ("stop=['<|end|>'" in capsys.readouterr().out) == chat
         llm = load_llama(run / "m.gguf", vocab_only=True)
         try:
             assert ("tokenizer.chat_template" in llm.metadata) == chat

@@ -58,9 +58,10 @@ GELU is GPT-2's tanh approximation).
 
 **Chat**: an instruction-tuned model's template is written as ``tokenizer.chat_template``, in
 Jinja (:attr:`scratchgpt.chat.ChatTemplate.jinja`), which llama.cpp's chat tools and
-llama-cpp-python's ``create_chat_completion`` render prompts with. Its end-of-turn marker is
-text, not a token llama.cpp knows to stop at: pass it as a stop string (``stop=["<|end|>"]``,
-``--reverse-prompt``).
+llama-cpp-python's ``create_chat_completion`` render prompts with. A reply ends at the
+template's markers (:attr:`~scratchgpt.chat.ChatTemplate.reply_stops`: its end of turn, and
+any role's marker line a model goes on to write), which are text, not tokens llama.cpp knows
+to stop at: the export's notes list them, to pass as stop strings (:func:`stop_note`).
 
 Tested against llama.cpp itself (``tests/checkpoints/test_gguf.py``): logits of the same tokens
 and the tokenization of a test text.
@@ -379,8 +380,18 @@ def save_gguf(model: nn.Module, path: str | Path, tokenizer: Any, qtype: str = "
         if isinstance(e, OSError):  # a full disk: numpy's short write names no file
             raise write_failure(path, e) from None
         raise
+    chat = [] if chat_template is None else [stop_note(chat_template)]
     return GGUFExport(path, written, len(tensors),
-                      [*vocab.notes, context_note(cfg["block_size"]), *notes], instead)
+                      [*chat, *vocab.notes, context_note(cfg["block_size"]), *notes], instead)
+
+
+def stop_note(template: ChatTemplate) -> str:
+    """Where a chat model's replies end for llama.cpp: its end-of-text token, not the
+    template's markers, which scratchgpt's replies end at (``reply_stops``) and which a user
+    passes as stop strings."""
+    return (f"llama.cpp stops at end of text, not where this template's replies end: pass "
+            f"stop={list(template.reply_stops)!r} (llama-cpp-python, llama-server), or one "
+            "--reverse-prompt each (llama-cli)")
 
 
 def context_note(block_size: int) -> str:

@@ -308,9 +308,6 @@ def export_gguf(model, tok, out: Path, qtype: str, template=None) -> int:
     instead = f": {done.instead}" if done.instead else ""  # (--type q8_0 that wrote f16)
     print(f"wrote {done.path} ({done.type}, {done.n_tensors} tensors, {size:.1f} MiB{chat})"
           f"{instead}")
-    if template is not None:
-        print(f"note: llama.cpp stops at end of text, not at this template's end of turn: "
-              f"pass {template.stop!r} as a stop string")
     for note in done.notes:
         print(f"note: {note}")
     return 0
