@@ -61,3 +61,41 @@ def test_the_search_still_ends_once_no_live_beam_beats_what_closed():
     found, _ = m.beam_decode(src, lengths, beam=2, max_len=50, out=so_far)
     assert found == [[A] * LENGTH + [EOS]] and so_far[0][1]  # (settled: the search is over)
     assert len(steps) <= LENGTH + 2
+
+
+C, D = 6, 7
+
+
+class Climbing(Seq2Seq):
+    """A decoder whose next token depends on the previous one: <eos> is likeliest first
+    ([<eos>]: mean log-probability -0.69), while A, C, <eos> starts less likely and gets all
+    but sure (mean -0.58), and B, <eos> closes in between (-0.98)."""
+
+    NEXT = {BOS: {EOS: 0.5, A: 0.3, B: 0.2}, A: {C: 0.6, D: 0.39, EOS: 0.01},
+            B: {EOS: 0.7, A: 0.3}, C: {EOS: 0.99, A: 0.01}, D: {EOS: 0.5, A: 0.5},
+            EOS: {EOS: 1.0}}
+
+    def __init__(self):
+        super().__init__()
+        self.config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK)
+        self.table = torch.full((8, 8), 1e-9)
+        for prev, nxt in self.NEXT.items():
+            for tok, p in nxt.items():
+                self.table[prev, tok] = p
+
+    def start(self, src, src_lengths):
+        return {}
+
+    def step(self, state, prev):
+        return self.table[prev].log(), torch.zeros(prev.size(0), 1)
+
+
+def test_the_search_goes_on_while_a_live_beam_beats_the_worst_kept_ending():
+    """Hugging Face's rule compares the best live beam with the worst of the ``beam`` best
+    endings, not the best: after step 2, [<eos>] (-0.69) and [B, <eos>] (-0.98) have closed
+    and the live A, C stands at -0.86. Stopped there (it does not beat the best ending), the
+    search returned [<eos>]; going on, A, C, <eos> closes at -0.58 and wins."""
+    m = Climbing()
+    src, lengths = torch.zeros(1, 1, dtype=torch.long), torch.tensor([1])
+    found, _ = m.beam_decode(src, lengths, beam=2, max_len=6, length_penalty=1.0)
+    assert found == [[A, C, EOS]]

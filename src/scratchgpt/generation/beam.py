@@ -15,7 +15,9 @@ ones first.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -33,6 +35,21 @@ from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM
 
 Hypothesis = tuple[list[int], float]  # new tokens, score
+
+
+def search_settled(ended: Sequence[float], beam: int, best_live: float, length: int,
+                   length_penalty: float) -> bool:
+    """Whether a beam search is over, by Hugging Face's rule (``generate``'s default,
+    ``early_stopping=False``): ``beam`` hypotheses have ended (scores ``ended``), and the worst
+    of the best ``beam`` of them scores at least as well as the best live beam (summed
+    log-probability ``best_live``, -inf for none) would, ended as it stands at ``length``
+    tokens. Stopping as soon as ``beam`` had ended returned the unlikely endings each step's
+    runners-up close while a likelier beam was still being written. Both beam searches ask it:
+    this one and seq2seq's."""
+    if len(ended) < beam:
+        return False
+    worst_kept = heapq.nlargest(beam, ended)[-1]
+    return worst_kept >= best_live / max(length, 1) ** length_penalty
 
 
 class _Beams:
@@ -75,6 +92,14 @@ class _Beams:
                 break
         self.seqs, self.scores = seqs, scores
         return parents, tokens
+
+    def settled(self) -> bool:
+        """The search is over (:func:`search_settled`), its live beams as :meth:`extend`
+        left them."""
+        length = len(self.seqs[0]) if self.seqs else 0
+        return search_settled([score for _, score in self.finished], self.beam,
+                              max(self.scores, default=float("-inf")), length,
+                              self.length_penalty)
 
     def pad(self, parents: list[int], tokens: list[int]) -> None:
         """Keep the batch shape: repeat the first beam as dead beams (score -inf) that never
@@ -133,11 +158,12 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     The score is the summed log-probability divided by ``len ** length_penalty`` (as in
     Hugging Face's ``generate``). A beam whose newest token ends it under ``stop`` (the
     end-of-text token, a completed stop string: kept in its tokens) is finished; the search
-    ends when ``beam`` hypotheses are finished (then only finished ones are returned) or after
-    ``stop.max_new_tokens`` (then the live beams compete too). An ending counts only among the
-    best ``beam`` extensions of a step. The first ``beam`` hypotheses are those of Hugging
-    Face's ``generate(num_beams=beam, early_stopping=True)`` (tested) while the prompt and the
-    new tokens fit the context; past it the window slides as sampling's does
+    ends once ``beam`` hypotheses are finished and no live beam, scored as it stands, beats
+    the worst of the best ``beam`` of them (:func:`search_settled`; then only finished ones
+    are returned), or after ``stop.max_new_tokens`` (then the live beams compete too). An
+    ending counts only among the best ``beam`` extensions of a step. The first ``beam``
+    hypotheses are those of Hugging Face's ``generate(num_beams=beam)`` (tested) while the
+    prompt and the new tokens fit the context; past it the window slides as sampling's does
     (:func:`~scratchgpt.generation.decode.window_start`; a prompt longer than the context
     keeps its last ``context`` tokens). Beam 1 is greedy, sliding included. No new tokens
     (``stop`` 0) is one hypothesis, the empty continuation, of log-probability 0.
@@ -167,7 +193,7 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
         parents, tokens = beams.extend(logits)
         if out is not None:
             out[:] = beams.so_far()
-        if len(beams.finished) >= beam or not parents or step == n - 1:
+        if beams.settled() or not parents or step == n - 1:
             break
         beams.pad(parents, tokens)
         # the newest tokens go into slot cache.pos: past the window, it slides (decode's rule)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
+from scratchgpt.generation.beam import search_settled
 from scratchgpt.models.attention import MultiHeadAttention, attention_mask
 
 # the config and its helpers are data (models/configs/seq2seq.py, no torch); the model's users
@@ -146,7 +147,8 @@ class Seq2Seq(nn.Module):
         Each step takes the best ``2 * beam`` continuations of the live beams: an ``<eos>`` among
         the top ``beam`` closes a hypothesis, the best ``beam`` others stay live. An example
         stops once ``beam`` hypotheses have closed and none of its live beams, scored as it
-        stands, beats the best of them (Hugging Face's rule): stopped at ``beam`` closed alone,
+        stands, beats the worst of the best ``beam`` of them (Hugging Face's rule,
+        :func:`~scratchgpt.generation.beam.search_settled`): stopped at ``beam`` closed alone,
         the unlikely endings a step's runners-up close could fill them while the likely beam
         was still writing. With ``beam=1`` this is exactly greedy search.
         ``out``: see :data:`SoFar`.
@@ -208,14 +210,11 @@ class _BeamSearch:
                 or bool((self.scores == float("-inf")).all()))
 
     def _settled(self, i: int) -> bool:
-        """Example ``i`` is decided: ``beam`` hypotheses have closed, and the best of them
-        scores at least as well as every live beam as it stands (at its present length)."""
-        closed = self.finished[i]
-        if len(closed) < self.k:
-            return False
-        live = float(self.scores[i].max())
-        length = max(self.hist_tok.size(1), 1)
-        return max(h[0] for h in closed) >= live / length ** self.penalty
+        """Example ``i`` is decided (:func:`~scratchgpt.generation.beam.search_settled`):
+        ``beam`` hypotheses have closed, and the worst of the best ``beam`` of them scores at
+        least as well as every live beam as it stands (at its present length)."""
+        return search_settled([h[0] for h in self.finished[i]], self.k,
+                              float(self.scores[i].max()), self.hist_tok.size(1), self.penalty)
 
     def _choose(self, i: int, t: int, top_s: Tensor, top_row: Tensor, top_tok: Tensor,
                 attn: Tensor, out: tuple[Tensor, Tensor, Tensor]) -> None:
