@@ -1,5 +1,8 @@
 """The training progress bar: what it writes where stderr is a log file, not a terminal."""
 
+import io
+import sys
+
 import pytest
 
 from scratchgpt.training.progress import Progress
@@ -29,3 +32,40 @@ def test_a_run_with_nothing_left_to_train_draws_no_bar(capsys, step, elapsed):
     assert capsys.readouterr().err == ""
     Progress(True, total_steps=1000, step=999, budget_s=None, elapsed_s=1.0).close()
     assert "999/1000" in capsys.readouterr().err  # one step left: drawn
+
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal, progress", [(True, True), (False, True), (True, False)])
+def test_the_final_evaluation_shows_a_bar_on_a_terminal_only(small_dataset, tmp_path,
+                                                             monkeypatch, terminal, progress):
+    """The exact pass over the whole validation split after the last step shows a bar where
+    the run's progress is drawn on a terminal (it sat silent for minutes on a larger model);
+    a log file or --no-progress gets none; the loss is the one the split gives either way."""
+    from scratchgpt import bars
+    from scratchgpt.checkpoints import load_model
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models import model_config
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.job import train
+    from scratchgpt.training.task import full_split_loss
+
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # drawn however short the pass
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    data = TokenDataset(small_dataset)
+    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
+                          block_size=32)
+    cfg = TrainConfig(batch_size=4, max_iters=3, eval_interval=100, eval_iters=2,
+                      learning_rate=1e-3, warmup_iters=0, dtype="fp32")
+    res = train(cfg, config, data, tmp_path / "run", progress=progress)
+    bar = [line for line in err.getvalue().split("\r") if line.startswith("val split")]
+    assert bool(bar) == (terminal and progress), err.getvalue()[-500:]
+    if bar:
+        assert "100%" in bar[-1]  # drawn to the end of the split
+    model, _ = load_model(tmp_path / "run" / "last.pt")
+    assert res.val_loss == full_split_loss(model, data, "val")

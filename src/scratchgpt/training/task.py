@@ -44,12 +44,14 @@ Batch = tuple[Tensor, ...]
 
 @dataclass(frozen=True)
 class EvalSetting:
-    """How evaluation runs: on which device, in which precision, in batches of what size."""
+    """How evaluation runs: on which device, in which precision, in batches of what size;
+    ``progress``: whether a final evaluation that takes a while shows a bar (on a terminal)."""
 
     device: torch.device
     dtype: str
     batch_size: int
     seed: int
+    progress: bool = False
 
 
 class Task(Protocol):
@@ -144,8 +146,11 @@ class LanguageModelTask:
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
         """The train estimate, the exact fp32 loss over the whole validation split, and that
-        loss in bits per character of the validation text (comparable across tokenizers)."""
-        val = full_split_loss(model, self.dataset, "val", self.block_size, setting.device)
+        loss in bits per character of the validation text (comparable across tokenizers).
+        With ``setting.progress``, the pass over the split shows a bar once it has run for a
+        second (minutes on a larger model, where the run sat silent after its last step)."""
+        val = full_split_loss(model, self.dataset, "val", self.block_size, setting.device,
+                              progress="val split" if setting.progress else None)
         return {"train_loss": self.estimate(model, "train", iters, setting), "val_loss": val,
                 "val_bpc": self.dataset.bits_per_char("val", val)}
 

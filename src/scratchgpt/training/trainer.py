@@ -159,9 +159,11 @@ class Trainer:
         if resume is not None:
             self._restore(resume)
         self.forward = self._wrap(self.model)
-        self.setting = EvalSetting(self.device, self.dtype, cfg.batch_size,
-                                   offset_seed(cfg.seed, 1))
         self.progress_enabled = progress and self.info.is_main
+        # the final evaluation's bar: on a terminal only (a log gets the summary alone)
+        self.setting = EvalSetting(self.device, self.dtype, cfg.batch_size,
+                                   offset_seed(cfg.seed, 1),
+                                   self.progress_enabled and sys.stderr.isatty())
         self.extra_config = extra_config or {}
         self.metrics: MetricsLog | None = None
         self._last_loss = math.nan  # the most recent logged training loss
