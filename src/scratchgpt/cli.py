@@ -67,9 +67,17 @@ class Parser(argparse.ArgumentParser):
         # starts with a minus and a digit, so widening it takes no flag away).
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> Any:
+        # (what this parser was given, for error's guess at a bare path a flag was meant for)
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}{_closest_choice(message)} (see "
-                     f"'{self.prog} --help')\n")
+        hint = _closest_choice(message)
+        if not hint and message.startswith("the following arguments are required"):
+            hint = _did_you_mean(self, _bare_words(getattr(self, "_given", [])))
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see '{self.prog} --help')\n")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
@@ -108,19 +116,48 @@ def _closest_choice(message: str) -> str:
     return did_you_mean(found.group(1), choices)
 
 
+# The flags that name a file or folder to read, by what a bare path on the command line most
+# likely meant: a folder a run directory (or prepare's folder of .txt files), a file a text.
+PATH_FLAGS = {True: ("--checkpoint", "--data"), False: ("--data", "--file", "--checkpoint")}
+
+
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """'; did you mean --x?' for the first unknown flag that starts, or nearly reads, as
-    some of the parser's flags ('' when none does)."""
+    some of the parser's flags, or '; did you mean --data PATH?' for a bare PATH that exists
+    and one of the parser's flags reads ('' when none does)."""
     flags = [f for a in parser._actions for f in a.option_strings if f.startswith("--")]
     for arg in unknown:
         name = arg.split("=", 1)[0]
         if not name.startswith("--"):
+            path_flag = _path_flag(flags, arg)
+            if path_flag:
+                return f"; did you mean {path_flag} {arg}?"
             continue
         close = ([f for f in flags if f.startswith(name)]
                  or difflib.get_close_matches(name, flags, n=3, cutoff=0.75))
         if close:
             return f"; did you mean {' or '.join(close[:3])}?"
     return ""
+
+
+def _bare_words(given: list[str]) -> list[str]:
+    """The words of ``given`` that are no flag nor, by their place, a flag's value."""
+    return [w for i, w in enumerate(given)
+            if not w.startswith("-") and (i == 0 or not given[i - 1].startswith("-"))]
+
+
+def _path_flag(flags: list[str], arg: str) -> str | None:
+    """The flag of ``flags`` that a bare ``arg`` naming an existing file or folder most likely
+    belongs to (``scratchgpt prepare story.txt``: ``--data``), or None.
+
+    >>> _path_flag(["--data", "--out"], ".")
+    '--data'
+    >>> _path_flag(["--data"], "no/such/file") is None
+    True
+    """
+    if not os.path.exists(arg):
+        return None
+    return next((f for f in PATH_FLAGS[os.path.isdir(arg)] if f in flags), None)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -655,6 +655,32 @@ def test_unknown_flag_is_one_line_naming_what_was_meant(capsys, argv, hint):
     assert hint is None or hint in lines[0]
 
 
+@pytest.mark.parametrize("command,is_dir,hint", [
+    ("prepare", False, "--data"),      # a text file is prepare's --data
+    ("prepare", True, "--data"),       # ... and so is a folder of them
+    ("sample", True, "--checkpoint"),  # a run directory is what sample reads
+    ("classify", False, "--file"),     # classify reads its texts from --file
+    ("classify", True, "--checkpoint"),
+])
+def test_a_bare_path_is_pointed_at_the_flag_that_reads_it(capsys, tmp_path, command, is_dir,
+                                                          hint):
+    path = tmp_path / "given"
+    path.mkdir() if is_dir else path.write_text("some text\n")
+    # (sample and classify are missing their --checkpoint, which argparse says first)
+    with pytest.raises(SystemExit) as stop:
+        main([command, str(path)] + (["--out", str(tmp_path / "out")] if command == "prepare"
+                                     else []))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].endswith(f"did you mean {hint} {path}? (see 'scratchgpt {command} --help')")
+
+
+def test_a_bare_word_that_is_no_path_gets_no_flag_guessed(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "out")])
+    assert "did you mean" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,hint", [
     (["trian"], "did you mean 'train'?"),
     (["bench", "decode-stp"], "did you mean 'decode-step'?"),
