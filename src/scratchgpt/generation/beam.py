@@ -15,9 +15,7 @@ ones first.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -33,23 +31,9 @@ from scratchgpt.generation.decode import (
 )
 from scratchgpt.generation.stopping import StopRule
 from scratchgpt.models.cache import CachedLM
+from scratchgpt.models.seq2seq import search_settled
 
 Hypothesis = tuple[list[int], float]  # new tokens, score
-
-
-def search_settled(ended: Sequence[float], beam: int, best_live: float, length: int,
-                   length_penalty: float) -> bool:
-    """Whether a beam search is over, by Hugging Face's rule (``generate``'s default,
-    ``early_stopping=False``): ``beam`` hypotheses have ended (scores ``ended``), and the worst
-    of the best ``beam`` of them scores at least as well as the best live beam (summed
-    log-probability ``best_live``, -inf for none) would, ended as it stands at ``length``
-    tokens. Stopping as soon as ``beam`` had ended returned the unlikely endings each step's
-    runners-up close while a likelier beam was still being written. Both beam searches ask it:
-    this one and seq2seq's."""
-    if len(ended) < beam:
-        return False
-    worst_kept = heapq.nlargest(beam, ended)[-1]
-    return worst_kept >= best_live / max(length, 1) ** length_penalty
 
 
 class _Beams:
@@ -94,7 +78,8 @@ class _Beams:
         return parents, tokens
 
     def settled(self) -> bool:
-        """The search is over (:func:`search_settled`), its live beams as :meth:`extend`
+        """The search is over (:func:`~scratchgpt.models.seq2seq.search_settled`), its live
+        beams as :meth:`extend`
         left them."""
         length = len(self.seqs[0]) if self.seqs else 0
         return search_settled([score for _, score in self.finished], self.beam,
@@ -159,8 +144,9 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     Hugging Face's ``generate``). A beam whose newest token ends it under ``stop`` (the
     end-of-text token, a completed stop string: kept in its tokens) is finished; the search
     ends once ``beam`` hypotheses are finished and no live beam, scored as it stands, beats
-    the worst of the best ``beam`` of them (:func:`search_settled`; then only finished ones
-    are returned), or after ``stop.max_new_tokens`` (then the live beams compete too). An
+    the worst of the best ``beam`` of them (Hugging Face's rule, which seq2seq's search
+    shares: :func:`~scratchgpt.models.seq2seq.search_settled`; then only finished ones are
+    returned), or after ``stop.max_new_tokens`` (then the live beams compete too). An
     ending counts only among the best ``beam`` extensions of a step. The first ``beam``
     hypotheses are those of Hugging Face's ``generate(num_beams=beam)`` (tested) while the
     prompt and the new tokens fit the context; past it the window slides as sampling's does

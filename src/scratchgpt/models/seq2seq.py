@@ -23,14 +23,15 @@ final encoder state only (Sutskever et al. / Cho et al.), the fixed-size bottlen
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
-from scratchgpt.generation.beam import search_settled
 from scratchgpt.models.attention import MultiHeadAttention, attention_mask
 
 # the config and its helpers are data (models/configs/seq2seq.py, no torch); the model's users
@@ -148,9 +149,10 @@ class Seq2Seq(nn.Module):
         the top ``beam`` closes a hypothesis, the best ``beam`` others stay live. An example
         stops once ``beam`` hypotheses have closed and none of its live beams, scored as it
         stands, beats the worst of the best ``beam`` of them (Hugging Face's rule,
-        :func:`~scratchgpt.generation.beam.search_settled`): stopped at ``beam`` closed alone,
-        the unlikely endings a step's runners-up close could fill them while the likely beam
-        was still writing. With ``beam=1`` this is exactly greedy search.
+        :func:`search_settled`, which the language models' beam search shares): stopped at
+        ``beam`` closed alone, the unlikely endings a step's runners-up close could fill them
+        while the likely beam was still writing. With ``beam=1`` this is exactly greedy
+        search.
         ``out``: see :data:`SoFar`.
         """
         if beam < 1:
@@ -170,6 +172,21 @@ def _greedy_so_far(tokens: list[Tensor], done: Tensor, eos: int) -> SoFar:
     rows = torch.stack(tokens, dim=1).tolist()
     return [(ids[: ids.index(eos) + 1] if ended else ids, ended)
             for ids, ended in zip(rows, done.tolist(), strict=True)]
+
+
+def search_settled(ended: Sequence[float], beam: int, best_live: float, length: int,
+                   length_penalty: float) -> bool:
+    """Whether a beam search is over, by Hugging Face's rule (``generate``'s default,
+    ``early_stopping=False``): ``beam`` hypotheses have ended (scores ``ended``), and the worst
+    of the best ``beam`` of them scores at least as well as the best live beam (summed
+    log-probability ``best_live``, -inf for none) would, ended as it stands at ``length``
+    tokens. Stopping as soon as ``beam`` had ended returned the unlikely endings each step's
+    runners-up close while a likelier beam was still being written. Both beam searches ask it:
+    seq2seq's and the language models' (:func:`~scratchgpt.generation.beam.beam_search`)."""
+    if len(ended) < beam:
+        return False
+    worst_kept = heapq.nlargest(beam, ended)[-1]
+    return worst_kept >= best_live / max(length, 1) ** length_penalty
 
 
 class _BeamSearch:
@@ -210,9 +227,9 @@ class _BeamSearch:
                 or bool((self.scores == float("-inf")).all()))
 
     def _settled(self, i: int) -> bool:
-        """Example ``i`` is decided (:func:`~scratchgpt.generation.beam.search_settled`):
-        ``beam`` hypotheses have closed, and the worst of the best ``beam`` of them scores at
-        least as well as every live beam as it stands (at its present length)."""
+        """Example ``i`` is decided (:func:`search_settled`): ``beam`` hypotheses have
+        closed, and the worst of the best ``beam`` of them scores at least as well as every
+        live beam as it stands (at its present length)."""
         return search_settled([h[0] for h in self.finished[i]], self.k,
                               float(self.scores[i].max()), self.hist_tok.size(1), self.penalty)
 
