@@ -7,7 +7,7 @@ playground that shows what the model does.
                   deadlines, side calls
     protocol.py   OpenAI's request fields (checked) and response shapes; ApiError; Limits
     service.py    requests -> jobs, tokens -> text (stop strings, logprobs), whole and streamed
-    reply.py      ReplyText: a chat reply cut short without the start of the end marker
+    reply.py      ReplyText: a chat reply cut short without the start of a template marker
                   (``scratchgpt chat`` prints its replies through it too)
     app.py        the Starlette application: routes, API key, body limit, server-sent events
     attention.py  attention maps for the playground
