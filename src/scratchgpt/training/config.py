@@ -76,7 +76,10 @@ class TrainConfig:
         "help": "final learning rate of the schedule (cosine or wsd)"})
     warmup_iters: int = field(default=100, metadata={"help": "linear warmup updates"})
     lr_decay_iters: int = field(default=0, metadata={
-        "help": "updates over which the schedule runs (0 = max_iters)"})
+        "help": "updates over which the schedule runs (0 = max_iters). A resumed run keeps "
+                "its own length unless this is given (its lr_decay_iters, the max_iters it "
+                "began with, or the step its spent time budget ended it at): a larger "
+                "max_iters trains on at min_lr past it"})
     schedule: str = field(default="cosine", metadata={
         "help": "learning-rate shape after the warmup: cosine (from learning_rate down to "
                 "min_lr over the run) or wsd (warmup-stable-decay: hold learning_rate, then "

@@ -265,12 +265,28 @@ def warmup_note(job: TrainJob) -> str | None:
             f"{named(options, 'warmup_iters')}")
 
 
+def schedule_note(job: TrainJob) -> str | None:
+    """What to say of a resumed run that trains past the end of its learning-rate schedule
+    (which keeps the run's length: a larger --max-iters does not stretch it): where the
+    schedule ends, and that the updates after it run at --min-lr. None otherwise."""
+    checkpoint = job.checkpoint() if job.mode == "resume" else None
+    cfg, options = job.train, job.options
+    if checkpoint is None or cfg.decay_iters >= cfg.max_iters \
+            or checkpoint.state.step >= cfg.max_iters:
+        return None
+    return (f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}: its "
+            f"updates after that to {named(options, 'max_iters', cfg.max_iters)} train at "
+            f"{named(options, 'min_lr', cfg.min_lr)} ({give(options)} "
+            f"{named(options, 'lr_decay_iters')} to run the schedule over another length)")
+
+
 def starting_note(job: TrainJob) -> str | None:
     """What to say before ``job`` trains: a resumed run with nothing left to train
-    (:func:`finished_note`), else a run that ends inside its warmup (:func:`warmup_note`).
+    (:func:`finished_note`), else one that trains past its schedule's end
+    (:func:`schedule_note`), else a run that ends inside its warmup (:func:`warmup_note`).
     The command says it, and so does :func:`train` (on stderr), through
     :func:`with_notes`."""
-    return finished_note(job) or warmup_note(job)
+    return finished_note(job) or schedule_note(job) or warmup_note(job)
 
 
 def with_notes(job: TrainJob, *notes: str | None,

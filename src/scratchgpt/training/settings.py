@@ -12,7 +12,9 @@ those that cannot (the model's type and shape, the optimizer, whose state is sav
 error when given with a different value. A run that its time budget ended, resumed with
 ``--max-iters`` and no ``--time-budget``, trains on to the new ``--max-iters``; with its spent
 budget given again as well, it is refused (the budget would stop it before the updates asked
-for), as a budget no longer than it has trained is.
+for), as a budget no longer than it has trained is. The learning-rate schedule keeps the length
+the run had (its ``lr_decay_iters``, the ``max_iters`` it began with, or where its budget ended
+it) unless ``--lr-decay-iters`` is given: a run given more updates trains on at ``min_lr``.
 """
 
 from __future__ import annotations
@@ -240,7 +242,8 @@ def resumed_run(checkpoint: Checkpoint, settings: Settings) -> tuple[ModelConfig
         train = replace(checkpoint.train_config, **train_changes)  # (checks the values' types)
     check_flags_apply(settings.explicit, train, settings.options)
     _check_changes_can_apply(checkpoint, train, settings)
-    return config, _lift_spent_budget(checkpoint, train, settings)
+    return config, _keep_decay_length(checkpoint, _lift_spent_budget(checkpoint, train,
+                                                                      settings), settings)
 
 
 def backbone_settings(saved_model: dict[str, Any]) -> dict[str, Any]:
@@ -362,3 +365,21 @@ def _lift_spent_budget(checkpoint: Checkpoint, train: TrainConfig,
             or not _lifts(checkpoint, train):
         return train
     return replace(train, time_budget="")
+
+
+def _keep_decay_length(checkpoint: Checkpoint, train: TrainConfig,
+                       settings: Settings) -> TrainConfig:
+    """A resumed run's learning-rate schedule keeps the length it had unless a decay length
+    is given (from Python, whose ``cfg`` gives every setting, a nonzero one): its
+    ``lr_decay_iters``, else the ``max_iters`` it was started with, or, where its spent
+    time budget ended it past its warmup and no longer applies, the step it ended at (the
+    budget had brought its rate down by then). A larger ``max_iters`` then trains on at
+    ``min_lr`` past it: the schedule followed the new ``max_iters``, and a run that had
+    finished its decay went back up to a rate it had left behind."""
+    asked = settings.given.get("lr_decay_iters")
+    if asked or (asked is not None and not keywords(settings.options)):
+        return train  # (--lr-decay-iters 0 typed: over --max-iters, as it says)
+    length, step = checkpoint.train_config.decay_iters, checkpoint.state.step
+    if train.time_budget_s is None and _lifts(checkpoint, train) and step > train.warmup_iters:
+        length = min(length, step)
+    return train if train.decay_iters == length else replace(train, lr_decay_iters=length)
