@@ -96,12 +96,45 @@ class Seq2Seq(nn.Module):
         never = torch.tensor([c.pad_id, c.bos_id, c.unk_id], device=logp.device)
         return logp.index_fill(-1, never, float("-inf")), attn
 
+    # The entries of a decode state that hold the source (the encoder's output, what is
+    # projected from it once, its padding mask): a name, or a prefix that ends in ".". An
+    # example's beams share its source, so :meth:`reorder_beams` leaves these; an entry left
+    # off is copied with the rest (slower, never wrong).
+    source_entries: tuple[str, ...] = ()
+
     @staticmethod
     def reorder(state: DecodeState, rows: Tensor) -> None:
-        """Keep/duplicate rows of the state (beam search): row ``i`` becomes old row ``rows[i]``."""
+        """Keep/duplicate rows of the state: row ``i`` becomes old row ``rows[i]``, any row."""
         for k, v in state.items():
             if isinstance(v, Tensor):  # (an int is every row's)
                 state[k] = v.index_select(0, rows)
+
+    def reorder_beams(self, state: DecodeState, rows: Tensor) -> None:
+        """:meth:`reorder` for beam search, where every row ``i`` takes a row ``rows[i]`` of
+        the same example (its beams are rows ``e*K .. e*K+K-1``). It copies only what beams
+        do not share, in place: the source entries stay as they are (the same in each of an
+        example's beams), and of the others only the rows that take another row's state, and
+        only what :meth:`filled` holds of them. Copying every entry whole each step cost more
+        than the step for a short output (the cross-attention's keys and values of every
+        layer are source-long)."""
+        moved = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
+        if moved.numel() == 0:
+            return
+        taken = rows[moved]
+        for k, v in state.items():
+            if isinstance(v, Tensor) and not self.is_source(k):
+                held = self.filled(state, k, v)
+                held[moved] = held[taken]  # (the right side is gathered first: a copy)
+
+    def is_source(self, key: str) -> bool:
+        """Whether state entry ``key`` is one of :attr:`source_entries`."""
+        return any(key == s or (s.endswith(".") and key.startswith(s))
+                   for s in self.source_entries)
+
+    def filled(self, state: DecodeState, key: str, value: Tensor) -> Tensor:
+        """The part of state entry ``key`` (``value``) that holds something: all of it, unless
+        the model allocates ahead (the Transformer's self-attention slots)."""
+        return value
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -219,7 +252,7 @@ class _BeamSearch:
             if not self._settled(i):
                 self._choose(i, t, top_s[i], top_i[i] // v, top_i[i] % v, attn,
                              (new_scores, rows, new_tok))
-        self.model.reorder(self.state, rows)
+        self.model.reorder_beams(self.state, rows)  # rows stay in their example
         self.hist_tok = torch.cat([self.hist_tok[rows], new_tok.view(-1, 1)], dim=1)
         self.hist_att = torch.cat([self.hist_att[rows], attn[rows].float().unsqueeze(1)], dim=1)
         self.scores, self.prev = new_scores, new_tok.view(-1)
@@ -321,6 +354,8 @@ class LSTMSeq2Seq(Seq2Seq):
     ``[s_t; c_t; embed(y_{t-1})]`` through a tanh layer.
     """
 
+    source_entries = ("enc", "pad", "summary", "keys")  # a decode step changes "h", "c" only
+
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         self.config = config
@@ -421,7 +456,8 @@ class LSTMSeq2Seq(Seq2Seq):
 # self-attention slots are allocated ahead: :data:`FIRST_SLOTS` at the start, twice as many
 # whenever they are full, so a decode of ``T`` tokens copies ``O(T)`` cached positions in all to
 # grow them, where appending with ``torch.cat`` copied the whole cache every step (``O(T^2)``).
-# Beam search's ``reorder`` still copies every row's cache each step, as it must. (The GPT's
+# Beam search's :meth:`~Seq2Seq.reorder_beams` copies only the filled slots of the beams
+# that take another beam's place, and leaves the cross-attention's, which beams share. (The GPT's
 # :class:`~scratchgpt.models.gpt.KVCache` allocates its whole length up front and adds slots for
 # left-padded prompts and rollback for speculative decoding; ``start`` is not told how long a
 # decode will be, and a seq2seq decode needs neither, so plain tensors in the dict, which
@@ -558,6 +594,16 @@ class TransformerSeq2Seq(Seq2Seq):
         self.attn_layer: int = -1
         self.attn_head: int | None = None
         self.kv_cache = True
+
+    # a decode step changes the self-attention slots ("self_k.", "self_v.") and, without the
+    # cache, the output so far ("tokens")
+    source_entries = ("pad", "memory", "cross_k.", "cross_v.")
+
+    def filled(self, state: DecodeState, key: str, value: Tensor) -> Tensor:
+        """The self-attention slots fed so far (``self_len`` of them; the rest are free)."""
+        if key.startswith(("self_k.", "self_v.")):
+            return value.narrow(2, 0, state["self_len"])
+        return value
 
     def _embed(self, table: nn.Embedding, ids: Tensor, first: int = 0) -> Tensor:
         """``ids [B, T]`` at positions ``first .. first+T-1`` -> ``[B, T, d]``."""
