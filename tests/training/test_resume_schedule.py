@@ -74,3 +74,22 @@ def test_a_run_its_budget_ended_trains_on_at_its_final_rate(small_dataset, tmp_p
     _train("--out", str(run), "--resume", "--max-iters", str(step + 3))
     rates = _rates(run)
     assert [rates[s] for s in range(step + 1, step + 4)] == [MIN_LR] * 3
+
+
+def test_a_run_resumed_to_end_before_its_schedule_does_says_so(small_dataset, tmp_path,
+                                                                capsys):
+    """A resumed run whose --max-iters comes before its schedule's end keeps the schedule
+    (its rate is not squeezed down to --min-lr) and is told it stops short of it."""
+    run = tmp_path / "run"
+    _train("--dataset", str(small_dataset), "--out", str(run), "--max-iters", "4",
+           "--lr-decay-iters", "12")
+    capsys.readouterr()
+    _train("--out", str(run), "--resume", "--max-iters", "8")
+    out = capsys.readouterr().out
+    assert "schedule ends at update 12, after --max-iters 8: the run ends before its rate " \
+           f"reaches --min-lr {MIN_LR}" in out, out
+    rates = _rates(run)
+    for step in range(5, 9):
+        assert rates[step] == pytest.approx(lr_at(step - 1, 2, LR, MIN_LR, (step - 1) / 12),
+                                            rel=1e-3)
+    assert rates[8] > 2 * MIN_LR

@@ -268,16 +268,23 @@ def warmup_note(job: TrainJob) -> str | None:
 def schedule_note(job: TrainJob) -> str | None:
     """What to say of a resumed run that trains past the end of its learning-rate schedule
     (which keeps the run's length: a larger --max-iters does not stretch it): where the
-    schedule ends, and that the updates after it run at --min-lr. None otherwise."""
+    schedule ends, and that the updates after it run at --min-lr; or of one that ends before
+    it (a smaller --max-iters does not squeeze it): that its rate stops short of --min-lr.
+    None otherwise."""
     checkpoint = job.checkpoint() if job.mode == "resume" else None
     cfg, options = job.train, job.options
-    if checkpoint is None or cfg.decay_iters >= cfg.max_iters \
+    if checkpoint is None or cfg.decay_iters == cfg.max_iters \
             or checkpoint.state.step >= cfg.max_iters:
         return None
+    another = (f"({give(options)} {named(options, 'lr_decay_iters')} to run the schedule over "
+               "another length)")
+    if cfg.decay_iters > cfg.max_iters:  # a shorter run: it stops part-way down
+        return (f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}, "
+                f"after {named(options, 'max_iters', cfg.max_iters)}: the run ends before its "
+                f"rate reaches {named(options, 'min_lr', cfg.min_lr)} {another}")
     return (f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}: its "
             f"updates after that to {named(options, 'max_iters', cfg.max_iters)} train at "
-            f"{named(options, 'min_lr', cfg.min_lr)} ({give(options)} "
-            f"{named(options, 'lr_decay_iters')} to run the schedule over another length)")
+            f"{named(options, 'min_lr', cfg.min_lr)} {another}")
 
 
 def starting_note(job: TrainJob) -> str | None:
