@@ -116,11 +116,14 @@ class JsonOutput:
             return contextlib.nullcontext()
         return contextlib.redirect_stdout(sys.stderr)
 
-    def kept_on_interrupt(self, measured: Callable[[], dict[str, Any] | None]
+    def kept_on_interrupt(self, measured: Callable[[], dict[str, Any] | None],
+                          show: Callable[[dict[str, Any]], None] | None = None
                           ) -> AbstractContextManager[None]:
         """A context in which Ctrl-C (or SIGTERM) emits ``measured()`` (the figures so far,
         or None while nothing is measured yet), marked interrupted, and goes on stopping the
-        run (exit 130, or 143)."""
+        run (exit 130, or 143). ``show``, for a benchmark that prints its table at the end,
+        prints those figures first as the table: without --json a stopped run printed
+        nothing of what it had measured."""
         import contextlib
 
         @contextlib.contextmanager
@@ -130,6 +133,9 @@ class JsonOutput:
             except KeyboardInterrupt:
                 figures = measured()
                 if figures is not None:
+                    if show is not None:
+                        with self.printing():
+                            show(figures)
                     self.emit(figures, interrupted=True)
                 raise
 

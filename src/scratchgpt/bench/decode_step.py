@@ -383,7 +383,10 @@ def run(args: argparse.Namespace) -> int:
         ns = clock_overhead(clock)
         return {**_settings(args, what), "calls": [p.summary(ns) for p in timed]}
 
-    with torch.inference_mode(), out.kept_on_interrupt(measured):
+    def show(figures: dict[str, Any]) -> None:  # on Ctrl-C: the calls timed
+        print(format_report({**figures, "read_bandwidth_gb_s": read_bandwidth() / 1e9}))
+
+    with torch.inference_mode(), out.kept_on_interrupt(measured, show):
         models = {v: variant_model(base, v, args.dtype) for v in variants}
         profile_calls(models, token_counts, args, clock, profiles)
         overhead = clock_overhead(clock)
@@ -494,6 +497,7 @@ def format_report(r: dict[str, Any]) -> str:
                      f"{c['python_ms'] / c['call_ms']:6.1%}")
         for op, ms in list(c["ops_ms"].items())[: r["top_ops"]]:
             lines.append(f"      {op:44s} {ms:8.3f} ms")
-    lines.append("\nnext-token choice on one row of logits: " + ", ".join(
-        f"{name} {ms:.3f} ms" for name, ms in r["sampling_ms"].items()))
+    if "sampling_ms" in r:  # (not timed in a run stopped part-way)
+        lines.append("\nnext-token choice on one row of logits: " + ", ".join(
+            f"{name} {ms:.3f} ms" for name, ms in r["sampling_ms"].items()))
     return "\n".join(lines)

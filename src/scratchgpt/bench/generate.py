@@ -395,7 +395,13 @@ def run(args: argparse.Namespace) -> int:
     greedy: dict[str, list[int]] = {}
     models = {}
     n_ctx = args.prompt_len + args.new_tokens
-    with out.kept_on_interrupt(lambda: report if report["variants"] else None):
+    def show(measured: dict) -> None:  # on Ctrl-C: the table of the dtypes measured
+        add_ceilings(measured, bandwidth)
+        print(format_report({**measured, "read_bandwidth_gb_s": bandwidth / 1e9,
+                             "decode_step": {name: native.describe(models[name])
+                                             for name in measured["variants"]}}))
+
+    with out.kept_on_interrupt(lambda: report if report["variants"] else None, show):
         for name in dtypes:  # on Ctrl-C, the dtypes measured are kept
             models[name] = ours_for(base, cfg, name, args.plain)
             hf = None
@@ -499,7 +505,7 @@ def _notes(r: dict) -> list[str]:
     if "bf16" in r["variants"] and not r["bf16_hardware"]:
         lines.append("note: this CPU has no bf16 instructions: PyTorch emulates bf16 matmuls, so "
                      "our bf16 is slow here (llama.cpp's f16 converts in hardware)")
-    for name, a in r["accuracy_vs_fp32"].items():
+    for name, a in r.get("accuracy_vs_fp32", {}).items():  # (none for a run stopped part-way)
         lines.append(f"{name} vs fp32: max |logit diff| {a['max_abs_logit_diff']:.4f} (logit std "
                      f"{a['logit_std']:.3f}), prompt argmax agreement "
                      f"{a['argmax_agreement_on_prompt']:.1%}, greedy first diverges at token "

@@ -88,7 +88,8 @@ def _run(args: argparse.Namespace, out: JsonOutput) -> int:
         report["compile_s"] = time.perf_counter() - t
     cfg = SamplingConfig(args.temperature, None, args.top_p)
     times: dict[str, list[float]] = {name: [] for name in variants}
-    with out.kept_on_interrupt(lambda: _figures(report, times) if times["eager"] else None):
+    with out.kept_on_interrupt(lambda: _figures(report, times) if times["eager"] else None,
+                               lambda figures: _print_report(figures, args.compile)):
         _time_variants(variants, cfg, args, times)
     figures = _figures(report, times)
     _print_report(figures, args.compile)
@@ -161,7 +162,7 @@ def _print_report(figures: dict[str, Any], compiled: bool) -> None:
         print(f"{label}{tokens} tokens: median {r['median_s']:.3f} s over {r['runs']} runs "
               f"(min {r['min_s']:.3f}, max {r['max_s']:.3f}) = {r['tokens_per_s']:,.0f} "
               "tokens/s")
-    if compiled:
+    if "compiled_speedup" in figures:  # (not when Ctrl-C came before its first run)
         print(f"compiled: {figures['compiled_speedup']:.2f}x the eager speed; compiling took "
               f"{figures['compile_s']:.1f} s (once per process)")
 

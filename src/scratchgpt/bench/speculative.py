@@ -413,7 +413,7 @@ def run(args: argparse.Namespace) -> int:
               "compiled": [name for name, m in (("target", setup.target),
                                                 ("draft", setup.draft)) if _compiled(m)],
               "results": rows}
-    with out.kept_on_interrupt(lambda: report if rows else None):
+    with out.kept_on_interrupt(lambda: report if rows else None, print_report):
         for ki, k in enumerate(ks):  # on Ctrl-C, the rows of the K measured are kept
             rows.append(runner.measure(ki, k))
     with out.printing():

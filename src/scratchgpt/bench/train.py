@@ -423,7 +423,8 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict] = []
     ours: list[dict] = []  # on Ctrl-C: the variants' results of the turns timed
     with out.kept_on_interrupt(lambda: {**report, "results": results + ours}
-                               if results or ours else None):
+                               if results or ours else None,
+                               lambda figures: _print_report(args, figures, peaks)):
         if args.nanogpt:
             results.append(run_nanogpt(args))
         ours = time_variants(args, variants, ours)
@@ -437,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float]) -> None:
     """The report as a table, then the serial parts and the breakdowns there are."""
     results, threads = report["results"], report["threads"]
+    serial = report.get("serial", {})  # (none for a run stopped part-way)
     ref = results[0]["tokens_per_s"] if args.nanogpt else None
     print(f"matmul peak (2048^3, {threads} threads): "
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
@@ -454,11 +456,11 @@ def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float
         ratio = f"{r['tokens_per_s'] / ref:6.2f}x" if ref else ""
         print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
               f"{frac} {ratio:>7s}")
-    for variant, part in report["serial"].items():
+    for variant, part in serial.items():
         print(serial_line(variant, part, threads))
     for r in results:
         if "breakdown_ms" in r:
             print("\n".join(format_breakdown(r["variant"], r["breakdown_ms"])))
-    for variant, part in report["serial"].items():
+    for variant, part in serial.items():
         if "by_kind_ms" in part:
             print("\n".join(format_breakdown(variant, part["by_kind_ms"], "serial part")))

@@ -1,0 +1,77 @@
+"""A benchmark that prints its table at the end, stopped by Ctrl-C without --json, prints the
+rows it had measured (it printed nothing of them: only '... interrupted'), exit 130."""
+
+from __future__ import annotations
+
+from scratchgpt.cli import main
+from tests.bench.test_json_output import SMALLEST, _stop_at
+
+
+def _stopped(capsys, argv: list[str], name: str) -> str:
+    """What ``argv`` printed on stdout, stopped by Ctrl-C (exit 130)."""
+    assert main(argv) == 130
+    printed = capsys.readouterr()
+    assert printed.err.endswith(f"scratchgpt bench {name}: interrupted\n")
+    return printed.out
+
+
+def test_bench_train_stopped_prints_the_variants_timed(capsys, monkeypatch):
+    """Ctrl-C in the second turn: the table has the variant's row of the first turn."""
+    from scratchgpt.bench import train
+
+    real = train.variant_step
+
+    def stopping_step(args, variant):
+        step, model = real(args, variant)
+        calls = {"n": 0}
+
+        def counted():
+            calls["n"] += 1
+            if calls["n"] == 3:  # the warm-up, the first turn's step, then Ctrl-C
+                raise KeyboardInterrupt
+            return step()
+
+        return counted, model
+
+    monkeypatch.setattr(train, "variant_step", stopping_step)
+    out = _stopped(capsys, SMALLEST["train"], "train")
+    [row] = [line.split() for line in out.splitlines() if line.startswith("fp32 ")]
+    ms_per_step, tokens_per_s = float(row[1]), float(row[2].replace(",", ""))
+    assert ms_per_step > 0 and tokens_per_s > 0
+
+
+def test_bench_sample_stopped_prints_the_runs_timed(capsys, monkeypatch):
+    """Ctrl-C in the second timed run: the line of the first one."""
+    from scratchgpt.generation import generate
+
+    _stop_at(monkeypatch, generate, "generate", 3)  # warm-up, a timed run, then Ctrl-C
+    out = _stopped(capsys, [*SMALLEST["sample"][:-1], "2"], "sample")
+    assert "3 tokens: median" in out and "over 1 runs" in out
+
+
+def test_bench_speculative_stopped_prints_the_ks_measured(capsys, monkeypatch):
+    from scratchgpt.bench import speculative
+
+    _stop_at(monkeypatch, speculative.Runner, "measure", 2)
+    argv = [*SMALLEST["speculative"][:SMALLEST["speculative"].index("--k") + 1], "1,2",
+            "--repeats", "1"]
+    out = _stopped(capsys, argv, "speculative")
+    rows = [line.split()[0] for line in out.splitlines()[2:] if line[:4].strip().isdigit()]
+    assert rows == ["1"]
+
+
+def test_bench_generate_stopped_prints_the_dtypes_measured(capsys, monkeypatch):
+    from scratchgpt.bench import generate
+
+    _stop_at(monkeypatch, generate, "measure", 2)  # fp32 measured, then Ctrl-C in bf16's
+    out = _stopped(capsys, [*SMALLEST["generate"][:-1], "fp32,bf16"], "generate")
+    rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("fp32", "bf16"))]
+    assert ["fp32", "ours"] in rows and not any(r[0] == "bf16" for r in rows)
+
+
+def test_bench_decode_step_stopped_prints_the_calls_timed(capsys, monkeypatch):
+    from scratchgpt.bench import decode_step
+
+    _stop_at(monkeypatch, decode_step, "replay", 2)  # one repeat replayed, then Ctrl-C
+    out = _stopped(capsys, SMALLEST["decode-step"], "decode-step")
+    assert "[plain] 1 new token(s):" in out and "ms per call" in out
