@@ -225,9 +225,11 @@ def test_bench_serve_stopped_keeps_the_phase_measured(capsys, monkeypatch):
 def test_bench_serve_engine_only_stopped_keeps_the_one_row_figure(capsys, monkeypatch):
     """bench serve --engine-only stopped by Ctrl-C printed and wrote nothing: the one row at
     a time figure, measured, was lost."""
-    from scratchgpt.serve import batch
+    from scratchgpt.bench import serve
 
-    _stop_at(monkeypatch, batch, "ContinuousBatch", 3)  # the warm-up, one row, then Ctrl-C
+    # the warm-up, one row, then Ctrl-C (a count of ContinuousBatch's made counted the
+    # server's own too, where serve/engine.py was first imported after the patch)
+    _stop_at(monkeypatch, serve, "engine_run", 3)
     figures = _interrupted(capsys, SMALLEST["serve"], "serve")
     assert figures["engine_one_at_a_time_tokens_per_s"] > 0 and figures["tokens"] == [2]
     assert "engine_concurrent_tokens_per_s" not in figures
