@@ -684,7 +684,7 @@ def test_a_resume_from_python_in_another_process_count_says_so(small_dataset, tm
 
     data = TokenDataset(small_dataset)
     out = tmp_path / "r"
-    # (a schedule as long as the resumes: no note of updates past its end)
+    # (a schedule as long as the resumes: no note of where it ends)
     short = dict(eval_interval=2, eval_iters=1, warmup_iters=1, lr_decay_iters=4)
     train(cfg(max_iters=2, **short), gpt(data), data, out, progress=False)
     for name in ("last.pt", "best.pt"):
@@ -698,8 +698,8 @@ def test_a_resume_from_python_in_another_process_count_says_so(small_dataset, tm
         train(cfg(max_iters=4, nproc=2, **short), None, data, out, resume=True,
               progress=False)
     assert planned[0].train.nproc == 2 and planned[0].notes == ()
-    assert train(cfg(max_iters=3, **short), None, data, out, resume=True,
-                 progress=False).step == 3
+    assert train(cfg(max_iters=4, **short), None, data, out, resume=True,
+                 progress=False).step == 4
     assert capsys.readouterr().err == (
         f"note: the run in {out} trained in 2 processes; it goes on in 1 process (cfg's "
         "nproc=1); give nproc=2 to keep its count\n")
