@@ -69,3 +69,43 @@ def test_the_final_evaluation_shows_a_bar_on_a_terminal_only(small_dataset, tmp_
         assert "100%" in bar[-1]  # drawn to the end of the split
     model, _ = load_model(tmp_path / "run" / "last.pt")
     assert res.val_loss == full_split_loss(model, data, "val")
+
+
+@pytest.mark.parametrize("load, terminal, threads, said", [
+    (9.0, True, 0, True),     # busy, at a terminal, threads left to torch: said
+    (0.5, True, 0, False),    # a calm machine: nothing to say
+    (9.0, False, 0, False),   # a log: no one to act on it
+    (9.0, True, 1, False),    # threads chosen: the user has decided
+])
+def test_a_busy_machine_is_named_before_a_run_on_several_threads(small_dataset, tmp_path,
+                                                                 monkeypatch, load, terminal,
+                                                                 threads, said):
+    """Two threads that wait on each other on a machine other work keeps busy can make each
+    step several times slower than one thread: a run about to train so says it, once."""
+    import os
+
+    import torch
+
+    from scratchgpt import cpu
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models import model_config
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.job import train
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cpu, "cores", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    data = TokenDataset(small_dataset)
+    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
+                          block_size=32)
+    cfg = TrainConfig(batch_size=4, max_iters=2, eval_interval=100, eval_iters=1,
+                      warmup_iters=0, dtype="fp32", threads=threads)
+    train(cfg, config, data, tmp_path / "run")
+    notes = [line for line in err.getvalue().splitlines() if "machine is busy" in line]
+    assert len(notes) == int(said), err.getvalue()[-500:]
+    if said:
+        assert notes[0].startswith(f"note: this machine is busy (load average {load:.1f} on "
+                                   "2 cores): the run's 2 threads wait on each other")
+        assert notes[0].endswith("threads=1 may train faster here")  # (the API's keyword)

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scratchgpt import memory
+from scratchgpt import cpu, memory
 from scratchgpt.checkpoints.io import Checkpoint
 from scratchgpt.checkpoints.rundir import RunDir
 from scratchgpt.data.dataset import TokenDataset
@@ -458,9 +458,30 @@ def run_in_process(job: TrainJob, progress: bool = True) -> TrainResult:
         trainer = Trainer(job.train, job.model, job.task(), RunDir(job.out, job.options), resume,
                           init_weights=init, progress=progress, extra_config=job.extra)
     if trainer.info.is_main:  # every check has passed: the run starts
-        for note in job.notes:
-            job.say(note)
+        for note in (*job.notes, busy_note(job, trainer)):
+            if note:
+                job.say(note)
     return trainer.fit()  # from here a signal is a request to stop after a step (StopFlag)
+
+
+def busy_note(job: TrainJob, trainer: Trainer) -> str | None:
+    """What to say of a run about to train on several threads of a CPU that other work keeps
+    busy (:func:`scratchgpt.cpu.busy_load`): that its threads will wait on each other, and that
+    one thread may be faster. Said on a terminal only, where someone can act on it (a log or a
+    test has no one to), for a run that left its threads to torch's default in one process."""
+    import torch  # (loaded: the trainer is built)
+
+    threads = torch.get_num_threads()
+    if job.train.threads or trainer.info.enabled or trainer.device.type != "cpu" \
+            or threads < 2 or not (trainer.progress_enabled and sys.stderr.isatty()):
+        return None
+    load = cpu.busy_load()
+    if load is None:
+        return None
+    return (f"note: this machine is busy (load average {load:.1f} on "
+            f"{plural(cpu.cores(), 'core')}): the run's {threads} threads wait on each other "
+            f"while one of them is not running, which can make each step several times "
+            f"slower; {named(job.options, 'threads', 1)} may train faster here")
 
 
 def train(cfg: TrainConfig, config: ModelConfig | None, data: TokenDataset | str | Path,
