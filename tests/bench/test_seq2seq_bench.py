@@ -1,6 +1,7 @@
 """`scratchgpt bench seq2seq` runs end to end with a tiny budget and writes its figures."""
 
 import json
+import re
 
 
 def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys, monkeypatch):
@@ -18,9 +19,18 @@ def test_bench_seq2seq_tiny(cli_main, tmp_path, capsys, monkeypatch):
     for r in res["results"]:
         assert r["steps"] >= 1 and r["held_out"] == 20 and 0 <= r["exact_match"] <= 1
         assert r["train_seconds"] < 10
-    assert "exact match" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "exact match" in printed
     for r in res["results"]:  # source-length buckets as keys: "1-5", no table padding
         assert r["by_length"] and all(k == k.strip() for k in r["by_length"])
+    # each bucket's "(correct/pairs)" printed is in the figures: pairs, and their fraction
+    shown = re.findall(r"^ *(\d+-\d+) +[\d.]+%  \((\d+)/(\d+)\)$", printed, re.M)
+    assert len(shown) == sum(len(r["by_length"]) for r in res["results"])
+    from_json = [(k, round(f * n), n) for r in res["results"]
+                 for k, f, n in zip(r["by_length"], r["by_length"].values(),
+                                    r["by_length_pairs"].values(), strict=True)]
+    assert [(k, int(c), int(n)) for k, c, n in shown] == from_json
+    assert all(sum(r["by_length_pairs"].values()) == r["held_out"] for r in res["results"])
 
 
 def test_bench_seq2seq_names_the_machine_without_a_stray_comma(cli_main, capsys, monkeypatch):

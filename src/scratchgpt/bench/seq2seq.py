@@ -118,4 +118,6 @@ def _run_arch(arch: str, task, cfg, progress: bool) -> dict:
             "final_train_loss": res.train_loss,
             "held_out_loss": res.val_loss, "exact_match": ev.exact_match, "held_out": ev.total,
             "by_length": {k.strip(): c / n for k, (c, n) in ev.by_length.items()},
+            # the pairs of each bucket, printed beside its exact match ("(3/8)")
+            "by_length_pairs": {k.strip(): n for k, (_, n) in ev.by_length.items()},
             "wall_seconds": round(time.perf_counter() - t0, 1)}
