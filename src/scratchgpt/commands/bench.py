@@ -31,7 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     names = p.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name in BENCHMARKS:
         mod = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
+        # the description as written (its lists and example commands one a line), as the
+        # other commands' --help show theirs: reflowed, decode-step's two examples ran on as
+        # one line
         bp = names.add_parser(name, help=help_text(mod.__doc__.strip().splitlines()[0]),
-                              description=help_text(mod.__doc__))
+                              description=help_text(mod.__doc__),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(bp)
         bp.set_defaults(func=mod.run)
