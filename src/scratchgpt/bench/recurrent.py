@@ -1,8 +1,9 @@
 """Recurrent cells from scratch vs torch's fused kernels: training and sampling speed.
 
 For each cell type, one recurrent language model (random weights, a 65-character vocabulary)
-runs both ways on the same weights: ``--cells torch`` (torch.nn.RNN/LSTM/GRU, a fused C++ loop
-over time) and ``--cells scratch`` (the cells of models/rnn.py, one Python step per token). It
+runs both ways on the same weights: torch (``train --cells torch``: torch.nn.RNN/LSTM/GRU, a
+fused C++ loop over time) and scratch (``train --cells scratch``: the cells of models/rnn.py,
+one Python step per token); this benchmark's --cells (rnn, lstm, gru) picks the cells. It
 times a training step (forward + backward over --batch-size x --seq-len tokens) and one-token
 sampling steps that carry the hidden state, reports tokens/s for both and how many times faster
 torch is, and checks that both give the same logits (the largest difference is printed).
