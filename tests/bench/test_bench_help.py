@@ -52,3 +52,30 @@ def test_bench_help_names_only_values_its_own_flags_take(name):
              if m.group(2) in choices and m.group(3) not in choices[m.group(2)]
              and (m.group(1) or "").strip(" (") not in COMMANDS]
     assert wrong == []
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_bench_option_with_a_default_states_it(name):
+    """A number's or a word's default is in the option's help, said as the default: bench
+    train's --variants, seq2seq's --n-train, generate's --batch, decode-step's --dtype,
+    --variants and --tokens, and finetune's --out ran with one their help did not give."""
+    import argparse
+    import re
+
+    mod = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
+    parser = argparse.ArgumentParser()
+    mod.add_arguments(parser)
+    unstated = []
+    for action in parser._actions:
+        value, text = action.default, action.help or ""
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                value == argparse.SUPPRESS:
+            continue
+        forms = {str(value), f"{value:,}" if isinstance(value, int) else str(value)}
+        if isinstance(value, float):  # as written in the help: 2e-3 for 0.002
+            forms |= {w for w in re.findall(r"[\d.]+e-?\d+|[\d.]+", text) if float(w) == value}
+        said = any(f"default {f}" in text or f"default: {f}" in text or f"({f}" in text
+                   or f"{f} (default)" in text for f in forms)
+        if not said and "default all" not in text:  # (a list of every choice)
+            unstated.append(action.option_strings[0])
+    assert unstated == []

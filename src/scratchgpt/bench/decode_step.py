@@ -76,12 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of a random model (default 50257, or 65 with --preset)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
-                   help="inference precision, as sample --dtype")
+                   help="inference precision, as sample --dtype (default fp32)")
     p.add_argument("--variants", default="prepared",
-                   help=f"comma list of weight preparations to compare: {', '.join(VARIANTS)}")
+                   help=f"comma list of weight preparations to compare: {', '.join(VARIANTS)} "
+                        "(default prepared)")
     p.add_argument("--tokens", default="1",
-                   help="comma list of new tokens per call (1 = a decode step; K+1 = scoring "
-                        "K drafts), e.g. 1,5")
+                   help="comma list of new tokens per call (default 1: a decode step; K+1 = "
+                        "scoring K drafts), e.g. 1,5")
     p.add_argument("--context", type=int, default=None,
                    help=f"tokens already in the cache (default {CONTEXT}, or as many as the "
                         "model's positions leave room for beside --tokens)")

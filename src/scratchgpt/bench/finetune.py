@@ -59,7 +59,8 @@ SUITE_DEFAULTS = {"pretrain_budget": "4m", "records": 24_000, "lora_rank": 4, "l
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", choices=SUITES, default="sms", help="which benchmark (sms)")
-    p.add_argument("--out", default="runs/bench-finetune", help="where the runs go")
+    p.add_argument("--out", default="runs/bench-finetune",
+                   help="folder the runs go in (default runs/bench-finetune)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier run of the suite in --out (and --json FILE)")
     p.add_argument("--pretrain-budget", default=None,

@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"default {RECOMPUTE_TOKENS}, or what the context leaves after the "
                         "prompt)")
     p.add_argument("--batch", type=non_negative_int, default=8,
-                   help="batch for batched throughput (0 = skip)")
+                   help="batch for batched throughput (default 8; 0 = skip)")
     add_json_argument(p)
 
 

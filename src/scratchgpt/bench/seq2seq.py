@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=sorted(TASKS), default="dates",
                    help="generated task (default: dates; 'reverse' has sources of 10-60 "
                         "characters, where the plain LSTM's bottleneck shows)")
-    p.add_argument("--n-train", type=positive_int, default=200_000, help="training pairs")
+    p.add_argument("--n-train", type=positive_int, default=200_000, help="training pairs (200,000)")
     p.add_argument("--n-test", type=positive_int, default=2_000,
                    help="held-out pairs, every one of them decoded for the exact match "
                         "(2000)")

@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(124M, GPT-2's tokenizer), or another train preset's name")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="the server's inference precision, as serve --dtype (default fp32)")
-    p.add_argument("--threads", type=bench_threads, default=0, help="the server's torch threads")
+    p.add_argument("--threads", type=bench_threads, default=0,
+                   help="the server's torch threads (default 0: torch's default)")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients (16)")
     p.add_argument("--requests", type=int, default=32, help="requests per phase (32)")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length (32)")

@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"random models' prompt tokens (default {RANDOM_DEFAULTS['prompt_len']}, "
                         "or --block-size where it is shorter)")
     p.add_argument("--k", default="1,2,3,4,5,6,7,8",
-                   help="comma list of K (>= 1) and/or 'auto' (default 1..8)")
+                   help="comma list of K (>= 1) and/or 'auto' (default 1,2,3,4,5,6,7,8)")
     p.add_argument("--tokens", type=new_tokens, default=200,
                    help="tokens generated per run (200)")
     p.add_argument("--repeats", type=positive_int, default=3, help="runs per K and method (3)")
@@ -89,7 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus mass in (0, 1] (default: no cut)")
     p.add_argument("--seed", type=seed_int, default=0,
-                   help="first seed; every (K, repeat) pair gets its own, shared by both methods")
+                   help="first seed (default 0); every (K, repeat) pair gets its own, shared by "
+                        "both methods")
     p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                    help="the target's precision, prepared as sample prepares it (default fp32)")
     p.add_argument("--draft-dtype", choices=("fp32", "bf16", "int8"), default=None,

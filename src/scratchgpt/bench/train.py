@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {ROUNDS}, or --steps where it is fewer)")
     p.add_argument("--variants", default="fp32,bf16",
                    help="comma list of PRECISION[-compile][-muon][-modules][-torchops][-torchmm]"
-                        "[-calls][-static][-1thread]"
+                        "[-calls][-static][-1thread] (default fp32,bf16)"
                         ": fp32 or bf16, optionally torch.compile'd, optionally with --optimizer "
                         "muon instead of AdamW, optionally with every block running its modules "
                         "(bf16 trains a plain block as one function, models/fused_block.py), "
