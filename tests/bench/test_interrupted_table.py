@@ -75,3 +75,25 @@ def test_bench_decode_step_stopped_prints_the_calls_timed(capsys, monkeypatch):
     _stop_at(monkeypatch, decode_step, "replay", 2)  # one repeat replayed, then Ctrl-C
     out = _stopped(capsys, SMALLEST["decode-step"], "decode-step")
     assert "[plain] 1 new token(s):" in out and "ms per call" in out
+
+
+def test_bench_serve_engine_only_stopped_prints_the_one_row_figure(capsys, monkeypatch):
+    from scratchgpt.bench import serve
+
+    _stop_at(monkeypatch, serve, "engine_run", 3)  # the warm-up, one row, then Ctrl-C
+    out = _stopped(capsys, SMALLEST["serve"], "serve")
+    [line] = [line for line in out.splitlines() if line.startswith("1 row at a time: ")]
+    assert float(line.split()[5]) > 0 and "rows:" not in line
+
+
+def test_bench_serve_stopped_prints_the_phase_measured(capsys, monkeypatch):
+    from tests.requires import optional
+
+    optional("httpx")
+    optional("uvicorn")
+    from scratchgpt.serve import loadtest
+
+    _stop_at(monkeypatch, loadtest, "load", 3)  # the warm-up, one at a time, then Ctrl-C
+    out = _stopped(capsys, [a for a in SMALLEST["serve"] if a != "--engine-only"], "serve")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("1 client", "16 "))]
+    assert [r[:2] for r in rows] == [["1", "client"]] and float(rows[0][2]) > 0

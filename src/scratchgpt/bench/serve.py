@@ -509,15 +509,24 @@ def report_engine(args: argparse.Namespace, out: JsonOutput, checkpoint: str) ->
     what = args.checkpoint or f"{args.shape} shape, random weights"
     result: dict[str, Any] = {"model": what, "dtype": args.dtype}
     # on Ctrl-C: the one-row figure, once measured, is kept
-    with out.kept_on_interrupt(lambda: result if "tokens" in result else None):
+    with out.kept_on_interrupt(lambda: result if "tokens" in result else None,
+                               lambda measured: print_engine(args, measured)):
         engine_throughput(checkpoint, args, result)
-    print(f"model: {what}, {args.dtype}; {args.requests} requests of {args.prompt_tokens} "
-          f"prompt + {args.max_tokens} new tokens, greedy, the engine alone (no HTTP)")
-    print(f"1 row at a time: {result['engine_one_at_a_time_tokens_per_s']:.1f} tok/s; up to "
-          f"{args.clients} rows: {result['engine_concurrent_tokens_per_s']:.1f} tok/s; "
-          f"{result['engine_speedup']:.2f}x")
+    print_engine(args, result)
     out.emit(result)
     return 0
+
+
+def print_engine(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """--engine-only's report: the one-row figure, and the concurrent one where measured."""
+    print(f"model: {result['model']}, {args.dtype}; {args.requests} requests of "
+          f"{args.prompt_tokens} prompt + {args.max_tokens} new tokens, greedy, the engine alone "
+          "(no HTTP)")
+    line = f"1 row at a time: {result['engine_one_at_a_time_tokens_per_s']:.1f} tok/s"
+    if "engine_concurrent_tokens_per_s" in result:
+        line += (f"; up to {args.clients} rows: {result['engine_concurrent_tokens_per_s']:.1f} "
+                 f"tok/s; {result['engine_speedup']:.2f}x")
+    print(line)
 
 
 def measured(result: dict[str, Any]) -> bool:
@@ -535,8 +544,15 @@ def report(args: argparse.Namespace, out: JsonOutput, url: str, rss: Any) -> int
     what, dtype = (served_model(url) if args.url else
                    (args.checkpoint or f"{args.shape} shape, random weights", args.dtype))
     result: dict[str, Any] = {"model": what, "dtype": dtype}
-    # on Ctrl-C: the phases measured are kept (the soak's from its warm-up on)
-    with out.kept_on_interrupt(lambda: result if measured(result) else None):
+    def show(measured: dict[str, Any]) -> None:
+        print(f"model: {what}, {dtype}; {args.requests} requests of {args.prompt_tokens} "
+              f"prompt + {args.max_tokens} new tokens, greedy, streamed")
+        print_throughput(measured)
+
+    # on Ctrl-C: the phases measured are kept (the soak's from its warm-up on), and the
+    # throughput's printed
+    with out.kept_on_interrupt(lambda: result if measured(result) else None,
+                               None if args.soak else show):
         if args.soak:
             run_soak(url, args, rss, result.setdefault("soak", {}))
         else:
@@ -545,8 +561,6 @@ def report(args: argparse.Namespace, out: JsonOutput, url: str, rss: Any) -> int
         print(f"model: {what}, {dtype}")
         print_soak(result["soak"])
     else:
-        print(f"model: {what}, {dtype}; {args.requests} requests of {args.prompt_tokens} "
-              f"prompt + {args.max_tokens} new tokens, greedy, streamed")
-        print_throughput(result)
+        show(result)
     out.emit(result)
     return 0 if not args.soak or result["soak"]["passed"] else 1
