@@ -97,3 +97,15 @@ def test_bench_serve_stopped_prints_the_phase_measured(capsys, monkeypatch):
     out = _stopped(capsys, [a for a in SMALLEST["serve"] if a != "--engine-only"], "serve")
     rows = [line.split() for line in out.splitlines() if line.startswith(("1 client", "16 "))]
     assert [r[:2] for r in rows] == [["1", "client"]] and float(rows[0][2]) > 0
+
+
+def test_bench_tokenize_stopped_prints_the_encoders_timed(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the third encoder is timed: the two timed are in the table."""
+    from scratchgpt.bench import tokenize
+
+    _stop_at(monkeypatch, tokenize, "_best_of", 3)
+    (tmp_path / "t.txt").write_text("to be or not to be\n" * 50, encoding="utf-8")
+    out = _stopped(capsys, ["bench", "tokenize", "--data", str(tmp_path / "t.txt"),
+                            "--repeat", "1"], "tokenize")
+    rows = [line for line in out.splitlines() if line.startswith(("tiktoken", "scratchgpt"))]
+    assert len(rows) == 2 and all(float(r.split()[-5]) > 0 for r in rows)  # MB/s

@@ -145,18 +145,14 @@ def _figures(path: Path, text: str, args: argparse.Namespace, rows: list[Row],
             "bpe_training": training}
 
 
-def _run(args: argparse.Namespace, out: JsonOutput) -> int:
-    from scratchgpt.tokenizers.bpe import BPETokenizer
-
-    path, text = _read_data(args.data)
+def _print_rows(path: Path, text: str, repeat: int, rows: list[Row]) -> bool:
+    """The encoders' table (those measured: all, unless Ctrl-C stopped the run); returns
+    whether they all gave the same ids."""
     mb = len(text.encode("utf-8")) / 1e6
-    rows: list[Row] = []
-    with out.kept_on_interrupt(lambda: _figures(path, text, args, rows) if rows else None):
-        python = _encode_rows(text, args.repeat, rows)
     base_wall, base_cpu = rows[0][1], rows[0][2]
     first = rows[0][0].split()[0]  # ratios are relative to the first row
     print(f"text: {path} ({len(text):,} chars, {mb:.2f} MB); GPT-2 vocabulary; "
-          f"best of {args.repeat}")
+          f"best of {repeat}")
     print(f"{'encoder':<31}{'wall s':>8}{'MB/s':>7}{'cpu s':>8}{'tokens':>10}"
           f"{'wall x ' + first:>17}{'cpu x ' + first:>16}")
     for name, wall, cpu, ids in rows:
@@ -164,6 +160,18 @@ def _run(args: argparse.Namespace, out: JsonOutput) -> int:
               f"{wall / base_wall:>17.2f}{cpu / base_cpu:>16.2f}")
     equal = all(ids == rows[0][3] for *_, ids in rows)
     print(f"all encodings equal: {'yes' if equal else 'NO'}", flush=True)
+    return equal
+
+
+def _run(args: argparse.Namespace, out: JsonOutput) -> int:
+    from scratchgpt.tokenizers.bpe import BPETokenizer
+
+    path, text = _read_data(args.data)
+    rows: list[Row] = []
+    with out.kept_on_interrupt(lambda: _figures(path, text, args, rows) if rows else None,
+                               lambda _: _print_rows(path, text, args.repeat, rows)):
+        python = _encode_rows(text, args.repeat, rows)
+    equal = _print_rows(path, text, args.repeat, rows)
     if python.decode(rows[0][3]) != text:
         print("decode(encode(text)) != text")
         equal = False
