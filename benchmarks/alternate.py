@@ -41,7 +41,8 @@ def run_once(cmd: str, cwd: str | None) -> tuple[float, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=positive_int, default=5)
+    p.add_argument("--rounds", type=positive_int, default=5,
+                   help="runs of each command, taking turns (5)")
     p.add_argument("--name", action="append", required=True, help="label of the next --cmd")
     p.add_argument("--cmd", action="append", required=True, help="a shell command")
     p.add_argument("--cwd", action="append", default=None,

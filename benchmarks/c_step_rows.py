@@ -57,13 +57,17 @@ def row_counts(text: str) -> list[int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shape", choices=SHAPES, default="cpu-small")
+    p.add_argument("--shape", choices=SHAPES, default="cpu-small",
+                   help="the random model's shape (default cpu-small)")
     p.add_argument("--rows", type=row_counts, default="1,4,8,16,32",
-                   help="batch sizes, comma-separated")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32")
-    p.add_argument("--threads", type=bench_threads_positive, default=2)
-    p.add_argument("--rounds", type=positive_int, default=3)
-    p.add_argument("--steps", type=positive_int, default=32, help="timed steps a round")
+                   help="batch sizes, comma-separated (default 1,4,8,16,32)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
+                   help="the weights' precision, as sample --dtype (default fp32)")
+    p.add_argument("--threads", type=bench_threads_positive, default=2,
+                   help="torch threads (2)")
+    p.add_argument("--rounds", type=positive_int, default=3,
+                   help="rounds, the two steps taking turns; a cell is their median (3)")
+    p.add_argument("--steps", type=positive_int, default=32, help="timed steps a round (32)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -67,8 +67,9 @@ def attention_variants(p: float) -> dict[str, Callable[[], None]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=positive_int, default=7)
-    ap.add_argument("--threads", type=bench_threads_positive, default=2)
+    ap.add_argument("--rounds", type=positive_int, default=7,
+                    help="rounds, each variant once a round; a figure is their median (7)")
+    ap.add_argument("--threads", type=bench_threads_positive, default=2, help="torch threads (2)")
     ap.add_argument("--p", type=float, default=0.1, help="dropout probability (0.1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -63,8 +63,12 @@ def variant_list(text: str) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dataset", help="a prepared dataset directory")
-    p.add_argument("--variants", type=variant_list, default="w32,w64,modules")
-    p.add_argument("--rounds", type=positive_int, default=6)
+    p.add_argument("--variants", type=variant_list, default="w32,w64,modules",
+                   help="comma list: wN (N windows a batch) or modules (every block on its "
+                        "modules) (default w32,w64,modules)")
+    p.add_argument("--rounds", type=positive_int, default=6,
+                   help="passes over the split of each variant, in turn; a cell is their "
+                        "median (6)")
     args = p.parse_args()
     try:  # a variant named twice was timed twice, a row each, as the bench commands refuse
         refuse_repeats("--variants", args.variants)

@@ -104,11 +104,13 @@ def timed(ways: dict[str, tuple[TransformerSeq2Seq, bool]], rounds: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=positive_int, default=64)
-    ap.add_argument("--src-len", type=positive_int, default=30)
-    ap.add_argument("--tokens", type=positive_int, default=60)
-    ap.add_argument("--rounds", type=positive_int, default=7)
-    ap.add_argument("--threads", type=bench_threads_positive, default=1)
+    ap.add_argument("--batch", type=positive_int, default=64, help="sources decoded together (64)")
+    ap.add_argument("--src-len", type=positive_int, default=30, help="tokens a source (30)")
+    ap.add_argument("--tokens", type=positive_int, default=60,
+                    help="tokens decoded a row (60; <eos> is ruled out)")
+    ap.add_argument("--rounds", type=positive_int, default=7,
+                    help="decodes of each way, taking turns; the median is shown (7)")
+    ap.add_argument("--threads", type=bench_threads_positive, default=1, help="torch threads (1)")
     ap.add_argument("--against", type=decode_file, metavar="FILE",
                     help="an earlier models/seq2seq.py: time its KV cache against this one's")
     args = ap.parse_args()

@@ -45,10 +45,12 @@ def median_ms(fn, logits: torch.Tensor, p: float, repeats: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=positive_int, default=50257)
-    ap.add_argument("--p", type=float, default=0.95)
-    ap.add_argument("--threads", type=bench_threads_positive, default=1)
-    ap.add_argument("--repeats", type=positive_int, default=50)
+    ap.add_argument("--vocab", type=positive_int, default=50257,
+                    help="logits a row (50257, GPT-2's vocabulary)")
+    ap.add_argument("--p", type=float, default=0.95, help="nucleus mass kept (0.95)")
+    ap.add_argument("--threads", type=bench_threads_positive, default=1, help="torch threads (1)")
+    ap.add_argument("--repeats", type=positive_int, default=50,
+                    help="timed calls of each; the median is shown (50)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
