@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from scratchgpt.bench import bench_threads_positive
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import finite_float, positive_int
 from scratchgpt.models.dropout import dropout
 from scratchgpt.models.gpt import attention_math
 
@@ -70,8 +70,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=positive_int, default=7,
                     help="rounds, each variant once a round; a figure is their median (7)")
     ap.add_argument("--threads", type=bench_threads_positive, default=2, help="torch threads (2)")
-    ap.add_argument("--p", type=float, default=0.1, help="dropout probability (0.1)")
+    ap.add_argument("--p", type=finite_float, default=0.1,
+                    help="dropout probability, in [0, 1) (0.1)")
     args = ap.parse_args()
+    if not 0 <= args.p < 1:  # (torch's ValueError came as a traceback)
+        ap.error(f"argument --p: expected a dropout probability in [0, 1), got {args.p:g}")
     torch.set_num_threads(args.threads)
     variants = {**activation_variants(args.p), **attention_variants(args.p)}
     for fn in variants.values():  # warm up

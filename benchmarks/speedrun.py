@@ -280,6 +280,13 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     return runs
 
 
+def thread_count(text: str) -> int:
+    """--threads, checked before the first run (a bad one failed every run in turn)."""
+    from scratchgpt.commands.argtypes import thread_count as checked
+
+    return checked(text)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budgets", default="90s,10m",
@@ -292,7 +299,8 @@ def main() -> int:
                         "stack and the nanoGPT recipe")
     p.add_argument("--variants", default="", help="comma list of runs instead of the plan: "
                    + ", ".join([*ABLATIONS, *RECIPES, STACK, NANOGPT]))
-    p.add_argument("--threads", type=int, default=None, help="torch threads per run")
+    p.add_argument("--threads", type=thread_count, default=None,
+                   help="torch threads per run (default: train's choice)")
     p.add_argument("--base", default=None,
                    help="the preset the ablations and recipes change (default: the budget's, "
                         "cpu-small at 90 s and in pilots, cpu-medium at 10 minutes), e.g. "

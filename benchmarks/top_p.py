@@ -20,7 +20,7 @@ import time
 import torch
 
 from scratchgpt.bench import bench_threads_positive
-from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.commands.argtypes import finite_float, positive_int
 from scratchgpt.generation.sampling import top_p_mask
 
 
@@ -47,11 +47,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=positive_int, default=50257,
                     help="logits a row (50257, GPT-2's vocabulary)")
-    ap.add_argument("--p", type=float, default=0.95, help="nucleus mass kept (0.95)")
+    ap.add_argument("--p", type=finite_float, default=0.95,
+                    help="nucleus mass kept, in (0, 1] (0.95)")
     ap.add_argument("--threads", type=bench_threads_positive, default=1, help="torch threads (1)")
     ap.add_argument("--repeats", type=positive_int, default=50,
                     help="timed calls of each; the median is shown (50)")
     args = ap.parse_args()
+    if not 0 < args.p <= 1:  # (0 ended in an AssertionError: the two masks differ)
+        ap.error(f"argument --p: expected a nucleus mass in (0, 1], got {args.p:g}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"vocab {args.vocab}, p {args.p}, {args.threads} thread(s), median of {args.repeats}")
