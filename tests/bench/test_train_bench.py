@@ -288,3 +288,22 @@ def test_the_fused_blocks_c_calls_are_counted_by_what_they_do():
     assert kind_of("block_ops.activate") == "activation"
     assert kind_of("block_ops.to_bf16") == kind_of("block_ops.to_fp32") == "casts"
     assert kind_of("block_ops.residual") == "other ops"
+
+
+def test_bench_train_json_has_the_of_peak_column_it_prints(tmp_path, capsys):
+    """The table's "of peak" was not in --json: each result's FLOP/s over its precision's
+    matmul peak, one thread's share of that peak for a -1thread variant."""
+    out = tmp_path / "t.json"
+    assert main(["bench", "train", *SHAPE, "--variants", "fp32,fp32-1thread", "--json",
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    peak = report["matmul_peak_tflops"]["fp32"]
+    for r in report["results"]:
+        n = report["threads"] if r["variant"].endswith("-1thread") else 1
+        # the peak in the report is rounded to 0.001 TFLOP/s
+        low, high = (r["tflops"] * n / (peak + 5e-4), r["tflops"] * n / max(peak - 5e-4, 1e-9))
+        assert low * (1 - 1e-9) <= r["of_peak"] <= high * (1 + 1e-9)
+        [row] = [line.split() for line in printed.splitlines()
+                 if line.split()[:1] == [r["variant"]]]
+        assert row[4] == f"{r['of_peak']:.1%}"

@@ -422,17 +422,33 @@ def run(args: argparse.Namespace) -> int:
               "block_products": tile_matmul.describe()}
     results: list[dict] = []
     ours: list[dict] = []  # on Ctrl-C: the variants' results of the turns timed
-    with out.kept_on_interrupt(lambda: {**report, "results": results + ours}
+    with out.kept_on_interrupt(lambda: {**report, "results": with_peaks(results + ours, peaks,
+                                                                      threads)}
                                if results or ours else None,
                                lambda figures: _print_report(args, figures, peaks)):
         if args.nanogpt:
             results.append(run_nanogpt(args))
         ours = time_variants(args, variants, ours)
-    report.update(results=results + ours, serial=serial_parts(ours, threads))
+    report.update(results=with_peaks(results + ours, peaks, threads),
+                  serial=serial_parts(ours, threads))
     with out.printing():
         _print_report(args, report, peaks)
     out.emit(report)
     return 0
+
+
+def with_peaks(results: list[dict], peaks: dict[str, float], threads: int) -> list[dict]:
+    """``results``, each with ``of_peak`` (the table's "of peak"): its FLOP/s over the matmul
+    peak of its precision, one thread's share of it for a -1thread variant; None where
+    there is no figure (nanoGPT's row)."""
+    out = []
+    for r in results:
+        peak = peaks.get("bf16" if r["variant"].startswith("bf16") else "fp32")
+        if peak and "1thread" in r["variant"].split("-"):
+            peak /= threads  # one thread's share of the peak measured on all of them
+        out.append({**r, "of_peak": r["tflops"] * 1e12 / peak if r["tflops"] and peak
+                    else None})
+    return out
 
 
 def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float]) -> None:
@@ -448,10 +464,7 @@ def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float
     print(f"{'variant':22s} {'ms/step':>8s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'of peak':>8s}"
           f" {'vs ref':>7s}")
     for r in results:
-        peak = peaks.get("bf16" if r["variant"].startswith("bf16") else "fp32")
-        if peak and "1thread" in r["variant"].split("-"):
-            peak /= threads  # one thread's share of the peak measured on all of them
-        frac = f"{r['tflops'] * 1e12 / peak:8.1%}" if r["tflops"] and peak else f"{'':8s}"
+        frac = f"{r['of_peak']:8.1%}" if r.get("of_peak") is not None else f"{'':8s}"
         tfl = f"{r['tflops']:8.3f}" if r["tflops"] else f"{'':8s}"
         ratio = f"{r['tokens_per_s'] / ref:6.2f}x" if ref else ""
         print(f"{r['variant']:22s} {r['ms_per_step']:8.2f} {r['tokens_per_s']:10,.0f} {tfl} "
