@@ -35,6 +35,21 @@ def test_a_run_with_nothing_left_to_train_draws_no_bar(capsys, step, elapsed):
 
 
 
+def _tiny_run(dataset, out, progress: bool, **train: object):
+    """A one-layer GPT trained from Python on ``dataset`` into ``out`` (fp32, no warmup, no
+    periodic evaluation) with the TrainConfig fields ``train``."""
+    from scratchgpt.data.dataset import TokenDataset
+    from scratchgpt.models import model_config
+    from scratchgpt.training.config import TrainConfig
+    from scratchgpt.training.job import train as train_run
+
+    data = TokenDataset(dataset)
+    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
+                          block_size=32)
+    cfg = TrainConfig(batch_size=4, eval_interval=100, warmup_iters=0, dtype="fp32", **train)
+    return train_run(cfg, config, data, out, progress=progress)
+
+
 class _Terminal(io.StringIO):
     def isatty(self):
         return True
@@ -49,20 +64,14 @@ def test_the_final_evaluation_shows_a_bar_on_a_terminal_only(small_dataset, tmp_
     from scratchgpt import bars
     from scratchgpt.checkpoints import load_model
     from scratchgpt.data.dataset import TokenDataset
-    from scratchgpt.models import model_config
-    from scratchgpt.training.config import TrainConfig
-    from scratchgpt.training.job import train
     from scratchgpt.training.task import full_split_loss
 
     monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # drawn however short the pass
     err = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
+    res = _tiny_run(small_dataset, tmp_path / "run", progress, max_iters=3, eval_iters=2,
+                    learning_rate=1e-3)
     data = TokenDataset(small_dataset)
-    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
-                          block_size=32)
-    cfg = TrainConfig(batch_size=4, max_iters=3, eval_interval=100, eval_iters=2,
-                      learning_rate=1e-3, warmup_iters=0, dtype="fp32")
-    res = train(cfg, config, data, tmp_path / "run", progress=progress)
     bar = [line for line in err.getvalue().split("\r") if line.startswith("val split")]
     assert bool(bar) == (terminal and progress), err.getvalue()[-500:]
     if bar:
@@ -87,22 +96,13 @@ def test_a_busy_machine_is_named_before_a_run_on_several_threads(small_dataset, 
     import torch
 
     from scratchgpt import cpu
-    from scratchgpt.data.dataset import TokenDataset
-    from scratchgpt.models import model_config
-    from scratchgpt.training.config import TrainConfig
-    from scratchgpt.training.job import train
 
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(cpu, "cores", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     err = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    data = TokenDataset(small_dataset)
-    config = model_config("gpt", vocab_size=data.vocab_size, n_layer=1, n_head=2, n_embd=16,
-                          block_size=32)
-    cfg = TrainConfig(batch_size=4, max_iters=2, eval_interval=100, eval_iters=1,
-                      warmup_iters=0, dtype="fp32", threads=threads)
-    train(cfg, config, data, tmp_path / "run")
+    _tiny_run(small_dataset, tmp_path / "run", True, max_iters=2, eval_iters=1, threads=threads)
     notes = [line for line in err.getvalue().splitlines() if "machine is busy" in line]
     assert len(notes) == int(said), err.getvalue()[-500:]
     if said:

@@ -25,6 +25,14 @@ def _rates(run) -> dict[int, float]:
         return {int(r["step"]): float(r["lr"]) for r in csv.DictReader(f) if r["lr"]}
 
 
+def _assert_on_schedule(rates: dict[int, float], steps: range, length: int) -> None:
+    """Each of ``steps`` ran at the rate of a schedule ``length`` updates long (update
+    ``step`` runs at the rate of the step count before it)."""
+    for step in steps:
+        assert rates[step] == pytest.approx(lr_at(step - 1, 2, LR, MIN_LR, (step - 1) / length),
+                                            rel=1e-3)
+
+
 def _train(*args: str) -> None:
     assert main(["train", *args, *TINY]) == 0
 
@@ -56,9 +64,7 @@ def test_a_decay_length_given_on_resume_is_the_schedules(small_dataset, tmp_path
     _train("--out", str(run), "--resume", "--max-iters", "16", "--lr-decay-iters", "16")
     assert "schedule ends" not in capsys.readouterr().out
     rates = _rates(run)
-    for step in range(11, 17):  # (update `step` runs at the rate of the step count before it)
-        assert rates[step] == pytest.approx(lr_at(step - 1, 2, LR, MIN_LR, (step - 1) / 16),
-                                            rel=1e-3)
+    _assert_on_schedule(rates, range(11, 17), 16)
     assert rates[11] > 2 * MIN_LR  # back up the longer schedule, as asked
 
 
@@ -89,7 +95,5 @@ def test_a_run_resumed_to_end_before_its_schedule_does_says_so(small_dataset, tm
     assert "schedule ends at update 12, after --max-iters 8: the run ends before its rate " \
            f"reaches --min-lr {MIN_LR}" in out, out
     rates = _rates(run)
-    for step in range(5, 9):
-        assert rates[step] == pytest.approx(lr_at(step - 1, 2, LR, MIN_LR, (step - 1) / 12),
-                                            rel=1e-3)
+    _assert_on_schedule(rates, range(5, 9), 12)
     assert rates[8] > 2 * MIN_LR
