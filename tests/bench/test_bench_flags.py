@@ -32,9 +32,9 @@ def test_more_threads_than_cores_is_refused_before_the_benchmark(name, monkeypat
     figures timed the turns, not the benchmark."""
     import importlib
 
-    import scratchgpt.bench
+    from scratchgpt import cpu
 
-    monkeypatch.setattr(scratchgpt.bench, "cores", lambda: 2)
+    monkeypatch.setattr(cpu, "cores", lambda: 2)
     module = importlib.import_module(f"scratchgpt.bench.{name.replace('-', '_')}")
     monkeypatch.setattr(module, "run", lambda args: pytest.fail("the benchmark ran"))
     line = error_of(capsys, ["bench", name, "--threads", "3"])
@@ -43,7 +43,8 @@ def test_more_threads_than_cores_is_refused_before_the_benchmark(name, monkeypat
 
 
 def test_threads_up_to_the_cores_are_taken():
-    from scratchgpt.bench import bench_threads, bench_threads_positive, cores
+    from scratchgpt.bench import bench_threads, bench_threads_positive
+    from scratchgpt.cpu import cores
 
     assert bench_threads(str(cores())) == cores()
     assert bench_threads_positive(str(cores())) == cores()

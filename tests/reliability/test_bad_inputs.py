@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from scratchgpt.bench import cores as bench_cores
 from scratchgpt.checkpoints import load_checkpoint, save_checkpoint
 from scratchgpt.cli import main
+from scratchgpt.cpu import cores
 from tests.corpus import play_text
 from tests.reliability.conftest import TINY, snapshot
 from tests.tiny_gpt import sharp_gpt
@@ -787,7 +787,7 @@ CASES: list[tuple[str, Callable[[dict], list], str]] = [
      "--archs names lstm more than once"),
     # threads beyond the cores took turns on them: the figures timed the turns
     ("bench sample --threads beyond the cores",
-     lambda c: ["bench", "sample", "--threads", str(bench_cores() + 1)],
+     lambda c: ["bench", "sample", "--threads", str(cores() + 1)],
      "this machine's CPU cores"),
     # it was '--prompt-len must be in [1, 0], got 64', naming a flag nobody typed
     ("bench speculative --block-size 0",

@@ -21,20 +21,12 @@ def refuse_repeats(flag: str, names: list[str]) -> None:
         raise ConfigError(f"{flag} names {', '.join(twice)} more than once")
 
 
-def cores() -> int:
-    """The CPU cores this process may run on (its affinity, where the system reports one)."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
-
-
 def _within_cores(n: int, text: str, low: str) -> int:
     """``n`` (``--threads``, as typed: ``text``), refused above :func:`cores`: threads beyond
     the cores take turns on them, and the figures would time the turns, not the benchmark."""
     import argparse
+
+    from scratchgpt.cpu import cores
 
     most = cores()
     if n > most:
