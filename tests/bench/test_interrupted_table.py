@@ -4,7 +4,7 @@ rows it had measured (it printed nothing of them: only '... interrupted'), exit 
 from __future__ import annotations
 
 from scratchgpt.cli import main
-from tests.bench.test_json_output import SMALLEST, _stop_at
+from tests.bench.test_json_output import SMALLEST, _stop_at, stop_train_in_second_turn
 
 
 def _stopped(capsys, argv: list[str], name: str) -> str:
@@ -17,23 +17,7 @@ def _stopped(capsys, argv: list[str], name: str) -> str:
 
 def test_bench_train_stopped_prints_the_variants_timed(capsys, monkeypatch):
     """Ctrl-C in the second turn: the table has the variant's row of the first turn."""
-    from scratchgpt.bench import train
-
-    real = train.variant_step
-
-    def stopping_step(args, variant):
-        step, model = real(args, variant)
-        calls = {"n": 0}
-
-        def counted():
-            calls["n"] += 1
-            if calls["n"] == 3:  # the warm-up, the first turn's step, then Ctrl-C
-                raise KeyboardInterrupt
-            return step()
-
-        return counted, model
-
-    monkeypatch.setattr(train, "variant_step", stopping_step)
+    stop_train_in_second_turn(monkeypatch)
     out = _stopped(capsys, SMALLEST["train"], "train")
     [row] = [line.split() for line in out.splitlines() if line.startswith("fp32 ")]
     ms_per_step, tokens_per_s = float(row[1]), float(row[2].replace(",", ""))

@@ -170,9 +170,9 @@ def test_bench_decode_step_stopped_keeps_the_calls_timed(capsys, monkeypatch):
     assert figures["context"] == 8
 
 
-def test_bench_train_stopped_keeps_the_turns_timed(capsys, monkeypatch):
-    """Ctrl-C in the second of bench train's three turns (one step each): the results are
-    the first turn's."""
+def stop_train_in_second_turn(monkeypatch) -> None:
+    """bench train's steps, with Ctrl-C at the third call of each variant's step: after the
+    warm-up and the first turn's step (one step a turn)."""
     from scratchgpt.bench import train
 
     real = train.variant_step
@@ -190,6 +190,12 @@ def test_bench_train_stopped_keeps_the_turns_timed(capsys, monkeypatch):
         return counted, model
 
     monkeypatch.setattr(train, "variant_step", stopping_step)
+
+
+def test_bench_train_stopped_keeps_the_turns_timed(capsys, monkeypatch):
+    """Ctrl-C in the second of bench train's three turns (one step each): the results are
+    the first turn's."""
+    stop_train_in_second_turn(monkeypatch)
     figures = _interrupted(capsys, SMALLEST["train"], "train")
     [result] = figures["results"]
     assert result["variant"] == "fp32" and result["ms_per_step"] > 0
