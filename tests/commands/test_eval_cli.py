@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -413,17 +414,20 @@ def test_the_output_says_how_many_tokens_each_split_had(run_dir, capsys, monkeyp
     assert figures["val_tokens"] > 3 * BLOCK  # 10**9: the whole split, not the 10**9 named
 
 
-@pytest.mark.parametrize("flags,shown", [([], True), (["--no-progress"], False)])
+@pytest.mark.parametrize("flags,terminal,shown", [
+    ([], True, True), (["--no-progress"], True, False), ([], False, False)])
 def test_eval_shows_each_splits_progress_unless_told_not_to(run_dir, capsys, monkeypatch,
-                                                            flags, shown):
+                                                            flags, terminal, shown):
     """A large split takes minutes (a million training tokens took five on a busy machine),
     which eval spent printing nothing. Each split has a bar on stderr by tokens once it has
-    run for a second (here at once), as prepare's slow steps do; stdout keeps the figures."""
+    run for a second (here at once), as prepare's slow steps do; stdout keeps the figures.
+    As train's bars, drawn on a terminal only: a log file or a pipe got every redraw."""
     from tqdm import tqdm
 
     from scratchgpt import bars
 
     monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     assert main(["eval", "--checkpoint", str(run_dir), "--json", *flags]) == 0
     out, err = capsys.readouterr()
     figures = json.loads(out)

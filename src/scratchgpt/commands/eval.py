@@ -50,8 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "that share a core wait on each other at every product, as train's "
                         "--threads says")
     p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (by default one on stderr for each split that takes "
-                        "over a second: a large training split takes minutes)")
+                   help="no progress bar (by default one on stderr, on a terminal, for each "
+                        "split that takes over a second: a large training split takes minutes)")
     p.set_defaults(func=run)
 
 
@@ -82,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
     curves, losses = {}, {}
     device = next(model.parameters()).device
     splits = ("train", "val") if args.split == "both" else (args.split,)
+    drawn = not args.no_progress and sys.stderr.isatty()  # (as train's: a log gets none)
     for split in splits:
-        bar = None if args.no_progress else f"{split} split"
+        bar = f"{split} split" if drawn else None
         with torch.inference_mode():
             if by_position:  # the same loss, and the curve from the same pass
                 loss, curve = loss_by_position(model, data, split, block, device,
