@@ -152,18 +152,25 @@ class Seq2SeqTask:
         return int((batch[3] != PAD_ID).sum())
 
     @torch.no_grad()
-    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
-        """Teacher-forced loss over the first ``iters`` batches of a split, per target token."""
+    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting,
+                 progress: str | None = None) -> float:
+        """Teacher-forced loss over the first ``iters`` batches of a split, per target token.
+        ``progress``: the name of a bar on stderr, by pairs, shown once the pass has run for a
+        second."""
+        from scratchgpt.bars import progress_bar  # (not for training's imports)
+
         examples = self.examples if split == "train" else self.held_examples
+        end = min(len(examples), iters * setting.batch_size)
         total, count = 0.0, 0
-        with _eval_mode(model):
-            for start in range(0, min(len(examples), iters * setting.batch_size),
-                               setting.batch_size):
+        with _eval_mode(model), progress_bar(end, progress is not None, progress or "",
+                                             "pair") as bar:
+            for start in range(0, end, setting.batch_size):
                 batch = tuple(t.to(setting.device)
                               for t in collate(examples[start:start + setting.batch_size]))
                 n = self.batch_tokens(batch)
                 total += sequence_loss(model, batch).item() * n
                 count += n
+                bar.update(batch[0].size(0))
         return total / max(count, 1)
 
     def final_pairs(self) -> tuple[list[Pair], list[Example]]:
@@ -175,12 +182,15 @@ class Seq2SeqTask:
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
         """Train estimate, the loss over every held-out pair, and the greedy exact match of
-        :meth:`final_pairs` (:func:`evaluate_by_length`)."""
+        :meth:`final_pairs` (:func:`evaluate_by_length`). With ``setting.progress``, the
+        decodes and the held-out loss each show a bar once they have run for a second."""
         self.final_eval = evaluate_by_length(model, self.final_pairs()[0], self.src_tok,
-                                             self.tgt_tok, setting.batch_size)  # (as
-        # check_memory counts: batches of --batch-size, to at most the longest target + 2)
+                                             self.tgt_tok, setting.batch_size,
+                                             progress=setting.progress)  # (as check_memory
+        # counts: batches of --batch-size, to at most the longest target + 2)
         return {"train_loss": self.estimate(model, "train", iters, setting),
-                "val_loss": self.estimate(model, "val", len(self.held_examples), setting),
+                "val_loss": self.estimate(model, "val", len(self.held_examples), setting,
+                                          "held-out loss" if setting.progress else None),
                 "exact_match": self.final_eval.exact_match}
 
     def final_scope(self) -> str:
@@ -243,23 +253,28 @@ def translate(
     model: Seq2Seq, sources: Sequence[str], src_tok: Seq2SeqTokenizer,
     tgt_tok: Seq2SeqTokenizer, beam: int = 1, max_len: int = 64, batch_size: int = 256,
     length_penalty: float = 1.0, out: list[str] | None = None,
-    limits: Sequence[int] | None = None,
+    limits: Sequence[int] | None = None, progress: str | None = None,
 ) -> tuple[list[str], list[list[int]], list[Tensor]]:
     """Decode ``sources``; -> (texts, token ids, attention [out tokens, source tokens] each).
     An empty source, or one longer than the model reads, is a GenerationError. ``out``: a list
     that holds the texts decoded so far, a batch at a time (for a caller Ctrl-C stops);
-    ``limits``: see :func:`translate_batches`."""
+    ``limits``: see :func:`translate_batches`; ``progress``: the name of a bar on stderr, by
+    source (pair), shown once decoding has run for a second."""
+    from scratchgpt.bars import progress_bar  # (not for training's imports)
+
     texts: list[str] = []
     all_ids: list[list[int]] = []
     all_attn: list[Tensor] = []
-    for batch_texts, ids, attn in translate_batches(model, sources, src_tok, tgt_tok, beam,
-                                                    max_len, batch_size, length_penalty,
-                                                    limits=limits):
-        texts += batch_texts
-        if out is not None:
-            out += batch_texts
-        all_ids += ids
-        all_attn += attn
+    with progress_bar(len(sources), progress is not None, progress or "", "pair") as bar:
+        for batch_texts, ids, attn in translate_batches(model, sources, src_tok, tgt_tok, beam,
+                                                        max_len, batch_size, length_penalty,
+                                                        limits=limits):
+            texts += batch_texts
+            if out is not None:
+                out += batch_texts
+            all_ids += ids
+            all_attn += attn
+            bar.update(len(batch_texts))
     return texts, all_ids, all_attn
 
 
@@ -373,7 +388,8 @@ def evaluate(
 
 
 def evaluate_by_length(model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTokenizer,
-                       tgt_tok: Seq2SeqTokenizer, batch_size: int = 256) -> EvalResult:
+                       tgt_tok: Seq2SeqTokenizer, batch_size: int = 256,
+                       progress: bool = False) -> EvalResult:
     """:func:`evaluate`'s greedy exact match, overall and by source length, for less: the
     pairs are decoded in batches of similar target length, each batch to its own longest
     target plus :data:`EVAL_MARGIN` (:func:`eval_max_len`), where :func:`evaluate` decodes
@@ -381,12 +397,14 @@ def evaluate_by_length(model: Seq2Seq, pairs: Sequence[Pair], src_tok: Seq2SeqTo
     ``<eos>`` matches nothing either way, so no figure changes; but an undertrained model,
     which ends no output, decoded every batch to the longest: on reverse (10-60 letters) the
     short pairs' batches took as long as the longest's. The predictions are in ``pairs``'
-    order; one that never ended is cut at its batch's bound."""
+    order; one that never ended is cut at its batch's bound. ``progress``: a bar on stderr, by
+    pairs, once the decodes have run for a second."""
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][1]))
     ranked = [pairs[i] for i in order]
     limits = [eval_max_len(model.config, len(t)) for _, t in ranked]
     preds, _, _ = translate(model, [s for s, _ in ranked], src_tok, tgt_tok,
-                            max_len=max(limits), batch_size=batch_size, limits=limits)
+                            max_len=max(limits), batch_size=batch_size, limits=limits,
+                            progress="greedy decodes" if progress else None)
     outputs = [""] * len(pairs)
     for i, pred in zip(order, preds, strict=True):
         outputs[i] = pred
