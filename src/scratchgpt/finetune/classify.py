@@ -298,11 +298,13 @@ class ClassifyTask:
         return int(batch[1].sum())
 
     @torch.no_grad()
-    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting) -> float:
+    def estimate(self, model: nn.Module, split: str, iters: int, setting: EvalSetting,
+                 progress: str | None = None) -> float:
         """Mean (unweighted) loss over the first ``iters`` batches of a split; the validation
-        split's :class:`ClassReport` is kept for :meth:`eval_extras`."""
+        split's :class:`ClassReport` is kept for :meth:`eval_extras`. ``progress``: the name
+        of a bar on stderr, by texts, shown once the pass has run for a second."""
         examples = self.examples.splits[split][:iters * setting.batch_size]
-        loss, true, pred = _loss_and_predictions(model, examples, setting)
+        loss, true, pred = _loss_and_predictions(model, examples, setting, progress)
         if split == "val" and examples:
             self._val_report = ClassReport.of(self.examples.labels, true, pred)
         return loss
@@ -320,11 +322,13 @@ class ClassifyTask:
 
     def final_metrics(self, model: nn.Module, iters: int,
                       setting: EvalSetting) -> dict[str, float]:
-        """Train estimate; loss, accuracy and macro F1 over the whole validation split."""
+        """Train estimate; loss, accuracy and macro F1 over the whole validation split (with
+        ``setting.progress``, a bar once that pass has run for a second)."""
         n_val = len(self.examples.splits["val"])
         val_iters = -(-n_val // setting.batch_size)
         return {"train_loss": self.estimate(model, "train", iters, setting),
-                "val_loss": self.estimate(model, "val", val_iters, setting),
+                "val_loss": self.estimate(model, "val", val_iters, setting,
+                                          "val split" if setting.progress else None),
                 **self.eval_extras()}
 
     def final_scope(self) -> str:
@@ -357,11 +361,15 @@ def _batches(examples: Sequence[Example], batch_size: int) -> list[list[int]]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def _loss_and_predictions(model: nn.Module, examples: Sequence[Example],
-                          setting: EvalSetting) -> tuple[float, list[int], list[int]]:
-    """(mean unweighted loss, true classes, predicted classes) of ``examples``."""
+def _loss_and_predictions(model: nn.Module, examples: Sequence[Example], setting: EvalSetting,
+                          progress: str | None = None) -> tuple[float, list[int], list[int]]:
+    """(mean unweighted loss, true classes, predicted classes) of ``examples``; ``progress``:
+    as :meth:`ClassifyTask.estimate`'s."""
+    from scratchgpt.bars import progress_bar  # (not for training's imports)
+
     total, true, pred = 0.0, [], []
-    with _eval_mode(model):
+    with _eval_mode(model), progress_bar(len(examples), progress is not None, progress or "",
+                                         "text") as bar:
         for idx in _batches(examples, setting.batch_size):
             x, lengths, labels = (t.to(setting.device) for t in collate([examples[i]
                                                                          for i in idx]))
@@ -369,6 +377,7 @@ def _loss_and_predictions(model: nn.Module, examples: Sequence[Example],
             total += F.cross_entropy(logits, labels, reduction="sum").item()
             true += labels.tolist()
             pred += logits.argmax(-1).tolist()
+            bar.update(len(idx))
     return total / max(len(examples), 1), true, pred
 
 

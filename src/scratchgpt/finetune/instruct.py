@@ -272,7 +272,8 @@ class InstructTask:
         ``eval_generate``) the exact match of greedy replies."""
         metrics = {"train_loss": self.estimate(model, "train", iters, setting),
                    "val_loss": held_out_loss(model, self.examples.held_out, setting.batch_size,
-                                             setting.device)}
+                                             setting.device, progress="held-out loss"
+                                             if setting.progress else None)}
         if chats := self.generated_chats():
             self.final_eval = exact_match(model, self.tokenizer, self.template, chats,
                                           progress=self.progress)
@@ -313,16 +314,21 @@ class InstructTask:
 
 @torch.no_grad()
 def held_out_loss(model: nn.Module, examples: Sequence[Example], batch_size: int,
-                  device: torch.device | str = "cpu") -> float:
-    """Response loss per reply token (nats) over ``examples``, in fp32."""
+                  device: torch.device | str = "cpu", progress: str | None = None) -> float:
+    """Response loss per reply token (nats) over ``examples``, in fp32. ``progress``: the name
+    of a bar on stderr, by conversations, shown once the pass has run for a second."""
+    from scratchgpt.bars import progress_bar  # (not for training's imports)
+
     total, count = 0.0, 0
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    with _eval_mode(model):
+    with _eval_mode(model), progress_bar(len(order), progress is not None, progress or "",
+                                         "conversation") as bar:
         for start in range(0, len(order), batch_size):
             x, y = collate([examples[i] for i in order[start:start + batch_size]])
             x, y = x.to(device), y.to(device)
             total += response_loss(model(x), y, reduction="sum").item()
             count += int((y != IGNORE).sum())
+            bar.update(x.size(0))
     return total / max(count, 1)
 
 

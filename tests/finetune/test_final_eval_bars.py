@@ -1,0 +1,38 @@
+"""A fine-tuning run's final evaluation shows its progress, as a language model's does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchgpt.training.task import EvalSetting
+
+
+@pytest.mark.parametrize("task, data, bar", [("classify", "labels.tsv", "val split"),
+                                             ("instruct", "inst.json", "held-out loss")])
+def test_the_final_evaluation_shows_a_bar_only_with_progress(ft_dir, tmp_path, capsys,
+                                                             monkeypatch, task, data, bar):
+    """The pass over the whole validation split (the held-out conversations) after the last
+    step showed nothing while it ran. With the run's ``EvalSetting.progress`` (progress on,
+    on a terminal) it shows a bar to the split's end; without it none; the figures are the
+    same either way."""
+    from scratchgpt import bars
+    from scratchgpt.finetune.plan import FinetuneRequest, plan
+
+    monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # drawn however short the pass
+    train_job = plan(FinetuneRequest(task, str(ft_dir / "base"), str(tmp_path / "r"),
+                                     str(ft_dir / data), held_out=0.2,
+                                     train_flags={"max_iters": 1, "batch_size": 4}), log=None)
+    model = train_job.init.model()
+    figures, errs = [], []
+    for progress in (False, True):
+        setting = EvalSetting(torch.device("cpu"), "fp32", 4, 0, progress)
+        figures.append(train_job.task().final_metrics(model, 1, setting))
+        errs.append(capsys.readouterr().err)
+    assert figures[0] == figures[1]
+    quiet, shown = errs
+    assert bar not in quiet, quiet
+    examples = train_job.task().examples
+    n = len(examples.splits["val"] if task == "classify" else examples.held_out)
+    last = [line for line in shown.split("\r") if line.startswith(bar)][-1]
+    assert "100%" in last and f" {n}/{n} " in last, shown
