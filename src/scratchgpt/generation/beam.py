@@ -1,9 +1,10 @@
 """Beam search: keep the ``beam`` most likely continuations, one cache row each.
 
 Built from the decode steps (:func:`~scratchgpt.generation.decode.prefill`, one feed per step)
-and the cache's ``select_rows``: after each step, row ``i`` of the cache becomes a copy of the
-beam it extends. A :class:`~scratchgpt.generation.stopping.StopRule` finishes a hypothesis
-(end-of-text, a stop string) or, at ``max_new_tokens``, ends the search::
+and the cache's ``select_rows`` (its ``reorder_beams`` where it has one: the GPT's, in place):
+after each step, row ``i`` of the cache becomes a copy of the beam it extends. A
+:class:`~scratchgpt.generation.stopping.StopRule` finishes a hypothesis (end-of-text, a stop
+string) or, at ``max_new_tokens``, ends the search::
 
     hyps = beam_search(model, prompt, 4, StopRule(50, eos_id=tok.eot_id))
     best_tokens, best_score = hyps[0]
@@ -175,6 +176,8 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
     cache = model.new_cache(beam, min(needed, ctx) if ctx else None)
     logits = prefill(model, cache, torch.tensor([prompt_tokens] * beam))  # (beam, V)
     beams = _Beams(beam, length_penalty, stop)
+    # in place, only the rows whose beam changes, where the cache can (the GPT's)
+    reorder = getattr(cache, "reorder_beams", cache.select_rows)
     for step in range(n):
         parents, tokens = beams.extend(logits)
         if out is not None:
@@ -189,6 +192,6 @@ def beam_search(model: CachedLM, prompt: Tensor, beam: int, stop: int | StopRule
             logits = prefill_rows(model, cache, [(prompt_tokens + seq)[-keep:]
                                                  for seq in beams.seqs])  # (beam, V)
         else:
-            cache.select_rows(torch.tensor(parents))  # row i continues beam parents[i]
+            reorder(torch.tensor(parents))  # row i continues beam parents[i]
             logits = prefill(model, cache, torch.tensor(tokens)[:, None])  # (beam, V)
     return beams.best(out_of_tokens=step == n - 1)

@@ -171,6 +171,25 @@ class KVCache:
         self._layers()
         self.left_pad(pads)
 
+    def reorder_beams(self, rows: Tensor) -> None:
+        """:meth:`select_rows` for beam search, where the batch keeps its size (row ``i``
+        continues beam ``rows[i]``), in place: only the rows that take another row's place are
+        copied, and only their filled slots (a row that keeps its beam is not touched, where a
+        new cache with every row copied cost a share of each step). Any other ``rows`` go
+        through :meth:`select_rows`."""
+        if len(rows) != self.batch_size:
+            self.select_rows(rows)
+            return
+        rows = rows.to(self.k.device)
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        if moved.numel() == 0:
+            return
+        taken = rows[moved]
+        for held in self._filled():  # (L, B, H, pos, D) views of the buffers
+            held[:, moved] = held[:, taken]  # (the right side is gathered first: a copy)
+        if self.pos_offset is not None:
+            self.left_pad(self.pos_offset[rows])
+
     def reserve(self, max_len: int) -> None:
         """Hold up to ``max_len`` slots (more than now; the filled ones are kept). Slots are not
         positions: rows padded in front may take more slots than the model's context, and a
