@@ -30,7 +30,7 @@ def test_bench_sample_stopped_prints_the_runs_timed(capsys, monkeypatch):
 
     _stop_at(monkeypatch, generate, "generate", 3)  # warm-up, a timed run, then Ctrl-C
     out = _stopped(capsys, [*SMALLEST["sample"][:-1], "2"], "sample")
-    assert "3 tokens: median" in out and "over 1 runs" in out
+    assert "3 tokens: median" in out and "over 1 run (" in out
 
 
 def test_bench_speculative_stopped_prints_the_ks_measured(capsys, monkeypatch):

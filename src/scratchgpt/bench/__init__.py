@@ -27,12 +27,13 @@ def _within_cores(n: int, text: str, low: str) -> int:
     import argparse
 
     from scratchgpt.cpu import cores
+    from scratchgpt.wording import plural
 
     most = cores()
     if n > most:
         raise argparse.ArgumentTypeError(
-            f"expected {low} to {most} threads (this machine's CPU cores: more would take "
-            f"turns on them, and the figures would time the turns), got {text!r}")
+            f"expected {low} to {plural(most, 'thread')} (this machine's CPU cores: more would "
+            f"take turns on them, and the figures would time the turns), got {text!r}")
     return n
 
 

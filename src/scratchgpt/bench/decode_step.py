@@ -40,6 +40,7 @@ from typing import Any
 from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads_positive, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
 from scratchgpt.validation import flag_of
+from scratchgpt.wording import plural
 
 # Kernels by kind (the aten / extension op names a GPT's forward and the sampler run).
 KINDS: dict[str, tuple[str, ...]] = {
@@ -473,7 +474,7 @@ def _repeats_for(calls: dict, clock: Callable[[], int], budget_s: float = 2.0) -
 
 def format_report(r: dict[str, Any]) -> str:
     bw = r["read_bandwidth_gb_s"]
-    lines = [f"{r['model']}, {r['dtype']}, {r['threads']} thread(s), clock: {r['clock']}, "
+    lines = [f"{r['model']}, {r['dtype']}, {plural(r['threads'], 'thread')}, clock: {r['clock']}, "
              f"{r['context']} tokens cached; read bandwidth (sum of 512 MiB) {bw:.1f} GB/s"]
     one = {c["variant"]: c["call_ms"] for c in r["calls"] if c["tokens"] == 1}
     for c in r["calls"]:

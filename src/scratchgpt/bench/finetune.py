@@ -39,6 +39,7 @@ from scratchgpt.commands.argtypes import (
 from scratchgpt.commands.options import given
 from scratchgpt.errors import ConfigError, DataError
 from scratchgpt.validation import check_range, flag_of
+from scratchgpt.wording import plural
 
 if TYPE_CHECKING:
     from scratchgpt.finetune.base import Base
@@ -98,7 +99,7 @@ def _run(args: argparse.Namespace, out: Path, json_out: JsonOutput) -> int:
         torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
     print(f"== machine: {platform.processor() or platform.machine()}, "
-          f"{torch.get_num_threads()} torch threads; {_load()}")
+          f"{plural(torch.get_num_threads(), 'torch thread')}; {_load()}")
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []  # the sms suite's, each as it is measured
     suite = {"sms": functools.partial(sms_suite, rows=rows), "synthetic": synthetic_suite,

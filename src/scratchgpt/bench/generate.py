@@ -29,6 +29,7 @@ from typing import Any
 
 from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import non_negative_int, positive_int
+from scratchgpt.wording import plural
 
 DTYPES = ("fp32", "bf16", "int8")
 GGUF_TYPE = {"fp32": "f32", "bf16": "f16", "int8": "q8_0"}  # llama.cpp's counterpart of each
@@ -474,7 +475,7 @@ def accuracy(models: dict, greedy: dict[str, list[int]], prompt) -> dict:
 
 def format_report(r: dict) -> str:
     lines = [f"model {r['shape']}, prompt {r['prompt_len']}, {r['new_tokens']} new tokens, "
-             f"greedy, batch 1, {r['threads']} threads, weights {r['weights']}",
+             f"greedy, batch 1, {plural(r['threads'], 'thread')}, weights {r['weights']}",
              "our decode step: " + ", ".join(f"{name} {how}"
                                              for name, how in r["decode_step"].items()),
              f"read bandwidth (sum of 512 MiB, best of 5 at start and after each variant): "

@@ -20,6 +20,7 @@ from typing import Any
 
 from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import new_tokens, positive_int
+from scratchgpt.wording import plural
 
 VOCAB = 65
 
@@ -131,7 +132,7 @@ def _run(args: argparse.Namespace, out: JsonOutput) -> int:
         torch.set_num_threads(args.threads)
     print(f"hidden {args.hidden}, {args.n_layer} layer(s); training {args.batch_size} x "
           f"{args.seq_len} tokens; sampling {args.decode_tokens} tokens; "
-          f"{torch.get_num_threads()} thread(s), torch {torch.__version__}", flush=True)
+          f"{plural(torch.get_num_threads(), 'thread')}, torch {torch.__version__}", flush=True)
     print(f"{'cell':<5} {'train tok/s torch':>18} {'scratch':>9} {'x':>6}   "
           f"{'sample tok/s torch':>18} {'scratch':>9} {'x':>6}   max |dlogit|")
     rows: list[dict[str, Any]] = []

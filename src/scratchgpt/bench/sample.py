@@ -22,6 +22,7 @@ from typing import Any
 from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads
 from scratchgpt.commands.argtypes import new_tokens, positive_int
 from scratchgpt.training.config import PRESETS
+from scratchgpt.wording import plural
 
 DEFAULT_PRESET = "cpu-small"
 
@@ -155,13 +156,13 @@ def _figures(report: dict[str, Any], times: dict[str, list[float]]) -> dict[str,
 def _print_report(figures: dict[str, Any], compiled: bool) -> None:
     threads, tokens = figures["threads"], figures["tokens"]
     print(f"model: {figures['model']}, {figures['params']:,} parameters, {figures['dtype']}, "
-          f"{threads} thread{'s' if threads != 1 else ''}; decode step: "
+          f"{plural(threads, 'thread')}; decode step: "
           f"{figures['decode_step']}")
     for r in figures["results"]:
         label = f"{r['variant']}: " if compiled else ""
-        print(f"{label}{tokens} tokens: median {r['median_s']:.3f} s over {r['runs']} runs "
-              f"(min {r['min_s']:.3f}, max {r['max_s']:.3f}) = {r['tokens_per_s']:,.0f} "
-              "tokens/s")
+        print(f"{label}{tokens} tokens: median {r['median_s']:.3f} s over "
+              f"{plural(r['runs'], 'run')} (min {r['min_s']:.3f}, max {r['max_s']:.3f}) = "
+              f"{r['tokens_per_s']:,.0f} tokens/s")
     if "compiled_speedup" in figures:  # (not when Ctrl-C came before its first run)
         print(f"compiled: {figures['compiled_speedup']:.2f}x the eager speed; compiling took "
               f"{figures['compile_s']:.1f} s (once per process)")

@@ -17,6 +17,7 @@ import time
 from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refuse_repeats
 from scratchgpt.commands.argtypes import duration, positive_int, seed_int
 from scratchgpt.data.translation import TASKS
+from scratchgpt.wording import plural
 
 ARCH_ORDER = ("transformer", "lstm-attention", "lstm")
 
@@ -71,7 +72,7 @@ def _run(args: argparse.Namespace, out: JsonOutput) -> int:
     check_memory(task, args.archs, cfg)
     machine = " ".join(filter(None, (platform.machine(), platform.processor())))
     print(f"machine: {machine}, "
-          f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
+          f"{plural(torch.get_num_threads(), 'torch thread')}, torch {torch.__version__}; "
           f"task {args.task}; budget {cfg.time_budget_s:.0f}s per model")
     rows: list[dict] = []
 

@@ -43,6 +43,7 @@ from scratchgpt.bench import JsonOutput, add_json_argument, bench_threads, refus
 from scratchgpt.commands.argtypes import add_which_flag, new_tokens, positive_int, seed_int
 from scratchgpt.errors import naming
 from scratchgpt.validation import flag_of
+from scratchgpt.wording import plural
 
 # the shape and prompt of --random-target's models (GPT-2's vocabulary and context)
 RANDOM_DEFAULTS = {"vocab_size": 50257, "block_size": 1024, "prompt_len": 64}
@@ -433,11 +434,10 @@ def print_report(r: dict[str, Any]) -> None:
     draft_size = f"{r['draft_params'] / 1e6:.2f}M" if r["draft_params"] else "no weights"
     sampling = ", ".join(f"{k.replace('_', '-')} {'off' if _off(k, v) else v}"
                          for k, v in r["sampling"].items())
-    threads = f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}"
     print(f"target {r['target']} ({r['target_params'] / 1e6:.2f}M params), draft {r['draft']} "
           f"({draft_size}); prompt {r['prompt_tokens']} tokens, "
-          f"{r['tokens']} tokens x {r['repeats']} runs per K and method; sampling: "
-          f"{sampling}; {threads}; target {r['dtype']}, draft "
+          f"{r['tokens']} tokens x {plural(r['repeats'], 'run')} per K and method; sampling: "
+          f"{sampling}; {plural(r['threads'], 'thread')}; target {r['dtype']}, draft "
           f"{r['draft_dtype']}; compiled steps: {', '.join(r['compiled']) or 'none'}")
     print(f"{'K':>4s} {'r':>5s} {'acc/rnd':>7s} {'draft ms':>8s} {'score ms':>8s} "
           f"{'decode ms':>9s} {'scr/dec':>7s} {'theory':>6s} {'theory*':>7s} {'measured':>8s} "

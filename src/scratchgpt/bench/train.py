@@ -36,6 +36,7 @@ from typing import Any
 from scratchgpt.bench import JsonOutput, add_json_argument
 from scratchgpt.bench.breakdown import format_breakdown, step_breakdown
 from scratchgpt.commands.argtypes import positive_int
+from scratchgpt.wording import plural
 
 NANOGPT_VOCAB = 65  # Tiny Shakespeare's characters, the vocabulary of nanoGPT's recipe
 ROUNDS = 5  # turns without --rounds (one per step where there are fewer steps)
@@ -456,7 +457,7 @@ def _print_report(args: argparse.Namespace, report: dict, peaks: dict[str, float
     results, threads = report["results"], report["threads"]
     serial = report.get("serial", {})  # (none for a run stopped part-way)
     ref = results[0]["tokens_per_s"] if args.nanogpt else None
-    print(f"matmul peak (2048^3, {threads} threads): "
+    print(f"matmul peak (2048^3, {plural(threads, 'thread')}): "
           + ", ".join(f"{d} {v / 1e12:.3f} TFLOP/s" for d, v in peaks.items()))
     print(f"model {args.n_layer}L/{args.n_head}H/{args.n_embd}d, context {args.block_size}, "
           f"batch {args.batch_size}, {'with' if args.bias else 'no'} biases; attention: "
