@@ -289,11 +289,11 @@ def schedule_note(job: TrainJob) -> str | None:
 
 def starting_note(job: TrainJob) -> str | None:
     """What to say before ``job`` trains: a resumed run with nothing left to train
-    (:func:`finished_note`), else one that trains past its schedule's end
-    (:func:`schedule_note`), else a run that ends inside its warmup (:func:`warmup_note`).
-    The command says it, and so does :func:`train` (on stderr), through
-    :func:`with_notes`."""
-    return finished_note(job) or schedule_note(job) or warmup_note(job)
+    (:func:`finished_note`), else a run that ends inside its warmup (:func:`warmup_note`:
+    its schedule never starts, so where the schedule ends says nothing more), else one that
+    trains past its schedule's end or ends before it (:func:`schedule_note`). The command
+    says it, and so does :func:`train` (on stderr), through :func:`with_notes`."""
+    return finished_note(job) or warmup_note(job) or schedule_note(job)
 
 
 def with_notes(job: TrainJob, *notes: str | None,
