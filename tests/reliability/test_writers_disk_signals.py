@@ -97,7 +97,9 @@ def _full_disk(argv, tmp_path, name: str) -> str:
 def test_a_full_disk_fails_in_one_line_and_loses_nothing(run, tiny_data, tmp_path, figures):
     old = snapshot(run)
     # resume: the new last.pt cannot be written; the old run stays as it was
-    _full_disk(["train", "--out", run, "--resume", "--max-iters", "4", "--no-progress"],
+    # (its schedule stretched to the new --max-iters: no note of updates past its end)
+    _full_disk(["train", "--out", run, "--resume", "--max-iters", "4", "--lr-decay-iters", "4",
+                "--no-progress"],
                tmp_path, "resume")
     assert not list(run.glob(".*.tmp")) and not list(run.glob("*.tmp"))
     kept = ("last.pt", "best.pt", "tokenizer.json")  # (config.json records the new settings)
@@ -268,8 +270,10 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_finite_checkpoints(
     """A learning rate in range but far too high drives the weights to infinity: the run
     stops in one line naming the step; last.pt and best.pt keep finite weights."""
     capsys.readouterr()
+    # (the schedule over the 200 updates: the run's own ended at its max-iters, at --min-lr)
     code = main(["train", "--out", str(run), "--resume", "--max-iters", "200", "--no-progress",
-                 "--learning-rate", "1e30", "--min-lr", "0", "--eval-interval", "1"])
+                 "--learning-rate", "1e30", "--min-lr", "0", "--eval-interval", "1",
+                 "--lr-decay-iters", "200"])
     err = capsys.readouterr().err
     assert code == 2, err
     assert "step" in err and len(err.strip().splitlines()) == 1, err
