@@ -101,20 +101,24 @@ def test_the_greedy_replies_show_a_progress_bar_unless_told_not_to(ft_dir, tmp_p
         assert ("greedy replies" in err) == progress, err
 
 
-@pytest.mark.parametrize("quiet", [False, True])
+@pytest.mark.parametrize("quiet, terminal", [(False, True), (True, True), (False, False)])
 def test_finetune_draws_the_greedy_replies_bar_unless_no_progress(ft_dir, tmp_path, capsys,
-                                                                  monkeypatch, quiet):
+                                                                  monkeypatch, quiet, terminal):
     """The command passes its --no-progress to the replies' bar: the bar was the library's
-    alone, and ``finetune --eval-generate`` still said nothing while it generated."""
+    alone, and ``finetune --eval-generate`` still said nothing while it generated. As every
+    bar, it is drawn on a terminal only: a log or a pipe filled with its redraws."""
+    import sys
+
     from scratchgpt import bars
 
     monkeypatch.setattr(bars, "PROGRESS_DELAY_S", 0.0)  # (a bar shows once it runs this long)
+    monkeypatch.setattr(type(sys.stderr), "isatty", lambda self: terminal, raising=False)
     code, _, err = run_cli(["finetune", "--task", "instruct", "--init-from", ft_dir / "base",
                             "--data", ft_dir / "inst.json", "--held-out", "0.2",
                             "--eval-generate", "3", "--out", tmp_path / "r", "--max-iters", "1",
                             "--batch-size", "4", *(["--no-progress"] if quiet else [])], capsys)
     assert code == 0, err
-    if quiet:
+    if quiet or not terminal:
         assert "greedy replies" not in err, err
     else:  # (before training and after it)
         assert err.count("greedy replies: 100%") >= 2 and " 3/3 " in err, err

@@ -4,6 +4,7 @@ model (whole model, some blocks, or LoRA adapters); ``--merge`` folds adapters i
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from scratchgpt.commands.argtypes import non_negative_int, positive_int, seed_int
@@ -120,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     req = FinetuneRequest(
         args.task, args.init_from, args.out, args.data, args.dataset, args.resume,
         args.overwrite, given(args, train_fields()), lora=lora,
-        given_flags=tuple(flags + lora_flags(args)), progress=progress, **shaping)
+        given_flags=tuple(flags + lora_flags(args)),
+        # the --eval-generate replies' bar: on a terminal only, as every bar (a log gets none)
+        progress=progress and sys.stderr.isatty(), **shaping)
     if distributed.launched_by_torchrun():  # torchrun started us: one of its processes
         return _torchrun_process(req, progress)
     train_job = plan(req, log=print)
