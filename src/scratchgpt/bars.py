@@ -41,6 +41,16 @@ def progress_bar(total: int, enabled: bool, desc: str, unit: str) -> Any:
                         disable=not enabled, dynamic_ncols=True)
 
 
+def named_bar(total: int, name: str | None, unit: str) -> Any:
+    """:func:`progress_bar` for a pass whose caller names its bar, or gives None for none
+    (a final evaluation's, shown on a terminal only).
+
+    >>> with named_bar(3, None, "pair") as bar:
+    ...     bar.update(3)
+    """
+    return progress_bar(total, name is not None, name or "", unit)
+
+
 def progress_over(items: Sequence[T], enabled: bool, desc: str, unit: str) -> Iterable[T]:
     """``items``, with a bar on stderr as they are gone through (as :func:`progress_bar`);
     ``items`` themselves when not ``enabled``."""

@@ -365,11 +365,10 @@ def _loss_and_predictions(model: nn.Module, examples: Sequence[Example], setting
                           progress: str | None = None) -> tuple[float, list[int], list[int]]:
     """(mean unweighted loss, true classes, predicted classes) of ``examples``; ``progress``:
     as :meth:`ClassifyTask.estimate`'s."""
-    from scratchgpt.bars import progress_bar  # (not for training's imports)
+    from scratchgpt.bars import named_bar  # (not for training's imports)
 
     total, true, pred = 0.0, [], []
-    with _eval_mode(model), progress_bar(len(examples), progress is not None, progress or "",
-                                         "text") as bar:
+    with _eval_mode(model), named_bar(len(examples), progress, "text") as bar:
         for idx in _batches(examples, setting.batch_size):
             x, lengths, labels = (t.to(setting.device) for t in collate([examples[i]
                                                                          for i in idx]))

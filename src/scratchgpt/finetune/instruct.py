@@ -317,12 +317,11 @@ def held_out_loss(model: nn.Module, examples: Sequence[Example], batch_size: int
                   device: torch.device | str = "cpu", progress: str | None = None) -> float:
     """Response loss per reply token (nats) over ``examples``, in fp32. ``progress``: the name
     of a bar on stderr, by conversations, shown once the pass has run for a second."""
-    from scratchgpt.bars import progress_bar  # (not for training's imports)
+    from scratchgpt.bars import named_bar  # (not for training's imports)
 
     total, count = 0.0, 0
     order = sorted(range(len(examples)), key=lambda i: len(examples[i][0]))
-    with _eval_mode(model), progress_bar(len(order), progress is not None, progress or "",
-                                         "conversation") as bar:
+    with _eval_mode(model), named_bar(len(order), progress, "conversation") as bar:
         for start in range(0, len(order), batch_size):
             x, y = collate([examples[i] for i in order[start:start + batch_size]])
             x, y = x.to(device), y.to(device)

@@ -157,13 +157,12 @@ class Seq2SeqTask:
         """Teacher-forced loss over the first ``iters`` batches of a split, per target token.
         ``progress``: the name of a bar on stderr, by pairs, shown once the pass has run for a
         second."""
-        from scratchgpt.bars import progress_bar  # (not for training's imports)
+        from scratchgpt.bars import named_bar  # (not for training's imports)
 
         examples = self.examples if split == "train" else self.held_examples
         end = min(len(examples), iters * setting.batch_size)
         total, count = 0.0, 0
-        with _eval_mode(model), progress_bar(end, progress is not None, progress or "",
-                                             "pair") as bar:
+        with _eval_mode(model), named_bar(end, progress, "pair") as bar:
             for start in range(0, end, setting.batch_size):
                 batch = tuple(t.to(setting.device)
                               for t in collate(examples[start:start + setting.batch_size]))
@@ -260,12 +259,12 @@ def translate(
     that holds the texts decoded so far, a batch at a time (for a caller Ctrl-C stops);
     ``limits``: see :func:`translate_batches`; ``progress``: the name of a bar on stderr, by
     source (pair), shown once decoding has run for a second."""
-    from scratchgpt.bars import progress_bar  # (not for training's imports)
+    from scratchgpt.bars import named_bar  # (not for training's imports)
 
     texts: list[str] = []
     all_ids: list[list[int]] = []
     all_attn: list[Tensor] = []
-    with progress_bar(len(sources), progress is not None, progress or "", "pair") as bar:
+    with named_bar(len(sources), progress, "pair") as bar:
         for batch_texts, ids, attn in translate_batches(model, sources, src_tok, tgt_tok, beam,
                                                         max_len, batch_size, length_penalty,
                                                         limits=limits):

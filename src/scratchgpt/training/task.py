@@ -192,13 +192,12 @@ def _split_outputs(model: nn.Module, data: TokenDataset, split: str, block_size:
     order, in eval mode; with ``max_tokens``, only the first windows whose targets fit in it
     (at least one). ``progress``: a bar of that name on stderr, by tokens, once the pass
     has run for a second (a large split takes minutes)."""
-    from scratchgpt.bars import progress_bar  # (not for training's imports)
+    from scratchgpt.bars import named_bar  # (not for training's imports)
 
     windows = None if max_tokens is None else _window_cap(max_tokens, block_size)
     batch_size = batch_size or eval_batch_size(block_size, device)
     total = evaluated_tokens(data, split, block_size, max_tokens)
-    with _eval_mode(model), progress_bar(total, progress is not None, progress or "",
-                                         "token") as bar:
+    with _eval_mode(model), named_bar(total, progress, "token") as bar:
         for x, y in data.sequential_batches(split, batch_size, block_size):
             if windows is not None:
                 x, y = x[:windows], y[:windows]
