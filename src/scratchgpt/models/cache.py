@@ -111,3 +111,18 @@ class JoinableCache(DecodeCache, Protocol):
         """Drop the first ``n`` positions of every row, which must be padding in all of them
         (``n <= pad_counts().min()``); ``pos`` goes down by ``n``. Rows compute as before."""
         ...
+
+
+def moved_rows(rows: Tensor) -> tuple[Tensor, Tensor] | None:
+    """For a beam search's reorder in place, where row ``i`` continues row ``rows[i]``: (the
+    rows that take another row's place, the rows they take), or None where every row keeps its
+    own. Copying ``held[moved] = held[taken]`` then does the reorder (the right side is
+    gathered before anything is written, so swaps and repeats come out right).
+
+    >>> moved_rows(torch.tensor([0, 0, 2, 1]))
+    (tensor([1, 3]), tensor([0, 1]))
+    >>> moved_rows(torch.tensor([0, 1])) is None
+    True
+    """
+    moved = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
+    return None if moved.numel() == 0 else (moved, rows[moved])

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import GenerationError
 from scratchgpt.models import attention_kernel, fused_block
+from scratchgpt.models.cache import moved_rows
 from scratchgpt.models.configs.gpt import GPTConfig
 from scratchgpt.models.dropout import Dropout, dropout
 from scratchgpt.models.layers import apply_rope, make_activation, rope_tables, value_embed_table
@@ -181,12 +182,12 @@ class KVCache:
             self.select_rows(rows)
             return
         rows = rows.to(self.k.device)
-        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
-        if moved.numel() == 0:
+        found = moved_rows(rows)
+        if found is None:
             return
-        taken = rows[moved]
+        moved, taken = found
         for held in self._filled():  # (L, B, H, pos, D) views of the buffers
-            held[:, moved] = held[:, taken]  # (the right side is gathered first: a copy)
+            held[:, moved] = held[:, taken]
         if self.pos_offset is not None:
             self.left_pad(self.pos_offset[rows])
 

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from scratchgpt.errors import ConfigError
 from scratchgpt.models.attention import MultiHeadAttention, attention_mask
+from scratchgpt.models.cache import moved_rows
 
 # the config and its helpers are data (models/configs/seq2seq.py, no torch); the model's users
 # find them here too
@@ -117,14 +118,14 @@ class Seq2Seq(nn.Module):
         only what :meth:`filled` holds of them. Copying every entry whole each step cost more
         than the step for a short output (the cross-attention's keys and values of every
         layer are source-long)."""
-        moved = (rows != torch.arange(rows.numel(), device=rows.device)).nonzero().squeeze(1)
-        if moved.numel() == 0:
+        found = moved_rows(rows)
+        if found is None:
             return
-        taken = rows[moved]
+        moved, taken = found
         for k, v in state.items():
             if isinstance(v, Tensor) and not self.is_source(k):
                 held = self.filled(state, k, v)
-                held[moved] = held[taken]  # (the right side is gathered first: a copy)
+                held[moved] = held[taken]
 
     def is_source(self, key: str) -> bool:
         """Whether state entry ``key`` is one of :attr:`source_entries`."""
