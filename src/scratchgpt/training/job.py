@@ -473,7 +473,7 @@ def busy_note(job: TrainJob, trainer: Trainer) -> str | None:
 
     threads = torch.get_num_threads()
     if job.train.threads or trainer.info.enabled or trainer.device.type != "cpu" \
-            or threads < 2 or not (trainer.progress_enabled and sys.stderr.isatty()):
+            or threads < 2 or not trainer.at_terminal:
         return None
     load = cpu.busy_load()
     if load is None:

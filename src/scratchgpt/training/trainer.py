@@ -160,10 +160,11 @@ class Trainer:
             self._restore(resume)
         self.forward = self._wrap(self.model)
         self.progress_enabled = progress and self.info.is_main
-        # the final evaluation's bar: on a terminal only (a log gets the summary alone)
+        # progress drawn on a terminal, where someone watches: the final evaluation's bar and
+        # the start-of-run advice (a log gets the summary alone)
+        self.at_terminal = self.progress_enabled and sys.stderr.isatty()
         self.setting = EvalSetting(self.device, self.dtype, cfg.batch_size,
-                                   offset_seed(cfg.seed, 1),
-                                   self.progress_enabled and sys.stderr.isatty())
+                                   offset_seed(cfg.seed, 1), self.at_terminal)
         self.extra_config = extra_config or {}
         self.metrics: MetricsLog | None = None
         self._last_loss = math.nan  # the most recent logged training loss
