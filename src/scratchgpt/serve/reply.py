@@ -44,9 +44,9 @@ def left_out(rule: StopRule, template: ChatTemplate, ids: Sequence[int]) -> int:
     of the template's marker it was writing where it was cut short (its length, Ctrl-C; a stop
     string or the end-of-text token that ended it is cut already), and the line break before
     a role's marker (:func:`line_break`)."""
-    text = rule.text(ids)
-    if rule.ends(ids) or text != rule.decode(ids):  # it ended (tokens after the end too)
-        cut, after = 0, rule.decode(ids)[len(text):]
+    text, whole = rule.text(ids), rule.decode(ids)
+    if rule.ends(ids) or text != whole:  # it ended (tokens after the end too)
+        cut, after = 0, whole[len(text):]
     else:
         cut = marker_cut(text, template.reply_stops)
         after = text[len(text) - cut:]
