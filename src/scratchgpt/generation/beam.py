@@ -80,8 +80,7 @@ class _Beams:
 
     def settled(self) -> bool:
         """The search is over (:func:`~scratchgpt.models.seq2seq.search_settled`), its live
-        beams as :meth:`extend`
-        left them."""
+        beams as :meth:`extend` left them."""
         length = len(self.seqs[0]) if self.seqs else 0
         return search_settled([score for _, score in self.finished], self.beam,
                               max(self.scores, default=float("-inf")), length,

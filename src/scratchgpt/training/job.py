@@ -276,15 +276,15 @@ def schedule_note(job: TrainJob) -> str | None:
     if checkpoint is None or cfg.decay_iters == cfg.max_iters \
             or checkpoint.state.step >= cfg.max_iters:
         return None
-    another = (f"({give(options)} {named(options, 'lr_decay_iters')} to run the schedule over "
-               "another length)")
+    ends = f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}"
+    max_iters = named(options, "max_iters", cfg.max_iters)
+    min_lr = named(options, "min_lr", cfg.min_lr)
     if cfg.decay_iters > cfg.max_iters:  # a shorter run: it stops part-way down
-        return (f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}, "
-                f"after {named(options, 'max_iters', cfg.max_iters)}: the run ends before its "
-                f"rate reaches {named(options, 'min_lr', cfg.min_lr)} {another}")
-    return (f"note: this run's {cfg.schedule} schedule ends at update {cfg.decay_iters}: its "
-            f"updates after that to {named(options, 'max_iters', cfg.max_iters)} train at "
-            f"{named(options, 'min_lr', cfg.min_lr)} {another}")
+        what = f", after {max_iters}: the run ends before its rate reaches {min_lr}"
+    else:
+        what = f": its updates after that to {max_iters} train at {min_lr}"
+    return (f"{ends}{what} ({give(options)} {named(options, 'lr_decay_iters')} to run the "
+            "schedule over another length)")
 
 
 def starting_note(job: TrainJob) -> str | None:
