@@ -494,17 +494,23 @@ def test_bench_sample_prompt_longer_than_the_context_is_refused(capsys):
     capsys.readouterr()
 
 
-def test_bench_speculative_header_reads_as_words(capsys):
-    """The header showed a Python dict of the sampling settings, "(0.00M)" for a drafter with
-    no weights and "1 threads"."""
+def speculative_header(capsys, threads: int) -> str:
+    """The first line bench speculative prints for a report of no rows: an n-gram drafter,
+    8 tokens x 1 run per K, on ``threads`` threads."""
     from scratchgpt.bench.speculative import print_report
 
     print_report({"target": "random GPT 1,2,32", "target_params": 12_345, "draft": "ngram",
                   "draft_params": 0, "prompt_tokens": 64, "tokens": 8, "repeats": 1,
                   "sampling": {"temperature": 0.8, "top_k": None, "top_p": 0.9},
-                  "threads": 1, "dtype": "fp32", "draft_dtype": "fp32", "compiled": [],
+                  "threads": threads, "dtype": "fp32", "draft_dtype": "fp32", "compiled": [],
                   "results": []})
-    header = capsys.readouterr().out.splitlines()[0]
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def test_bench_speculative_header_reads_as_words(capsys):
+    """The header showed a Python dict of the sampling settings, "(0.00M)" for a drafter with
+    no weights and "1 threads"."""
+    header = speculative_header(capsys, 1)
     assert "draft ngram (no weights)" in header and "; 1 thread;" in header
     assert "sampling: temperature 0.8, top-k off, top-p 0.9;" in header
 

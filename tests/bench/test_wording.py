@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from scratchgpt.cli import main
-from tests.bench.test_bench_flags import RECURRENT
+from tests.bench.test_bench_flags import RECURRENT, speculative_header
 
 
 @pytest.fixture
@@ -40,14 +40,7 @@ def test_sample_reports_one_thread_and_one_run(capsys):
 
 
 def test_speculative_reports_one_run_per_k(capsys):
-    from scratchgpt.bench.speculative import print_report
-
-    print_report({"target": "random GPT 1,2,32", "target_params": 12_345, "draft": "ngram",
-                  "draft_params": 0, "prompt_tokens": 64, "tokens": 8, "repeats": 1,
-                  "sampling": {"temperature": 0.8, "top_k": None, "top_p": 0.9},
-                  "threads": 2, "dtype": "fp32", "draft_dtype": "fp32", "compiled": [],
-                  "results": []})
-    header = capsys.readouterr().out.splitlines()[0]
+    header = speculative_header(capsys, 2)
     assert "8 tokens x 1 run per K and method;" in header and "; 2 threads;" in header
 
 
