@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from scratchgpt.training.task import EvalSetting
+from tests.eval_bars import last_drawing, quiet_and_shown
 
 
 @pytest.mark.parametrize("task, data, bar", [("classify", "labels.tsv", "val split"),
@@ -23,16 +22,10 @@ def test_the_final_evaluation_shows_a_bar_only_with_progress(ft_dir, tmp_path, c
     train_job = plan(FinetuneRequest(task, str(ft_dir / "base"), str(tmp_path / "r"),
                                      str(ft_dir / data), held_out=0.2,
                                      train_flags={"max_iters": 1, "batch_size": 4}), log=None)
-    model = train_job.init.model()
-    figures, errs = [], []
-    for progress in (False, True):
-        setting = EvalSetting(torch.device("cpu"), "fp32", 4, 0, progress)
-        figures.append(train_job.task().final_metrics(model, 1, setting))
-        errs.append(capsys.readouterr().err)
+    figures, quiet, shown = quiet_and_shown(train_job.task, train_job.init.model(), 4, capsys)
     assert figures[0] == figures[1]
-    quiet, shown = errs
     assert bar not in quiet, quiet
     examples = train_job.task().examples
     n = len(examples.splits["val"] if task == "classify" else examples.held_out)
-    last = [line for line in shown.split("\r") if line.startswith(bar)][-1]
+    last = last_drawing(shown, bar)
     assert "100%" in last and f" {n}/{n} " in last, shown

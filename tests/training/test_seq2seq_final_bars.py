@@ -6,6 +6,7 @@ from scratchgpt.data.translation import DataSpec
 from scratchgpt.models.seq2seq import build_seq2seq
 from scratchgpt.training.seq2seq import Seq2SeqTask
 from scratchgpt.training.task import EvalSetting
+from tests.eval_bars import last_drawing, quiet_and_shown
 
 
 def test_the_final_evaluation_shows_its_bars_only_with_progress(capsys, monkeypatch):
@@ -19,17 +20,12 @@ def test_the_final_evaluation_shows_its_bars_only_with_progress(capsys, monkeypa
     task = Seq2SeqTask.from_spec(DataSpec(task="reverse", n_train=40, n_test=20, seed=0))
     torch.manual_seed(0)
     model = build_seq2seq(task.model_config("lstm", d_model=8))
-    figures, errs = [], []
-    for progress in (False, True):
-        setting = EvalSetting(torch.device("cpu"), "fp32", 8, 0, progress)
-        figures.append(task.fresh().final_metrics(model, 1, setting))
-        errs.append(capsys.readouterr().err)
+    figures, quiet, shown = quiet_and_shown(task.fresh, model, 8, capsys)
     assert figures[0] == figures[1]
-    quiet, shown = errs
     assert "greedy decodes" not in quiet and "held-out loss" not in quiet, quiet
     held = len(task.held_out)
     for bar in ("greedy decodes", "held-out loss"):
-        last = [line for line in shown.split("\r") if line.startswith(bar)][-1]
+        last = last_drawing(shown, bar)
         assert "100%" in last and f" {held}/{held} " in last, shown
     assert figures[0]["val_loss"] == (
         task.estimate(model, "val", held, EvalSetting(torch.device("cpu"), "fp32", 8, 0)))
